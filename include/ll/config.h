@@ -1,0 +1,100 @@
+/* Typed configuration.  One schema table (src/config/schema.c) lists every key
+ * with its type, default, range and help; the YAML-like .cfg file (parsed with
+ * libyaml) and `--set section.key=value` overrides are validated against it.
+ * Errors name file:line:column. */
+#ifndef LL_CONFIG_H
+#define LL_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LL_PATH_MAX 1024
+#define LL_MAX_CORPORA 32
+#define LL_LANG_MAX 16
+
+/* One parallel corpus (one language pair).  Raw text paths; llprep binarises them. */
+typedef struct {
+    char src[LL_PATH_MAX];
+    char tgt[LL_PATH_MAX];
+    char src_lang[LL_LANG_MAX];
+    char tgt_lang[LL_LANG_MAX];
+} ll_corpus_cfg;
+
+typedef struct {
+    /* model */
+    int d_model, ffn_dim, heads;
+    int enc_layers, dec_layers;
+    int max_positions;
+    char norm[8];              /* "pre" | "post" */
+    int share_all_embeddings;  /* one embedding for encoder, decoder and output */
+    int tie_output;            /* decoder input embedding == output projection */
+    float dropout, attn_dropout, act_dropout;
+
+    /* data */
+    char data_dir[LL_PATH_MAX];  /* binarised data + spm model live here */
+    char spm_model[LL_PATH_MAX]; /* existing sentencepiece model; empty = train one */
+    int vocab_size;              /* for training the joint sentencepiece model */
+    ll_corpus_cfg train[LL_MAX_CORPORA];
+    int n_train;
+    ll_corpus_cfg valid[LL_MAX_CORPORA];
+    int n_valid;
+    int max_tokens;        /* per batch: max(B * max(S, T)), padded */
+    int max_len;           /* max tokens per side (incl. EOS); <= max_positions */
+    char long_lines[8];    /* "skip" | "error" */
+    char lang_tags[8];     /* "auto" | "on" | "off": target-language tag as decoder BOS */
+    char sampling[16];     /* "temperature" | "size" | "uniform" */
+    float sampling_temperature;
+
+    /* train */
+    int seed;
+    int threads;
+    char optimizer[8];   /* "adam" */
+    float lr, warmup_init_lr, end_lr, power;
+    int warmup_updates;
+    char scheduler[16];  /* "inverse_sqrt" | "polynomial" */
+    float adam_beta1, adam_beta2, adam_eps, weight_decay;
+    float clip_norm;
+    int update_freq;
+    float label_smoothing;
+    int max_updates, max_epochs;
+    int valid_interval, log_interval;
+    char metrics_log[LL_PATH_MAX];
+    char device[16];     /* "cpu" | "cuda" */
+
+    /* checkpoint */
+    char save_dir[LL_PATH_MAX];
+    int save_interval;   /* updates between numbered checkpoints (0 = only last/best) */
+    int keep_last;       /* numbered checkpoints to keep (0 = all) */
+
+    /* decode (defaults for lldecode and validation) */
+    int beam;
+    float lenpen;
+
+    /* the original text (stored in checkpoints) and where it came from */
+    char *text;
+    char source[LL_PATH_MAX];
+} ll_config;
+
+void ll_config_defaults(ll_config *c);
+/* Parse a .cfg file over the defaults.  -1 + ll_errbuf() "file:line:col: message". */
+int ll_config_load(ll_config *c, const char *path);
+/* Parse config text (e.g. stored in a checkpoint); `name` is used in messages. */
+int ll_config_load_text(ll_config *c, const char *text, const char *name);
+/* Apply "section.key=value".  -1 + errbuf "--set section.key=value: message". */
+int ll_config_set(ll_config *c, const char *assignment);
+/* Cross-field checks (max_len <= max_positions, d_model % heads, ...). */
+int ll_config_validate(const ll_config *c);
+/* The effective config as YAML text (all keys), malloc'd.  Re-loadable. */
+char *ll_config_dump(const ll_config *c);
+/* Print the schema: key, type, default, range, help. */
+void ll_config_print_help(FILE *out);
+void ll_config_free(ll_config *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

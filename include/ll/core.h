@@ -1,0 +1,109 @@
+/* Core utilities: errors, allocation, the real type, the Philox RNG, arenas,
+ * atomic file output, timing.  Everything above src/core builds on these. */
+#ifndef LL_CORE_H
+#define LL_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CPU model code is written against `real`.  The normal build uses float;
+ * the gradient-check test build compiles the same sources with
+ * -DLL_REAL_DOUBLE so finite differences run in double precision. */
+#ifdef LL_REAL_DOUBLE
+typedef double real;
+#define LL_REAL_NAME "f64"
+#else
+typedef float real;
+#define LL_REAL_NAME "f32"
+#endif
+
+/* ---- errors ---------------------------------------------------------------
+ * Tools report bad input with one line and exit non-zero.  Library code that
+ * can fail on user input returns -1 and leaves the message in ll_errbuf()
+ * (so tests can check it); ll_die prints and exits. */
+void ll_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+int ll_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* sets errbuf, returns -1 */
+const char *ll_errbuf(void);
+void ll_set_progname(const char *name);
+
+void *ll_malloc(size_t n);  /* dies on OOM with the size */
+void *ll_calloc(size_t n, size_t sz);
+void *ll_realloc(void *p, size_t n);
+char *ll_strdup(const char *s);
+void *ll_aligned_alloc(size_t n); /* 64-byte aligned, zeroed; free with free() */
+
+/* ---- logging ---- */
+extern int ll_verbosity; /* 0 quiet, 1 normal, 2 debug */
+void ll_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- time ---- */
+double ll_now(void); /* monotonic seconds */
+
+/* ---- Philox4x32-10 counter-based RNG ----------------------------------------
+ * A stream is keyed by (seed, a, b) where callers pack purpose/step/layer into
+ * a and b; element i of the stream is a pure function of (key, i), so CPU and
+ * CUDA draw identical numbers and a resumed run continues bit for bit. */
+typedef struct {
+    uint32_t key[2];
+    uint32_t ctr_hi[2]; /* counter words 2,3: stream selector */
+} ll_philox;
+
+void ll_philox_init(ll_philox *r, uint64_t seed, uint32_t stream_a, uint32_t stream_b);
+void ll_philox_block(const ll_philox *r, uint64_t block, uint32_t out[4]); /* 4 words per block */
+uint32_t ll_philox_u32(const ll_philox *r, uint64_t i);                    /* i-th 32-bit word */
+float ll_philox_uniform(const ll_philox *r, uint64_t i);                   /* (0,1) open */
+uint32_t ll_philox_below(const ll_philox *r, uint64_t i, uint32_t n);      /* [0,n) */
+
+/* Purposes for stream_a (keep stable: they define the random stream). */
+enum {
+    LL_RNG_DROPOUT = 1,
+    LL_RNG_SHUFFLE = 2,
+    LL_RNG_INIT = 3,
+    LL_RNG_GUMBEL = 4,
+    LL_RNG_DROPNET = 5,
+    LL_RNG_LAYERDROP = 6,
+    LL_RNG_UNK = 7,
+    LL_RNG_SAMPLE = 8,
+};
+
+/* ---- arena: bump allocator for activations (reset per step) ---- */
+typedef struct {
+    char *base;
+    size_t cap, used, peak;
+} ll_arena;
+void ll_arena_init(ll_arena *a, size_t cap);
+void *ll_arena_alloc(ll_arena *a, size_t bytes); /* 64-byte aligned, not zeroed; dies if full */
+void ll_arena_reset(ll_arena *a);
+void ll_arena_free(ll_arena *a);
+
+/* ---- atomic output ----------------------------------------------------------
+ * Write to "<path>.tmp.<pid>", fsync, rename over <path>, fsync the directory.
+ * On failure (or ll_atomic_abort) the temporary is removed and <path> is untouched. */
+typedef struct {
+    FILE *f;
+    char *path, *tmp;
+} ll_atomic_file;
+int ll_atomic_open(ll_atomic_file *af, const char *path);   /* -1 + errbuf on failure */
+int ll_atomic_commit(ll_atomic_file *af);                    /* -1 + errbuf on failure */
+void ll_atomic_abort(ll_atomic_file *af);
+
+/* Read a whole file; returns NULL + errbuf on failure.  Adds a NUL terminator. */
+char *ll_read_file(const char *path, size_t *len);
+
+/* ---- checksums ---- */
+uint64_t ll_fnv1a64(const void *data, size_t n, uint64_t h);
+#define LL_FNV_INIT 0xcbf29ce484222325ULL
+
+/* ---- threads ---- */
+void ll_set_threads(int n); /* OpenMP + OpenBLAS */
+int ll_get_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,25 @@
+/* Backend selection and completeness check. */
+#include "ll/backend.h"
+
+#include <stddef.h>
+
+const char *ll_backend_missing(const ll_backend *be) {
+#define NEED(op) \
+    if (!be->op) return #op;
+    NEED(alloc) NEED(free) NEED(upload) NEED(download) NEED(memset0) NEED(sync) NEED(gemm)
+    NEED(layernorm_fwd) NEED(layernorm_bwd) NEED(embed_fwd) NEED(embed_bwd) NEED(bias_fwd) NEED(bias_bwd)
+    NEED(relu_fwd) NEED(relu_bwd) NEED(dropout_fwd) NEED(dropout_bwd) NEED(add) NEED(acc) NEED(scale)
+    NEED(sumsq) NEED(attention_fwd) NEED(attention_bwd) NEED(xent_fwd_bwd) NEED(log_softmax) NEED(adam)
+#undef NEED
+    return NULL;
+}
+
+#if !defined(LL_WITH_CUDA) || defined(LL_REAL_DOUBLE)
+/* Built without CUDA (or the double-precision test build): no devices. */
+ll_backend *ll_backend_cuda(int device) {
+    (void)device;
+    ll_fail("this build of ll has no CUDA backend (configure with -DLL_CUDA=ON on a machine with nvcc)");
+    return NULL;
+}
+int ll_cuda_device_count(void) { return 0; }
+#endif

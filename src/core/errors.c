@@ -1,0 +1,95 @@
+/* Errors, allocation and logging. */
+#define _GNU_SOURCE
+#include "ll/core.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static char g_err[2048];
+static const char *g_prog = "ll";
+int ll_verbosity = 1;
+
+void ll_set_progname(const char *name) { g_prog = name; }
+const char *ll_errbuf(void) { return g_err; }
+
+int ll_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void ll_die(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "%s: error: ", g_prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+void ll_log(const char *fmt, ...) {
+    if (ll_verbosity <= 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void *ll_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) ll_die("out of memory allocating %zu bytes", n);
+    return p;
+}
+void *ll_calloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) ll_die("out of memory allocating %zu x %zu bytes", n, sz);
+    return p;
+}
+void *ll_realloc(void *q, size_t n) {
+    void *p = realloc(q, n ? n : 1);
+    if (!p) ll_die("out of memory reallocating %zu bytes", n);
+    return p;
+}
+char *ll_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = ll_malloc(n);
+    memcpy(p, s, n);
+    return p;
+}
+void *ll_aligned_alloc(size_t n) {
+    size_t sz = (n + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, sz ? sz : 64);
+    if (!p) ll_die("out of memory allocating %zu bytes", n);
+    memset(p, 0, sz);
+    return p;
+}
+
+double ll_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+uint64_t ll_fnv1a64(const void *data, size_t n, uint64_t h) {
+    /* FNV-1a over 8-byte words where possible: fast enough for 100s of MB. */
+    const unsigned char *p = data;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h ^= w;
+        h *= 0x100000001b3ULL;
+    }
+    for (; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
