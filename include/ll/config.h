@@ -79,19 +79,43 @@ typedef struct {
     char source[LL_PATH_MAX];
 } ll_config;
 
+/* Lifecycle: ll_config_load (or _load_text), then any ll_config_set overrides,
+ * then ll_config_validate.  Loading starts from the defaults, so the result
+ * depends only on the text; on error *c is left untouched.  `c` need not be
+ * initialised before a load, so a previous c->text is not freed: call
+ * ll_config_free before reusing a loaded config.
+ *
+ * Paths: corpus paths (data.train/valid src, tgt) and data.spm_model are inputs
+ * and, when relative, are resolved against the directory of the config file
+ * (made absolute), so a config works from any working directory.  Outputs
+ * (data.dir, checkpoint.save_dir, train.metrics_log) stay relative to the
+ * current working directory, like fairseq.  --set values are never rebased. */
 void ll_config_defaults(ll_config *c);
 /* Parse a .cfg file over the defaults.  -1 + ll_errbuf() "file:line:col: message". */
 int ll_config_load(ll_config *c, const char *path);
-/* Parse config text (e.g. stored in a checkpoint); `name` is used in messages. */
+/* Parse config text (e.g. stored in a checkpoint); `name` is used in messages.
+ * Relative input paths are kept as they are (relative to the cwd). */
 int ll_config_load_text(ll_config *c, const char *text, const char *name);
-/* Apply "section.key=value".  -1 + errbuf "--set section.key=value: message". */
+/* As ll_config_load_text, resolving relative input paths against base_dir
+ * (NULL = keep them as they are). */
+int ll_config_load_text_in(ll_config *c, const char *text, const char *name, const char *base_dir);
+/* Apply "section.key=value".  -1 + errbuf "--set section.key=value: message".
+ * Any scalar key; corpus lists (data.train, data.valid) are rejected. */
 int ll_config_set(ll_config *c, const char *assignment);
-/* Cross-field checks (max_len <= max_positions, d_model % heads, ...). */
+/* Cross-field checks (max_len <= max_positions, d_model % heads, ...).
+ * -1 + errbuf naming the keys involved. */
 int ll_config_validate(const ll_config *c);
-/* The effective config as YAML text (all keys), malloc'd.  Re-loadable. */
+/* The effective config as YAML text (all keys), malloc'd.  Re-loadable with
+ * ll_config_load_text to an identical struct (string fields are zero-padded,
+ * so even memcmp over the fields before `text` agrees). */
 char *ll_config_dump(const ll_config *c);
+/* One key's value as config text ("512", "0.0005", "true", a double-quoted string, a flow list
+ * for corpora), malloc'd; NULL + errbuf for an unknown key. */
+char *ll_config_get(const ll_config *c, const char *key);
 /* Print the schema: key, type, default, range, help. */
 void ll_config_print_help(FILE *out);
+/* The same information as Markdown tables (the generated part of docs/config.md). */
+void ll_config_print_markdown(FILE *out);
 void ll_config_free(ll_config *c);
 
 #ifdef __cplusplus

@@ -17,7 +17,9 @@ extern "C" {
  * Special ids follow fairseq: bos=0, pad=1, eos=2, unk=3.  Language tags are
  * user-defined pieces "<2xx>". */
 typedef struct ll_spm ll_spm;
-/* Train a joint model on the given text files; writes <prefix>.model. -1 + errbuf. */
+/* Train a joint unigram model on the given text files (empty lines ignored);
+ * writes <prefix>.model atomically.  lang_tags become user-defined pieces with
+ * ids 4, 5, ...  Reproducible: fixed thread count and sampling seed.  -1 + errbuf. */
 int ll_spm_train(const char *const *files, int n_files, const char *model_prefix, int vocab_size,
                  const char *const *lang_tags, int n_tags, uint64_t seed);
 ll_spm *ll_spm_load(const char *model_path);                      /* NULL + errbuf */
@@ -28,27 +30,49 @@ int ll_spm_piece_id(const ll_spm *s, const char *piece);          /* -1 if absen
 const char *ll_spm_id_piece(const ll_spm *s, int id);
 /* Encode one line into ids (no EOS); returns count, or -1 on failure. *ids is realloc'd. */
 int ll_spm_encode(const ll_spm *s, const char *text, int32_t **ids, int *cap);
-/* Decode ids to a malloc'd string. */
+/* Decode ids to a malloc'd string.  Control ids (bos/pad/eos), ids outside the
+ * vocabulary and language-tag pieces "<2xx>" are dropped. */
 char *ll_spm_decode(const ll_spm *s, const int32_t *ids, int n);
 /* The serialized model proto (for storing in checkpoints). */
 const void *ll_spm_proto(const ll_spm *s, size_t *n);
+/* The model's special ids (prepare checks they are 0/1/2/3). */
+void ll_spm_special_ids(const ll_spm *s, int *bos, int *pad, int *eos, int *unk);
 
 #define LL_BOS 0
 #define LL_PAD 1
 #define LL_EOS 2
 #define LL_UNK 3
 
-/* ---- binarised corpus (one file per side per corpus, read by mmap) ---- */
+/* ---- binarised corpus (one file per side per corpus, read by mmap) ----
+ * Layout (little-endian, see docs/data.md): a 64-byte header {magic "LLTOKENS",
+ * u32 version, u32 header size, u64 n_sents, u64 n_tokens, u64 checksum, 24
+ * reserved bytes}, then int32 tokens[n_tokens], zero padding to 8 bytes,
+ * u64 offsets[n_sents+1] (offsets[i] = first token of sentence i) and
+ * u64 lines[n_sents] (0-based line of the sentence in the raw text file). */
 typedef struct {
     int n_sents;
     const uint64_t *offsets; /* [n_sents+1] into tokens */
     const int32_t *tokens;   /* each sentence ends with EOS */
+    const uint64_t *lines;   /* [n_sents]: 0-based line number in the raw text */
+    uint64_t n_tokens, checksum;
     void *map;
     size_t map_len;
 } ll_tokfile;
 
-int ll_tokfile_open(ll_tokfile *f, const char *path); /* -1 + errbuf */
+/* Maps the file and validates magic, version, sizes and offsets (O(n_sents)). */
+int ll_tokfile_open(ll_tokfile *f, const char *path); /* -1 + errbuf "path: what is wrong" */
 void ll_tokfile_close(ll_tokfile *f);
+/* Full check: checksum, every sentence ends with EOS, 0 <= id < vocab (vocab <= 0: skip the range check). */
+int ll_tokfile_verify(const ll_tokfile *f, const char *path, int vocab); /* -1 + errbuf */
+static inline int ll_tokfile_len(const ll_tokfile *f, int i) { return (int)(f->offsets[i + 1] - f->offsets[i]); }
+
+/* Writer (atomic: nothing appears at `path` until ll_tokfile_commit succeeds). */
+typedef struct ll_tokfile_writer ll_tokfile_writer;
+ll_tokfile_writer *ll_tokfile_create(const char *path); /* NULL + errbuf */
+/* Append one sentence; `ids` must already end with EOS (n >= 1).  line = raw 0-based line. */
+int ll_tokfile_append(ll_tokfile_writer *w, const int32_t *ids, int n, uint64_t line);
+int ll_tokfile_commit(ll_tokfile_writer *w); /* writes offsets + header, renames; frees w */
+void ll_tokfile_abort(ll_tokfile_writer *w); /* removes the temporary; frees w */
 
 /* A prepared pair: src/tgt token files plus language ids. */
 typedef struct {
@@ -66,10 +90,45 @@ typedef struct {
 
 /* llprep: train/load the spm model, binarise cfg->train and cfg->valid into
  * cfg->data_dir.  Validates the raw text (line counts, UTF-8, empty corpus, long lines).
- * Writes everything atomically; on error nothing new is left in data_dir. */
+ * Writes everything atomically; on error nothing new is left in data_dir.
+ * Layout: data_dir/spm.model, data_dir/{train,valid}.<i>.<src>-<tgt>.{src,tgt}.bin,
+ * data_dir/manifest.txt (written last; see docs/data.md). */
 int ll_prepare_data(const ll_config *cfg);
-/* Open the prepared split ("train" or "valid"). */
+/* 1 when data_dir/manifest.txt matches cfg (same raw file contents, corpora,
+ * languages and data settings), else 0.  Cheap when the raw files' size and
+ * mtime are unchanged; otherwise re-hashes their contents. */
+int ll_data_is_prepared(const ll_config *cfg);
+
+/* What the manifest records (llprep's summary, lltrain's log). */
+typedef struct {
+    char split[8];            /* "train" | "valid" */
+    int index;                /* position in data.train / data.valid */
+    int src_lang, tgt_lang;   /* index into ll_data_info.langs */
+    int tgt_tag;              /* target-language tag id, or -1 */
+    int64_t raw_lines;        /* lines in each raw file */
+    int64_t n_sents;          /* pairs kept */
+    int64_t src_tokens, tgt_tokens; /* incl. EOS */
+    int64_t skipped_empty, skipped_long;
+    char src_file[64], tgt_file[64]; /* names inside data_dir */
+} ll_corpus_info;
+
+typedef struct {
+    uint64_t hash;            /* of the raw inputs + data settings */
+    int vocab_size;           /* of the sentencepiece model */
+    int lang_tags;            /* 1 when target-language tags are used */
+    char spm_file[64];        /* name inside data_dir ("spm.model") */
+    int n_langs;
+    char langs[LL_MAX_CORPORA * 2][LL_LANG_MAX];
+    int n_corpora;            /* train corpora first, then valid */
+    ll_corpus_info corpora[LL_MAX_CORPORA * 2];
+} ll_data_info;
+
+int ll_data_info_read(ll_data_info *info, const char *data_dir); /* -1 + errbuf */
+
+/* Open the prepared split ("train" or "valid"); a split with no corpora gives n_pairs = 0. */
 int ll_dataset_open(ll_dataset *d, const ll_config *cfg, const char *split);
+/* Same, given the data directory alone (as the manifest describes it). */
+int ll_dataset_open_dir(ll_dataset *d, const char *data_dir, const char *split);
 void ll_dataset_close(ll_dataset *d);
 
 /* ---- batches ---- */
@@ -82,19 +141,42 @@ typedef struct {
     int n_src_tokens, n_tgt_tokens; /* non-pad */
     int pair, src_lang, tgt_lang;
     int *ids;          /* sentence index within the pair's corpus */
+    size_t cap_tok, cap_sent; /* allocated sizes (internal to ll_batcher_next) */
 } ll_batch;
 
+/* Start from a zeroed ll_batch (ll_batch b = {0}).  ll_batcher_next reuses and
+ * grows the buffers in *b between calls, so pointers from an earlier batch are
+ * invalid after the next call; ll_batch_free releases them. */
 void ll_batch_free(ll_batch *b);
 
-/* Epoch iterator: batches of one pair, grouped by length, shuffled with
- * (seed, epoch).  Its state (epoch, position) is saved in checkpoints. */
+/* Epoch iterator (fairseq-style): within each pair, sentences are sorted by
+ * (target length, source length) with a seeded random tie-break and cut
+ * greedily into batches with B * max(S, T) <= max_tokens (a sentence longer
+ * than that alone forms a batch).  Batch composition is fixed; the order of
+ * batches is shuffled every epoch with Philox(seed, LL_RNG_SHUFFLE, epoch).
+ * Epochs count from 1; pos = batches already returned in the epoch.  Its
+ * state (epoch, pos) is saved in checkpoints.  shuffle = 0 (validation): sort
+ * without random tie-break, pairs in order, every batch once.  The dataset
+ * must outlive the batcher. */
 typedef struct ll_batcher ll_batcher;
-ll_batcher *ll_batcher_new(const ll_dataset *d, int max_tokens, uint64_t seed, int shuffle);
+ll_batcher *ll_batcher_new(const ll_dataset *d, int max_tokens, uint64_t seed, int shuffle); /* sampling "size" */
+/* sampling: "size" (every batch of every pair once per epoch), "temperature"
+ * (pair p drawn with probability ~ n_p^(1/temperature), n_p = sentences; small
+ * pairs up-sampled, large ones down-sampled; same number of batches per epoch),
+ * "uniform" (temperature = infinity).  NULL + errbuf on a bad mode/temperature. */
+ll_batcher *ll_batcher_new_ex(const ll_dataset *d, int max_tokens, uint64_t seed, int shuffle,
+                              const char *sampling, float temperature);
+/* From cfg: data.max_tokens, train.seed, data.sampling, data.sampling_temperature. */
+ll_batcher *ll_batcher_from_config(const ll_dataset *d, const ll_config *cfg, int shuffle);
 void ll_batcher_free(ll_batcher *it);
 int ll_batcher_n_batches(const ll_batcher *it);          /* per epoch, all pairs */
+/* Batches of one pair (its own batching, before sampling). */
+int ll_batcher_pair_batches(const ll_batcher *it, int pair);
 /* Fill *b with the next batch; returns 0 at the end of an epoch (then the next call starts epoch+1). */
 int ll_batcher_next(ll_batcher *it, ll_batch *b);
 void ll_batcher_state(const ll_batcher *it, int64_t *epoch, int64_t *pos);
+/* Restore a saved state: the following ll_batcher_next calls return exactly the batches
+ * the saved run would have seen.  epoch < 1 is taken as 1; pos is clamped to [0, n_batches]. */
 void ll_batcher_seek(ll_batcher *it, int64_t epoch, int64_t pos);
 
 #ifdef __cplusplus

@@ -1,0 +1,90 @@
+/* The encoder-decoder Transformer.  Parameters live in one flat buffer and
+ * gradients in a mirror of it (llm.c style); every tensor is named in a table
+ * (for checkpoints and the optimizer).  Forward saves what backward needs in
+ * an arena; backward replays exactly what forward ran.  The model calls ops
+ * through an ll_backend and never knows which backend runs. */
+#ifndef LL_MODEL_H
+#define LL_MODEL_H
+
+#include "ll/backend.h"
+#include "ll/config.h"
+#include "ll/data.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int C, F, H;     /* d_model, ffn_dim, heads */
+    int Le, Ld;      /* encoder / decoder layers */
+    int V;           /* vocabulary */
+    int max_pos;
+    int post_norm;   /* 0: pre-norm (+ final LN), 1: post-norm */
+    int share_all;   /* encoder embedding == decoder embedding */
+    int tie_output;  /* output projection == decoder embedding */
+    real dropout, attn_dropout, act_dropout;
+    real label_smoothing; /* training loss; 0 = plain cross-entropy */
+} ll_hparams;
+
+typedef struct {
+    char name[64];
+    size_t offset, numel;
+    int ndim;
+    int64_t shape[2];
+    int no_decay; /* biases and norms (weight decay is decoupled and usually 0) */
+} ll_param;
+
+/* Offsets (in reals) of one layer's tensors in the flat buffer; 0 = absent. */
+typedef struct {
+    size_t ln1_w, ln1_b, qkv_w, qkv_b, o_w, o_b; /* self-attention */
+    size_t ln2_w, ln2_b, cq_w, cq_b, ckv_w, ckv_b, co_w, co_b; /* cross-attention (decoder) */
+    size_t ln3_w, ln3_b, fc1_w, fc1_b, fc2_w, fc2_b; /* FFN (ln3 in decoder, ln2 in encoder) */
+} ll_layer_offsets;
+
+struct ll_fwd_state; /* saved activations (src/model/model_internal.h) */
+
+typedef struct ll_model {
+    ll_hparams hp;
+    ll_backend *be;
+    real *params, *grads; /* device buffers, n_params each */
+    size_t n_params;
+    ll_param *table;
+    int n_table;
+    size_t enc_emb, dec_emb, out_proj;         /* offsets (aliases when shared) */
+    size_t enc_ln_w, enc_ln_b, dec_ln_w, dec_ln_b; /* final layer norms (pre-norm) */
+    ll_layer_offsets *enc, *dec;
+    real *pos_table; /* [max_pos + 2, C] sinusoids on the device */
+    ll_arena arena;
+    struct ll_fwd_state *st;
+} ll_model;
+
+/* Special ids (fairseq convention; see data.h). */
+ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be);
+void ll_model_free(ll_model *m);
+void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size);
+/* fairseq initialisation (reference-spec §4), deterministic in seed. */
+void ll_model_init(ll_model *m, uint64_t seed);
+const ll_param *ll_model_find(const ll_model *m, const char *name);
+
+typedef struct {
+    double loss, nll; /* summed over target tokens, natural log */
+    long ntokens;
+} ll_loss_stats;
+
+/* One forward+backward pass on a batch.  Gradients are ACCUMULATED into
+ * m->grads as gradients of the summed loss (the trainer divides by the token
+ * count of the whole update).  rng_step keys the dropout masks.  With
+ * train == 0: no dropout, no backward (validation loss). */
+void ll_model_step(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step, int train,
+                   ll_loss_stats *out);
+
+/* Forward only, returning the summed loss (used by gradient checks). */
+double ll_model_loss(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step, int train);
+
+/* Training FLOPs of one step on a batch (matmuls + attention, fwd + bwd). */
+double ll_model_train_flops(const ll_hparams *hp, long src_tokens, long tgt_tokens, long B, int S, int T);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,213 @@
+/* CPU backend: memory is host memory, gemm is OpenBLAS, the rest plain C with
+ * OpenMP.  This is the readable reference the CUDA backend is tested against. */
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+#ifdef LL_REAL_DOUBLE
+#define CBLAS_GEMM cblas_dgemm
+#else
+#define CBLAS_GEMM cblas_sgemm
+#endif
+
+/* This thread's share [c0, c1) of n columns inside a parallel region. */
+static void thread_slice(int n, int *c0, int *c1) {
+#ifdef _OPENMP
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+    int nt = 1, id = 0;
+#endif
+    *c0 = (int)((long)n * id / nt);
+    *c1 = (int)((long)n * (id + 1) / nt);
+}
+
+static void *cpu_alloc(ll_backend *be, size_t bytes) {
+    (void)be;
+    return ll_aligned_alloc(bytes);
+}
+static void cpu_free(ll_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+static void cpu_copy(ll_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memcpy(dst, src, bytes);
+}
+static void cpu_memset0(ll_backend *be, void *p, size_t bytes) {
+    (void)be;
+    if (bytes) memset(p, 0, bytes);
+}
+static void cpu_sync(ll_backend *be) { (void)be; }
+
+static void cpu_gemm(ll_backend *be, int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda,
+                     const real *B, int ldb, real beta, real *C, int ldc) {
+    (void)be;
+    if (M == 0 || N == 0) return;
+    CBLAS_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+               lda, B, ldb, beta, C, ldc);
+}
+
+static void cpu_embed_fwd(ll_backend *be, real *out, const int32_t *tok, const real *emb, const real *pos,
+                          int pos_offset, real scale, int N, int T, int C, int pad) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        real *o = out + (size_t)r * C;
+        if (tok[r] == pad) {
+            memset(o, 0, sizeof(real) * C);
+            continue;
+        }
+        const real *e = emb + (size_t)tok[r] * C;
+        const real *p = pos + (size_t)(r % T + pos_offset) * C;
+        for (int c = 0; c < C; c++) o[c] = scale * e[c] + p[c];
+    }
+}
+
+static void cpu_embed_bwd(ll_backend *be, real *demb, const real *dout, const int32_t *tok, real scale, int N,
+                          int C, int pad) {
+    (void)be;
+    /* Rows may share a token: parallelise over columns to avoid races. */
+#pragma omp parallel
+    {
+        int c0, c1;
+        thread_slice(C, &c0, &c1);
+        for (int r = 0; r < N; r++) {
+            if (tok[r] == pad) continue;
+            real *d = demb + (size_t)tok[r] * C;
+            const real *g = dout + (size_t)r * C;
+            for (int c = c0; c < c1; c++) d[c] += scale * g[c];
+        }
+    }
+}
+
+static void cpu_bias_fwd(ll_backend *be, real *y, const real *b, int N, int C) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        real *yr = y + (size_t)r * C;
+        for (int c = 0; c < C; c++) yr[c] += b[c];
+    }
+}
+
+static void cpu_bias_bwd(ll_backend *be, real *db, const real *dy, int N, int C) {
+    (void)be;
+#pragma omp parallel
+    {
+        int c0, c1;
+        thread_slice(C, &c0, &c1);
+        for (int r = 0; r < N; r++) {
+            const real *g = dy + (size_t)r * C;
+            for (int c = c0; c < c1; c++) db[c] += g[c];
+        }
+    }
+}
+
+static void cpu_relu_fwd(ll_backend *be, real *x, size_t n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = x[i] > 0 ? x[i] : 0;
+}
+
+static void cpu_relu_bwd(ll_backend *be, real *dy, const real *y, size_t n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dy[i] = y[i] > 0 ? dy[i] : 0;
+}
+
+void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset) {
+    /* Keep iff u >= p, u from Philox word (offset + i).  Parallel over 4-word blocks. */
+    uint64_t first = offset >> 2, last = (offset + n + 3) >> 2;
+#pragma omp parallel for schedule(static)
+    for (uint64_t blk = first; blk < last; blk++) {
+        uint32_t w[4];
+        ll_philox_block(rng, blk, w);
+        for (int j = 0; j < 4; j++) {
+            uint64_t word = blk * 4 + j;
+            if (word < offset || word >= offset + n) continue;
+            float u = ((w[j] >> 8) + 0.5f) * (1.0f / 16777216.0f);
+            mask[word - offset] = u >= (float)p;
+        }
+    }
+}
+
+static void cpu_dropout_fwd(ll_backend *be, real *x, uint8_t *mask, size_t n, real p, const ll_philox *rng,
+                            uint64_t offset) {
+    (void)be;
+    if (p <= 0) {
+        memset(mask, 1, n);
+        return;
+    }
+    cpu_dropout_mask(mask, n, p, rng, offset);
+    real s = 1 / (1 - p);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = mask[i] ? x[i] * s : 0;
+}
+
+static void cpu_dropout_bwd(ll_backend *be, real *dx, const uint8_t *mask, size_t n, real p) {
+    (void)be;
+    if (p <= 0) return;
+    real s = 1 / (1 - p);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dx[i] = mask[i] ? dx[i] * s : 0;
+}
+
+static void cpu_add(ll_backend *be, real *y, const real *a, const real *b, size_t n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+static void cpu_acc(ll_backend *be, real *dst, const real *src, size_t n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+static void cpu_scale(ll_backend *be, real *x, real s, size_t n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+static double cpu_sumsq(ll_backend *be, const real *x, size_t n) {
+    (void)be;
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+static ll_backend g_cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .memset0 = cpu_memset0,
+    .sync = cpu_sync,
+    .gemm = cpu_gemm,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .embed_fwd = cpu_embed_fwd,
+    .embed_bwd = cpu_embed_bwd,
+    .bias_fwd = cpu_bias_fwd,
+    .bias_bwd = cpu_bias_bwd,
+    .relu_fwd = cpu_relu_fwd,
+    .relu_bwd = cpu_relu_bwd,
+    .dropout_fwd = cpu_dropout_fwd,
+    .dropout_bwd = cpu_dropout_bwd,
+    .add = cpu_add,
+    .acc = cpu_acc,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .xent_fwd_bwd = cpu_xent_fwd_bwd,
+    .log_softmax = cpu_log_softmax,
+    .adam = cpu_adam,
+};
+
+ll_backend *ll_backend_cpu(void) { return &g_cpu; }

@@ -1,0 +1,75 @@
+/* Label-smoothed cross-entropy (fused with its gradient), log-softmax, Adam. */
+#include <math.h>
+
+#include "cpu_internal.h"
+
+void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
+                      real grad_scale, double *loss_sum, double *nll_sum) {
+    (void)be;
+    /* fairseq (since 791ab7c2): loss = (1-eps-eps_i)*nll + eps_i*smooth, eps_i = eps/(V-1),
+     * i.e. cross-entropy against q[y] = 1-eps, q[v!=y] = eps_i.  Gradient = softmax - q. */
+    const double eps_i = V > 1 ? (double)eps / (V - 1) : 0;
+    double L = 0, NL = 0;
+#pragma omp parallel for reduction(+ : L, NL) schedule(static)
+    for (int r = 0; r < N; r++) {
+        real *x = logits + (size_t)r * V;
+        int y = target[r];
+        if (y == pad) {
+            for (int v = 0; v < V; v++) x[v] = 0;
+            continue;
+        }
+        real mx = x[0];
+        for (int v = 1; v < V; v++)
+            if (x[v] > mx) mx = x[v];
+        double sum = 0, sumx = 0;
+        for (int v = 0; v < V; v++) {
+            sumx += x[v];
+            real e = exp(x[v] - mx);
+            sum += e;
+            x[v] = e; /* keep exp for the gradient */
+        }
+        double lse = mx + log(sum);
+        /* lp[y] = logit_y - lse; recover logit_y from the stored exp. */
+        double ly = log((double)x[y]) + mx;
+        double nll = lse - ly;
+        double smooth = V * lse - sumx;
+        L += (1 - eps - eps_i) * nll + eps_i * smooth;
+        NL += nll;
+        real inv = 1 / sum;
+        for (int v = 0; v < V; v++) x[v] = grad_scale * (x[v] * inv - (real)eps_i);
+        x[y] -= grad_scale * (real)(1 - eps - eps_i);
+    }
+    *loss_sum = L;
+    *nll_sum = NL;
+}
+
+void cpu_log_softmax(ll_backend *be, real *x, int N, int V) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        real *xr = x + (size_t)r * V;
+        real mx = xr[0];
+        for (int v = 1; v < V; v++)
+            if (xr[v] > mx) mx = xr[v];
+        double sum = 0;
+        for (int v = 0; v < V; v++) sum += exp(xr[v] - mx);
+        real lse = mx + log(sum);
+        for (int v = 0; v < V; v++) xr[v] -= lse;
+    }
+}
+
+void cpu_adam(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
+              real eps, real wd, long t) {
+    (void)be;
+    /* fairseq adam: decoupled weight decay, eps added to the uncorrected sqrt(v). */
+    const real step = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
+    const real decay = lr * wd;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        real gi = g[i];
+        m[i] = b1 * m[i] + (1 - b1) * gi;
+        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+        if (decay != 0) p[i] -= decay * p[i];
+        p[i] -= step * m[i] / (sqrt(v[i]) + eps);
+    }
+}

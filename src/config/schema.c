@@ -1,0 +1,394 @@
+/* The configuration schema: one row per key.  Defaults, the YAML loader,
+ * --set, dump, --help-config and docs/config.md are all driven by this table,
+ * so adding a key (or a whole section such as latent:) means adding a field to
+ * ll_config and rows here; a new section also gets a line in ll_cfg_sections. */
+#define _GNU_SOURCE
+#include "schema.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/core.h"
+
+/* Compile-time check that a row's type matches the field's C type (a negative
+ * array size otherwise), so an INT row can never point at a float. */
+#define LL_CT(f, T) (0 * sizeof(char[_Generic(((ll_config *)0)->f, T : 1, default : -1)]))
+#define ROW(n, ty, f, T, d, lo, hi, ch, fl, h) \
+    {n, ty, offsetof(ll_config, f) + LL_CT(f, T), sizeof(((ll_config *)0)->f), 0, d, lo, hi, ch, fl, h}
+#define INT(n, f, d, lo, hi, h) ROW(n, LL_CFG_INT, f, int, d, lo, hi, NULL, 0, h)
+#define FLT(n, f, d, lo, hi, fl, h) ROW(n, LL_CFG_FLOAT, f, float, d, lo, hi, NULL, fl, h)
+#define BOOL(n, f, d, h) ROW(n, LL_CFG_BOOL, f, int, d, 0, 1, NULL, 0, h)
+#define STR(n, f, d, fl, h) ROW(n, LL_CFG_STRING, f, char *, d, 0, 0, NULL, fl, h)
+#define ENUM(n, f, d, ch, h) ROW(n, LL_CFG_ENUM, f, char *, d, 0, 0, ch, 0, h)
+#define CORPORA(n, f, cnt, h)                                                                       \
+    {n, LL_CFG_CORPORA, offsetof(ll_config, f) + LL_CT(f, ll_corpus_cfg *), sizeof(((ll_config *)0)->f), \
+     offsetof(ll_config, cnt) + LL_CT(cnt, int), "[]", 0, 0, NULL, LL_CFG_INPUT_PATH, h}
+
+#define INF HUGE_VAL
+#define OPEN_MIN LL_CFG_MIN_OPEN
+#define OPEN_MAX LL_CFG_MAX_OPEN
+
+const ll_cfg_section ll_cfg_sections[] = {
+    {"model", "Transformer shape and regularisation."},
+    {"data", "Corpora, sentencepiece vocabulary and batching."},
+    {"train", "Optimisation, schedule, logging and device."},
+    {"checkpoint", "Where and how often checkpoints are written."},
+    {"decode", "Beam search defaults for lldecode and validation BLEU."},
+};
+const int ll_cfg_nsections = (int)(sizeof ll_cfg_sections / sizeof ll_cfg_sections[0]);
+
+const ll_cfg_key ll_cfg_keys[] = {
+    /* model */
+    INT("model.d_model", d_model, "512", 2, 65536, "Width of embeddings and of the residual stream."),
+    INT("model.ffn_dim", ffn_dim, "2048", 1, 1 << 20, "Inner width of the feed-forward blocks."),
+    INT("model.heads", heads, "8", 1, 1024, "Attention heads; must divide model.d_model."),
+    INT("model.enc_layers", enc_layers, "6", 1, 4096, "Encoder layers."),
+    INT("model.dec_layers", dec_layers, "6", 1, 4096, "Decoder layers."),
+    INT("model.max_positions", max_positions, "1024", 1, 1 << 20,
+        "Longest sequence the sinusoidal positions cover; data.max_len must not exceed it."),
+    ENUM("model.norm", norm, "pre", "pre|post",
+         "LayerNorm placement: pre (before each sublayer; needed for deep models) or post."),
+    BOOL("model.share_all_embeddings", share_all_embeddings, "true",
+         "One embedding matrix for encoder input, decoder input and output (joint vocabulary)."),
+    BOOL("model.tie_output", tie_output, "true", "Output projection = decoder input embedding."),
+    FLT("model.dropout", dropout, "0.1", 0, 1, OPEN_MAX, "Dropout on embeddings and sublayer outputs."),
+    FLT("model.attn_dropout", attn_dropout, "0", 0, 1, OPEN_MAX, "Dropout on attention weights."),
+    FLT("model.act_dropout", act_dropout, "0", 0, 1, OPEN_MAX, "Dropout after the feed-forward activation."),
+
+    /* data */
+    STR("data.dir", data_dir, "data-bin", 0,
+        "Binarised data and the sentencepiece model (written by llprep); relative to the working directory."),
+    STR("data.spm_model", spm_model, "", LL_CFG_INPUT_PATH,
+        "Existing sentencepiece model to use; empty = train one on data.train into data.dir."),
+    INT("data.vocab_size", vocab_size, "8000", 8, 1 << 22, "Size of the joint sentencepiece vocabulary to train."),
+    CORPORA("data.train", train, n_train,
+            "Training corpora: a list of {src, tgt, src_lang, tgt_lang}; paths relative to the config file."),
+    CORPORA("data.valid", valid, n_valid, "Validation corpora, same form as data.train."),
+    INT("data.max_tokens", max_tokens, "4096", 1, INT_MAX,
+        "Tokens per batch (per device): max(B * max(S, T)) with padding."),
+    INT("data.max_len", max_len, "256", 1, 1 << 20, "Longest sentence in tokens per side, EOS included."),
+    ENUM("data.long_lines", long_lines, "skip", "skip|error",
+         "Sentence pairs longer than data.max_len: skip them (counted) or stop with an error."),
+    ENUM("data.lang_tags", lang_tags, "auto", "auto|on|off",
+         "Start the decoder with a target-language tag <2xx>; auto = on when there are several target languages."),
+    ENUM("data.sampling", sampling, "temperature", "temperature|size|uniform",
+         "How training batches are drawn across language pairs."),
+    FLT("data.sampling_temperature", sampling_temperature, "5", 0, 1000, OPEN_MIN,
+        "T for temperature sampling: pair i drawn with probability ~ size_i^(1/T)."),
+
+    /* train */
+    INT("train.seed", seed, "1", 0, INT_MAX, "Seed for initialisation, shuffling and dropout."),
+    INT("train.threads", threads, "0", 0, 4096, "CPU threads; 0 = all cores."),
+    ENUM("train.optimizer", optimizer, "adam", "adam", "Optimiser (Adam with decoupled weight decay)."),
+    FLT("train.lr", lr, "5e-4", 0, 10, OPEN_MIN, "Peak learning rate, reached at the end of warmup."),
+    FLT("train.warmup_init_lr", warmup_init_lr, "1e-7", 0, 10, 0, "Learning rate at update 0 of the linear warmup."),
+    FLT("train.end_lr", end_lr, "0", 0, 10, 0, "Final learning rate of the polynomial scheduler."),
+    FLT("train.power", power, "1", 0, 100, 0, "Exponent of the polynomial decay (1 = linear)."),
+    INT("train.warmup_updates", warmup_updates, "4000", 0, INT_MAX, "Updates of linear warmup."),
+    ENUM("train.scheduler", scheduler, "inverse_sqrt", "inverse_sqrt|polynomial",
+         "After warmup: lr * sqrt(warmup/step), or polynomial decay to train.end_lr at train.max_updates."),
+    FLT("train.adam_beta1", adam_beta1, "0.9", 0, 1, OPEN_MAX, "Adam beta1."),
+    FLT("train.adam_beta2", adam_beta2, "0.98", 0, 1, OPEN_MAX, "Adam beta2."),
+    FLT("train.adam_eps", adam_eps, "1e-8", 0, 1, OPEN_MIN, "Adam epsilon."),
+    FLT("train.weight_decay", weight_decay, "0", 0, 10, 0, "Decoupled weight decay."),
+    FLT("train.clip_norm", clip_norm, "0", 0, INF, 0, "Clip the global gradient norm to this; 0 = off."),
+    INT("train.update_freq", update_freq, "1", 1, 1 << 20, "Batches accumulated per update."),
+    FLT("train.label_smoothing", label_smoothing, "0.1", 0, 1, OPEN_MAX, "Label smoothing epsilon."),
+    INT("train.max_updates", max_updates, "0", 0, INT_MAX, "Stop after this many updates; 0 = no limit."),
+    INT("train.max_epochs", max_epochs, "0", 0, INT_MAX, "Stop after this many epochs; 0 = no limit."),
+    INT("train.valid_interval", valid_interval, "1000", 0, INT_MAX,
+        "Validate every this many updates (and at the end); 0 = only at the end of each epoch."),
+    INT("train.log_interval", log_interval, "100", 1, INT_MAX, "Log training metrics every this many updates."),
+    STR("train.metrics_log", metrics_log, "", 0,
+        "JSON-lines metrics file; empty = <checkpoint.save_dir>/metrics.jsonl.  Relative to the working directory."),
+    ENUM("train.device", device, "cpu", "cpu|cuda", "Where to train."),
+
+    /* checkpoint */
+    STR("checkpoint.save_dir", save_dir, "checkpoints", 0,
+        "Directory for checkpoints; relative to the working directory."),
+    INT("checkpoint.save_interval", save_interval, "0", 0, INT_MAX,
+        "Updates between numbered checkpoints; 0 = only checkpoint_last and checkpoint_best."),
+    INT("checkpoint.keep_last", keep_last, "5", 0, INT_MAX, "Numbered checkpoints to keep; 0 = all."),
+
+    /* decode */
+    INT("decode.beam", beam, "5", 1, 1024, "Beam size."),
+    FLT("decode.lenpen", lenpen, "1", 0, 100, 0, "Length penalty: hypotheses scored by logprob / length^lenpen."),
+};
+const int ll_cfg_nkeys = (int)(sizeof ll_cfg_keys / sizeof ll_cfg_keys[0]);
+
+/* ---- lookup and suggestions ---------------------------------------------- */
+
+int ll_cfg_find(const char *name) {
+    for (int i = 0; i < ll_cfg_nkeys; i++)
+        if (!strcmp(ll_cfg_keys[i].name, name)) return i;
+    return -1;
+}
+
+int ll_cfg_find_section(const char *name, size_t len) {
+    for (int i = 0; i < ll_cfg_nsections; i++)
+        if (strlen(ll_cfg_sections[i].name) == len && !memcmp(ll_cfg_sections[i].name, name, len)) return i;
+    return -1;
+}
+
+size_t ll_cfg_edit_distance(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 63 || nb > 63) return (size_t)-1; /* names are short; don't bother */
+    size_t row[64];
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+/* A suggestion is only useful when it is close and the typo is not most of the word. */
+static int close_enough(size_t d, const char *typed) { return d <= 3 && d < strlen(typed); }
+
+int ll_cfg_suggest_key(const char *section, const char *key) {
+    int best = -1;
+    size_t best_d = (size_t)-1;
+    for (int i = 0; i < ll_cfg_nkeys; i++) {
+        const char *full = ll_cfg_keys[i].name, *dot = strchr(full, '.');
+        size_t d = ll_cfg_edit_distance(key, dot + 1);
+        if (d == (size_t)-1) continue;
+        /* a right key in the wrong section costs one edit */
+        int same = section && strlen(section) == (size_t)(dot - full) && !memcmp(section, full, dot - full);
+        if (!same) d++;
+        if (d < best_d) best_d = d, best = i;
+    }
+    return best >= 0 && close_enough(best_d, key) ? best : -1;
+}
+
+const char *ll_cfg_suggest_section(const char *name) {
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (int i = 0; i < ll_cfg_nsections; i++) {
+        size_t d = ll_cfg_edit_distance(name, ll_cfg_sections[i].name);
+        if (d < best_d) best_d = d, best = ll_cfg_sections[i].name;
+    }
+    return best && close_enough(best_d, name) ? best : NULL;
+}
+
+/* ---- values -------------------------------------------------------------- */
+
+const char *ll_cfg_type_name(ll_cfg_type t) {
+    switch (t) {
+    case LL_CFG_INT: return "int";
+    case LL_CFG_FLOAT: return "float";
+    case LL_CFG_BOOL: return "bool";
+    case LL_CFG_STRING: return "string";
+    case LL_CFG_ENUM: return "enum";
+    case LL_CFG_CORPORA: return "corpora";
+    }
+    return "?";
+}
+
+static void fmt_bound(char *buf, size_t n, const ll_cfg_key *k, double v) {
+    if (k->type == LL_CFG_INT)
+        snprintf(buf, n, "%.0f", v);
+    else
+        snprintf(buf, n, "%g", v);
+}
+
+void ll_cfg_range_text(const ll_cfg_key *k, char *buf, size_t n) {
+    buf[0] = 0;
+    if (k->type == LL_CFG_ENUM) {
+        size_t j = 0;
+        for (const char *p = k->choices; *p && j + 4 < n; p++) {
+            if (*p == '|') {
+                memcpy(buf + j, ", ", 2);
+                j += 2;
+            } else {
+                buf[j++] = *p;
+            }
+        }
+        buf[j] = 0;
+        return;
+    }
+    if (k->type == LL_CFG_BOOL) {
+        snprintf(buf, n, "true, false");
+        return;
+    }
+    if (k->type != LL_CFG_INT && k->type != LL_CFG_FLOAT) return;
+    char lo[32], hi[32];
+    fmt_bound(lo, sizeof lo, k, k->min);
+    fmt_bound(hi, sizeof hi, k, k->max);
+    int int_unbounded = k->type == LL_CFG_INT && k->max >= INT_MAX;
+    if (k->max == INF || int_unbounded)
+        snprintf(buf, n, "%s %s", k->flags & LL_CFG_MIN_OPEN ? ">" : ">=", lo);
+    else
+        snprintf(buf, n, "%c%s, %s%c", k->flags & LL_CFG_MIN_OPEN ? '(' : '[', lo, hi,
+                 k->flags & LL_CFG_MAX_OPEN ? ')' : ']');
+}
+
+int ll_cfg_copy_str(char *dst, size_t n, const char *s) {
+    size_t len = strlen(s);
+    if (len >= n) return -1;
+    memset(dst, 0, n); /* zero padding keeps equal configs byte-identical */
+    memcpy(dst, s, len);
+    return 0;
+}
+
+static int in_range(const ll_cfg_key *k, double v) {
+    if (k->flags & LL_CFG_MIN_OPEN ? !(v > k->min) : !(v >= k->min)) return 0;
+    if (k->flags & LL_CFG_MAX_OPEN ? !(v < k->max) : !(v <= k->max)) return 0;
+    return 1;
+}
+
+static int range_error(const ll_cfg_key *k, const char *text, char *err, size_t errn) {
+    char r[64];
+    ll_cfg_range_text(k, r, sizeof r);
+    if (r[0] == '>')
+        snprintf(err, errn, "%s must be %s, got %s", k->name, r, text);
+    else
+        snprintf(err, errn, "%s must be in %s, got %s", k->name, r, text);
+    return -1;
+}
+
+static int parse_bool(const char *t, int *out) {
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(t, yes[i])) return *out = 1, 0;
+        if (!strcasecmp(t, no[i])) return *out = 0, 0;
+    }
+    return -1;
+}
+
+int ll_cfg_parse_value(const ll_cfg_key *k, const char *t, ll_config *c, char *err, size_t errn) {
+    void *field = ll_cfg_field(c, k);
+    char *end;
+    switch (k->type) {
+    case LL_CFG_INT: {
+        errno = 0;
+        long v = *t && !isspace((unsigned char)*t) ? strtol(t, &end, 10) : 0;
+        if (!*t || isspace((unsigned char)*t) || *end) {
+            snprintf(err, errn, "%s expects an int, got '%s'", k->name, t);
+            return -1;
+        }
+        if (errno == ERANGE || v < INT_MIN || v > INT_MAX || !in_range(k, (double)v)) return range_error(k, t, err, errn);
+        *(int *)field = (int)v;
+        return 0;
+    }
+    case LL_CFG_FLOAT: {
+        double v = *t && !isspace((unsigned char)*t) ? strtod(t, &end) : 0;
+        if (!*t || isspace((unsigned char)*t) || *end || !isfinite(v)) {
+            snprintf(err, errn, "%s expects a float, got '%s'", k->name, t);
+            return -1;
+        }
+        if (!in_range(k, v) || !isfinite((float)v)) return range_error(k, t, err, errn);
+        *(float *)field = (float)v;
+        return 0;
+    }
+    case LL_CFG_BOOL:
+        if (parse_bool(t, (int *)field) == 0) return 0;
+        snprintf(err, errn, "%s expects a bool (true or false), got '%s'", k->name, t);
+        return -1;
+    case LL_CFG_STRING:
+        if (ll_cfg_copy_str(field, k->size, t) == 0) return 0;
+        snprintf(err, errn, "%s is too long (at most %zu bytes)", k->name, k->size - 1);
+        return -1;
+    case LL_CFG_ENUM: {
+        size_t len = strlen(t);
+        for (const char *p = k->choices; *p;) {
+            const char *bar = strchr(p, '|');
+            size_t n = bar ? (size_t)(bar - p) : strlen(p);
+            if (n == len && !memcmp(p, t, n) && ll_cfg_copy_str(field, k->size, t) == 0) return 0;
+            p += n + (bar != NULL);
+        }
+        char r[256];
+        ll_cfg_range_text(k, r, sizeof r);
+        snprintf(err, errn, "%s must be one of: %s (got '%s')", k->name, r, t);
+        return -1;
+    }
+    case LL_CFG_CORPORA:
+        snprintf(err, errn, "%s is a corpus list; write it in the config file as a YAML sequence", k->name);
+        return -1;
+    }
+    return -1;
+}
+
+/* ---- formatting ------------------------------------------------------------ */
+
+void ll_sb_printf(ll_sbuf *b, const char *fmt, ...) {
+    for (;;) {
+        size_t room = b->cap - b->n;
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) return;
+        if (b->p && (size_t)w < room) {
+            b->n += (size_t)w;
+            return;
+        }
+        b->cap = (b->cap ? b->cap : 256) * 2 + (size_t)w;
+        b->p = ll_realloc(b->p, b->cap);
+    }
+}
+
+void ll_sb_quote(ll_sbuf *b, const char *s) {
+    ll_sb_printf(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            ll_sb_printf(b, "\\%c", *p);
+        else if (*p == '\n')
+            ll_sb_printf(b, "\\n");
+        else if (*p == '\t')
+            ll_sb_printf(b, "\\t");
+        else if (*p < 0x20 || *p == 0x7f)
+            ll_sb_printf(b, "\\x%02x", *p);
+        else
+            ll_sb_printf(b, "%c", *p); /* UTF-8 passes through */
+    }
+    ll_sb_printf(b, "\"");
+}
+
+void ll_cfg_format_float(char *buf, size_t n, float f) {
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, n, "%.*g", prec, (double)f);
+        if ((float)strtod(buf, NULL) == f) return;
+    }
+}
+
+void ll_cfg_format_value(ll_sbuf *b, const ll_cfg_key *k, const ll_config *c) {
+    const void *field = ll_cfg_cfield(c, k);
+    char num[48];
+    switch (k->type) {
+    case LL_CFG_INT: ll_sb_printf(b, "%d", *(const int *)field); break;
+    case LL_CFG_FLOAT:
+        ll_cfg_format_float(num, sizeof num, *(const float *)field);
+        ll_sb_printf(b, "%s", num);
+        break;
+    case LL_CFG_BOOL: ll_sb_printf(b, "%s", *(const int *)field ? "true" : "false"); break;
+    case LL_CFG_STRING: ll_sb_quote(b, field); break;
+    case LL_CFG_ENUM: ll_sb_printf(b, "%s", (const char *)field); break;
+    case LL_CFG_CORPORA: {
+        const ll_corpus_cfg *cc = field;
+        int n = *(const int *)((const char *)c + k->count_offset);
+        ll_sb_printf(b, "[");
+        for (int i = 0; i < n; i++) {
+            ll_sb_printf(b, "%s{src: ", i ? ", " : "");
+            ll_sb_quote(b, cc[i].src);
+            ll_sb_printf(b, ", tgt: ");
+            ll_sb_quote(b, cc[i].tgt);
+            ll_sb_printf(b, ", src_lang: %s, tgt_lang: %s}", cc[i].src_lang, cc[i].tgt_lang);
+        }
+        ll_sb_printf(b, "]");
+        break;
+    }
+    }
+}

@@ -1,0 +1,189 @@
+/* Residual blocks (self-attention, cross-attention, FFN), pre- or post-norm,
+ * forward and backward.  Pre-norm: y = x + drop(Sub(LN(x))).
+ * Post-norm: y = LN(x + drop(Sub(x))). */
+#include <string.h>
+
+#include "model_internal.h"
+
+real *ll_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->arena, n * sizeof(real)); }
+
+real *ll_zeros(ll_model *m, size_t n) {
+    real *p = ll_buf(m, n);
+    m->be->memset0(m->be, p, n * sizeof(real));
+    return p;
+}
+
+void ll_site_rng(ll_philox *r, const ll_pass *p, int layer, int site) {
+    uint32_t id = ((uint32_t)(p->stack * 4096 + layer) * 8 + site);
+    ll_philox_init(r, p->seed, LL_RNG_DROPOUT | (id << 4), (uint32_t)p->rng_step);
+}
+
+void ll_linear_fwd(ll_model *m, real *y, const real *x, int N, int in, int out, size_t w, size_t b) {
+    ll_backend *be = m->be;
+    be->gemm(be, 0, 1, N, out, in, 1, x, in, m->params + w, in, 0, y, out);
+    if (b) be->bias_fwd(be, y, m->params + b, N, out);
+}
+
+void ll_linear_bwd(ll_model *m, real *dx, const real *dy, const real *x, int N, int in, int out, size_t w,
+                   size_t b) {
+    ll_backend *be = m->be;
+    if (dx) be->gemm(be, 0, 0, N, in, out, 1, dy, out, m->params + w, in, 1, dx, in);
+    be->gemm(be, 1, 0, out, in, N, 1, dy, out, x, in, 1, m->grads + w, in);
+    if (b) be->bias_bwd(be, m->grads + b, dy, N, out);
+}
+
+static uint8_t *mask_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->arena, n); }
+
+/* ---- sub-layers: s = Sub(in), in/s are [N, C] ---- */
+
+static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const real *in, real *s) {
+    ll_backend *be = m->be;
+    const ll_hparams *hp = &m->hp;
+    const int C = hp->C, H = hp->H, Dh = C / H, N = p->B * p->T;
+    const real ad = p->train ? hp->attn_dropout : 0;
+    const ll_layer_offsets *L = k->L;
+    ll_philox r;
+    switch (k->kind) {
+    case SUB_SELF:
+        k->qkv = ll_buf(m, (size_t)N * 3 * C);
+        ll_linear_fwd(m, k->qkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
+        k->ctx = ll_buf(m, (size_t)N * C);
+        k->probs = ll_buf(m, (size_t)p->B * H * p->T * p->T);
+        k->pmask = ad > 0 ? mask_buf(m, (size_t)p->B * H * p->T * p->T) : NULL;
+        ll_site_rng(&r, p, layer, SITE_SELF_PROBS);
+        be->attention_fwd(be, k->ctx, k->probs, k->pmask, k->qkv, 3 * C, k->qkv + C, k->qkv + 2 * C, 3 * C,
+                          p->self_len, p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &r);
+        ll_linear_fwd(m, s, k->ctx, N, C, C, L->o_w, L->o_b);
+        break;
+    case SUB_CROSS: {
+        const int Ns = p->B * p->S;
+        k->q = ll_buf(m, (size_t)N * C);
+        ll_linear_fwd(m, k->q, in, N, C, C, L->cq_w, L->cq_b);
+        k->kv = ll_buf(m, (size_t)Ns * 2 * C);
+        ll_linear_fwd(m, k->kv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
+        k->ctx = ll_buf(m, (size_t)N * C);
+        k->probs = ll_buf(m, (size_t)p->B * H * p->T * p->S);
+        k->pmask = ad > 0 ? mask_buf(m, (size_t)p->B * H * p->T * p->S) : NULL;
+        ll_site_rng(&r, p, layer, SITE_CROSS_PROBS);
+        be->attention_fwd(be, k->ctx, k->probs, k->pmask, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len, p->B,
+                          p->T, p->S, H, Dh, 0, ad, &r);
+        ll_linear_fwd(m, s, k->ctx, N, C, C, L->co_w, L->co_b);
+        break;
+    }
+    case SUB_FFN: {
+        const int F = hp->F;
+        k->h = ll_buf(m, (size_t)N * F);
+        ll_linear_fwd(m, k->h, in, N, C, F, L->fc1_w, L->fc1_b);
+        be->relu_fwd(be, k->h, (size_t)N * F);
+        k->hd = k->h;
+        k->amask = NULL;
+        if (p->train && hp->act_dropout > 0) {
+            k->hd = ll_buf(m, (size_t)N * F);
+            be->upload(be, k->hd, k->h, (size_t)N * F * sizeof(real)); /* device copy */
+            k->amask = mask_buf(m, (size_t)N * F);
+            ll_site_rng(&r, p, layer, SITE_ACT);
+            be->dropout_fwd(be, k->hd, k->amask, (size_t)N * F, hp->act_dropout, &r, 0);
+        }
+        ll_linear_fwd(m, s, k->hd, N, F, C, L->fc2_w, L->fc2_b);
+        break;
+    }
+    }
+}
+
+/* din += dSub/din^T ds (ds may be clobbered). */
+static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, real *ds, real *din) {
+    ll_backend *be = m->be;
+    const ll_hparams *hp = &m->hp;
+    const int C = hp->C, H = hp->H, Dh = C / H, N = p->B * p->T;
+    const real ad = p->train ? hp->attn_dropout : 0;
+    const ll_layer_offsets *L = k->L;
+    switch (k->kind) {
+    case SUB_SELF: {
+        real *dctx = ll_zeros(m, (size_t)N * C);
+        ll_linear_bwd(m, dctx, ds, k->ctx, N, C, C, L->o_w, L->o_b);
+        real *dqkv = ll_zeros(m, (size_t)N * 3 * C);
+        be->attention_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dctx, k->probs, k->pmask, k->qkv, 3 * C, k->qkv + C,
+                          k->qkv + 2 * C, 3 * C, p->B, p->T, p->T, H, Dh, ad);
+        ll_linear_bwd(m, din, dqkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
+        break;
+    }
+    case SUB_CROSS: {
+        const int Ns = p->B * p->S;
+        real *dctx = ll_zeros(m, (size_t)N * C);
+        ll_linear_bwd(m, dctx, ds, k->ctx, N, C, C, L->co_w, L->co_b);
+        real *dq = ll_zeros(m, (size_t)N * C), *dkv = ll_zeros(m, (size_t)Ns * 2 * C);
+        be->attention_bwd(be, dq, dkv, dkv + C, dctx, k->probs, k->pmask, k->q, C, k->kv, k->kv + C, 2 * C, p->B,
+                          p->T, p->S, H, Dh, ad);
+        ll_linear_bwd(m, din, dq, in, N, C, C, L->cq_w, L->cq_b);
+        ll_linear_bwd(m, p->d_enc_out, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
+        break;
+    }
+    case SUB_FFN: {
+        const int F = hp->F;
+        real *dh = ll_zeros(m, (size_t)N * F);
+        ll_linear_bwd(m, dh, ds, k->hd, N, F, C, L->fc2_w, L->fc2_b);
+        if (k->amask) be->dropout_bwd(be, dh, k->amask, (size_t)N * F, hp->act_dropout);
+        be->relu_bwd(be, dh, k->h, (size_t)N * F);
+        ll_linear_bwd(m, din, dh, in, N, C, F, L->fc1_w, L->fc1_b);
+        break;
+    }
+    }
+}
+
+static int site_of(ll_sub_kind kind) { return kind == SUB_SELF ? SITE_SELF : kind == SUB_CROSS ? SITE_CROSS : SITE_FFN; }
+
+void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
+    ll_backend *be = m->be;
+    const int C = m->hp.C, N = p->B * p->T;
+    const size_t n = (size_t)N * C;
+    k->mean = ll_buf(m, N);
+    k->rstd = ll_buf(m, N);
+    k->y = ll_buf(m, n);
+    real *s = ll_buf(m, n);
+    if (!m->hp.post_norm) {
+        k->u = ll_buf(m, n);
+        be->layernorm_fwd(be, k->u, k->mean, k->rstd, k->x, m->params + k->ln_w, m->params + k->ln_b, N, C);
+        sub_fwd(m, k, p, layer, k->u, s);
+    } else {
+        sub_fwd(m, k, p, layer, k->x, s);
+    }
+    k->mask = NULL;
+    if (p->train && m->hp.dropout > 0) {
+        ll_philox r;
+        ll_site_rng(&r, p, layer, site_of(k->kind));
+        k->mask = mask_buf(m, n);
+        be->dropout_fwd(be, s, k->mask, n, m->hp.dropout, &r, 0);
+    }
+    if (!m->hp.post_norm) {
+        be->add(be, k->y, k->x, s, n);
+    } else {
+        k->a = s;
+        be->add(be, k->a, k->x, s, n);
+        be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
+    }
+}
+
+void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx) {
+    ll_backend *be = m->be;
+    const int C = m->hp.C, N = p->B * p->T;
+    const size_t n = (size_t)N * C;
+    real *ds;
+    if (!m->hp.post_norm) {
+        be->acc(be, dx, dy, n); /* residual path */
+        ds = dy;
+    } else {
+        ds = ll_zeros(m, n);
+        be->layernorm_bwd(be, ds, m->grads + k->ln_w, m->grads + k->ln_b, dy, k->a, m->params + k->ln_w, k->mean,
+                          k->rstd, N, C);
+        be->acc(be, dx, ds, n);
+    }
+    if (k->mask) be->dropout_bwd(be, ds, k->mask, n, m->hp.dropout);
+    if (!m->hp.post_norm) {
+        real *du = ll_zeros(m, n);
+        sub_bwd(m, k, p, k->u, ds, du);
+        be->layernorm_bwd(be, dx, m->grads + k->ln_w, m->grads + k->ln_b, du, k->x, m->params + k->ln_w, k->mean,
+                          k->rstd, N, C);
+    } else {
+        sub_bwd(m, k, p, k->x, ds, dx);
+    }
+}

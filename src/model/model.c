@@ -1,0 +1,197 @@
+/* Model construction: the parameter table, the flat buffers, fairseq's
+ * initialisation, sinusoidal positions. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size) {
+    memset(hp, 0, sizeof *hp);
+    hp->C = cfg->d_model;
+    hp->F = cfg->ffn_dim;
+    hp->H = cfg->heads;
+    hp->Le = cfg->enc_layers;
+    hp->Ld = cfg->dec_layers;
+    hp->V = vocab_size;
+    hp->max_pos = cfg->max_positions;
+    hp->post_norm = strcmp(cfg->norm, "post") == 0;
+    hp->share_all = cfg->share_all_embeddings;
+    hp->tie_output = cfg->tie_output;
+    hp->dropout = cfg->dropout;
+    hp->attn_dropout = cfg->attn_dropout;
+    hp->act_dropout = cfg->act_dropout;
+    hp->label_smoothing = cfg->label_smoothing;
+}
+
+/* Tensors are 64-byte aligned in the flat buffer; offset 0 is reserved so that
+ * 0 can mean "absent" in ll_layer_offsets. */
+#define ALIGN_REALS (64 / sizeof(real))
+
+static size_t add_param(ll_model *m, size_t *cap, const char *name, int64_t rows, int64_t cols, int no_decay) {
+    if (m->n_table == (int)*cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        m->table = ll_realloc(m->table, *cap * sizeof(ll_param));
+    }
+    ll_param *p = &m->table[m->n_table++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->offset = (m->n_params + ALIGN_REALS - 1) / ALIGN_REALS * ALIGN_REALS;
+    p->numel = (size_t)rows * (cols ? cols : 1);
+    p->ndim = cols ? 2 : 1;
+    p->shape[0] = rows;
+    p->shape[1] = cols;
+    p->no_decay = no_decay;
+    m->n_params = p->offset + p->numel;
+    return p->offset;
+}
+
+static void add_layer(ll_model *m, size_t *cap, const char *prefix, ll_layer_offsets *L, int decoder) {
+    const int C = m->hp.C, F = m->hp.F;
+    char n[64];
+#define P(field, suffix, r, c, nd)                               \
+    snprintf(n, sizeof n, "%s.%s", prefix, suffix);              \
+    L->field = add_param(m, cap, n, r, c, nd)
+    P(ln1_w, "self_attn_ln.weight", C, 0, 1);
+    P(ln1_b, "self_attn_ln.bias", C, 0, 1);
+    P(qkv_w, "self_attn.qkv.weight", 3 * C, C, 0);
+    P(qkv_b, "self_attn.qkv.bias", 3 * C, 0, 1);
+    P(o_w, "self_attn.out.weight", C, C, 0);
+    P(o_b, "self_attn.out.bias", C, 0, 1);
+    if (decoder) {
+        P(ln2_w, "cross_attn_ln.weight", C, 0, 1);
+        P(ln2_b, "cross_attn_ln.bias", C, 0, 1);
+        P(cq_w, "cross_attn.q.weight", C, C, 0);
+        P(cq_b, "cross_attn.q.bias", C, 0, 1);
+        P(ckv_w, "cross_attn.kv.weight", 2 * C, C, 0);
+        P(ckv_b, "cross_attn.kv.bias", 2 * C, 0, 1);
+        P(co_w, "cross_attn.out.weight", C, C, 0);
+        P(co_b, "cross_attn.out.bias", C, 0, 1);
+    }
+    P(ln3_w, "ffn_ln.weight", C, 0, 1);
+    P(ln3_b, "ffn_ln.bias", C, 0, 1);
+    P(fc1_w, "ffn.fc1.weight", F, C, 0);
+    P(fc1_b, "ffn.fc1.bias", F, 0, 1);
+    P(fc2_w, "ffn.fc2.weight", C, F, 0);
+    P(fc2_b, "ffn.fc2.bias", C, 0, 1);
+#undef P
+}
+
+ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
+    const char *missing = ll_backend_missing(be);
+    if (missing) ll_die("backend '%s' does not implement op '%s' yet", be->name, missing);
+    ll_model *m = ll_calloc(1, sizeof *m);
+    m->hp = *hp;
+    m->be = be;
+    size_t cap = 0;
+    const int C = hp->C, V = hp->V;
+    m->n_params = ALIGN_REALS; /* reserve offset 0 */
+    m->enc_emb = add_param(m, &cap, "enc.embed", V, C, 0);
+    m->dec_emb = hp->share_all ? m->enc_emb : add_param(m, &cap, "dec.embed", V, C, 0);
+    m->out_proj = hp->tie_output ? m->dec_emb : add_param(m, &cap, "dec.output_projection", V, C, 0);
+    m->enc = ll_calloc(hp->Le ? hp->Le : 1, sizeof(ll_layer_offsets));
+    m->dec = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_layer_offsets));
+    char prefix[32];
+    for (int l = 0; l < hp->Le; l++) {
+        snprintf(prefix, sizeof prefix, "enc.layers.%d", l);
+        add_layer(m, &cap, prefix, &m->enc[l], 0);
+    }
+    for (int l = 0; l < hp->Ld; l++) {
+        snprintf(prefix, sizeof prefix, "dec.layers.%d", l);
+        add_layer(m, &cap, prefix, &m->dec[l], 1);
+    }
+    if (!hp->post_norm) {
+        m->enc_ln_w = add_param(m, &cap, "enc.final_ln.weight", C, 0, 1);
+        m->enc_ln_b = add_param(m, &cap, "enc.final_ln.bias", C, 0, 1);
+        m->dec_ln_w = add_param(m, &cap, "dec.final_ln.weight", C, 0, 1);
+        m->dec_ln_b = add_param(m, &cap, "dec.final_ln.bias", C, 0, 1);
+    }
+    m->params = be->alloc(be, m->n_params * sizeof(real));
+    m->grads = be->alloc(be, m->n_params * sizeof(real));
+
+    /* fairseq sinusoids: [sin(pos f_i), cos(pos f_i)] concatenated, f_i = 10000^(-i/(half-1)). */
+    int rows = hp->max_pos + 2, half = C / 2;
+    real *pe = ll_calloc((size_t)rows * C, sizeof(real));
+    for (int pos = 0; pos < rows; pos++)
+        for (int i = 0; i < half; i++) {
+            double f = exp(-(double)i * log(10000.0) / (half > 1 ? half - 1 : 1));
+            pe[(size_t)pos * C + i] = sin(pos * f);
+            pe[(size_t)pos * C + half + i] = cos(pos * f);
+        }
+    m->pos_table = be->alloc(be, (size_t)rows * C * sizeof(real));
+    be->upload(be, m->pos_table, pe, (size_t)rows * C * sizeof(real));
+    free(pe);
+    ll_arena_init(&m->arena, 0);
+    m->st = ll_calloc(1, sizeof(ll_fwd_state));
+    return m;
+}
+
+void ll_model_free(ll_model *m) {
+    if (!m) return;
+    m->be->free(m->be, m->params);
+    m->be->free(m->be, m->grads);
+    m->be->free(m->be, m->pos_table);
+    ll_arena_free(&m->arena);
+    free(m->st);
+    free(m->table);
+    free(m->enc);
+    free(m->dec);
+    free(m);
+}
+
+const ll_param *ll_model_find(const ll_model *m, const char *name) {
+    for (int i = 0; i < m->n_table; i++)
+        if (strcmp(m->table[i].name, name) == 0) return &m->table[i];
+    return NULL;
+}
+
+/* ---- initialisation (reference-spec §4) ---- */
+static double normal01(const ll_philox *r, uint64_t i) {
+    double u1 = ll_philox_uniform(r, 2 * i), u2 = ll_philox_uniform(r, 2 * i + 1);
+    return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+void ll_model_init(ll_model *m, uint64_t seed) {
+    const int C = m->hp.C;
+    real *host = ll_calloc(m->n_params, sizeof(real));
+    for (int t = 0; t < m->n_table; t++) {
+        const ll_param *p = &m->table[t];
+        real *w = host + p->offset;
+        ll_philox r;
+        ll_philox_init(&r, seed, LL_RNG_INIT, (uint32_t)t);
+        if (strstr(p->name, "embed") || strstr(p->name, "output_projection")) {
+            double sd = pow(C, -0.5);
+            for (size_t i = 0; i < p->numel; i++) w[i] = sd * normal01(&r, i);
+            if (!strstr(p->name, "output_projection")) memset(w + (size_t)LL_PAD * C, 0, sizeof(real) * C);
+        } else if (ends_with(p->name, "ln.weight")) {
+            for (size_t i = 0; i < p->numel; i++) w[i] = 1;
+        } else if (p->ndim == 2) {
+            /* xavier_uniform; fused q/k/v blocks are initialised as separate [C,C]
+             * matrices with gain 1/sqrt(2), as fairseq does. */
+            int64_t out = p->shape[0], in = p->shape[1];
+            int fused = strstr(p->name, "qkv") || strstr(p->name, ".kv.") || strstr(p->name, ".q.");
+            double gain = fused ? 1 / sqrt(2.0) : 1.0;
+            int64_t fan_out = fused ? C : out;
+            double bound = gain * sqrt(6.0 / (double)(in + fan_out));
+            for (size_t i = 0; i < p->numel; i++) w[i] = bound * (2 * ll_philox_uniform(&r, i) - 1);
+        } /* biases and ln biases stay 0 */
+    }
+    m->be->upload(m->be, m->params, host, m->n_params * sizeof(real));
+    m->be->memset0(m->be, m->grads, m->n_params * sizeof(real));
+    free(host);
+}
+
+double ll_model_train_flops(const ll_hparams *hp, long src_tokens, long tgt_tokens, long B, int S, int T) {
+    /* 2 FLOPs per multiply-add, x3 for forward + both backward gemms. */
+    double C = hp->C, F = hp->F, V = hp->V;
+    double enc = (4 * C * C + 2 * C * F) * src_tokens;
+    double dec = (4 * C * C + 2 * C * C + 2 * C * F) * tgt_tokens + 2 * C * C * src_tokens; /* + cross kv */
+    double out = C * V * tgt_tokens;
+    double attn = hp->Le * 2.0 * B * S * S * C + hp->Ld * 2.0 * B * ((double)T * T + (double)T * S) * C;
+    return 6 * (hp->Le * enc + hp->Ld * dec + out) + 3 * attn;
+}
