@@ -1,7 +1,7 @@
 /* Typed configuration.  One schema table (src/config/schema.c) lists every key
- * with its type, default, range and help; the YAML-like .cfg file (parsed with
+ * with its type, default, range and help; the YAML .cfg file (parsed with
  * libyaml) and `--set section.key=value` overrides are validated against it.
- * Errors name file:line:column. */
+ * Errors name file:line:column.  Reference: docs/config.md. */
 #ifndef LL_CONFIG_H
 #define LL_CONFIG_H
 

@@ -219,9 +219,8 @@ int ll_ckpt_write(const char *path, const ll_ckpt_contents *c) {
     if (rc == 0) rc = emit(&w, len8, 8);
     if (rc == 0 && c->vocab_len) rc = emit(&w, c->vocab, c->vocab_len);
 
-    size_t k = 0;
     put_u64(meta, (uint64_t)c->n_tensors);
-    k = 8;
+    size_t k = 8;
     for (int i = 0; i < c->n_tensors; i++) {
         const ll_tensor_ref *t = &c->tensors[i];
         size_t nl = strlen(t->name);

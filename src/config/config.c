@@ -62,9 +62,10 @@ static int syntax_error(const loader *L) {
         }
     }
     const char *problem = p->problem ? p->problem : "malformed YAML";
-    if (p->context)
-        return fail_at(L, m, "YAML syntax error: %s %s", problem, p->context);
-    return fail_at(L, m, "YAML syntax error: %s", problem);
+    /* libyaml's message for a tab is cryptic; say what is wrong */
+    const char *hint = m.index < strlen(L->text) && L->text[m.index] == '\t' ? " (YAML indents with spaces, not tabs)" : "";
+    return fail_at(L, m, "YAML syntax error: %s%s%s%s", problem, p->context ? " " : "", p->context ? p->context : "",
+                   hint);
 }
 
 static int next(loader *L) {

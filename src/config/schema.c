@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,7 @@ const ll_cfg_key ll_cfg_keys[] = {
     STR("data.dir", data_dir, "data-bin", 0,
         "Binarised data and the sentencepiece model (written by llprep); relative to the working directory."),
     STR("data.spm_model", spm_model, "", LL_CFG_INPUT_PATH,
-        "Existing sentencepiece model to use; empty = train one on data.train into data.dir."),
+        "Existing sentencepiece model to use (relative to the config file); empty = train one into data.dir."),
     INT("data.vocab_size", vocab_size, "8000", 8, 1 << 22, "Size of the joint sentencepiece vocabulary to train."),
     CORPORA("data.train", train, n_train,
             "Training corpora: a list of {src, tgt, src_lang, tgt_lang}; paths relative to the config file."),
@@ -223,7 +224,14 @@ void ll_cfg_range_text(const ll_cfg_key *k, char *buf, size_t n) {
         snprintf(buf, n, "true, false");
         return;
     }
-    if (k->type != LL_CFG_INT && k->type != LL_CFG_FLOAT) return;
+    if (k->type == LL_CFG_STRING) {
+        snprintf(buf, n, "at most %zu bytes", k->size - 1);
+        return;
+    }
+    if (k->type == LL_CFG_CORPORA) {
+        snprintf(buf, n, "at most %zu entries", k->size / sizeof(ll_corpus_cfg));
+        return;
+    }
     char lo[32], hi[32];
     fmt_bound(lo, sizeof lo, k, k->min);
     fmt_bound(hi, sizeof hi, k, k->max);

@@ -3,7 +3,6 @@
 #ifndef LL_CONFIG_SCHEMA_H
 #define LL_CONFIG_SCHEMA_H
 
-#include <stdarg.h>
 #include <stddef.h>
 
 #include "ll/config.h"

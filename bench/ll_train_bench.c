@@ -1,0 +1,74 @@
+/* CPU training-throughput benchmark of ll on the bench model (bench/README.md):
+ * pre-norm Transformer d=256, 4 heads, FFN 1024, 6+6 layers, 8k joint vocab,
+ * shared embeddings, dropout 0.1, label smoothing 0.1, Adam; a synthetic batch of
+ * 128 pairs x 32 tokens (4096 target tokens).  Same shapes as torch_train_bench.py.
+ * Prints: RESULT ll tokens_per_s=... step_s=... gflops=... */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/model.h"
+#include "ll/train.h"
+
+int main(int argc, char **argv) {
+    int steps = 10, threads = 2, B = 128, L = 32;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--len")) L = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: %s [--steps N] [--threads N] [--batch B] [--len L]\n", argv[0]);
+            return 2;
+        }
+    }
+    ll_set_threads(threads);
+    ll_hparams hp = {.C = 256, .F = 1024, .H = 4, .Le = 6, .Ld = 6, .V = 8000, .max_pos = 1024, .share_all = 1,
+                     .tie_output = 1, .dropout = 0.1, .label_smoothing = 0.1};
+    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+    ll_model_init(m, 1);
+    ll_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.adam_beta1 = 0.9;
+    cfg.adam_beta2 = 0.98;
+    cfg.adam_eps = 1e-8;
+    ll_adam opt;
+    ll_adam_init(&opt, m, &cfg);
+
+    ll_batch b = {.B = B, .S = L, .T = L};
+    b.src = malloc(sizeof(int32_t) * B * L);
+    b.tgt_in = malloc(sizeof(int32_t) * B * L);
+    b.tgt_out = malloc(sizeof(int32_t) * B * L);
+    b.src_len = malloc(sizeof(int) * B);
+    b.tgt_len = malloc(sizeof(int) * B);
+    ll_philox r;
+    ll_philox_init(&r, 42, 1000, 0);
+    for (int i = 0; i < B; i++) {
+        for (int t = 0; t < L; t++) {
+            b.src[i * L + t] = t == L - 1 ? LL_EOS : 4 + (int)ll_philox_below(&r, 2 * (i * L + t), hp.V - 4);
+            b.tgt_out[i * L + t] = t == L - 1 ? LL_EOS : 4 + (int)ll_philox_below(&r, 2 * (i * L + t) + 1, hp.V - 4);
+        }
+        for (int t = 0; t < L; t++) b.tgt_in[i * L + t] = t == 0 ? LL_EOS : b.tgt_out[i * L + t - 1];
+        b.src_len[i] = b.tgt_len[i] = L;
+    }
+    b.n_src_tokens = b.n_tgt_tokens = B * L;
+    double flops = ll_model_train_flops(&hp, B * L, B * L, B, L, L);
+    fprintf(stderr, "ll bench: %zu parameters, %.1f GFLOP per step, %d threads\n", m->n_params, flops / 1e9,
+            threads);
+    double t0 = 0;
+    for (int s = 0; s < steps + 2; s++) {
+        if (s == 2) t0 = ll_now();
+        ll_loss_stats st;
+        memset(m->grads, 0, m->n_params * sizeof(real));
+        double ts = ll_now();
+        ll_model_step(m, &b, 1, s, 1, &st);
+        ll_adam_step(&opt, m, 5e-4, 1.0 / st.ntokens, 0);
+        fprintf(stderr, "step %d loss %.4f  %.3f s\n", s, st.loss / st.ntokens, ll_now() - ts);
+    }
+    double dt = (ll_now() - t0) / steps;
+    printf("RESULT ll tokens_per_s=%.1f step_s=%.4f gflops=%.1f\n", B * L / dt, dt, flops / dt / 1e9);
+    fprintf(stderr, "activation arena peak %.1f MiB\n", m->arena.peak / 1048576.0);
+    ll_adam_free(&opt, m);
+    ll_model_free(m);
+    return 0;
+}

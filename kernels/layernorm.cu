@@ -1,0 +1,184 @@
+/* Layer norm over the last dimension C, forward and backward, fp32.
+ *
+ * Mirrors the CPU op of ll_backend (include/ll/backend.h):
+ *   forward   mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + 1e-5),
+ *             out = (x - mean) * rstd * w + b; mean/rstd saved per row.
+ *   backward  norm = (x - mean) * rstd, dnorm = w * dout,
+ *             dx += (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) * rstd,
+ *             dw += sum_rows(dout * norm), db += sum_rows(dout).
+ *
+ * Forward and dx: one warp per row (lanes stride over C, any C works).
+ * dw/db: a deterministic two-stage column reduction (no atomics), so results
+ * are bit-reproducible run to run: stage 1 sums a chunk of rows per block into
+ * a partial [R, C] in scratch, stage 2 adds the R partials in a fixed order. */
+#include "ll_cuda.h"
+
+#define LN_EPS 1e-5f
+#define WARP 32
+#define ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __global__ void layernorm_fwd_kernel(float *__restrict__ out, float *__restrict__ mean,
+                                            float *__restrict__ rstd, const float *__restrict__ x,
+                                            const float *__restrict__ w, const float *__restrict__ b, int N,
+                                            int C) {
+    int lane = threadIdx.x % WARP;
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
+    if (row >= N) return; /* whole warp leaves together */
+    const float *xr = x + (size_t)row * C;
+    float *outr = out + (size_t)row * C;
+
+    float s = 0.0f;
+    for (int c = lane; c < C; c += WARP) s += xr[c];
+    float m = warp_sum(s) / (float)C;
+
+    float v = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float d = xr[c] - m;
+        v += d * d;
+    }
+    float rs = rsqrtf(warp_sum(v) / (float)C + LN_EPS);
+
+    for (int c = lane; c < C; c += WARP) outr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
+static __global__ void layernorm_bwd_dx_kernel(float *__restrict__ dx, const float *__restrict__ dout,
+                                               const float *__restrict__ x, const float *__restrict__ w,
+                                               const float *__restrict__ mean, const float *__restrict__ rstd,
+                                               int N, int C) {
+    int lane = threadIdx.x % WARP;
+    int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
+    if (row >= N) return;
+    const float *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
+    float *dxr = dx + (size_t)row * C;
+    float m = mean[row], rs = rstd[row];
+
+    float s1 = 0.0f, s2 = 0.0f; /* sum(dnorm), sum(dnorm * norm) */
+    for (int c = lane; c < C; c += WARP) {
+        float norm = (xr[c] - m) * rs;
+        float dn = w[c] * dr[c];
+        s1 += dn;
+        s2 += dn * norm;
+    }
+    float dn_mean = warp_sum(s1) / (float)C;
+    float dnn_mean = warp_sum(s2) / (float)C;
+
+    for (int c = lane; c < C; c += WARP) {
+        float norm = (xr[c] - m) * rs;
+        float dn = w[c] * dr[c];
+        dxr[c] += (dn - dn_mean - norm * dnn_mean) * rs;
+    }
+}
+
+/* Stage 1 of dw/db.  Block (32, DWDB_TY): x = column within a 32-column tile,
+ * y strides over the rows of chunk blockIdx.y.  Writes partial sums
+ * pw/pb[chunk * C + col]. */
+#define DWDB_TY 8
+static __global__ void layernorm_bwd_dwdb_partial(float *__restrict__ pw, float *__restrict__ pb,
+                                                  const float *__restrict__ dout, const float *__restrict__ x,
+                                                  const float *__restrict__ mean, const float *__restrict__ rstd,
+                                                  int N, int C, int rows_per_chunk) {
+    __shared__ float sw[DWDB_TY][WARP + 1], sb[DWDB_TY][WARP + 1];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int col = blockIdx.x * WARP + tx;
+    int chunk = blockIdx.y;
+    int r0 = chunk * rows_per_chunk;
+    int r1 = min(N, r0 + rows_per_chunk);
+    float aw = 0.0f, ab = 0.0f;
+    if (col < C) {
+        for (int r = r0 + ty; r < r1; r += DWDB_TY) {
+            size_t i = (size_t)r * C + col;
+            float d = dout[i];
+            aw += d * ((x[i] - mean[r]) * rstd[r]);
+            ab += d;
+        }
+    }
+    sw[ty][tx] = aw;
+    sb[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && col < C) {
+        float tw = 0.0f, tb = 0.0f;
+#pragma unroll
+        for (int k = 0; k < DWDB_TY; k++) {
+            tw += sw[k][tx];
+            tb += sb[k][tx];
+        }
+        if (pw) pw[(size_t)chunk * C + col] = tw;
+        if (pb) pb[(size_t)chunk * C + col] = tb;
+    }
+}
+
+/* Stage 2: dw[c] += sum_k pw[k, c] (fixed order), same for db. */
+static __global__ void layernorm_bwd_dwdb_final(float *__restrict__ dw, float *__restrict__ db,
+                                                const float *__restrict__ pw, const float *__restrict__ pb, int R,
+                                                int C) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    if (dw) {
+        float s = 0.0f;
+        for (int k = 0; k < R; k++) s += pw[(size_t)k * C + col];
+        dw[col] += s;
+    }
+    if (db) {
+        float s = 0.0f;
+        for (int k = 0; k < R; k++) s += pb[(size_t)k * C + col];
+        db[col] += s;
+    }
+}
+
+/* Rows per chunk of the dw/db reduction: at least 64 rows per block, at most
+ * ~128 chunks, so stage 2 stays short and stage 1 has enough blocks. */
+static int dwdb_rows_per_chunk(int N) {
+    int rpc = (N + 127) / 128;
+    return rpc < 64 ? 64 : rpc;
+}
+static int dwdb_chunks(int N) {
+    int rpc = dwdb_rows_per_chunk(N);
+    return (N + rpc - 1) / rpc;
+}
+
+extern "C" size_t ll_cuda_layernorm_bwd_scratch_floats(int N, int C) {
+    if (N <= 0 || C <= 0) return 0;
+    return 2 * (size_t)dwdb_chunks(N) * (size_t)C;
+}
+
+extern "C" cudaError_t ll_cuda_layernorm_fwd(cudaStream_t stream, float *out, float *mean, float *rstd,
+                                             const float *x, const float *w, const float *b, int N, int C) {
+    if (N <= 0 || C <= 0) return cudaSuccess;
+    unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+    layernorm_fwd_kernel<<<grid, ROWS_PER_BLOCK * WARP, 0, stream>>>(out, mean, rstd, x, w, b, N, C);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ll_cuda_layernorm_bwd(cudaStream_t stream, float *dx, float *dw, float *db, float *scratch,
+                                             const float *dout, const float *x, const float *w, const float *mean,
+                                             const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return cudaSuccess;
+    if (dx) {
+        unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+        layernorm_bwd_dx_kernel<<<grid, ROWS_PER_BLOCK * WARP, 0, stream>>>(dx, dout, x, w, mean, rstd, N, C);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    if (dw || db) {
+        if (!scratch) return cudaErrorInvalidValue;
+        int rpc = dwdb_rows_per_chunk(N), R = dwdb_chunks(N);
+        float *pw = dw ? scratch : NULL, *pb = db ? scratch + (size_t)R * C : NULL;
+        dim3 g1((unsigned)((C + WARP - 1) / WARP), (unsigned)R), b1(WARP, DWDB_TY);
+        layernorm_bwd_dwdb_partial<<<g1, b1, 0, stream>>>(pw, pb, dout, x, mean, rstd, N, C, rpc);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+        layernorm_bwd_dwdb_final<<<(unsigned)((C + 255) / 256), 256, 0, stream>>>(dw, db, pw, pb, R, C);
+        return cudaGetLastError();
+    }
+    return cudaSuccess;
+}

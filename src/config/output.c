@@ -1,0 +1,165 @@
+/* Writing configs out (dump, single values, --help-config, the Markdown
+ * reference) and the cross-field checks of ll_config_validate. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/config.h"
+#include "ll/core.h"
+#include "schema.h"
+
+static int in_section(const ll_cfg_key *k, const char *section) {
+    size_t n = strlen(section);
+    return !strncmp(k->name, section, n) && k->name[n] == '.';
+}
+
+char *ll_config_dump(const ll_config *c) {
+    ll_sbuf b = {0};
+    ll_sb_printf(&b, "# ll config: every key, as used (corpus paths already resolved)\n");
+    for (int s = 0; s < ll_cfg_nsections; s++) {
+        const char *sec = ll_cfg_sections[s].name;
+        ll_sb_printf(&b, "%s:\n", sec);
+        for (int i = 0; i < ll_cfg_nkeys; i++) {
+            const ll_cfg_key *k = &ll_cfg_keys[i];
+            if (!in_section(k, sec)) continue;
+            const char *key = k->name + strlen(sec) + 1;
+            int n = k->type == LL_CFG_CORPORA ? *(const int *)((const char *)c + k->count_offset) : 0;
+            if (n > 0) { /* block list: one corpus per line reads better than one long flow list */
+                const ll_corpus_cfg *cc = ll_cfg_cfield(c, k);
+                ll_sb_printf(&b, "  %s:\n", key);
+                for (int j = 0; j < n; j++) {
+                    ll_sb_printf(&b, "    - {src: ");
+                    ll_sb_quote(&b, cc[j].src);
+                    ll_sb_printf(&b, ", tgt: ");
+                    ll_sb_quote(&b, cc[j].tgt);
+                    ll_sb_printf(&b, ", src_lang: %s, tgt_lang: %s}\n", cc[j].src_lang, cc[j].tgt_lang);
+                }
+                continue;
+            }
+            ll_sb_printf(&b, "  %s: ", key);
+            ll_cfg_format_value(&b, k, c);
+            ll_sb_printf(&b, "\n");
+        }
+    }
+    return b.p;
+}
+
+char *ll_config_get(const ll_config *c, const char *key) {
+    int i = ll_cfg_find(key);
+    if (i < 0) {
+        ll_fail("unknown config key '%s'", key);
+        return NULL;
+    }
+    ll_sbuf b = {0};
+    ll_cfg_format_value(&b, &ll_cfg_keys[i], c);
+    return b.p;
+}
+
+static const char *default_text(const ll_cfg_key *k) {
+    return k->type == LL_CFG_STRING && !k->def[0] ? "\"\"" : k->def;
+}
+
+void ll_config_print_help(FILE *out) {
+    fprintf(out, "Config keys (YAML sections; override any scalar with --set section.key=value):\n");
+    for (int s = 0; s < ll_cfg_nsections; s++) {
+        fprintf(out, "\n%s:  %s\n", ll_cfg_sections[s].name, ll_cfg_sections[s].help);
+        for (int i = 0; i < ll_cfg_nkeys; i++) {
+            const ll_cfg_key *k = &ll_cfg_keys[i];
+            if (!in_section(k, ll_cfg_sections[s].name)) continue;
+            char range[256];
+            ll_cfg_range_text(k, range, sizeof range);
+            fprintf(out, "  %-34s %-7s default %-14s %s\n      %s\n", k->name, ll_cfg_type_name(k->type),
+                    default_text(k), range, k->help);
+        }
+    }
+}
+
+static void md_cell(FILE *out, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+void ll_config_print_markdown(FILE *out) {
+    for (int s = 0; s < ll_cfg_nsections; s++) {
+        fprintf(out, "### `%s:`\n\n%s\n\n", ll_cfg_sections[s].name, ll_cfg_sections[s].help);
+        fprintf(out, "| key | type | default | range / choices | meaning |\n|---|---|---|---|---|\n");
+        for (int i = 0; i < ll_cfg_nkeys; i++) {
+            const ll_cfg_key *k = &ll_cfg_keys[i];
+            if (!in_section(k, ll_cfg_sections[s].name)) continue;
+            char range[256];
+            ll_cfg_range_text(k, range, sizeof range);
+            fprintf(out, "| `%s` | %s | `%s` | ", k->name, ll_cfg_type_name(k->type), default_text(k));
+            md_cell(out, range);
+            fputs(" | ", out);
+            md_cell(out, k->help);
+            fputs(" |\n", out);
+        }
+        fputc('\n', out);
+    }
+}
+
+/* ---- cross-field validation ------------------------------------------------ */
+
+static int invalid(const ll_config *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int invalid(const ll_config *c, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return c->source[0] ? ll_fail("%s: %s", c->source, msg) : ll_fail("%s", msg);
+}
+
+static int check_corpora(const ll_config *c) {
+    const char *tgts[LL_MAX_CORPORA];
+    int n_tgt = 0;
+    for (int i = 0; i < c->n_train; i++) {
+        const ll_corpus_cfg *a = &c->train[i];
+        for (int j = 0; j < i; j++)
+            if (!strcmp(a->src, c->train[j].src) && !strcmp(a->tgt, c->train[j].tgt))
+                return invalid(c, "data.train[%d] repeats data.train[%d] (%s)", i, j, a->src);
+        int known = 0;
+        for (int j = 0; j < n_tgt; j++) known |= !strcmp(tgts[j], a->tgt_lang);
+        if (!known) tgts[n_tgt++] = a->tgt_lang;
+    }
+    if (n_tgt > 1 && !strcmp(c->lang_tags, "off"))
+        return invalid(c,
+                       "data.lang_tags is off but data.train has %d target languages (%s, %s%s): the decoder "
+                       "could not tell which to produce",
+                       n_tgt, tgts[0], tgts[1], n_tgt > 2 ? ", ..." : "");
+    return 0;
+}
+
+int ll_config_validate(const ll_config *c) {
+    if (c->d_model % c->heads)
+        return invalid(c, "model.d_model (%d) must be divisible by model.heads (%d)", c->d_model, c->heads);
+    if (c->d_model % 2)
+        return invalid(c, "model.d_model (%d) must be even (sinusoidal positions come in sin/cos pairs)", c->d_model);
+    if (c->share_all_embeddings && !c->tie_output)
+        return invalid(c, "model.share_all_embeddings: true needs model.tie_output: true (the shared embedding is "
+                          "also the output projection)");
+    if (c->max_len > c->max_positions)
+        return invalid(c, "data.max_len (%d) must be <= model.max_positions (%d)", c->max_len, c->max_positions);
+    if (c->max_tokens < c->max_len)
+        return invalid(c, "data.max_tokens (%d) must be >= data.max_len (%d) so the longest sentence fits a batch",
+                       c->max_tokens, c->max_len);
+    if (c->warmup_updates > 0 && c->warmup_init_lr > c->lr)
+        return invalid(c, "train.warmup_init_lr (%g) must be <= train.lr (%g)", (double)c->warmup_init_lr,
+                       (double)c->lr);
+    if (!strcmp(c->scheduler, "inverse_sqrt") && c->warmup_updates < 1)
+        return invalid(c, "train.scheduler inverse_sqrt needs train.warmup_updates >= 1 (its decay is "
+                          "lr * sqrt(warmup_updates / step))");
+    if (!strcmp(c->scheduler, "polynomial")) {
+        if (c->max_updates < 1)
+            return invalid(c, "train.scheduler polynomial needs train.max_updates > 0 (it reaches train.end_lr there)");
+        if (c->warmup_updates >= c->max_updates)
+            return invalid(c, "train.warmup_updates (%d) must be < train.max_updates (%d) for the polynomial scheduler",
+                           c->warmup_updates, c->max_updates);
+        if (c->end_lr > c->lr)
+            return invalid(c, "train.end_lr (%g) must be <= train.lr (%g)", (double)c->end_lr, (double)c->lr);
+    }
+    return check_corpora(c);
+}
