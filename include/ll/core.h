@@ -102,6 +102,10 @@ uint64_t ll_fnv1a64(const void *data, size_t n, uint64_t h);
 /* ---- threads ---- */
 void ll_set_threads(int n); /* OpenMP + OpenBLAS */
 int ll_get_threads(void);
+/* Call first in main(): re-executes once with OPENBLAS_CORETYPE / OMP_WAIT_POLICY
+ * fixed when the environment leaves them at slow defaults (src/core/threads.c). */
+void ll_cpu_setup(char **argv);
+const char *ll_blas_core(void);
 
 #ifdef __cplusplus
 }

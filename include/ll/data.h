@@ -19,7 +19,9 @@ extern "C" {
 typedef struct ll_spm ll_spm;
 /* Train a joint unigram model on the given text files (empty lines ignored);
  * writes <prefix>.model atomically.  lang_tags become user-defined pieces with
- * ids 4, 5, ...  Reproducible: fixed thread count and sampling seed.  -1 + errbuf. */
+ * ids 4, 5, ...  Reproducible: fixed thread count (2) and spm's fixed sampling
+ * seed; `seed` goes to sentencepiece's generator (unused by unigram training
+ * in spm 0.1.97; llprep passes a constant).  Logging is silenced.  -1 + errbuf. */
 int ll_spm_train(const char *const *files, int n_files, const char *model_prefix, int vocab_size,
                  const char *const *lang_tags, int n_tags, uint64_t seed);
 ll_spm *ll_spm_load(const char *model_path);                      /* NULL + errbuf */
@@ -27,8 +29,9 @@ ll_spm *ll_spm_load_bytes(const void *proto, size_t n);           /* from a chec
 void ll_spm_free(ll_spm *s);
 int ll_spm_vocab_size(const ll_spm *s);
 int ll_spm_piece_id(const ll_spm *s, const char *piece);          /* -1 if absent */
-const char *ll_spm_id_piece(const ll_spm *s, int id);
-/* Encode one line into ids (no EOS); returns count, or -1 on failure. *ids is realloc'd. */
+const char *ll_spm_id_piece(const ll_spm *s, int id);              /* NULL if out of range */
+/* Encode one line into ids (no EOS); returns count, or -1 on failure.  *ids is
+ * realloc'd to *cap elements as needed.  Safe to call from several threads. */
 int ll_spm_encode(const ll_spm *s, const char *text, int32_t **ids, int *cap);
 /* Decode ids to a malloc'd string.  Control ids (bos/pad/eos), ids outside the
  * vocabulary and language-tag pieces "<2xx>" are dropped. */

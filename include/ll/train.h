@@ -36,3 +36,34 @@ double ll_adam_step(ll_adam *o, ll_model *model, double lr, double grad_scale, d
 }
 #endif
 #endif
+
+/* ---- model files (src/train/model_io.c) ---- */
+#include "ll/checkpoint.h"
+
+/* What a training checkpoint carries beyond the model. */
+typedef struct {
+    long update;            /* updates completed */
+    int64_t epoch, batch_pos; /* data position (ll_batcher_state) */
+    double best_valid;      /* best validation loss so far (inf if none) */
+    int64_t bad_valids;     /* validations without improvement */
+    ll_adam *opt;
+} ll_train_state;
+
+/* Write the model (and, if ts != NULL, optimizer + trainer state) atomically. */
+int ll_model_save(const char *path, ll_model *m, const char *config_text, const void *vocab, size_t vocab_len,
+                  const ll_train_state *ts);
+/* Copy parameters from a checkpoint by name; shapes must match.  -1 + errbuf. */
+int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path);
+/* Restore optimizer + trainer state.  -1 + errbuf when absent or mismatched. */
+int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const char *path);
+/* Build a model from a model file: its stored config gives the architecture.
+ * cfg_out (optional) receives that config.  NULL + errbuf. */
+ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be, ll_config *cfg_out);
+
+/* ---- the trainer (src/train/trainer.c) ---- */
+typedef struct {
+    int resume;        /* continue from save_dir/checkpoint_last.llm */
+    const char *config_path;
+} ll_train_opts;
+/* Runs training as configured.  Returns 0, or -1 + errbuf. */
+int ll_train(ll_config *cfg, const ll_train_opts *opts);

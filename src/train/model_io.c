@@ -1,0 +1,131 @@
+/* Model and training-state (de)serialisation on top of the checkpoint format. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/train.h"
+
+#ifdef LL_REAL_DOUBLE
+#define REAL_DT LL_DT_F64
+#else
+#define REAL_DT LL_DT_F32
+#endif
+
+static real *to_host(ll_model *m, const real *dev, size_t n) {
+    real *h = ll_malloc(n * sizeof(real));
+    m->be->download(m->be, h, dev, n * sizeof(real));
+    return h;
+}
+
+int ll_model_save(const char *path, ll_model *m, const char *config_text, const void *vocab, size_t vocab_len,
+                  const ll_train_state *ts) {
+    int cap = m->n_table + 16, n = 0;
+    ll_tensor_ref *t = ll_calloc(cap, sizeof *t);
+    real *params = to_host(m, m->params, m->n_params);
+    for (int i = 0; i < m->n_table; i++) {
+        const ll_param *p = &m->table[i];
+        t[n++] = (ll_tensor_ref){.name = p->name, .dtype = REAL_DT, .ndim = p->ndim,
+                                 .shape = {p->shape[0], p->shape[1]}, .data = params + p->offset,
+                                 .nbytes = p->numel * sizeof(real)};
+    }
+    real *mh = NULL, *vh = NULL;
+    int64_t ints[6];
+    double best = 0;
+    if (ts) {
+        mh = to_host(m, ts->opt->m, m->n_params);
+        vh = to_host(m, ts->opt->v, m->n_params);
+        ints[0] = ts->opt->t;
+        ints[1] = ts->update;
+        ints[2] = ts->epoch;
+        ints[3] = ts->batch_pos;
+        ints[4] = ts->bad_valids;
+        ints[5] = (int64_t)m->n_params;
+        best = ts->best_valid;
+        int64_t np = (int64_t)m->n_params;
+        t[n++] = (ll_tensor_ref){.name = "optim.adam_m", .dtype = REAL_DT, .ndim = 1, .shape = {np}, .data = mh,
+                                 .nbytes = m->n_params * sizeof(real)};
+        t[n++] = (ll_tensor_ref){.name = "optim.adam_v", .dtype = REAL_DT, .ndim = 1, .shape = {np}, .data = vh,
+                                 .nbytes = m->n_params * sizeof(real)};
+        t[n++] = (ll_tensor_ref){.name = "state.counters", .dtype = LL_DT_I64, .ndim = 1, .shape = {6},
+                                 .data = ints, .nbytes = sizeof ints};
+        t[n++] = (ll_tensor_ref){.name = "state.best_valid", .dtype = LL_DT_F64, .ndim = 1, .shape = {1},
+                                 .data = &best, .nbytes = sizeof best};
+    }
+    ll_ckpt_contents c = {.config_text = config_text, .vocab = vocab, .vocab_len = vocab_len, .tensors = t,
+                          .n_tensors = n};
+    int rc = ll_ckpt_write(path, &c);
+    free(t);
+    free(params);
+    free(mh);
+    free(vh);
+    return rc;
+}
+
+static int copy_in(ll_model *m, real *dst, const ll_tensor_ref *r, size_t numel, const char *path) {
+    if (r->nbytes != numel * sizeof(real) || r->dtype != REAL_DT)
+        return ll_fail("%s: tensor '%s' has %zu bytes of dtype %d, expected %zu reals", path, r->name, r->nbytes,
+                       r->dtype, numel);
+    m->be->upload(m->be, dst, r->data, r->nbytes);
+    return 0;
+}
+
+int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path) {
+    for (int i = 0; i < m->n_table; i++) {
+        const ll_param *p = &m->table[i];
+        const ll_tensor_ref *r = ll_ckpt_find(k, p->name);
+        if (!r) return ll_fail("%s: missing tensor '%s'", path, p->name);
+        if (r->ndim != p->ndim || r->shape[0] != p->shape[0] || (p->ndim == 2 && r->shape[1] != p->shape[1]))
+            return ll_fail("%s: tensor '%s' has shape [%lld,%lld], the model needs [%lld,%lld]", path, p->name,
+                           (long long)r->shape[0], (long long)(r->ndim > 1 ? r->shape[1] : 0),
+                           (long long)p->shape[0], (long long)p->shape[1]);
+        if (copy_in(m, m->params + p->offset, r, p->numel, path)) return -1;
+    }
+    return 0;
+}
+
+int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const char *path) {
+    const ll_tensor_ref *mm = ll_ckpt_find(k, "optim.adam_m"), *vv = ll_ckpt_find(k, "optim.adam_v");
+    const ll_tensor_ref *cc = ll_ckpt_find(k, "state.counters"), *bb = ll_ckpt_find(k, "state.best_valid");
+    if (!mm || !vv || !cc || !bb) return ll_fail("%s: not a training checkpoint (no optimizer state)", path);
+    if (cc->nbytes != 6 * sizeof(int64_t) || bb->nbytes != sizeof(double))
+        return ll_fail("%s: malformed training state", path);
+    const int64_t *ints = cc->data;
+    if (ints[5] != (int64_t)m->n_params)
+        return ll_fail("%s: optimizer state is for %lld parameters, the model has %zu", path, (long long)ints[5],
+                       m->n_params);
+    if (copy_in(m, ts->opt->m, mm, m->n_params, path) || copy_in(m, ts->opt->v, vv, m->n_params, path)) return -1;
+    ts->opt->t = ints[0];
+    ts->update = ints[1];
+    ts->epoch = ints[2];
+    ts->batch_pos = ints[3];
+    ts->bad_valids = ints[4];
+    memcpy(&ts->best_valid, bb->data, sizeof(double));
+    return 0;
+}
+
+ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be, ll_config *cfg_out) {
+    ll_config cfg;
+    if (ll_config_load_text(&cfg, ll_ckpt_config_text(k), path)) return NULL;
+    size_t vlen = 0;
+    const void *vocab = ll_ckpt_vocab(k, &vlen);
+    ll_spm *spm = vlen ? ll_spm_load_bytes(vocab, vlen) : NULL;
+    if (!spm) {
+        ll_config_free(&cfg);
+        ll_fail("%s: no usable vocabulary in the model file", path);
+        return NULL;
+    }
+    ll_hparams hp;
+    ll_hparams_from_config(&hp, &cfg, ll_spm_vocab_size(spm));
+    ll_spm_free(spm);
+    ll_model *m = ll_model_new(&hp, be);
+    if (ll_model_load_params(m, k, path)) {
+        ll_model_free(m);
+        ll_config_free(&cfg);
+        return NULL;
+    }
+    if (cfg_out)
+        *cfg_out = cfg;
+    else
+        ll_config_free(&cfg);
+    return m;
+}
