@@ -17,9 +17,15 @@ extern "C" {
 #ifdef LL_REAL_DOUBLE
 typedef double real;
 #define LL_REAL_NAME "f64"
+#define rexp exp
+#define rlog log
+#define rsqrt_ sqrt
 #else
 typedef float real;
 #define LL_REAL_NAME "f32"
+#define rexp expf
+#define rlog logf
+#define rsqrt_ sqrtf
 #endif
 
 /* ---- errors ---------------------------------------------------------------

@@ -18,13 +18,14 @@ namespace sentencepiece {
 namespace logging {
 void SetMinLogLevel(int v);
 }
-}  // namespace sentencepiece
+} // namespace sentencepiece
 
 // Thread count is fixed, not taken from the machine: the EM sums are split per
-// thread, so another count could give a (slightly) different model.
+// thread, and 1 vs 2 threads do give different pieces (spm 0.1.97).
 #define LL_SPM_THREADS 2
-// Caps the sentences spm keeps in memory; sampling uses spm's fixed seed.
-#define LL_SPM_MAX_SENTENCES 10000000
+// Caps the sentences spm loads (~2.8 GB peak for a million 17-word sentences);
+// beyond it spm samples with its own fixed seed, so training stays reproducible.
+#define LL_SPM_MAX_SENTENCES 2000000
 
 struct ll_spm {
     sentencepiece::SentencePieceProcessor sp;
@@ -84,7 +85,7 @@ ll_spm *finish_load(ll_spm *s, const sentencepiece::util::Status &st, const char
 
 bool is_tag_piece(const std::string &p) { return p.size() > 3 && p[0] == '<' && p[1] == '2' && p.back() == '>'; }
 
-}  // namespace
+} // namespace
 
 extern "C" {
 
@@ -105,7 +106,7 @@ int ll_spm_train(const char *const *files, int n_files, const char *model_prefix
             {"num_threads", std::to_string(LL_SPM_THREADS)},
             {"input_sentence_size", std::to_string(LL_SPM_MAX_SENTENCES)},
             {"shuffle_input_sentence", "true"},
-            {"minloglevel", "2"},  // training chatter would bury llprep's output
+            {"minloglevel", "2"}, // training chatter would bury llprep's output
         };
         if (!tags.empty()) args["user_defined_symbols"] = tags;
         sentencepiece::SetRandomGeneratorSeed((unsigned)(seed ^ (seed >> 32)));
@@ -116,6 +117,11 @@ int ll_spm_train(const char *const *files, int n_files, const char *model_prefix
         if (!st.ok()) {
             std::string m = st.ToString();
             while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+            for (char &c : m)
+                if (c == '\n') c = ' '; // errors are one line
+            // drop spm's "Internal: file(line) [condition] " prefix; keep its advice
+            size_t br = m.find("] ");
+            if (m.compare(0, 9, "Internal:") == 0 && br != std::string::npos) m.erase(0, br + 2);
             return ll_fail("sentencepiece training failed (data.vocab_size=%d): %s", vocab_size, m.c_str());
         }
         std::string path = std::string(model_prefix) + ".model";
@@ -144,8 +150,7 @@ ll_spm *ll_spm_load(const char *model_path) {
 ll_spm *ll_spm_load_bytes(const void *proto, size_t n) {
     try {
         ll_spm *s = new ll_spm;
-        return finish_load(s, s->sp.LoadFromSerializedProto(std::string((const char *)proto, n)),
-                           "embedded model");
+        return finish_load(s, s->sp.LoadFromSerializedProto(std::string((const char *)proto, n)), "embedded model");
     } catch (const std::exception &e) {
         ll_fail("embedded model: cannot load sentencepiece model: %s", e.what());
         return nullptr;
@@ -212,4 +217,4 @@ void ll_spm_special_ids(const ll_spm *s, int *bos, int *pad, int *eos, int *unk)
     *unk = s->sp.unk_id();
 }
 
-}  // extern "C"
+} // extern "C"

@@ -70,8 +70,8 @@ int ll_tokfile_open(ll_tokfile *f, const char *path) {
     else {
         tok_layout(h->n_sents, h->n_tokens, &off_pos, &line_pos, &size);
         if (size != len) {
-            snprintf(buf, sizeof buf, "%s token file (%zu bytes, header says %llu)", len < size ? "truncated" : "corrupt",
-                     len, (unsigned long long)size);
+            snprintf(buf, sizeof buf, "%s token file (%zu bytes, header says %llu)",
+                     len < size ? "truncated" : "corrupt", len, (unsigned long long)size);
             why = buf;
         }
     }
@@ -173,7 +173,10 @@ int ll_tokfile_commit(ll_tokfile_writer *w) {
     tok_layout(w->n, w->n_tokens, &off_pos, &line_pos, &size);
     static const char zero[8];
     size_t pad = (size_t)(off_pos - (TOK_HEADER + 4 * w->n_tokens));
-    tok_header h = {.version = TOK_VERSION, .header_size = TOK_HEADER, .n_sents = w->n, .n_tokens = w->n_tokens,
+    tok_header h = {.version = TOK_VERSION,
+                    .header_size = TOK_HEADER,
+                    .n_sents = w->n,
+                    .n_tokens = w->n_tokens,
                     .checksum = w->checksum};
     memcpy(h.magic, TOK_MAGIC, 8);
     FILE *f = w->af.f;

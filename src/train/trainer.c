@@ -116,7 +116,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
     t->ts = (ll_train_state){.best_valid = INFINITY, .opt = &t->opt};
-    t->it = ll_batcher_new(&t->train, cfg->max_tokens, (uint64_t)cfg->seed, 1);
+    t->it = ll_batcher_from_config(&t->train, cfg, 1);
 
     const char *last = save_path(t, "checkpoint_last.llm");
     struct stat sb;

@@ -46,7 +46,7 @@ void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, c
                 }
                 real sum = 0;
                 for (int j = 0; j < lim; j++) {
-                    Pi[j] = exp(Pi[j] - mx);
+                    Pi[j] = rexp(Pi[j] - mx);
                     sum += Pi[j];
                 }
                 real inv = lim > 0 ? 1 / sum : 0;

@@ -24,7 +24,7 @@ void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N
         double sum = 0, sumx = 0;
         for (int v = 0; v < V; v++) {
             sumx += x[v];
-            real e = exp(x[v] - mx);
+            real e = rexp(x[v] - mx);
             sum += e;
             x[v] = e; /* keep exp for the gradient */
         }
@@ -52,7 +52,7 @@ void cpu_log_softmax(ll_backend *be, real *x, int N, int V) {
         for (int v = 1; v < V; v++)
             if (xr[v] > mx) mx = xr[v];
         double sum = 0;
-        for (int v = 0; v < V; v++) sum += exp(xr[v] - mx);
+        for (int v = 0; v < V; v++) sum += rexp(xr[v] - mx);
         real lse = mx + log(sum);
         for (int v = 0; v < V; v++) xr[v] -= lse;
     }

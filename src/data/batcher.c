@@ -1,0 +1,294 @@
+/* Token-budget batching (fairseq's batch_by_size) and the per-epoch batch
+ * plan.  Batches are fixed at construction; only their order (and, with
+ * temperature sampling, how often each appears) changes per epoch, and the
+ * plan of an epoch is a pure function of (seed, epoch), so seeking to a saved
+ * (epoch, pos) replays a run exactly. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/core.h"
+#include "ll/data.h"
+
+enum { SAMPLE_SIZE, SAMPLE_TEMPERATURE, SAMPLE_UNIFORM };
+
+/* Philox stream selectors (stream_b) under LL_RNG_SHUFFLE: epochs use
+ * 0..2^31-1, the per-pair length tie-break uses 2^31 + pair. */
+#define TIEBREAK_STREAM 0x80000000u
+
+typedef struct {
+    int pair, batch;
+} plan_entry;
+
+typedef struct {
+    int n_batches;
+    int *order; /* sentence indices in sorted order */
+    int *start; /* [n_batches+1]: batch b is order[start[b] .. start[b+1]) */
+} pair_batches;
+
+struct ll_batcher {
+    const ll_dataset *d;
+    int max_tokens, shuffle, mode;
+    double temperature;
+    uint64_t seed;
+    pair_batches p[LL_MAX_CORPORA];
+    int total;
+    int64_t epoch, pos;
+    plan_entry *plan;
+    int64_t plan_epoch; /* epoch `plan` was built for; 0 = none */
+};
+
+typedef struct {
+    int t, s;
+    uint32_t r;
+    int idx;
+} sort_key;
+
+static int key_cmp(const void *a, const void *b) {
+    const sort_key *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    if (x->s != y->s) return x->s < y->s ? -1 : 1;
+    if (x->r != y->r) return x->r < y->r ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+/* Sort by (target length, source length, random) and cut greedily under the budget. */
+static void make_pair_batches(ll_batcher *it, int pair) {
+    const ll_pair_data *pd = &it->d->pairs[pair];
+    pair_batches *pb = &it->p[pair];
+    int n = pd->src.n_sents;
+    sort_key *k = ll_malloc(sizeof *k * (size_t)(n ? n : 1));
+    ll_philox r;
+    ll_philox_init(&r, it->seed, LL_RNG_SHUFFLE, TIEBREAK_STREAM + (uint32_t)pair);
+    for (int i = 0; i < n; i++)
+        k[i] = (sort_key){ll_tokfile_len(&pd->tgt, i), ll_tokfile_len(&pd->src, i),
+                          it->shuffle ? ll_philox_u32(&r, (uint64_t)i) : 0, i};
+    qsort(k, (size_t)n, sizeof *k, key_cmp);
+    pb->order = ll_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    pb->start = ll_malloc(sizeof(int) * (size_t)(n + 1));
+    pb->n_batches = 0;
+    int B = 0, longest = 0;
+    for (int i = 0; i < n; i++) {
+        int l = imax(k[i].s, k[i].t);
+        /* padded size if sentence i joins: a batch never exceeds the budget unless it is one sentence */
+        if (B > 0 && (int64_t)(B + 1) * imax(longest, l) > it->max_tokens) B = 0;
+        if (B == 0) {
+            pb->start[pb->n_batches++] = i;
+            longest = 0;
+        }
+        B++;
+        longest = imax(longest, l);
+        pb->order[i] = k[i].idx;
+    }
+    pb->start[pb->n_batches] = n;
+    free(k);
+}
+
+ll_batcher *ll_batcher_new_ex(const ll_dataset *d, int max_tokens, uint64_t seed, int shuffle, const char *sampling,
+                              float temperature) {
+    int mode;
+    if (!strcmp(sampling, "size"))
+        mode = SAMPLE_SIZE;
+    else if (!strcmp(sampling, "temperature"))
+        mode = SAMPLE_TEMPERATURE;
+    else if (!strcmp(sampling, "uniform"))
+        mode = SAMPLE_UNIFORM;
+    else {
+        ll_fail("data.sampling: '%s' is not size, temperature or uniform", sampling);
+        return NULL;
+    }
+    if (mode == SAMPLE_TEMPERATURE && !(temperature > 0)) {
+        ll_fail("data.sampling_temperature: must be > 0, got %g", (double)temperature);
+        return NULL;
+    }
+    if (max_tokens < 1) {
+        ll_fail("data.max_tokens: must be >= 1, got %d", max_tokens);
+        return NULL;
+    }
+    ll_batcher *it = ll_calloc(1, sizeof *it);
+    it->d = d;
+    it->max_tokens = max_tokens;
+    it->seed = seed;
+    it->shuffle = shuffle;
+    it->mode = mode;
+    it->temperature = temperature;
+    for (int p = 0; p < d->n_pairs; p++) {
+        make_pair_batches(it, p);
+        it->total += it->p[p].n_batches;
+    }
+    it->plan = ll_malloc(sizeof(plan_entry) * (size_t)(it->total ? it->total : 1));
+    it->epoch = 1;
+    return it;
+}
+
+ll_batcher *ll_batcher_new(const ll_dataset *d, int max_tokens, uint64_t seed, int shuffle) {
+    return ll_batcher_new_ex(d, max_tokens, seed, shuffle, "size", 1.0f);
+}
+
+ll_batcher *ll_batcher_from_config(const ll_dataset *d, const ll_config *cfg, int shuffle) {
+    return ll_batcher_new_ex(d, cfg->max_tokens, (uint64_t)(uint32_t)cfg->seed, shuffle, cfg->sampling,
+                             cfg->sampling_temperature);
+}
+
+void ll_batcher_free(ll_batcher *it) {
+    if (!it) return;
+    for (int p = 0; p < it->d->n_pairs; p++) {
+        free(it->p[p].order);
+        free(it->p[p].start);
+    }
+    free(it->plan);
+    free(it);
+}
+
+int ll_batcher_n_batches(const ll_batcher *it) { return it->total; }
+int ll_batcher_pair_batches(const ll_batcher *it, int pair) { return it->p[pair].n_batches; }
+
+/* Fisher-Yates over a[0..n) drawing from the stream at *ctr. */
+static void shuffle_ints(int *a, int n, const ll_philox *r, uint64_t *ctr) {
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)ll_philox_below(r, (*ctr)++, (uint32_t)(i + 1));
+        int t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+
+/* How many batches each pair contributes: total * p_k, p_k ~ n_k^(1/T),
+ * rounded by largest remainder so the counts sum to the total. */
+static void sample_counts(const ll_batcher *it, int *count) {
+    int K = it->d->n_pairs;
+    double w[LL_MAX_CORPORA], W = 0, frac[LL_MAX_CORPORA];
+    for (int k = 0; k < K; k++) {
+        double n = it->d->pairs[k].src.n_sents;
+        w[k] = it->mode == SAMPLE_UNIFORM ? 1.0 : pow(n, 1.0 / it->temperature);
+        W += w[k];
+    }
+    int left = it->total;
+    for (int k = 0; k < K; k++) {
+        double q = it->total * w[k] / W;
+        count[k] = (int)floor(q);
+        frac[k] = q - count[k];
+        left -= count[k];
+    }
+    while (left-- > 0) {
+        int best = 0;
+        for (int k = 1; k < K; k++)
+            if (frac[k] > frac[best]) best = k;
+        count[best]++;
+        frac[best] = -1;
+    }
+}
+
+static void build_plan(ll_batcher *it) {
+    int K = it->d->n_pairs, n = 0;
+    ll_philox r;
+    ll_philox_init(&r, it->seed, LL_RNG_SHUFFLE, (uint32_t)(it->epoch & 0x7fffffff));
+    uint64_t ctr = 0;
+    if (it->mode == SAMPLE_SIZE || K == 1 || !it->shuffle) {
+        for (int k = 0; k < K; k++)
+            for (int b = 0; b < it->p[k].n_batches; b++) it->plan[n++] = (plan_entry){k, b};
+    } else {
+        int count[LL_MAX_CORPORA];
+        sample_counts(it, count);
+        for (int k = 0; k < K; k++) {
+            /* whole passes over the pair's batches, then a random subset for the remainder */
+            int nb = it->p[k].n_batches;
+            int *perm = ll_malloc(sizeof(int) * (size_t)nb);
+            for (int b = 0; b < nb; b++) perm[b] = b;
+            shuffle_ints(perm, nb, &r, &ctr);
+            for (int c = 0; c < count[k]; c++) it->plan[n++] = (plan_entry){k, perm[c % nb]};
+            free(perm);
+        }
+    }
+    if (it->shuffle)
+        for (int i = n - 1; i > 0; i--) {
+            int j = (int)ll_philox_below(&r, ctr++, (uint32_t)(i + 1));
+            plan_entry t = it->plan[i];
+            it->plan[i] = it->plan[j];
+            it->plan[j] = t;
+        }
+    it->plan_epoch = it->epoch;
+}
+
+static void fill_batch(const ll_batcher *it, int pair, int batch, ll_batch *b) {
+    const ll_pair_data *pd = &it->d->pairs[pair];
+    const pair_batches *pb = &it->p[pair];
+    const int *idx = pb->order + pb->start[batch];
+    int B = pb->start[batch + 1] - pb->start[batch], S = 0, T = 0;
+    for (int i = 0; i < B; i++) {
+        S = imax(S, ll_tokfile_len(&pd->src, idx[i]));
+        T = imax(T, ll_tokfile_len(&pd->tgt, idx[i]));
+    }
+    size_t need_tok = (size_t)B * (size_t)imax(S, T);
+    if (need_tok > b->cap_tok || !b->src) {
+        b->cap_tok = need_tok;
+        b->src = ll_realloc(b->src, sizeof(int32_t) * need_tok);
+        b->tgt_in = ll_realloc(b->tgt_in, sizeof(int32_t) * need_tok);
+        b->tgt_out = ll_realloc(b->tgt_out, sizeof(int32_t) * need_tok);
+    }
+    if ((size_t)B > b->cap_sent || !b->ids) {
+        b->cap_sent = (size_t)B;
+        b->src_len = ll_realloc(b->src_len, sizeof(int) * (size_t)B);
+        b->tgt_len = ll_realloc(b->tgt_len, sizeof(int) * (size_t)B);
+        b->ids = ll_realloc(b->ids, sizeof(int) * (size_t)B);
+    }
+    b->B = B;
+    b->S = S;
+    b->T = T;
+    b->pair = pair;
+    b->src_lang = pd->src_lang;
+    b->tgt_lang = pd->tgt_lang;
+    b->n_src_tokens = b->n_tgt_tokens = 0;
+    /* fairseq's prev_output_tokens start with EOS; with language tags, with the tag */
+    int32_t bos = pd->tgt_tag >= 0 ? pd->tgt_tag : LL_EOS;
+    for (int i = 0; i < B; i++) {
+        int id = idx[i], ls = ll_tokfile_len(&pd->src, id), lt = ll_tokfile_len(&pd->tgt, id);
+        const int32_t *xs = pd->src.tokens + pd->src.offsets[id], *ys = pd->tgt.tokens + pd->tgt.offsets[id];
+        int32_t *s = b->src + (size_t)i * S, *ti = b->tgt_in + (size_t)i * T, *to = b->tgt_out + (size_t)i * T;
+        memcpy(s, xs, sizeof(int32_t) * (size_t)ls);
+        for (int j = ls; j < S; j++) s[j] = LL_PAD;
+        memcpy(to, ys, sizeof(int32_t) * (size_t)lt);
+        ti[0] = bos;
+        memcpy(ti + 1, ys, sizeof(int32_t) * (size_t)(lt - 1));
+        for (int j = lt; j < T; j++) ti[j] = to[j] = LL_PAD;
+        b->src_len[i] = ls;
+        b->tgt_len[i] = lt;
+        b->ids[i] = id;
+        b->n_src_tokens += ls;
+        b->n_tgt_tokens += lt;
+    }
+}
+
+int ll_batcher_next(ll_batcher *it, ll_batch *b) {
+    if (it->pos >= it->total) {
+        it->epoch++;
+        it->pos = 0;
+        return 0;
+    }
+    if (it->plan_epoch != it->epoch) build_plan(it);
+    plan_entry e = it->plan[it->pos++];
+    fill_batch(it, e.pair, e.batch, b);
+    return 1;
+}
+
+void ll_batcher_state(const ll_batcher *it, int64_t *epoch, int64_t *pos) {
+    *epoch = it->epoch;
+    *pos = it->pos;
+}
+
+void ll_batcher_seek(ll_batcher *it, int64_t epoch, int64_t pos) {
+    it->epoch = epoch < 1 ? 1 : epoch;
+    it->pos = pos < 0 ? 0 : pos > it->total ? it->total : pos;
+}
+
+void ll_batch_free(ll_batch *b) {
+    free(b->src);
+    free(b->tgt_in);
+    free(b->tgt_out);
+    free(b->src_len);
+    free(b->tgt_len);
+    free(b->ids);
+    memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,308 @@
+/* Batching: token budget, padding and BOS/EOS layout, every sentence once per
+ * epoch, seeded order, exact resume with seek, validation order, and the pair
+ * proportions of temperature / uniform sampling.  Uses synthetic token files
+ * (no sentencepiece), so lengths are controlled. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/core.h"
+#include "ll/data.h"
+#include "util/testutil.h"
+
+/* One side of a pair: n sentences with lengths 1..maxlen (EOS included), tokens
+ * encoding (sentence, position) so misplaced tokens are detected. */
+static void write_side(const char *path, int n, int maxlen, uint32_t seed, int side) {
+    ll_tokfile_writer *w = ll_tokfile_create(path);
+    int32_t buf[512];
+    uint32_t s = seed;
+    for (int i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        int len = 1 + (int)((s >> 8) % (uint32_t)maxlen);
+        for (int j = 0; j < len - 1; j++) buf[j] = 10 + (i * 7 + j * 3 + side) % 1000;
+        buf[len - 1] = LL_EOS;
+        ll_tokfile_append(w, buf, len, (uint64_t)i);
+    }
+    if (ll_tokfile_commit(w) != 0) {
+        fprintf(stderr, "%s\n", ll_errbuf());
+        exit(1);
+    }
+}
+
+/* Pairs of 600, 120 and 24 sentences; pair 1 uses a language tag. */
+static const int NSENT[3] = {600, 120, 24};
+
+static void make_dataset(ll_dataset *d, const char *tmp) {
+    memset(d, 0, sizeof *d);
+    d->n_langs = 3;
+    strcpy(d->langs[0], "en");
+    strcpy(d->langs[1], "es");
+    strcpy(d->langs[2], "de");
+    for (int p = 0; p < 3; p++) {
+        char a[512], b[512];
+        snprintf(a, sizeof a, "%s/p%d.src.bin", tmp, p);
+        snprintf(b, sizeof b, "%s/p%d.tgt.bin", tmp, p);
+        write_side(a, NSENT[p], 40, 11u + (uint32_t)p, 0);
+        write_side(b, NSENT[p], 50, 97u + (uint32_t)p, 1);
+        ll_pair_data *pd = &d->pairs[p];
+        if (ll_tokfile_open(&pd->src, a) || ll_tokfile_open(&pd->tgt, b)) {
+            fprintf(stderr, "%s\n", ll_errbuf());
+            exit(1);
+        }
+        pd->src_lang = 0;
+        pd->tgt_lang = 1 + p % 2;
+        pd->tgt_tag = p == 1 ? 7 : -1;
+        d->n_pairs++;
+    }
+}
+
+/* A batch as a hash: compares sequences of batches cheaply. */
+static uint64_t batch_hash(const ll_batch *b) {
+    uint64_t h = ll_fnv1a64(&b->pair, sizeof b->pair, LL_FNV_INIT);
+    h = ll_fnv1a64(b->ids, sizeof(int) * (size_t)b->B, h);
+    h = ll_fnv1a64(b->src, sizeof(int32_t) * (size_t)b->B * (size_t)b->S, h);
+    return ll_fnv1a64(b->tgt_in, sizeof(int32_t) * (size_t)b->B * (size_t)b->T, h);
+}
+
+static int check_batch(const ll_dataset *d, const ll_batch *b, int max_tokens) {
+    int bad = 0;
+    const ll_pair_data *pd = &d->pairs[b->pair];
+    bad += !(b->B >= 1 && (b->B == 1 || b->B * (b->S > b->T ? b->S : b->T) <= max_tokens));
+    bad += b->src_lang != pd->src_lang || b->tgt_lang != pd->tgt_lang;
+    int ms = 0, mt = 0, ns = 0, nt = 0;
+    int32_t bos = pd->tgt_tag >= 0 ? pd->tgt_tag : LL_EOS;
+    for (int i = 0; i < b->B; i++) {
+        int id = b->ids[i], ls = b->src_len[i], lt = b->tgt_len[i];
+        bad += ls != ll_tokfile_len(&pd->src, id) || lt != ll_tokfile_len(&pd->tgt, id);
+        const int32_t *xs = pd->src.tokens + pd->src.offsets[id], *ys = pd->tgt.tokens + pd->tgt.offsets[id];
+        const int32_t *s = b->src + (size_t)i * b->S, *ti = b->tgt_in + (size_t)i * b->T,
+                      *to = b->tgt_out + (size_t)i * b->T;
+        for (int j = 0; j < b->S; j++) bad += s[j] != (j < ls ? xs[j] : LL_PAD);
+        bad += s[ls - 1] != LL_EOS;
+        for (int j = 0; j < b->T; j++) {
+            bad += to[j] != (j < lt ? ys[j] : LL_PAD);
+            bad += ti[j] != (j == 0 ? bos : j < lt ? ys[j - 1] : LL_PAD);
+        }
+        bad += to[lt - 1] != LL_EOS;
+        ms = ls > ms ? ls : ms;
+        mt = lt > mt ? lt : mt;
+        ns += ls;
+        nt += lt;
+    }
+    bad += ms != b->S || mt != b->T || ns != b->n_src_tokens || nt != b->n_tgt_tokens;
+    return bad;
+}
+
+/* Hashes of one epoch's batches; returns their number. */
+static int epoch_hashes(ll_batcher *it, ll_batch *b, uint64_t *out, int cap) {
+    int n = 0;
+    while (ll_batcher_next(it, b)) {
+        if (n < cap) out[n] = batch_hash(b);
+        n++;
+    }
+    return n;
+}
+
+static void test_size_sampling(const ll_dataset *d) {
+    const int MT = 300;
+    ll_batcher *it = ll_batcher_new(d, MT, 5, 1);
+    int N = ll_batcher_n_batches(it);
+    CHECK(N == ll_batcher_pair_batches(it, 0) + ll_batcher_pair_batches(it, 1) + ll_batcher_pair_batches(it, 2));
+    CHECK(N > 20);
+    ll_batch b = {0};
+    uint64_t *h1 = calloc((size_t)N, 8), *h2 = calloc((size_t)N, 8), *h3 = calloc((size_t)N, 8);
+    for (int epoch = 1; epoch <= 2; epoch++) {
+        int64_t e, pos;
+        ll_batcher_state(it, &e, &pos);
+        CHECK(e == epoch && pos == 0);
+        char *seen[3];
+        for (int p = 0; p < 3; p++) seen[p] = calloc((size_t)NSENT[p], 1);
+        int n = 0, bad = 0, pairs_seen = 0, last_pair = -1, switches = 0;
+        while (ll_batcher_next(it, &b)) {
+            bad += check_batch(d, &b, MT);
+            for (int i = 0; i < b.B; i++) seen[b.pair][b.ids[i]]++;
+            (epoch == 1 ? h1 : h2)[n] = batch_hash(&b);
+            pairs_seen |= 1 << b.pair;
+            switches += last_pair >= 0 && b.pair != last_pair;
+            last_pair = b.pair;
+            n++;
+        }
+        CHECK(n == N);
+        CHECK_MSG(bad == 0, "epoch %d: %d layout errors", epoch, bad);
+        CHECK(pairs_seen == 7);
+        CHECK(switches > 3); /* pairs interleaved, not one after the other */
+        int once = 1;
+        for (int p = 0; p < 3; p++)
+            for (int i = 0; i < NSENT[p]; i++) once &= seen[p][i] == 1;
+        CHECK_MSG(once, "epoch %d: not every sentence exactly once", epoch);
+        for (int p = 0; p < 3; p++) free(seen[p]);
+    }
+    /* epoch 2 has the same batches in another order */
+    CHECK(memcmp(h1, h2, 8 * (size_t)N) != 0);
+    uint64_t x1 = 0, x2 = 0;
+    for (int i = 0; i < N; i++) {
+        x1 += h1[i];
+        x2 += h2[i];
+    }
+    CHECK(x1 == x2);
+
+    /* same seed: same sequence; another seed: another one */
+    ll_batcher *same = ll_batcher_new(d, MT, 5, 1), *other = ll_batcher_new(d, MT, 6, 1);
+    CHECK(epoch_hashes(same, &b, h3, N) == N && memcmp(h1, h3, 8 * (size_t)N) == 0);
+    CHECK(epoch_hashes(other, &b, h3, N) == ll_batcher_n_batches(other) && memcmp(h1, h3, 8 * (size_t)N) != 0);
+
+    /* resume: a fresh batcher seeked to a saved state continues identically, across the epoch end */
+    ll_batcher_seek(same, 1, 0);
+    for (int i = 0; i < N - 5; i++) ll_batcher_next(same, &b);
+    int64_t e, pos;
+    ll_batcher_state(same, &e, &pos);
+    CHECK(e == 1 && pos == N - 5);
+    ll_batcher *resumed = ll_batcher_new(d, MT, 5, 1);
+    ll_batcher_seek(resumed, e, pos);
+    ll_batch b2 = {0};
+    int diff = 0, ends_a = 0, ends_b = 0;
+    for (int i = 0; i < 40; i++) {
+        int ra = ll_batcher_next(same, &b), rb = ll_batcher_next(resumed, &b2);
+        diff += ra != rb || (ra && batch_hash(&b) != batch_hash(&b2));
+        ends_a += !ra;
+        ends_b += !rb;
+    }
+    CHECK(diff == 0 && ends_a == 1 && ends_b == 1);
+    ll_batcher_state(resumed, &e, &pos);
+    CHECK(e == 2 && pos == 34);
+    /* and mid-epoch 3 after running through epoch 2 */
+    ll_batcher_seek(same, 3, 17);
+    ll_batcher_seek(resumed, 3, 17);
+    for (int i = 0; i < 10; i++) {
+        ll_batcher_next(same, &b);
+        ll_batcher_next(resumed, &b2);
+        diff += batch_hash(&b) != batch_hash(&b2);
+    }
+    CHECK(diff == 0);
+    ll_batch_free(&b2);
+    CHECK(b2.src == NULL && b2.ids == NULL);
+    ll_batcher_free(resumed);
+    ll_batcher_free(same);
+    ll_batcher_free(other);
+    ll_batcher_free(it);
+    ll_batch_free(&b);
+    free(h1);
+    free(h2);
+    free(h3);
+}
+
+static void test_validation_order(const ll_dataset *d) {
+    ll_batcher *a = ll_batcher_new(d, 200, 1, 0), *c = ll_batcher_new_ex(d, 200, 999, 0, "temperature", 5);
+    int N = ll_batcher_n_batches(a);
+    ll_batch b = {0};
+    uint64_t *h1 = calloc((size_t)N, 8), *h2 = calloc((size_t)N, 8);
+    CHECK(epoch_hashes(a, &b, h1, N) == N);
+    CHECK(epoch_hashes(c, &b, h2, N) == N);
+    CHECK(memcmp(h1, h2, 8 * (size_t)N) == 0);
+    CHECK(epoch_hashes(a, &b, h2, N) == N); /* the next epoch too */
+    CHECK(memcmp(h1, h2, 8 * (size_t)N) == 0);
+    /* pairs in order, each sorted by length */
+    int last_pair = 0, ordered = 1, prev_t = 0, n = 0, bad = 0;
+    while (ll_batcher_next(a, &b)) {
+        ordered &= b.pair >= last_pair;
+        if (b.pair != last_pair) prev_t = 0;
+        ordered &= b.tgt_len[0] >= prev_t;
+        prev_t = b.tgt_len[b.B - 1];
+        last_pair = b.pair;
+        bad += check_batch(d, &b, 200);
+        n++;
+    }
+    CHECK(ordered && n == N && bad == 0);
+    ll_batch_free(&b);
+    ll_batcher_free(a);
+    ll_batcher_free(c);
+    free(h1);
+    free(h2);
+}
+
+static void test_temperature(const ll_dataset *d) {
+    const int MT = 300;
+    const float T = 5;
+    ll_batcher *it = ll_batcher_new_ex(d, MT, 3, 1, "temperature", T);
+    int N = ll_batcher_n_batches(it), nb[3];
+    double w[3], W = 0;
+    for (int p = 0; p < 3; p++) {
+        nb[p] = ll_batcher_pair_batches(it, p);
+        w[p] = pow(NSENT[p], 1.0 / T);
+        W += w[p];
+    }
+    ll_batch b = {0};
+    for (int epoch = 1; epoch <= 3; epoch++) {
+        int count[3] = {0}, n = 0, bad = 0;
+        while (ll_batcher_next(it, &b)) {
+            count[b.pair]++;
+            bad += check_batch(d, &b, MT);
+            n++;
+        }
+        CHECK(n == N && bad == 0);
+        for (int p = 0; p < 3; p++) {
+            double expect = N * w[p] / W;
+            CHECK_MSG(fabs(count[p] - expect) <= 1.0, "epoch %d pair %d: %d batches, expected %.2f", epoch, p, count[p],
+                      expect);
+        }
+        CHECK(count[2] > nb[2]); /* the small pair is up-sampled */
+        CHECK(count[0] < nb[0]); /* the large one down-sampled */
+    }
+    /* a small pair's batches are used evenly: each appears floor or ceil of count/nb times
+     * (a batch is identified by its first sentence) */
+    ll_batcher_seek(it, 7, 0);
+    int *hits = calloc((size_t)NSENT[2], sizeof(int)), c2 = 0, distinct = 0;
+    while (ll_batcher_next(it, &b))
+        if (b.pair == 2) {
+            c2++;
+            distinct += hits[b.ids[0]]++ == 0;
+        }
+    int lo = c2 / nb[2], even = distinct == nb[2];
+    for (int i = 0; i < NSENT[2]; i++) even &= hits[i] == 0 || hits[i] == lo || hits[i] == lo + 1;
+    CHECK_MSG(even, "small pair batches not used evenly");
+    free(hits);
+    ll_batcher_free(it);
+
+    /* uniform: equal shares */
+    it = ll_batcher_new_ex(d, MT, 3, 1, "uniform", 0);
+    int count[3] = {0};
+    while (ll_batcher_next(it, &b)) count[b.pair]++;
+    for (int p = 0; p < 3; p++) CHECK(fabs(count[p] - N / 3.0) <= 1.0);
+    ll_batcher_free(it);
+
+    CHECK(ll_batcher_new_ex(d, MT, 3, 1, "random", 1) == NULL);
+    CHECK_CONTAINS(ll_errbuf(), "data.sampling");
+    CHECK(ll_batcher_new_ex(d, MT, 3, 1, "temperature", 0) == NULL);
+    CHECK(ll_batcher_new(d, 0, 3, 1) == NULL);
+    ll_batch_free(&b);
+}
+
+static void test_budget_edge(const ll_dataset *d) {
+    /* a budget below the longest sentence: such sentences travel alone */
+    ll_batcher *it = ll_batcher_new(d, 30, 1, 1);
+    ll_batch b = {0};
+    int bad = 0, singles = 0, n = 0;
+    while (ll_batcher_next(it, &b)) {
+        bad += check_batch(d, &b, 30);
+        singles += b.B == 1 && (b.S > 30 || b.T > 30);
+        n++;
+    }
+    CHECK(bad == 0 && singles > 0 && n == ll_batcher_n_batches(it));
+    ll_batcher_free(it);
+    ll_batch_free(&b);
+}
+
+int main(void) {
+    const char *tmp = tu_tmpdir();
+    ll_dataset d;
+    make_dataset(&d, tmp);
+    test_size_sampling(&d);
+    test_validation_order(&d);
+    test_temperature(&d);
+    test_budget_edge(&d);
+    ll_dataset_close(&d);
+    return tu_finish("test_data_batch");
+}
