@@ -96,7 +96,6 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (ll_dataset_open(&t->train, cfg, "train")) return -1;
     t->have_valid = cfg->n_valid > 0;
     if (t->have_valid && ll_dataset_open(&t->valid, cfg, "valid")) return -1;
-    if (mkdir_p(cfg->save_dir)) return -1;
 
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, ll_spm_vocab_size(t->spm));
@@ -134,6 +133,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         return ll_fail("%s already exists: pass --resume to continue that run, or choose another checkpoint.save_dir",
                        last);
     }
+    if (mkdir_p(cfg->save_dir)) return -1;
     char mpath[LL_PATH_MAX + 64];
     if (cfg->metrics_log[0])
         snprintf(mpath, sizeof mpath, "%s", cfg->metrics_log);

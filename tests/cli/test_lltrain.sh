@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# lltrain end to end on real files: a tiny model overfits 32 sentence pairs,
+# --resume continues bit for bit, and bad input fails with one line and leaves
+# nothing behind.
+set -u
+SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+BIN=${LL_BINARY_DIR:-$SRC/build}
+LLTRAIN=$BIN/lltrain
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+err() { echo "FAIL: $*" >&2; fail=1; }
+
+cat > "$T/overfit.cfg" <<CFG
+model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
+data:
+  dir: $T/bin
+  vocab_size: 80
+  train:
+    - {src: $SRC/tests/data/tiny/overfit32.en, tgt: $SRC/tests/data/tiny/overfit32.es, src_lang: en, tgt_lang: es}
+  valid:
+    - {src: $SRC/tests/data/tiny/valid.en, tgt: $SRC/tests/data/tiny/valid.es, src_lang: en, tgt_lang: es}
+  max_tokens: 2048
+  max_len: 64
+train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, label_smoothing: 0.0, max_updates: 200, log_interval: 10, valid_interval: 100}
+checkpoint: {save_dir: $T/overfit}
+CFG
+
+# 1. overfit: the last logged training loss (base 2, per token) must be < 0.05
+"$LLTRAIN" --config "$T/overfit.cfg" --quiet 2> "$T/overfit.log" || err "overfit run failed: $(tail -1 "$T/overfit.log")"
+last=$(grep '"type":"train"' "$T/overfit/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+echo "overfit: final training loss $last"
+python3 -c "import sys; sys.exit(0 if float('$last') < 0.05 else 1)" || err "overfit loss $last >= 0.05"
+for f in checkpoint_last.llm checkpoint_best.llm metrics.jsonl; do
+  [ -s "$T/overfit/$f" ] || err "missing $f"
+done
+
+# 2. resume: 30 updates straight == 15 + --resume 15, byte for byte
+common=(--config "$T/overfit.cfg" --set train.valid_interval=5 --set train.log_interval=5 --set model.dropout=0.1
+        --set model.attn_dropout=0.1 --set train.label_smoothing=0.1)
+# (same save_dir for both, since the config text stored in the checkpoint names it)
+"$LLTRAIN" "${common[@]}" --set checkpoint.save_dir="$T/run" --set train.max_updates=30 2>/dev/null ||
+  err "straight run failed"
+mv "$T/run" "$T/straight"
+"$LLTRAIN" "${common[@]}" --set checkpoint.save_dir="$T/run" --set train.max_updates=15 2>/dev/null ||
+  err "first half failed"
+"$LLTRAIN" "${common[@]}" --set checkpoint.save_dir="$T/run" --set train.max_updates=30 --resume 2>"$T/resume.log" ||
+  err "resume failed: $(tail -1 "$T/resume.log")"
+grep -q "resumed from" "$T/resume.log" || err "resume did not say it resumed"
+cmp -s "$T/straight/checkpoint_last.llm" "$T/run/checkpoint_last.llm" ||
+  err "resumed run differs from the uninterrupted run"
+
+# 3. bad input: one-line error, exit 1, nothing written
+check_error() { # name expected-substring args...
+  local name=$1 want=$2; shift 2
+  "$LLTRAIN" --quiet "$@" > "$T/out" 2> "$T/err"
+  local rc=$?
+  [ $rc -ne 0 ] || err "$name: exit status 0"
+  [ "$(wc -l < "$T/err")" -eq 1 ] || err "$name: expected one line on stderr, got: $(cat "$T/err")"
+  grep -qF -- "$want" "$T/err" || err "$name: '$want' not in: $(cat "$T/err")"
+}
+printf 'model:\n  d_model: 64\n  dropuot: 0.1\n' > "$T/bad.cfg"
+check_error "unknown key" "bad.cfg:3:3" --config "$T/bad.cfg" --set checkpoint.save_dir="$T/nothing"
+printf 'model:\n  d_model: sixty\n' > "$T/bad2.cfg"
+check_error "wrong type" "bad2.cfg:2:12" --config "$T/bad2.cfg" --set checkpoint.save_dir="$T/nothing"
+check_error "bad --set" "train.lr" --config "$T/overfit.cfg" --set train.lr=fast --set checkpoint.save_dir="$T/nothing"
+check_error "existing run" "--resume" --config "$T/overfit.cfg"
+check_error "resume without checkpoint" "does not exist" --config "$T/overfit.cfg" --resume --set checkpoint.save_dir="$T/nothing"
+[ ! -e "$T/nothing" ] || err "an error left $T/nothing behind"
+printf 'a\nb\n' > "$T/a.en"; printf 'a\n' > "$T/a.es"
+sed -e "s#$SRC/tests/data/tiny/overfit32.en#$T/a.en#" -e "s#$SRC/tests/data/tiny/overfit32.es#$T/a.es#" \
+    -e "s#dir: $T/bin#dir: $T/badbin#" "$T/overfit.cfg" > "$T/mismatch.cfg"
+check_error "mismatched corpus" "a.en" --config "$T/mismatch.cfg" --set checkpoint.save_dir="$T/nothing"
+[ ! -e "$T/badbin" ] || err "data preparation error left $T/badbin behind"
+
+[ $fail -eq 0 ] && echo "test_lltrain: all checks passed"
+exit $fail
