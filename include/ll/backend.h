@@ -31,6 +31,7 @@ struct ll_backend {
     void (*upload)(ll_backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(ll_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*memset0)(ll_backend *be, void *p, size_t bytes);
+    void (*copy)(ll_backend *be, void *dst, const void *src, size_t bytes); /* device to device */
     void (*sync)(ll_backend *be);
 
     /* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M,K]. */

@@ -85,6 +85,13 @@ typedef struct {
 void ll_arena_init(ll_arena *a, size_t cap);
 void *ll_arena_alloc(ll_arena *a, size_t bytes); /* 64-byte aligned, not zeroed; dies if full */
 void ll_arena_reset(ll_arena *a);
+/* Stack-like use inside a step: everything allocated after a mark is released. */
+typedef struct {
+    void *block;
+    size_t used, total;
+} ll_arena_mark;
+ll_arena_mark ll_arena_get_mark(const ll_arena *a);
+void ll_arena_release(ll_arena *a, ll_arena_mark mk);
 void ll_arena_free(ll_arena *a);
 
 /* ---- atomic output ----------------------------------------------------------

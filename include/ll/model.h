@@ -84,6 +84,34 @@ double ll_model_loss(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng
 /* Training FLOPs of one step on a batch (matmuls + attention, fwd + bwd). */
 double ll_model_train_flops(const ll_hparams *hp, long src_tokens, long tgt_tokens, long B, int S, int T);
 
+
+/* ---- inference (src/model/infer.c) ----
+ * Incremental decoding: the encoder runs once; every step feeds one token per
+ * hypothesis and appends its self-attention keys/values to a cache; the
+ * cross-attention keys/values are projected once.  Hypotheses are rows; each
+ * row belongs to one source sentence (row / beam). */
+typedef struct {
+    int N, B, S, beam;  /* rows, sentences, padded source length, rows per sentence */
+    int max_T, t;       /* cache capacity and steps taken */
+    int *row_src_len;   /* [N] */
+    real **self_kv;     /* per decoder layer [N * max_T, 2C] */
+    real **cross_kv;    /* per decoder layer [N * S, 2C] */
+    real *scratch_kv;   /* reorder buffer */
+    int *key_len;       /* [N] = t + 1 during a step */
+} ll_dec_state;
+
+/* Encode B sentences (src [B*S], right-padded) and set up `beam` rows per sentence. */
+ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam, int max_T);
+/* Log-probabilities [N, V] of the next token given each row's previous token. */
+void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real *logp);
+/* Reorder rows: new row n takes old row from[n] (beam search). */
+void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from);
+void ll_decode_end(ll_model *m, ll_dec_state *d);
+
+/* Teacher-forced log-probabilities [B*T, V] of a batch without dropout
+ * (arena memory, valid until the next model call). */
+real *ll_model_logprobs(ll_model *m, const ll_batch *b);
+
 #ifdef __cplusplus
 }
 #endif

@@ -73,3 +73,20 @@ void ll_arena_free(ll_arena *a) {
     a->base = NULL;
     a->cap = a->used = 0;
 }
+
+ll_arena_mark ll_arena_get_mark(const ll_arena *a) {
+    block *b = (block *)a->base;
+    return (ll_arena_mark){.block = b, .used = b->used, .total = a->used};
+}
+
+void ll_arena_release(ll_arena *a, ll_arena_mark mk) {
+    block *b = (block *)a->base;
+    while (b != mk.block && b->prev) { /* drop blocks chained after the mark */
+        block *p = b->prev;
+        free(b);
+        b = p;
+    }
+    a->base = (char *)b;
+    b->used = mk.used;
+    a->used = mk.total;
+}

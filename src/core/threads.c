@@ -19,3 +19,43 @@ void ll_set_threads(int n) {
 }
 
 int ll_get_threads(void) { return g_threads; }
+
+/* OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons inside some VMs
+ * and falls back to its generic "Prescott" SSE3 kernels, 3x slower than the
+ * AVX-512 ones.  It reads OPENBLAS_CORETYPE once, when the library loads, so
+ * the only fix from inside the program is to set it and re-execute ourselves.
+ * Same for OMP_WAIT_POLICY=passive: spinning OpenMP workers steal the cores
+ * OpenBLAS's own threads need (measured in bench/RESULTS.md). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char *openblas_get_corename(void);
+
+void ll_cpu_setup(char **argv) {
+    if (getenv("LL_NO_REEXEC")) return;
+    int again = 0;
+    const char *core = openblas_get_corename();
+    if (!getenv("OPENBLAS_CORETYPE") && core && (!strcmp(core, "Prescott") || !strcmp(core, "Nehalem")) &&
+        __builtin_cpu_supports("avx512f")) {
+        setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        again = 1;
+    } else if (!getenv("OPENBLAS_CORETYPE") && core && !strcmp(core, "Prescott") && __builtin_cpu_supports("avx2")) {
+        setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+        again = 1;
+    }
+    if (!getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        again = 1;
+    }
+    if (again) {
+        setenv("LL_NO_REEXEC", "1", 1);
+        execv("/proc/self/exe", argv);
+        /* exec failed: carry on with whatever the library picked */
+    }
+}
+
+const char *ll_blas_core(void) {
+    const char *c = openblas_get_corename();
+    return c ? c : "unknown";
+}

@@ -79,7 +79,7 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
         k->amask = NULL;
         if (p->train && hp->act_dropout > 0) {
             k->hd = ll_buf(m, (size_t)N * F);
-            be->upload(be, k->hd, k->h, (size_t)N * F * sizeof(real)); /* device copy */
+            be->copy(be, k->hd, k->h, (size_t)N * F * sizeof(real));
             k->amask = mask_buf(m, (size_t)N * F);
             ll_site_rng(&r, p, layer, SITE_ACT);
             be->dropout_fwd(be, k->hd, k->amask, (size_t)N * F, hp->act_dropout, &r, 0);

@@ -174,3 +174,12 @@ double ll_model_loss(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng
     run(m, b, seed, rng_step, train, 0, &s);
     return s.loss;
 }
+
+real *ll_model_logprobs(ll_model *m, const ll_batch *b) {
+    ll_pass enc, dec;
+    prepare(m, b);
+    make_passes(m, b, 0, 0, 0, &enc, &dec);
+    real *logits = forward(m, b, &enc, &dec);
+    m->be->log_softmax(m->be, logits, b->B * b->T, m->hp.V);
+    return logits;
+}

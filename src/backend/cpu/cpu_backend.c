@@ -187,6 +187,7 @@ static ll_backend g_cpu = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .memset0 = cpu_memset0,
+    .copy = cpu_copy,
     .sync = cpu_sync,
     .gemm = cpu_gemm,
     .layernorm_fwd = cpu_layernorm_fwd,

@@ -129,6 +129,12 @@ static void cu_memset0(ll_backend *be, void *p, size_t bytes) {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, im->stream));
 }
 
+static void cu_copy(ll_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0) return;
+    cuda_impl *im = enter(be);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, im->stream));
+}
+
 static void cu_sync(ll_backend *be) {
     cuda_impl *im = enter(be);
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
@@ -250,6 +256,7 @@ ll_backend *ll_backend_cuda(int device) {
     be->upload = cu_upload;
     be->download = cu_download;
     be->memset0 = cu_memset0;
+    be->copy = cu_copy;
     be->sync = cu_sync;
     be->gemm = cu_gemm;
     be->layernorm_fwd = cu_layernorm_fwd;

@@ -1,0 +1,162 @@
+/* Incremental decoding with a key/value cache (fairseq's incremental_state):
+ * the same math as the training forward with dropout off, one position at a
+ * time.  tests/test_decode_cache.c checks it against full recomputation. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+static void norm(ll_model *m, real *out, const real *x, size_t w, size_t b, int N) {
+    real *mean = ll_buf(m, N), *rstd = ll_buf(m, N);
+    m->be->layernorm_fwd(m->be, out, mean, rstd, x, m->params + w, m->params + b, N, m->hp.C);
+}
+
+ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam,
+                              int max_T) {
+    ll_backend *be = m->be;
+    const ll_hparams *hp = &m->hp;
+    const int C = hp->C, N = B * beam;
+    ll_dec_state *d = ll_calloc(1, sizeof *d);
+    *d = (ll_dec_state){.N = N, .B = B, .S = S, .beam = beam, .max_T = max_T, .t = 0};
+    d->row_src_len = ll_calloc(N, sizeof(int));
+    d->key_len = ll_calloc(N, sizeof(int));
+    for (int n = 0; n < N; n++) d->row_src_len[n] = src_len[n / beam];
+    d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
+    d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
+
+    /* encoder: the training forward's blocks with train = 0 */
+    ll_arena_reset(&m->arena);
+    ll_block *blocks = ll_arena_alloc(&m->arena, sizeof(ll_block) * (2 * hp->Le + 1));
+    ll_pass p = {.B = B, .T = S, .S = S, .self_len = src_len, .src_len = src_len, .train = 0, .stack = 0};
+    real *x = ll_buf(m, (size_t)B * S * C);
+    be->embed_fwd(be, x, src, m->params + m->enc_emb, m->pos_table, LL_PAD + 1, sqrt((real)C), B * S, S, C, LL_PAD);
+    for (int l = 0, i = 0; l < hp->Le; l++) {
+        const ll_layer_offsets *L = &m->enc[l];
+        blocks[i] = (ll_block){.kind = SUB_SELF, .ln_w = L->ln1_w, .ln_b = L->ln1_b, .L = L, .x = x};
+        ll_block_fwd(m, &blocks[i], &p, l);
+        x = blocks[i++].y;
+        blocks[i] = (ll_block){.kind = SUB_FFN, .ln_w = L->ln3_w, .ln_b = L->ln3_b, .L = L, .x = x};
+        ll_block_fwd(m, &blocks[i], &p, l);
+        x = blocks[i++].y;
+    }
+    real *enc_out = x;
+    if (!hp->post_norm) {
+        enc_out = ll_buf(m, (size_t)B * S * C);
+        norm(m, enc_out, x, m->enc_ln_w, m->enc_ln_b, B * S);
+    }
+    /* cross-attention keys/values, projected once and copied to every beam row */
+    real *kv = ll_buf(m, (size_t)B * S * 2 * C);
+    const size_t row_kv = (size_t)S * 2 * C;
+    for (int l = 0; l < hp->Ld; l++) {
+        const ll_layer_offsets *L = &m->dec[l];
+        ll_linear_fwd(m, kv, enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b);
+        d->cross_kv[l] = be->alloc(be, (size_t)N * row_kv * sizeof(real));
+        for (int n = 0; n < N; n++)
+            be->copy(be, d->cross_kv[l] + n * row_kv, kv + (n / beam) * row_kv, row_kv * sizeof(real));
+        d->self_kv[l] = be->alloc(be, (size_t)N * max_T * 2 * C * sizeof(real));
+    }
+    d->scratch_kv = be->alloc(be, (size_t)N * (max_T > S ? max_T : S) * 2 * C * sizeof(real));
+    ll_arena_reset(&m->arena);
+    return d;
+}
+
+/* y = x + Sub(LN(x)) (pre-norm) or LN(x + Sub(x)) (post-norm); s holds Sub's output. */
+static real *residual(ll_model *m, const real *x, real *s, size_t ln_w, size_t ln_b, int N) {
+    real *y = ll_buf(m, (size_t)N * m->hp.C);
+    m->be->add(m->be, y, x, s, (size_t)N * m->hp.C);
+    if (m->hp.post_norm) {
+        real *z = ll_buf(m, (size_t)N * m->hp.C);
+        norm(m, z, y, ln_w, ln_b, N);
+        return z;
+    }
+    return y;
+}
+
+static const real *sub_input(ll_model *m, const real *x, size_t ln_w, size_t ln_b, int N) {
+    if (m->hp.post_norm) return x;
+    real *u = ll_buf(m, (size_t)N * m->hp.C);
+    norm(m, u, x, ln_w, ln_b, N);
+    return u;
+}
+
+void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real *logp) {
+    ll_backend *be = m->be;
+    const ll_hparams *hp = &m->hp;
+    const int C = hp->C, H = hp->H, Dh = C / H, N = d->N, t = d->t;
+    if (t >= d->max_T) ll_die("decode: step %d exceeds the cache capacity %d", t, d->max_T);
+    if (t + LL_PAD + 1 >= hp->max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
+    ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+    for (int n = 0; n < N; n++) d->key_len[n] = t + 1;
+    real *x = ll_buf(m, (size_t)N * C);
+    be->embed_fwd(be, x, prev_tok, m->params + m->dec_emb, m->pos_table, LL_PAD + 1 + t, sqrt((real)C), N, 1, C,
+                  LL_PAD);
+    real *qkv = ll_buf(m, (size_t)N * 3 * C), *ctx = ll_buf(m, (size_t)N * C), *s = ll_buf(m, (size_t)N * C);
+    real *probs = ll_buf(m, (size_t)N * H * (d->max_T > d->S ? d->max_T : d->S));
+    for (int l = 0; l < hp->Ld; l++) {
+        const ll_layer_offsets *L = &m->dec[l];
+        /* self-attention over the cache */
+        const real *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
+        ll_linear_fwd(m, qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b);
+        real *cache = d->self_kv[l];
+        for (int n = 0; n < N; n++)
+            be->copy(be, cache + ((size_t)n * d->max_T + t) * 2 * C, qkv + (size_t)n * 3 * C + C,
+                       2 * C * sizeof(real));
+        be->attention_fwd(be, ctx, probs, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H,
+                          Dh, 0, 0, NULL);
+        ll_linear_fwd(m, s, ctx, N, C, C, L->o_w, L->o_b);
+        x = residual(m, x, s, L->ln1_w, L->ln1_b, N);
+        /* cross-attention */
+        u = sub_input(m, x, L->ln2_w, L->ln2_b, N);
+        real *q = ll_buf(m, (size_t)N * C);
+        ll_linear_fwd(m, q, u, N, C, C, L->cq_w, L->cq_b);
+        be->attention_fwd(be, ctx, probs, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->row_src_len, N,
+                          1, d->S, H, Dh, 0, 0, NULL);
+        ll_linear_fwd(m, s, ctx, N, C, C, L->co_w, L->co_b);
+        x = residual(m, x, s, L->ln2_w, L->ln2_b, N);
+        /* FFN */
+        u = sub_input(m, x, L->ln3_w, L->ln3_b, N);
+        real *h = ll_buf(m, (size_t)N * hp->F);
+        ll_linear_fwd(m, h, u, N, C, hp->F, L->fc1_w, L->fc1_b);
+        be->relu_fwd(be, h, (size_t)N * hp->F);
+        ll_linear_fwd(m, s, h, N, hp->F, C, L->fc2_w, L->fc2_b);
+        x = residual(m, x, s, L->ln3_w, L->ln3_b, N);
+    }
+    if (!hp->post_norm) {
+        real *z = ll_buf(m, (size_t)N * C);
+        norm(m, z, x, m->dec_ln_w, m->dec_ln_b, N);
+        x = z;
+    }
+    be->gemm(be, 0, 1, N, hp->V, C, 1, x, C, m->params + m->out_proj, C, 0, logp, hp->V);
+    be->log_softmax(be, logp, N, hp->V);
+    d->t++;
+    ll_arena_release(&m->arena, mk);
+}
+
+void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
+    ll_backend *be = m->be;
+    /* cross K/V are per sentence, so rows may only move within their sentence */
+    for (int n = 0; n < d->N; n++)
+        if (from[n] / d->beam != n / d->beam) ll_die("decode: reorder moves row %d across sentences", from[n]);
+    const int C = m->hp.C;
+    const size_t row = (size_t)d->max_T * 2 * C, used = (size_t)d->t * 2 * C;
+    for (int l = 0; l < m->hp.Ld; l++) {
+        real *c = d->self_kv[l];
+        for (int n = 0; n < d->N; n++) be->copy(be, d->scratch_kv + n * row, c + from[n] * row, used * sizeof(real));
+        for (int n = 0; n < d->N; n++) be->copy(be, c + n * row, d->scratch_kv + n * row, used * sizeof(real));
+    }
+}
+
+void ll_decode_end(ll_model *m, ll_dec_state *d) {
+    if (!d) return;
+    for (int l = 0; l < m->hp.Ld; l++) {
+        m->be->free(m->be, d->self_kv[l]);
+        m->be->free(m->be, d->cross_kv[l]);
+    }
+    m->be->free(m->be, d->scratch_kv);
+    free(d->self_kv);
+    free(d->cross_kv);
+    free(d->row_src_len);
+    free(d->key_len);
+    free(d);
+}
