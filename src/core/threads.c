@@ -15,7 +15,8 @@ void ll_set_threads(int n) {
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif
-    openblas_set_num_threads(n);
+    /* OpenBLAS stays single-threaded: cpu_gemm splits work over our OpenMP threads */
+    openblas_set_num_threads(1);
 }
 
 int ll_get_threads(void) { return g_threads; }

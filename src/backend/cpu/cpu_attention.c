@@ -39,6 +39,7 @@ void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, c
                 for (int j = 0; j < lim; j++) {
                     const real *kj = k + ((size_t)b * Tk + j) * kv_stride + h * Dh;
                     real s = 0;
+#pragma omp simd reduction(+ : s)
                     for (int d = 0; d < Dh; d++) s += qi[d] * kj[d];
                     s *= scale;
                     Pi[j] = s;
@@ -59,6 +60,7 @@ void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, c
                     if (M) p = M[(size_t)i * Tk + j] ? p * keep_scale : 0;
                     if (p == 0) continue;
                     const real *vj = v + ((size_t)b * Tk + j) * kv_stride + h * Dh;
+#pragma omp simd
                     for (int d = 0; d < Dh; d++) o[d] += p * vj[d];
                 }
             }
@@ -99,6 +101,7 @@ void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real 
                         real g = 0;
                         if (m != 0) {
                             real pm = Pi[j] * m;
+#pragma omp simd reduction(+ : g)
                             for (int d = 0; d < Dh; d++) {
                                 g += go[d] * vj[d];
                                 dvj[d] += pm * go[d];
@@ -113,6 +116,7 @@ void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real 
                         real ds = Pi[j] * (dP[j] - dot) * scale;
                         const real *kj = k + ((size_t)b * Tk + j) * kv_stride + h * Dh;
                         real *dkj = dk + ((size_t)b * Tk + j) * kv_stride + h * Dh;
+#pragma omp simd
                         for (int d = 0; d < Dh; d++) {
                             dqi[d] += ds * kj[d];
                             dkj[d] += ds * qi[d];

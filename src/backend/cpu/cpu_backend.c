@@ -45,12 +45,45 @@ static void cpu_memset0(ll_backend *be, void *p, size_t bytes) {
 }
 static void cpu_sync(ll_backend *be) { (void)be; }
 
+/* OpenBLAS runs single-threaded (ll_set_threads); we split C over our OpenMP
+ * threads instead, so one thread pool serves gemms and element-wise ops and
+ * nothing spins between calls (bench/RESULTS.md has the measurements). */
+static void gemm_serial(int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda, const real *B,
+                        int ldb, real beta, real *C, int ldc) {
+    CBLAS_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+               lda, B, ldb, beta, C, ldc);
+}
+
 static void cpu_gemm(ll_backend *be, int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda,
                      const real *B, int ldb, real beta, real *C, int ldc) {
     (void)be;
     if (M == 0 || N == 0) return;
-    CBLAS_GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-               lda, B, ldb, beta, C, ldc);
+    int nt = ll_get_threads();
+    if (nt <= 1 || (double)M * N * K < 1e6) {
+        gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    /* split the larger of M and N into nt slices, 64-aligned where possible */
+    int split_m = M >= N;
+    int D = split_m ? M : N;
+#pragma omp parallel num_threads(nt)
+    {
+        int i0, i1;
+        thread_slice(D, &i0, &i1);
+        if (D >= 64 * nt) { /* align slice boundaries for the kernels */
+            i0 = i0 / 16 * 16;
+            i1 = (i1 == D) ? D : i1 / 16 * 16;
+        }
+        int n = i1 - i0;
+        if (n > 0) {
+            if (split_m)
+                gemm_serial(ta, tb, n, N, K, alpha, ta ? A + i0 : A + (size_t)i0 * lda, lda, B, ldb, beta,
+                            C + (size_t)i0 * ldc, ldc);
+            else
+                gemm_serial(ta, tb, M, n, K, alpha, A, lda, tb ? B + (size_t)i0 * ldb : B + i0, ldb, beta, C + i0,
+                            ldc);
+        }
+    }
 }
 
 static void cpu_embed_fwd(ll_backend *be, real *out, const int32_t *tok, const real *emb, const real *pos,

@@ -18,9 +18,11 @@ void cpu_layernorm_fwd(ll_backend *be, real *out, real *mean, real *rstd, const 
         const real *xr = x + (size_t)r * C;
         real *o = out + (size_t)r * C;
         real m = 0;
+#pragma omp simd reduction(+ : m)
         for (int c = 0; c < C; c++) m += xr[c];
         m /= C;
         real v = 0;
+#pragma omp simd reduction(+ : v)
         for (int c = 0; c < C; c++) {
             real d = xr[c] - m;
             v += d * d;
@@ -46,6 +48,7 @@ void cpu_layernorm_bwd(ll_backend *be, real *dx, real *dw, real *db, const real 
             real *d = dx + (size_t)r * C;
             real m = mean[r], s = rstd[r];
             real sum_g = 0, sum_gx = 0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
             for (int c = 0; c < C; c++) {
                 real xh = (xr[c] - m) * s, gw = g[c] * w[c];
                 sum_g += gw;
