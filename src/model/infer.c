@@ -160,3 +160,27 @@ void ll_decode_end(ll_model *m, ll_dec_state *d) {
     free(d->key_len);
     free(d);
 }
+
+void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep) {
+    ll_backend *be = m->be;
+    const int C = m->hp.C, beam = d->beam;
+    const size_t srow = (size_t)d->max_T * 2 * C, crow = (size_t)d->S * 2 * C, used = (size_t)d->t * 2 * C;
+    for (int j = 0; j < n_keep; j++) {
+        const int b = keep[j];
+        if (b >= d->B || (j > 0 && b <= keep[j - 1]) || b < j)
+            ll_die("decode: compact needs ascending sentence indices below %d", d->B);
+        if (b == j) continue;
+        /* ascending keep: destination rows lie below their sources, so each copy
+         * reads a row that is not overwritten before it is read */
+        for (int r = 0; r < beam; r++) {
+            const int to = j * beam + r, from = b * beam + r;
+            for (int l = 0; l < m->hp.Ld; l++) {
+                be->copy(be, d->self_kv[l] + to * srow, d->self_kv[l] + from * srow, used * sizeof(real));
+                be->copy(be, d->cross_kv[l] + to * crow, d->cross_kv[l] + from * crow, crow * sizeof(real));
+            }
+            d->row_src_len[to] = d->row_src_len[from];
+        }
+    }
+    d->B = n_keep;
+    d->N = n_keep * beam;
+}

@@ -24,10 +24,10 @@ void ll_linear_fwd(ll_model *m, real *y, const real *x, int N, int in, int out, 
     if (b) be->bias_fwd(be, y, m->params + b, N, out);
 }
 
-void ll_linear_bwd(ll_model *m, real *dx, const real *dy, const real *x, int N, int in, int out, size_t w,
-                   size_t b) {
+void ll_linear_bwd(ll_model *m, real *dx, real dx_beta, const real *dy, const real *x, int N, int in, int out,
+                   size_t w, size_t b) {
     ll_backend *be = m->be;
-    if (dx) be->gemm(be, 0, 0, N, in, out, 1, dy, out, m->params + w, in, 1, dx, in);
+    if (dx) be->gemm(be, 0, 0, N, in, out, 1, dy, out, m->params + w, in, dx_beta, dx, in);
     be->gemm(be, 1, 0, out, in, N, 1, dy, out, x, in, 1, m->grads + w, in);
     if (b) be->bias_bwd(be, m->grads + b, dy, N, out);
 }
@@ -90,8 +90,8 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
     }
 }
 
-/* din += dSub/din^T ds (ds may be clobbered). */
-static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, real *ds, real *din) {
+/* din = din_beta * din + dSub/din^T ds (ds may be clobbered). */
+static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, real *ds, real *din, real din_beta) {
     ll_backend *be = m->be;
     const ll_hparams *hp = &m->hp;
     const int C = hp->C, H = hp->H, Dh = C / H, N = p->B * p->T;
@@ -99,32 +99,32 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
     const ll_layer_offsets *L = k->L;
     switch (k->kind) {
     case SUB_SELF: {
-        real *dctx = ll_zeros(m, (size_t)N * C);
-        ll_linear_bwd(m, dctx, ds, k->ctx, N, C, C, L->o_w, L->o_b);
+        real *dctx = ll_buf(m, (size_t)N * C);
+        ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->o_w, L->o_b);
         real *dqkv = ll_zeros(m, (size_t)N * 3 * C);
         be->attention_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dctx, k->probs, k->pmask, k->qkv, 3 * C, k->qkv + C,
                           k->qkv + 2 * C, 3 * C, p->B, p->T, p->T, H, Dh, ad);
-        ll_linear_bwd(m, din, dqkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
+        ll_linear_bwd(m, din, din_beta, dqkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
         break;
     }
     case SUB_CROSS: {
         const int Ns = p->B * p->S;
-        real *dctx = ll_zeros(m, (size_t)N * C);
-        ll_linear_bwd(m, dctx, ds, k->ctx, N, C, C, L->co_w, L->co_b);
+        real *dctx = ll_buf(m, (size_t)N * C);
+        ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->co_w, L->co_b);
         real *dq = ll_zeros(m, (size_t)N * C), *dkv = ll_zeros(m, (size_t)Ns * 2 * C);
         be->attention_bwd(be, dq, dkv, dkv + C, dctx, k->probs, k->pmask, k->q, C, k->kv, k->kv + C, 2 * C, p->B,
                           p->T, p->S, H, Dh, ad);
-        ll_linear_bwd(m, din, dq, in, N, C, C, L->cq_w, L->cq_b);
-        ll_linear_bwd(m, p->d_enc_out, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
+        ll_linear_bwd(m, din, din_beta, dq, in, N, C, C, L->cq_w, L->cq_b);
+        ll_linear_bwd(m, p->d_enc_out, 1, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
         break;
     }
     case SUB_FFN: {
         const int F = hp->F;
-        real *dh = ll_zeros(m, (size_t)N * F);
-        ll_linear_bwd(m, dh, ds, k->hd, N, F, C, L->fc2_w, L->fc2_b);
+        real *dh = ll_buf(m, (size_t)N * F);
+        ll_linear_bwd(m, dh, 0, ds, k->hd, N, F, C, L->fc2_w, L->fc2_b);
         if (k->amask) be->dropout_bwd(be, dh, k->amask, (size_t)N * F, hp->act_dropout);
         be->relu_bwd(be, dh, k->h, (size_t)N * F);
-        ll_linear_bwd(m, din, dh, in, N, C, F, L->fc1_w, L->fc1_b);
+        ll_linear_bwd(m, din, din_beta, dh, in, N, C, F, L->fc1_w, L->fc1_b);
         break;
     }
     }
@@ -179,11 +179,11 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx
     }
     if (k->mask) be->dropout_bwd(be, ds, k->mask, n, m->hp.dropout);
     if (!m->hp.post_norm) {
-        real *du = ll_zeros(m, n);
-        sub_bwd(m, k, p, k->u, ds, du);
+        real *du = ll_buf(m, n);
+        sub_bwd(m, k, p, k->u, ds, du, 0);
         be->layernorm_bwd(be, dx, m->grads + k->ln_w, m->grads + k->ln_b, du, k->x, m->params + k->ln_w, k->mean,
                           k->rstd, N, C);
     } else {
-        sub_bwd(m, k, p, k->x, ds, dx);
+        sub_bwd(m, k, p, k->x, ds, dx, 1);
     }
 }

@@ -62,10 +62,11 @@ void ll_block_fwd(ll_model *m, ll_block *blk, const ll_pass *p, int layer);
 /* dx += d(block)/dx^T dy.  dy may be overwritten. */
 void ll_block_bwd(ll_model *m, ll_block *blk, const ll_pass *p, real *dy, real *dx);
 
-/* y[N,out] = x[N,in] W^T + b ; backward accumulates dx (if non-NULL), dW, db. */
+/* y[N,out] = x[N,in] W^T + b ; backward accumulates dW, db and dx (if non-NULL):
+ * dx = dx_beta * dx + dy W, so dx_beta = 0 writes a fresh (uninitialised) buffer. */
 void ll_linear_fwd(ll_model *m, real *y, const real *x, int N, int in, int out, size_t w, size_t b);
-void ll_linear_bwd(ll_model *m, real *dx, const real *dy, const real *x, int N, int in, int out, size_t w,
-                   size_t b);
+void ll_linear_bwd(ll_model *m, real *dx, real dx_beta, const real *dy, const real *x, int N, int in, int out,
+                   size_t w, size_t b);
 
 real *ll_zeros(ll_model *m, size_t n); /* zeroed arena buffer */
 real *ll_buf(ll_model *m, size_t n);   /* uninitialised arena buffer */

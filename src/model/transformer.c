@@ -125,8 +125,8 @@ static void backward(ll_model *m, const ll_batch *b, ll_pass *enc, ll_pass *dec)
     const ll_hparams *hp = &m->hp;
     const int C = hp->C, Ns = b->B * b->S, Nt = b->B * b->T;
     /* logits = dec_out E^T */
-    real *d_dec_out = ll_zeros(m, (size_t)Nt * C);
-    be->gemm(be, 0, 0, Nt, C, hp->V, 1, st->logits, hp->V, m->params + m->out_proj, C, 1, d_dec_out, C);
+    real *d_dec_out = ll_buf(m, (size_t)Nt * C);
+    be->gemm(be, 0, 0, Nt, C, hp->V, 1, st->logits, hp->V, m->params + m->out_proj, C, 0, d_dec_out, C);
     be->gemm(be, 1, 0, hp->V, C, Nt, 1, st->logits, hp->V, st->dec_out, C, 1, m->grads + m->out_proj, C);
     real *d_dec_top = d_dec_out;
     if (!hp->post_norm) {

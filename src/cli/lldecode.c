@@ -1,0 +1,329 @@
+/* lldecode: translate text with a trained model by beam search.
+ *
+ *   lldecode --model M [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
+ *            [--max-len-a A] [--max-len-b B] [--min-len L] [--max-tokens T] [--max-sentences S]
+ *            [--format text|fairseq] [--raw-ids] [--target-lang L] [--threads N] [--quiet]
+ *
+ * One output line per input line in text format (docs/decoding.md has the
+ * formats).  --output is written atomically, so an error leaves no file.
+ * Errors: one line on stderr, exit status 1. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ll/checkpoint.h"
+#include "ll/config.h"
+#include "ll/core.h"
+#include "ll/decode.h"
+#include "ll/train.h"
+
+#define CHUNK_LINES 20000 /* lines translated together (sorted and batched within a chunk) */
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: lldecode --model FILE [options]\n"
+            "  --beam K           beam size (default: the model's decode.beam, else 5); 1 = greedy\n"
+            "  --lenpen A         length penalty: score = logprob / len^A (default: decode.lenpen, else 1.0)\n"
+            "  --input F|-        source text, one sentence per line (default: stdin)\n"
+            "  --output F|-       translations (default: stdout); a file is written atomically\n"
+            "  --nbest N          hypotheses per sentence, N <= beam (default 1)\n"
+            "  --max-len-a A      max output length = A * src_len + B, src_len incl. EOS (default 0)\n"
+            "  --max-len-b B      (default 200); capped at model.max_positions - 1\n"
+            "  --min-len L        EOS is not allowed before step L (default 1)\n"
+            "  --max-tokens T     source tokens per batch, padded (default 4096)\n"
+            "  --max-sentences S  sentences per batch (default 256 / beam)\n"
+            "  --format F         text (default) or fairseq (S-/H-/D-/P- lines, base-2 scores)\n"
+            "  --raw-ids          read and write space-separated token ids instead of text\n"
+            "  --target-lang L    target language (models with language tags)\n"
+            "  --threads N        CPU threads (default: all cores)\n"
+            "  --quiet            no summary or warnings on stderr\n");
+}
+
+/* An atomically written --output; removed by the exit handler unless committed. */
+static ll_atomic_file g_out;
+static int g_out_open;
+static void abort_output(void) {
+    if (g_out_open) ll_atomic_abort(&g_out);
+    g_out_open = 0;
+}
+
+static long parse_int(const char *flag, const char *s, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        ll_die("%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+    return v;
+}
+
+static double parse_real(const char *flag, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        ll_die("%s: expected a number in [%g, %g], got '%s'", flag, lo, hi, s);
+    return v;
+}
+
+typedef struct {
+    const char *model, *input, *output, *format, *target_lang;
+    long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads;
+    double lenpen, max_len_a;
+    int raw_ids, quiet;
+} opts;
+
+/* "id id id" -> ids with EOS appended (unless already last); 0 for a blank line. */
+static int parse_ids(const char *line, long lineno, const char *input, int V, int max_src, int32_t **ids, int *cap,
+                     int *truncated) {
+    int n = 0;
+    *truncated = 0;
+    for (const char *p = line;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || (*end && *end != ' ' && *end != '\t') || v < 0 || v >= V)
+            ll_die("%s:%ld: bad token id '%.*s' (ids are integers in [0, %d))", input, lineno,
+                   (int)strcspn(p, " \t"), p, V);
+        if (n + 2 > *cap) *ids = ll_realloc(*ids, sizeof(int32_t) * (*cap = 2 * (n + 2)));
+        (*ids)[n++] = (int32_t)v;
+        p = end;
+    }
+    if (n == 0) return 0;
+    if ((*ids)[n - 1] != LL_EOS) (*ids)[n++] = LL_EOS;
+    if (n > max_src) {
+        (*ids)[max_src - 1] = LL_EOS;
+        n = max_src;
+        *truncated = 1;
+    }
+    return n;
+}
+
+/* Tokens without the final EOS: pieces ("▁The ▁cat") or ids ("57 12"). */
+static void put_tokens(FILE *f, const ll_spm *spm, const int32_t *t, int n, int as_ids) {
+    if (n > 0 && t[n - 1] == LL_EOS) n--;
+    for (int i = 0; i < n; i++) {
+        if (i) fputc(' ', f);
+        const char *p = as_ids ? NULL : ll_spm_id_piece(spm, t[i]);
+        if (p)
+            fputs(p, f);
+        else
+            fprintf(f, "%d", t[i]);
+    }
+}
+
+static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_translation *t, long first) {
+    const double ln2 = log(2.0);
+    for (int i = 0; i < t->n; i++) {
+        const long id = first + i;
+        const ll_nbest *r = &t->hyps[i];
+        if (!strcmp(o->format, "fairseq")) {
+            fprintf(f, "S-%ld\t", id);
+            put_tokens(f, spm, t->src[i], t->src_len[i], o->raw_ids);
+            fputc('\n', f);
+            if (r->n == 0) fprintf(f, "H-%ld\t%.6f\t\nD-%ld\t%.6f\t\nP-%ld\t\n", id, 0.0, id, 0.0, id);
+            for (int h = 0; h < r->n; h++) {
+                const ll_hypo *y = &r->h[h];
+                char *detok = ll_spm_decode(spm, y->tokens, y->len);
+                fprintf(f, "H-%ld\t%.6f\t", id, y->score / ln2);
+                put_tokens(f, spm, y->tokens, y->len, o->raw_ids);
+                fprintf(f, "\nD-%ld\t%.6f\t%s\nP-%ld\t", id, y->score / ln2, detok, id);
+                for (int k = 0; k < y->len; k++) fprintf(f, k ? " %.4f" : "%.4f", y->pos_scores[k] / ln2);
+                fputc('\n', f);
+                free(detok);
+            }
+        } else if (o->nbest > 1) {
+            /* Marian/Moses n-best: "i ||| hypothesis ||| score", score in base 2 */
+            if (r->n == 0) fprintf(f, "%ld |||  ||| %.6f\n", id, 0.0);
+            for (int h = 0; h < r->n; h++) {
+                const ll_hypo *y = &r->h[h];
+                fprintf(f, "%ld ||| ", id);
+                if (o->raw_ids) {
+                    put_tokens(f, spm, y->tokens, y->len, 1);
+                } else {
+                    char *detok = ll_spm_decode(spm, y->tokens, y->len);
+                    fputs(detok, f);
+                    free(detok);
+                }
+                fprintf(f, " ||| %.6f\n", y->score / ln2);
+            }
+        } else if (o->raw_ids) {
+            if (r->n) put_tokens(f, spm, r->h[0].tokens, r->h[0].len, 1);
+            fputc('\n', f);
+        } else {
+            fprintf(f, "%s\n", t->best[i]);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    ll_cpu_setup(argv);
+    ll_set_progname("lldecode");
+    opts o = {.input = "-", .output = "-", .format = "text", .beam = -1, .nbest = 1, .max_len_b = 200,
+              .min_len = 1, .max_tokens = 4096, .lenpen = NAN};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--raw-ids")) {
+            o.raw_ids = 1;
+        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            o.quiet = 1;
+        } else if (!v) {
+            ll_die("unknown or incomplete argument '%s' (see lldecode --help)", a);
+        } else if (!strcmp(a, "--model")) {
+            o.model = v;
+        } else if (!strcmp(a, "--input")) {
+            o.input = v;
+        } else if (!strcmp(a, "--output")) {
+            o.output = v;
+        } else if (!strcmp(a, "--format")) {
+            if (strcmp(v, "text") && strcmp(v, "fairseq")) ll_die("--format: expected text or fairseq, got '%s'", v);
+            o.format = v;
+        } else if (!strcmp(a, "--target-lang")) {
+            o.target_lang = v;
+        } else if (!strcmp(a, "--beam")) {
+            o.beam = parse_int(a, v, 1, 1024);
+        } else if (!strcmp(a, "--nbest")) {
+            o.nbest = parse_int(a, v, 1, 1024);
+        } else if (!strcmp(a, "--lenpen")) {
+            o.lenpen = parse_real(a, v, -100, 100);
+        } else if (!strcmp(a, "--max-len-a")) {
+            o.max_len_a = parse_real(a, v, 0, 1e6);
+        } else if (!strcmp(a, "--max-len-b")) {
+            o.max_len_b = parse_int(a, v, 0, 1000000);
+        } else if (!strcmp(a, "--min-len")) {
+            o.min_len = parse_int(a, v, 0, 1000000);
+        } else if (!strcmp(a, "--max-tokens")) {
+            o.max_tokens = parse_int(a, v, 1, 1L << 30);
+        } else if (!strcmp(a, "--max-sentences")) {
+            o.max_sents = parse_int(a, v, 1, 1L << 20);
+        } else if (!strcmp(a, "--threads")) {
+            o.threads = parse_int(a, v, 0, 4096);
+        } else {
+            ll_die("unknown argument '%s' (see lldecode --help)", a);
+        }
+        if (strcmp(a, "--raw-ids") && strcmp(a, "--quiet") && strcmp(a, "-q")) i++;
+    }
+    if (!o.model) ll_die("--model FILE is required (see lldecode --help)");
+    if (o.quiet) ll_verbosity = 0;
+    ll_set_threads(o.threads > 0 ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+
+    ll_ckpt *k = ll_ckpt_open(o.model);
+    if (!k) ll_die("%s", ll_errbuf());
+    ll_config cfg;
+    ll_model *m = ll_model_from_file(k, o.model, ll_backend_cpu(), &cfg);
+    if (!m) ll_die("%s", ll_errbuf());
+    size_t vlen = 0;
+    const void *vocab = ll_ckpt_vocab(k, &vlen);
+    ll_spm *spm = ll_spm_load_bytes(vocab, vlen);
+    if (!spm) ll_die("%s: no usable vocabulary in the model file", o.model);
+    ll_ckpt_close(k); /* parameters were copied into the model */
+
+    ll_translate_opts to = {.max_tokens = (int)o.max_tokens, .max_sents = (int)o.max_sents};
+    ll_search_opts_default(&to.search);
+    to.search.beam = o.beam > 0 ? (int)o.beam : cfg.beam > 0 ? cfg.beam : 5;
+    to.search.lenpen = !isnan(o.lenpen) ? o.lenpen : cfg.lenpen;
+    to.search.max_len_a = o.max_len_a;
+    to.search.max_len_b = (int)o.max_len_b;
+    to.search.min_len = (int)o.min_len;
+    if (o.nbest > to.search.beam) ll_die("--nbest %ld: must not exceed the beam size %d", o.nbest, to.search.beam);
+    to.search.nbest = (int)o.nbest;
+    if (ll_decode_bos(&cfg, spm, o.target_lang, &to.search.bos)) ll_die("%s", ll_errbuf());
+
+    FILE *in = stdin;
+    const char *in_name = strcmp(o.input, "-") ? o.input : "<stdin>";
+    if (strcmp(o.input, "-") && !(in = fopen(o.input, "rb"))) ll_die("%s: cannot open: %s", o.input, strerror(errno));
+    FILE *out = stdout;
+    if (strcmp(o.output, "-")) {
+        if (ll_atomic_open(&g_out, o.output)) ll_die("%s", ll_errbuf());
+        g_out_open = 1;
+        atexit(abort_output);
+        out = g_out.f;
+    }
+
+    char *line = NULL;
+    size_t line_cap = 0;
+    char **lines = ll_calloc(CHUNK_LINES, sizeof(char *));
+    long lineno = 0, n_trunc = 0, first_trunc = -1;
+    ll_translate_stats total = {0};
+    int32_t *ids = NULL;
+    int ids_cap = 0;
+    for (int eof = 0; !eof;) {
+        int n = 0;
+        while (n < CHUNK_LINES) {
+            ssize_t got = getline(&line, &line_cap, in);
+            if (got < 0) {
+                if (ferror(in)) ll_die("%s: read error: %s", in_name, strerror(errno));
+                eof = 1;
+                break;
+            }
+            while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
+            if (memchr(line, 0, got)) ll_die("%s:%ld: NUL byte in the input", in_name, lineno + n + 1);
+            lines[n++] = ll_strdup(line);
+        }
+        if (n == 0) break;
+        ll_translation t;
+        if (o.raw_ids) {
+            t = (ll_translation){.n = n, .first_truncated = -1};
+            t.src = ll_calloc(n, sizeof(int32_t *));
+            t.src_len = ll_calloc(n, sizeof(int));
+            for (int i = 0; i < n; i++) {
+                int tr;
+                int len = parse_ids(lines[i], lineno + i + 1, in_name, m->hp.V, m->hp.max_pos, &ids, &ids_cap, &tr);
+                if (tr && t.n_truncated++ == 0) t.first_truncated = i;
+                t.src_len[i] = len;
+                if (len) {
+                    t.src[i] = ll_malloc(sizeof(int32_t) * len);
+                    memcpy(t.src[i], ids, sizeof(int32_t) * len);
+                }
+            }
+            ll_translation_run(m, spm, &to, &t);
+        } else if (ll_translate_lines(m, spm, (const char *const *)lines, n, &to, &t)) {
+            ll_die("%s: %s", in_name, ll_errbuf());
+        }
+        if (t.n_truncated && first_trunc < 0) first_trunc = lineno + t.first_truncated + 1;
+        n_trunc += t.n_truncated;
+        write_chunk(out, &o, spm, &t, lineno);
+        if (ferror(out)) ll_die("%s: write error", strcmp(o.output, "-") ? o.output : "<stdout>");
+        total.sents += t.stats.sents;
+        total.batches += t.stats.batches;
+        total.src_tokens += t.stats.src_tokens;
+        total.out_tokens += t.stats.out_tokens;
+        total.seconds += t.stats.seconds;
+        ll_translation_free(&t);
+        for (int i = 0; i < n; i++) free(lines[i]);
+        lineno += n;
+    }
+    if (in != stdin) fclose(in);
+    if (g_out_open) {
+        g_out_open = 0;
+        if (ll_atomic_commit(&g_out)) ll_die("%s", ll_errbuf());
+    } else if (fflush(stdout) != 0) {
+        ll_die("<stdout>: write error: %s", strerror(errno));
+    }
+    if (n_trunc && !o.quiet)
+        fprintf(stderr, "lldecode: warning: %ld input lines were longer than model.max_positions = %d tokens "
+                        "(EOS included) and were truncated (first: line %ld)\n",
+                n_trunc, m->hp.max_pos, first_trunc);
+    if (!o.quiet) {
+        const double s = total.seconds > 0 ? total.seconds : 1e-9;
+        fprintf(stderr, "lldecode: %ld lines, %ld sentences in %ld batches, beam %d: %.2f s, %.1f sentences/s, "
+                        "%.0f target tokens/s\n",
+                lineno, total.sents, total.batches, to.search.beam, total.seconds, total.sents / s,
+                total.out_tokens / s);
+    }
+    free(line);
+    free(lines);
+    free(ids);
+    ll_spm_free(spm);
+    ll_model_free(m);
+    ll_config_free(&cfg);
+    return 0;
+}

@@ -1,0 +1,226 @@
+/* Beam search as fairseq's SequenceGenerator + BeamSearch (reference-spec §7).
+ *
+ * Every step feeds one token per hypothesis row to ll_decode_step.  Per
+ * sentence, the top k = 2*beam candidates over beam x V are ranked by
+ * cumulative raw log-probability; those ending in EOS within the first `beam`
+ * ranks are finalized with score sum/len^lenpen, and the first `beam`
+ * non-EOS candidates become the next rows.  A sentence is done once `beam`
+ * hypotheses are finalized or at its max length.  Rows that could not be
+ * filled (fewer live candidates than `beam`, and rows 1.. at step 0) carry
+ * -inf scores: fairseq keeps -inf candidates in such slots, which never
+ * finalize or outrank a finite one, so skipping them selects the same set. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/decode.h"
+
+void ll_search_opts_default(ll_search_opts *o) {
+    *o = (ll_search_opts){.beam = 5, .lenpen = 1.0, .max_len_a = 0, .max_len_b = 200, .min_len = 1, .nbest = 1,
+                          .bos = LL_EOS};
+}
+
+int ll_search_max_len(const ll_model *m, const ll_search_opts *o, int src_len) {
+    /* fairseq: int(a * src_len + b), capped so the last position stays inside
+     * the positional table.  src_len is the sentence's own length, not the
+     * batch's padded one, so results do not depend on how inputs are batched. */
+    double want = o->max_len_a * src_len + o->max_len_b;
+    int cap = m->hp.max_pos - 1;
+    int len = want >= cap ? cap : (int)want;
+    return len < 0 ? 0 : len;
+}
+
+void ll_nbest_free(ll_nbest *r) {
+    for (int i = 0; i < r->n; i++) {
+        free(r->h[i].tokens);
+        free(r->h[i].pos_scores);
+    }
+    free(r->h);
+    r->h = NULL;
+    r->n = 0;
+}
+
+typedef struct {
+    double s;   /* cumulative log-prob */
+    float lp;   /* this token's log-prob */
+    int row;    /* parent row */
+    int32_t tok;
+} cand;
+
+typedef struct {
+    int max_len, min_len;
+    int n_fin;
+    ll_hypo *fin; /* [beam], in order of finalization */
+} sent;
+
+/* The top k candidates of one sentence (rows base..base+beam), best first;
+ * ties go to the lower (row, token) index, as a stable top-k would.  Pad and
+ * BOS are never chosen, EOS not before min_len and nothing else at max_len;
+ * NaN and -inf never pass the threshold test. */
+static int top_candidates(const real *logp, const double *cum, int base, int beam, int V, int step, const sent *s,
+                          int k, cand *c) {
+    int n = 0;
+    double thresh = -INFINITY; /* score of the k-th candidate once there are k */
+    const int eos_only = step >= s->max_len, eos_ok = step >= s->min_len;
+    for (int b = 0; b < beam; b++) {
+        const int r = base + b;
+        const double cs = cum[r];
+        if (cs == -INFINITY) continue; /* dead row */
+        const real *lp = logp + (size_t)r * V;
+        const int v0 = eos_only ? LL_EOS : 0, v1 = eos_only ? LL_EOS + 1 : V;
+        for (int v = v0; v < v1; v++) {
+            const double sc = cs + (double)lp[v];
+            if (!(sc > thresh)) continue;
+            if (v == LL_PAD || v == LL_BOS || (v == LL_EOS && !eos_ok)) continue;
+            int pos = n < k ? n++ : k - 1;
+            while (pos > 0 && c[pos - 1].s < sc) {
+                c[pos] = c[pos - 1];
+                pos--;
+            }
+            c[pos] = (cand){.s = sc, .lp = (float)lp[v], .row = r, .tok = v};
+            if (n == k) thresh = c[k - 1].s;
+        }
+    }
+    return n;
+}
+
+/* Sort finalized hypotheses by score, best first (stable: ties keep the
+ * order of finalization), keep nbest and free the rest. */
+static void finish(sent *s, int nbest, ll_nbest *out) {
+    for (int i = 1; i < s->n_fin; i++) {
+        ll_hypo h = s->fin[i];
+        int j = i;
+        while (j > 0 && s->fin[j - 1].score < h.score) {
+            s->fin[j] = s->fin[j - 1];
+            j--;
+        }
+        s->fin[j] = h;
+    }
+    out->n = s->n_fin < nbest ? s->n_fin : nbest;
+    for (int i = out->n; i < s->n_fin; i++) {
+        free(s->fin[i].tokens);
+        free(s->fin[i].pos_scores);
+    }
+    out->h = s->fin;
+    s->fin = NULL;
+}
+
+void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, int S, const ll_search_opts *o,
+                    ll_nbest *out) {
+    const int beam = o->beam, V = m->hp.V, N = B * beam;
+    /* With one row, the best candidate alone decides (EOS finishes the sentence). */
+    const int k = beam == 1 ? 1 : 2 * beam;
+    if (beam < 1 || o->nbest < 1 || o->nbest > beam) ll_die("beam search: need 1 <= nbest (%d) <= beam (%d)", o->nbest, beam);
+    if (B <= 0) return;
+    sent *ss = ll_calloc(B, sizeof *ss);
+    int T = 1; /* history capacity: tokens per row */
+    for (int i = 0; i < B; i++) {
+        ss[i].max_len = ll_search_max_len(m, o, src_len[i]);
+        ss[i].min_len = o->min_len < ss[i].max_len ? o->min_len : ss[i].max_len;
+        ss[i].fin = ll_calloc(beam, sizeof(ll_hypo));
+        if (ss[i].max_len + 1 > T) T = ss[i].max_len + 1;
+    }
+    ll_dec_state *d = ll_decode_begin(m, src, src_len, B, S, beam, T);
+
+    /* Row histories (tokens, per-token log-probs) are double-buffered: a step
+     * builds the new rows from their parents. */
+    int32_t *tok = ll_malloc(sizeof(int32_t) * N * T), *tok2 = ll_malloc(sizeof(int32_t) * N * T);
+    float *ps = ll_malloc(sizeof(float) * N * T), *ps2 = ll_malloc(sizeof(float) * N * T);
+    double *cum = ll_malloc(sizeof(double) * N), *cum2 = ll_malloc(sizeof(double) * N);
+    int32_t *prev = ll_malloc(sizeof(int32_t) * N);
+    real *logp = ll_malloc(sizeof(real) * N * (size_t)V);
+    int *from = ll_malloc(sizeof(int) * N), *act = ll_malloc(sizeof(int) * B), *keep = ll_malloc(sizeof(int) * B);
+    cand *c = ll_malloc(sizeof(cand) * k);
+    /* step 0 expands only row 0 of each sentence (all rows are identical) */
+    for (int r = 0; r < N; r++) cum[r] = r % beam ? -INFINITY : 0;
+    for (int i = 0; i < B; i++) act[i] = i;
+    int nact = B;
+
+    for (int step = 0; nact > 0; step++) {
+        const int n = nact * beam;
+        for (int r = 0; r < n; r++) prev[r] = step ? tok[(size_t)r * T + step - 1] : o->bos;
+        ll_decode_step(m, d, prev, logp);
+        int n_keep = 0;
+        for (int j = 0; j < nact; j++) {
+            sent *s = &ss[act[j]];
+            const int base = j * beam;
+            const int nc = top_candidates(logp, cum, base, beam, V, step, s, k, c);
+            /* EOS within the first `beam` ranks: finalized (up to beam per sentence) */
+            for (int q = 0; q < nc && q < beam; q++) {
+                if (c[q].tok != LL_EOS || s->n_fin == beam) continue;
+                ll_hypo *h = &s->fin[s->n_fin++];
+                h->len = step + 1;
+                h->tokens = ll_malloc(sizeof(int32_t) * h->len);
+                h->pos_scores = ll_malloc(sizeof(float) * h->len);
+                memcpy(h->tokens, tok + (size_t)c[q].row * T, sizeof(int32_t) * step);
+                memcpy(h->pos_scores, ps + (size_t)c[q].row * T, sizeof(float) * step);
+                h->tokens[step] = LL_EOS;
+                h->pos_scores[step] = c[q].lp;
+                h->score = c[q].s / pow(step + 1, o->lenpen);
+            }
+            int done = s->n_fin == beam || step >= s->max_len;
+            /* the first `beam` non-EOS candidates continue; EOS beyond rank
+             * `beam` is dropped, as in fairseq */
+            int filled = 0;
+            for (int q = 0; !done && q < nc && filled < beam; q++) {
+                if (c[q].tok == LL_EOS) continue;
+                const int r = base + filled++;
+                from[r] = c[q].row;
+                memcpy(tok2 + (size_t)r * T, tok + (size_t)c[q].row * T, sizeof(int32_t) * step);
+                memcpy(ps2 + (size_t)r * T, ps + (size_t)c[q].row * T, sizeof(float) * step);
+                tok2[(size_t)r * T + step] = c[q].tok;
+                ps2[(size_t)r * T + step] = c[q].lp;
+                cum2[r] = c[q].s;
+            }
+            if (filled == 0) done = 1; /* no live row: nothing more can finish */
+            for (int r = base + filled; r < base + beam; r++) {
+                from[r] = r;
+                tok2[(size_t)r * T + step] = LL_EOS; /* any valid input; its output is ignored */
+                cum2[r] = -INFINITY;
+            }
+            if (done)
+                finish(s, o->nbest, &out[act[j]]);
+            else
+                keep[n_keep++] = j;
+        }
+        int32_t *ti = tok; tok = tok2; tok2 = ti;
+        float *pi = ps; ps = ps2; ps2 = pi;
+        double *ci = cum; cum = cum2; cum2 = ci;
+        if (n_keep == 0) break;
+        if (n_keep < nact) {
+            /* drop finished sentences: move the kept rows down (ascending, so in place) */
+            ll_decode_compact(m, d, keep, n_keep);
+            for (int jj = 0; jj < n_keep; jj++) {
+                const int j = keep[jj];
+                act[jj] = act[j];
+                if (j == jj) continue;
+                for (int b = 0; b < beam; b++) {
+                    const int to = jj * beam + b, fr = j * beam + b;
+                    memcpy(tok + (size_t)to * T, tok + (size_t)fr * T, sizeof(int32_t) * (step + 1));
+                    memcpy(ps + (size_t)to * T, ps + (size_t)fr * T, sizeof(float) * (step + 1));
+                    cum[to] = cum[fr];
+                    from[to] = from[fr] - fr + to;
+                }
+            }
+            nact = n_keep;
+        }
+        int moved = 0;
+        for (int r = 0; r < nact * beam && !moved; r++) moved = from[r] != r;
+        if (moved) ll_decode_reorder(m, d, from);
+    }
+    ll_decode_end(m, d);
+    for (int i = 0; i < B; i++) free(ss[i].fin); /* NULL once handed to out */
+    free(ss);
+    free(tok);
+    free(tok2);
+    free(ps);
+    free(ps2);
+    free(cum);
+    free(cum2);
+    free(prev);
+    free(logp);
+    free(from);
+    free(act);
+    free(keep);
+    free(c);
+}

@@ -1,0 +1,169 @@
+/* Batched translation: sentences sorted by length are cut into batches of at
+ * most max_tokens source tokens (padded) and max_sents sentences, searched
+ * together, and the results put back in input order.  Also the text side:
+ * sentencepiece encoding with truncation, detokenisation, and the choice of
+ * the decoder's first token (EOS or a target-language tag). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/decode.h"
+
+typedef struct {
+    int len, idx;
+} len_idx;
+
+static int by_len(const void *a, const void *b) {
+    const len_idx *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, int n, const ll_translate_opts *o,
+                      ll_nbest *out, ll_translate_stats *st) {
+    const double t0 = ll_now();
+    ll_translate_stats acc = {0};
+    const int max_sents = o->max_sents > 0 ? o->max_sents : (256 / o->search.beam > 1 ? 256 / o->search.beam : 1);
+    /* Sort by length (ties by position) so that a batch pads little. */
+    len_idx *ord = ll_malloc(sizeof(len_idx) * (n ? n : 1));
+    int ne = 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = (ll_nbest){0};
+        if (len[i] > 0) ord[ne++] = (len_idx){len[i], i};
+    }
+    qsort(ord, ne, sizeof *ord, by_len);
+    int32_t *buf = NULL;
+    int *blen = ll_malloc(sizeof(int) * max_sents);
+    ll_nbest *res = ll_malloc(sizeof(ll_nbest) * max_sents);
+    size_t cap = 0;
+    for (int p = 0; p < ne;) {
+        /* grow the batch while B * S stays within max_tokens (lengths ascend, so S is the last length) */
+        int B = 1;
+        while (p + B < ne && B < max_sents && (long)(B + 1) * ord[p + B].len <= o->max_tokens) B++;
+        const int S = ord[p + B - 1].len;
+        if ((size_t)B * S > cap) buf = ll_realloc(buf, sizeof(int32_t) * (cap = (size_t)B * S));
+        for (int b = 0; b < B; b++) {
+            const int i = ord[p + b].idx;
+            blen[b] = len[i];
+            memcpy(buf + (size_t)b * S, src[i], sizeof(int32_t) * len[i]);
+            for (int t = len[i]; t < S; t++) buf[(size_t)b * S + t] = LL_PAD;
+            acc.src_tokens += len[i];
+        }
+        ll_beam_search(m, buf, blen, B, S, &o->search, res);
+        for (int b = 0; b < B; b++) {
+            out[ord[p + b].idx] = res[b];
+            if (res[b].n) acc.out_tokens += res[b].h[0].len;
+        }
+        acc.sents += B;
+        acc.batches++;
+        p += B;
+    }
+    free(ord);
+    free(buf);
+    free(blen);
+    free(res);
+    acc.seconds = ll_now() - t0;
+    if (st) *st = acc;
+}
+
+int ll_encode_line(const ll_spm *spm, const char *line, int max_src, int32_t **ids, int *cap, int *truncated) {
+    *truncated = 0;
+    int n = ll_spm_encode(spm, line, ids, cap);
+    if (n < 0) return ll_fail("sentencepiece could not encode the line");
+    if (n == 0) return 0;
+    if (n + 1 > max_src) {
+        n = max_src - 1; /* keep the first pieces; EOS stays last */
+        *truncated = 1;
+    }
+    if (n + 1 > *cap) *ids = ll_realloc(*ids, sizeof(int32_t) * (*cap = n + 1));
+    (*ids)[n] = LL_EOS;
+    return n + 1;
+}
+
+void ll_translation_run(ll_model *m, const ll_spm *spm, const ll_translate_opts *o, ll_translation *t) {
+    t->hyps = ll_calloc(t->n ? t->n : 1, sizeof(ll_nbest));
+    ll_translate_ids(m, (const int32_t *const *)t->src, t->src_len, t->n, o, t->hyps, &t->stats);
+    t->best = ll_calloc(t->n ? t->n : 1, sizeof(char *));
+    for (int i = 0; i < t->n; i++) {
+        const ll_nbest *r = &t->hyps[i];
+        /* ll_spm_decode drops EOS and language tags */
+        t->best[i] = r->n ? ll_spm_decode(spm, r->h[0].tokens, r->h[0].len) : ll_strdup("");
+    }
+}
+
+int ll_translate_lines(ll_model *m, const ll_spm *spm, const char *const *lines, int n, const ll_translate_opts *o,
+                       ll_translation *t) {
+    memset(t, 0, sizeof *t);
+    t->n = n;
+    t->first_truncated = -1;
+    t->src = ll_calloc(n ? n : 1, sizeof(int32_t *));
+    t->src_len = ll_calloc(n ? n : 1, sizeof(int));
+    int32_t *ids = NULL;
+    int cap = 0;
+    for (int i = 0; i < n; i++) {
+        int trunc = 0;
+        int len = ll_encode_line(spm, lines[i], m->hp.max_pos, &ids, &cap, &trunc);
+        if (len < 0) {
+            free(ids);
+            ll_fail("line %d: %s", i + 1, ll_errbuf());
+            ll_translation_free(t);
+            return -1;
+        }
+        if (trunc && t->n_truncated++ == 0) t->first_truncated = i;
+        t->src_len[i] = len;
+        if (len) {
+            t->src[i] = ll_malloc(sizeof(int32_t) * len);
+            memcpy(t->src[i], ids, sizeof(int32_t) * len);
+        }
+    }
+    free(ids);
+    ll_translation_run(m, spm, o, t);
+    return 0;
+}
+
+void ll_translation_free(ll_translation *t) {
+    for (int i = 0; i < t->n; i++) {
+        if (t->src) free(t->src[i]);
+        if (t->hyps) ll_nbest_free(&t->hyps[i]);
+        if (t->best) free(t->best[i]);
+    }
+    free(t->src);
+    free(t->src_len);
+    free(t->hyps);
+    free(t->best);
+    memset(t, 0, sizeof *t);
+}
+
+int ll_decode_bos(const ll_config *cfg, const ll_spm *spm, const char *lang, int32_t *bos) {
+    /* distinct train target languages, in order (as llprep assigns the tags) */
+    const char *langs[LL_MAX_CORPORA];
+    int n = 0;
+    for (int i = 0; i < cfg->n_train; i++) {
+        int j = 0;
+        while (j < n && strcmp(langs[j], cfg->train[i].tgt_lang)) j++;
+        if (j == n) langs[n++] = cfg->train[i].tgt_lang;
+    }
+    const int tags = !strcmp(cfg->lang_tags, "on") || (!strcmp(cfg->lang_tags, "auto") && n > 1);
+    char list[LL_MAX_CORPORA * (LL_LANG_MAX + 2)] = "";
+    for (int j = 0; j < n; j++) {
+        if (j) strcat(list, ", ");
+        strcat(list, langs[j]);
+    }
+    int pick = -1;
+    for (int j = 0; lang && j < n; j++)
+        if (!strcmp(langs[j], lang)) pick = j;
+    if (lang && pick < 0)
+        return ll_fail("--target-lang %s: the model translates into %s", lang, n ? list : "(no language recorded)");
+    if (!tags) {
+        *bos = LL_EOS;
+        return 0;
+    }
+    if (pick < 0 && n != 1) return ll_fail("the model has language tags: choose --target-lang from %s", list);
+    if (pick < 0) pick = 0;
+    char tag[LL_LANG_MAX + 4];
+    snprintf(tag, sizeof tag, "<2%s>", langs[pick]);
+    const int id = ll_spm_piece_id(spm, tag);
+    if (id < 0) return ll_fail("the model's vocabulary has no language tag %s", tag);
+    *bos = id;
+    return 0;
+}
