@@ -1,0 +1,102 @@
+/* llavg: average the parameters of several checkpoints into one model file,
+ * as fairseq's scripts/average_checkpoints.py does (reference-spec §8):
+ * every model tensor is averaged elementwise (summed in double, divided by N);
+ * config and vocabulary come from the first (newest) input; optimizer and
+ * trainer state are dropped.  All inputs must hold the same tensors.
+ *
+ *   llavg --output OUT.llm M1.llm M2.llm ...
+ *   llavg --output OUT.llm --dir CHECKPOINT_DIR --last N   (newest N checkpoint_<U>.llm) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/checkpoint.h"
+#include "ll/core.h"
+
+static int is_model_tensor(const char *name) { return strncmp(name, "optim.", 6) && strncmp(name, "state.", 6); }
+
+int main(int argc, char **argv) {
+    ll_set_progname("llavg");
+    const char *out = NULL, *dir = NULL;
+    int last = 0, n_in = 0;
+    char **in = calloc(argc, sizeof(char *));
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--output") && i + 1 < argc)
+            out = argv[++i];
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+            dir = argv[++i];
+        else if (!strcmp(argv[i], "--last") && i + 1 < argc)
+            last = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: llavg --output OUT.llm M1.llm M2.llm ...\n"
+                   "       llavg --output OUT.llm --dir CHECKPOINT_DIR --last N\n");
+            return 0;
+        } else if (argv[i][0] == '-')
+            ll_die("unknown argument '%s' (see llavg --help)", argv[i]);
+        else
+            in[n_in++] = argv[i];
+    }
+    if (!out) ll_die("--output OUT.llm is required");
+    if (dir) {
+        if (last < 1) ll_die("--dir needs --last N with N >= 1");
+        long *ups = NULL;
+        int n = ll_ckpt_list_numbered(dir, &ups);
+        if (n < 0) ll_die("%s", ll_errbuf());
+        if (n < last) ll_die("%s: %d numbered checkpoints, fewer than --last %d", dir, n, last);
+        in = realloc(in, sizeof(char *) * (n_in + last));
+        for (int k = 0; k < last; k++) in[n_in++] = ll_ckpt_numbered_path(dir, ups[n - 1 - k]); /* newest first */
+        free(ups);
+    }
+    if (n_in < 1) ll_die("no input checkpoints");
+
+    ll_ckpt **k = calloc(n_in, sizeof *k);
+    for (int i = 0; i < n_in; i++)
+        if (!(k[i] = ll_ckpt_open(in[i]))) ll_die("%s", ll_errbuf());
+    int nt = ll_ckpt_n_tensors(k[0]);
+    ll_tensor_ref *t = calloc(nt, sizeof *t);
+    void **bufs = calloc(nt, sizeof(void *));
+    int n_out = 0;
+    for (int j = 0; j < nt; j++) {
+        const ll_tensor_ref *r = ll_ckpt_tensor(k[0], j);
+        if (!is_model_tensor(r->name)) continue;
+        if (r->dtype != LL_DT_F32 && r->dtype != LL_DT_F64)
+            ll_die("%s: tensor '%s' is not floating point", in[0], r->name);
+        size_t n = r->nbytes / ll_dtype_size(r->dtype);
+        double *acc = calloc(n ? n : 1, sizeof(double));
+        for (int i = 0; i < n_in; i++) {
+            const ll_tensor_ref *s = ll_ckpt_find(k[i], r->name);
+            if (!s) ll_die("%s: has no tensor '%s' (found in %s)", in[i], r->name, in[0]);
+            if (s->dtype != r->dtype || s->nbytes != r->nbytes || s->ndim != r->ndim ||
+                memcmp(s->shape, r->shape, sizeof(int64_t) * r->ndim))
+                ll_die("%s: tensor '%s' differs in shape or dtype from %s", in[i], r->name, in[0]);
+            for (size_t e = 0; e < n; e++)
+                acc[e] += r->dtype == LL_DT_F32 ? ((const float *)s->data)[e] : ((const double *)s->data)[e];
+        }
+        void *o = malloc(r->nbytes ? r->nbytes : 1);
+        for (size_t e = 0; e < n; e++) {
+            if (r->dtype == LL_DT_F32)
+                ((float *)o)[e] = (float)(acc[e] / n_in);
+            else
+                ((double *)o)[e] = acc[e] / n_in;
+        }
+        free(acc);
+        t[n_out] = *r;
+        t[n_out].data = o;
+        bufs[n_out++] = o;
+    }
+    for (int i = 1; i < n_in; i++) /* same model tensor set everywhere */
+        for (int j = 0; j < ll_ckpt_n_tensors(k[i]); j++) {
+            const ll_tensor_ref *s = ll_ckpt_tensor(k[i], j);
+            if (is_model_tensor(s->name) && !ll_ckpt_find(k[0], s->name))
+                ll_die("%s: extra tensor '%s' not in %s", in[i], s->name, in[0]);
+        }
+    size_t vlen;
+    const void *vocab = ll_ckpt_vocab(k[0], &vlen);
+    ll_ckpt_contents c = {.config_text = ll_ckpt_config_text(k[0]), .vocab = vocab, .vocab_len = vlen,
+                          .tensors = t, .n_tensors = n_out};
+    if (ll_ckpt_write(out, &c)) ll_die("%s", ll_errbuf());
+    fprintf(stderr, "averaged %d checkpoints (%d tensors) into %s\n", n_in, n_out, out);
+    for (int j = 0; j < n_out; j++) free(bufs[j]);
+    for (int i = 0; i < n_in; i++) ll_ckpt_close(k[i]);
+    return 0;
+}
