@@ -66,6 +66,9 @@ struct ll_backend {
 
     /* y = a + b (may alias a); dst += src. */
     void (*add)(ll_backend *be, real *y, const real *a, const real *b, size_t n);
+    /* y = a + alpha * b (may alias a); dot product in double. */
+    void (*add_scaled)(ll_backend *be, real *y, const real *a, const real *b, real alpha, size_t n);
+    double (*dot)(ll_backend *be, const real *a, const real *b, size_t n);
     void (*acc)(ll_backend *be, real *dst, const real *src, size_t n);
     void (*scale)(ll_backend *be, real *x, real s, size_t n);
     double (*sumsq)(ll_backend *be, const real *x, size_t n);

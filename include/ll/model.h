@@ -43,6 +43,19 @@ typedef struct {
 
 struct ll_fwd_state; /* saved activations (src/model/model_internal.h) */
 
+/* Per-layer control of the residual branches, set by the caller before a
+ * forward (defaults: gate 1, nothing skipped).  Methods above the model use it:
+ * latent depth (gate = z_l, all sub-layers of the layer), LayerDrop (skip),
+ * cross-attention drop (skip_cross).  After a backward, dgate holds dL/dgate
+ * summed over the layer's sub-layers (needs_dgate = 1 to compute it). */
+typedef struct {
+    real gate;
+    uint8_t skip;       /* layer is the identity: not computed at all */
+    uint8_t skip_cross; /* decoder: only the self-attention path (no cross-attention) */
+    uint8_t needs_dgate;
+    double dgate;
+} ll_layer_ctl;
+
 typedef struct ll_model {
     ll_hparams hp;
     ll_backend *be;
@@ -53,18 +66,20 @@ typedef struct ll_model {
     size_t enc_emb, dec_emb, out_proj;         /* offsets (aliases when shared) */
     size_t enc_ln_w, enc_ln_b, dec_ln_w, dec_ln_b; /* final layer norms (pre-norm) */
     ll_layer_offsets *enc, *dec;
+    ll_layer_ctl *enc_ctl, *dec_ctl; /* [Le], [Ld] */
     real *pos_table; /* [max_pos + 2, C] sinusoids on the device */
     ll_arena arena;
     struct ll_fwd_state *st;
 } ll_model;
 
-/* Special ids (fairseq convention; see data.h). */
 ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be);
 void ll_model_free(ll_model *m);
 void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size);
 /* fairseq initialisation (reference-spec §4), deterministic in seed. */
 void ll_model_init(ll_model *m, uint64_t seed);
 const ll_param *ll_model_find(const ll_model *m, const char *name);
+/* Reset every layer's control to the default (gate 1, nothing skipped). */
+void ll_model_reset_ctl(ll_model *m);
 
 typedef struct {
     double loss, nll; /* summed over target tokens, natural log */
@@ -107,6 +122,10 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
 /* Reorder rows: new row n takes old row from[n] (beam search). */
 void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from);
 void ll_decode_end(ll_model *m, ll_dec_state *d);
+/* Keep only the sentences keep[0..n_keep) (strictly ascending indices into
+ * the current sentences): their rows move to the front and B, N shrink, so
+ * later steps skip finished sentences (fairseq drops them from the batch). */
+void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep);
 
 /* Teacher-forced log-probabilities [B*T, V] of a batch without dropout
  * (arena memory, valid until the next model call). */

@@ -87,9 +87,9 @@ static int parse_ids(const char *line, long lineno, const char *input, int V, in
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (errno || end == p || (*end && *end != ' ' && *end != '\t') || v < 0 || v >= V)
-            ll_die("%s:%ld: bad token id '%.*s' (ids are integers in [0, %d))", input, lineno,
-                   (int)strcspn(p, " \t"), p, V);
+        if (errno || end == p || (*end && *end != ' ' && *end != '\t') || v < 0 || v >= V || v == LL_PAD)
+            ll_die("%s:%ld: bad token id '%.*s' (ids are integers in [0, %d) other than pad = %d)", input, lineno,
+                   (int)strcspn(p, " \t"), p, V, LL_PAD);
         if (n + 2 > *cap) *ids = ll_realloc(*ids, sizeof(int32_t) * (*cap = 2 * (n + 2)));
         (*ids)[n++] = (int32_t)v;
         p = end;

@@ -105,7 +105,7 @@ int ll_translate_lines(ll_model *m, const ll_spm *spm, const char *const *lines,
         int len = ll_encode_line(spm, lines[i], m->hp.max_pos, &ids, &cap, &trunc);
         if (len < 0) {
             free(ids);
-            ll_fail("line %d: %s", i + 1, ll_errbuf());
+            ll_fail("line %d: sentencepiece could not encode the line", i + 1);
             ll_translation_free(t);
             return -1;
         }

@@ -33,10 +33,12 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     be->embed_fwd(be, x, src, m->params + m->enc_emb, m->pos_table, LL_PAD + 1, sqrt((real)C), B * S, S, C, LL_PAD);
     for (int l = 0, i = 0; l < hp->Le; l++) {
         const ll_layer_offsets *L = &m->enc[l];
-        blocks[i] = (ll_block){.kind = SUB_SELF, .ln_w = L->ln1_w, .ln_b = L->ln1_b, .L = L, .x = x};
+        blocks[i] = (ll_block){.kind = SUB_SELF, .ln_w = L->ln1_w, .ln_b = L->ln1_b, .L = L, .x = x,
+                               .ctl = &m->enc_ctl[l]};
         ll_block_fwd(m, &blocks[i], &p, l);
         x = blocks[i++].y;
-        blocks[i] = (ll_block){.kind = SUB_FFN, .ln_w = L->ln3_w, .ln_b = L->ln3_b, .L = L, .x = x};
+        blocks[i] = (ll_block){.kind = SUB_FFN, .ln_w = L->ln3_w, .ln_b = L->ln3_b, .L = L, .x = x,
+                               .ctl = &m->enc_ctl[l]};
         ll_block_fwd(m, &blocks[i], &p, l);
         x = blocks[i++].y;
     }
@@ -61,10 +63,10 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     return d;
 }
 
-/* y = x + Sub(LN(x)) (pre-norm) or LN(x + Sub(x)) (post-norm); s holds Sub's output. */
-static real *residual(ll_model *m, const real *x, real *s, size_t ln_w, size_t ln_b, int N) {
+/* y = x + g Sub(LN(x)) (pre-norm) or LN(x + g Sub(x)) (post-norm); s holds Sub's output. */
+static real *residual(ll_model *m, const real *x, real *s, real g, size_t ln_w, size_t ln_b, int N) {
     real *y = ll_buf(m, (size_t)N * m->hp.C);
-    m->be->add(m->be, y, x, s, (size_t)N * m->hp.C);
+    m->be->add_scaled(m->be, y, x, s, g, (size_t)N * m->hp.C);
     if (m->hp.post_norm) {
         real *z = ll_buf(m, (size_t)N * m->hp.C);
         norm(m, z, y, ln_w, ln_b, N);
@@ -95,6 +97,9 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     real *probs = ll_buf(m, (size_t)N * H * (d->max_T > d->S ? d->max_T : d->S));
     for (int l = 0; l < hp->Ld; l++) {
         const ll_layer_offsets *L = &m->dec[l];
+        const ll_layer_ctl *ctl = &m->dec_ctl[l];
+        if (ctl->skip) continue; /* pruned/skipped layer: identity, its cache stays unused */
+        const real g = ctl->gate;
         /* self-attention over the cache */
         const real *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
         ll_linear_fwd(m, qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b);
@@ -105,22 +110,30 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         be->attention_fwd(be, ctx, probs, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H,
                           Dh, 0, 0, NULL);
         ll_linear_fwd(m, s, ctx, N, C, C, L->o_w, L->o_b);
-        x = residual(m, x, s, L->ln1_w, L->ln1_b, N);
-        /* cross-attention */
-        u = sub_input(m, x, L->ln2_w, L->ln2_b, N);
-        real *q = ll_buf(m, (size_t)N * C);
-        ll_linear_fwd(m, q, u, N, C, C, L->cq_w, L->cq_b);
-        be->attention_fwd(be, ctx, probs, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->row_src_len, N,
-                          1, d->S, H, Dh, 0, 0, NULL);
-        ll_linear_fwd(m, s, ctx, N, C, C, L->co_w, L->co_b);
-        x = residual(m, x, s, L->ln2_w, L->ln2_b, N);
+        x = residual(m, x, s, g, L->ln1_w, L->ln1_b, N);
+        /* cross-attention (branch off: pre-norm identity, post-norm LN(x)) */
+        if (ctl->skip_cross) {
+            if (hp->post_norm) {
+                real *z = ll_buf(m, (size_t)N * C);
+                norm(m, z, x, L->ln2_w, L->ln2_b, N);
+                x = z;
+            }
+        } else {
+            u = sub_input(m, x, L->ln2_w, L->ln2_b, N);
+            real *q = ll_buf(m, (size_t)N * C);
+            ll_linear_fwd(m, q, u, N, C, C, L->cq_w, L->cq_b);
+            be->attention_fwd(be, ctx, probs, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->row_src_len,
+                              N, 1, d->S, H, Dh, 0, 0, NULL);
+            ll_linear_fwd(m, s, ctx, N, C, C, L->co_w, L->co_b);
+            x = residual(m, x, s, g, L->ln2_w, L->ln2_b, N);
+        }
         /* FFN */
         u = sub_input(m, x, L->ln3_w, L->ln3_b, N);
         real *h = ll_buf(m, (size_t)N * hp->F);
         ll_linear_fwd(m, h, u, N, C, hp->F, L->fc1_w, L->fc1_b);
         be->relu_fwd(be, h, (size_t)N * hp->F);
         ll_linear_fwd(m, s, h, N, hp->F, C, L->fc2_w, L->fc2_b);
-        x = residual(m, x, s, L->ln3_w, L->ln3_b, N);
+        x = residual(m, x, s, g, L->ln3_w, L->ln3_b, N);
     }
     if (!hp->post_norm) {
         real *z = ll_buf(m, (size_t)N * C);

@@ -136,10 +136,29 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     ll_backend *be = m->be;
     const int C = m->hp.C, N = p->B * p->T;
     const size_t n = (size_t)N * C;
+    const ll_layer_ctl *ctl = k->ctl;
+    k->mode = BLOCK_RUN;
+    if (ctl && ctl->skip) { /* the whole layer is the identity (LayerDrop, pruned latent layer) */
+        k->mode = BLOCK_IDENTITY;
+        k->y = (real *)k->x;
+        return;
+    }
     k->mean = ll_buf(m, N);
     k->rstd = ll_buf(m, N);
+    if (ctl && ctl->skip_cross && k->kind == SUB_CROSS) { /* branch off: pre y = x, post y = LN(x) */
+        k->mode = BLOCK_OFF;
+        if (!m->hp.post_norm) {
+            k->y = (real *)k->x;
+        } else {
+            k->a = (real *)k->x;
+            k->y = ll_buf(m, n);
+            be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
+        }
+        return;
+    }
+    const real gate = ctl ? ctl->gate : 1;
     k->y = ll_buf(m, n);
-    real *s = ll_buf(m, n);
+    real *s = k->s = ll_buf(m, n);
     if (!m->hp.post_norm) {
         k->u = ll_buf(m, n);
         be->layernorm_fwd(be, k->u, k->mean, k->rstd, k->x, m->params + k->ln_w, m->params + k->ln_b, N, C);
@@ -154,20 +173,30 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         k->mask = mask_buf(m, n);
         be->dropout_fwd(be, s, k->mask, n, m->hp.dropout, &r, 0);
     }
-    if (!m->hp.post_norm) {
-        be->add(be, k->y, k->x, s, n);
-    } else {
-        k->a = s;
-        be->add(be, k->a, k->x, s, n);
+    real *sum = m->hp.post_norm ? (k->a = ll_buf(m, n)) : k->y;
+    if (gate == 1)
+        be->add(be, sum, k->x, s, n);
+    else
+        be->add_scaled(be, sum, k->x, s, gate, n);
+    if (m->hp.post_norm)
         be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
-    }
 }
 
 void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx) {
     ll_backend *be = m->be;
     const int C = m->hp.C, N = p->B * p->T;
     const size_t n = (size_t)N * C;
-    real *ds;
+    ll_layer_ctl *ctl = k->ctl;
+    if (k->mode == BLOCK_IDENTITY || (k->mode == BLOCK_OFF && !m->hp.post_norm)) {
+        be->acc(be, dx, dy, n);
+        return;
+    }
+    if (k->mode == BLOCK_OFF) {
+        be->layernorm_bwd(be, dx, m->grads + k->ln_w, m->grads + k->ln_b, dy, k->a, m->params + k->ln_w, k->mean,
+                          k->rstd, N, C);
+        return;
+    }
+    real *ds; /* gradient of the residual sum x + gate * s */
     if (!m->hp.post_norm) {
         be->acc(be, dx, dy, n); /* residual path */
         ds = dy;
@@ -177,6 +206,9 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx
                           k->rstd, N, C);
         be->acc(be, dx, ds, n);
     }
+    const real gate = ctl ? ctl->gate : 1;
+    if (ctl && ctl->needs_dgate) ctl->dgate += be->dot(be, ds, k->s, n);
+    if (gate != 1) be->scale(be, ds, gate, n);
     if (k->mask) be->dropout_bwd(be, ds, k->mask, n, m->hp.dropout);
     if (!m->hp.post_norm) {
         real *du = ll_buf(m, n);

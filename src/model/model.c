@@ -123,11 +123,21 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
     free(pe);
     ll_arena_init(&m->arena, 0);
     m->st = ll_calloc(1, sizeof(ll_fwd_state));
+    m->enc_ctl = ll_calloc(hp->Le ? hp->Le : 1, sizeof(ll_layer_ctl));
+    m->dec_ctl = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_layer_ctl));
+    ll_model_reset_ctl(m);
     return m;
+}
+
+void ll_model_reset_ctl(ll_model *m) {
+    for (int l = 0; l < m->hp.Le; l++) m->enc_ctl[l] = (ll_layer_ctl){.gate = 1};
+    for (int l = 0; l < m->hp.Ld; l++) m->dec_ctl[l] = (ll_layer_ctl){.gate = 1};
 }
 
 void ll_model_free(ll_model *m) {
     if (!m) return;
+    free(m->enc_ctl);
+    free(m->dec_ctl);
     m->be->free(m->be, m->params);
     m->be->free(m->be, m->grads);
     m->be->free(m->be, m->pos_table);

@@ -5,6 +5,7 @@
 #include "ll/model.h"
 
 typedef enum { SUB_SELF, SUB_CROSS, SUB_FFN } ll_sub_kind;
+enum { BLOCK_RUN = 0, BLOCK_IDENTITY = 1, BLOCK_OFF = 2 };
 
 /* Dropout sites: each gets its own Philox stream, so masks do not depend on
  * the order in which ops run (and match across backends). */
@@ -15,6 +16,9 @@ typedef struct {
     ll_sub_kind kind;
     size_t ln_w, ln_b;
     const ll_layer_offsets *L;
+    ll_layer_ctl *ctl; /* the layer's gate/skip (shared by its blocks) */
+    int mode;          /* set by forward: BLOCK_RUN, BLOCK_IDENTITY (layer skipped), BLOCK_OFF (branch off) */
+    real *s;           /* sub-layer output after dropout (for dgate) */
     const real *x; /* input (owned by the previous block) */
     real *u;       /* pre-norm: LN(x), the sub-layer input */
     real *a;       /* post-norm: x + drop(s), the LN input */

@@ -32,16 +32,16 @@ static real *stack_fwd(ll_model *m, ll_block *blocks, int n_blocks, int per_laye
     return x;
 }
 
-static void setup_blocks(ll_model *m, ll_block *blocks, const ll_layer_offsets *layers, int n_layers, int decoder) {
-    int per = decoder ? 3 : 2, i = 0;
+static void setup_blocks(ll_block *blocks, const ll_layer_offsets *layers, ll_layer_ctl *ctl, int n_layers,
+                         int decoder) {
+    int i = 0;
     for (int l = 0; l < n_layers; l++) {
         const ll_layer_offsets *L = &layers[l];
-        blocks[i++] = (ll_block){.kind = SUB_SELF, .ln_w = L->ln1_w, .ln_b = L->ln1_b, .L = L};
-        if (decoder) blocks[i++] = (ll_block){.kind = SUB_CROSS, .ln_w = L->ln2_w, .ln_b = L->ln2_b, .L = L};
-        blocks[i++] = (ll_block){.kind = SUB_FFN, .ln_w = L->ln3_w, .ln_b = L->ln3_b, .L = L};
+        blocks[i++] = (ll_block){.kind = SUB_SELF, .ln_w = L->ln1_w, .ln_b = L->ln1_b, .L = L, .ctl = &ctl[l]};
+        if (decoder)
+            blocks[i++] = (ll_block){.kind = SUB_CROSS, .ln_w = L->ln2_w, .ln_b = L->ln2_b, .L = L, .ctl = &ctl[l]};
+        blocks[i++] = (ll_block){.kind = SUB_FFN, .ln_w = L->ln3_w, .ln_b = L->ln3_b, .L = L, .ctl = &ctl[l]};
     }
-    (void)per;
-    (void)m;
 }
 
 static void make_passes(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step, int train, ll_pass *enc,
@@ -113,8 +113,8 @@ static void prepare(ll_model *m, const ll_batch *b) {
     st->n_dec_blocks = 3 * m->hp.Ld;
     st->enc_blocks = ll_arena_alloc(&m->arena, sizeof(ll_block) * (st->n_enc_blocks + 1));
     st->dec_blocks = ll_arena_alloc(&m->arena, sizeof(ll_block) * (st->n_dec_blocks + 1));
-    setup_blocks(m, st->enc_blocks, m->enc, m->hp.Le, 0);
-    setup_blocks(m, st->dec_blocks, m->dec, m->hp.Ld, 1);
+    setup_blocks(st->enc_blocks, m->enc, m->enc_ctl, m->hp.Le, 0);
+    setup_blocks(st->dec_blocks, m->dec, m->dec_ctl, m->hp.Ld, 1);
     st->src_len = b->src_len;
     st->tgt_len = b->tgt_len;
 }
@@ -158,7 +158,11 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step
     double loss = 0, nll = 0;
     m->be->xent_fwd_bwd(m->be, logits, b->tgt_out, b->B * b->T, m->hp.V, m->hp.label_smoothing, LL_PAD, 1, &loss,
                         &nll);
-    if (do_backward) backward(m, b, &enc, &dec);
+    if (do_backward) {
+        for (int l = 0; l < m->hp.Le; l++) m->enc_ctl[l].dgate = 0;
+        for (int l = 0; l < m->hp.Ld; l++) m->dec_ctl[l].dgate = 0;
+        backward(m, b, &enc, &dec);
+    }
     out->loss = loss;
     out->nll = nll;
     out->ntokens = b->n_tgt_tokens;

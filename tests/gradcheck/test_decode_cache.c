@@ -9,9 +9,16 @@
 #include "gradcheck.h"
 #include "ll/model.h"
 
-static void check(const char *label, ll_hparams hp, int beam) {
+static void check(const char *label, ll_hparams hp, int beam, int ctl) {
     ll_model *m = ll_model_new(&hp, ll_backend_cpu());
     ll_model_init(m, 3);
+    if (ctl) { /* soft gates and skipped layers/branches, as latent depth and CAD set them */
+        m->enc_ctl[0].skip = 1;
+        m->enc_ctl[1].gate = 0.6;
+        m->dec_ctl[0].gate = 0.4;
+        m->dec_ctl[1].skip = 1;
+        m->dec_ctl[2].skip_cross = 1;
+    }
     ll_batch b;
     gc_make_batch(&b, 3, 7, 6, hp.V, 5);
     const int N = b.B * beam, V = hp.V;
@@ -52,11 +59,13 @@ int main(void) {
     ll_set_threads(2);
     ll_hparams hp = {.C = 16, .F = 24, .H = 4, .Le = 2, .Ld = 3, .V = 31, .max_pos = 64, .share_all = 1,
                      .tie_output = 1, .dropout = 0.3, .attn_dropout = 0.1};
-    check("pre-norm beam 1", hp, 1);
-    check("pre-norm beam 3", hp, 3);
+    check("pre-norm beam 1", hp, 1, 0);
+    check("pre-norm gates+skips", hp, 2, 1);
+    check("pre-norm beam 3", hp, 3, 0);
     hp.post_norm = 1;
     hp.share_all = 0;
     hp.tie_output = 0;
-    check("post-norm beam 2", hp, 2);
+    check("post-norm beam 2", hp, 2, 0);
+    check("post-norm gates+skips", hp, 2, 1);
     return tu_finish("grad_test_decode_cache");
 }

@@ -9,10 +9,41 @@
 #include "gradcheck.h"
 #include "ll/model.h"
 
-static void check_model(const char *label, ll_hparams hp) {
+/* Layer controls used by latent depth, LayerDrop and cross-attention drop. */
+static void set_ctl(ll_model *m) {
+    m->enc_ctl[0].gate = 0.7;
+    m->enc_ctl[1].skip = 1;
+    m->dec_ctl[0].gate = 0.35;
+    m->dec_ctl[1].skip_cross = 1;
+    for (int l = 0; l < m->hp.Le; l++) m->enc_ctl[l].needs_dgate = 1;
+    for (int l = 0; l < m->hp.Ld; l++) m->dec_ctl[l].needs_dgate = 1;
+}
+
+/* dL/dgate of every layer against finite differences of the gate. */
+static void check_dgate(const char *label, ll_model *m, ll_batch *b) {
+    ll_layer_ctl *ctls[2] = {m->enc_ctl, m->dec_ctl};
+    int n[2] = {m->hp.Le, m->hp.Ld};
+    for (int s = 0; s < 2; s++)
+        for (int l = 0; l < n[s]; l++) {
+            ll_layer_ctl *c = &ctls[s][l];
+            if (c->skip) continue;
+            double ana = c->dgate, g = c->gate, h = 1e-6;
+            c->gate = g + h;
+            double lp = ll_model_loss(m, b, 5, 3, 1);
+            c->gate = g - h;
+            double lm = ll_model_loss(m, b, 5, 3, 1);
+            c->gate = g;
+            double num = (lp - lm) / (2 * h);
+            CHECK_MSG(fabs(num - ana) <= 1e-6 * (fabs(num) + fabs(ana)) + 1e-9, "%s %s layer %d: dgate %.10g, numeric %.10g",
+                      label, s ? "dec" : "enc", l, ana, num);
+        }
+}
+
+static void check_model(const char *label, ll_hparams hp, int ctl) {
     ll_backend *be = ll_backend_cpu();
     ll_model *m = ll_model_new(&hp, be);
     ll_model_init(m, 7);
+    if (ctl) set_ctl(m);
     ll_batch b;
     gc_make_batch(&b, 3, 6, 5, hp.V, 11);
     ll_loss_stats st;
@@ -49,6 +80,8 @@ static void check_model(const char *label, ll_hparams hp) {
             CHECK_MSG(e < 1e-5, "%s %s[%zu]: analytic %.10g numeric %.10g", label, p->name, i - p->offset, ana, num);
         }
     }
+    /* ll_model_step filled dgate; the probes above ran without backward and left it alone */
+    if (ctl) check_dgate(label, m, &b);
     fprintf(stderr, "%s: %d tensors, worst relative error %.2e (%s)\n", label, m->n_table, worst, worst_name);
     gc_free_batch(&b);
     ll_model_free(m);
@@ -59,16 +92,18 @@ int main(void) {
     ll_hparams hp = {.C = 8, .F = 12, .H = 2, .Le = 2, .Ld = 2, .V = 23, .max_pos = 32, .post_norm = 0,
                      .share_all = 1, .tie_output = 1, .dropout = 0.2, .attn_dropout = 0.1, .act_dropout = 0.1,
                      .label_smoothing = 0.1};
-    check_model("pre-norm shared", hp);
+    check_model("pre-norm shared", hp, 0);
+    check_model("pre-norm gates+skips", hp, 1);
     hp.post_norm = 1;
     hp.share_all = 0;
     hp.tie_output = 0;
-    check_model("post-norm untied", hp);
+    check_model("post-norm untied", hp, 0);
+    check_model("post-norm gates+skips", hp, 1);
     hp.post_norm = 0;
     hp.share_all = 0;
     hp.tie_output = 1;
     hp.dropout = hp.attn_dropout = hp.act_dropout = 0;
     hp.label_smoothing = 0;
-    check_model("pre-norm no dropout", hp);
+    check_model("pre-norm no dropout", hp, 0);
     return tu_finish("grad_test_model");
 }

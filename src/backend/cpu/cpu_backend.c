@@ -195,6 +195,18 @@ static void cpu_add(ll_backend *be, real *y, const real *a, const real *b, size_
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
+static void cpu_add_scaled(ll_backend *be, real *y, const real *a, const real *b, real alpha, size_t n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + alpha * b[i];
+}
+static double cpu_dot(ll_backend *be, const real *a, const real *b, size_t n) {
+    (void)be;
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
 static void cpu_acc(ll_backend *be, real *dst, const real *src, size_t n) {
     (void)be;
 #pragma omp parallel for schedule(static)
@@ -234,6 +246,8 @@ static ll_backend g_cpu = {
     .dropout_fwd = cpu_dropout_fwd,
     .dropout_bwd = cpu_dropout_bwd,
     .add = cpu_add,
+    .add_scaled = cpu_add_scaled,
+    .dot = cpu_dot,
     .acc = cpu_acc,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,

@@ -1,0 +1,111 @@
+/* Decoding: beam search over the model's incremental decoding API
+ * (src/decode/beam.c) and batched translation of whole inputs
+ * (src/decode/translate.c).  The search follows fairseq's SequenceGenerator
+ * with BeamSearch (reference-spec §7); docs/decoding.md describes it. */
+#ifndef LL_DECODE_H
+#define LL_DECODE_H
+
+#include <stdint.h>
+
+#include "ll/config.h"
+#include "ll/data.h"
+#include "ll/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- beam search (src/decode/beam.c) ---- */
+typedef struct {
+    int beam;         /* hypotheses kept per sentence, >= 1; 1 is greedy search */
+    double lenpen;    /* final score = sum of log-probs / len^lenpen */
+    double max_len_a; /* max_len = min(int(a * src_len + b), max_positions - 1) */
+    int max_len_b;    /*   with src_len the sentence's own length including EOS */
+    int min_len;      /* EOS is forbidden at steps < min_len (clamped to max_len) */
+    int nbest;        /* hypotheses returned per sentence, 1..beam */
+    int32_t bos;      /* first decoder input: LL_EOS, or the target-language tag */
+} ll_search_opts;
+
+/* fairseq's defaults: beam 5, lenpen 1, max_len 0*src+200, min_len 1, nbest 1, bos EOS. */
+void ll_search_opts_default(ll_search_opts *o);
+
+typedef struct {
+    int32_t *tokens;   /* [len] generated tokens; the last one is EOS */
+    float *pos_scores; /* [len] natural-log probability of each token */
+    int len;           /* generated tokens including EOS */
+    double score;      /* sum(pos_scores) / len^lenpen, natural log */
+} ll_hypo;
+
+typedef struct {
+    int n;     /* hypotheses, best first; 0 only for empty input (or nothing could finish) */
+    ll_hypo *h;
+} ll_nbest;
+
+/* Search step budget of one sentence: the highest step index (EOS forced there). */
+int ll_search_max_len(const ll_model *m, const ll_search_opts *o, int src_len);
+
+/* Decode B sentences together: src [B*S] right-padded with LL_PAD, src_len[i]
+ * counts EOS.  Fills out[B] (release each with ll_nbest_free).  Sentences
+ * that finish are dropped from the batch (ll_decode_compact), so the cost
+ * follows the sentences still being searched.  CPU backend: src and the
+ * per-step buffers are host memory. */
+void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, int S, const ll_search_opts *o,
+                    ll_nbest *out);
+void ll_nbest_free(ll_nbest *r);
+
+/* ---- batched translation (src/decode/translate.c) ---- */
+typedef struct {
+    ll_search_opts search;
+    int max_tokens; /* per batch: sentences * padded source length (one long sentence may exceed it) */
+    int max_sents;  /* sentences per batch; 0 = max(1, 256 / beam) */
+} ll_translate_opts;
+
+typedef struct {
+    long sents, batches;          /* non-empty sentences decoded */
+    long src_tokens, out_tokens;  /* incl. EOS; out_tokens counts the best hypotheses */
+    double seconds;               /* wall time of the search */
+} ll_translate_stats;
+
+/* Translate n tokenised sentences: src[i] holds len[i] ids ending with EOS
+ * (len[i] == 0: empty input, out[i].n = 0).  Sentences are sorted by length
+ * and cut into batches; out[] comes back in input order.  st may be NULL. */
+void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, int n, const ll_translate_opts *o,
+                      ll_nbest *out, ll_translate_stats *st);
+
+/* One input chunk from source text to output, in input order.  This is the
+ * hook for scoring: best[i] is the detokenised best hypothesis of line i. */
+typedef struct {
+    int n;
+    int32_t **src;   /* [n] source ids incl. EOS after truncation; NULL for an empty line */
+    int *src_len;    /* [n] 0 for an empty line */
+    ll_nbest *hyps;  /* [n] */
+    char **best;     /* [n] detokenised best hypothesis; "" for an empty line */
+    int n_truncated; /* lines cut to the model's max_positions */
+    int first_truncated; /* 0-based index of the first, -1 if none */
+    ll_translate_stats stats;
+} ll_translation;
+
+/* Sentencepiece-encode one line and append EOS, keeping at most max_src
+ * tokens (EOS included).  A line without pieces (empty, or only spaces)
+ * gives 0.  *truncated is set to 1 when pieces were dropped.  -1 + errbuf. */
+int ll_encode_line(const ll_spm *spm, const char *line, int max_src, int32_t **ids, int *cap, int *truncated);
+
+/* Encode lines (ll_encode_line with max_src = model max_positions), translate
+ * and detokenise.  -1 + errbuf; on success release with ll_translation_free. */
+int ll_translate_lines(ll_model *m, const ll_spm *spm, const char *const *lines, int n, const ll_translate_opts *o,
+                       ll_translation *t);
+/* As above for sources already in t->src / t->src_len / t->n (malloc'd;
+ * ownership passes to t): translate and detokenise. */
+void ll_translation_run(ll_model *m, const ll_spm *spm, const ll_translate_opts *o, ll_translation *t);
+void ll_translation_free(ll_translation *t);
+
+/* The first decoder input for a target language.  Models trained with
+ * language tags (data.lang_tags on, or auto with several train target
+ * languages) start with "<2L>"; others with EOS.  lang NULL: the only target
+ * language; an error lists the choices when there are several.  -1 + errbuf. */
+int ll_decode_bos(const ll_config *cfg, const ll_spm *spm, const char *lang, int32_t *bos);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

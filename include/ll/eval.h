@@ -1,0 +1,132 @@
+/* Corpus BLEU and chrF, bit-compatible with sacreBLEU (see docs/eval.md).
+ *
+ * Scores are computed from sufficient statistics summed over sentences, exactly
+ * as sacreBLEU does, so a decoder can add each sentence as it is produced
+ * (ll_bleu_add / ll_chrf_add), merge per-thread statistics (ll_*_merge) and
+ * compute the corpus score at the end.  The statistics structs are plain values
+ * (no heap memory): copy them, zero them with ll_*_init, sum them.
+ *
+ * Text is UTF-8.  Lines should not contain '\n' (the 13a tokenizer treats one
+ * like sacreBLEU does, but a file line never has one).  Bytes that are not
+ * valid UTF-8 are each treated as one opaque character (Python would refuse
+ * such input; lleval rejects it). */
+#ifndef LL_EVAL_H
+#define LL_EVAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The sacreBLEU release whose results and signatures this code reproduces;
+ * it is the "version:" field of every signature. */
+#define LL_SACREBLEU_VERSION "2.6.0"
+
+/* Longest line the ll_*_format and ll_*_signature functions can produce. */
+#define LL_EVAL_LINE_MAX 512
+
+/* ---- BLEU -------------------------------------------------------------------- */
+
+#define LL_BLEU_ORDER 4 /* sacreBLEU's MAX_NGRAM_ORDER */
+
+typedef enum { LL_BLEU_TOK_13A = 0, LL_BLEU_TOK_NONE = 1 } ll_bleu_tok;
+typedef enum {
+    LL_BLEU_SMOOTH_EXP = 0, /* sacreBLEU default (mteval-v13a "NIST" smoothing) */
+    LL_BLEU_SMOOTH_NONE,
+    LL_BLEU_SMOOTH_FLOOR, /* smooth_value default 0.1 */
+    LL_BLEU_SMOOTH_ADDK,  /* smooth_value default 1 */
+} ll_bleu_smooth;
+
+typedef struct {
+    int lowercase;         /* case:lc (Python str.lower(), full Unicode) */
+    ll_bleu_tok tokenize;  /* tok:13a (default) or tok:none */
+    ll_bleu_smooth smooth; /* smooth:exp (default) */
+    double smooth_value;   /* < 0: the method's default */
+    int effective_order;   /* eff:yes; sacreBLEU enables it for sentence-level BLEU only */
+} ll_bleu_opts;
+
+typedef struct {
+    ll_bleu_opts opts;
+    int64_t sys_len, ref_len;
+    int64_t correct[LL_BLEU_ORDER], total[LL_BLEU_ORDER];
+    int64_t n_sents;
+    int nrefs; /* references per sentence so far: 0 before the first, -1 if it varied ("var") */
+} ll_bleu_stats;
+
+typedef struct {
+    double score; /* 0..100 */
+    double precisions[LL_BLEU_ORDER];
+    double bp, ratio;
+    int64_t sys_len, ref_len;
+    int64_t correct[LL_BLEU_ORDER], total[LL_BLEU_ORDER];
+} ll_bleu_result;
+
+void ll_bleu_opts_default(ll_bleu_opts *o);
+void ll_bleu_init(ll_bleu_stats *s, const ll_bleu_opts *o); /* o == NULL: defaults */
+/* Adds one segment.  NULL entries of refs are skipped (sacreBLEU's None: a
+ * missing reference); returns -1 + ll_errbuf() when no reference is left. */
+int ll_bleu_add(ll_bleu_stats *s, const char *hyp, const char *const *refs, int nrefs);
+void ll_bleu_merge(ll_bleu_stats *dst, const ll_bleu_stats *src);
+void ll_bleu_compute(const ll_bleu_stats *s, ll_bleu_result *r);
+/* Sentence-level BLEU the way sacreBLEU's CLI -sl does it: effective order on. */
+int ll_bleu_sentence(const ll_bleu_opts *o, const char *hyp, const char *const *refs, int nrefs,
+                     ll_bleu_result *r);
+
+/* "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"; short_form
+ * gives sacreBLEU's --short abbreviations ("#:1|c:mixed|e:no|tok:13a|s:exp|v:2.6.0"). */
+int ll_bleu_signature(const ll_bleu_stats *s, int short_form, char *buf, size_t n);
+/* sacreBLEU's Score.format(): "BLEU = 27.35 60.1/34.2/21.0/13.4 (BP = 0.987 ratio = 0.987
+ * hyp_len = 12345 ref_len = 12500)", or with sig non-NULL "BLEU|<sig> = 27.35 ..."
+ * (the -f text line); width = decimals of the score (sacreBLEU -w); score_only gives
+ * "27.35".  Returns the length like snprintf. */
+int ll_bleu_format(const ll_bleu_result *r, int width, int score_only, const char *sig, char *buf, size_t n);
+
+/* ---- chrF / chrF++ ----------------------------------------------------------- */
+
+#define LL_CHRF_MAX_ORDER 16 /* char_order + word_order */
+
+typedef struct {
+    int char_order;    /* nc, default 6 */
+    int word_order;    /* nw, default 0; 2 gives chrF++ */
+    int beta;          /* default 2 */
+    int lowercase;     /* case:lc */
+    int whitespace;    /* space:yes keeps whitespace inside character n-grams */
+    int eps_smoothing; /* eff:no; default off = sacreBLEU's effective-order averaging */
+} ll_chrf_opts;
+
+typedef struct {
+    ll_chrf_opts opts;
+    int64_t stats[3 * LL_CHRF_MAX_ORDER]; /* per order: hyp n-grams, ref n-grams, matches */
+    int64_t n_sents;
+    int nrefs;
+} ll_chrf_stats;
+
+typedef struct {
+    double score; /* 0..100 */
+    char name[32]; /* "chrF2", "chrF2++" */
+} ll_chrf_result;
+
+void ll_chrf_opts_default(ll_chrf_opts *o);
+/* Returns -1 + ll_errbuf() for orders outside 1..LL_CHRF_MAX_ORDER in total, or beta < 0. */
+int ll_chrf_init(ll_chrf_stats *s, const ll_chrf_opts *o); /* o == NULL: defaults */
+int ll_chrf_add(ll_chrf_stats *s, const char *hyp, const char *const *refs, int nrefs);
+void ll_chrf_merge(ll_chrf_stats *dst, const ll_chrf_stats *src);
+void ll_chrf_compute(const ll_chrf_stats *s, ll_chrf_result *r);
+/* "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0" */
+int ll_chrf_signature(const ll_chrf_stats *s, int short_form, char *buf, size_t n);
+/* "chrF2 = 55.12", "chrF2|<sig> = 55.12" or "55.12" */
+int ll_chrf_format(const ll_chrf_result *r, int width, int score_only, const char *sig, char *buf, size_t n);
+
+/* ---- text helpers shared with lleval ----------------------------------------- */
+
+/* Offset of the first byte that Python's strict UTF-8 decoder rejects, or -1. */
+long ll_utf8_invalid_at(const char *s, size_t n);
+/* Length of s without trailing (Unicode) whitespace: Python's str.rstrip(). */
+size_t ll_eval_rstrip_len(const char *s, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,547 @@
+/* Beam search (src/decode/beam.c) against independent references, in double
+ * precision.  The references score with ll_model_logprobs (full teacher-forced
+ * recomputation, no KV cache), so they share no code with the search:
+ *   1. a beam wide enough to hold every candidate finds every sequence, with
+ *      the exhaustive scores and the exhaustive optimum (4 lenpens, 3 inits);
+ *   2. a literal transcription of fairseq's step (top 2*beam with -inf
+ *      fillers, full sort) gives the same hypotheses for small beams;
+ *   3. batched decoding == one sentence at a time, in input order;
+ *   4. greedy (beam 1) == the argmax chain;
+ *   5. n-best lists: order, scores, positional scores;
+ *   6. min_len / max_len / max_positions limits;
+ *   7. the decoder's first token: language tags from the config. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/testutil.h"
+#include "ll/decode.h"
+#include "ll/model.h"
+
+static ll_model *toy(int V, int max_pos, uint64_t seed) {
+    ll_hparams hp = {.C = 8, .F = 16, .H = 2, .Le = 1, .Ld = 2, .V = V, .max_pos = max_pos, .share_all = 1,
+                     .tie_output = 1};
+    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+    ll_model_init(m, seed);
+    /* sharpen the output distribution so that searches disagree with greedy */
+    for (size_t i = 0; i < (size_t)V * 8; i++) m->params[m->out_proj + i] *= 2.5;
+    return m;
+}
+
+/* A random source of length sl (EOS included) over ids 4..V-1. */
+static void rand_src(int32_t *s, int sl, int V, uint64_t seed) {
+    ll_philox r;
+    ll_philox_init(&r, seed, 7, 0);
+    for (int t = 0; t < sl - 1; t++) s[t] = 4 + (int)ll_philox_below(&r, t, V - 4);
+    s[sl - 1] = LL_EOS;
+}
+
+/* Log-probs of n target sequences ys[i] (lens[i] tokens) after `bos`, all
+ * teacher-forced in one batch: lp[i][t] = log p(ys[i][t] | bos ys[i][<t]).
+ * With want_next: also the distribution after the full sequence (next[i*V..]). */
+static void forced(ll_model *m, const int32_t *src, int sl, int32_t bos, int32_t *const *ys, const int *lens, int n,
+                   double **lp, double *next) {
+    const int V = m->hp.V;
+    int T = 1;
+    for (int i = 0; i < n; i++)
+        if (lens[i] + 1 > T) T = lens[i] + 1;
+    ll_batch b = {.B = n, .S = sl, .T = T};
+    b.src = calloc((size_t)n * sl, sizeof(int32_t));
+    b.tgt_in = calloc((size_t)n * T, sizeof(int32_t));
+    b.tgt_out = calloc((size_t)n * T, sizeof(int32_t));
+    b.src_len = calloc(n, sizeof(int));
+    b.tgt_len = calloc(n, sizeof(int));
+    for (int i = 0; i < n; i++) {
+        memcpy(b.src + (size_t)i * sl, src, sizeof(int32_t) * sl);
+        b.src_len[i] = sl;
+        b.tgt_len[i] = lens[i] + 1;
+        for (int t = 0; t < T; t++) {
+            b.tgt_in[i * T + t] = t == 0 ? bos : t <= lens[i] ? ys[i][t - 1] : LL_PAD;
+            b.tgt_out[i * T + t] = t < lens[i] ? ys[i][t] : t == lens[i] ? LL_EOS : LL_PAD;
+        }
+        b.n_src_tokens += sl;
+        b.n_tgt_tokens += lens[i] + 1;
+    }
+    const real *L = ll_model_logprobs(m, &b);
+    for (int i = 0; i < n; i++) {
+        for (int t = 0; t < lens[i]; t++) lp[i][t] = L[((size_t)i * T + t) * V + ys[i][t]];
+        if (next)
+            for (int v = 0; v < V; v++) next[(size_t)i * V + v] = L[((size_t)i * T + lens[i]) * V + v];
+    }
+    free(b.src);
+    free(b.tgt_in);
+    free(b.tgt_out);
+    free(b.src_len);
+    free(b.tgt_len);
+}
+
+static double sum(const double *x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* ---- 1. exhaustive search --------------------------------------------------- */
+static void test_exhaustive(void) {
+    const int V = 7, max_len = 3; /* free tokens: UNK(3), 4, 5, 6 */
+    for (int seed = 1; seed <= 3; seed++) {
+        ll_model *m = toy(V, 16, seed);
+        const double lenpens[] = {0, 1, 0.6, 1.5};
+        for (int min_len = 0; min_len <= 1; min_len++) {
+            /* every w EOS with min_len <= |w| <= max_len */
+            int32_t *ys[100];
+            int lens[100], n = 0;
+            for (int L = min_len; L <= max_len; L++) {
+                int count = 1;
+                for (int t = 0; t < L; t++) count *= 4;
+                for (int c = 0; c < count; c++, n++) {
+                    ys[n] = malloc(sizeof(int32_t) * (L + 1));
+                    for (int t = 0, x = c; t < L; t++, x /= 4) ys[n][t] = 3 + x % 4;
+                    ys[n][L] = LL_EOS;
+                    lens[n] = L + 1;
+                }
+            }
+            double *lp[100];
+            for (int i = 0; i < n; i++) lp[i] = malloc(sizeof(double) * lens[i]);
+            const int sl[2] = {5, 3};
+            int32_t src[2 * 5];
+            rand_src(src, 5, V, seed * 10 + 1);
+            rand_src(src + 5, 3, V, seed * 10 + 2);
+            for (int t = 3; t < 5; t++) src[5 + t] = LL_PAD;
+            for (int li = 0; li < 4; li++) {
+                ll_search_opts o;
+                ll_search_opts_default(&o);
+                /* wide enough for every candidate of every step (<= 80) and never
+                 * reaching `beam` finalized hypotheses before max_len */
+                o.beam = o.nbest = 100;
+                o.lenpen = lenpens[li];
+                o.max_len_b = max_len;
+                o.min_len = min_len;
+                ll_nbest out[2];
+                ll_beam_search(m, src, sl, 2, 5, &o, out);
+                for (int s = 0; s < 2; s++) {
+                    forced(m, src + 5 * s, sl[s], LL_EOS, ys, lens, n, lp, NULL);
+                    double *want = malloc(sizeof(double) * n), *got = malloc(sizeof(double) * n);
+                    int best = 0;
+                    for (int i = 0; i < n; i++) {
+                        want[i] = sum(lp[i], lens[i]) / pow(lens[i], o.lenpen);
+                        if (want[i] > want[best]) best = i;
+                    }
+                    CHECK_MSG(out[s].n == n, "seed %d lenpen %g min_len %d: %d hypotheses, %d sequences exist", seed,
+                              o.lenpen, min_len, out[s].n, n);
+                    if (out[s].n == n) {
+                        for (int i = 0; i < n; i++) got[i] = out[s].h[i].score;
+                        qsort(want, n, sizeof(double), cmp_desc);
+                        double worst = 0;
+                        for (int i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - want[i]));
+                        CHECK_MSG(worst < 1e-9, "seed %d lenpen %g: sorted scores differ by %g", seed, o.lenpen,
+                                  worst);
+                        const ll_hypo *h = &out[s].h[0];
+                        CHECK_MSG(h->len == lens[best] && !memcmp(h->tokens, ys[best], sizeof(int32_t) * h->len),
+                                  "seed %d lenpen %g sentence %d: the best hypothesis is not the exhaustive optimum",
+                                  seed, o.lenpen, s);
+                    }
+                    free(want);
+                    free(got);
+                    ll_nbest_free(&out[s]);
+                }
+            }
+            for (int i = 0; i < n; i++) {
+                free(ys[i]);
+                free(lp[i]);
+            }
+        }
+        ll_model_free(m);
+    }
+}
+
+/* ---- 2. literal fairseq reference ------------------------------------------ */
+typedef struct {
+    double s;
+    int idx; /* row * V + token */
+} rc;
+static int rc_cmp(const void *a, const void *b) {
+    const rc *x = a, *y = b;
+    if (x->s != y->s) return x->s < y->s ? 1 : -1; /* -inf == -inf falls through to the index */
+    return x->idx - y->idx;
+}
+
+/* One sentence, fairseq's SequenceGenerator._generate + BeamSearch.step
+ * transcribed: lprobs masked, top k = min(2*beam, cands-1) of the flattened
+ * cumulative scores (-inf included), EOS with a finite score in the first
+ * `beam` finalized, the first `beam` others (-inf or not) continue. */
+static int reference(ll_model *m, const int32_t *src, int sl, const ll_search_opts *o, ll_hypo *fin) {
+    const int V = m->hp.V, K = o->beam, max_len = ll_search_max_len(m, o, sl);
+    const int min_len = o->min_len < max_len ? o->min_len : max_len;
+    int32_t *tok[64], *ntok[64];
+    double *ps[64], *nps[64], cum[64], ncum[64];
+    for (int r = 0; r < K; r++) {
+        tok[r] = calloc(max_len + 2, sizeof(int32_t));
+        ntok[r] = calloc(max_len + 2, sizeof(int32_t));
+        ps[r] = calloc(max_len + 2, sizeof(double));
+        nps[r] = calloc(max_len + 2, sizeof(double));
+        cum[r] = 0;
+    }
+    double *next = malloc(sizeof(double) * K * V), *lpbuf[64];
+    int lens[64];
+    for (int r = 0; r < K; r++) lpbuf[r] = malloc(sizeof(double) * (max_len + 2));
+    rc *c = malloc(sizeof(rc) * K * V);
+    int n_fin = 0;
+    for (int step = 0; step <= max_len; step++) {
+        for (int r = 0; r < K; r++) lens[r] = step;
+        forced(m, src, sl, o->bos, tok, lens, K, lpbuf, next);
+        for (int r = 0; r < K; r++)
+            for (int v = 0; v < V; v++) {
+                double *x = &next[r * V + v];
+                if (isnan(*x) || v == LL_PAD || v == LL_BOS) *x = -INFINITY;
+                if (step >= max_len && v != LL_EOS) *x = -INFINITY;
+                if (step < min_len && v == LL_EOS) *x = -INFINITY;
+            }
+        const int rows = step == 0 ? 1 : K;
+        int nc = 0;
+        for (int r = 0; r < rows; r++)
+            for (int v = 0; v < V; v++) c[nc++] = (rc){cum[r] + next[r * V + v], r * V + v};
+        qsort(c, nc, sizeof(rc), rc_cmp);
+        const int k = 2 * K < nc - 1 ? 2 * K : nc - 1;
+        int filled = 0;
+        for (int q = 0; q < k; q++) {
+            const int r = c[q].idx / V, v = c[q].idx % V;
+            const int eos = v == LL_EOS && c[q].s != -INFINITY;
+            if (eos && q < K && n_fin < K) {
+                ll_hypo *h = &fin[n_fin++];
+                h->len = step + 1;
+                h->tokens = malloc(sizeof(int32_t) * h->len);
+                h->pos_scores = malloc(sizeof(float) * h->len);
+                for (int t = 0; t < step; t++) h->tokens[t] = tok[r][t], h->pos_scores[t] = ps[r][t];
+                h->tokens[step] = LL_EOS;
+                h->pos_scores[step] = next[r * V + v];
+                h->score = c[q].s / pow(step + 1, o->lenpen);
+            }
+            if (!eos && filled < K) {
+                memcpy(ntok[filled], tok[r], sizeof(int32_t) * step);
+                memcpy(nps[filled], ps[r], sizeof(double) * step);
+                ntok[filled][step] = v;
+                nps[filled][step] = next[r * V + v];
+                ncum[filled++] = c[q].s;
+            }
+        }
+        if (n_fin == K) break;
+        for (int r = 0; r < K; r++) {
+            int32_t *t = tok[r];
+            tok[r] = ntok[r];
+            ntok[r] = t;
+            double *p = ps[r];
+            ps[r] = nps[r];
+            nps[r] = p;
+            cum[r] = ncum[r];
+        }
+    }
+    /* sort by score, ties in order of finalization */
+    for (int i = 1; i < n_fin; i++)
+        for (int j = i; j > 0 && fin[j - 1].score < fin[j].score; j--) {
+            ll_hypo t = fin[j];
+            fin[j] = fin[j - 1];
+            fin[j - 1] = t;
+        }
+    for (int r = 0; r < K; r++) {
+        free(tok[r]);
+        free(ntok[r]);
+        free(ps[r]);
+        free(nps[r]);
+        free(lpbuf[r]);
+    }
+    free(next);
+    free(c);
+    return n_fin;
+}
+
+static int same_hypo(const ll_hypo *a, const ll_hypo *b, double tol) {
+    if (a->len != b->len || memcmp(a->tokens, b->tokens, sizeof(int32_t) * a->len)) return 0;
+    if (fabs(a->score - b->score) > tol) return 0;
+    for (int t = 0; t < a->len; t++)
+        if (fabs(a->pos_scores[t] - b->pos_scores[t]) > 1e-5) return 0; /* stored as float */
+    return 1;
+}
+
+static void test_reference(void) {
+    const int V = 12, B = 5;
+    int checked = 0, beam_beats_greedy = 0;
+    for (int seed = 1; seed <= 3; seed++) {
+        ll_model *m = toy(V, 32, 100 + seed);
+        int32_t src[B * 7];
+        int sl[B];
+        for (int i = 0; i < B; i++) {
+            sl[i] = 2 + (i * 3 + seed) % 6;
+            rand_src(src + i * 7, sl[i], V, seed * 100 + i);
+            for (int t = sl[i]; t < 7; t++) src[i * 7 + t] = LL_PAD;
+        }
+        for (int K = 2; K <= 4; K++) {
+            ll_search_opts o;
+            ll_search_opts_default(&o);
+            o.beam = o.nbest = K;
+            o.lenpen = K == 3 ? 0.6 : 1.2;
+            o.max_len_a = 0.5;
+            o.max_len_b = 3;
+            o.min_len = seed == 2 ? 3 : 1;
+            ll_nbest out[B];
+            ll_beam_search(m, src, sl, B, 7, &o, out);
+            for (int i = 0; i < B; i++) {
+                ll_hypo want[64];
+                int n = reference(m, src + i * 7, sl[i], &o, want);
+                CHECK_MSG(out[i].n == n, "seed %d beam %d sentence %d: %d hypotheses, reference %d", seed, K, i,
+                          out[i].n, n);
+                for (int h = 0; h < n && h < out[i].n; h++)
+                    CHECK_MSG(same_hypo(&out[i].h[h], &want[h], 1e-9),
+                              "seed %d beam %d sentence %d: hypothesis %d differs from the reference", seed, K, i, h);
+                /* does the search matter here (a non-greedy path wins)? */
+                ll_search_opts g = o;
+                g.beam = g.nbest = 1;
+                ll_nbest gr;
+                ll_beam_search(m, src + i * 7, &sl[i], 1, sl[i], &g, &gr);
+                if (out[i].n && gr.n && out[i].h[0].score > gr.h[0].score + 1e-9) beam_beats_greedy++;
+                ll_nbest_free(&gr);
+                for (int h = 0; h < n; h++) {
+                    free(want[h].tokens);
+                    free(want[h].pos_scores);
+                }
+                ll_nbest_free(&out[i]);
+                checked++;
+            }
+        }
+        ll_model_free(m);
+    }
+    fprintf(stderr, "reference: %d searches compared; beam beat greedy in %d\n", checked, beam_beats_greedy);
+    CHECK_MSG(beam_beats_greedy > 0, "no case where beam search beats greedy: the comparison is too weak");
+}
+
+/* ---- 3. batched == one by one ---------------------------------------------- */
+static void test_batching(void) {
+    const int V = 15, n = 13;
+    ll_model *m = toy(V, 40, 7);
+    int32_t *src[n];
+    int len[n];
+    for (int i = 0; i < n; i++) {
+        len[i] = i == 4 || i == 9 ? 0 : 2 + (i * 7) % 9; /* two empty inputs */
+        src[i] = malloc(sizeof(int32_t) * (len[i] + 1));
+        if (len[i]) rand_src(src[i], len[i], V, 500 + i);
+    }
+    ll_translate_opts o = {.max_tokens = 24};
+    ll_search_opts_default(&o.search);
+    o.search.beam = 3;
+    o.search.nbest = 3;
+    o.search.max_len_a = 1.2;
+    o.search.max_len_b = 2;
+    ll_nbest batched[n];
+    ll_translate_stats st;
+    ll_translate_ids(m, (const int32_t *const *)src, len, n, &o, batched, &st);
+    CHECK_MSG(st.batches > 1 && st.batches < n - 2, "expected a few multi-sentence batches, got %ld", st.batches);
+    CHECK(st.sents == n - 2);
+    for (int i = 0; i < n; i++) {
+        if (!len[i]) {
+            CHECK_MSG(batched[i].n == 0, "empty input %d got %d hypotheses", i, batched[i].n);
+            continue;
+        }
+        ll_nbest one;
+        ll_beam_search(m, src[i], &len[i], 1, len[i], &o.search, &one);
+        int same = one.n == batched[i].n;
+        for (int h = 0; same && h < one.n; h++) same = same_hypo(&one.h[h], &batched[i].h[h], 1e-9);
+        CHECK_MSG(same, "sentence %d: batched decoding differs from decoding it alone", i);
+        ll_nbest_free(&one);
+        ll_nbest_free(&batched[i]);
+    }
+    for (int i = 0; i < n; i++) free(src[i]);
+    ll_model_free(m);
+}
+
+/* ---- 4. greedy == argmax chain ---------------------------------------------- */
+static void test_greedy(void) {
+    const int V = 20;
+    ll_model *m = toy(V, 32, 11);
+    for (int i = 0; i < 6; i++) {
+        const int sl = 3 + i;
+        int32_t src[16];
+        rand_src(src, sl, V, 900 + i);
+        ll_search_opts o;
+        ll_search_opts_default(&o);
+        o.beam = 1;
+        o.lenpen = 0.8;
+        o.max_len_b = 8;
+        o.min_len = i % 3;
+        o.bos = i % 2 ? LL_EOS : 5; /* a language-tag-like first token */
+        ll_nbest out;
+        ll_beam_search(m, src, &sl, 1, sl, &o, &out);
+        /* argmax chain by recomputation */
+        int32_t y[16];
+        double lp[16], next[20];
+        int n = 0;
+        for (int step = 0;; step++) {
+            int32_t *ys[1] = {y};
+            double *lps[1] = {lp};
+            forced(m, src, sl, o.bos, ys, &n, 1, lps, next);
+            int best = -1;
+            for (int v = 0; v < V; v++) {
+                if (v == LL_PAD || v == LL_BOS || (v == LL_EOS && step < o.min_len)) continue;
+                if (step >= o.max_len_b && v != LL_EOS) continue;
+                if (best < 0 || next[v] > next[best]) best = v;
+            }
+            y[n] = best;
+            lp[n++] = next[best];
+            if (best == LL_EOS) break;
+        }
+        CHECK_MSG(out.n == 1 && out.h[0].len == n && !memcmp(out.h[0].tokens, y, sizeof(int32_t) * n),
+                  "sentence %d: greedy differs from the argmax chain", i);
+        if (out.n == 1) {
+            CHECK_NEAR(out.h[0].score, sum(lp, n) / pow(n, o.lenpen), 1e-9);
+            for (int t = 0; t < n && t < out.h[0].len; t++) CHECK_NEAR(out.h[0].pos_scores[t], lp[t], 1e-6);
+        }
+        ll_nbest_free(&out);
+    }
+    ll_model_free(m);
+}
+
+/* ---- 5. n-best lists ---------------------------------------------------------- */
+static void test_nbest(void) {
+    const int V = 16;
+    ll_model *m = toy(V, 32, 21);
+    for (int i = 0; i < 4; i++) {
+        const int sl = 4 + i;
+        int32_t src[16];
+        rand_src(src, sl, V, 40 + i);
+        ll_search_opts o;
+        ll_search_opts_default(&o);
+        o.beam = o.nbest = 5;
+        o.lenpen = 1.0;
+        o.max_len_b = 7;
+        ll_nbest all, two;
+        ll_beam_search(m, src, &sl, 1, sl, &o, &all);
+        o.nbest = 2;
+        ll_beam_search(m, src, &sl, 1, sl, &o, &two);
+        CHECK_MSG(all.n == 5, "sentence %d: %d of 5 hypotheses", i, all.n);
+        CHECK(two.n == 2);
+        for (int h = 0; h < two.n && h < all.n; h++) CHECK(same_hypo(&two.h[h], &all.h[h], 0));
+        for (int h = 0; h < all.n; h++) {
+            const ll_hypo *y = &all.h[h];
+            if (h) CHECK_MSG(y->score <= all.h[h - 1].score, "n-best not sorted at %d", h);
+            for (int g = 0; g < h; g++)
+                CHECK_MSG(y->len != all.h[g].len || memcmp(y->tokens, all.h[g].tokens, sizeof(int32_t) * y->len),
+                          "hypotheses %d and %d are equal", g, h);
+            CHECK(y->tokens[y->len - 1] == LL_EOS);
+            for (int t = 0; t < y->len; t++) CHECK(y->tokens[t] != LL_PAD && y->tokens[t] != LL_BOS);
+            double lp[16];
+            int32_t *ys[1] = {y->tokens};
+            double *lps[1] = {lp};
+            forced(m, src, sl, LL_EOS, ys, &y->len, 1, lps, NULL);
+            CHECK_NEAR(y->score, sum(lp, y->len) / y->len, 1e-9);
+            for (int t = 0; t < y->len; t++) CHECK_NEAR(y->pos_scores[t], lp[t], 1e-6);
+        }
+        ll_nbest_free(&all);
+        ll_nbest_free(&two);
+    }
+    ll_model_free(m);
+}
+
+/* ---- 6. length limits ----------------------------------------------------------- */
+static void lengths(ll_model *m, const ll_search_opts *o, int sl, int *lo, int *hi) {
+    int32_t src[32];
+    rand_src(src, sl, m->hp.V, 77 + sl);
+    ll_nbest out;
+    ll_beam_search(m, src, &sl, 1, sl, o, &out);
+    *lo = 1 << 30;
+    *hi = out.n ? 0 : -1;
+    for (int h = 0; h < out.n; h++) {
+        if (out.h[h].len < *lo) *lo = out.h[h].len;
+        if (out.h[h].len > *hi) *hi = out.h[h].len;
+        CHECK(out.h[h].tokens[out.h[h].len - 1] == LL_EOS);
+    }
+    ll_nbest_free(&out);
+}
+
+static void test_lengths(void) {
+    ll_model *m = toy(10, 6, 31); /* max_positions 6: at most 5 steps + EOS */
+    ll_search_opts o;
+    ll_search_opts_default(&o);
+    o.beam = o.nbest = 3;
+    int lo, hi;
+    o.min_len = 3;
+    lengths(m, &o, 4, &lo, &hi);
+    CHECK_MSG(lo >= 4 && hi <= 6, "min_len 3: lengths %d..%d (want 4..6)", lo, hi);
+    o.min_len = 1;
+    o.max_len_b = 2;
+    lengths(m, &o, 4, &lo, &hi);
+    CHECK_MSG(lo >= 2 && hi <= 3 && hi > 0, "max_len 2: lengths %d..%d (want 2..3)", lo, hi);
+    o.min_len = 2;
+    lengths(m, &o, 4, &lo, &hi);
+    CHECK_MSG(lo == 3 && hi == 3, "min_len = max_len = 2: lengths %d..%d (want 3)", lo, hi);
+    o.min_len = 100; /* clamped to max_len */
+    o.max_len_b = 200;
+    CHECK(ll_search_max_len(m, &o, 4) == 5);
+    lengths(m, &o, 4, &lo, &hi);
+    CHECK_MSG(lo == 6 && hi == 6, "max_positions 6: lengths %d..%d (want 6)", lo, hi);
+    o.max_len_a = 0.5;
+    o.max_len_b = 1;
+    CHECK(ll_search_max_len(m, &o, 6) == 4);
+    lengths(m, &o, 6, &lo, &hi);
+    CHECK_MSG(lo == 5 && hi == 5, "max_len_a 0.5 * 6 + 1: lengths %d..%d (want 5)", lo, hi);
+    ll_model_free(m);
+}
+
+/* ---- 7. first decoder token ------------------------------------------------------ */
+static void test_bos(void) {
+    const char *dir = tu_tmpdir();
+    char text[4096];
+    snprintf(text, sizeof text, "%s/tests/data/tiny/train.en", tu_source_dir());
+    const char *files[1] = {text};
+    const char *tags[2] = {"<2es>", "<2fr>"};
+    char prefix[1024];
+    snprintf(prefix, sizeof prefix, "%s/spm", dir);
+    if (ll_spm_train(files, 1, prefix, 40, tags, 2, 1)) {
+        CHECK_MSG(0, "spm training failed: %s", ll_errbuf());
+        return;
+    }
+    snprintf(text, sizeof text, "%s.model", prefix);
+    ll_spm *spm = ll_spm_load(text);
+    CHECK(spm != NULL);
+    if (!spm) return;
+    const int es = ll_spm_piece_id(spm, "<2es>"), fr = ll_spm_piece_id(spm, "<2fr>");
+    CHECK(es >= 4 && fr >= 4);
+    ll_config c;
+    const char *two = "data:\n  train:\n    - {src: a.en, tgt: a.es, src_lang: en, tgt_lang: es}\n"
+                      "    - {src: a.en, tgt: a.fr, src_lang: en, tgt_lang: fr}\n";
+    CHECK(ll_config_load_text(&c, two, "two.cfg") == 0);
+    int32_t bos = -1;
+    CHECK(ll_decode_bos(&c, spm, "fr", &bos) == 0 && bos == fr);
+    CHECK(ll_decode_bos(&c, spm, "es", &bos) == 0 && bos == es);
+    CHECK(ll_decode_bos(&c, spm, NULL, &bos) == -1);
+    CHECK_CONTAINS(ll_errbuf(), "es, fr");
+    CHECK(ll_decode_bos(&c, spm, "de", &bos) == -1);
+    CHECK_CONTAINS(ll_errbuf(), "--target-lang de");
+    ll_config_free(&c);
+    const char *one = "data:\n  lang_tags: \"on\"\n  train:\n    - {src: a.en, tgt: a.es, src_lang: en, tgt_lang: es}\n";
+    CHECK(ll_config_load_text(&c, one, "one.cfg") == 0);
+    CHECK(ll_decode_bos(&c, spm, NULL, &bos) == 0 && bos == es);
+    ll_config_free(&c);
+    const char *off = "data:\n  lang_tags: \"off\"\n  train:\n    - {src: a.en, tgt: a.es, src_lang: en, tgt_lang: es}\n"
+                      "    - {src: a.en, tgt: a.fr, src_lang: en, tgt_lang: fr}\n";
+    CHECK(ll_config_load_text(&c, off, "off.cfg") == 0);
+    CHECK(ll_decode_bos(&c, spm, NULL, &bos) == 0 && bos == LL_EOS);
+    ll_config_free(&c);
+    ll_spm_free(spm);
+}
+
+int main(void) {
+    ll_set_threads(1);
+    test_exhaustive();
+    test_reference();
+    test_batching();
+    test_greedy();
+    test_nbest();
+    test_lengths();
+    test_bos();
+    return tu_finish("grad_test_beam");
+}
