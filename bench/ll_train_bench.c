@@ -11,6 +11,7 @@
 #include "ll/train.h"
 
 int main(int argc, char **argv) {
+    ll_cpu_setup(argv);
     int steps = 10, threads = 2, B = 128, L = 32;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
@@ -53,8 +54,8 @@ int main(int argc, char **argv) {
     }
     b.n_src_tokens = b.n_tgt_tokens = B * L;
     double flops = ll_model_train_flops(&hp, B * L, B * L, B, L, L);
-    fprintf(stderr, "ll bench: %zu parameters, %.1f GFLOP per step, %d threads\n", m->n_params, flops / 1e9,
-            threads);
+    fprintf(stderr, "ll bench: %zu parameters, %.1f GFLOP per step, %d threads, BLAS core %s\n", m->n_params,
+            flops / 1e9, threads, ll_blas_core());
     double t0 = 0;
     for (int s = 0; s < steps + 2; s++) {
         if (s == 2) t0 = ll_now();

@@ -78,6 +78,8 @@ void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size
 /* fairseq initialisation (reference-spec §4), deterministic in seed. */
 void ll_model_init(ll_model *m, uint64_t seed);
 const ll_param *ll_model_find(const ll_model *m, const char *name);
+/* Parameters proper (n_params also counts alignment padding). */
+size_t ll_model_count_params(const ll_model *m);
 /* Reset every layer's control to the default (gate 1, nothing skipped). */
 void ll_model_reset_ctl(ll_model *m);
 

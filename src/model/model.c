@@ -149,6 +149,12 @@ void ll_model_free(ll_model *m) {
     free(m);
 }
 
+size_t ll_model_count_params(const ll_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_table; i++) n += m->table[i].numel;
+    return n;
+}
+
 const ll_param *ll_model_find(const ll_model *m, const char *name) {
     for (int i = 0; i < m->n_table; i++)
         if (strcmp(m->table[i].name, name) == 0) return &m->table[i];
@@ -202,6 +208,7 @@ double ll_model_train_flops(const ll_hparams *hp, long src_tokens, long tgt_toke
     double enc = (4 * C * C + 2 * C * F) * src_tokens;
     double dec = (4 * C * C + 2 * C * C + 2 * C * F) * tgt_tokens + 2 * C * C * src_tokens; /* + cross kv */
     double out = C * V * tgt_tokens;
-    double attn = hp->Le * 2.0 * B * S * S * C + hp->Ld * 2.0 * B * ((double)T * T + (double)T * S) * C;
+    /* scores + weighted values: 2 matmuls of 2*Tq*Tk*C FLOPs each */
+    double attn = hp->Le * 4.0 * B * S * S * C + hp->Ld * 4.0 * B * ((double)T * T + (double)T * S) * C;
     return 6 * (hp->Le * enc + hp->Ld * dec + out) + 3 * attn;
 }

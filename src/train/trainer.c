@@ -142,7 +142,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
     t->metrics = fopen(mpath, o->resume ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
     ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm, %zu parameters; %d threads, BLAS core %s",
-           hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", t->m->n_params, ll_get_threads(),
+           hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", ll_model_count_params(t->m), ll_get_threads(),
            ll_blas_core());
     return 0;
 }
