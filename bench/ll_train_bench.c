@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     }
     b.n_src_tokens = b.n_tgt_tokens = B * L;
     double flops = ll_model_train_flops(&hp, B * L, B * L, B, L, L);
-    fprintf(stderr, "ll bench: %zu parameters, %.1f GFLOP per step, %d threads, BLAS core %s\n", m->n_params,
+    fprintf(stderr, "ll bench: %zu parameters, %.1f GFLOP per step, %d threads, BLAS core %s\n", ll_model_count_params(m),
             flops / 1e9, threads, ll_blas_core());
     double t0 = 0;
     for (int s = 0; s < steps + 2; s++) {
