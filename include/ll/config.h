@@ -74,6 +74,33 @@ typedef struct {
     int beam;
     float lenpen;
 
+    /* validation BLEU and early stopping */
+    int valid_bleu;        /* decode the validation set at every validation */
+    int valid_beam;
+    char best_metric[8];   /* "loss" | "bleu" */
+    int patience;          /* stop after this many validations without improvement; 0 = never */
+
+    /* latent depth (Li et al. 2020; reference-spec §0.1, §1) */
+    int latent_enc, latent_dec;
+    char latent_posterior[16];  /* "per_language" | "shared" */
+    float latent_tau;
+    int latent_soft_update;     /* updates with soft samples before hard straight-through ones */
+    int latent_soft_select;     /* soft samples throughout */
+    char latent_prior[16];      /* "beta" | "agged_posterior" */
+    float latent_prior_a, latent_prior_b;
+    char latent_kl[16];         /* "bernoulli" (two-sided, on q) | "reference" (one-sided on samples, / L) */
+    char latent_agg_norm[16];   /* aggregated posterior: "per_layer" (paper) | "across_layers" (code) */
+    float latent_beta;
+    int latent_anneal_updates;
+    int latent_target_enc, latent_target_dec; /* K; -1 = off */
+    float latent_lambda;
+    char latent_lk_form[8];     /* "abs" (paper) | "squared" (code) */
+    int latent_lk_anneal_updates;
+    int latent_inner_steps;     /* I of Algorithm 2 */
+    float latent_logits_lr;     /* 0 = train.lr (same schedule) */
+    char latent_inference[8];   /* "hard" | "soft" | "sample" */
+    float latent_threshold;
+
     /* the original text (stored in checkpoints) and where it came from */
     char *text;
     char source[LL_PATH_MAX];
@@ -112,6 +139,11 @@ char *ll_config_dump(const ll_config *c);
 /* One key's value as config text ("512", "0.0005", "true", a double-quoted string, a flow list
  * for corpora), malloc'd; NULL + errbuf for an unknown key. */
 char *ll_config_get(const ll_config *c, const char *key);
+/* Distinct languages in order of first appearance over data.train then
+ * data.valid (src, tgt per corpus) -- the order llprep numbers them in.
+ * Returns the count; langs may be NULL. */
+int ll_config_langs(const ll_config *c, char langs[][LL_LANG_MAX]);
+int ll_config_lang_index(const ll_config *c, const char *lang); /* -1 if absent */
 /* Print the schema: key, type, default, range, help. */
 void ll_config_print_help(FILE *out);
 /* The same information as Markdown tables (the generated part of docs/config.md). */

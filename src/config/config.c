@@ -403,3 +403,34 @@ int ll_config_set(ll_config *c, const char *assignment) {
     if (ll_cfg_parse_value(&ll_cfg_keys[i], eq + 1, c, err, sizeof err)) return ll_fail("--set %s: %s", assignment, err);
     return 0;
 }
+
+static int add_lang(char langs[][LL_LANG_MAX], int n, const char *lang, int *idx) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(langs[i], lang)) {
+            *idx = i;
+            return n;
+        }
+    snprintf(langs[n], LL_LANG_MAX, "%s", lang);
+    *idx = n;
+    return n + 1;
+}
+
+int ll_config_langs(const ll_config *c, char langs[][LL_LANG_MAX]) {
+    char tmp[LL_MAX_CORPORA * 4][LL_LANG_MAX];
+    int n = 0, idx;
+    for (int k = 0; k < c->n_train + c->n_valid; k++) {
+        const ll_corpus_cfg *cc = k < c->n_train ? &c->train[k] : &c->valid[k - c->n_train];
+        n = add_lang(tmp, n, cc->src_lang, &idx);
+        n = add_lang(tmp, n, cc->tgt_lang, &idx);
+    }
+    if (langs) memcpy(langs, tmp, sizeof(tmp[0]) * n);
+    return n;
+}
+
+int ll_config_lang_index(const ll_config *c, const char *lang) {
+    char tmp[LL_MAX_CORPORA * 4][LL_LANG_MAX];
+    int n = ll_config_langs(c, tmp);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(tmp[i], lang)) return i;
+    return -1;
+}

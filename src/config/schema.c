@@ -40,6 +40,7 @@ const ll_cfg_section ll_cfg_sections[] = {
     {"train", "Optimisation, schedule, logging and device."},
     {"checkpoint", "Where and how often checkpoints are written."},
     {"decode", "Beam search defaults for lldecode and validation BLEU."},
+    {"latent", "Latent depth (Li et al. 2020): Gumbel-gated layers, priors, KL, target depth, llprune."},
 };
 const int ll_cfg_nsections = (int)(sizeof ll_cfg_sections / sizeof ll_cfg_sections[0]);
 
@@ -119,6 +120,49 @@ const ll_cfg_key ll_cfg_keys[] = {
     /* decode */
     INT("decode.beam", beam, "5", 1, 1024, "Beam size."),
     FLT("decode.lenpen", lenpen, "1", 0, 100, 0, "Length penalty: hypotheses scored by logprob / length^lenpen."),
+    BOOL("train.valid_bleu", valid_bleu, "false", "Also decode the validation set and report BLEU at every validation."),
+    INT("train.valid_beam", valid_beam, "1", 1, 1024, "Beam size for validation BLEU (1 = greedy, fast)."),
+    ENUM("train.best_metric", best_metric, "loss", "loss|bleu",
+         "What checkpoint_best and early stopping follow (bleu needs train.valid_bleu)."),
+    INT("train.patience", patience, "0", 0, INT_MAX,
+        "Stop after this many validations without improvement of train.best_metric; 0 = never."),
+
+    /* latent depth */
+    BOOL("latent.encoder", latent_enc, "false", "Latent layers in the encoder (LL-E; both = LL-Both)."),
+    BOOL("latent.decoder", latent_dec, "false", "Latent layers in the decoder (LL-D)."),
+    ENUM("latent.posterior", latent_posterior, "per_language", "per_language|shared",
+         "One row of layer logits per distinct language (encoder: source, decoder: target) or one shared row."),
+    FLT("latent.tau", latent_tau, "5", 0, 1000, OPEN_MIN, "Gumbel-Softmax temperature (the code's --sampling-tau)."),
+    INT("latent.soft_update", latent_soft_update, "500", 0, INT_MAX,
+        "Updates with soft samples; later updates use hard straight-through samples."),
+    BOOL("latent.soft_select", latent_soft_select, "false", "Soft samples throughout (the code's --soft-select)."),
+    ENUM("latent.prior", latent_prior, "beta", "beta|agged_posterior",
+         "Prior: Beta(a,b) as Bernoulli(a/(a+b)) (paper), or the aggregated posterior over languages (Eq. 7)."),
+    FLT("latent.prior_a", latent_prior_a, "1", 0, 1e6, OPEN_MIN, "Beta prior a (a>b favours using layers)."),
+    FLT("latent.prior_b", latent_prior_b, "1", 0, 1e6, OPEN_MIN, "Beta prior b."),
+    ENUM("latent.kl", latent_kl, "bernoulli", "bernoulli|reference",
+         "bernoulli: full two-sided Bernoulli KL of q=sigmoid(a) (paper); reference: the code's one-sided KL "
+         "on the samples, divided by the number of layers."),
+    ENUM("latent.agg_norm", latent_agg_norm, "per_layer", "per_layer|across_layers",
+         "Aggregated posterior: averaged over languages per layer (paper) or normalised across layers (code)."),
+    FLT("latent.beta", latent_beta, "1", 0, 1e6, 0, "KL weight beta (the code's --sparsity-weight)."),
+    INT("latent.anneal_updates", latent_anneal_updates, "5000", 0, INT_MAX,
+        "KL weight ramps linearly 0 -> beta over this many updates, starting at latent.soft_update (never negative)."),
+    INT("latent.target_layers_enc", latent_target_enc, "-1", -1, 4096, "Target depth K of the encoder; -1 = off."),
+    INT("latent.target_layers_dec", latent_target_dec, "-1", -1, 4096, "Target depth K of the decoder; -1 = off."),
+    FLT("latent.lambda", latent_lambda, "0.1", 0, 1e6, 0, "Weight lambda of the target-depth loss L_K."),
+    ENUM("latent.lk_form", latent_lk_form, "abs", "abs|squared",
+         "L_K = |sum_l u_l - K| (paper) or its square (code)."),
+    INT("latent.lk_anneal_updates", latent_lk_anneal_updates, "5000", 0, INT_MAX,
+        "L_K weight ramps 0 -> lambda over this many updates after soft_update + anneal_updates."),
+    INT("latent.inner_steps", latent_inner_steps, "1", 1, 1000,
+        "I of Algorithm 2: Theta updated every step, the layer logits every I steps from the last step's "
+        "gradient (1 = the code's joint step)."),
+    FLT("latent.logits_lr", latent_logits_lr, "0", 0, 10, 0, "Peak learning rate of the layer logits; 0 = train.lr."),
+    ENUM("latent.inference", latent_inference, "hard", "hard|soft|sample",
+         "Inference: hard (layer used iff q >= threshold, others not computed), soft (z = q), or sample (the "
+         "code's stochastic draw)."),
+    FLT("latent.threshold", latent_threshold, "0.5", 0, 1, 0, "Selection threshold on q(z=1) for hard inference and llprune."),
 };
 const int ll_cfg_nkeys = (int)(sizeof ll_cfg_keys / sizeof ll_cfg_keys[0]);
 
