@@ -24,6 +24,8 @@ typedef struct {
     int tie_output;  /* output projection == decoder embedding */
     real dropout, attn_dropout, act_dropout;
     real label_smoothing; /* training loss; 0 = plain cross-entropy */
+    int latent_enc, latent_dec; /* layer logits for latent depth (src/model/latent.c) */
+    int latent_rows;            /* rows of logits: languages, or 1 when shared */
 } ll_hparams;
 
 typedef struct {
@@ -67,6 +69,11 @@ typedef struct ll_model {
     size_t enc_ln_w, enc_ln_b, dec_ln_w, dec_ln_b; /* final layer norms (pre-norm) */
     ll_layer_offsets *enc, *dec;
     ll_layer_ctl *enc_ctl, *dec_ctl; /* [Le], [Ld] */
+    /* latent depth: logits [rows, L] per stack (0 = absent), stored last in the
+     * flat buffer so [phi_offset, n_params) is exactly the logits */
+    size_t latent_logits[2];
+    size_t phi_offset;
+    real *latent_z[2], *latent_dzda[2]; /* host [rows, L]: last sample per row and dz/da */
     real *pos_table; /* [max_pos + 2, C] sinusoids on the device */
     ll_arena arena;
     struct ll_fwd_state *st;

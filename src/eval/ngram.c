@@ -1,9 +1,9 @@
 /* Exact n-gram counting for BLEU and chrF without hashing.
  *
- * Symbols (token ids or code points) are ranked jointly over the hypothesis and
- * all references; an n-gram's rank is derived from its (n-1)-gram prefix rank
- * and its last symbol, so each order is one sort of 64-bit keys and equal keys
- * are exactly equal n-grams (no collisions, no string compares). */
+ * N-grams get dense ids jointly over the hypothesis and all references, order
+ * by order: an n-gram's key is (id of its (n-1)-gram prefix, last symbol), one
+ * 64-bit integer, so equal keys are exactly equal n-grams (no string compares,
+ * no hash collisions to worry about) and each order is one pass over a map. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,15 +35,22 @@ uint32_t ll_ev_intern(const ll_ev_span *spans, int n, uint32_t *ids) {
     return id + 1;
 }
 
+/* Open-addressing map from an n-gram key to its dense id.  Keys are exact
+ * n-gram codes, not hashes, so equal keys mean equal n-grams. */
 typedef struct {
-    uint64_t key;
-    uint32_t slot; /* window index in the joint rank array */
-    uint32_t seq;
-} win;
+    uint64_t *keys;
+    uint32_t *ids;
+    size_t mask;
+} key_map;
 
-static int cmp_win(const void *a, const void *b) {
-    uint64_t x = ((const win *)a)->key, y = ((const win *)b)->key;
-    return x < y ? -1 : x > y;
+static uint32_t map_get(key_map *m, uint64_t key, uint32_t *next_id) {
+    size_t h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
+    while (m->ids[h] != UINT32_MAX) {
+        if (m->keys[h] == key) return m->ids[h];
+        h = (h + 1) & m->mask;
+    }
+    m->keys[h] = key;
+    return m->ids[h] = (*next_id)++;
 }
 
 void ll_ev_ngram_match(const ll_ev_seq *seqs, int nseq, int max_n, int64_t *each, int64_t *best) {
@@ -55,50 +62,43 @@ void ll_ev_ngram_match(const ll_ev_seq *seqs, int nseq, int max_n, int64_t *each
         for (int i = 0; i < seqs[k].len; i++)
             if (seqs[k].sym[i] >= alpha) alpha = (uint64_t)seqs[k].sym[i] + 1;
     }
-    size_t *off = ll_malloc((size_t)nseq * sizeof *off);
-    int64_t *cnt = ll_calloc((size_t)nseq, sizeof *cnt);
+    size_t cap = 16;
+    while (cap < 2 * total) cap *= 2;
+    key_map map = {ll_malloc(cap * sizeof *map.keys), ll_malloc(cap * sizeof *map.ids), cap - 1};
+    /* rank[slot]: id of the n-gram starting at that window, for the current order */
     uint32_t *rank = ll_malloc(total * sizeof *rank);
-    win *w = ll_malloc(total * sizeof *w);
-    for (int k = 0, o = 0; k < nseq; k++) {
-        off[k] = (size_t)o;
-        o += seqs[k].len;
-    }
+    int32_t *cnt = ll_calloc(total * (size_t)nseq, sizeof *cnt);
     int nref = nseq - 1;
     for (int n = 1; n <= max_n && seqs[0].len >= n; n++) {
-        size_t m = 0;
+        memset(map.ids, 0xFF, cap * sizeof *map.ids);
+        uint32_t next_id = 0;
+        size_t slot0 = 0;
         for (int k = 0; k < nseq; k++) {
             const uint32_t *s = seqs[k].sym;
             for (int i = 0; i + n <= seqs[k].len; i++) {
-                size_t slot = off[k] + (size_t)i;
-                /* prefix rank < total and symbol < alpha: the key is unique per n-gram */
+                size_t slot = slot0 + (size_t)i;
+                /* prefix id < total and symbol < alpha: the key is unique per n-gram */
                 uint64_t key = n == 1 ? s[i] : (uint64_t)rank[slot] * alpha + s[i + n - 1];
-                w[m++] = (win){key, (uint32_t)slot, (uint32_t)k};
+                uint32_t id = map_get(&map, key, &next_id);
+                rank[slot] = id; /* read above for this order's key, then replaced */
+                cnt[(size_t)id * (size_t)nseq + (size_t)k]++;
             }
+            slot0 += (size_t)seqs[k].len;
         }
-        qsort(w, m, sizeof *w, cmp_win);
-        uint32_t r = 0;
-        for (size_t a = 0; a < m;) {
-            size_t b = a;
-            while (b < m && w[b].key == w[a].key) {
-                cnt[w[b].seq]++;
-                rank[w[b].slot] = r; /* keys of this order are built already: overwrite in place */
-                b++;
-            }
-            int64_t h = cnt[0], mx = 0;
+        for (uint32_t id = 0; id < next_id; id++) {
+            int32_t *c = cnt + (size_t)id * (size_t)nseq;
+            int64_t h = c[0], mx = 0;
             for (int k = 1; k < nseq; k++) {
-                int64_t c = cnt[k];
-                if (each && h) each[(size_t)(n - 1) * (size_t)nref + (size_t)(k - 1)] += h < c ? h : c;
-                if (c > mx) mx = c;
-                cnt[k] = 0;
+                if (each && h) each[(size_t)(n - 1) * (size_t)nref + (size_t)(k - 1)] += h < c[k] ? h : c[k];
+                if (c[k] > mx) mx = c[k];
+                c[k] = 0;
             }
             if (best && h) best[n - 1] += h < mx ? h : mx;
-            cnt[0] = 0;
-            r++;
-            a = b;
+            c[0] = 0;
         }
     }
-    free(w);
-    free(rank);
     free(cnt);
-    free(off);
+    free(rank);
+    free(map.keys);
+    free(map.ids);
 }

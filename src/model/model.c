@@ -22,6 +22,10 @@ void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size
     hp->attn_dropout = cfg->attn_dropout;
     hp->act_dropout = cfg->act_dropout;
     hp->label_smoothing = cfg->label_smoothing;
+    hp->latent_enc = cfg->latent_enc;
+    hp->latent_dec = cfg->latent_dec;
+    hp->latent_rows = strcmp(cfg->latent_posterior, "shared") == 0 ? 1 : ll_config_langs(cfg, NULL);
+    if (hp->latent_rows < 1) hp->latent_rows = 1;
 }
 
 /* Tensors are 64-byte aligned in the flat buffer; offset 0 is reserved so that
@@ -106,6 +110,16 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
         m->dec_ln_w = add_param(m, &cap, "dec.final_ln.weight", C, 0, 1);
         m->dec_ln_b = add_param(m, &cap, "dec.final_ln.bias", C, 0, 1);
     }
+    /* latent-depth logits last, so the optimizer can treat [phi_offset, n) apart */
+    m->phi_offset = m->n_params;
+    if (hp->latent_enc) m->latent_logits[0] = add_param(m, &cap, "enc.latent_logits", hp->latent_rows, hp->Le, 1);
+    if (hp->latent_dec) m->latent_logits[1] = add_param(m, &cap, "dec.latent_logits", hp->latent_rows, hp->Ld, 1);
+    if (m->phi_offset < m->n_params) m->phi_offset = m->latent_logits[0] ? m->latent_logits[0] : m->latent_logits[1];
+    for (int s = 0; s < 2; s++) {
+        int L = s ? hp->Ld : hp->Le;
+        m->latent_z[s] = ll_calloc((size_t)hp->latent_rows * L + 1, sizeof(real));
+        m->latent_dzda[s] = ll_calloc((size_t)hp->latent_rows * L + 1, sizeof(real));
+    }
     m->params = be->alloc(be, m->n_params * sizeof(real));
     m->grads = be->alloc(be, m->n_params * sizeof(real));
 
@@ -138,6 +152,10 @@ void ll_model_free(ll_model *m) {
     if (!m) return;
     free(m->enc_ctl);
     free(m->dec_ctl);
+    for (int s = 0; s < 2; s++) {
+        free(m->latent_z[s]);
+        free(m->latent_dzda[s]);
+    }
     m->be->free(m->be, m->params);
     m->be->free(m->be, m->grads);
     m->be->free(m->be, m->pos_table);
@@ -184,6 +202,8 @@ void ll_model_init(ll_model *m, uint64_t seed) {
             double sd = pow(C, -0.5);
             for (size_t i = 0; i < p->numel; i++) w[i] = sd * normal01(&r, i);
             if (!strstr(p->name, "output_projection")) memset(w + (size_t)LL_PAD * C, 0, sizeof(real) * C);
+        } else if (strstr(p->name, "latent_logits")) {
+            /* 0: q = 0.5, the uniform prior (reference-spec §1.1) */
         } else if (ends_with(p->name, "ln.weight")) {
             for (size_t i = 0; i < p->numel; i++) w[i] = 1;
         } else if (p->ndim == 2) {

@@ -1,0 +1,56 @@
+/* Latent depth on the model side (src/model/latent.c) and its losses
+ * (src/train/latent_loss.c).  Stacks: 0 encoder, 1 decoder. */
+#ifndef LL_LATENT_H
+#define LL_LATENT_H
+
+#include "ll/config.h"
+#include "ll/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { LL_LATENT_HARD = 0, LL_LATENT_SOFT = 1, LL_LATENT_SAMPLE = 2 };
+
+int ll_latent_on(const ll_model *m, int stack);
+/* The logits a[row, 0..L) of a stack (host copy). */
+void ll_latent_logits(ll_model *m, int stack, int row, real *out);
+/* One Gumbel draw per layer for the next forward of `row` (keyed by rng_step):
+ * sets the stack's gates and remembers z and dz/da for the row. */
+void ll_latent_sample(ll_model *m, int stack, int row, uint64_t seed, uint64_t rng_step, real tau, int hard);
+/* After the backward of that forward: d a[row] += dgate * dz/da. */
+void ll_latent_backward(ll_model *m, int stack, int row);
+void ll_latent_add_grad(ll_model *m, int stack, int row, const real *g);
+/* Inference gates from q = sigmoid(a[row]). */
+void ll_latent_set_inference(ll_model *m, int stack, int row, int mode, real threshold, uint64_t seed);
+double ll_latent_expected_depth(ll_model *m, int stack, int row);
+/* Mode from the config string ("hard" | "soft" | "sample"). */
+int ll_latent_mode(const char *s);
+/* Row of a language for a stack: its index, or 0 when the posterior is shared. */
+int ll_latent_row(const ll_model *m, int lang);
+
+/* ---- losses (src/train/latent_loss.c) ----
+ * Both add their gradient w.r.t. the logits into m->grads, scaled like the
+ * summed NLL (weight * ntokens), and return the weighted loss value. */
+typedef struct {
+    const ll_config *cfg;
+    uint8_t active[2][LL_MAX_CORPORA * 4];  /* rows that training uses, per stack */
+    uint8_t sampled[2][LL_MAX_CORPORA * 4]; /* rows sampled at least once (reference KL) */
+    int n_active[2];
+} ll_latent_ctx;
+
+void ll_latent_ctx_init(ll_latent_ctx *c, const ll_config *cfg, const ll_model *m);
+/* KL weight beta * ramp at an update (never negative). */
+double ll_latent_kl_weight(const ll_config *cfg, long update);
+double ll_latent_lk_weight(const ll_config *cfg, long update);
+/* beta * ntokens * KL(q_row || prior) for one language batch. */
+double ll_latent_kl(ll_model *m, ll_latent_ctx *c, int stack, int row, long update, long ntokens);
+/* lambda * ramp * ntokens_total * L_K over the samples of all active rows this update. */
+double ll_latent_lk(ll_model *m, const ll_latent_ctx *c, int stack, long update, long ntokens_total);
+/* Utilisation u_l = mean over active rows of the last samples. */
+void ll_latent_utilisation(const ll_model *m, const ll_latent_ctx *c, int stack, double *u);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

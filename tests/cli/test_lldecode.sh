@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# lldecode end to end: a tiny model trained here (it overfits 32 pairs)
+# translates its training sentences exactly; outputs keep input order and
+# line count (empty lines included) with beam 1 and 5; the fairseq and n-best
+# formats are well formed and agree with the text output; bad input fails with
+# one line on stderr and leaves no output file.
+set -u
+SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+BIN=${LL_BINARY_DIR:-$SRC/build}
+LLTRAIN=$BIN/lltrain
+LLDECODE=$BIN/lldecode
+DATA=$SRC/tests/data/tiny
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+err() { echo "FAIL: $*" >&2; fail=1; }
+
+cat > "$T/tiny.cfg" <<CFG
+model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
+data:
+  dir: $T/bin
+  vocab_size: 80
+  train:
+    - {src: $DATA/overfit32.en, tgt: $DATA/overfit32.es, src_lang: en, tgt_lang: es}
+  max_tokens: 2048
+  max_len: 64
+train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, label_smoothing: 0.0, max_updates: 200, log_interval: 100, valid_interval: 1000}
+checkpoint: {save_dir: $T/run}
+decode: {beam: 4, lenpen: 1.0}
+CFG
+"$LLTRAIN" --config "$T/tiny.cfg" --quiet > /dev/null 2> "$T/train.log" ||
+  { echo "FAIL: training failed: $(tail -1 "$T/train.log")" >&2; exit 1; }
+M=$T/run/checkpoint_last.llm
+dec() { "$LLDECODE" --model "$M" --threads 2 "$@"; }
+
+# 1. the overfitted model reproduces its training targets
+dec --beam 5 --input "$DATA/overfit32.en" --output "$T/overfit.out" 2> "$T/speed.log" || err "decoding failed"
+exact=$(paste -d '\t' "$T/overfit.out" "$DATA/overfit32.es" | awk -F '\t' '$1 == $2' | wc -l)
+echo "exact training translations: $exact / 32; $(tail -1 "$T/speed.log")"
+[ "$(head -1 "$T/overfit.out")" = "$(head -1 "$DATA/overfit32.es")" ] || err "line 1: '$(head -1 "$T/overfit.out")'"
+[ "$exact" -ge 28 ] || err "only $exact of 32 training sentences translated exactly"
+grep -q "beam 5" "$T/speed.log" || err "summary does not name beam 5: $(cat "$T/speed.log")"
+dec --input "$DATA/test.en" --quiet 2>&1 > /dev/null | grep -q . && err "--quiet still wrote to stderr"
+dec --input "$DATA/test.en" 2>&1 > /dev/null | grep -q "beam 4" || err "default beam is not the model's decode.beam (4)"
+
+# 2. line count and order: an empty line in the middle, then the input reversed
+{ head -10 "$DATA/test.en"; echo; tail -n +11 "$DATA/test.en"; } > "$T/in.en"
+n=$(wc -l < "$T/in.en")
+for beam in 1 5; do
+  dec --beam $beam --input "$T/in.en" > "$T/out.$beam" 2>/dev/null || err "beam $beam failed"
+  [ "$(wc -l < "$T/out.$beam")" -eq "$n" ] || err "beam $beam: $(wc -l < "$T/out.$beam") output lines for $n input lines"
+  [ -z "$(sed -n 11p "$T/out.$beam")" ] || err "beam $beam: the empty input line did not give an empty output line"
+  [ "$(grep -c . "$T/out.$beam")" -eq $((n - 1)) ] || err "beam $beam: some non-empty input gave an empty output"
+  tac "$T/in.en" | dec --beam $beam --input - --max-tokens 64 > "$T/rev.$beam" 2>/dev/null || err "beam $beam reversed failed"
+  tac "$T/rev.$beam" | cmp -s - "$T/out.$beam" || err "beam $beam: reversed input does not give the reversed output"
+done
+cmp -s "$T/out.1" "$T/out.5" && echo "note: beam 1 and beam 5 agree on every line"
+dec --beam 5 --input "$T/in.en" --output "$T/file.5" 2>/dev/null || err "--output failed"
+cmp -s "$T/file.5" "$T/out.5" || err "--output file differs from stdout"
+ls "$T" | grep -q '\.tmp\.' && err "a temporary output file was left behind"
+
+# 3. fairseq format: S/H/D/P per sentence, D == text output, H score == mean of P (lenpen 1, base 2)
+dec --beam 5 --nbest 2 --format fairseq --input "$T/in.en" > "$T/fs.out" 2>/dev/null || err "--format fairseq failed"
+python3 - "$T/fs.out" "$T/out.5" "$n" <<'PY' || err "fairseq format check failed"
+import sys, collections
+lines = open(sys.argv[1], encoding="utf-8").read().split("\n")[:-1]
+text = open(sys.argv[2], encoding="utf-8").read().split("\n")[:-1]
+n = int(sys.argv[3])
+rows = collections.defaultdict(lambda: collections.defaultdict(list))
+for l in lines:
+    kind, _, rest = l.partition("-")
+    idx, _, rest = rest.partition("\t")
+    rows[int(idx)][kind].append(rest)
+ok = sorted(rows) == list(range(n))
+for i in range(n):
+    r = rows[i]
+    want = 1 if text[i] == "" else 2
+    ok &= len(r["S"]) == 1 and len(r["H"]) == want and len(r["D"]) == want and len(r["P"]) == want
+    if text[i] == "":
+        continue
+    ok &= r["D"][0].split("\t", 1)[1] == text[i]
+    scores = [float(h.split("\t")[0]) for h in r["H"]]
+    ok &= scores == sorted(scores, reverse=True)
+    for h, d, p in zip(r["H"], r["D"], r["P"]):
+        hs, hyp = h.split("\t")
+        ps = [float(x) for x in p.split()]
+        ok &= hs == d.split("\t")[0] and len(ps) == len(hyp.split()) + 1
+        ok &= abs(float(hs) - sum(ps) / len(ps)) < 2e-4 and all(x <= 0 for x in ps)
+    if not ok:
+        print("bad block", i, dict(r), file=sys.stderr)
+        break
+sys.exit(0 if ok else 1)
+PY
+
+# 4. n-best text: "i ||| hypothesis ||| score", nbest lines per input, best first
+dec --beam 5 --nbest 3 --input "$T/in.en" > "$T/nb.out" 2>/dev/null || err "--nbest failed"
+python3 - "$T/nb.out" "$T/out.5" <<'PY' || err "n-best format check failed"
+import sys
+rows = [l.split(" ||| ") for l in open(sys.argv[1], encoding="utf-8").read().split("\n")[:-1]]
+text = open(sys.argv[2], encoding="utf-8").read().split("\n")[:-1]
+ok = all(len(r) == 3 for r in rows)
+by = {}
+for i, h, s in rows:
+    by.setdefault(int(i), []).append((h, float(s)))
+ok &= sorted(by) == list(range(len(text)))
+for i, t in enumerate(text):
+    hs = by.get(i, [])
+    ok &= len(hs) == (1 if t == "" else 3) and hs[0][0] == t
+    ok &= [s for _, s in hs] == sorted((s for _, s in hs), reverse=True)
+sys.exit(0 if ok else 1)
+PY
+
+# 5. raw ids: integers in, integers out, empty lines kept
+printf '5 6 7\n\n9 10 11 12\n' | dec --raw-ids --beam 2 > "$T/ids.out" 2>/dev/null || err "--raw-ids failed"
+[ "$(wc -l < "$T/ids.out")" -eq 3 ] && [ -z "$(sed -n 2p "$T/ids.out")" ] || err "--raw-ids: wrong lines: $(cat "$T/ids.out")"
+grep -qvE '^([0-9]+( [0-9]+)*)?$' "$T/ids.out" && err "--raw-ids output is not ids: $(cat "$T/ids.out")"
+
+# 6. bad input: one line on stderr, exit 1, no output file (and an existing one untouched)
+check_error() { # name expected-substring args...
+  local name=$1 want=$2; shift 2
+  rm -f "$T/bad.out"
+  "$LLDECODE" --output "$T/bad.out" "$@" < /dev/null > /dev/null 2> "$T/err"
+  local rc=$?
+  [ $rc -eq 1 ] || err "$name: exit status $rc"
+  [ "$(wc -l < "$T/err")" -eq 1 ] || err "$name: expected one line on stderr, got: $(cat "$T/err")"
+  grep -qF -- "$want" "$T/err" || err "$name: '$want' not in: $(cat "$T/err")"
+  [ ! -e "$T/bad.out" ] || err "$name: left an output file"
+}
+check_error "missing model" "$T/nope.llm" --model "$T/nope.llm" --input "$DATA/test.en"
+head -c 5000 "$M" > "$T/corrupt.llm"
+check_error "truncated model" "corrupt.llm" --model "$T/corrupt.llm" --input "$DATA/test.en"
+cp "$M" "$T/flipped.llm"
+printf 'X' | dd of="$T/flipped.llm" bs=1 seek=3000 conv=notrunc 2>/dev/null
+check_error "corrupt model" "flipped.llm" --model "$T/flipped.llm" --input "$DATA/test.en"
+check_error "beam 0" "--beam" --model "$M" --beam 0 --input "$DATA/test.en"
+check_error "nbest > beam" "--nbest" --model "$M" --beam 2 --nbest 3 --input "$DATA/test.en"
+check_error "bad format" "--format" --model "$M" --format json --input "$DATA/test.en"
+check_error "missing input" "nothere.en" --model "$M" --input "$T/nothere.en"
+check_error "unknown target language" "es" --model "$M" --target-lang de --input "$DATA/test.en"
+printf '5 6\n7 x 8\n' > "$T/bad.ids"
+check_error "bad id" "bad.ids:2" --model "$M" --raw-ids --input "$T/bad.ids"
+printf '5 6\n7 99999\n' > "$T/big.ids"
+check_error "id out of range" "big.ids:2" --model "$M" --raw-ids --input "$T/big.ids"
+printf '5 1 6\n' > "$T/pad.ids"
+check_error "pad id" "pad.ids:1" --model "$M" --raw-ids --input "$T/pad.ids"
+check_error "no model" "--model" --input "$DATA/test.en"
+echo keep > "$T/keep.out"
+"$LLDECODE" --model "$M" --raw-ids --input "$T/bad.ids" --output "$T/keep.out" 2>/dev/null && err "bad ids accepted"
+[ "$(cat "$T/keep.out")" = keep ] || err "a failed run changed an existing output file"
+ls "$T" | grep -q '\.tmp\.' && err "a failed run left a temporary file"
+
+[ $fail -eq 0 ] && echo "test_lldecode: all checks passed"
+exit $fail
