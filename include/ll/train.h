@@ -23,14 +23,17 @@ double ll_schedule_lr(const ll_schedule *s, long num_updates);
 /* ---- Adam over the flat parameter buffer ---- */
 typedef struct {
     real *m, *v; /* device buffers, n_params each */
-    long t;      /* updates taken */
+    long t;      /* updates of Theta taken */
+    long t_phi;  /* updates of the latent-depth logits [phi_offset, n) taken */
     real b1, b2, eps, wd;
 } ll_adam;
 void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg);
 void ll_adam_free(ll_adam *o, ll_model *model);
-/* Scale grads by grad_scale, clip to clip_norm (0 = off), step with lr.
- * Returns the gradient norm before clipping (after scaling). */
-double ll_adam_step(ll_adam *o, ll_model *model, double lr, double grad_scale, double clip_norm);
+/* Scale grads by grad_scale, clip to clip_norm (0 = off), step Theta with lr
+ * and the latent logits [phi_offset, n) with lr_phi; lr_phi < 0 leaves the
+ * logits alone this step (their gradient is discarded: the inner steps of
+ * Algorithm 2).  Returns the gradient norm before clipping (after scaling). */
+double ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm);
 
 #ifdef __cplusplus
 }
@@ -46,6 +49,8 @@ typedef struct {
     int64_t epoch, batch_pos; /* data position (ll_batcher_state) */
     double best_valid;      /* best validation loss so far (inf if none) */
     int64_t bad_valids;     /* validations without improvement */
+    int n_streams;          /* data iterators (one per language pair in latent mode) */
+    int64_t stream_pos[2 * LL_MAX_CORPORA]; /* (epoch, pos) of each */
     ll_adam *opt;
 } ll_train_state;
 
@@ -59,6 +64,18 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
 /* Build a model from a model file: its stored config gives the architecture.
  * cfg_out (optional) receives that config.  NULL + errbuf. */
 ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be, ll_config *cfg_out);
+
+/* ---- validation (src/train/validate.c) ---- */
+typedef struct {
+    double loss, nll;  /* per target token, base 2 (as fairseq logs them) */
+    double bleu, chrf; /* when train.valid_bleu */
+    int have_bleu;
+} ll_valid_result;
+/* Loss on `valid` and (train.valid_bleu) BLEU/chrF of decoding the raw
+ * data.valid sources with train.valid_beam.  -1 + errbuf. */
+int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm, ll_valid_result *r);
+/* Inference-time latent gates for a language pair (no-op without latent layers). */
+void ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int tgt_lang);
 
 /* ---- the trainer (src/train/trainer.c) ---- */
 typedef struct {

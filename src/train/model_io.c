@@ -29,7 +29,8 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
                                  .nbytes = p->numel * sizeof(real)};
     }
     real *mh = NULL, *vh = NULL;
-    int64_t ints[6];
+    int64_t ints[8 + 2 * LL_MAX_CORPORA];
+    memset(ints, 0, sizeof ints);
     double best = 0;
     if (ts) {
         mh = to_host(m, ts->opt->m, m->n_params);
@@ -40,13 +41,16 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
         ints[3] = ts->batch_pos;
         ints[4] = ts->bad_valids;
         ints[5] = (int64_t)m->n_params;
+        ints[6] = ts->opt->t_phi;
+        ints[7] = ts->n_streams;
+        for (int i = 0; i < 2 * ts->n_streams && i < 2 * LL_MAX_CORPORA; i++) ints[8 + i] = ts->stream_pos[i];
         best = ts->best_valid;
         int64_t np = (int64_t)m->n_params;
         t[n++] = (ll_tensor_ref){.name = "optim.adam_m", .dtype = REAL_DT, .ndim = 1, .shape = {np}, .data = mh,
                                  .nbytes = m->n_params * sizeof(real)};
         t[n++] = (ll_tensor_ref){.name = "optim.adam_v", .dtype = REAL_DT, .ndim = 1, .shape = {np}, .data = vh,
                                  .nbytes = m->n_params * sizeof(real)};
-        t[n++] = (ll_tensor_ref){.name = "state.counters", .dtype = LL_DT_I64, .ndim = 1, .shape = {6},
+        t[n++] = (ll_tensor_ref){.name = "state.counters", .dtype = LL_DT_I64, .ndim = 1, .shape = {8 + 2 * LL_MAX_CORPORA},
                                  .data = ints, .nbytes = sizeof ints};
         t[n++] = (ll_tensor_ref){.name = "state.best_valid", .dtype = LL_DT_F64, .ndim = 1, .shape = {1},
                                  .data = &best, .nbytes = sizeof best};
@@ -87,7 +91,7 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     const ll_tensor_ref *mm = ll_ckpt_find(k, "optim.adam_m"), *vv = ll_ckpt_find(k, "optim.adam_v");
     const ll_tensor_ref *cc = ll_ckpt_find(k, "state.counters"), *bb = ll_ckpt_find(k, "state.best_valid");
     if (!mm || !vv || !cc || !bb) return ll_fail("%s: not a training checkpoint (no optimizer state)", path);
-    if (cc->nbytes != 6 * sizeof(int64_t) || bb->nbytes != sizeof(double))
+    if (cc->nbytes != (8 + 2 * LL_MAX_CORPORA) * sizeof(int64_t) || bb->nbytes != sizeof(double))
         return ll_fail("%s: malformed training state", path);
     const int64_t *ints = cc->data;
     if (ints[5] != (int64_t)m->n_params)
@@ -99,6 +103,9 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     ts->epoch = ints[2];
     ts->batch_pos = ints[3];
     ts->bad_valids = ints[4];
+    ts->opt->t_phi = ints[6];
+    ts->n_streams = (int)ints[7];
+    for (int i = 0; i < 2 * LL_MAX_CORPORA; i++) ts->stream_pos[i] = ints[8 + i];
     memcpy(&ts->best_valid, bb->data, sizeof(double));
     return 0;
 }

@@ -1,14 +1,21 @@
-/* The training loop: data -> batches -> model -> loss -> gradients -> Adam ->
+/* The training loop: data -> batches -> model -> losses -> gradients -> Adam ->
  * checkpoints, with validation, a progress line and a JSONL metrics log.
  * Everything that decides the run's trajectory (model, Adam moments, update
- * count, data position; dropout is keyed by the update) is in the checkpoint,
- * so --resume continues bit for bit on the CPU. */
+ * count, data positions; dropout and Gumbel noise are keyed by the forward's
+ * step) is in the checkpoint, so --resume continues bit for bit on the CPU.
+ *
+ * Latent depth (Algorithm 2 of Li et al. 2020): one update visits a batch of
+ * every language pair; each forward draws the layer gates of its languages;
+ * KL per pair and L_K per update add their gradients to the layer logits;
+ * Theta steps every update, the logits every latent.inner_steps updates from
+ * that update's gradient alone. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ll/latent.h"
 #include "ll/train.h"
 
 typedef struct {
@@ -21,11 +28,16 @@ typedef struct {
     size_t vocab_len;
     char *config_text;
     ll_dataset train, valid;
-    int have_valid;
-    ll_batcher *it;
+    ll_dataset sub[LL_MAX_CORPORA]; /* one pair each (latent mode) */
+    int have_valid, latent;
+    int n_streams;
+    ll_batcher *its[LL_MAX_CORPORA];
+    ll_latent_ctx lat;
     ll_train_state ts;
     FILE *metrics;
     char path[LL_PATH_MAX + 64];
+    char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
+    int n_langs;
 } trainer;
 
 static const char *save_path(trainer *t, const char *name) {
@@ -47,31 +59,11 @@ static int mkdir_p(const char *dir) {
 }
 
 static int save(trainer *t, const char *name) {
-    int64_t e, p;
-    ll_batcher_state(t->it, &e, &p);
-    t->ts.epoch = e;
-    t->ts.batch_pos = p;
+    t->ts.n_streams = t->n_streams;
+    for (int i = 0; i < t->n_streams; i++) ll_batcher_state(t->its[i], &t->ts.stream_pos[2 * i], &t->ts.stream_pos[2 * i + 1]);
+    t->ts.epoch = t->ts.stream_pos[0];
+    t->ts.batch_pos = t->ts.stream_pos[1];
     return ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts);
-}
-
-/* Validation loss (summed nll/loss over the whole valid set, no dropout). */
-static void validate(trainer *t, double *loss, double *nll) {
-    ll_batcher *vb = ll_batcher_new(&t->valid, t->cfg->max_tokens, t->cfg->seed, 0);
-    ll_batch b;
-    memset(&b, 0, sizeof b);
-    double L = 0, N = 0;
-    long ntok = 0;
-    while (ll_batcher_next(vb, &b)) {
-        ll_loss_stats s;
-        ll_model_step(t->m, &b, t->cfg->seed, 0, 0, &s);
-        L += s.loss;
-        N += s.nll;
-        ntok += s.ntokens;
-    }
-    ll_batch_free(&b);
-    ll_batcher_free(vb);
-    *loss = L / (ntok ? ntok : 1) / M_LN2;
-    *nll = N / (ntok ? ntok : 1) / M_LN2;
 }
 
 static void fmt_eta(char *buf, size_t n, double s) {
@@ -96,6 +88,9 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (ll_dataset_open(&t->train, cfg, "train")) return -1;
     t->have_valid = cfg->n_valid > 0;
     if (t->have_valid && ll_dataset_open(&t->valid, cfg, "valid")) return -1;
+    if (!strcmp(cfg->best_metric, "bleu") && !cfg->valid_bleu)
+        return ll_fail("train.best_metric=bleu needs train.valid_bleu: true");
+    t->n_langs = ll_config_langs(cfg, t->langs);
 
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, ll_spm_vocab_size(t->spm));
@@ -105,17 +100,31 @@ static int setup(trainer *t, const ll_train_opts *o) {
         if (!cb) return -1;
         const char *missing = ll_backend_missing(cb);
         if (missing)
-            return ll_fail("train.device=cuda: the CUDA backend does not implement '%s' yet (full CUDA training is the next milestone); use train.device=cpu",
+            return ll_fail("train.device=cuda: the CUDA backend does not implement '%s' yet (full CUDA training is "
+                           "the next milestone); use train.device=cpu",
                            missing);
         be = cb;
     }
     t->m = ll_model_new(&hp, be);
     ll_model_init(t->m, (uint64_t)cfg->seed);
+    t->latent = ll_latent_on(t->m, 0) || ll_latent_on(t->m, 1);
+    if (t->latent) ll_latent_ctx_init(&t->lat, cfg, t->m);
     ll_adam_init(&t->opt, t->m, cfg);
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
     t->ts = (ll_train_state){.best_valid = INFINITY, .opt = &t->opt};
-    t->it = ll_batcher_from_config(&t->train, cfg, 1);
+    if (t->latent) { /* every update visits every pair: one iterator per pair */
+        t->n_streams = t->train.n_pairs;
+        for (int p = 0; p < t->train.n_pairs; p++) {
+            t->sub[p] = t->train;
+            t->sub[p].n_pairs = 1;
+            t->sub[p].pairs[0] = t->train.pairs[p];
+            t->its[p] = ll_batcher_new(&t->sub[p], cfg->max_tokens, (uint64_t)cfg->seed + 7919u * p, 1);
+        }
+    } else {
+        t->n_streams = 1;
+        t->its[0] = ll_batcher_from_config(&t->train, cfg, 1);
+    }
 
     const char *last = save_path(t, "checkpoint_last.llm");
     struct stat sb;
@@ -127,8 +136,11 @@ static int setup(trainer *t, const ll_train_opts *o) {
         int rc = ll_model_load_params(t->m, k, last) || ll_train_state_load(&t->ts, k, t->m, last);
         ll_ckpt_close(k);
         if (rc) return -1;
-        ll_batcher_seek(t->it, t->ts.epoch, t->ts.batch_pos);
-        ll_log("resumed from %s at update %ld (epoch %lld)", last, t->ts.update, (long long)t->ts.epoch);
+        if (t->ts.n_streams != t->n_streams)
+            return ll_fail("%s: saved with %d data streams, this config has %d", last, t->ts.n_streams, t->n_streams);
+        for (int i = 0; i < t->n_streams; i++)
+            ll_batcher_seek(t->its[i], t->ts.stream_pos[2 * i], t->ts.stream_pos[2 * i + 1]);
+        ll_log("resumed from %s at update %ld (epoch %lld)", last, t->ts.update, (long long)t->ts.stream_pos[0]);
     } else if (have_last) {
         return ll_fail("%s already exists: pass --resume to continue that run, or choose another checkpoint.save_dir",
                        last);
@@ -141,15 +153,16 @@ static int setup(trainer *t, const ll_train_opts *o) {
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->save_dir);
     t->metrics = fopen(mpath, o->resume ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
-    ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm, %zu parameters; %d threads, BLAS core %s",
-           hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", ll_model_count_params(t->m), ll_get_threads(),
-           ll_blas_core());
+    ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, BLAS core %s",
+           hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", hp.latent_enc ? ", latent encoder" : "",
+           hp.latent_dec ? ", latent decoder" : "", ll_model_count_params(t->m), ll_get_threads(), ll_blas_core());
     return 0;
 }
 
 static void teardown(trainer *t) {
     if (t->metrics) fclose(t->metrics);
-    if (t->it) ll_batcher_free(t->it);
+    for (int i = 0; i < t->n_streams; i++)
+        if (t->its[i]) ll_batcher_free(t->its[i]);
     if (t->m) {
         ll_adam_free(&t->opt, t->m);
         ll_model_free(t->m);
@@ -160,25 +173,115 @@ static void teardown(trainer *t) {
     free(t->config_text);
 }
 
-static int run_validation(trainer *t, double elapsed) {
+/* Validate, keep checkpoint_last/best, track patience.  *stop set on early stop. */
+static int run_validation(trainer *t, double elapsed, int *stop) {
     if (!t->have_valid) return save(t, "checkpoint_last.llm");
-    double vl, vn;
-    validate(t, &vl, &vn);
-    int best = vl < t->ts.best_valid;
+    ll_valid_result r;
+    if (ll_validate(t->m, t->cfg, &t->valid, t->spm, &r)) return -1;
+    int by_bleu = !strcmp(t->cfg->best_metric, "bleu");
+    double metric = by_bleu ? -r.bleu : r.loss; /* lower is better */
+    int best = metric < t->ts.best_valid;
     if (best) {
-        t->ts.best_valid = vl;
+        t->ts.best_valid = metric;
         t->ts.bad_valids = 0;
     } else {
         t->ts.bad_valids++;
     }
-    fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f | best %.3f%s\n", t->ts.update, vl, vn,
-            pow(2, vn), t->ts.best_valid, best ? " (new best)" : "");
-    fprintf(t->metrics, "{\"type\":\"valid\",\"update\":%ld,\"loss\":%.6f,\"nll\":%.6f,\"ppl\":%.4f,\"best\":%.6f,\"wall\":%.2f}\n",
-            t->ts.update, vl, vn, pow(2, vn), t->ts.best_valid, elapsed);
+    char extra[96] = "";
+    if (r.have_bleu) snprintf(extra, sizeof extra, " | bleu %.2f | chrf %.2f", r.bleu, r.chrf);
+    fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f%s | best %s %.3f%s\n", t->ts.update, r.loss,
+            r.nll, pow(2, r.nll), extra, by_bleu ? "bleu" : "loss", by_bleu ? -t->ts.best_valid : t->ts.best_valid,
+            best ? " (new best)" : "");
+    fprintf(t->metrics, "{\"type\":\"valid\",\"update\":%ld,\"loss\":%.6f,\"nll\":%.6f,\"ppl\":%.4f", t->ts.update,
+            r.loss, r.nll, pow(2, r.nll));
+    if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
+    fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
     fflush(t->metrics);
     if (save(t, "checkpoint_last.llm")) return -1;
     if (best && save(t, "checkpoint_best.llm")) return -1;
+    if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
+        ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
+               t->cfg->best_metric);
+        *stop = 1;
+    }
     return 0;
+}
+
+/* Next batch of stream i, rolling over epochs.  -1 + errbuf if it is empty. */
+static int next_batch(trainer *t, int i, ll_batch *b) {
+    if (ll_batcher_next(t->its[i], b)) return 0;
+    if (ll_batcher_next(t->its[i], b)) return 0; /* the epoch ended: the next call starts the next one */
+    return ll_fail("training data yields no batches");
+}
+
+typedef struct {
+    long ntok;
+    double loss, nll, kl, lk;
+} update_stats;
+
+/* Forward/backward of everything in one update; gradients accumulate. */
+static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
+    const ll_config *cfg = t->cfg;
+    const long upd = t->ts.update;
+    const int per = t->latent ? t->n_streams : 1;
+    const int hard = t->latent && !cfg->latent_soft_select && upd > cfg->latent_soft_update;
+    for (int k = 0; k < cfg->update_freq; k++)
+        for (int p = 0; p < per; p++) {
+            if (next_batch(t, t->latent ? p : 0, b)) return -1;
+            uint64_t step = ((uint64_t)upd * cfg->update_freq + k) * per + p; /* keys dropout and Gumbel noise */
+            int rows[2] = {ll_latent_row(t->m, b->src_lang), ll_latent_row(t->m, b->tgt_lang)};
+            for (int s = 0; s < 2; s++)
+                if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, cfg->latent_tau, hard);
+            ll_loss_stats st;
+            ll_model_step(t->m, b, (uint64_t)cfg->seed, step, 1, &st);
+            for (int s = 0; s < 2; s++)
+                if (ll_latent_on(t->m, s)) {
+                    ll_latent_backward(t->m, s, rows[s]);
+                    u->kl += ll_latent_kl(t->m, &t->lat, s, rows[s], upd, st.ntokens);
+                }
+            u->ntok += st.ntokens;
+            u->loss += st.loss;
+            u->nll += st.nll;
+        }
+    for (int s = 0; s < 2 && t->latent; s++) u->lk += ll_latent_lk(t->m, &t->lat, s, upd, u->ntok);
+    return 0;
+}
+
+/* Expected depth E[L] = sum_l q_l averaged over the stack's languages. */
+static double expected_depth(trainer *t, int s) {
+    double e = 0;
+    for (int r = 0; r < t->m->hp.latent_rows; r++)
+        if (t->lat.active[s][r]) e += ll_latent_expected_depth(t->m, s, r);
+    return e / (t->lat.n_active[s] ? t->lat.n_active[s] : 1);
+}
+
+/* Per-language q(z_l = 1) and last-sample utilisation, for scripts/plot. */
+static void log_latent_json(trainer *t) {
+    static const char *names[2] = {"enc", "dec"};
+    real a[4096];
+    fprintf(t->metrics, ",\"latent\":{");
+    int first_stack = 1;
+    for (int s = 0; s < 2; s++) {
+        if (!ll_latent_on(t->m, s)) continue;
+        const int L = s ? t->m->hp.Ld : t->m->hp.Le;
+        fprintf(t->metrics, "%s\"%s\":{\"q\":{", first_stack ? "" : ",", names[s]);
+        first_stack = 0;
+        int first = 1;
+        for (int r = 0; r < t->m->hp.latent_rows; r++) {
+            if (!t->lat.active[s][r]) continue;
+            ll_latent_logits(t->m, s, r, a);
+            fprintf(t->metrics, "%s\"%s\":[", first ? "" : ",", t->m->hp.latent_rows > 1 ? t->langs[r] : "shared");
+            first = 0;
+            for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", 1 / (1 + exp(-a[l])));
+            fputc(']', t->metrics);
+        }
+        double u[4096];
+        ll_latent_utilisation(t->m, &t->lat, s, u);
+        fprintf(t->metrics, "},\"u\":[");
+        for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", u[l]);
+        fprintf(t->metrics, "],\"expected_depth\":%.4f}", expected_depth(t, s));
+    }
+    fputc('}', t->metrics);
 }
 
 int ll_train(ll_config *cfg, const ll_train_opts *o) {
@@ -192,77 +295,78 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     }
     ll_batch b;
     memset(&b, 0, sizeof b);
-    const int nb = ll_batcher_n_batches(t.it);
+    const int nb = ll_batcher_n_batches(t.its[0]);
     const long max_updates = cfg->max_updates > 0 ? cfg->max_updates : 0;
     const long max_epochs = cfg->max_epochs;
+    const int I = t.latent ? cfg->latent_inner_steps : 1;
     double t_start = ll_now(), t_log = t_start;
     long log_tokens = 0, log_updates = 0, start_update = t.ts.update;
-    double log_loss = 0, log_nll = 0, log_gnorm = 0;
-    long log_ntok = 0;
+    update_stats acc = {0};
+    double log_gnorm = 0;
     int64_t epoch, pos;
+    int stop = 0;
     for (;;) {
-        ll_batcher_state(t.it, &epoch, &pos);
-        if (max_updates && t.ts.update >= max_updates) break;
+        ll_batcher_state(t.its[0], &epoch, &pos);
+        if (stop || (max_updates && t.ts.update >= max_updates)) break;
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         double lr = ll_schedule_lr(&t.sched, t.ts.update);
-        if (t.ts.update >= t.sched.warmup && cfg->max_updates == 0 && lr <= 0) break;
         t.m->be->memset0(t.m->be, t.m->grads, t.m->n_params * sizeof(real));
-        long ntok = 0;
-        double loss = 0, nll = 0;
-        for (int k = 0; k < cfg->update_freq; k++) {
-            if (!ll_batcher_next(t.it, &b)) {
-                /* epoch boundary: the next call starts the next epoch */
-                if (!ll_batcher_next(t.it, &b)) {
-                    rc = ll_fail("training data yields no batches");
-                    goto out;
-                }
-            }
-            ll_loss_stats s;
-            uint64_t rng_step = (uint64_t)t.ts.update * cfg->update_freq + k;
-            ll_model_step(t.m, &b, (uint64_t)cfg->seed, rng_step, 1, &s);
-            ntok += s.ntokens;
-            loss += s.loss;
-            nll += s.nll;
-            log_tokens += s.ntokens;
-        }
-        double gnorm = ll_adam_step(&t.opt, t.m, lr, 1.0 / (ntok ? ntok : 1), cfg->clip_norm);
+        update_stats u = {0};
+        if ((rc = accumulate(&t, &b, &u))) goto out;
+        /* the logits take a step every I updates, from this update's gradient only */
+        double lr_phi = -1;
+        if (t.latent && (t.ts.update + 1) % I == 0)
+            lr_phi = cfg->latent_logits_lr > 0 ? lr * cfg->latent_logits_lr / cfg->lr : lr;
+        double gnorm = ll_adam_step(&t.opt, t.m, lr, lr_phi, 1.0 / (u.ntok ? u.ntok : 1), cfg->clip_norm);
         t.ts.update++;
         log_updates++;
-        log_loss += loss;
-        log_nll += nll;
-        log_ntok += ntok;
+        log_tokens += u.ntok;
+        acc.ntok += u.ntok;
+        acc.loss += u.loss;
+        acc.nll += u.nll;
+        acc.kl += u.kl;
+        acc.lk += u.lk;
         log_gnorm += gnorm;
-        if (!isfinite(loss)) {
-            rc = ll_fail("update %ld: loss is %f (diverged); lower train.lr or set train.clip_norm", t.ts.update, loss);
+        if (!isfinite(u.loss)) {
+            rc = ll_fail("update %ld: loss is %f (diverged); lower train.lr or set train.clip_norm", t.ts.update, u.loss);
             goto out;
         }
         if (t.ts.update % cfg->log_interval == 0 || (max_updates && t.ts.update == max_updates)) {
             double now = ll_now();
             double tps = log_tokens / (now - t_log);
             double per_update = (now - t_start) / (double)(t.ts.update - start_update);
-            ll_batcher_state(t.it, &epoch, &pos);
+            ll_batcher_state(t.its[0], &epoch, &pos);
             double remaining = -1;
             if (max_updates)
                 remaining = (max_updates - t.ts.update) * per_update;
             else if (max_epochs)
-                remaining = ((max_epochs - epoch) * (double)nb - pos) / cfg->update_freq * per_update;
-            char eta[32];
+                remaining = ((max_epochs - epoch) * (double)nb + nb - pos) / cfg->update_freq * per_update;
+            char eta[32], depth[96] = "";
             fmt_eta(eta, sizeof eta, remaining);
-            double L = log_loss / log_ntok / M_LN2, N = log_nll / log_ntok / M_LN2;
+            if (t.latent)
+                snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f", ll_latent_on(t.m, 0) ? expected_depth(&t, 0) : (double)t.m->hp.Le,
+                         ll_latent_on(t.m, 1) ? expected_depth(&t, 1) : (double)t.m->hp.Ld, acc.kl / acc.ntok / M_LN2);
+            double L = acc.loss / acc.ntok / M_LN2, N = acc.nll / acc.ntok / M_LN2;
             fprintf(stderr,
                     "epoch %lld | %5.1f%% | update %ld | loss %.3f | nll %.3f | ppl %.2f | lr %.3e | gnorm %.3f | "
-                    "tok/s %.0f | ETA %s\n",
+                    "tok/s %.0f%s | ETA %s\n",
                     (long long)epoch, 100.0 * pos / (nb ? nb : 1), t.ts.update, L, N, pow(2, N), lr,
-                    log_gnorm / log_updates, tps, eta);
+                    log_gnorm / log_updates, tps, depth, eta);
             fprintf(t.metrics,
                     "{\"type\":\"train\",\"update\":%ld,\"epoch\":%lld,\"epoch_pct\":%.2f,\"loss\":%.6f,\"nll\":%.6f,"
-                    "\"ppl\":%.4f,\"lr\":%.6e,\"gnorm\":%.5f,\"tokens_per_s\":%.1f,\"wall\":%.2f}\n",
+                    "\"ppl\":%.4f,\"lr\":%.6e,\"gnorm\":%.5f,\"tokens_per_s\":%.1f,\"wall\":%.2f",
                     t.ts.update, (long long)epoch, 100.0 * pos / (nb ? nb : 1), L, N, pow(2, N), lr,
                     log_gnorm / log_updates, tps, now - t_start);
+            if (t.latent) {
+                fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc.kl / acc.ntok / M_LN2, acc.lk / acc.ntok / M_LN2);
+                log_latent_json(&t);
+            }
+            fprintf(t.metrics, "}\n");
             fflush(t.metrics);
             t_log = now;
-            log_tokens = log_updates = log_ntok = 0;
-            log_loss = log_nll = log_gnorm = 0;
+            log_tokens = log_updates = 0;
+            log_gnorm = 0;
+            acc = (update_stats){0};
         }
         if (cfg->save_interval > 0 && t.ts.update % cfg->save_interval == 0) {
             char name[64];
@@ -273,16 +377,16 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                 goto out;
             }
         }
-        ll_batcher_state(t.it, &epoch, &pos);
+        ll_batcher_state(t.its[0], &epoch, &pos);
         /* valid_interval 0: validate when an epoch's last batch has been used */
         if ((cfg->valid_interval > 0 && t.ts.update % cfg->valid_interval == 0) ||
             (cfg->valid_interval == 0 && pos >= nb)) {
-            if ((rc = run_validation(&t, ll_now() - t_start))) goto out;
+            if ((rc = run_validation(&t, ll_now() - t_start, &stop))) goto out;
         }
     }
     /* final validation + checkpoint unless the last update just did it */
     if (cfg->valid_interval <= 0 || t.ts.update % cfg->valid_interval != 0 || t.ts.update == start_update)
-        rc = run_validation(&t, ll_now() - t_start);
+        if (!stop) rc = run_validation(&t, ll_now() - t_start, &stop);
     if (!rc) ll_log("done: %ld updates; checkpoints in %s", t.ts.update, cfg->save_dir);
 out:
     ll_batch_free(&b);

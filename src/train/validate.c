@@ -1,0 +1,124 @@
+/* Validation: loss over the prepared validation set (no dropout) and,
+ * optionally, BLEU/chrF of the decoded raw validation sources against the raw
+ * references (sacreBLEU-compatible, src/eval).  Latent-depth models use their
+ * deterministic inference (latent.inference) with each pair's languages. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/decode.h"
+#include "ll/eval.h"
+#include "ll/latent.h"
+#include "ll/train.h"
+
+void ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int tgt_lang) {
+    int mode = ll_latent_mode(cfg->latent_inference);
+    ll_latent_set_inference(m, 0, ll_latent_row(m, src_lang), mode, cfg->latent_threshold, (uint64_t)cfg->seed);
+    ll_latent_set_inference(m, 1, ll_latent_row(m, tgt_lang), mode, cfg->latent_threshold, (uint64_t)cfg->seed);
+}
+
+static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *valid, ll_valid_result *r) {
+    ll_batcher *vb = ll_batcher_new(valid, cfg->max_tokens, cfg->seed, 0);
+    ll_batch b;
+    memset(&b, 0, sizeof b);
+    double L = 0, N = 0;
+    long ntok = 0;
+    while (ll_batcher_next(vb, &b)) {
+        ll_set_pair_inference(m, cfg, b.src_lang, b.tgt_lang);
+        ll_loss_stats s;
+        ll_model_step(m, &b, cfg->seed, 0, 0, &s);
+        L += s.loss;
+        N += s.nll;
+        ntok += s.ntokens;
+    }
+    ll_batch_free(&b);
+    ll_batcher_free(vb);
+    r->loss = L / (ntok ? ntok : 1) / M_LN2;
+    r->nll = N / (ntok ? ntok : 1) / M_LN2;
+}
+
+/* Lines of a text file (malloc'd array of malloc'd strings). */
+static char **read_lines(const char *path, int *n) {
+    size_t len;
+    char *text = ll_read_file(path, &len);
+    if (!text) return NULL;
+    int cap = 1024, k = 0;
+    char **lines = ll_malloc(sizeof(char *) * cap);
+    char *p = text;
+    while (*p) {
+        char *e = strchr(p, '\n');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (k == cap) lines = ll_realloc(lines, sizeof(char *) * (cap *= 2));
+        lines[k] = ll_malloc(l + 1);
+        memcpy(lines[k], p, l);
+        lines[k][l] = 0;
+        k++;
+        p += l + (e ? 1 : 0);
+    }
+    free(text);
+    *n = k;
+    return lines;
+}
+
+static void free_lines(char **l, int n) {
+    for (int i = 0; l && i < n; i++) free(l[i]);
+    free(l);
+}
+
+static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_valid_result *r) {
+    ll_bleu_stats bs;
+    ll_chrf_stats cs;
+    ll_bleu_init(&bs, NULL);
+    ll_chrf_init(&cs, NULL);
+    for (int k = 0; k < cfg->n_valid; k++) {
+        const ll_corpus_cfg *c = &cfg->valid[k];
+        int ns = 0, nt = 0;
+        char **src = read_lines(c->src, &ns), **ref = src ? read_lines(c->tgt, &nt) : NULL;
+        if (!src || !ref || ns != nt) {
+            free_lines(src, ns);
+            free_lines(ref, nt);
+            return ref && ns != nt ? ll_fail("%s and %s differ in length", c->src, c->tgt) : -1;
+        }
+        ll_translate_opts o;
+        memset(&o, 0, sizeof o);
+        ll_search_opts_default(&o.search);
+        o.search.beam = cfg->valid_beam;
+        o.search.lenpen = cfg->lenpen;
+        o.max_tokens = cfg->max_tokens;
+        if (ll_decode_bos(cfg, spm, c->tgt_lang, &o.search.bos)) {
+            free_lines(src, ns);
+            free_lines(ref, nt);
+            return -1;
+        }
+        ll_set_pair_inference(m, cfg, ll_config_lang_index(cfg, c->src_lang), ll_config_lang_index(cfg, c->tgt_lang));
+        ll_translation t;
+        int rc = ll_translate_lines(m, spm, (const char *const *)src, ns, &o, &t);
+        if (!rc)
+            for (int i = 0; i < ns; i++) {
+                if (!src[i][0] && !ref[i][0]) continue; /* empty pairs carry nothing */
+                const char *refs[1] = {ref[i]};
+                ll_bleu_add(&bs, t.best[i], refs, 1);
+                ll_chrf_add(&cs, t.best[i], refs, 1);
+            }
+        if (!rc) ll_translation_free(&t);
+        free_lines(src, ns);
+        free_lines(ref, nt);
+        if (rc) return -1;
+    }
+    ll_bleu_result br;
+    ll_chrf_result cr;
+    ll_bleu_compute(&bs, &br);
+    ll_chrf_compute(&cs, &cr);
+    r->bleu = br.score;
+    r->chrf = cr.score;
+    r->have_bleu = 1;
+    return 0;
+}
+
+int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm, ll_valid_result *r) {
+    memset(r, 0, sizeof *r);
+    valid_loss(m, cfg, valid, r);
+    int rc = cfg->valid_bleu ? valid_bleu(m, cfg, spm, r) : 0;
+    ll_model_reset_ctl(m);
+    return rc;
+}
