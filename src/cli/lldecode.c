@@ -39,6 +39,8 @@ static void usage(FILE *out) {
             "  --format F         text (default) or fairseq (S-/H-/D-/P- lines, base-2 scores)\n"
             "  --raw-ids          read and write space-separated token ids instead of text\n"
             "  --target-lang L    target language (models with language tags)\n"
+            "  --source-lang L    source language (multilingual latent-depth models)\n"
+            "  --latent-inference hard|soft|sample   override latent.inference; --threshold Q overrides latent.threshold\n"
             "  --threads N        CPU threads (default: all cores)\n"
             "  --quiet            no summary or warnings on stderr\n");
 }
@@ -70,11 +72,28 @@ static double parse_real(const char *flag, const char *s, double lo, double hi) 
 }
 
 typedef struct {
-    const char *model, *input, *output, *format, *target_lang;
+    const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode;
+    double threshold;
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads;
     double lenpen, max_len_a;
     int raw_ids, quiet;
 } opts;
+
+/* Index of a language (given, or the only one on that side of the training data); -1 if ambiguous. */
+static int pick_lang(const ll_config *cfg, const char *lang, int target) {
+    if (lang) {
+        int i = ll_config_lang_index(cfg, lang);
+        if (i < 0) ll_die("--%s-lang %s: the model was not trained with that language", target ? "target" : "source", lang);
+        return i;
+    }
+    int found = -1;
+    for (int c = 0; c < cfg->n_train; c++) {
+        int i = ll_config_lang_index(cfg, target ? cfg->train[c].tgt_lang : cfg->train[c].src_lang);
+        if (found >= 0 && i != found) return -1;
+        found = i;
+    }
+    return found;
+}
 
 /* "id id id" -> ids with EOS appended (unless already last); 0 for a blank line. */
 static int parse_ids(const char *line, long lineno, const char *input, int V, int max_src, int32_t **ids, int *cap,
@@ -164,7 +183,7 @@ static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_tran
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     ll_set_progname("lldecode");
-    opts o = {.input = "-", .output = "-", .format = "text", .beam = -1, .nbest = 1, .max_len_b = 200,
+    opts o = {.input = "-", .output = "-", .format = "text", .threshold = -1, .beam = -1, .nbest = 1, .max_len_b = 200,
               .min_len = 1, .max_tokens = 4096, .lenpen = NAN};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -188,6 +207,14 @@ int main(int argc, char **argv) {
             o.format = v;
         } else if (!strcmp(a, "--target-lang")) {
             o.target_lang = v;
+        } else if (!strcmp(a, "--source-lang")) {
+            o.source_lang = v;
+        } else if (!strcmp(a, "--latent-inference")) {
+            if (strcmp(v, "hard") && strcmp(v, "soft") && strcmp(v, "sample"))
+                ll_die("--latent-inference: expected hard, soft or sample, got '%s'", v);
+            o.latent_mode = v;
+        } else if (!strcmp(a, "--threshold")) {
+            o.threshold = parse_real(a, v, 0, 1);
         } else if (!strcmp(a, "--beam")) {
             o.beam = parse_int(a, v, 1, 1024);
         } else if (!strcmp(a, "--nbest")) {
@@ -236,6 +263,10 @@ int main(int argc, char **argv) {
     if (o.nbest > to.search.beam) ll_die("--nbest %ld: must not exceed the beam size %d", o.nbest, to.search.beam);
     to.search.nbest = (int)o.nbest;
     if (ll_decode_bos(&cfg, spm, o.target_lang, &to.search.bos)) ll_die("%s", ll_errbuf());
+    /* latent depth: the languages' own posteriors decide the layers (latent.inference) */
+    if (o.latent_mode) snprintf(cfg.latent_inference, sizeof cfg.latent_inference, "%s", o.latent_mode);
+    if (o.threshold >= 0) cfg.latent_threshold = (float)o.threshold;
+    ll_set_pair_inference(m, &cfg, pick_lang(&cfg, o.source_lang, 0), pick_lang(&cfg, o.target_lang, 1));
 
     FILE *in = stdin;
     const char *in_name = strcmp(o.input, "-") ? o.input : "<stdin>";

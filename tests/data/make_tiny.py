@@ -47,6 +47,11 @@ def main():
     for side, k in (("en", 0), ("es", 1)):
         with open(f"tiny/overfit32.{side}", "w", encoding="utf-8") as f:
             f.writelines(p[k] + "\n" for p in pairs[:32])
+    # A second target "language" for multilingual tests: the Spanish sentence
+    # with every word spelled backwards (a different vocabulary, same structure).
+    for name, part in (("train", pairs[:340]), ("valid", pairs[340:370]), ("test", pairs[370:])):
+        with open(f"tiny/{name}.xx", "w", encoding="utf-8") as f:
+            f.writelines(" ".join(w[::-1] for w in p[1].split()) + "\n" for p in part)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,243 @@
+/* llprune: export a compact model.
+ *
+ *   llprune --model M --threshold 0.5 [--lang L] --output M2
+ *       latent depth: keep the layers whose selection probability q(z_l=1) =
+ *       sigmoid(a_l) is >= threshold.  With --lang, the rows of that language
+ *       decide and the latent parameters are dropped; without it (multilingual)
+ *       the union over languages is kept together with the per-language gates
+ *       of the kept layers, so each language still skips what it does not use.
+ *   llprune --model M --enc-layers-to-keep 0,2,4 [--dec-layers-to-keep ...] --output M2
+ *       LayerDrop-style pruning to an explicit subset (fairseq's layers_to_keep).
+ *
+ * The output is an ordinary model file (fewer layers, renumbered) that
+ * lldecode loads like any other; its output equals the full model's
+ * deterministic (hard-gated) inference.  Prints the kept layers and the
+ * parameter and FLOP savings. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/checkpoint.h"
+#include "ll/config.h"
+#include "ll/core.h"
+#include "ll/data.h"
+#include "ll/model.h"
+
+#define MAXL 4096
+
+typedef struct {
+    int L, n_keep;
+    int keep[MAXL];   /* kept original indices, ascending */
+    int latent_out;   /* the output keeps this stack's gates */
+} stack_plan;
+
+static int parse_list(const char *s, int L, stack_plan *p, const char *flag) {
+    p->n_keep = 0;
+    const char *c = s;
+    while (*c) {
+        char *end;
+        long v = strtol(c, &end, 10);
+        if (end == c || v < 0 || v >= L) ll_die("%s: '%s' is not a list of layer indices in 0..%d", flag, s, L - 1);
+        if (p->n_keep && v <= p->keep[p->n_keep - 1]) ll_die("%s: indices must be increasing", flag);
+        p->keep[p->n_keep++] = (int)v;
+        c = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') ll_die("%s: '%s' is not a comma-separated list", flag, s);
+    }
+    if (p->n_keep == 0) ll_die("%s: keep at least one layer", flag);
+    return 0;
+}
+
+static const float *logits_of(const ll_ckpt *k, const char *name, int rows, int L, const char *path) {
+    const ll_tensor_ref *r = ll_ckpt_find(k, name);
+    if (!r) return NULL;
+    if (r->dtype != LL_DT_F32 || r->ndim != 2 || r->shape[0] != rows || r->shape[1] != L)
+        ll_die("%s: tensor '%s' has an unexpected shape", path, name);
+    return r->data;
+}
+
+/* Rows of a stack that `lang` selects: its own row, or every row training used. */
+static void plan_latent(stack_plan *p, const float *a, int rows, int L, const int *use_row, double thr) {
+    p->n_keep = 0;
+    for (int l = 0; l < L; l++) {
+        int keep = 0;
+        for (int r = 0; r < rows; r++)
+            if (use_row[r] && 1 / (1 + exp(-(double)a[(size_t)r * L + l])) >= thr) keep = 1;
+        if (keep) p->keep[p->n_keep++] = l;
+    }
+}
+
+static void print_plan(const char *name, const stack_plan *p) {
+    printf("%s: keep %d of %d layers:", name, p->n_keep, p->L);
+    for (int i = 0; i < p->n_keep; i++) printf(" %d", p->keep[i]);
+    printf("%s\n", p->latent_out ? " (per-language gates kept)" : "");
+}
+
+/* "enc.layers.12.ffn.fc1.weight" -> stack 0, layer 12, rest "ffn.fc1.weight". */
+static int layer_of(const char *name, int *stack, const char **rest) {
+    int s = !strncmp(name, "enc.layers.", 11) ? 0 : !strncmp(name, "dec.layers.", 11) ? 1 : -1;
+    if (s < 0) return -1;
+    char *end;
+    long l = strtol(name + 11, &end, 10);
+    if (*end != '.') return -1;
+    *stack = s;
+    *rest = end + 1;
+    return (int)l;
+}
+
+int main(int argc, char **argv) {
+    ll_set_progname("llprune");
+    const char *model = NULL, *out = NULL, *lang = NULL, *keep_s[2] = {NULL, NULL};
+    double thr = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--output") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--threshold") && i + 1 < argc) thr = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--lang") && i + 1 < argc) lang = argv[++i];
+        else if (!strcmp(argv[i], "--enc-layers-to-keep") && i + 1 < argc) keep_s[0] = argv[++i];
+        else if (!strcmp(argv[i], "--dec-layers-to-keep") && i + 1 < argc) keep_s[1] = argv[++i];
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: llprune --model M [--threshold 0.5] [--lang L] --output M2\n"
+                   "       llprune --model M --enc-layers-to-keep 0,2,4 [--dec-layers-to-keep 0,1] --output M2\n");
+            return 0;
+        } else
+            ll_die("unknown or incomplete argument '%s' (see llprune --help)", argv[i]);
+    }
+    if (!model || !out) ll_die("--model and --output are required (see llprune --help)");
+    ll_ckpt *k = ll_ckpt_open(model);
+    if (!k) ll_die("%s", ll_errbuf());
+    ll_config cfg;
+    if (ll_config_load_text(&cfg, ll_ckpt_config_text(k), model)) ll_die("%s", ll_errbuf());
+    if (thr < 0) thr = cfg.latent_threshold;
+    if (!(thr >= 0 && thr <= 1)) ll_die("--threshold must be in [0, 1]");
+    size_t vlen;
+    const void *vocab = ll_ckpt_vocab(k, &vlen);
+    ll_spm *spm = ll_spm_load_bytes(vocab, vlen);
+    if (!spm) ll_die("%s: no usable vocabulary", model);
+    ll_hparams hp;
+    ll_hparams_from_config(&hp, &cfg, ll_spm_vocab_size(spm));
+
+    char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
+    int n_langs = ll_config_langs(&cfg, langs);
+    const int rows = hp.latent_rows, shared = rows == 1;
+    stack_plan plan[2] = {{.L = hp.Le}, {.L = hp.Ld}};
+    const char *lname[2] = {"enc.latent_logits", "dec.latent_logits"};
+    int latent_in[2] = {hp.latent_enc, hp.latent_dec};
+    if (lang && ll_config_lang_index(&cfg, lang) < 0) {
+        fprintf(stderr, "llprune: error: --lang %s: the model knows", lang);
+        for (int i = 0; i < n_langs; i++) fprintf(stderr, " %s", langs[i]);
+        fprintf(stderr, "\n");
+        return 1;
+    }
+    for (int s = 0; s < 2; s++) {
+        if (keep_s[s]) {
+            parse_list(keep_s[s], plan[s].L, &plan[s], s ? "--dec-layers-to-keep" : "--enc-layers-to-keep");
+            plan[s].latent_out = latent_in[s];
+            continue;
+        }
+        if (!latent_in[s]) { /* not latent: keep everything */
+            for (int l = 0; l < plan[s].L; l++) plan[s].keep[l] = l;
+            plan[s].n_keep = plan[s].L;
+            continue;
+        }
+        const float *a = logits_of(k, lname[s], rows, plan[s].L, model);
+        if (!a) ll_die("%s: latent %s without tensor %s", model, s ? "decoder" : "encoder", lname[s]);
+        /* rows training used on this side: sources for the encoder, targets for the decoder */
+        int use[LL_MAX_CORPORA * 4] = {0}, n_use = 0, lrow = -1;
+        for (int c = 0; c < cfg.n_train; c++) {
+            const char *l = s ? cfg.train[c].tgt_lang : cfg.train[c].src_lang;
+            int r = shared ? 0 : ll_config_lang_index(&cfg, l);
+            if (!use[r]) n_use++;
+            use[r] = 1;
+            if (lang && !strcmp(l, lang)) lrow = r;
+        }
+        if (lrow >= 0) { /* one language decides; its gates are baked in */
+            memset(use, 0, sizeof use);
+            use[lrow] = 1;
+            n_use = 1;
+        }
+        plan_latent(&plan[s], a, rows, plan[s].L, use, thr);
+        if (plan[s].n_keep == 0) {
+            fprintf(stderr, "llprune: warning: %s: no layer reaches q >= %.3f; keeping none\n", s ? "decoder" : "encoder",
+                    thr);
+        }
+        /* a single language (or a shared posterior): hard gates are exactly "kept or not" */
+        plan[s].latent_out = n_use > 1;
+    }
+    print_plan("encoder", &plan[0]);
+    print_plan("decoder", &plan[1]);
+
+    /* the compact model's config */
+    cfg.enc_layers = plan[0].n_keep > 0 ? plan[0].n_keep : 1;
+    cfg.dec_layers = plan[1].n_keep > 0 ? plan[1].n_keep : 1;
+    if (plan[0].n_keep == 0 || plan[1].n_keep == 0)
+        ll_die("a stack would have no layers left; lower --threshold (the model format needs >= 1 layer per stack)");
+    cfg.latent_enc = plan[0].latent_out;
+    cfg.latent_dec = plan[1].latent_out;
+    char *text = ll_config_dump(&cfg);
+
+    /* tensors: renumber kept layers, slice latent logits, drop optimizer state */
+    int nt = ll_ckpt_n_tensors(k), n = 0;
+    ll_tensor_ref *t = calloc(nt, sizeof *t);
+    char **names = calloc(nt, sizeof(char *));
+    void **bufs = calloc(nt, sizeof(void *));
+    size_t params_in = 0, params_out = 0;
+    int map[2][MAXL];
+    for (int s = 0; s < 2; s++) {
+        for (int l = 0; l < MAXL; l++) map[s][l] = -1;
+        for (int i = 0; i < plan[s].n_keep; i++) map[s][plan[s].keep[i]] = i;
+    }
+    for (int i = 0; i < nt; i++) {
+        const ll_tensor_ref *r = ll_ckpt_tensor(k, i);
+        if (!strncmp(r->name, "optim.", 6) || !strncmp(r->name, "state.", 6)) continue;
+        size_t numel = r->nbytes / ll_dtype_size(r->dtype);
+        params_in += numel;
+        int s;
+        const char *rest;
+        int l = layer_of(r->name, &s, &rest);
+        if (l >= 0) {
+            if (map[s][l] < 0) continue;
+            names[n] = malloc(strlen(r->name) + 16);
+            sprintf(names[n], "%s.layers.%d.%s", s ? "dec" : "enc", map[s][l], rest);
+            t[n] = *r;
+            t[n].name = names[n];
+        } else if (!strcmp(r->name, lname[0]) || !strcmp(r->name, lname[1])) {
+            s = !strcmp(r->name, lname[1]);
+            if (!plan[s].latent_out) continue;
+            float *a = malloc(sizeof(float) * rows * plan[s].n_keep);
+            for (int row = 0; row < rows; row++)
+                for (int j = 0; j < plan[s].n_keep; j++)
+                    a[row * plan[s].n_keep + j] = ((const float *)r->data)[(size_t)row * plan[s].L + plan[s].keep[j]];
+            t[n] = *r;
+            t[n].shape[1] = plan[s].n_keep;
+            t[n].data = bufs[n] = a;
+            t[n].nbytes = sizeof(float) * rows * plan[s].n_keep;
+        } else {
+            t[n] = *r;
+        }
+        params_out += t[n].nbytes / ll_dtype_size(t[n].dtype);
+        n++;
+    }
+    ll_ckpt_contents c = {.config_text = text, .vocab = vocab, .vocab_len = vlen, .tensors = t, .n_tensors = n};
+    if (ll_ckpt_write(out, &c)) ll_die("%s", ll_errbuf());
+
+    ll_hparams hp2 = hp;
+    hp2.Le = cfg.enc_layers;
+    hp2.Ld = cfg.dec_layers;
+    double f0 = ll_model_train_flops(&hp, 30, 30, 1, 30, 30) / 3, f1 = ll_model_train_flops(&hp2, 30, 30, 1, 30, 30) / 3;
+    printf("parameters: %zu -> %zu (%.1f%% fewer)\n", params_in, params_out, 100.0 * (1 - (double)params_out / params_in));
+    printf("forward FLOPs for a 30-token pair: %.3g -> %.3g (%.1f%% fewer)\n", f0, f1, 100.0 * (1 - f1 / f0));
+    printf("wrote %s\n", out);
+    for (int i = 0; i < n; i++) {
+        free(names[i]);
+        free(bufs[i]);
+    }
+    free(names);
+    free(bufs);
+    free(t);
+    free(text);
+    ll_spm_free(spm);
+    ll_config_free(&cfg);
+    ll_ckpt_close(k);
+    return 0;
+}

@@ -1,0 +1,218 @@
+/* Latent depth: Gumbel sampler statistics and temperature limits, the
+ * straight-through gradient to the logits (Eq. 6's chain) against finite
+ * differences, KL and L_K values and gradients against hand computation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/testutil.h"
+#include "gradcheck.h"
+#include "ll/latent.h"
+
+static double sigm(double x) { return 1 / (1 + exp(-x)); }
+
+static ll_model *make_model(int rows, int latent_enc, int latent_dec) {
+    ll_hparams hp = {.C = 8, .F = 12, .H = 2, .Le = 3, .Ld = 4, .V = 23, .max_pos = 32, .share_all = 1,
+                     .tie_output = 1, .dropout = 0.1, .label_smoothing = 0.1, .latent_enc = latent_enc,
+                     .latent_dec = latent_dec, .latent_rows = rows};
+    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+    ll_model_init(m, 5);
+    return m;
+}
+
+static void set_logits(ll_model *m, int stack, int row, const double *a) {
+    int L = stack ? m->hp.Ld : m->hp.Le;
+    for (int l = 0; l < L; l++) m->params[m->latent_logits[stack] + (size_t)row * L + l] = a[l];
+}
+
+static void test_sampler(void) {
+    ll_model *m = make_model(1, 0, 1);
+    double a[4] = {-2, -0.5, 0.4, 3};
+    set_logits(m, 1, 0, a);
+    for (int ti = 0; ti < 2; ti++) {
+        double tau = ti ? 5.0 : 0.5, freq[4] = {0};
+        const int n = 20000;
+        for (int s = 0; s < n; s++) {
+            ll_latent_sample(m, 1, 0, 3, s, tau, 1);
+            for (int l = 0; l < 4; l++) freq[l] += m->dec_ctl[l].gate;
+        }
+        /* P(hard z = 1) = sigmoid(a), whatever the temperature */
+        for (int l = 0; l < 4; l++)
+            CHECK_MSG(fabs(freq[l] / n - sigm(a[l])) < 0.012, "tau %.1f layer %d: freq %.4f vs sigmoid %.4f", tau, l,
+                      freq[l] / n, sigm(a[l]));
+    }
+    /* temperature limits of the soft sample: tau -> 0 discrete, tau -> inf 1/2 */
+    int near01 = 0, near_half = 0;
+    for (int s = 0; s < 2000; s++) {
+        ll_latent_sample(m, 1, 0, 3, s, 0.002, 0);
+        for (int l = 0; l < 4; l++) near01 += fmin(m->dec_ctl[l].gate, 1 - m->dec_ctl[l].gate) < 0.01;
+        ll_latent_sample(m, 1, 0, 3, s, 1e4, 0);
+        for (int l = 0; l < 4; l++) near_half += fabs(m->dec_ctl[l].gate - 0.5) < 0.01;
+    }
+    CHECK_MSG(near01 > 0.99 * 8000, "tau->0: only %d of 8000 soft samples near 0/1", near01);
+    CHECK_MSG(near_half == 8000, "tau->inf: %d of 8000 soft samples near 1/2", near_half);
+    /* one draw per layer per forward: the same step gives the same sample */
+    ll_latent_sample(m, 1, 0, 3, 77, 1, 0);
+    double z0 = m->dec_ctl[2].gate;
+    ll_latent_sample(m, 1, 0, 3, 78, 1, 0);
+    ll_latent_sample(m, 1, 0, 3, 77, 1, 0);
+    CHECK(m->dec_ctl[2].gate == z0);
+    ll_model_free(m);
+}
+
+/* dL/da through the gates (soft samples, fixed noise) against finite differences. */
+static double loss_at(ll_model *m, ll_batch *b, int hard) {
+    ll_latent_sample(m, 0, 1, 9, 4, 2.0, hard);
+    ll_latent_sample(m, 1, 1, 9, 4, 2.0, hard);
+    return ll_model_loss(m, b, 9, 4, 1);
+}
+
+static void test_logit_gradient(void) {
+    ll_model *m = make_model(2, 1, 1);
+    double ae[3] = {0.3, -0.7, 1.1}, ad[4] = {-0.2, 0.9, 0.1, -1.4};
+    set_logits(m, 0, 1, ae);
+    set_logits(m, 1, 1, ad);
+    ll_batch b;
+    gc_make_batch(&b, 3, 6, 5, m->hp.V, 2);
+    memset(m->grads, 0, m->n_params * sizeof(real));
+    ll_latent_sample(m, 0, 1, 9, 4, 2.0, 0);
+    ll_latent_sample(m, 1, 1, 9, 4, 2.0, 0);
+    ll_loss_stats st;
+    ll_model_step(m, &b, 9, 4, 1, &st);
+    ll_latent_backward(m, 0, 1);
+    ll_latent_backward(m, 1, 1);
+    for (int s = 0; s < 2; s++) {
+        int L = s ? m->hp.Ld : m->hp.Le;
+        for (int l = 0; l < L; l++) {
+            size_t i = m->latent_logits[s] + (size_t)1 * L + l;
+            double save = m->params[i], h = 1e-6;
+            m->params[i] = save + h;
+            double lp = loss_at(m, &b, 0);
+            m->params[i] = save - h;
+            double lm = loss_at(m, &b, 0);
+            m->params[i] = save;
+            double num = (lp - lm) / (2 * h), ana = m->grads[i];
+            CHECK_MSG(fabs(num - ana) <= 1e-6 * (fabs(num) + fabs(ana)) + 1e-9, "stack %d layer %d: dL/da %.10g numeric %.10g",
+                      s, l, ana, num);
+        }
+        /* row 0 was not used: no gradient */
+        for (int l = 0; l < L; l++) CHECK(m->grads[m->latent_logits[s] + l] == 0);
+    }
+    /* hard samples: forward uses 0/1 gates, gradient is the soft sample's (straight-through) */
+    ll_latent_sample(m, 1, 1, 9, 4, 2.0, 1);
+    for (int l = 0; l < 4; l++) CHECK(m->dec_ctl[l].gate == 0 || m->dec_ctl[l].gate == 1);
+    gc_free_batch(&b);
+    ll_model_free(m);
+}
+
+static void test_kl_and_lk(void) {
+    ll_model *m = make_model(3, 0, 1);
+    ll_config cfg;
+    ll_config_defaults(&cfg);
+    cfg.latent_dec = 1;
+    cfg.latent_soft_update = 0;
+    cfg.latent_anneal_updates = 0;
+    cfg.latent_beta = 0.5;
+    cfg.latent_prior_a = 3;
+    cfg.latent_prior_b = 1; /* p = 0.75 */
+    cfg.n_train = 2;        /* en->es, en->xx: decoder rows 1 and 2 are active (en is row 0) */
+    strcpy(cfg.train[0].src_lang, "en");
+    strcpy(cfg.train[0].tgt_lang, "es");
+    strcpy(cfg.train[1].src_lang, "en");
+    strcpy(cfg.train[1].tgt_lang, "xx");
+    ll_latent_ctx c;
+    ll_latent_ctx_init(&c, &cfg, m);
+    CHECK(c.n_active[1] == 2 && c.active[1][1] && c.active[1][2] && !c.active[1][0]);
+    double a1[4] = {0.5, -1, 2, 0}, a2[4] = {-0.3, 0.8, 0.1, 1.5};
+    set_logits(m, 1, 1, a1);
+    set_logits(m, 1, 2, a2);
+
+    /* Beta prior, two-sided Bernoulli KL */
+    double want = 0;
+    for (int l = 0; l < 4; l++) {
+        double q = sigm(a1[l]), p = 0.75;
+        want += q * log(q / p) + (1 - q) * log((1 - q) / (1 - p));
+    }
+    memset(m->grads, 0, m->n_params * sizeof(real));
+    double got = ll_latent_kl(m, &c, 1, 1, 10, 7);
+    CHECK_NEAR(got, 0.5 * 7 * want, 1e-10);
+    double g0[4];
+    for (int l = 0; l < 4; l++) g0[l] = m->grads[m->latent_logits[1] + 4 + l];
+    for (int l = 0; l < 4; l++) { /* gradient vs finite differences of the value */
+        size_t i = m->latent_logits[1] + 4 + l;
+        double g = g0[l], s = m->params[i], h = 1e-6;
+        m->params[i] = s + h;
+        double vp = ll_latent_kl(m, &c, 1, 1, 10, 7);
+        m->params[i] = s - h;
+        double vm = ll_latent_kl(m, &c, 1, 1, 10, 7);
+        m->params[i] = s;
+        CHECK_NEAR(g, (vp - vm) / (2 * h), 1e-6);
+    }
+    /* KL weight: 0 before soft_update, ramps to beta, never negative */
+    cfg.latent_soft_update = 100;
+    cfg.latent_anneal_updates = 50;
+    CHECK(ll_latent_kl_weight(&cfg, 0) == 0);
+    CHECK_NEAR(ll_latent_kl_weight(&cfg, 125), 0.25, 1e-12);
+    CHECK_NEAR(ll_latent_kl_weight(&cfg, 1000), 0.5, 1e-12);
+    cfg.latent_soft_update = 0;
+    cfg.latent_anneal_updates = 0;
+
+    /* aggregated posterior: per-layer mean of q over the active rows */
+    strcpy(cfg.latent_prior, "agged_posterior");
+    want = 0;
+    for (int l = 0; l < 4; l++) {
+        double q = sigm(a2[l]), p = (sigm(a1[l]) + sigm(a2[l])) / 2;
+        want += q * log(q / p) + (1 - q) * log((1 - q) / (1 - p));
+    }
+    CHECK_NEAR(ll_latent_kl(m, &c, 1, 2, 10, 1), 0.5 * want, 1e-10);
+
+    /* the reference's one-sided KL on hard samples: ~ ln2 * (selected layers) / L */
+    strcpy(cfg.latent_prior, "beta");
+    cfg.latent_prior_a = cfg.latent_prior_b = 1;
+    strcpy(cfg.latent_kl, "reference");
+    real *z = m->latent_z[1] + 4;
+    z[0] = 1, z[1] = 0, z[2] = 1, z[3] = 1;
+    CHECK_NEAR(ll_latent_kl(m, &c, 1, 1, 10, 1), 0.5 * 3 * log(2.0) / 4, 1e-5);
+    strcpy(cfg.latent_kl, "bernoulli");
+
+    /* L_K = |sum_l u_l - K| with u = mean over languages of the samples; d/dz = lambda sign / N */
+    cfg.latent_target_dec = 2;
+    cfg.latent_lambda = 0.1;
+    cfg.latent_lk_anneal_updates = 0;
+    real *z2 = m->latent_z[1] + 8, *d1 = m->latent_dzda[1] + 4, *d2 = m->latent_dzda[1] + 8;
+    z2[0] = 0, z2[1] = 1, z2[2] = 1, z2[3] = 0; /* u = (.5,.5,1,.5): sum 2.5 */
+    for (int l = 0; l < 4; l++) d1[l] = 0.1 * (l + 1), d2[l] = 0.2;
+    memset(m->grads, 0, m->n_params * sizeof(real));
+    /* (config floats: lambda = 0.1f) */
+    CHECK_NEAR(ll_latent_lk(m, &c, 1, 10, 20), 0.1 * 20 * 0.5, 1e-7);
+    CHECK_NEAR(m->grads[m->latent_logits[1] + 4 + 2], 0.1 * 20 * 1.0 / 2 * 0.3, 1e-7);
+    CHECK_NEAR(m->grads[m->latent_logits[1] + 8 + 0], 0.1 * 20 * 1.0 / 2 * 0.2, 1e-7);
+    strcpy(cfg.latent_lk_form, "squared");
+    CHECK_NEAR(ll_latent_lk(m, &c, 1, 10, 1), 0.1 * 0.25, 1e-8);
+    cfg.latent_target_dec = -1;
+    CHECK(ll_latent_lk(m, &c, 1, 10, 1) == 0);
+    ll_model_free(m);
+}
+
+static void test_inference(void) {
+    ll_model *m = make_model(1, 0, 1);
+    double a[4] = {-2, 0, 0.3, -0.01};
+    set_logits(m, 1, 0, a);
+    ll_latent_set_inference(m, 1, 0, LL_LATENT_HARD, 0.5, 1);
+    CHECK(m->dec_ctl[0].skip && !m->dec_ctl[1].skip && !m->dec_ctl[2].skip && m->dec_ctl[3].skip);
+    ll_latent_set_inference(m, 1, 0, LL_LATENT_SOFT, 0.5, 1);
+    CHECK_NEAR(m->dec_ctl[2].gate, sigm(0.3), 1e-12);
+    CHECK(!m->dec_ctl[0].skip);
+    CHECK_NEAR(ll_latent_expected_depth(m, 1, 0), sigm(-2) + 0.5 + sigm(0.3) + sigm(-0.01), 1e-12);
+    ll_model_free(m);
+}
+
+int main(void) {
+    ll_set_threads(2);
+    test_sampler();
+    test_logit_gradient();
+    test_kl_and_lk();
+    test_inference();
+    return tu_finish("grad_test_latent");
+}
