@@ -157,10 +157,15 @@ int main(int argc, char **argv) {
             n_use = 1;
         }
         plan_latent(&plan[s], a, rows, plan[s].L, use, thr);
-        if (plan[s].n_keep == 0) {
-            fprintf(stderr, "llprune: warning: %s: no layer reaches q >= %.3f; keeping none\n", s ? "decoder" : "encoder",
-                    thr);
+        for (int r = 0; r < rows; r++) { /* the posterior of every language this stack uses */
+            if (!use[r]) continue;
+            printf("q(z=1) %s %s:", s ? "decoder" : "encoder", shared ? "shared" : langs[r]);
+            for (int l = 0; l < plan[s].L; l++) printf(" %.4f", 1 / (1 + exp(-(double)a[(size_t)r * plan[s].L + l])));
+            printf("\n");
         }
+        if (plan[s].n_keep == 0)
+            fprintf(stderr, "llprune: warning: %s: no layer reaches q >= %.3f; the stack becomes empty\n",
+                    s ? "decoder" : "encoder", thr);
         /* a single language (or a shared posterior): hard gates are exactly "kept or not" */
         plan[s].latent_out = n_use > 1;
     }
@@ -168,10 +173,9 @@ int main(int argc, char **argv) {
     print_plan("decoder", &plan[1]);
 
     /* the compact model's config */
-    cfg.enc_layers = plan[0].n_keep > 0 ? plan[0].n_keep : 1;
-    cfg.dec_layers = plan[1].n_keep > 0 ? plan[1].n_keep : 1;
-    if (plan[0].n_keep == 0 || plan[1].n_keep == 0)
-        ll_die("a stack would have no layers left; lower --threshold (the model format needs >= 1 layer per stack)");
+    cfg.enc_layers = plan[0].n_keep;
+    cfg.dec_layers = plan[1].n_keep;
+    cfg.latent_threshold = (float)thr; /* the kept gates must decide as they did here */
     cfg.latent_enc = plan[0].latent_out;
     cfg.latent_dec = plan[1].latent_out;
     char *text = ll_config_dump(&cfg);

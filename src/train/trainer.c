@@ -189,7 +189,8 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     }
     char extra[96] = "";
     if (r.have_bleu) snprintf(extra, sizeof extra, " | bleu %.2f | chrf %.2f", r.bleu, r.chrf);
-    fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f%s | best %s %.3f%s\n", t->ts.update, r.loss,
+    if (ll_verbosity > 0)
+        fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f%s | best %s %.3f%s\n", t->ts.update, r.loss,
             r.nll, pow(2, r.nll), extra, by_bleu ? "bleu" : "loss", by_bleu ? -t->ts.best_valid : t->ts.best_valid,
             best ? " (new best)" : "");
     fprintf(t->metrics, "{\"type\":\"valid\",\"update\":%ld,\"loss\":%.6f,\"nll\":%.6f,\"ppl\":%.4f", t->ts.update,
@@ -347,7 +348,8 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                 snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f", ll_latent_on(t.m, 0) ? expected_depth(&t, 0) : (double)t.m->hp.Le,
                          ll_latent_on(t.m, 1) ? expected_depth(&t, 1) : (double)t.m->hp.Ld, acc.kl / acc.ntok / M_LN2);
             double L = acc.loss / acc.ntok / M_LN2, N = acc.nll / acc.ntok / M_LN2;
-            fprintf(stderr,
+            if (ll_verbosity > 0)
+                fprintf(stderr,
                     "epoch %lld | %5.1f%% | update %ld | loss %.3f | nll %.3f | ppl %.2f | lr %.3e | gnorm %.3f | "
                     "tok/s %.0f%s | ETA %s\n",
                     (long long)epoch, 100.0 * pos / (nb ? nb : 1), t.ts.update, L, N, pow(2, N), lr,
