@@ -3,7 +3,7 @@
 # Idempotent: skips apt when everything is already there.
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config python3 libopenblas-dev libyaml-dev libsentencepiece-dev sentencepiece
-      libopenmpi-dev openmpi-bin diatheke sword-text-web sword-text-sparv)
+      libopenmpi-dev openmpi-bin diatheke sword-text-web sword-text-sparv python3-pip python3-venv python3-matplotlib)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
