@@ -92,6 +92,11 @@ struct ll_backend {
      * (natural log) over non-pad rows. */
     void (*xent_fwd_bwd)(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
                          real grad_scale, double *loss_sum, double *nll_sum);
+    /* DDR: given log-probabilities lpa, lpb [N,V] of two passes, add
+     * alpha/2 * d[KL(pa||pb) + KL(pb||pa)]/d(logits) to da and db (rows with a
+     * pad target are skipped) and return alpha/2 * the summed symmetric KL. */
+    double (*sym_kl)(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target,
+                     int N, int V, int pad, real alpha);
     /* log-softmax in place (inference). */
     void (*log_softmax)(ll_backend *be, real *x, int N, int V);
 

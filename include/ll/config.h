@@ -101,6 +101,19 @@ typedef struct {
     char latent_inference[8];   /* "hard" | "soft" | "sample" */
     float latent_threshold;
 
+    /* DLCL (Wang et al. 2019) */
+    int dlcl_enc, dlcl_dec;
+    char dlcl_init[8];          /* "avg" | "one" */
+    int dlcl_learnable, dlcl_ln, dlcl_norm_embed;
+
+    /* deep decoder (Li et al. 2022): cross-attention drop and collapse-reducing training */
+    float cad_p_net, cad_p_net_above;
+    int cad_drop_depth;
+    float ddr_alpha, ald_weight, ald_p, ald_tau;
+
+    /* LayerDrop (Fan et al. 2019) */
+    float enc_layerdrop, dec_layerdrop;
+
     /* the original text (stored in checkpoints) and where it came from */
     char *text;
     char source[LL_PATH_MAX];

@@ -26,7 +26,16 @@ typedef struct {
     real label_smoothing; /* training loss; 0 = plain cross-entropy */
     int latent_enc, latent_dec; /* layer logits for latent depth (src/model/latent.c) */
     int latent_rows;            /* rows of logits: languages, or 1 when shared */
+    /* DLCL (Wang et al. 2019; src/model/dlcl.c) */
+    int dlcl_enc, dlcl_dec;
+    int dlcl_init_one;          /* init W = 1 instead of the 1/(r+1) average */
+    int dlcl_learnable;         /* 0: W fixed at its init (the ablations) */
+    int dlcl_ln;                /* layer norm on entries (pre-norm) / combined rows (post-norm) */
+    int dlcl_norm_embed;        /* pre-norm: also normalise the embedding entry y_0 */
+    int rezero;                 /* ReZero: no layer norms, y = x + alpha_l Sub(x), alpha_l learnable from 0 */
 } ll_hparams;
+
+
 
 typedef struct {
     char name[64];
@@ -58,6 +67,17 @@ typedef struct {
     double dgate;
 } ll_layer_ctl;
 
+/* Training objectives beyond label-smoothed CE, computed by ll_model_step
+ * when training (set by the trainer; all off by default). */
+typedef struct {
+    real ddr_alpha;  /* DDR: decoder run twice, alpha * symmetric KL of the two outputs (0 = off) */
+    real ald_weight; /* ALD: contrastive loss over UNK-corrupted sources (0 = off) */
+    real ald_p;      /* gamma ~ U[0, ald_p) */
+    real ald_tau;    /* temperature of the cosine similarities */
+    /* decoder layer controls for the second DDR pass (independent drop-net draws); NULL = same */
+    ll_layer_ctl *ddr_dec_ctl;
+} ll_objective;
+
 typedef struct ll_model {
     ll_hparams hp;
     ll_backend *be;
@@ -74,6 +94,11 @@ typedef struct ll_model {
     size_t latent_logits[2];
     size_t phi_offset;
     real *latent_z[2], *latent_dzda[2]; /* host [rows, L]: last sample per row and dz/da */
+    size_t dlcl_w[2];   /* [L+1, L+1] learnable weights (0 = fixed or absent) */
+    size_t *dlcl_ln[2]; /* [2 * (L+1)] LN weight/bias offsets per entry/row */
+    real *dlcl_fixed[2]; /* host [L+1, L+1] when not learnable */
+    size_t *rezero_alpha[2]; /* [L] offsets of the ReZero scalars */
+    ll_objective obj;
     real *pos_table; /* [max_pos + 2, C] sinusoids on the device */
     ll_arena arena;
     struct ll_fwd_state *st;
@@ -91,8 +116,10 @@ size_t ll_model_count_params(const ll_model *m);
 void ll_model_reset_ctl(ll_model *m);
 
 typedef struct {
-    double loss, nll; /* summed over target tokens, natural log */
+    double loss, nll; /* summed over target tokens of the clean pass, natural log */
     long ntokens;
+    double ddr;       /* alpha * summed symmetric KL (DDR), when on */
+    double ald;       /* weight * ntokens * mean contrastive loss (ALD), when on */
 } ll_loss_stats;
 
 /* One forward+backward pass on a batch.  Gradients are ACCUMULATED into

@@ -9,7 +9,7 @@ const char *ll_backend_missing(const ll_backend *be) {
     NEED(alloc) NEED(free) NEED(upload) NEED(download) NEED(memset0) NEED(copy) NEED(sync) NEED(gemm)
     NEED(layernorm_fwd) NEED(layernorm_bwd) NEED(embed_fwd) NEED(embed_bwd) NEED(bias_fwd) NEED(bias_bwd)
     NEED(relu_fwd) NEED(relu_bwd) NEED(dropout_fwd) NEED(dropout_bwd) NEED(add) NEED(add_scaled) NEED(dot) NEED(acc) NEED(scale)
-    NEED(sumsq) NEED(attention_fwd) NEED(attention_bwd) NEED(xent_fwd_bwd) NEED(log_softmax) NEED(adam)
+    NEED(sumsq) NEED(attention_fwd) NEED(attention_bwd) NEED(xent_fwd_bwd) NEED(sym_kl) NEED(log_softmax) NEED(adam)
 #undef NEED
     return NULL;
 }

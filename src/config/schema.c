@@ -41,6 +41,8 @@ const ll_cfg_section ll_cfg_sections[] = {
     {"checkpoint", "Where and how often checkpoints are written."},
     {"decode", "Beam search defaults for lldecode and validation BLEU."},
     {"latent", "Latent depth (Li et al. 2020): Gumbel-gated layers, priors, KL, target depth, llprune."},
+    {"dlcl", "Dynamic linear combination of layers (Wang et al. 2019)."},
+    {"deep", "Deep decoder (Li et al. 2022): cross-attention drop (CAD) and the DDR/ALD losses (CRT)."},
 };
 const int ll_cfg_nsections = (int)(sizeof ll_cfg_sections / sizeof ll_cfg_sections[0]);
 
@@ -53,8 +55,13 @@ const ll_cfg_key ll_cfg_keys[] = {
     INT("model.dec_layers", dec_layers, "6", 0, 4096, "Decoder layers (0 is allowed, as for the encoder)."),
     INT("model.max_positions", max_positions, "1024", 1, 1 << 20,
         "Longest sequence the sinusoidal positions cover; data.max_len must not exceed it."),
-    ENUM("model.norm", norm, "pre", "pre|post",
-         "LayerNorm placement: pre (before each sublayer; needed for deep models) or post."),
+    ENUM("model.norm", norm, "pre", "pre|post|rezero",
+         "LayerNorm placement: pre (before each sublayer; needed for deep models), post, or rezero (no layer "
+         "norms; each residual branch scaled by a learnable alpha_l initialised to 0, Bachlechner et al. 2020)."),
+    FLT("model.enc_layerdrop", enc_layerdrop, "0", 0, 1, OPEN_MAX,
+        "LayerDrop rate of encoder layers in training (skip with this probability; llprune "
+        "--enc-layers-to-keep prunes at inference)."),
+    FLT("model.dec_layerdrop", dec_layerdrop, "0", 0, 1, OPEN_MAX, "LayerDrop rate of decoder layers in training."),
     BOOL("model.share_all_embeddings", share_all_embeddings, "true",
          "One embedding matrix for encoder input, decoder input and output (joint vocabulary)."),
     BOOL("model.tie_output", tie_output, "true", "Output projection = decoder input embedding."),
@@ -163,6 +170,31 @@ const ll_cfg_key ll_cfg_keys[] = {
          "Inference: hard (layer used iff q >= threshold, others not computed), soft (z = q), or sample (the "
          "code's stochastic draw)."),
     FLT("latent.threshold", latent_threshold, "0.5", 0, 1, 0, "Selection threshold on q(z=1) for hard inference and llprune."),
+
+    /* DLCL */
+    BOOL("dlcl.encoder", dlcl_enc, "false", "DLCL in the encoder: each layer's input combines all earlier outputs."),
+    BOOL("dlcl.decoder", dlcl_dec, "false", "DLCL in the decoder."),
+    ENUM("dlcl.init", dlcl_init, "avg", "avg|one",
+         "Initial weights: avg = 1/(r+1) over the r+1 earlier outputs (the code's default), one = all 1."),
+    BOOL("dlcl.learnable", dlcl_learnable, "true",
+         "Learn the weights; false keeps them fixed at dlcl.init (the paper's fixed all-one / 1/(l+1) ablations)."),
+    BOOL("dlcl.layer_norm", dlcl_ln, "true",
+         "Layer norm of each stored output (pre-norm) or of each combination (post-norm); false = the ablation without it."),
+    BOOL("dlcl.normalize_embed", dlcl_norm_embed, "false",
+         "Pre-norm: also layer-normalise the embedding entry y_0 (the paper's LN(y_0); the code never does)."),
+
+    /* deep decoder */
+    FLT("deep.p_net", cad_p_net, "0", 0, 1, 0,
+        "Cross-attention drop rate of decoder layers 1..deep.drop_depth in training (0 = off)."),
+    INT("deep.drop_depth", cad_drop_depth, "0", 0, 4096, "Drop depth L_dr: the bottom layers that use deep.p_net."),
+    FLT("deep.p_net_above", cad_p_net_above, "0", 0, 1, 0,
+        "Drop rate above the drop depth; 0 by default (reference-spec 0.3: the paper's literal text says 1.0)."),
+    FLT("deep.ddr_alpha", ddr_alpha, "0", 0, 1e6, 0,
+        "DDR weight: the decoder runs twice with independent dropout and drop-net draws; alpha * symmetric KL."),
+    FLT("deep.ald_weight", ald_weight, "0", 0, 1e6, 0,
+        "ALD weight: contrastive loss of the clean source vs. light (gamma) and heavy (1-gamma) UNK corruption."),
+    FLT("deep.ald_p", ald_p, "0.3", 0, 0.5, OPEN_MIN | OPEN_MAX, "gamma ~ U[0, p_ALD), p_ALD < 0.5."),
+    FLT("deep.ald_tau", ald_tau, "0.1", 0, 100, OPEN_MIN, "Temperature of the ALD cosine similarities."),
 };
 const int ll_cfg_nkeys = (int)(sizeof ll_cfg_keys / sizeof ll_cfg_keys[0]);
 

@@ -132,11 +132,21 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
 
 static int site_of(ll_sub_kind kind) { return kind == SUB_SELF ? SITE_SELF : kind == SUB_CROSS ? SITE_CROSS : SITE_FFN; }
 
+/* The branch scale is z * alpha: the layer's gate (latent depth) times ReZero's alpha. */
+static real gate_z(const ll_block *k) { return k->ctl ? k->ctl->gate : 1; }
+static real rezero_alpha(const ll_model *m, const ll_block *k) {
+    real a = 1;
+    if (k->alpha) m->be->download(m->be, &a, m->params + k->alpha, sizeof(real));
+    return a;
+}
+static real branch_scale(const ll_model *m, const ll_block *k) { return gate_z(k) * rezero_alpha(m, k); }
+
 void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     ll_backend *be = m->be;
     const int C = m->hp.C, N = p->B * p->T;
     const size_t n = (size_t)N * C;
     const ll_layer_ctl *ctl = k->ctl;
+    const int post = m->hp.post_norm, rezero = k->alpha != 0;
     k->mode = BLOCK_RUN;
     if (ctl && ctl->skip) { /* the whole layer is the identity (LayerDrop, pruned latent layer) */
         k->mode = BLOCK_IDENTITY;
@@ -147,7 +157,7 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     k->rstd = ll_buf(m, N);
     if (ctl && ctl->skip_cross && k->kind == SUB_CROSS) { /* branch off: pre y = x, post y = LN(x) */
         k->mode = BLOCK_OFF;
-        if (!m->hp.post_norm) {
+        if (!post) {
             k->y = (real *)k->x;
         } else {
             k->a = (real *)k->x;
@@ -156,14 +166,15 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         }
         return;
     }
-    const real gate = ctl ? ctl->gate : 1;
+    const real gate = branch_scale(m, k);
     k->y = ll_buf(m, n);
     real *s = k->s = ll_buf(m, n);
-    if (!m->hp.post_norm) {
+    if (!post && !rezero) {
         k->u = ll_buf(m, n);
         be->layernorm_fwd(be, k->u, k->mean, k->rstd, k->x, m->params + k->ln_w, m->params + k->ln_b, N, C);
         sub_fwd(m, k, p, layer, k->u, s);
     } else {
+        k->u = (real *)k->x;
         sub_fwd(m, k, p, layer, k->x, s);
     }
     k->mask = NULL;
@@ -173,13 +184,12 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         k->mask = mask_buf(m, n);
         be->dropout_fwd(be, s, k->mask, n, m->hp.dropout, &r, 0);
     }
-    real *sum = m->hp.post_norm ? (k->a = ll_buf(m, n)) : k->y;
+    real *sum = post ? (k->a = ll_buf(m, n)) : k->y;
     if (gate == 1)
         be->add(be, sum, k->x, s, n);
     else
         be->add_scaled(be, sum, k->x, s, gate, n);
-    if (m->hp.post_norm)
-        be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
+    if (post) be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
 }
 
 void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx) {
@@ -187,7 +197,8 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx
     const int C = m->hp.C, N = p->B * p->T;
     const size_t n = (size_t)N * C;
     ll_layer_ctl *ctl = k->ctl;
-    if (k->mode == BLOCK_IDENTITY || (k->mode == BLOCK_OFF && !m->hp.post_norm)) {
+    const int post = m->hp.post_norm, rezero = k->alpha != 0;
+    if (k->mode == BLOCK_IDENTITY || (k->mode == BLOCK_OFF && !post)) {
         be->acc(be, dx, dy, n);
         return;
     }
@@ -197,7 +208,7 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx
         return;
     }
     real *ds; /* gradient of the residual sum x + gate * s */
-    if (!m->hp.post_norm) {
+    if (!post) {
         be->acc(be, dx, dy, n); /* residual path */
         ds = dy;
     } else {
@@ -206,11 +217,20 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx
                           k->rstd, N, C);
         be->acc(be, dx, ds, n);
     }
-    const real gate = ctl ? ctl->gate : 1;
-    if (ctl && ctl->needs_dgate) ctl->dgate += be->dot(be, ds, k->s, n);
+    const real gate = branch_scale(m, k);
+    if ((ctl && ctl->needs_dgate) || rezero) {
+        double d = be->dot(be, ds, k->s, n); /* dL/d(z * alpha) */
+        if (ctl && ctl->needs_dgate) ctl->dgate += d * rezero_alpha(m, k);
+        if (rezero) {
+            real ga;
+            be->download(be, &ga, m->grads + k->alpha, sizeof(real));
+            ga += (real)(d * gate_z(k));
+            be->upload(be, m->grads + k->alpha, &ga, sizeof(real));
+        }
+    }
     if (gate != 1) be->scale(be, ds, gate, n);
     if (k->mask) be->dropout_bwd(be, ds, k->mask, n, m->hp.dropout);
-    if (!m->hp.post_norm) {
+    if (!post && !rezero) {
         real *du = ll_buf(m, n);
         sub_bwd(m, k, p, k->u, ds, du, 0);
         be->layernorm_bwd(be, dx, m->grads + k->ln_w, m->grads + k->ln_b, du, k->x, m->params + k->ln_w, k->mean,

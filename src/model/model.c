@@ -16,6 +16,13 @@ void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size
     hp->V = vocab_size;
     hp->max_pos = cfg->max_positions;
     hp->post_norm = strcmp(cfg->norm, "post") == 0;
+    hp->rezero = strcmp(cfg->norm, "rezero") == 0;
+    hp->dlcl_enc = cfg->dlcl_enc;
+    hp->dlcl_dec = cfg->dlcl_dec;
+    hp->dlcl_init_one = strcmp(cfg->dlcl_init, "one") == 0;
+    hp->dlcl_learnable = cfg->dlcl_learnable;
+    hp->dlcl_ln = cfg->dlcl_ln;
+    hp->dlcl_norm_embed = cfg->dlcl_norm_embed;
     hp->share_all = cfg->share_all_embeddings;
     hp->tie_output = cfg->tie_output;
     hp->dropout = cfg->dropout;
@@ -56,15 +63,20 @@ static void add_layer(ll_model *m, size_t *cap, const char *prefix, ll_layer_off
 #define P(field, suffix, r, c, nd)                               \
     snprintf(n, sizeof n, "%s.%s", prefix, suffix);              \
     L->field = add_param(m, cap, n, r, c, nd)
-    P(ln1_w, "self_attn_ln.weight", C, 0, 1);
-    P(ln1_b, "self_attn_ln.bias", C, 0, 1);
+    const int ln = !m->hp.rezero; /* ReZero has no layer norms */
+    if (ln) {
+        P(ln1_w, "self_attn_ln.weight", C, 0, 1);
+        P(ln1_b, "self_attn_ln.bias", C, 0, 1);
+    }
     P(qkv_w, "self_attn.qkv.weight", 3 * C, C, 0);
     P(qkv_b, "self_attn.qkv.bias", 3 * C, 0, 1);
     P(o_w, "self_attn.out.weight", C, C, 0);
     P(o_b, "self_attn.out.bias", C, 0, 1);
     if (decoder) {
-        P(ln2_w, "cross_attn_ln.weight", C, 0, 1);
-        P(ln2_b, "cross_attn_ln.bias", C, 0, 1);
+        if (ln) {
+            P(ln2_w, "cross_attn_ln.weight", C, 0, 1);
+            P(ln2_b, "cross_attn_ln.bias", C, 0, 1);
+        }
         P(cq_w, "cross_attn.q.weight", C, C, 0);
         P(cq_b, "cross_attn.q.bias", C, 0, 1);
         P(ckv_w, "cross_attn.kv.weight", 2 * C, C, 0);
@@ -72,8 +84,10 @@ static void add_layer(ll_model *m, size_t *cap, const char *prefix, ll_layer_off
         P(co_w, "cross_attn.out.weight", C, C, 0);
         P(co_b, "cross_attn.out.bias", C, 0, 1);
     }
-    P(ln3_w, "ffn_ln.weight", C, 0, 1);
-    P(ln3_b, "ffn_ln.bias", C, 0, 1);
+    if (ln) {
+        P(ln3_w, "ffn_ln.weight", C, 0, 1);
+        P(ln3_b, "ffn_ln.bias", C, 0, 1);
+    }
     P(fc1_w, "ffn.fc1.weight", F, C, 0);
     P(fc1_b, "ffn.fc1.bias", F, 0, 1);
     P(fc2_w, "ffn.fc2.weight", C, F, 0);
@@ -104,7 +118,38 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
         snprintf(prefix, sizeof prefix, "dec.layers.%d", l);
         add_layer(m, &cap, prefix, &m->dec[l], 1);
     }
-    if (!hp->post_norm) {
+    /* DLCL: weights [L+1, L+1] and one layer norm per entry (pre) / row (post) */
+    for (int st = 0; st < 2; st++) {
+        int on = st ? hp->dlcl_dec : hp->dlcl_enc, L = st ? hp->Ld : hp->Le;
+        if (!on) continue;
+        const char *pre = st ? "dec" : "enc";
+        char n[64];
+        if (hp->dlcl_learnable) {
+            snprintf(n, sizeof n, "%s.dlcl_weights", pre);
+            m->dlcl_w[st] = add_param(m, &cap, n, L + 1, L + 1, 1);
+        }
+        m->dlcl_ln[st] = ll_calloc(2 * (L + 1), sizeof(size_t));
+        for (int k = 0; k <= L && hp->dlcl_ln; k++) {
+            snprintf(n, sizeof n, "%s.dlcl.ln.%d.weight", pre, k);
+            m->dlcl_ln[st][2 * k] = add_param(m, &cap, n, C, 0, 1);
+            snprintf(n, sizeof n, "%s.dlcl.ln.%d.bias", pre, k);
+            m->dlcl_ln[st][2 * k + 1] = add_param(m, &cap, n, C, 0, 1);
+        }
+        m->dlcl_fixed[st] = ll_calloc((size_t)(L + 1) * (L + 1), sizeof(real));
+        for (int r = 0; r <= L; r++)
+            for (int k = 0; k <= r; k++) m->dlcl_fixed[st][r * (L + 1) + k] = hp->dlcl_init_one ? 1 : (real)1 / (r + 1);
+    }
+    /* ReZero: one scalar per layer, initialised to 0 */
+    for (int st = 0; st < 2 && hp->rezero; st++) {
+        int L = st ? hp->Ld : hp->Le;
+        m->rezero_alpha[st] = ll_calloc(L + 1, sizeof(size_t));
+        for (int l = 0; l < L; l++) {
+            char n[64];
+            snprintf(n, sizeof n, "%s.layers.%d.rezero_alpha", st ? "dec" : "enc", l);
+            m->rezero_alpha[st][l] = add_param(m, &cap, n, 1, 0, 1);
+        }
+    }
+    if (!hp->post_norm && !hp->rezero) {
         m->enc_ln_w = add_param(m, &cap, "enc.final_ln.weight", C, 0, 1);
         m->enc_ln_b = add_param(m, &cap, "enc.final_ln.bias", C, 0, 1);
         m->dec_ln_w = add_param(m, &cap, "dec.final_ln.weight", C, 0, 1);
@@ -155,6 +200,9 @@ void ll_model_free(ll_model *m) {
     for (int s = 0; s < 2; s++) {
         free(m->latent_z[s]);
         free(m->latent_dzda[s]);
+        free(m->dlcl_ln[s]);
+        free(m->dlcl_fixed[s]);
+        free(m->rezero_alpha[s]);
     }
     m->be->free(m->be, m->params);
     m->be->free(m->be, m->grads);
@@ -202,6 +250,15 @@ void ll_model_init(ll_model *m, uint64_t seed) {
             double sd = pow(C, -0.5);
             for (size_t i = 0; i < p->numel; i++) w[i] = sd * normal01(&r, i);
             if (!strstr(p->name, "output_projection")) memset(w + (size_t)LL_PAD * C, 0, sizeof(real) * C);
+        } else if (strstr(p->name, "dlcl_weights")) {
+            int L1 = (int)p->shape[0];
+            int st = p->name[0] == 'd';
+            for (int r = 0; r < L1; r++)
+                for (int k = 0; k < L1; k++) w[(size_t)r * L1 + k] = k <= r ? m->dlcl_fixed[st][r * L1 + k] : 0;
+        } else if (strstr(p->name, "dlcl.ln.") && ends_with(p->name, ".weight")) {
+            for (size_t i = 0; i < p->numel; i++) w[i] = 1;
+        } else if (strstr(p->name, "rezero_alpha")) {
+            /* 0: every layer starts as the identity */
         } else if (strstr(p->name, "latent_logits")) {
             /* 0: q = 0.5, the uniform prior (reference-spec §1.1) */
         } else if (ends_with(p->name, "ln.weight")) {

@@ -17,6 +17,7 @@ typedef struct {
     size_t ln_w, ln_b;
     const ll_layer_offsets *L;
     ll_layer_ctl *ctl; /* the layer's gate/skip (shared by its blocks) */
+    size_t alpha;      /* ReZero: offset of the layer's learnable scale (0 = none, and then LN as usual) */
     int mode;          /* set by forward: BLOCK_RUN, BLOCK_IDENTITY (layer skipped), BLOCK_OFF (branch off) */
     real *s;           /* sub-layer output after dropout (for dgate) */
     const real *x; /* input (owned by the previous block) */
@@ -44,20 +45,63 @@ typedef struct {
     int train;
     uint64_t seed, rng_step;
     int stack;            /* 0 encoder, 1 decoder */
+    ll_layer_ctl *ctl;    /* decoder layer controls for this pass (NULL: the model's) */
 } ll_pass;
 
+/* One run of a stack (encoder or decoder) over one batch: embeddings, blocks,
+ * DLCL history and the final layer norm, with everything backward needs. */
+typedef struct {
+    ll_pass p;
+    int stack, L;
+    ll_block *blocks;           /* L * per_layer */
+    int per_layer;
+    const int32_t *tok;
+    real *x0;                   /* embedding output (after dropout) */
+    uint8_t *emb_mask;
+    /* DLCL (src/model/dlcl.c): entries e_k (k = 0..L), row inputs in_r, LN stats */
+    real **ent, **raw, **comb, **in;
+    real **ln_mean, **ln_rstd;
+    real *top;                  /* stack output before the final LN */
+    real *out;                  /* after the final LN (pre-norm) or == top */
+    real *mean, *rstd;
+} ll_stack_run;
+
+#define LL_MAX_RUNS 4
 typedef struct ll_fwd_state {
-    int B, S, T;
-    int n_enc_blocks, n_dec_blocks;
-    ll_block *enc_blocks, *dec_blocks;
-    real *enc_x0, *dec_x0;       /* embeddings after dropout */
-    uint8_t *enc_emb_mask, *dec_emb_mask;
-    real *enc_top, *dec_top;     /* stack outputs before the final LN */
-    real *enc_out, *dec_out;     /* after the final LN (pre-norm) or == top */
-    real *enc_mean, *enc_rstd, *dec_mean, *dec_rstd;
-    real *logits;                /* [B*T, V], then dlogits */
-    int *src_len, *tgt_len;
+    ll_stack_run enc[LL_MAX_RUNS], dec[LL_MAX_RUNS];
+    real *logits[2];            /* [B*T, V] of the clean and the DDR pass, then their gradients */
 } ll_fwd_state;
+
+/* Set up a run; tok are the input tokens ([B*T]), lens the key lengths. */
+void ll_stack_run_init(ll_model *m, ll_stack_run *r, int stack, const ll_pass *p, const int32_t *tok);
+/* Forward; returns r->out.  enc_out (decoder) is the encoder output it attends to. */
+real *ll_stack_run_fwd(ll_model *m, ll_stack_run *r);
+/* Backward from d(out); accumulates parameter gradients (and d enc_out via p.d_enc_out). */
+void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout);
+
+/* One layer's blocks, forward (returns y) and backward (dx += ...). */
+real *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, real *x);
+void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, real *dy, real *dx);
+
+/* ---- objectives (objectives.c) ---- */
+/* ALD sources: a fraction gamma (light) and 1 - gamma (heavy) of each source's
+ * tokens (EOS excluded) replaced by UNK, gamma ~ U[0, ald_p) per sentence. */
+void ll_unk_corrupt(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int32_t **light, int32_t **heavy);
+/* ALD loss from the top decoder states of the clean, light and heavy passes
+ * (hs[0..2], [B*T, C]); returns weight * ntokens * mean_b J_b and, if dh is
+ * non-NULL, the gradients dh[0..2] (arena). */
+double ll_ald_loss(ll_model *m, const ll_batch *b, real *const *hs, real **dh);
+
+/* ---- DLCL (dlcl.c) ---- */
+int ll_dlcl_on(const ll_model *m, int stack);
+/* Weight W[r][k] of a stack (host value; fixed variants included). */
+real ll_dlcl_w(const ll_model *m, int stack, int r, int k);
+/* Forward of a layered stack with DLCL; x0 = embedding output.  Returns top. */
+real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r);
+void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0);
+/* Offsets of entry/row k's layer norm. */
+size_t ll_dlcl_ln_w(const ll_model *m, int stack, int k);
+size_t ll_dlcl_ln_b(const ll_model *m, int stack, int k);
 
 /* Philox stream of a dropout site. */
 void ll_site_rng(ll_philox *r, const ll_pass *p, int layer, int site);

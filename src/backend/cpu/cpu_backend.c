@@ -254,6 +254,7 @@ static ll_backend g_cpu = {
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
     .xent_fwd_bwd = cpu_xent_fwd_bwd,
+    .sym_kl = cpu_sym_kl,
     .log_softmax = cpu_log_softmax,
     .adam = cpu_adam,
 };

@@ -16,6 +16,8 @@ void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real 
                        int kv_stride, int B, int Tq, int Tk, int H, int Dh, real attn_dropout);
 void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
                       real grad_scale, double *loss_sum, double *nll_sum);
+double cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target, int N,
+                  int V, int pad, real alpha);
 void cpu_log_softmax(ll_backend *be, real *x, int N, int V);
 void cpu_adam(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
               real eps, real wd, long t);

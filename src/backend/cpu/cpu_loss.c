@@ -44,6 +44,33 @@ void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N
     *nll_sum = NL;
 }
 
+double cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target, int N,
+                  int V, int pad, real alpha) {
+    (void)be;
+    /* d KL(p||q)/dz_p = p (log p - log q - KL(p||q)); d KL(q||p)/dz_p = p - q. */
+    double total = 0;
+    const real h = alpha / 2;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int r = 0; r < N; r++) {
+        if (target[r] == pad) continue;
+        const real *a = lpa + (size_t)r * V, *b = lpb + (size_t)r * V;
+        real *ga = da + (size_t)r * V, *gb = db + (size_t)r * V;
+        double kab = 0, kba = 0;
+        for (int v = 0; v < V; v++) {
+            double pa = exp(a[v]), pb = exp(b[v]);
+            kab += pa * (a[v] - b[v]);
+            kba += pb * (b[v] - a[v]);
+        }
+        for (int v = 0; v < V; v++) {
+            real pa = rexp(a[v]), pb = rexp(b[v]);
+            ga[v] += h * ((pa - pb) + pa * (a[v] - b[v] - (real)kab));
+            gb[v] += h * ((pb - pa) + pb * (b[v] - a[v] - (real)kba));
+        }
+        total += kab + kba;
+    }
+    return h * total;
+}
+
 void cpu_log_softmax(ll_backend *be, real *x, int N, int V) {
     (void)be;
 #pragma omp parallel for schedule(static)
