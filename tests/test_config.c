@@ -94,8 +94,8 @@ static void test_shipped(void) {
 
     CHECK_MSG(ll_config_load(&c, cfg_path("bible_quick.cfg")) == 0, "%s", ll_errbuf());
     CHECK(c.d_model == 256 && c.ffn_dim == 1024 && c.heads == 4 && c.enc_layers == 3 && c.dec_layers == 3);
-    CHECK(c.vocab_size == 8000 && c.dropout == 0.1f && c.lr == 1e-3f && c.warmup_updates == 1000);
-    CHECK(c.max_tokens == 4096 && c.log_interval == 20 && c.valid_interval == 200 && c.max_updates == 1500);
+    CHECK(c.vocab_size == 8000 && c.dropout == 0.1f && c.lr == 2e-3f && c.warmup_updates == 200);
+    CHECK(c.max_tokens == 4096 && c.log_interval == 20 && c.valid_interval == 100 && c.max_updates == 500);
     CHECK(!strcmp(c.save_dir, "runs/bible_quick") && !strcmp(c.data_dir, "data/bible/bin"));
     snprintf(want, sizeof want, "%s/data/bible/raw/valid.es", root);
     CHECK_MSG(c.n_valid == 1 && !strcmp(c.valid[0].tgt, want), "%s", c.valid[0].tgt);
@@ -125,11 +125,11 @@ static void test_load_errors(void) {
     EXPECT_LOAD_ERR("train:\n  lr: .nan\n", "2:7", "train.lr expects a float");
     EXPECT_LOAD_ERR("model:\n  tie_output: maybe\n", "2:15", "model.tie_output expects a bool (true or false), got 'maybe'");
     EXPECT_LOAD_ERR("model:\n  dropout: 1.5\n", "2:12", "model.dropout must be in [0, 1), got 1.5");
-    EXPECT_LOAD_ERR("model:\n  enc_layers: -2\n", "2:15", "model.enc_layers must be in [1, 4096], got -2");
+    EXPECT_LOAD_ERR("model:\n  enc_layers: -2\n", "2:15", "model.enc_layers must be in [0, 4096], got -2");
     EXPECT_LOAD_ERR("train:\n  warmup_updates: -1\n", "2:19", "train.warmup_updates must be >= 0, got -1");
     EXPECT_LOAD_ERR("train:\n  lr: 0\n", "2:7", "train.lr must be in (0, 10], got 0");
     EXPECT_LOAD_ERR("train:\n  seed: 99999999999\n", "2:9", "train.seed must be >= 0, got 99999999999");
-    EXPECT_LOAD_ERR("model:\n  norm: mid\n", "2:9", "model.norm must be one of: pre, post (got 'mid')");
+    EXPECT_LOAD_ERR("model:\n  norm: mid\n", "2:9", "model.norm must be one of: pre, post, rezero (got 'mid')");
     EXPECT_LOAD_ERR("data:\n  sampling: big\n", "2:13", "one of: temperature, size, uniform");
     EXPECT_LOAD_ERR("train:\n  lr: 1e-3\n  lr: 2e-3\n", "3:3", "duplicate key 'train.lr' (first set on line 2)");
     EXPECT_LOAD_ERR("model:\n  heads: 2\ntrain: {}\nmodel:\n  heads: 4\n", "4:1",
@@ -248,7 +248,7 @@ static void test_set(void) {
     CHECK(ll_config_set(&c, "model.dropout=2") == -1);
     CHECK_CONTAINS(ll_errbuf(), "--set model.dropout=2: model.dropout must be in [0, 1), got 2");
     CHECK(ll_config_set(&c, "model.norm=mid") == -1);
-    CHECK_CONTAINS(ll_errbuf(), "must be one of: pre, post (got 'mid')");
+    CHECK_CONTAINS(ll_errbuf(), "must be one of: pre, post, rezero (got 'mid')");
     CHECK(ll_config_set(&c, "model.tie_output=maybe") == -1);
     CHECK_CONTAINS(ll_errbuf(), "expects a bool");
     CHECK(ll_config_set(&c, "train.lrr=1") == -1);
