@@ -118,7 +118,8 @@ void ll_model_reset_ctl(ll_model *m);
 typedef struct {
     double loss, nll; /* summed over target tokens of the clean pass, natural log */
     long ntokens;
-    double ddr;       /* alpha * summed symmetric KL (DDR), when on */
+    double ce2;       /* DDR: summed CE of the second decoder pass */
+    double ddr;       /* alpha/2 * summed symmetric KL of the two passes (DDR), when on */
     double ald;       /* weight * ntokens * mean contrastive loss (ALD), when on */
 } ll_loss_stats;
 
@@ -162,6 +163,14 @@ void ll_decode_end(ll_model *m, ll_dec_state *d);
  * the current sentences): their rows move to the front and B, N shrink, so
  * later steps skip finished sentences (fairseq drops them from the batch). */
 void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep);
+
+/* ---- random structure (src/model/cad.c) ---- */
+/* Cross-attention drop: skip_cross of decoder layer l (0-based) with
+ * probability p_net for l < drop_depth, else p_above. */
+void ll_cad_sample(ll_layer_ctl *ctl, int L, real p_net, int drop_depth, real p_above, uint64_t seed,
+                   uint64_t step, int pass);
+/* LayerDrop: skip each layer with probability p (fairseq: run iff u > p). */
+void ll_layerdrop_sample(ll_layer_ctl *ctl, int L, real p, uint64_t seed, uint64_t step, int stack, int pass);
 
 /* Teacher-forced log-probabilities [B*T, V] of a batch without dropout
  * (arena memory, valid until the next model call). */

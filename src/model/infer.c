@@ -12,6 +12,28 @@ static void norm(ll_model *m, real *out, const real *x, size_t w, size_t b, int 
     m->be->layernorm_fwd(m->be, out, mean, rstd, x, m->params + w, m->params + b, N, m->hp.C);
 }
 
+/* DLCL at one position (dlcl.c has the formulas): entry k and row r. */
+static real *dlcl_entry(ll_model *m, int k, real *y, int N) {
+    if (!(m->hp.dlcl_ln && !m->hp.post_norm && (k >= 1 || m->hp.dlcl_norm_embed))) return y;
+    real *e = ll_buf(m, (size_t)N * m->hp.C);
+    norm(m, e, y, ll_dlcl_ln_w(m, 1, k), ll_dlcl_ln_b(m, 1, k), N);
+    return e;
+}
+
+static real *dlcl_row(ll_model *m, int r, real **ent, int N) {
+    const size_t n = (size_t)N * m->hp.C;
+    real *c = ll_buf(m, n);
+    m->be->memset0(m->be, c, n * sizeof(real));
+    for (int k = 0; k <= r; k++) {
+        real w = ll_dlcl_w(m, 1, r, k);
+        if (w != 0) m->be->add_scaled(m->be, c, c, ent[k], w, n);
+    }
+    if (!(m->hp.dlcl_ln && m->hp.post_norm && r >= 1)) return c;
+    real *z = ll_buf(m, n);
+    norm(m, z, c, ll_dlcl_ln_w(m, 1, r), ll_dlcl_ln_b(m, 1, r), N);
+    return z;
+}
+
 ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam,
                               int max_T) {
     ll_backend *be = m->be;
@@ -25,28 +47,12 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
     d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
 
-    /* encoder: the training forward's blocks with train = 0 */
+    /* encoder: the training forward (stack run) with train = 0 */
     ll_arena_reset(&m->arena);
-    ll_block *blocks = ll_arena_alloc(&m->arena, sizeof(ll_block) * (2 * hp->Le + 1));
+    ll_stack_run er;
     ll_pass p = {.B = B, .T = S, .S = S, .self_len = src_len, .src_len = src_len, .train = 0, .stack = 0};
-    real *x = ll_buf(m, (size_t)B * S * C);
-    be->embed_fwd(be, x, src, m->params + m->enc_emb, m->pos_table, LL_PAD + 1, sqrt((real)C), B * S, S, C, LL_PAD);
-    for (int l = 0, i = 0; l < hp->Le; l++) {
-        const ll_layer_offsets *L = &m->enc[l];
-        blocks[i] = (ll_block){.kind = SUB_SELF, .ln_w = L->ln1_w, .ln_b = L->ln1_b, .L = L, .x = x,
-                               .ctl = &m->enc_ctl[l]};
-        ll_block_fwd(m, &blocks[i], &p, l);
-        x = blocks[i++].y;
-        blocks[i] = (ll_block){.kind = SUB_FFN, .ln_w = L->ln3_w, .ln_b = L->ln3_b, .L = L, .x = x,
-                               .ctl = &m->enc_ctl[l]};
-        ll_block_fwd(m, &blocks[i], &p, l);
-        x = blocks[i++].y;
-    }
-    real *enc_out = x;
-    if (!hp->post_norm) {
-        enc_out = ll_buf(m, (size_t)B * S * C);
-        norm(m, enc_out, x, m->enc_ln_w, m->enc_ln_b, B * S);
-    }
+    ll_stack_run_init(m, &er, 0, &p, src);
+    real *enc_out = ll_stack_run_fwd(m, &er);
     /* cross-attention keys/values, projected once and copied to every beam row */
     real *kv = ll_buf(m, (size_t)B * S * 2 * C);
     const size_t row_kv = (size_t)S * 2 * C;
@@ -63,7 +69,8 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     return d;
 }
 
-/* y = x + g Sub(LN(x)) (pre-norm) or LN(x + g Sub(x)) (post-norm); s holds Sub's output. */
+/* y = x + g Sub(LN(x)) (pre-norm), LN(x + g Sub(x)) (post-norm) or x + g Sub(x)
+ * (ReZero, g includes alpha); s holds Sub's output. */
 static real *residual(ll_model *m, const real *x, real *s, real g, size_t ln_w, size_t ln_b, int N) {
     real *y = ll_buf(m, (size_t)N * m->hp.C);
     m->be->add_scaled(m->be, y, x, s, g, (size_t)N * m->hp.C);
@@ -76,7 +83,7 @@ static real *residual(ll_model *m, const real *x, real *s, real g, size_t ln_w, 
 }
 
 static const real *sub_input(ll_model *m, const real *x, size_t ln_w, size_t ln_b, int N) {
-    if (m->hp.post_norm) return x;
+    if (m->hp.post_norm || m->hp.rezero) return x;
     real *u = ll_buf(m, (size_t)N * m->hp.C);
     norm(m, u, x, ln_w, ln_b, N);
     return u;
@@ -95,11 +102,29 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
                   LL_PAD);
     real *qkv = ll_buf(m, (size_t)N * 3 * C), *ctx = ll_buf(m, (size_t)N * C), *s = ll_buf(m, (size_t)N * C);
     real *probs = ll_buf(m, (size_t)N * H * (d->max_T > d->S ? d->max_T : d->S));
+    /* DLCL: entries of this position and the combined input of each layer */
+    const int dl = ll_dlcl_on(m, 1);
+    real **ent = dl ? ll_arena_alloc(&m->arena, sizeof(real *) * (hp->Ld + 1)) : NULL;
+    if (dl) {
+        ent[0] = dlcl_entry(m, 0, x, N);
+        x = dlcl_row(m, 0, ent, N);
+    }
     for (int l = 0; l < hp->Ld; l++) {
         const ll_layer_offsets *L = &m->dec[l];
         const ll_layer_ctl *ctl = &m->dec_ctl[l];
-        if (ctl->skip) continue; /* pruned/skipped layer: identity, its cache stays unused */
-        const real g = ctl->gate;
+        if (ctl->skip) { /* pruned/skipped layer: identity, its cache stays unused */
+            if (dl) {
+                ent[l + 1] = dlcl_entry(m, l + 1, x, N);
+                x = dlcl_row(m, l + 1, ent, N);
+            }
+            continue;
+        }
+        real g = ctl->gate;
+        if (hp->rezero) {
+            real a;
+            be->download(be, &a, m->params + m->rezero_alpha[1][l], sizeof(real));
+            g *= a;
+        }
         /* self-attention over the cache */
         const real *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
         ll_linear_fwd(m, qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b);
@@ -134,8 +159,12 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         be->relu_fwd(be, h, (size_t)N * hp->F);
         ll_linear_fwd(m, s, h, N, hp->F, C, L->fc2_w, L->fc2_b);
         x = residual(m, x, s, g, L->ln3_w, L->ln3_b, N);
+        if (dl) {
+            ent[l + 1] = dlcl_entry(m, l + 1, x, N);
+            x = dlcl_row(m, l + 1, ent, N);
+        }
     }
-    if (!hp->post_norm) {
+    if (!hp->post_norm && !hp->rezero) {
         real *z = ll_buf(m, (size_t)N * C);
         norm(m, z, x, m->dec_ln_w, m->dec_ln_b, N);
         x = z;

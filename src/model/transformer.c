@@ -205,9 +205,9 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     out->nll = nll;
     out->ntokens = b->n_tgt_tokens;
     if (ddr) { /* R-Drop: CE on both copies + alpha * symmetric KL */
-        double l1, n1;
-        be->xent_fwd_bwd(be, lg1, b->tgt_out, Nt, V, m->hp.label_smoothing, LL_PAD, 1, &l1, &n1);
-        out->ddr = be->sym_kl(be, lp0, lp1, lg0, lg1, b->tgt_out, Nt, V, LL_PAD, m->obj.ddr_alpha) + l1;
+        double n1;
+        be->xent_fwd_bwd(be, lg1, b->tgt_out, Nt, V, m->hp.label_smoothing, LL_PAD, 1, &out->ce2, &n1);
+        out->ddr = be->sym_kl(be, lp0, lp1, lg0, lg1, b->tgt_out, Nt, V, LL_PAD, m->obj.ddr_alpha);
     }
     real *dh_ald[3] = {NULL, NULL, NULL};
     if (ald) {
@@ -256,7 +256,7 @@ void ll_model_step(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_s
 double ll_model_loss(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step, int train) {
     ll_loss_stats s;
     run(m, b, seed, rng_step, train, 0, &s);
-    return s.loss + s.ddr + s.ald;
+    return s.loss + s.ce2 + s.ddr + s.ald;
 }
 
 real *ll_model_logprobs(ll_model *m, const ll_batch *b) {

@@ -39,10 +39,17 @@ static void check_dgate(const char *label, ll_model *m, ll_batch *b) {
         }
 }
 
-static void check_model(const char *label, ll_hparams hp, int ctl) {
+static void check_model_obj(const char *label, ll_hparams hp, int ctl, const ll_objective *obj) {
     ll_backend *be = ll_backend_cpu();
     ll_model *m = ll_model_new(&hp, be);
     ll_model_init(m, 7);
+    if (obj) m->obj = *obj;
+    /* move learnable scalars off their init so every path carries gradient */
+    for (int t = 0; t < m->n_table; t++) {
+        const ll_param *p = &m->table[t];
+        if (strstr(p->name, "rezero_alpha") || strstr(p->name, "dlcl_weights"))
+            for (size_t i = 0; i < p->numel; i++) m->params[p->offset + i] += 0.3 + 0.05 * (double)(i % 7);
+    }
     if (ctl) set_ctl(m);
     ll_batch b;
     gc_make_batch(&b, 3, 6, 5, hp.V, 11);
@@ -52,13 +59,16 @@ static void check_model(const char *label, ll_hparams hp, int ctl) {
     CHECK(st.ntokens == b.n_tgt_tokens);
     CHECK(isfinite(st.loss) && st.loss > 0);
     double base = ll_model_loss(m, &b, 5, 3, 1);
-    CHECK_NEAR(base, st.loss, 1e-9 * fabs(base));
+    double total = st.loss + st.ce2 + st.ddr + st.ald;
+    CHECK_NEAR(base, total, 1e-9 * fabs(base));
+    if (obj && obj->ddr_alpha > 0) CHECK(st.ddr > 0 && st.ce2 > 0);
+    if (obj && obj->ald_weight > 0) CHECK(st.ald > 0);
     /* probe up to 6 entries of every tensor, with the largest gradients among them */
     double worst = 0;
     const char *worst_name = "";
     for (int t = 0; t < m->n_table; t++) {
         const ll_param *p = &m->table[t];
-        for (int k = 0; k < 6; k++) {
+        for (int k = 0; k < 4; k++) {
             size_t i = p->offset + (size_t)((k * 7919u + t * 104729u) % p->numel);
             if (strstr(p->name, "embed") && k < 3) {
                 /* make sure a row used by the batch is probed */
@@ -87,6 +97,8 @@ static void check_model(const char *label, ll_hparams hp, int ctl) {
     ll_model_free(m);
 }
 
+static void check_model(const char *label, ll_hparams hp, int ctl) { check_model_obj(label, hp, ctl, NULL); }
+
 int main(void) {
     ll_set_threads(2);
     ll_hparams hp = {.C = 8, .F = 12, .H = 2, .Le = 2, .Ld = 2, .V = 23, .max_pos = 32, .post_norm = 0,
@@ -105,5 +117,33 @@ int main(void) {
     hp.dropout = hp.attn_dropout = hp.act_dropout = 0;
     hp.label_smoothing = 0;
     check_model("pre-norm no dropout", hp, 0);
+    /* DLCL: pre-norm (entries normalised, with the embedding too), post-norm, fixed weights, no LN */
+    hp.dropout = 0.2;
+    hp.attn_dropout = hp.act_dropout = 0.1;
+    hp.label_smoothing = 0.1;
+    hp.dlcl_enc = hp.dlcl_dec = 1;
+    hp.dlcl_learnable = 1;
+    hp.dlcl_ln = 1;
+    hp.dlcl_norm_embed = 1;
+    check_model("DLCL pre-norm", hp, 1);
+    hp.post_norm = 1;
+    hp.dlcl_norm_embed = 0;
+    check_model("DLCL post-norm", hp, 0);
+    hp.post_norm = 0;
+    hp.dlcl_learnable = 0;
+    hp.dlcl_ln = 0;
+    check_model("DLCL fixed, no LN", hp, 0);
+    hp.dlcl_enc = hp.dlcl_dec = 0;
+    hp.rezero = 1;
+    check_model("ReZero", hp, 1);
+    hp.rezero = 0;
+    /* the deep-decoder objectives: DDR (second decoder pass, own drop-net draws) and ALD */
+    ll_objective obj = {.ddr_alpha = 0.7, .ald_weight = 0.5, .ald_p = 0.3, .ald_tau = 0.1};
+    static ll_layer_ctl ddr_ctl[2] = {{.gate = 1, .skip_cross = 1}, {.gate = 1}};
+    obj.ddr_dec_ctl = ddr_ctl;
+    check_model_obj("DDR + ALD", hp, 0, &obj);
+    hp.dlcl_enc = hp.dlcl_dec = 1;
+    hp.dlcl_ln = hp.dlcl_learnable = 1;
+    check_model_obj("DLCL + gates + DDR + ALD", hp, 1, &obj);
     return tu_finish("grad_test_model");
 }
