@@ -108,6 +108,9 @@ static int setup(trainer *t, const ll_train_opts *o) {
     t->m = ll_model_new(&hp, be);
     ll_model_init(t->m, (uint64_t)cfg->seed);
     t->latent = ll_latent_on(t->m, 0) || ll_latent_on(t->m, 1);
+    t->m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
+                               .ald_tau = cfg->ald_tau};
+    if (cfg->ddr_alpha > 0) t->m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
     if (t->latent) ll_latent_ctx_init(&t->lat, cfg, t->m);
     ll_adam_init(&t->opt, t->m, cfg);
     ll_schedule_from_config(&t->sched, cfg);
@@ -164,6 +167,7 @@ static void teardown(trainer *t) {
     for (int i = 0; i < t->n_streams; i++)
         if (t->its[i]) ll_batcher_free(t->its[i]);
     if (t->m) {
+        free(t->m->obj.ddr_dec_ctl);
         ll_adam_free(&t->opt, t->m);
         ll_model_free(t->m);
     }
@@ -217,8 +221,27 @@ static int next_batch(trainer *t, int i, ll_batch *b) {
 
 typedef struct {
     long ntok;
-    double loss, nll, kl, lk;
+    double loss, nll, kl, lk, ddr, ald;
 } update_stats;
+
+/* Per-forward random structure: LayerDrop, cross-attention drop, and the
+ * second DDR pass's own draws (reference-spec §3.2: drawn per pass). */
+static void draw_structure(trainer *t, uint64_t step) {
+    const ll_config *cfg = t->cfg;
+    ll_model *m = t->m;
+    if (cfg->enc_layerdrop > 0) ll_layerdrop_sample(m->enc_ctl, m->hp.Le, cfg->enc_layerdrop, cfg->seed, step, 0, 0);
+    if (cfg->dec_layerdrop > 0) ll_layerdrop_sample(m->dec_ctl, m->hp.Ld, cfg->dec_layerdrop, cfg->seed, step, 1, 0);
+    if (cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0)
+        ll_cad_sample(m->dec_ctl, m->hp.Ld, cfg->cad_p_net, cfg->cad_drop_depth, cfg->cad_p_net_above, cfg->seed, step, 0);
+    if (m->obj.ddr_dec_ctl) {
+        memcpy(m->obj.ddr_dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * m->hp.Ld); /* same latent gates */
+        if (cfg->dec_layerdrop > 0)
+            ll_layerdrop_sample(m->obj.ddr_dec_ctl, m->hp.Ld, cfg->dec_layerdrop, cfg->seed, step, 1, 1);
+        if (cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0)
+            ll_cad_sample(m->obj.ddr_dec_ctl, m->hp.Ld, cfg->cad_p_net, cfg->cad_drop_depth, cfg->cad_p_net_above,
+                          cfg->seed, step, 1);
+    }
+}
 
 /* Forward/backward of everything in one update; gradients accumulate. */
 static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
@@ -233,8 +256,11 @@ static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
             int rows[2] = {ll_latent_row(t->m, b->src_lang), ll_latent_row(t->m, b->tgt_lang)};
             for (int s = 0; s < 2; s++)
                 if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, cfg->latent_tau, hard);
+            draw_structure(t, step);
             ll_loss_stats st;
             ll_model_step(t->m, b, (uint64_t)cfg->seed, step, 1, &st);
+            if (t->m->obj.ddr_dec_ctl) /* the second pass's gate gradients count too */
+                for (int l = 0; l < t->m->hp.Ld; l++) t->m->dec_ctl[l].dgate += t->m->obj.ddr_dec_ctl[l].dgate;
             for (int s = 0; s < 2; s++)
                 if (ll_latent_on(t->m, s)) {
                     ll_latent_backward(t->m, s, rows[s]);
@@ -243,6 +269,8 @@ static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
             u->ntok += st.ntokens;
             u->loss += st.loss;
             u->nll += st.nll;
+            u->ddr += st.ddr + st.ce2;
+            u->ald += st.ald;
         }
     for (int s = 0; s < 2 && t->latent; s++) u->lk += ll_latent_lk(t->m, &t->lat, s, upd, u->ntok);
     return 0;
@@ -327,6 +355,8 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         acc.nll += u.nll;
         acc.kl += u.kl;
         acc.lk += u.lk;
+        acc.ddr += u.ddr;
+        acc.ald += u.ald;
         log_gnorm += gnorm;
         if (!isfinite(u.loss)) {
             rc = ll_fail("update %ld: loss is %f (diverged); lower train.lr or set train.clip_norm", t.ts.update, u.loss);
@@ -344,6 +374,9 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                 remaining = ((max_epochs - epoch) * (double)nb + nb - pos) / cfg->update_freq * per_update;
             char eta[32], depth[96] = "";
             fmt_eta(eta, sizeof eta, remaining);
+            if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
+                snprintf(depth, sizeof depth, " | ddr %.3f | ald %.3f", acc.ddr / acc.ntok / M_LN2,
+                         acc.ald / acc.ntok / M_LN2);
             if (t.latent)
                 snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f", ll_latent_on(t.m, 0) ? expected_depth(&t, 0) : (double)t.m->hp.Le,
                          ll_latent_on(t.m, 1) ? expected_depth(&t, 1) : (double)t.m->hp.Ld, acc.kl / acc.ntok / M_LN2);
@@ -359,6 +392,8 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                     "\"ppl\":%.4f,\"lr\":%.6e,\"gnorm\":%.5f,\"tokens_per_s\":%.1f,\"wall\":%.2f",
                     t.ts.update, (long long)epoch, 100.0 * pos / (nb ? nb : 1), L, N, pow(2, N), lr,
                     log_gnorm / log_updates, tps, now - t_start);
+            if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
+                fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc.ddr / acc.ntok / M_LN2, acc.ald / acc.ntok / M_LN2);
             if (t.latent) {
                 fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc.kl / acc.ntok / M_LN2, acc.lk / acc.ntok / M_LN2);
                 log_latent_json(&t);

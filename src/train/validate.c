@@ -117,6 +117,7 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
 
 int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm, ll_valid_result *r) {
     memset(r, 0, sizeof *r);
+    ll_model_reset_ctl(m); /* inference: no LayerDrop, every cross-attention */
     valid_loss(m, cfg, valid, r);
     int rc = cfg->valid_bleu ? valid_bleu(m, cfg, spm, r) : 0;
     ll_model_reset_ctl(m);

@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 command -v python3 >/dev/null 2>&1 || skip "python3 not found"
 for l in ${LANGS//,/ }; do
-    n=$(ls "$LOCALE_DIR/$l/LC_MESSAGES/"*.mo 2>/dev/null | wc -l)
+    n=$(find "$LOCALE_DIR/$l/LC_MESSAGES/" -maxdepth 1 -name '*.mo' 2>/dev/null | wc -l)
     [ "$n" -ge 20 ] || skip "only $n catalogs in $LOCALE_DIR/$l/LC_MESSAGES (need 20)"
 done
 
@@ -135,7 +135,7 @@ grep -q 'skipping' "$TMP/log2" || fail "complete outputs were not skipped"
 python3 "$SCRIPT" --out "$OUT" --langs "$LANGS" --locale-dir "$LOCALE_DIR" \
     --min-train 500 --force >"$TMP/log3" 2>&1 || fail "forced run failed"
 cmp -s "$TMP/MANIFEST1" "$OUT/MANIFEST" || fail "output not deterministic"
-ls "$OUT" | grep -q 'tmp' && fail "temporary files left behind"
+[ -z "$(find "$OUT" -name '*.tmp.*')" ] || fail "temporary files left behind"
 
 # A missing language: one-line error, non-zero exit, nothing written.
 if python3 "$SCRIPT" --out "$TMP/x" --langs xx-nonexistent \

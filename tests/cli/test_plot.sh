@@ -178,6 +178,6 @@ done
 printf '{"type":"train","update":1}\nnot json\n{"type":"train","update":2}\n' >"$TMP/bad.jsonl"
 if "$PLOT" "$TMP/bad.jsonl" --out "$TMP/e" >"$TMP/elog" 2>&1; then fail "bad JSON accepted"; fi
 grep -q 'bad.jsonl:2: not a JSON record' "$TMP/elog" || { cat "$TMP/elog"; fail "bad JSON error does not name the line"; }
-ls "$OUT" | grep -q '\.tmp\.' && fail "temporary files left behind"
+[ -z "$(find "$OUT" -name '*.tmp.*')" ] || fail "temporary files left behind"
 
 echo "PASS"
