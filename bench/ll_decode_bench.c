@@ -1,0 +1,76 @@
+/* CPU decoding-speed benchmark of ll on the bench model (same as
+ * bench/torch_decode_bench.py): d=256, 4 heads, FFN 1024, 6+6 layers, 8k
+ * vocabulary, random weights; 64 source sentences x 30 tokens (EOS last); 30
+ * output tokens per sentence (EOS is forbidden before step 30 and forced
+ * there, so every hypothesis runs the full length); beam 5 and greedy with the
+ * real ll_beam_search (fairseq's algorithm, KV cache, finished sentences
+ * dropped).  Prints: RESULT ll_decode beam=B sent_per_s=... tok_per_s=... */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/decode.h"
+#include "ll/model.h"
+
+int main(int argc, char **argv) {
+    ll_cpu_setup(argv);
+    int threads = 2, repeats = 3, B = 64, S = 30, T = 30;
+    const char *beams = "1,5";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--beams")) beams = argv[i + 1];
+        else {
+            fprintf(stderr, "usage: %s [--threads N] [--repeats N] [--beams 1,5]\n", argv[0]);
+            return 2;
+        }
+    }
+    ll_set_threads(threads);
+    ll_hparams hp = {.C = 256, .F = 1024, .H = 4, .Le = 6, .Ld = 6, .V = 8000, .max_pos = 1024, .share_all = 1,
+                     .tie_output = 1};
+    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+    ll_model_init(m, 1);
+    int32_t *src = malloc(sizeof(int32_t) * B * S);
+    int *len = malloc(sizeof(int) * B);
+    ll_philox r;
+    ll_philox_init(&r, 1234, 1001, 0);
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < S; t++) src[b * S + t] = t == S - 1 ? LL_EOS : 4 + (int)ll_philox_below(&r, b * S + t, hp.V - 4);
+        len[b] = S;
+    }
+    fprintf(stderr, "ll decode bench: %d sentences x %d tokens -> %d tokens, %d threads, BLAS core %s\n", B, S, T,
+            threads, ll_blas_core());
+    for (const char *p = beams; *p;) {
+        int beam = atoi(p);
+        ll_search_opts o;
+        ll_search_opts_default(&o);
+        o.beam = beam;
+        o.lenpen = 1;
+        o.max_len_a = 0;
+        o.max_len_b = T; /* steps 0..T: T tokens then EOS */
+        o.min_len = T;
+        ll_nbest *out = calloc(B, sizeof *out);
+        double best = 1e30;
+        long tokens = 0;
+        for (int rep = 0; rep < repeats + 1; rep++) {
+            double t0 = ll_now();
+            ll_beam_search(m, src, len, B, S, &o, out);
+            double dt = ll_now() - t0;
+            tokens = 0;
+            for (int b = 0; b < B; b++) {
+                tokens += out[b].n ? out[b].h[0].len - 1 : 0; /* without EOS, as the PyTorch side counts */
+                ll_nbest_free(&out[b]);
+            }
+            if (rep > 0 && dt < best) best = dt; /* the first run warms up */
+        }
+        printf("RESULT ll_decode beam=%d sent_per_s=%.2f tok_per_s=%.1f\n", beam, B / best, tokens / best);
+        fflush(stdout);
+        free(out);
+        while (*p && *p != ',') p++;
+        if (*p == ',') p++;
+    }
+    ll_model_free(m);
+    free(src);
+    free(len);
+    return 0;
+}
