@@ -145,9 +145,9 @@ double ll_model_train_flops(const ll_hparams *hp, long src_tokens, long tgt_toke
 typedef struct {
     int N, B, S, beam;  /* rows, sentences, padded source length, rows per sentence */
     int max_T, t;       /* cache capacity and steps taken */
-    int *row_src_len;   /* [N] */
+    int *sent_src_len;  /* [B] source length of each sentence */
     real **self_kv;     /* per decoder layer [N * max_T, 2C] */
-    real **cross_kv;    /* per decoder layer [N * S, 2C] */
+    real **cross_kv;    /* per decoder layer [B * S, 2C]: shared by a sentence's beam rows */
     real *scratch_kv;   /* reorder buffer */
     int *key_len;       /* [N] = t + 1 during a step */
 } ll_dec_state;

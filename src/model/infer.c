@@ -41,9 +41,9 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     const int C = hp->C, N = B * beam;
     ll_dec_state *d = ll_calloc(1, sizeof *d);
     *d = (ll_dec_state){.N = N, .B = B, .S = S, .beam = beam, .max_T = max_T, .t = 0};
-    d->row_src_len = ll_calloc(N, sizeof(int));
+    d->sent_src_len = ll_calloc(B, sizeof(int));
     d->key_len = ll_calloc(N, sizeof(int));
-    for (int n = 0; n < N; n++) d->row_src_len[n] = src_len[n / beam];
+    memcpy(d->sent_src_len, src_len, sizeof(int) * B);
     d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
     d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
 
@@ -53,15 +53,13 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     ll_pass p = {.B = B, .T = S, .S = S, .self_len = src_len, .src_len = src_len, .train = 0, .stack = 0};
     ll_stack_run_init(m, &er, 0, &p, src);
     real *enc_out = ll_stack_run_fwd(m, &er);
-    /* cross-attention keys/values, projected once and copied to every beam row */
-    real *kv = ll_buf(m, (size_t)B * S * 2 * C);
-    const size_t row_kv = (size_t)S * 2 * C;
+    /* cross-attention keys/values, projected once per sentence; a sentence's
+     * beam rows attend to them together (queries [B, beam]), so they are read
+     * once per step instead of once per row */
     for (int l = 0; l < hp->Ld; l++) {
         const ll_layer_offsets *L = &m->dec[l];
-        ll_linear_fwd(m, kv, enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b);
-        d->cross_kv[l] = be->alloc(be, (size_t)N * row_kv * sizeof(real));
-        for (int n = 0; n < N; n++)
-            be->copy(be, d->cross_kv[l] + n * row_kv, kv + (n / beam) * row_kv, row_kv * sizeof(real));
+        d->cross_kv[l] = be->alloc(be, (size_t)B * S * 2 * C * sizeof(real));
+        ll_linear_fwd(m, d->cross_kv[l], enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b);
         d->self_kv[l] = be->alloc(be, (size_t)N * max_T * 2 * C * sizeof(real));
     }
     d->scratch_kv = be->alloc(be, (size_t)N * (max_T > S ? max_T : S) * 2 * C * sizeof(real));
@@ -101,7 +99,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     be->embed_fwd(be, x, prev_tok, m->params + m->dec_emb, m->pos_table, LL_PAD + 1 + t, sqrt((real)C), N, 1, C,
                   LL_PAD);
     real *qkv = ll_buf(m, (size_t)N * 3 * C), *ctx = ll_buf(m, (size_t)N * C), *s = ll_buf(m, (size_t)N * C);
-    real *probs = ll_buf(m, (size_t)N * H * (d->max_T > d->S ? d->max_T : d->S));
+    real *probs = ll_buf(m, (size_t)N * H * (d->max_T > d->S ? d->max_T : d->S) * d->beam);
     /* DLCL: entries of this position and the combined input of each layer */
     const int dl = ll_dlcl_on(m, 1);
     real **ent = dl ? ll_arena_alloc(&m->arena, sizeof(real *) * (hp->Ld + 1)) : NULL;
@@ -147,8 +145,8 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
             u = sub_input(m, x, L->ln2_w, L->ln2_b, N);
             real *q = ll_buf(m, (size_t)N * C);
             ll_linear_fwd(m, q, u, N, C, C, L->cq_w, L->cq_b);
-            be->attention_fwd(be, ctx, probs, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->row_src_len,
-                              N, 1, d->S, H, Dh, 0, 0, NULL);
+            be->attention_fwd(be, ctx, probs, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->sent_src_len,
+                              d->B, d->beam, d->S, H, Dh, 0, 0, NULL);
             ll_linear_fwd(m, s, ctx, N, C, C, L->co_w, L->co_b);
             x = residual(m, x, s, g, L->ln2_w, L->ln2_b, N);
         }
@@ -182,10 +180,15 @@ void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
         if (from[n] / d->beam != n / d->beam) ll_die("decode: reorder moves row %d across sentences", from[n]);
     const int C = m->hp.C;
     const size_t row = (size_t)d->max_T * 2 * C, used = (size_t)d->t * 2 * C;
+    /* Only rows that change are copied: first every source row that some moved
+     * row reads (into scratch), then the moved rows from scratch. */
     for (int l = 0; l < m->hp.Ld; l++) {
+        if (m->dec_ctl[l].skip) continue; /* skipped layers have no cache to keep */
         real *c = d->self_kv[l];
-        for (int n = 0; n < d->N; n++) be->copy(be, d->scratch_kv + n * row, c + from[n] * row, used * sizeof(real));
-        for (int n = 0; n < d->N; n++) be->copy(be, c + n * row, d->scratch_kv + n * row, used * sizeof(real));
+        for (int n = 0; n < d->N; n++)
+            if (from[n] != n) be->copy(be, d->scratch_kv + n * row, c + from[n] * row, used * sizeof(real));
+        for (int n = 0; n < d->N; n++)
+            if (from[n] != n) be->copy(be, c + n * row, d->scratch_kv + n * row, used * sizeof(real));
     }
 }
 
@@ -198,7 +201,7 @@ void ll_decode_end(ll_model *m, ll_dec_state *d) {
     m->be->free(m->be, d->scratch_kv);
     free(d->self_kv);
     free(d->cross_kv);
-    free(d->row_src_len);
+    free(d->sent_src_len);
     free(d->key_len);
     free(d);
 }
@@ -214,14 +217,13 @@ void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep
         if (b == j) continue;
         /* ascending keep: destination rows lie below their sources, so each copy
          * reads a row that is not overwritten before it is read */
-        for (int r = 0; r < beam; r++) {
-            const int to = j * beam + r, from = b * beam + r;
-            for (int l = 0; l < m->hp.Ld; l++) {
-                be->copy(be, d->self_kv[l] + to * srow, d->self_kv[l] + from * srow, used * sizeof(real));
-                be->copy(be, d->cross_kv[l] + to * crow, d->cross_kv[l] + from * crow, crow * sizeof(real));
-            }
-            d->row_src_len[to] = d->row_src_len[from];
+        for (int l = 0; l < m->hp.Ld; l++) {
+            be->copy(be, d->cross_kv[l] + j * crow, d->cross_kv[l] + b * crow, crow * sizeof(real));
+            for (int r = 0; r < beam; r++)
+                be->copy(be, d->self_kv[l] + (j * beam + r) * srow, d->self_kv[l] + (b * beam + r) * srow,
+                         used * sizeof(real));
         }
+        d->sent_src_len[j] = d->sent_src_len[b];
     }
     d->B = n_keep;
     d->N = n_keep * beam;

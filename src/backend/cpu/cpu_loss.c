@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "cpu_internal.h"
+#include "fastexp.h"
 
 void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
                       real grad_scale, double *loss_sum, double *nll_sum) {
@@ -25,7 +26,7 @@ void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N
 #pragma omp simd reduction(+ : sum, sumx)
         for (int v = 0; v < V; v++) {
             sumx += x[v];
-            real e = rexp(x[v] - mx);
+            real e = vexp(x[v] - mx);
             sum += e;
             x[v] = e; /* keep exp for the gradient */
         }
@@ -62,7 +63,7 @@ double cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, re
             kba += pb * (b[v] - a[v]);
         }
         for (int v = 0; v < V; v++) {
-            real pa = rexp(a[v]), pb = rexp(b[v]);
+            real pa = vexp(a[v]), pb = vexp(b[v]);
             ga[v] += h * ((pa - pb) + pa * (a[v] - b[v] - (real)kab));
             gb[v] += h * ((pb - pa) + pb * (b[v] - a[v] - (real)kba));
         }
@@ -77,11 +78,13 @@ void cpu_log_softmax(ll_backend *be, real *x, int N, int V) {
     for (int r = 0; r < N; r++) {
         real *xr = x + (size_t)r * V;
         real mx = xr[0];
-        for (int v = 1; v < V; v++)
-            if (xr[v] > mx) mx = xr[v];
-        double sum = 0;
-        for (int v = 0; v < V; v++) sum += rexp(xr[v] - mx);
-        real lse = mx + log(sum);
+#pragma omp simd reduction(max : mx)
+        for (int v = 1; v < V; v++) mx = xr[v] > mx ? xr[v] : mx;
+        real sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++) sum += vexp(xr[v] - mx);
+        real lse = mx + rlog(sum);
+#pragma omp simd
         for (int v = 0; v < V; v++) xr[v] -= lse;
     }
 }
