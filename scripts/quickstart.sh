@@ -11,4 +11,10 @@ python3 scripts/make_bible_corpus.py --out data/bible/raw
 resume=()
 [ -f runs/bible_quick/checkpoint_last.llm ] && resume=(--resume)
 build/lltrain --config configs/bible_quick.cfg "${resume[@]}" "$@"
-echo "model: runs/bible_quick/checkpoint_best.llm (metrics: runs/bible_quick/metrics.jsonl)"
+# translate the held-out test books with beam 5 and score them
+build/lldecode --model runs/bible_quick/checkpoint_best.llm --beam 5 --lenpen 1.0 \
+  --input data/bible/raw/test.en --output runs/bible_quick/test.hyp.es
+echo "== test books (en->es), beam 5, model runs/bible_quick/checkpoint_best.llm"
+build/lleval --ref data/bible/raw/test.es --input runs/bible_quick/test.hyp.es --metrics bleu,chrf
+echo "== floor: copying the English source"
+build/lleval --ref data/bible/raw/test.es --input data/bible/raw/test.en --metrics bleu,chrf
