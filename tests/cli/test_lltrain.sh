@@ -50,7 +50,20 @@ grep -q "resumed from" "$T/resume.log" || err "resume did not say it resumed"
 cmp -s "$T/straight/checkpoint_last.llm" "$T/run/checkpoint_last.llm" ||
   err "resumed run differs from the uninterrupted run"
 
-# 3. bad input: one-line error, exit 1, nothing written
+# 3. validation BLEU, best by BLEU, early stopping after `patience` validations without improvement
+"$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/bleu" --set train.max_updates=400 \
+  --set train.valid_interval=10 --set train.valid_bleu=true --set train.best_metric=bleu --set train.patience=2 \
+  --set train.lr=1e-4 --set train.warmup_updates=1 2> "$T/bleu.log" || err "validation-BLEU run failed: $(tail -1 "$T/bleu.log")"
+grep -q '"bleu":' "$T/bleu/metrics.jsonl" || err "no BLEU in the validation records"
+nval=$(grep -c '"type":"valid"' "$T/bleu/metrics.jsonl")
+last=$(grep '"type":"train"' "$T/bleu/metrics.jsonl" | tail -1 | sed 's/.*"update":\([0-9]*\).*/\1/')
+[ "$last" -lt 400 ] || err "patience=2 did not stop training early ($nval validations, last update $last)"
+[ -s "$T/bleu/checkpoint_best.llm" ] || err "no checkpoint_best with best_metric=bleu"
+echo "early stop after $nval validations (update $last)"
+"$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/nobleu" --set train.best_metric=bleu 2> "$T/err"
+grep -q "needs train.valid_bleu" "$T/err" || err "best_metric=bleu without valid_bleu was accepted"
+
+# 4. bad input: one-line error, exit 1, nothing written
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
   "$LLTRAIN" --quiet "$@" > "$T/out" 2> "$T/err"
