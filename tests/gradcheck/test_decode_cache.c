@@ -56,7 +56,7 @@ static void check(const char *label, ll_hparams hp, int beam, int ctl) {
 }
 
 int main(void) {
-    ll_set_threads(2);
+    ll_set_threads(1); /* tiny shapes: threads only add overhead */
     ll_hparams hp = {.C = 16, .F = 24, .H = 4, .Le = 2, .Ld = 3, .V = 31, .max_pos = 64, .share_all = 1,
                      .tie_output = 1, .dropout = 0.3, .attn_dropout = 0.1};
     check("pre-norm beam 1", hp, 1, 0);

@@ -100,7 +100,7 @@ static void check_model_obj(const char *label, ll_hparams hp, int ctl, const ll_
 static void check_model(const char *label, ll_hparams hp, int ctl) { check_model_obj(label, hp, ctl, NULL); }
 
 int main(void) {
-    ll_set_threads(2);
+    ll_set_threads(1); /* tiny shapes: threads only add overhead */
     ll_hparams hp = {.C = 8, .F = 12, .H = 2, .Le = 2, .Ld = 2, .V = 23, .max_pos = 32, .post_norm = 0,
                      .share_all = 1, .tie_output = 1, .dropout = 0.2, .attn_dropout = 0.1, .act_dropout = 0.1,
                      .label_smoothing = 0.1};
