@@ -153,18 +153,24 @@ static void cpu_relu_bwd(ll_backend *be, real *dy, const real *y, size_t n) {
     for (size_t i = 0; i < n; i++) dy[i] = y[i] > 0 ? dy[i] : 0;
 }
 
+/* Dropout draws 16 bits per element: element i keeps iff half-word (offset + i)
+ * of the Philox stream (low half of word k first) is >= round(p * 65536).  The
+ * rate is p to within 1/65536, at half the generator cost of a word each;
+ * a CUDA dropout kernel must use the same mapping. */
+static uint32_t drop_threshold(real p) { return (uint32_t)lround((double)p * 65536.0); }
+
 void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset) {
-    /* Keep iff u >= p, u from Philox word (offset + i).  Parallel over 4-word blocks. */
-    uint64_t first = offset >> 2, last = (offset + n + 3) >> 2;
+    const uint32_t thr = drop_threshold(p);
+    uint64_t first = offset >> 3, last = (offset + n + 7) >> 3; /* 8 half-words per block */
 #pragma omp parallel for schedule(static)
     for (uint64_t blk = first; blk < last; blk++) {
         uint32_t w[4];
         ll_philox_block(rng, blk, w);
-        for (int j = 0; j < 4; j++) {
-            uint64_t word = blk * 4 + j;
-            if (word < offset || word >= offset + n) continue;
-            float u = ((w[j] >> 8) + 0.5f) * (1.0f / 16777216.0f);
-            mask[word - offset] = u >= (float)p;
+        for (int j = 0; j < 8; j++) {
+            uint64_t h = blk * 8 + j;
+            if (h < offset || h >= offset + n) continue;
+            uint32_t half = (w[j >> 1] >> (16 * (j & 1))) & 0xffffu;
+            mask[h - offset] = half >= thr;
         }
     }
 }
@@ -176,10 +182,21 @@ static void cpu_dropout_fwd(ll_backend *be, real *x, uint8_t *mask, size_t n, re
         memset(mask, 1, n);
         return;
     }
-    cpu_dropout_mask(mask, n, p, rng, offset);
-    real s = 1 / (1 - p);
+    const uint32_t thr = drop_threshold(p);
+    const real s = 1 / (1 - p);
+    uint64_t first = offset >> 3, last = (offset + n + 7) >> 3;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = mask[i] ? x[i] * s : 0;
+    for (uint64_t blk = first; blk < last; blk++) { /* mask and apply in one pass */
+        uint32_t w[4];
+        ll_philox_block(rng, blk, w);
+        for (int j = 0; j < 8; j++) {
+            uint64_t h = blk * 8 + j;
+            if (h < offset || h >= offset + n) continue;
+            uint8_t keep = ((w[j >> 1] >> (16 * (j & 1))) & 0xffffu) >= thr;
+            mask[h - offset] = keep;
+            x[h - offset] = keep ? x[h - offset] * s : 0;
+        }
+    }
 }
 
 static void cpu_dropout_bwd(ll_backend *be, real *dx, const uint8_t *mask, size_t n, real p) {
