@@ -19,10 +19,11 @@ while [ $# -gt 0 ]; do
 done
 export OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -q avx512_bf16 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Cooperlake; fi
+/usr/bin/python3 -c "import torch" 2>/dev/null || { echo "needs Debian python3-torch (apt-get install python3-torch)" >&2; exit 1; }
 [ -x build/ll_train_bench ] || { echo "build/ll_train_bench is missing: build first" >&2; exit 1; }
 ll=() torch=()
 for i in $(seq "$REPEATS"); do
-  t=$(python3 bench/torch_train_bench.py --steps "$STEPS" --threads 2 2>/dev/null | sed -n 's/^RESULT torch tokens_per_s=\([0-9.]*\).*/\1/p')
+  t=$(/usr/bin/python3 bench/torch_train_bench.py --steps "$STEPS" --threads 2 2>/dev/null | sed -n 's/^RESULT torch tokens_per_s=\([0-9.]*\).*/\1/p')
   l=$(build/ll_train_bench --steps "$STEPS" --threads 2 2>/dev/null | sed -n 's/^RESULT ll tokens_per_s=\([0-9.]*\).*/\1/p')
   echo "run $i: torch $t tokens/s, ll $l tokens/s (load $(cut -d' ' -f1 /proc/loadavg))"
   torch+=("$t"); ll+=("$l")

@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
         memset(m->grads, 0, m->n_params * sizeof(real));
         double ts = ll_now();
         ll_model_step(m, &b, 1, s, 1, &st);
-        ll_adam_step(&opt, m, 5e-4, 1.0 / st.ntokens, 0);
+        ll_adam_step(&opt, m, 5e-4, 5e-4, 1.0 / st.ntokens, 0);
         fprintf(stderr, "step %d loss %.4f  %.3f s\n", s, st.loss / st.ntokens, ll_now() - ts);
     }
     double dt = (ll_now() - t0) / steps;

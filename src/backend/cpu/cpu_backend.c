@@ -41,7 +41,19 @@ static void cpu_copy(ll_backend *be, void *dst, const void *src, size_t bytes) {
 }
 static void cpu_memset0(ll_backend *be, void *p, size_t bytes) {
     (void)be;
-    if (bytes) memset(p, 0, bytes);
+    if (bytes < (1u << 20)) {
+        if (bytes) memset(p, 0, bytes);
+        return;
+    }
+    /* large buffers (gradients, attention grads): both cores, 4 KiB-aligned chunks */
+#pragma omp parallel
+    {
+        int c0, c1, pages = (int)((bytes + 4095) >> 12);
+        thread_slice(pages, &c0, &c1);
+        size_t b0 = (size_t)c0 << 12, b1 = (size_t)c1 << 12;
+        if (b1 > bytes) b1 = bytes;
+        if (b1 > b0) memset((char *)p + b0, 0, b1 - b0);
+    }
 }
 static void cpu_sync(ll_backend *be) { (void)be; }
 
@@ -63,26 +75,26 @@ static void cpu_gemm(ll_backend *be, int ta, int tb, int M, int N, int K, real a
         gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    /* split the larger of M and N into nt slices, 64-aligned where possible */
+    /* Split the larger of M and N into 2 chunks per thread, handed out
+     * dynamically: a thread the hypervisor delays does not stall the other
+     * (a static split waits for the slowest half at every gemm). */
     int split_m = M >= N;
-    int D = split_m ? M : N;
-#pragma omp parallel num_threads(nt)
-    {
-        int i0, i1;
-        thread_slice(D, &i0, &i1);
-        if (D >= 64 * nt) { /* align slice boundaries for the kernels */
+    int D = split_m ? M : N, chunks = 2 * nt;
+    if (D < 64 * chunks) chunks = nt;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int c = 0; c < chunks; c++) {
+        int i0 = (int)((long)D * c / chunks), i1 = (int)((long)D * (c + 1) / chunks);
+        if (D >= 64 * chunks) { /* align chunk boundaries for the kernels */
             i0 = i0 / 16 * 16;
             i1 = (i1 == D) ? D : i1 / 16 * 16;
         }
         int n = i1 - i0;
-        if (n > 0) {
-            if (split_m)
-                gemm_serial(ta, tb, n, N, K, alpha, ta ? A + i0 : A + (size_t)i0 * lda, lda, B, ldb, beta,
-                            C + (size_t)i0 * ldc, ldc);
-            else
-                gemm_serial(ta, tb, M, n, K, alpha, A, lda, tb ? B + (size_t)i0 * ldb : B + i0, ldb, beta, C + i0,
-                            ldc);
-        }
+        if (n <= 0) continue;
+        if (split_m)
+            gemm_serial(ta, tb, n, N, K, alpha, ta ? A + i0 : A + (size_t)i0 * lda, lda, B, ldb, beta,
+                        C + (size_t)i0 * ldc, ldc);
+        else
+            gemm_serial(ta, tb, M, n, K, alpha, A, lda, tb ? B + (size_t)i0 * ldb : B + i0, ldb, beta, C + i0, ldc);
     }
 }
 
