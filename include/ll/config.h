@@ -84,6 +84,8 @@ typedef struct {
     int latent_enc, latent_dec;
     char latent_posterior[16];  /* "per_language" | "shared" */
     float latent_tau;
+    float latent_tau_final;     /* temperature schedule: tau -> tau_final over tau_anneal_updates (0 = fixed) */
+    int latent_tau_anneal_updates;
     int latent_soft_update;     /* updates with soft samples before hard straight-through ones */
     int latent_soft_select;     /* soft samples throughout */
     char latent_prior[16];      /* "beta" | "agged_posterior" */

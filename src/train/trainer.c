@@ -249,13 +249,18 @@ static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
     const long upd = t->ts.update;
     const int per = t->latent ? t->n_streams : 1;
     const int hard = t->latent && !cfg->latent_soft_select && upd > cfg->latent_soft_update;
+    double tau = cfg->latent_tau; /* optional geometric schedule tau -> tau_final */
+    if (cfg->latent_tau_final > 0 && cfg->latent_tau_anneal_updates > 0) {
+        double f = upd >= cfg->latent_tau_anneal_updates ? 1.0 : (double)upd / cfg->latent_tau_anneal_updates;
+        tau = cfg->latent_tau * pow(cfg->latent_tau_final / cfg->latent_tau, f);
+    }
     for (int k = 0; k < cfg->update_freq; k++)
         for (int p = 0; p < per; p++) {
             if (next_batch(t, t->latent ? p : 0, b)) return -1;
             uint64_t step = ((uint64_t)upd * cfg->update_freq + k) * per + p; /* keys dropout and Gumbel noise */
             int rows[2] = {ll_latent_row(t->m, b->src_lang), ll_latent_row(t->m, b->tgt_lang)};
             for (int s = 0; s < 2; s++)
-                if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, cfg->latent_tau, hard);
+                if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, (real)tau, hard);
             draw_structure(t, step);
             ll_loss_stats st;
             ll_model_step(t->m, b, (uint64_t)cfg->seed, step, 1, &st);
