@@ -32,11 +32,13 @@ run() {
   local name=$1 corpus=$2 lang=$3; shift 3
   local dir=$OUT/$name
   if grep -q "^$name	" "$RES"; then echo "skip $name (done)"; return; fi
-  rm -rf "$dir"
   local t0=$SECONDS
   local base=("${bible[@]}")
   [ "$corpus" = locale ] && base=("${locale[@]}")
-  "$B/lltrain" "${base[@]}" --set checkpoint.save_dir="$dir" "$@" 2> "$dir.log" || { echo "$name: training failed" >&2; tail -2 "$dir.log" >&2; return; }
+  if ! grep -q '"type":"valid","update":'"$UPDATES" "$dir/metrics.jsonl" 2>/dev/null; then  # (re)train unless finished
+    rm -rf "$dir"
+    "$B/lltrain" "${base[@]}" --set checkpoint.save_dir="$dir" "$@" 2> "$dir.log" || { echo "$name: training failed" >&2; tail -2 "$dir.log" >&2; return; }
+  fi
   local secs=$((SECONDS - t0))
   local model=$dir/checkpoint_last.llm src ref spm
   if [ "$corpus" = bible ]; then
@@ -44,13 +46,13 @@ run() {
   else
     src=data/locale/raw/test.en-$lang.en; ref=data/locale/raw/test.en-$lang.$lang; spm=data/locale/bin/spm.model
   fi
-  "$B/lldecode" --model "$model" --beam 1 --target-lang "$lang" --input "$src" --output "$dir/test.hyp" --quiet
+  "$B/lldecode" --model "$model" --beam 1 --max-len-a 1.2 --max-len-b 10 --target-lang "$lang" --input "$src" --output "$dir/test.hyp" --quiet
   local scores bleu chrf
   scores=$("$B/lleval" --ref "$ref" --input "$dir/test.hyp" --metrics bleu,chrf --score-only)
   bleu=$(echo "$scores" | sed -n 1p); chrf=$(echo "$scores" | sed -n 2p)
   # the same model with every source token replaced by UNK: how much does it still "translate"?
   spm_encode --model "$spm" --output_format id < "$src" | awk '{for (i = 1; i <= NF; i++) $i = 3; print}' > "$dir/src.unk"
-  "$B/lldecode" --model "$model" --beam 1 --target-lang "$lang" --raw-ids --input "$dir/src.unk" --output "$dir/unk.ids" --quiet
+  "$B/lldecode" --model "$model" --beam 1 --max-len-a 1.2 --max-len-b 10 --target-lang "$lang" --raw-ids --input "$dir/src.unk" --output "$dir/unk.ids" --quiet
   spm_decode --model "$spm" --input_format id < "$dir/unk.ids" > "$dir/unk.hyp"
   local bleu_unk
   bleu_unk=$("$B/lleval" --ref "$ref" --input "$dir/unk.hyp" --metrics bleu --score-only)
