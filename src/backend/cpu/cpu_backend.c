@@ -66,6 +66,41 @@ static void gemm_serial(int ta, int tb, int M, int N, int K, real alpha, const r
                lda, B, ldb, beta, C, ldc);
 }
 
+/* Weight-gradient shapes (dW = dY^T X: small M x N, K = tokens): each thread
+ * multiplies a slice of K into its own buffer and the slices are summed.  A
+ * split over M or N would make every thread pack the whole of the other
+ * operand (K x N floats); this split packs each element once. */
+static void gemm_split_k(int nt, int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda,
+                         const real *B, int ldb, real beta, real *C, int ldc) {
+    static real *scratch;
+    static size_t scratch_n;
+    size_t need = (size_t)(nt - 1) * M * N;
+    if (need > scratch_n) {
+        free(scratch);
+        scratch = ll_aligned_alloc(need * sizeof(real));
+        scratch_n = need;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int id = omp_get_thread_num(), T = omp_get_num_threads();
+        int k0 = (int)((long)K * id / T) / 16 * 16, k1 = id == T - 1 ? K : (int)((long)K * (id + 1) / T) / 16 * 16;
+        const real *a = ta ? A + (size_t)k0 * lda : A + k0;
+        const real *b = tb ? B + k0 : B + (size_t)k0 * ldb;
+        if (id == 0)
+            gemm_serial(ta, tb, M, N, k1 - k0, alpha, a, lda, b, ldb, beta, C, ldc);
+        else
+            gemm_serial(ta, tb, M, N, k1 - k0, alpha, a, lda, b, ldb, 0, scratch + (size_t)(id - 1) * M * N, N);
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (int r = 0; r < M; r++)
+            for (int t = 1; t < T; t++) {
+                const real *src = scratch + (size_t)(t - 1) * M * N + (size_t)r * N;
+                real *dst = C + (size_t)r * ldc;
+                for (int c = 0; c < N; c++) dst[c] += src[c];
+            }
+    }
+}
+
 static void cpu_gemm(ll_backend *be, int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda,
                      const real *B, int ldb, real beta, real *C, int ldc) {
     (void)be;
@@ -73,6 +108,10 @@ static void cpu_gemm(ll_backend *be, int ta, int tb, int M, int N, int K, real a
     int nt = ll_get_threads();
     if (nt <= 1 || (double)M * N * K < 1e6) {
         gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (K >= 4 * (M > N ? M : N) && K >= 256 * nt) { /* weight gradients: split K instead */
+        gemm_split_k(nt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     /* Split the larger of M and N into 2 chunks per thread, handed out
