@@ -105,8 +105,8 @@ void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0) {
                 dy = ll_zeros(m, n);
                 norm_bwd(m, r, row, dy, dent[row], r->raw[row], N);
             }
-            din = ll_zeros(m, n);
-            ll_layer_bwd(m, r, row - 1, dy, din);
+            din = ll_buf(m, n);
+            ll_layer_bwd(m, r, row - 1, dy, din); /* overwrites din */
         }
     }
     if (entry_ln(m, 0))

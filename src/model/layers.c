@@ -192,31 +192,35 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     if (post) be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
 }
 
-void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx) {
+void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx, int dx_fresh) {
     ll_backend *be = m->be;
     const int C = m->hp.C, N = p->B * p->T;
     const size_t n = (size_t)N * C;
     ll_layer_ctl *ctl = k->ctl;
     const int post = m->hp.post_norm, rezero = k->alpha != 0;
+    /* dx_fresh: dx holds garbage, so the first contribution is a copy (saves a memset) */
+#define FIRST(dst, src) (dx_fresh ? be->copy(be, dst, src, n * sizeof(real)) : be->acc(be, dst, src, n))
     if (k->mode == BLOCK_IDENTITY || (k->mode == BLOCK_OFF && !post)) {
-        be->acc(be, dx, dy, n);
+        FIRST(dx, dy);
         return;
     }
     if (k->mode == BLOCK_OFF) {
+        if (dx_fresh) be->memset0(be, dx, n * sizeof(real));
         be->layernorm_bwd(be, dx, m->grads + k->ln_w, m->grads + k->ln_b, dy, k->a, m->params + k->ln_w, k->mean,
                           k->rstd, N, C);
         return;
     }
     real *ds; /* gradient of the residual sum x + gate * s */
     if (!post) {
-        be->acc(be, dx, dy, n); /* residual path */
+        FIRST(dx, dy); /* residual path */
         ds = dy;
     } else {
         ds = ll_zeros(m, n);
         be->layernorm_bwd(be, ds, m->grads + k->ln_w, m->grads + k->ln_b, dy, k->a, m->params + k->ln_w, k->mean,
                           k->rstd, N, C);
-        be->acc(be, dx, ds, n);
+        FIRST(dx, ds);
     }
+#undef FIRST
     const real gate = branch_scale(m, k);
     if ((ctl && ctl->needs_dgate) || rezero) {
         double d = be->dot(be, ds, k->s, n); /* dL/d(z * alpha) */

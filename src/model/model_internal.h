@@ -79,7 +79,7 @@ real *ll_stack_run_fwd(ll_model *m, ll_stack_run *r);
 /* Backward from d(out); accumulates parameter gradients (and d enc_out via p.d_enc_out). */
 void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout);
 
-/* One layer's blocks, forward (returns y) and backward (dx += ...). */
+/* One layer's blocks, forward (returns y) and backward (dx = ..., overwritten). */
 real *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, real *x);
 void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, real *dy, real *dx);
 
@@ -107,8 +107,8 @@ size_t ll_dlcl_ln_b(const ll_model *m, int stack, int k);
 void ll_site_rng(ll_philox *r, const ll_pass *p, int layer, int site);
 
 void ll_block_fwd(ll_model *m, ll_block *blk, const ll_pass *p, int layer);
-/* dx += d(block)/dx^T dy.  dy may be overwritten. */
-void ll_block_bwd(ll_model *m, ll_block *blk, const ll_pass *p, real *dy, real *dx);
+/* dx += d(block)/dx^T dy (dx_fresh: dx = ..., its content is ignored).  dy may be overwritten. */
+void ll_block_bwd(ll_model *m, ll_block *blk, const ll_pass *p, real *dy, real *dx, int dx_fresh);
 
 /* y[N,out] = x[N,in] W^T + b ; backward accumulates dW, db and dx (if non-NULL):
  * dx = dx_beta * dx + dy W, so dx_beta = 0 writes a fresh (uninitialised) buffer. */

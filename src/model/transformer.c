@@ -71,8 +71,8 @@ real *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, real *x) {
 void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, real *dy, real *dx) {
     const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
     for (int j = r->per_layer - 1; j >= 0; j--) {
-        real *d = j == 0 ? dx : ll_zeros(m, n);
-        ll_block_bwd(m, &r->blocks[l * r->per_layer + j], &r->p, dy, d);
+        real *d = j == 0 ? dx : ll_buf(m, n);
+        ll_block_bwd(m, &r->blocks[l * r->per_layer + j], &r->p, dy, d, 1);
         dy = d;
     }
 }
@@ -110,17 +110,19 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout) {
         dtop = ll_zeros(m, n);
         be->layernorm_bwd(be, dtop, m->grads + w, m->grads + b, dout, r->top, m->params + w, r->mean, r->rstd, N, C);
     }
-    real *dx0 = ll_zeros(m, n);
+    real *dx0;
     if (ll_dlcl_on(m, r->stack)) {
+        dx0 = ll_zeros(m, n);
         ll_dlcl_stack_bwd(m, r, dtop, dx0);
     } else {
+        dx0 = ll_buf(m, n);
         real *dy = dtop;
         for (int l = r->L - 1; l >= 0; l--) {
-            real *dx = l == 0 ? dx0 : ll_zeros(m, n);
-            ll_layer_bwd(m, r, l, dy, dx);
+            real *dx = l == 0 ? dx0 : ll_buf(m, n);
+            ll_layer_bwd(m, r, l, dy, dx); /* overwrites dx */
             dy = dx;
         }
-        if (r->L == 0) be->acc(be, dx0, dtop, n);
+        if (r->L == 0) be->copy(be, dx0, dtop, n * sizeof(real));
     }
     if (r->emb_mask) be->dropout_bwd(be, dx0, r->emb_mask, n, m->hp.dropout);
     be->embed_bwd(be, m->grads + (r->stack ? m->dec_emb : m->enc_emb), dx0, r->tok, sqrt((real)C), N, C, LL_PAD);
