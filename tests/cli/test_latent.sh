@@ -51,5 +51,33 @@ echo "union keeps $kept of 4 decoder layers"
 "$BIN/llprune" --model "$M" --dec-layers-to-keep 2,1 --output "$T/bad.llm" 2> "$T/err" && err "unsorted keep list accepted"
 [ ! -e "$T/bad.llm" ] || err "failed prune left a file"
 
+# many-to-one: es -> en and xx -> en with latent ENCODER layers, one posterior per source language
+cat > "$T/m2o.cfg" <<CFG
+model: {d_model: 32, ffn_dim: 64, heads: 2, enc_layers: 4, dec_layers: 2, max_positions: 128}
+data:
+  dir: $T/m2obin
+  vocab_size: 120
+  train:
+    - {src: $SRC/tests/data/tiny/train.es, tgt: $SRC/tests/data/tiny/train.en, src_lang: es, tgt_lang: en}
+    - {src: $SRC/tests/data/tiny/train.xx, tgt: $SRC/tests/data/tiny/train.en, src_lang: xx, tgt_lang: en}
+  max_tokens: 512
+  max_len: 64
+train: {seed: 1, threads: 2, lr: 2e-3, warmup_updates: 10, max_updates: 30, log_interval: 10, valid_interval: 30}
+checkpoint: {save_dir: $T/m2o}
+latent: {encoder: true, soft_update: 5, anneal_updates: 10, logits_lr: 0.05}
+CFG
+"$BIN/lltrain" --config "$T/m2o.cfg" --quiet 2> "$T/m2o.log" || err "M2O training failed: $(tail -1 "$T/m2o.log")"
+grep -q '"latent":{"enc":{"q":{"es":\[.*"xx":\[' "$T/m2o/metrics.jsonl" || err "M2O: no per-source-language encoder posteriors"
+for lang in es xx; do
+  head -5 "$SRC/tests/data/tiny/test.$lang" > "$T/in.$lang"
+  "$BIN/lldecode" --model "$T/m2o/checkpoint_last.llm" --source-lang $lang --beam 2 --input "$T/in.$lang" --quiet \
+    --threshold 0.4 > "$T/m2o.full.$lang" || err "M2O decode $lang failed"
+  "$BIN/llprune" --model "$T/m2o/checkpoint_last.llm" --threshold 0.4 --lang $lang --output "$T/m2o.$lang.llm" > /dev/null ||
+    err "M2O prune $lang failed"
+  "$BIN/lldecode" --model "$T/m2o.$lang.llm" --beam 2 --input "$T/in.$lang" --quiet > "$T/m2o.pruned.$lang" ||
+    err "M2O decode pruned $lang failed"
+  cmp -s "$T/m2o.full.$lang" "$T/m2o.pruned.$lang" || err "M2O $lang: pruned output differs from the full model"
+done
+
 [ $fail -eq 0 ] && echo "test_latent: all checks passed"
 exit $fail
