@@ -24,7 +24,8 @@ import array
 import os
 import struct
 import sys
-import tempfile
+
+from atomicio import write_atomic  # noqa: E402  (scripts/ is on sys.path)
 
 MAGIC = b"LLMODEL\0"
 END_MAGIC = b"LLMEND\0\0"
@@ -322,21 +323,7 @@ def write(path, config, vocab, tensors):
     out += struct.pack("<Q", fnv1a64(out)) + END_MAGIC
     assert len(out) == size
 
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.",
-                               dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(out)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, out)
 
 
 def main(argv):

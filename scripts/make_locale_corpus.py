@@ -25,8 +25,9 @@ import os
 import re
 import struct
 import sys
-import tempfile
 import time
+
+from atomicio import combined_sha, write_atomic  # noqa: E402  (scripts/ is on sys.path)
 
 VERSION = 1  # bump when the extraction rules change (invalidates MANIFEST)
 
@@ -474,29 +475,6 @@ def is_complete(out, params, langs):
     return info
 
 
-def write_atomic(path, data):
-    d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.",
-                               dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def combined_sha(digests):
-    h = hashlib.sha256()
-    for name in sorted(digests):
-        h.update(("%s  %s\n" % (digests[name], name)).encode())
-    return h.hexdigest()
 
 
 def write_outputs(out, langs, parts, params, counts_line):
