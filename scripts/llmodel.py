@@ -25,7 +25,7 @@ import os
 import struct
 import sys
 
-from atomicio import write_atomic  # noqa: E402  (scripts/ is on sys.path)
+from corpusio import write_atomic  # noqa: E402  (scripts/ is on sys.path)
 
 MAGIC = b"LLMODEL\0"
 END_MAGIC = b"LLMEND\0\0"

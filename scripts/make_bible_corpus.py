@@ -33,7 +33,7 @@ import sys
 import time
 import unicodedata
 
-from atomicio import combined_sha, write_atomic  # noqa: E402  (scripts/ is on sys.path)
+from corpusio import combined_sha, read_manifest, sha256_file, write_atomic  # noqa: E402  (scripts/ is on sys.path)
 
 VERSION = 1  # bump when the extraction rules change (invalidates MANIFEST)
 
@@ -594,35 +594,11 @@ def out_files():
     return ["%s.%s" % (s, ext) for s in SPLITS for ext in ("en", "es", "ref")]
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def manifest_params(books):
     return "version=%d modules=%s books=%s" % (
         VERSION, module_versions().replace(" ", ","), ",".join(books))
 
-
-def read_manifest(out):
-    path = os.path.join(out, "MANIFEST")
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    info = {"files": {}}
-    for ln in lines:
-        if ln.startswith("# "):
-            k, _, v = ln[2:].partition(": ")
-            info[k] = v
-        elif ln.strip():
-            digest, _, name = ln.partition("  ")
-            info["files"][name] = digest
-    return info
 
 
 def is_complete(out, books):

@@ -27,7 +27,7 @@ import struct
 import sys
 import time
 
-from atomicio import combined_sha, write_atomic  # noqa: E402  (scripts/ is on sys.path)
+from corpusio import combined_sha, read_manifest, sha256_file, write_atomic  # noqa: E402  (scripts/ is on sys.path)
 
 VERSION = 1  # bump when the extraction rules change (invalidates MANIFEST)
 
@@ -437,29 +437,6 @@ def out_files(langs):
             for l in langs for s in SPLITS for side in ("en", l)]
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def read_manifest(out):
-    try:
-        with open(os.path.join(out, "MANIFEST"), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    info = {"files": {}}
-    for ln in lines:
-        if ln.startswith("# "):
-            k, _, v = ln[2:].partition(": ")
-            info[k] = v
-        elif ln.strip():
-            digest, _, name = ln.partition("  ")
-            info["files"][name] = digest
-    return info
 
 
 def is_complete(out, params, langs):
