@@ -4,7 +4,9 @@
  * output tokens per sentence (EOS is forbidden before step 30 and forced
  * there, so every hypothesis runs the full length); beam 5 and greedy with the
  * real ll_beam_search (fairseq's algorithm, KV cache, finished sentences
- * dropped).  Prints: RESULT ll_decode beam=B sent_per_s=... tok_per_s=... */
+ * dropped), called the way lldecode calls it (ll_translate_ids: batching by
+ * length, --inter-threads workers).  Prints:
+ *   RESULT ll_decode beam=B inter=W sent_per_s=... tok_per_s=... */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,14 +16,15 @@
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
-    int threads = 2, repeats = 3, B = 64, S = 30, T = 30;
+    int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0;
     const char *beams = "1,5";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--beams")) beams = argv[i + 1];
+        else if (!strcmp(argv[i], "--inter-threads")) inter = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--repeats N] [--beams 1,5]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n", argv[0]);
             return 2;
         }
     }
@@ -32,6 +35,8 @@ int main(int argc, char **argv) {
     ll_model_init(m, 1);
     int32_t *src = malloc(sizeof(int32_t) * B * S);
     int *len = malloc(sizeof(int) * B);
+    int32_t **srcs = malloc(sizeof(int32_t *) * B);
+    for (int b = 0; b < B; b++) srcs[b] = src + (size_t)b * S;
     ll_philox r;
     ll_philox_init(&r, 1234, 1001, 0);
     for (int b = 0; b < B; b++) {
@@ -49,12 +54,13 @@ int main(int argc, char **argv) {
         o.max_len_a = 0;
         o.max_len_b = T; /* steps 0..T: T tokens then EOS */
         o.min_len = T;
+        ll_translate_opts to = {.search = o, .max_tokens = 1 << 20, .max_sents = B, .inter_threads = inter};
         ll_nbest *out = calloc(B, sizeof *out);
         double best = 1e30;
         long tokens = 0;
         for (int rep = 0; rep < repeats + 1; rep++) {
             double t0 = ll_now();
-            ll_beam_search(m, src, len, B, S, &o, out);
+            ll_translate_ids(m, (const int32_t *const *)srcs, len, B, &to, out, NULL); /* lldecode's path */
             double dt = ll_now() - t0;
             tokens = 0;
             for (int b = 0; b < B; b++) {
@@ -63,7 +69,8 @@ int main(int argc, char **argv) {
             }
             if (rep > 0 && dt < best) best = dt; /* the first run warms up */
         }
-        printf("RESULT ll_decode beam=%d sent_per_s=%.2f tok_per_s=%.1f\n", beam, B / best, tokens / best);
+        printf("RESULT ll_decode beam=%d inter=%d sent_per_s=%.2f tok_per_s=%.1f\n", beam, ll_translate_workers(&to),
+               B / best, tokens / best);
         fflush(stdout);
         free(out);
         while (*p && *p != ',') p++;
@@ -71,6 +78,7 @@ int main(int argc, char **argv) {
     }
     ll_model_free(m);
     free(src);
+    free(srcs);
     free(len);
     return 0;
 }

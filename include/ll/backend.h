@@ -103,6 +103,16 @@ struct ll_backend {
     /* fairseq Adam with decoupled weight decay (reference-spec §5.3); t = 1-based step. */
     void (*adam)(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
                  real eps, real wd, long t);
+
+    /* Optional (NULL = not offered): inference linear layers on weights packed
+     * once into the backend's preferred layout.  linear_pack takes W [N,K]
+     * (y = x W^T) and returns a handle, or NULL when it has no fast path (the
+     * caller then uses gemm).  linear_packed: Y[M,N] = X[M,K] W^T + bias (bias
+     * may be NULL), rows of X and Y at strides ldx and ldy. */
+    void *(*linear_pack)(ll_backend *be, const real *W, int N, int K);
+    void (*linear_packed)(ll_backend *be, real *Y, int ldy, const real *X, int ldx, const void *packed,
+                          const real *bias, int M);
+    void (*linear_unpack)(ll_backend *be, void *packed);
 };
 
 ll_backend *ll_backend_cpu(void);

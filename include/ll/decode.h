@@ -58,7 +58,14 @@ typedef struct {
     ll_search_opts search;
     int max_tokens; /* per batch: sentences * padded source length (one long sentence may exceed it) */
     int max_sents;  /* sentences per batch; 0 = max(1, 256 / beam) */
+    int inter_threads; /* batches searched at once, each by one thread on a model
+                          replica (CTranslate2's inter_threads), at most the
+                          thread count; 0 = auto (= threads), 1 = one batch at
+                          a time with every op threaded */
 } ll_translate_opts;
+
+/* The number of concurrent batch workers ll_translate_ids will use at most. */
+int ll_translate_workers(const ll_translate_opts *o);
 
 typedef struct {
     long sents, batches;          /* non-empty sentences decoded */

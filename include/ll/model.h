@@ -102,10 +102,16 @@ typedef struct ll_model {
     real *pos_table; /* [max_pos + 2, C] sinusoids on the device */
     ll_arena arena;
     struct ll_fwd_state *st;
+    const struct ll_model *replica_of; /* set on replicas (ll_model_replica) */
+    void **dec_packed;                 /* ll_decode_pack: shared packed decoder weights */
 } ll_model;
 
 ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be);
-void ll_model_free(ll_model *m);
+void ll_model_free(ll_model *m); /* also frees a replica (its own parts only) */
+/* A replica for another thread: the same parameters (not copied, so they must
+ * not change while it lives) with its own activation arena, forward state and
+ * layer controls (copied from m).  Inference only: it has no gradients. */
+ll_model *ll_model_replica(const ll_model *m);
 void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size);
 /* fairseq initialisation (reference-spec §4), deterministic in seed. */
 void ll_model_init(ll_model *m, uint64_t seed);
@@ -150,7 +156,11 @@ typedef struct {
     real **cross_kv;    /* per decoder layer [B * S, 2C]: shared by a sentence's beam rows */
     real *scratch_kv;   /* reorder buffer */
     int *key_len;       /* [N] = t + 1 during a step */
+    void **packed;      /* [Ld * LL_DEC_PACKED + 1] weights packed for the backend's
+                           linear_packed (NULL entries: use gemm); last = output projection */
+    int own_packed;     /* packed by ll_decode_begin (no ll_decode_pack in force) */
 } ll_dec_state;
+#define LL_DEC_PACKED 6 /* per decoder layer: qkv, o, cq, co, fc1, fc2 */
 
 /* Encode B sentences (src [B*S], right-padded) and set up `beam` rows per sentence. */
 ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam, int max_T);
@@ -159,6 +169,11 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
 /* Reorder rows: new row n takes old row from[n] (beam search). */
 void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from);
 void ll_decode_end(ll_model *m, ll_dec_state *d);
+/* Pack the decoder's weights once for many ll_decode_begin calls (and for
+ * replicas made afterwards); without it each decode packs its own.  The
+ * parameters must not change until ll_decode_unpack. */
+void ll_decode_pack(ll_model *m);
+void ll_decode_unpack(ll_model *m);
 /* Keep only the sentences keep[0..n_keep) (strictly ascending indices into
  * the current sentences): their rows move to the front and B, N shrink, so
  * later steps skip finished sentences (fairseq drops them from the batch). */

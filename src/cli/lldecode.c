@@ -2,7 +2,8 @@
  *
  *   lldecode --model M [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
  *            [--max-len-a A] [--max-len-b B] [--min-len L] [--max-tokens T] [--max-sentences S]
- *            [--format text|fairseq] [--raw-ids] [--target-lang L] [--threads N] [--quiet]
+ *            [--format text|fairseq] [--raw-ids] [--target-lang L] [--threads N]
+ *            [--inter-threads W] [--quiet]
  *
  * One output line per input line in text format (docs/decoding.md has the
  * formats).  --output is written atomically, so an error leaves no file.
@@ -42,6 +43,8 @@ static void usage(FILE *out) {
             "  --source-lang L    source language (multilingual latent-depth models)\n"
             "  --latent-inference hard|soft|sample   override latent.inference; --threshold Q overrides latent.threshold\n"
             "  --threads N        CPU threads (default: all cores)\n"
+            "  --inter-threads W  batches decoded at once, one thread each (at most --threads;\n"
+            "                     default = threads; 1 = one batch at a time, ops threaded)\n"
             "  --quiet            no summary or warnings on stderr\n");
 }
 
@@ -74,7 +77,7 @@ static double parse_real(const char *flag, const char *s, double lo, double hi) 
 typedef struct {
     const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode;
     double threshold;
-    long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads;
+    long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
     double lenpen, max_len_a;
     int raw_ids, quiet;
 } opts;
@@ -233,6 +236,8 @@ int main(int argc, char **argv) {
             o.max_sents = parse_int(a, v, 1, 1L << 20);
         } else if (!strcmp(a, "--threads")) {
             o.threads = parse_int(a, v, 0, 4096);
+        } else if (!strcmp(a, "--inter-threads")) {
+            o.inter_threads = parse_int(a, v, 1, 4096);
         } else {
             ll_die("unknown argument '%s' (see lldecode --help)", a);
         }
@@ -253,7 +258,8 @@ int main(int argc, char **argv) {
     if (!spm) ll_die("%s: no usable vocabulary in the model file", o.model);
     ll_ckpt_close(k); /* parameters were copied into the model */
 
-    ll_translate_opts to = {.max_tokens = (int)o.max_tokens, .max_sents = (int)o.max_sents};
+    ll_translate_opts to = {.max_tokens = (int)o.max_tokens, .max_sents = (int)o.max_sents,
+                            .inter_threads = (int)o.inter_threads};
     ll_search_opts_default(&to.search);
     to.search.beam = o.beam > 0 ? (int)o.beam : cfg.beam > 0 ? cfg.beam : 5;
     to.search.lenpen = !isnan(o.lenpen) ? o.lenpen : cfg.lenpen;

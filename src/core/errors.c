@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-static char g_err[2048];
+static _Thread_local char g_err[2048]; /* per thread: decoding workers */
 static const char *g_prog = "ll";
 int ll_verbosity = 1;
 

@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "ll/decode.h"
 
@@ -19,49 +22,102 @@ static int by_len(const void *a, const void *b) {
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+typedef struct {
+    int first, B, S; /* sentences ord[first .. first+B), padded source length */
+} batch_span;
+
+/* Search one batch on model m (a worker's replica) and file the results. */
+static void run_batch(ll_model *m, const len_idx *ord, const int32_t *const *src, const int *len,
+                      const batch_span *bs, const ll_search_opts *so, ll_nbest *out) {
+    const int B = bs->B, S = bs->S;
+    int32_t *buf = ll_malloc(sizeof(int32_t) * (size_t)B * S);
+    int *blen = ll_malloc(sizeof(int) * B);
+    ll_nbest *res = ll_malloc(sizeof(ll_nbest) * B);
+    for (int b = 0; b < B; b++) {
+        const int i = ord[bs->first + b].idx;
+        blen[b] = len[i];
+        memcpy(buf + (size_t)b * S, src[i], sizeof(int32_t) * len[i]);
+        for (int t = len[i]; t < S; t++) buf[(size_t)b * S + t] = LL_PAD;
+    }
+    ll_beam_search(m, buf, blen, B, S, so, res);
+    for (int b = 0; b < B; b++) out[ord[bs->first + b].idx] = res[b];
+    free(buf);
+    free(blen);
+    free(res);
+}
+
+int ll_translate_workers(const ll_translate_opts *o) {
+    const int t = ll_get_threads(); /* auto: one single-threaded worker per thread */
+    return o->inter_threads > 0 && o->inter_threads < t ? o->inter_threads : t;
+}
+
 void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, int n, const ll_translate_opts *o,
                       ll_nbest *out, ll_translate_stats *st) {
     const double t0 = ll_now();
     ll_translate_stats acc = {0};
-    const int max_sents = o->max_sents > 0 ? o->max_sents : (256 / o->search.beam > 1 ? 256 / o->search.beam : 1);
+    int max_sents = o->max_sents > 0 ? o->max_sents : (256 / o->search.beam > 1 ? 256 / o->search.beam : 1);
     /* Sort by length (ties by position) so that a batch pads little. */
     len_idx *ord = ll_malloc(sizeof(len_idx) * (n ? n : 1));
     int ne = 0;
     for (int i = 0; i < n; i++) {
         out[i] = (ll_nbest){0};
-        if (len[i] > 0) ord[ne++] = (len_idx){len[i], i};
+        if (len[i] > 0) {
+            ord[ne++] = (len_idx){len[i], i};
+            acc.src_tokens += len[i];
+        }
     }
     qsort(ord, ne, sizeof *ord, by_len);
-    int32_t *buf = NULL;
-    int *blen = ll_malloc(sizeof(int) * max_sents);
-    ll_nbest *res = ll_malloc(sizeof(ll_nbest) * max_sents);
-    size_t cap = 0;
+    /* Workers (CTranslate2's inter_threads) search whole batches at once, each
+     * single-threaded on its own replica: no barrier between them, which on
+     * 2 cores beats splitting every op over both.  So that all of them get
+     * work, batches hold at most ceil(ne / workers) sentences. */
+    int workers = ll_translate_workers(o);
+    if (workers > ne) workers = ne > 0 ? ne : 1;
+    if (workers > 1 && (ne + workers - 1) / workers < max_sents) max_sents = (ne + workers - 1) / workers;
+    batch_span *spans = ll_malloc(sizeof(batch_span) * (ne ? ne : 1));
+    int nb = 0;
     for (int p = 0; p < ne;) {
         /* grow the batch while B * S stays within max_tokens (lengths ascend, so S is the last length) */
         int B = 1;
         while (p + B < ne && B < max_sents && (long)(B + 1) * ord[p + B].len <= o->max_tokens) B++;
-        const int S = ord[p + B - 1].len;
-        if ((size_t)B * S > cap) buf = ll_realloc(buf, sizeof(int32_t) * (cap = (size_t)B * S));
-        for (int b = 0; b < B; b++) {
-            const int i = ord[p + b].idx;
-            blen[b] = len[i];
-            memcpy(buf + (size_t)b * S, src[i], sizeof(int32_t) * len[i]);
-            for (int t = len[i]; t < S; t++) buf[(size_t)b * S + t] = LL_PAD;
-            acc.src_tokens += len[i];
-        }
-        ll_beam_search(m, buf, blen, B, S, &o->search, res);
-        for (int b = 0; b < B; b++) {
-            out[ord[p + b].idx] = res[b];
-            if (res[b].n) acc.out_tokens += res[b].h[0].len;
-        }
-        acc.sents += B;
-        acc.batches++;
+        spans[nb++] = (batch_span){p, B, ord[p + B - 1].len};
         p += B;
     }
+    if (workers > nb) workers = nb > 0 ? nb : 1;
+    if (workers <= 1) {
+        for (int b = 0; b < nb; b++) run_batch(m, ord, src, len, &spans[b], &o->search, out);
+    } else {
+        const int packed_here = !m->dec_packed;
+        ll_decode_pack(m); /* once, shared by the replicas */
+        ll_model **rep = ll_malloc(sizeof(ll_model *) * workers);
+        for (int w = 0; w < workers; w++) rep[w] = ll_model_replica(m);
+#ifdef _OPENMP
+        const int levels = omp_get_max_active_levels();
+        omp_set_max_active_levels(1); /* ops inside a worker run single-threaded */
+#endif
+        /* longest batches first: the dynamic schedule then ends evenly */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
+        for (int b = nb - 1; b >= 0; b--) {
+#ifdef _OPENMP
+            ll_model *r = rep[omp_get_thread_num()];
+#else
+            ll_model *r = rep[0];
+#endif
+            run_batch(r, ord, src, len, &spans[b], &o->search, out);
+        }
+#ifdef _OPENMP
+        omp_set_max_active_levels(levels);
+#endif
+        for (int w = 0; w < workers; w++) ll_model_free(rep[w]);
+        free(rep);
+        if (packed_here) ll_decode_unpack(m);
+    }
+    for (int i = 0; i < n; i++)
+        if (out[i].n) acc.out_tokens += out[i].h[0].len;
+    acc.sents = ne;
+    acc.batches = nb;
     free(ord);
-    free(buf);
-    free(blen);
-    free(res);
+    free(spans);
     acc.seconds = ll_now() - t0;
     if (st) *st = acc;
 }

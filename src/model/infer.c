@@ -34,6 +34,60 @@ static real *dlcl_row(ll_model *m, int r, real **ent, int N) {
     return z;
 }
 
+/* Decoder weights packed once per decode: every step multiplies a few rows
+ * by all of them (cpu_linear_packed.c explains why this pays). */
+enum { PK_QKV, PK_O, PK_CQ, PK_CO, PK_FC1, PK_FC2 };
+
+static void **pack_decoder(ll_model *m) {
+    const ll_hparams *hp = &m->hp;
+    const int C = hp->C, n = hp->Ld * LL_DEC_PACKED + 1;
+    void **pk = ll_calloc(n, sizeof(void *));
+    ll_backend *be = m->be;
+    const char *env = getenv("LL_DECODE_PACKED"); /* "0": plain gemm, for A/B benchmarks */
+    if (!be->linear_pack || (env && !strcmp(env, "0"))) return pk;
+    for (int l = 0; l < hp->Ld; l++) {
+        if (m->dec_ctl[l].skip) continue;
+        const ll_layer_offsets *L = &m->dec[l];
+        void **p = pk + (size_t)l * LL_DEC_PACKED;
+        p[PK_QKV] = be->linear_pack(be, m->params + L->qkv_w, 3 * C, C);
+        p[PK_O] = be->linear_pack(be, m->params + L->o_w, C, C);
+        if (!m->dec_ctl[l].skip_cross) {
+            p[PK_CQ] = be->linear_pack(be, m->params + L->cq_w, C, C);
+            p[PK_CO] = be->linear_pack(be, m->params + L->co_w, C, C);
+        }
+        p[PK_FC1] = be->linear_pack(be, m->params + L->fc1_w, hp->F, C);
+        p[PK_FC2] = be->linear_pack(be, m->params + L->fc2_w, C, hp->F);
+    }
+    pk[n - 1] = be->linear_pack(be, m->params + m->out_proj, hp->V, C);
+    return pk;
+}
+
+static void unpack_decoder(ll_model *m, void **pk) {
+    if (!pk) return;
+    for (int i = 0; i < m->hp.Ld * LL_DEC_PACKED + 1; i++)
+        if (pk[i]) m->be->linear_unpack(m->be, pk[i]);
+    free(pk);
+}
+
+void ll_decode_pack(ll_model *m) {
+    if (!m->dec_packed) m->dec_packed = pack_decoder(m);
+}
+
+void ll_decode_unpack(ll_model *m) {
+    unpack_decoder(m, m->dec_packed);
+    m->dec_packed = NULL;
+}
+
+/* y = x W^T + b through the packed weight when there is one. */
+static void dec_linear(ll_model *m, const void *packed, real *y, const real *x, int N, int in, int out, size_t w,
+                       size_t b) {
+    if (!packed) {
+        ll_linear_fwd(m, y, x, N, in, out, w, b);
+        return;
+    }
+    m->be->linear_packed(m->be, y, out, x, in, packed, b ? m->params + b : NULL, N);
+}
+
 ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam,
                               int max_T) {
     ll_backend *be = m->be;
@@ -63,6 +117,7 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
         d->self_kv[l] = be->alloc(be, (size_t)N * max_T * 2 * C * sizeof(real));
     }
     d->scratch_kv = be->alloc(be, (size_t)N * (max_T > S ? max_T : S) * 2 * C * sizeof(real));
+    d->packed = m->dec_packed ? m->dec_packed : (d->own_packed = 1, pack_decoder(m));
     ll_arena_reset(&m->arena);
     return d;
 }
@@ -110,6 +165,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     for (int l = 0; l < hp->Ld; l++) {
         const ll_layer_offsets *L = &m->dec[l];
         const ll_layer_ctl *ctl = &m->dec_ctl[l];
+        void *const *pk = d->packed + (size_t)l * LL_DEC_PACKED;
         if (ctl->skip) { /* pruned/skipped layer: identity, its cache stays unused */
             if (dl) {
                 ent[l + 1] = dlcl_entry(m, l + 1, x, N);
@@ -125,14 +181,14 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         }
         /* self-attention over the cache */
         const real *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
-        ll_linear_fwd(m, qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b);
+        dec_linear(m, pk[PK_QKV], qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b);
         real *cache = d->self_kv[l];
         for (int n = 0; n < N; n++)
             be->copy(be, cache + ((size_t)n * d->max_T + t) * 2 * C, qkv + (size_t)n * 3 * C + C,
                        2 * C * sizeof(real));
         be->attention_fwd(be, ctx, probs, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H,
                           Dh, 0, 0, NULL);
-        ll_linear_fwd(m, s, ctx, N, C, C, L->o_w, L->o_b);
+        dec_linear(m, pk[PK_O], s, ctx, N, C, C, L->o_w, L->o_b);
         x = residual(m, x, s, g, L->ln1_w, L->ln1_b, N);
         /* cross-attention (branch off: pre-norm identity, post-norm LN(x)) */
         if (ctl->skip_cross) {
@@ -144,18 +200,18 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         } else {
             u = sub_input(m, x, L->ln2_w, L->ln2_b, N);
             real *q = ll_buf(m, (size_t)N * C);
-            ll_linear_fwd(m, q, u, N, C, C, L->cq_w, L->cq_b);
+            dec_linear(m, pk[PK_CQ], q, u, N, C, C, L->cq_w, L->cq_b);
             be->attention_fwd(be, ctx, probs, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->sent_src_len,
                               d->B, d->beam, d->S, H, Dh, 0, 0, NULL);
-            ll_linear_fwd(m, s, ctx, N, C, C, L->co_w, L->co_b);
+            dec_linear(m, pk[PK_CO], s, ctx, N, C, C, L->co_w, L->co_b);
             x = residual(m, x, s, g, L->ln2_w, L->ln2_b, N);
         }
         /* FFN */
         u = sub_input(m, x, L->ln3_w, L->ln3_b, N);
         real *h = ll_buf(m, (size_t)N * hp->F);
-        ll_linear_fwd(m, h, u, N, C, hp->F, L->fc1_w, L->fc1_b);
+        dec_linear(m, pk[PK_FC1], h, u, N, C, hp->F, L->fc1_w, L->fc1_b);
         be->relu_fwd(be, h, (size_t)N * hp->F);
-        ll_linear_fwd(m, s, h, N, hp->F, C, L->fc2_w, L->fc2_b);
+        dec_linear(m, pk[PK_FC2], s, h, N, hp->F, C, L->fc2_w, L->fc2_b);
         x = residual(m, x, s, g, L->ln3_w, L->ln3_b, N);
         if (dl) {
             ent[l + 1] = dlcl_entry(m, l + 1, x, N);
@@ -167,7 +223,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         norm(m, z, x, m->dec_ln_w, m->dec_ln_b, N);
         x = z;
     }
-    be->gemm(be, 0, 1, N, hp->V, C, 1, x, C, m->params + m->out_proj, C, 0, logp, hp->V);
+    dec_linear(m, d->packed[(size_t)hp->Ld * LL_DEC_PACKED], logp, x, N, C, hp->V, m->out_proj, 0);
     be->log_softmax(be, logp, N, hp->V);
     d->t++;
     ll_arena_release(&m->arena, mk);
@@ -199,6 +255,7 @@ void ll_decode_end(ll_model *m, ll_dec_state *d) {
         m->be->free(m->be, d->cross_kv[l]);
     }
     m->be->free(m->be, d->scratch_kv);
+    if (d->own_packed) unpack_decoder(m, d->packed);
     free(d->self_kv);
     free(d->cross_kv);
     free(d->sent_src_len);

@@ -193,8 +193,32 @@ void ll_model_reset_ctl(ll_model *m) {
     for (int l = 0; l < m->hp.Ld; l++) m->dec_ctl[l] = (ll_layer_ctl){.gate = 1};
 }
 
+ll_model *ll_model_replica(const ll_model *m) {
+    ll_model *r = ll_malloc(sizeof *r);
+    *r = *m; /* shares params, tables and host arrays (read-only while replicas live) */
+    r->replica_of = m;
+    r->grads = NULL;
+    ll_arena_init(&r->arena, 0);
+    r->st = ll_calloc(1, sizeof(ll_fwd_state));
+    const int Le = m->hp.Le ? m->hp.Le : 1, Ld = m->hp.Ld ? m->hp.Ld : 1;
+    r->enc_ctl = ll_malloc(sizeof(ll_layer_ctl) * Le);
+    r->dec_ctl = ll_malloc(sizeof(ll_layer_ctl) * Ld);
+    memcpy(r->enc_ctl, m->enc_ctl, sizeof(ll_layer_ctl) * Le);
+    memcpy(r->dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * Ld);
+    return r;
+}
+
 void ll_model_free(ll_model *m) {
     if (!m) return;
+    if (m->replica_of) { /* only what ll_model_replica allocated */
+        ll_arena_free(&m->arena);
+        free(m->st);
+        free(m->enc_ctl);
+        free(m->dec_ctl);
+        free(m);
+        return;
+    }
+    ll_decode_unpack(m);
     free(m->enc_ctl);
     free(m->dec_ctl);
     for (int s = 0; s < 2; s++) {

@@ -1,11 +1,13 @@
 /* Beam search (src/decode/beam.c) against independent references, in double
- * precision.  The references score with ll_model_logprobs (full teacher-forced
+ * precision (grad_test_beam) and in fp32 with the fast decoding paths (f32_test_beam).
+ * The references score with ll_model_logprobs (full teacher-forced
  * recomputation, no KV cache), so they share no code with the search:
  *   1. a beam wide enough to hold every candidate finds every sequence, with
  *      the exhaustive scores and the exhaustive optimum (4 lenpens, 3 inits);
  *   2. a literal transcription of fairseq's step (top 2*beam with -inf
  *      fillers, full sort) gives the same hypotheses for small beams;
- *   3. batched decoding == one sentence at a time, in input order;
+ *   3. batched decoding == one sentence at a time, in input order, and with
+ *      two concurrent batch workers (inter_threads);
  *   4. greedy (beam 1) == the argmax chain;
  *   5. n-best lists: order, scores, positional scores;
  *   6. min_len / max_len / max_positions limits;
@@ -18,6 +20,11 @@
 #include "../util/testutil.h"
 #include "ll/decode.h"
 #include "ll/model.h"
+
+/* Score tolerance: double build, rounding only; fp32 build (f32_test_beam),
+ * the fast decoding paths sum in another order than the forced reference. */
+#define TOL (sizeof(real) == 8 ? 1e-9 : 2e-5)
+#define PTOL (sizeof(real) == 8 ? 1e-6 : 2e-5)
 
 static ll_model *toy(int V, int max_pos, uint64_t seed) {
     ll_hparams hp = {.C = 8, .F = 16, .H = 2, .Le = 1, .Ld = 2, .V = V, .max_pos = max_pos, .share_all = 1,
@@ -140,7 +147,7 @@ static void test_exhaustive(void) {
                         qsort(want, n, sizeof(double), cmp_desc);
                         double worst = 0;
                         for (int i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - want[i]));
-                        CHECK_MSG(worst < 1e-9, "seed %d lenpen %g: sorted scores differ by %g", seed, o.lenpen,
+                        CHECK_MSG(worst < TOL, "seed %d lenpen %g: sorted scores differ by %g", seed, o.lenpen,
                                   worst);
                         const ll_hypo *h = &out[s].h[0];
                         CHECK_MSG(h->len == lens[best] && !memcmp(h->tokens, ys[best], sizeof(int32_t) * h->len),
@@ -265,7 +272,7 @@ static int same_hypo(const ll_hypo *a, const ll_hypo *b, double tol) {
     if (a->len != b->len || memcmp(a->tokens, b->tokens, sizeof(int32_t) * a->len)) return 0;
     if (fabs(a->score - b->score) > tol) return 0;
     for (int t = 0; t < a->len; t++)
-        if (fabs(a->pos_scores[t] - b->pos_scores[t]) > 1e-5) return 0; /* stored as float */
+        if (fabs(a->pos_scores[t] - b->pos_scores[t]) > PTOL) return 0; /* stored as float */
     return 1;
 }
 
@@ -297,14 +304,14 @@ static void test_reference(void) {
                 CHECK_MSG(out[i].n == n, "seed %d beam %d sentence %d: %d hypotheses, reference %d", seed, K, i,
                           out[i].n, n);
                 for (int h = 0; h < n && h < out[i].n; h++)
-                    CHECK_MSG(same_hypo(&out[i].h[h], &want[h], 1e-9),
+                    CHECK_MSG(same_hypo(&out[i].h[h], &want[h], TOL),
                               "seed %d beam %d sentence %d: hypothesis %d differs from the reference", seed, K, i, h);
                 /* does the search matter here (a non-greedy path wins)? */
                 ll_search_opts g = o;
                 g.beam = g.nbest = 1;
                 ll_nbest gr;
                 ll_beam_search(m, src + i * 7, &sl[i], 1, sl[i], &g, &gr);
-                if (out[i].n && gr.n && out[i].h[0].score > gr.h[0].score + 1e-9) beam_beats_greedy++;
+                if (out[i].n && gr.n && out[i].h[0].score > gr.h[0].score + TOL) beam_beats_greedy++;
                 ll_nbest_free(&gr);
                 for (int h = 0; h < n; h++) {
                     free(want[h].tokens);
@@ -337,11 +344,24 @@ static void test_batching(void) {
     o.search.nbest = 3;
     o.search.max_len_a = 1.2;
     o.search.max_len_b = 2;
-    ll_nbest batched[n];
+    ll_nbest batched[n], workers[n];
     ll_translate_stats st;
     ll_translate_ids(m, (const int32_t *const *)src, len, n, &o, batched, &st);
     CHECK_MSG(st.batches > 1 && st.batches < n - 2, "expected a few multi-sentence batches, got %ld", st.batches);
     CHECK(st.sents == n - 2);
+    /* two concurrent batch workers on replicas give the same results */
+    ll_set_threads(2);
+    o.inter_threads = 2;
+    ll_translate_ids(m, (const int32_t *const *)src, len, n, &o, workers, &st);
+    ll_set_threads(1);
+    o.inter_threads = 0;
+    CHECK(st.sents == n - 2);
+    for (int i = 0; i < n; i++) {
+        int same = workers[i].n == batched[i].n;
+        for (int h = 0; same && h < workers[i].n; h++) same = same_hypo(&workers[i].h[h], &batched[i].h[h], TOL);
+        CHECK_MSG(same, "sentence %d: two batch workers differ from one", i);
+        ll_nbest_free(&workers[i]);
+    }
     for (int i = 0; i < n; i++) {
         if (!len[i]) {
             CHECK_MSG(batched[i].n == 0, "empty input %d got %d hypotheses", i, batched[i].n);
@@ -350,7 +370,7 @@ static void test_batching(void) {
         ll_nbest one;
         ll_beam_search(m, src[i], &len[i], 1, len[i], &o.search, &one);
         int same = one.n == batched[i].n;
-        for (int h = 0; same && h < one.n; h++) same = same_hypo(&one.h[h], &batched[i].h[h], 1e-9);
+        for (int h = 0; same && h < one.n; h++) same = same_hypo(&one.h[h], &batched[i].h[h], TOL);
         CHECK_MSG(same, "sentence %d: batched decoding differs from decoding it alone", i);
         ll_nbest_free(&one);
         ll_nbest_free(&batched[i]);
@@ -397,8 +417,8 @@ static void test_greedy(void) {
         CHECK_MSG(out.n == 1 && out.h[0].len == n && !memcmp(out.h[0].tokens, y, sizeof(int32_t) * n),
                   "sentence %d: greedy differs from the argmax chain", i);
         if (out.n == 1) {
-            CHECK_NEAR(out.h[0].score, sum(lp, n) / pow(n, o.lenpen), 1e-9);
-            for (int t = 0; t < n && t < out.h[0].len; t++) CHECK_NEAR(out.h[0].pos_scores[t], lp[t], 1e-6);
+            CHECK_NEAR(out.h[0].score, sum(lp, n) / pow(n, o.lenpen), TOL);
+            for (int t = 0; t < n && t < out.h[0].len; t++) CHECK_NEAR(out.h[0].pos_scores[t], lp[t], PTOL);
         }
         ll_nbest_free(&out);
     }
@@ -437,8 +457,8 @@ static void test_nbest(void) {
             int32_t *ys[1] = {y->tokens};
             double *lps[1] = {lp};
             forced(m, src, sl, LL_EOS, ys, &y->len, 1, lps, NULL);
-            CHECK_NEAR(y->score, sum(lp, y->len) / y->len, 1e-9);
-            for (int t = 0; t < y->len; t++) CHECK_NEAR(y->pos_scores[t], lp[t], 1e-6);
+            CHECK_NEAR(y->score, sum(lp, y->len) / y->len, TOL);
+            for (int t = 0; t < y->len; t++) CHECK_NEAR(y->pos_scores[t], lp[t], PTOL);
         }
         ll_nbest_free(&all);
         ll_nbest_free(&two);

@@ -1,5 +1,6 @@
 /* The KV-cache decoding path gives the same log-probabilities as full
- * (teacher-forced) recomputation, and reordering rows moves their caches. */
+ * (teacher-forced) recomputation, and reordering rows moves their caches.
+ * Built twice: in double (grad_) and in fp32 (f32_, the fast decoding paths). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +46,9 @@ static void check(const char *label, ll_hparams hp, int beam, int ctl) {
         ll_decode_reorder(m, d, from);
     }
     fprintf(stderr, "%s: max |cached - full| = %.3g\n", label, worst);
-    CHECK_MSG(worst < 1e-10, "%s: cached decoding differs from recomputation by %g", label, worst);
+    /* double build: same math to rounding; fp32 build: packed weights and a
+     * different summation order than the teacher-forced gemms */
+    CHECK_MSG(worst < (sizeof(real) == 8 ? 1e-10 : 2e-5), "%s: cached decoding differs from recomputation by %g", label, worst);
     ll_decode_end(m, d);
     free(full);
     free(logp);

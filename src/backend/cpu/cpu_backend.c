@@ -72,14 +72,15 @@ static void gemm_serial(int ta, int tb, int M, int N, int K, real alpha, const r
  * operand (K x N floats); this split packs each element once. */
 static void gemm_split_k(int nt, int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda,
                          const real *B, int ldb, real beta, real *C, int ldc) {
-    static real *scratch;
-    static size_t scratch_n;
+    static _Thread_local real *scratch; /* per thread: decoding workers run gemms concurrently */
+    static _Thread_local size_t scratch_n;
     size_t need = (size_t)(nt - 1) * M * N;
     if (need > scratch_n) {
         free(scratch);
         scratch = ll_aligned_alloc(need * sizeof(real));
         scratch_n = need;
     }
+    real *const buf = scratch; /* the caller's buffer, shared with the team */
 #pragma omp parallel num_threads(nt)
     {
         int id = omp_get_thread_num(), T = omp_get_num_threads();
@@ -89,12 +90,12 @@ static void gemm_split_k(int nt, int ta, int tb, int M, int N, int K, real alpha
         if (id == 0)
             gemm_serial(ta, tb, M, N, k1 - k0, alpha, a, lda, b, ldb, beta, C, ldc);
         else
-            gemm_serial(ta, tb, M, N, k1 - k0, alpha, a, lda, b, ldb, 0, scratch + (size_t)(id - 1) * M * N, N);
+            gemm_serial(ta, tb, M, N, k1 - k0, alpha, a, lda, b, ldb, 0, buf + (size_t)(id - 1) * M * N, N);
 #pragma omp barrier
 #pragma omp for schedule(static)
         for (int r = 0; r < M; r++)
             for (int t = 1; t < T; t++) {
-                const real *src = scratch + (size_t)(t - 1) * M * N + (size_t)r * N;
+                const real *src = buf + (size_t)(t - 1) * M * N + (size_t)r * N;
                 real *dst = C + (size_t)r * ldc;
                 for (int c = 0; c < N; c++) dst[c] += src[c];
             }
@@ -325,6 +326,9 @@ static ll_backend g_cpu = {
     .sym_kl = cpu_sym_kl,
     .log_softmax = cpu_log_softmax,
     .adam = cpu_adam,
+    .linear_pack = cpu_linear_pack,
+    .linear_packed = cpu_linear_packed,
+    .linear_unpack = cpu_linear_unpack,
 };
 
 ll_backend *ll_backend_cpu(void) { return &g_cpu; }

@@ -22,6 +22,11 @@ void cpu_log_softmax(ll_backend *be, real *x, int N, int V);
 void cpu_adam(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
               real eps, real wd, long t);
 
+void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K);
+void cpu_linear_packed(ll_backend *be, real *Y, int ldy, const real *X, int ldx, const void *packed,
+                       const real *bias, int M);
+void cpu_linear_unpack(ll_backend *be, void *packed);
+
 /* Fill mask[0..n) with keep decisions (u >= p) from Philox words offset..offset+n. */
 void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset);
 
