@@ -2,7 +2,9 @@
  * pre-norm Transformer d=256, 4 heads, FFN 1024, 6+6 layers, 8k joint vocab,
  * shared embeddings, dropout 0.1, label smoothing 0.1, Adam; a synthetic batch of
  * 128 pairs x 32 tokens (4096 target tokens).  Same shapes as torch_train_bench.py.
- * Prints: RESULT ll tokens_per_s=... step_s=... gflops=... */
+ * The step is lltrain's: ll_model_step_team with --batch-workers workers (default:
+ * one per thread; 1 = one batch, every op threaded).
+ * Prints: RESULT ll tokens_per_s=... step_s=... gflops=... workers=W */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +14,15 @@
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
-    int steps = 10, threads = 2, B = 128, L = 32;
+    int steps = 10, threads = 2, B = 128, L = 32, workers = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--len")) L = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch-workers")) workers = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [--steps N] [--threads N] [--batch B] [--len L]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--steps N] [--threads N] [--batch B] [--len L] [--batch-workers W]\n", argv[0]);
             return 2;
         }
     }
@@ -35,6 +38,7 @@ int main(int argc, char **argv) {
     cfg.adam_eps = 1e-8;
     ll_adam opt;
     ll_adam_init(&opt, m, &cfg);
+    ll_step_team *team = ll_step_team_new(m, workers > 0 ? workers : threads);
 
     ll_batch b = {.B = B, .S = L, .T = L};
     b.src = malloc(sizeof(int32_t) * B * L);
@@ -62,13 +66,15 @@ int main(int argc, char **argv) {
         ll_loss_stats st;
         memset(m->grads, 0, m->n_params * sizeof(real));
         double ts = ll_now();
-        ll_model_step(m, &b, 1, s, 1, &st);
+        ll_model_step_team(m, team, &b, 1, s, &st);
         ll_adam_step(&opt, m, 5e-4, 5e-4, 1.0 / st.ntokens, 0);
         fprintf(stderr, "step %d loss %.4f  %.3f s\n", s, st.loss / st.ntokens, ll_now() - ts);
     }
     double dt = (ll_now() - t0) / steps;
-    printf("RESULT ll tokens_per_s=%.1f step_s=%.4f gflops=%.1f\n", B * L / dt, dt, flops / dt / 1e9);
+    printf("RESULT ll tokens_per_s=%.1f step_s=%.4f gflops=%.1f workers=%d\n", B * L / dt, dt, flops / dt / 1e9,
+           ll_step_team_size(team));
     fprintf(stderr, "activation arena peak %.1f MiB\n", m->arena.peak / 1048576.0);
+    ll_step_team_free(team);
     ll_adam_free(&opt, m);
     ll_model_free(m);
     return 0;

@@ -78,10 +78,11 @@ struct ll_backend {
      * k, v: [B, Tk] rows with stride kv_stride; key_len[b] masks keys >= key_len[b];
      * causal masks keys > query position.  out: [B*Tq, H*Dh] (stride H*Dh).
      * probs: saved [B, H, Tq, Tk] after dropout (for backward); pmask: dropout mask
-     * of the probabilities (NULL when attn_dropout == 0). */
+     * of the probabilities (NULL when attn_dropout == 0), element i drawn from
+     * Philox half-word rng_offset + i (a slice of a batch passes its offset). */
     void (*attention_fwd)(ll_backend *be, real *out, real *probs, uint8_t *pmask, const real *q, int q_stride,
                           const real *k, const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk,
-                          int H, int Dh, int causal, real attn_dropout, const ll_philox *rng);
+                          int H, int Dh, int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
     void (*attention_bwd)(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *probs,
                           const uint8_t *pmask, const real *q, int q_stride, const real *k, const real *v,
                           int kv_stride, int B, int Tq, int Tk, int H, int Dh, real attn_dropout);

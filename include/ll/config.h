@@ -52,6 +52,7 @@ typedef struct {
     /* train */
     int seed;
     int threads;
+    int batch_workers;
     char optimizer[8];   /* "adam" */
     float lr, warmup_init_lr, end_lr, power;
     int warmup_updates;

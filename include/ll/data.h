@@ -145,6 +145,8 @@ typedef struct {
     int pair, src_lang, tgt_lang;
     int *ids;          /* sentence index within the pair's corpus */
     size_t cap_tok, cap_sent; /* allocated sizes (internal to ll_batcher_next) */
+    int row0;          /* a slice of a batch (ll_model_step_team): its first sentence's
+                          index in the whole batch, which keys its dropout draws; else 0 */
 } ll_batch;
 
 /* Start from a zeroed ll_batch (ll_batch b = {0}).  ll_batcher_next reuses and

@@ -136,6 +136,22 @@ typedef struct {
 void ll_model_step(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step, int train,
                    ll_loss_stats *out);
 
+/* Data parallelism over threads (src/model/team.c): workers - 1 training
+ * replicas; ll_model_step_team cuts a batch into one slice of sentences per
+ * worker, runs them at once single-threaded and sums the gradients into
+ * m->grads (the same result as ll_model_step up to summation order).  NULL
+ * from ll_step_team_new when workers < 2 or the model's objectives need the
+ * whole batch in one place (ll_step_team_supported: no latent depth, no
+ * ALD).  Make the team after setting m->obj; the parameters are shared. */
+typedef struct ll_step_team ll_step_team;
+int ll_step_team_supported(const ll_model *m);
+ll_step_team *ll_step_team_new(ll_model *m, int workers);
+void ll_step_team_free(ll_step_team *t);
+int ll_step_team_size(const ll_step_team *t); /* 1 for NULL */
+/* Training step (train = 1) on team t (NULL: plain ll_model_step). */
+void ll_model_step_team(ll_model *m, ll_step_team *t, const ll_batch *b, uint64_t seed, uint64_t rng_step,
+                        ll_loss_stats *out);
+
 /* Forward only, returning the summed loss (used by gradient checks). */
 double ll_model_loss(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step, int train);
 

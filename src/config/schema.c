@@ -93,6 +93,10 @@ const ll_cfg_key ll_cfg_keys[] = {
     /* train */
     INT("train.seed", seed, "1", 0, INT_MAX, "Seed for initialisation, shuffling and dropout."),
     INT("train.threads", threads, "0", 0, 4096, "CPU threads; 0 = all cores."),
+    INT("train.batch_workers", batch_workers, "0", 0, 4096,
+        "CPU data parallelism: each batch is cut into this many slices of sentences, trained at once by "
+        "single-threaded workers whose gradients are summed (same result up to summation order). 0 = one per "
+        "thread; 1 = one slice with every op threaded. Not with latent depth or ALD (they use 1)."),
     ENUM("train.optimizer", optimizer, "adam", "adam", "Optimiser (Adam with decoupled weight decay)."),
     FLT("train.lr", lr, "5e-4", 0, 10, OPEN_MIN, "Peak learning rate, reached at the end of warmup."),
     FLT("train.warmup_init_lr", warmup_init_lr, "1e-7", 0, 10, 0, "Learning rate at update 0 of the linear warmup."),

@@ -187,7 +187,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
             be->copy(be, cache + ((size_t)n * d->max_T + t) * 2 * C, qkv + (size_t)n * 3 * C + C,
                        2 * C * sizeof(real));
         be->attention_fwd(be, ctx, probs, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H,
-                          Dh, 0, 0, NULL);
+                          Dh, 0, 0, NULL, 0);
         dec_linear(m, pk[PK_O], s, ctx, N, C, C, L->o_w, L->o_b);
         x = residual(m, x, s, g, L->ln1_w, L->ln1_b, N);
         /* cross-attention (branch off: pre-norm identity, post-norm LN(x)) */
@@ -202,7 +202,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
             real *q = ll_buf(m, (size_t)N * C);
             dec_linear(m, pk[PK_CQ], q, u, N, C, C, L->cq_w, L->cq_b);
             be->attention_fwd(be, ctx, probs, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->sent_src_len,
-                              d->B, d->beam, d->S, H, Dh, 0, 0, NULL);
+                              d->B, d->beam, d->S, H, Dh, 0, 0, NULL, 0);
             dec_linear(m, pk[PK_CO], s, ctx, N, C, C, L->co_w, L->co_b);
             x = residual(m, x, s, g, L->ln2_w, L->ln2_b, N);
         }

@@ -52,7 +52,8 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
         k->pmask = ad > 0 ? mask_buf(m, (size_t)p->B * H * p->T * p->T) : NULL;
         ll_site_rng(&r, p, layer, SITE_SELF_PROBS);
         be->attention_fwd(be, k->ctx, k->probs, k->pmask, k->qkv, 3 * C, k->qkv + C, k->qkv + 2 * C, 3 * C,
-                          p->self_len, p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &r);
+                          p->self_len, p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &r,
+                          (uint64_t)p->row0 * H * p->T * p->T);
         ll_linear_fwd(m, s, k->ctx, N, C, C, L->o_w, L->o_b);
         break;
     case SUB_CROSS: {
@@ -66,7 +67,7 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
         k->pmask = ad > 0 ? mask_buf(m, (size_t)p->B * H * p->T * p->S) : NULL;
         ll_site_rng(&r, p, layer, SITE_CROSS_PROBS);
         be->attention_fwd(be, k->ctx, k->probs, k->pmask, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len, p->B,
-                          p->T, p->S, H, Dh, 0, ad, &r);
+                          p->T, p->S, H, Dh, 0, ad, &r, (uint64_t)p->row0 * H * p->T * p->S);
         ll_linear_fwd(m, s, k->ctx, N, C, C, L->co_w, L->co_b);
         break;
     }
@@ -82,7 +83,7 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
             be->copy(be, k->hd, k->h, (size_t)N * F * sizeof(real));
             k->amask = mask_buf(m, (size_t)N * F);
             ll_site_rng(&r, p, layer, SITE_ACT);
-            be->dropout_fwd(be, k->hd, k->amask, (size_t)N * F, hp->act_dropout, &r, 0);
+            be->dropout_fwd(be, k->hd, k->amask, (size_t)N * F, hp->act_dropout, &r, (uint64_t)p->row0 * p->T * F);
         }
         ll_linear_fwd(m, s, k->hd, N, F, C, L->fc2_w, L->fc2_b);
         break;
@@ -182,7 +183,7 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         ll_philox r;
         ll_site_rng(&r, p, layer, site_of(k->kind));
         k->mask = mask_buf(m, n);
-        be->dropout_fwd(be, s, k->mask, n, m->hp.dropout, &r, 0);
+        be->dropout_fwd(be, s, k->mask, n, m->hp.dropout, &r, (uint64_t)p->row0 * p->T * m->hp.C);
     }
     real *sum = post ? (k->a = ll_buf(m, n)) : k->y;
     if (gate == 1)

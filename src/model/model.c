@@ -210,7 +210,9 @@ ll_model *ll_model_replica(const ll_model *m) {
 
 void ll_model_free(ll_model *m) {
     if (!m) return;
-    if (m->replica_of) { /* only what ll_model_replica allocated */
+    if (m->replica_of) { /* only what the replica owns */
+        if (m->grads) m->be->free(m->be, m->grads);                        /* training replica */
+        if (m->obj.ddr_dec_ctl != m->replica_of->obj.ddr_dec_ctl) free(m->obj.ddr_dec_ctl);
         ll_arena_free(&m->arena);
         free(m->st);
         free(m->enc_ctl);

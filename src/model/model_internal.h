@@ -46,6 +46,8 @@ typedef struct {
     uint64_t seed, rng_step;
     int stack;            /* 0 encoder, 1 decoder */
     ll_layer_ctl *ctl;    /* decoder layer controls for this pass (NULL: the model's) */
+    int row0;             /* first sentence of this batch slice in the whole batch: offsets
+                             dropout draws so a slice gets the whole batch's masks */
 } ll_pass;
 
 /* One run of a stack (encoder or decoder) over one batch: embeddings, blocks,

@@ -29,7 +29,7 @@ static real *embed(ll_model *m, ll_stack_run *r) {
         ll_philox rng;
         ll_site_rng(&rng, p, 0, SITE_EMB);
         r->emb_mask = ll_arena_alloc(&m->arena, (size_t)N * C);
-        be->dropout_fwd(be, x, r->emb_mask, (size_t)N * C, m->hp.dropout, &rng, 0);
+        be->dropout_fwd(be, x, r->emb_mask, (size_t)N * C, m->hp.dropout, &rng, (uint64_t)p->row0 * p->T * C);
     }
     return x;
 }
@@ -132,12 +132,13 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout) {
 
 static ll_pass enc_pass(const ll_batch *b, const int *src_len, uint64_t seed, uint64_t step, int train) {
     return (ll_pass){.B = b->B, .T = b->S, .S = b->S, .self_len = src_len, .src_len = src_len, .train = train,
-                     .seed = seed, .rng_step = step, .stack = 0};
+                     .seed = seed, .rng_step = step, .stack = 0, .row0 = b->row0};
 }
 
 static ll_pass dec_pass(const ll_batch *b, uint64_t seed, uint64_t step, int train, const real *enc_out) {
     return (ll_pass){.B = b->B, .T = b->T, .S = b->S, .self_len = b->tgt_len, .src_len = b->src_len,
-                     .enc_out = enc_out, .train = train, .seed = seed, .rng_step = step, .stack = 1};
+                     .enc_out = enc_out, .train = train, .seed = seed, .rng_step = step, .stack = 1,
+                     .row0 = b->row0};
 }
 
 static real *project(ll_model *m, const real *h, int N) {

@@ -30,6 +30,7 @@ typedef struct {
     ll_dataset train, valid;
     ll_dataset sub[LL_MAX_CORPORA]; /* one pair each (latent mode) */
     int have_valid, latent;
+    ll_step_team *team; /* thread data parallelism (NULL: one worker) */
     int n_streams;
     ll_batcher *its[LL_MAX_CORPORA];
     ll_latent_ctx lat;
@@ -113,6 +114,8 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (cfg->ddr_alpha > 0) t->m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
     if (t->latent) ll_latent_ctx_init(&t->lat, cfg, t->m);
     ll_adam_init(&t->opt, t->m, cfg);
+    if (be == ll_backend_cpu()) /* after m->obj: replicas copy it */
+        t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
     t->ts = (ll_train_state){.best_valid = INFINITY, .opt = &t->opt};
@@ -156,9 +159,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->save_dir);
     t->metrics = fopen(mpath, o->resume ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
-    ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, BLAS core %s",
+    ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, %d batch workers, BLAS core %s",
            hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", hp.latent_enc ? ", latent encoder" : "",
-           hp.latent_dec ? ", latent decoder" : "", ll_model_count_params(t->m), ll_get_threads(), ll_blas_core());
+           hp.latent_dec ? ", latent decoder" : "", ll_model_count_params(t->m), ll_get_threads(), ll_step_team_size(t->team),
+           ll_blas_core());
     return 0;
 }
 
@@ -166,6 +170,7 @@ static void teardown(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     for (int i = 0; i < t->n_streams; i++)
         if (t->its[i]) ll_batcher_free(t->its[i]);
+    ll_step_team_free(t->team);
     if (t->m) {
         free(t->m->obj.ddr_dec_ctl);
         ll_adam_free(&t->opt, t->m);
@@ -263,7 +268,7 @@ static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
                 if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, (real)tau, hard);
             draw_structure(t, step);
             ll_loss_stats st;
-            ll_model_step(t->m, b, (uint64_t)cfg->seed, step, 1, &st);
+            ll_model_step_team(t->m, t->team, b, (uint64_t)cfg->seed, step, &st);
             if (t->m->obj.ddr_dec_ctl) /* the second pass's gate gradients count too */
                 for (int l = 0; l < t->m->hp.Ld; l++) t->m->dec_ctl[l].dgate += t->m->obj.ddr_dec_ctl[l].dgate;
             for (int s = 0; s < 2; s++)

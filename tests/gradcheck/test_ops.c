@@ -89,7 +89,7 @@ static double at_loss(void *p) {
     at_ctx *c = p;
     int C = c->H * c->Dh;
     be->attention_fwd(be, c->out, c->probs, c->pmask, c->q, C, c->k, c->v, C, c->klen, c->B, c->Tq, c->Tk, c->H,
-                      c->Dh, c->causal, c->p, &c->rng);
+                      c->Dh, c->causal, c->p, &c->rng, 0);
     return dot(c->out, c->r, (size_t)c->B * c->Tq * C);
 }
 static void test_attention(int causal, int Tq, int Tk, real p, const char *label) {

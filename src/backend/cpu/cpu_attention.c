@@ -65,7 +65,7 @@ static void attention_one_query(real *out, real *probs, const real *q, int q_str
 
 void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, const real *q, int q_stride,
                        const real *k, const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk,
-                       int H, int Dh, int causal, real attn_dropout, const ll_philox *rng) {
+                       int H, int Dh, int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
     (void)be;
     if (Tq == 1 && attn_dropout <= 0) { /* causal is moot with one query at the end */
         attention_one_query(out, probs, q, q_stride, k, v, kv_stride, key_len, B, Tk, H, Dh);
@@ -74,7 +74,7 @@ void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, c
     const real scale = 1 / sqrt((real)Dh);
     const int C = H * Dh;
     const size_t per_bh = (size_t)Tq * Tk;
-    if (attn_dropout > 0) cpu_dropout_mask(pmask, (size_t)B * H * per_bh, attn_dropout, rng, 0);
+    if (attn_dropout > 0) cpu_dropout_mask(pmask, (size_t)B * H * per_bh, attn_dropout, rng, rng_offset);
     const real keep_scale = attn_dropout > 0 ? 1 / (1 - attn_dropout) : 1;
 #pragma omp parallel
     {

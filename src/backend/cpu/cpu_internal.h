@@ -10,7 +10,7 @@ void cpu_layernorm_bwd(ll_backend *be, real *dx, real *dw, real *db, const real 
                        const real *w, const real *mean, const real *rstd, int N, int C);
 void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, const real *q, int q_stride,
                        const real *k, const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk,
-                       int H, int Dh, int causal, real attn_dropout, const ll_philox *rng);
+                       int H, int Dh, int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
 void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *probs,
                        const uint8_t *pmask, const real *q, int q_stride, const real *k, const real *v,
                        int kv_stride, int B, int Tq, int Tk, int H, int Dh, real attn_dropout);
