@@ -115,6 +115,12 @@ uint64_t ll_fnv1a64(const void *data, size_t n, uint64_t h);
 /* ---- threads ---- */
 void ll_set_threads(int n); /* OpenMP + OpenBLAS */
 int ll_get_threads(void);
+/* Worker teams (decoding batch workers, training slices): while one runs,
+ * parallel regions nested inside it use a single thread.  Returns the
+ * previous setting for ll_workers_end. */
+int ll_workers_begin(void);
+void ll_workers_end(int saved);
+int ll_worker_id(void); /* this thread's number in the current team (0 outside) */
 /* Call first in main(): re-executes once with OPENBLAS_CORETYPE / OMP_WAIT_POLICY
  * fixed when the environment leaves them at slow defaults (src/core/threads.c). */
 void ll_cpu_setup(char **argv);

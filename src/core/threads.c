@@ -21,6 +21,32 @@ void ll_set_threads(int n) {
 
 int ll_get_threads(void) { return g_threads; }
 
+int ll_workers_begin(void) {
+#ifdef _OPENMP
+    const int levels = omp_get_max_active_levels();
+    omp_set_max_active_levels(1);
+    return levels;
+#else
+    return 1;
+#endif
+}
+
+void ll_workers_end(int saved) {
+#ifdef _OPENMP
+    omp_set_max_active_levels(saved);
+#else
+    (void)saved;
+#endif
+}
+
+int ll_worker_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 /* OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons inside some VMs
  * and falls back to its generic "Prescott" SSE3 kernels, 3x slower than the
  * AVX-512 ones.  It reads OPENBLAS_CORETYPE once, when the library loads, so

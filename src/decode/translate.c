@@ -6,9 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "ll/decode.h"
 
@@ -91,23 +88,13 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
         ll_decode_pack(m); /* once, shared by the replicas */
         ll_model **rep = ll_malloc(sizeof(ll_model *) * workers);
         for (int w = 0; w < workers; w++) rep[w] = ll_model_replica(m);
-#ifdef _OPENMP
-        const int levels = omp_get_max_active_levels();
-        omp_set_max_active_levels(1); /* ops inside a worker run single-threaded */
-#endif
+        const int saved = ll_workers_begin(); /* ops inside a worker run single-threaded */
         /* longest batches first: the dynamic schedule then ends evenly */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
         for (int b = nb - 1; b >= 0; b--) {
-#ifdef _OPENMP
-            ll_model *r = rep[omp_get_thread_num()];
-#else
-            ll_model *r = rep[0];
-#endif
-            run_batch(r, ord, src, len, &spans[b], &o->search, out);
+            run_batch(rep[ll_worker_id()], ord, src, len, &spans[b], &o->search, out);
         }
-#ifdef _OPENMP
-        omp_set_max_active_levels(levels);
-#endif
+        ll_workers_end(saved);
         for (int w = 0; w < workers; w++) ll_model_free(rep[w]);
         free(rep);
         if (packed_here) ll_decode_unpack(m);

@@ -12,9 +12,6 @@
  * ll_batch.row0 offsets its dropout draws so that each sentence gets the
  * masks it would get in the whole batch.  Only the summation order of the
  * gradients differs (tests/gradcheck/test_team.c). */
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,18 +86,13 @@ void ll_model_step_team(ll_model *m, ll_step_team *t, const ll_batch *b, uint64_
         if (m->obj.ddr_dec_ctl) memcpy(r->obj.ddr_dec_ctl, m->obj.ddr_dec_ctl, sizeof(ll_layer_ctl) * Ld);
     }
     ll_loss_stats part[n];
-#ifdef _OPENMP
-    const int levels = omp_get_max_active_levels();
-    omp_set_max_active_levels(1); /* ops inside a worker run single-threaded */
-#endif
+    const int saved = ll_workers_begin(); /* ops inside a worker run single-threaded */
 #pragma omp parallel for schedule(static, 1) num_threads(n)
     for (int w = 0; w < n; w++) {
         const ll_batch s = slice(b, (int)((long)b->B * w / n), (int)((long)b->B * (w + 1) / n));
         ll_model_step(t->rep[w], &s, seed, rng_step, 1, &part[w]);
     }
-#ifdef _OPENMP
-    omp_set_max_active_levels(levels);
-#endif
+    ll_workers_end(saved);
     memset(out, 0, sizeof *out);
     for (int w = 0; w < n; w++) {
         out->loss += part[w].loss;
