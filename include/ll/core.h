@@ -61,6 +61,8 @@ typedef struct {
 
 void ll_philox_init(ll_philox *r, uint64_t seed, uint32_t stream_a, uint32_t stream_b);
 void ll_philox_block(const ll_philox *r, uint64_t block, uint32_t out[4]); /* 4 words per block */
+/* blocks block0..block0+15, their words in order (out[4*i + w]); vectorised */
+void ll_philox_blocks16(const ll_philox *r, uint64_t block0, uint32_t out[64]);
 uint32_t ll_philox_u32(const ll_philox *r, uint64_t i);                    /* i-th 32-bit word */
 float ll_philox_uniform(const ll_philox *r, uint64_t i);                   /* (0,1) open */
 uint32_t ll_philox_below(const ll_philox *r, uint64_t i, uint32_t n);      /* [0,n) */

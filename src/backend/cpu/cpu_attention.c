@@ -49,8 +49,7 @@ static void attention_one_query(real *out, real *probs, const real *q, int q_str
                 P[j] = s * scale;
                 mx = P[j] > mx ? P[j] : mx;
             }
-            real sum = 0;
-            for (int j = 0; j < lim; j++) sum += (P[j] = vexp(P[j] - mx));
+            const real sum = lim > 0 ? ll_row_exp_sum(P, lim, mx, NULL) : 0;
             real *o = out + (size_t)b * C + h * Dh;
             for (int d = 0; d < Dh; d++) o[d] = 0;
             for (int j = 0; j < lim; j++) {
@@ -98,15 +97,10 @@ void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, c
                 for (int i = 0; i < Tq; i++) {
                     real *Pi = P + (size_t)i * Tk;
                     const int n = row_limit(lim, causal, i, Tq, Tk);
-                    real mx = -INFINITY;
-                    for (int j = 0; j < n; j++) mx = Pi[j] > mx ? Pi[j] : mx;
-                    real sum = 0;
-                    for (int j = 0; j < n; j++) {
-                        Pi[j] = vexp(Pi[j] - mx);
-                        sum += Pi[j];
+                    if (n > 0) {
+                        const real mx = ll_row_max(Pi, n);
+                        ll_row_affine(Pi, n, 1 / ll_row_exp_sum(Pi, n, mx, NULL), 0);
                     }
-                    const real inv = n > 0 ? 1 / sum : 0;
-                    for (int j = 0; j < n; j++) Pi[j] *= inv;
                     for (int j = n; j < Tk; j++) Pi[j] = 0;
                 }
                 const real *Puse = P;

@@ -211,20 +211,37 @@ static void cpu_relu_bwd(ll_backend *be, real *dy, const real *y, size_t n) {
  * a CUDA dropout kernel must use the same mapping. */
 static uint32_t drop_threshold(real p) { return (uint32_t)lround((double)p * 65536.0); }
 
-void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset) {
+/* Masks (and, when x is given, applies) elements offset..offset+n of the
+ * half-word stream, 128 half-words (16 Philox blocks) per task. */
+static void dropout_apply(real *x, uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset) {
     const uint32_t thr = drop_threshold(p);
-    uint64_t first = offset >> 3, last = (offset + n + 7) >> 3; /* 8 half-words per block */
+    const real s = 1 / (1 - p);
+    const uint64_t first = offset / 128, last = (offset + n + 127) / 128;
 #pragma omp parallel for schedule(static)
-    for (uint64_t blk = first; blk < last; blk++) {
-        uint32_t w[4];
-        ll_philox_block(rng, blk, w);
-        for (int j = 0; j < 8; j++) {
-            uint64_t h = blk * 8 + j;
-            if (h < offset || h >= offset + n) continue;
-            uint32_t half = (w[j >> 1] >> (16 * (j & 1))) & 0xffffu;
-            mask[h - offset] = half >= thr;
+    for (uint64_t c = first; c < last; c++) {
+        uint32_t w[64];
+        uint16_t half[128];
+        ll_philox_blocks16(rng, c * 16, w);
+        for (int j = 0; j < 128; j++) half[j] = (uint16_t)(w[j >> 1] >> (16 * (j & 1)));
+        const uint64_t h0 = c * 128;
+        const int lo = h0 < offset ? (int)(offset - h0) : 0;
+        const int hi = offset + n - h0 < 128 ? (int)(offset + n - h0) : 128;
+        uint8_t *mk = mask + (h0 - offset);
+        if (x) {
+            real *xc = x + (h0 - offset);
+            for (int j = lo; j < hi; j++) {
+                const int keep = half[j] >= thr;
+                mk[j] = (uint8_t)keep;
+                xc[j] = keep ? xc[j] * s : 0;
+            }
+        } else {
+            for (int j = lo; j < hi; j++) mk[j] = half[j] >= thr;
         }
     }
+}
+
+void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset) {
+    dropout_apply(NULL, mask, n, p, rng, offset);
 }
 
 static void cpu_dropout_fwd(ll_backend *be, real *x, uint8_t *mask, size_t n, real p, const ll_philox *rng,
@@ -234,21 +251,7 @@ static void cpu_dropout_fwd(ll_backend *be, real *x, uint8_t *mask, size_t n, re
         memset(mask, 1, n);
         return;
     }
-    const uint32_t thr = drop_threshold(p);
-    const real s = 1 / (1 - p);
-    uint64_t first = offset >> 3, last = (offset + n + 7) >> 3;
-#pragma omp parallel for schedule(static)
-    for (uint64_t blk = first; blk < last; blk++) { /* mask and apply in one pass */
-        uint32_t w[4];
-        ll_philox_block(rng, blk, w);
-        for (int j = 0; j < 8; j++) {
-            uint64_t h = blk * 8 + j;
-            if (h < offset || h >= offset + n) continue;
-            uint8_t keep = ((w[j >> 1] >> (16 * (j & 1))) & 0xffffu) >= thr;
-            mask[h - offset] = keep;
-            x[h - offset] = keep ? x[h - offset] * s : 0;
-        }
-    }
+    dropout_apply(x, mask, n, p, rng, offset);
 }
 
 static void cpu_dropout_bwd(ll_backend *be, real *dx, const uint8_t *mask, size_t n, real p) {

@@ -19,17 +19,9 @@ void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N
             for (int v = 0; v < V; v++) x[v] = 0;
             continue;
         }
-        real mx = x[0];
-#pragma omp simd reduction(max : mx)
-        for (int v = 1; v < V; v++) mx = x[v] > mx ? x[v] : mx;
-        real sum = 0, sumx = 0; /* float partial sums, vectorised; 8k terms keep ~1e-6 relative error */
-#pragma omp simd reduction(+ : sum, sumx)
-        for (int v = 0; v < V; v++) {
-            sumx += x[v];
-            real e = vexp(x[v] - mx);
-            sum += e;
-            x[v] = e; /* keep exp for the gradient */
-        }
+        const real mx = ll_row_max(x, V);
+        real sumx; /* float partial sums; 8k terms keep ~1e-6 relative error */
+        const real sum = ll_row_exp_sum(x, V, mx, &sumx); /* keep exp for the gradient */
         double lse = mx + log(sum);
         /* lp[y] = logit_y - lse; recover logit_y from the stored exp. */
         double ly = log((double)x[y]) + mx;
@@ -37,8 +29,7 @@ void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N
         double smooth = V * lse - sumx;
         L += (1 - eps - eps_i) * nll + eps_i * smooth;
         NL += nll;
-        real inv = 1 / sum;
-        for (int v = 0; v < V; v++) x[v] = grad_scale * (x[v] * inv - (real)eps_i);
+        ll_row_affine(x, V, grad_scale / sum, -grad_scale * (real)eps_i);
         x[y] -= grad_scale * (real)(1 - eps - eps_i);
     }
     *loss_sum = L;
@@ -77,15 +68,9 @@ void cpu_log_softmax(ll_backend *be, real *x, int N, int V) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) {
         real *xr = x + (size_t)r * V;
-        real mx = xr[0];
-#pragma omp simd reduction(max : mx)
-        for (int v = 1; v < V; v++) mx = xr[v] > mx ? xr[v] : mx;
-        real sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int v = 0; v < V; v++) sum += vexp(xr[v] - mx);
-        real lse = mx + rlog(sum);
-#pragma omp simd
-        for (int v = 0; v < V; v++) xr[v] -= lse;
+        const real mx = ll_row_max(xr, V);
+        const real lse = mx + rlog(ll_row_sumexp(xr, V, mx));
+        ll_row_affine(xr, V, 1, -lse);
     }
 }
 

@@ -1,0 +1,184 @@
+/* The CPU backend's vectorised fp32 paths against simple references (the
+ * gradient checks run the double build, which takes the scalar loops):
+ *   - Philox4x32-10 known-answer vectors (Random123's kat_vectors), and the
+ *     16-block vector generator == the scalar one, across a 2^32 carry;
+ *   - dropout masks == the documented half-word rule, for unaligned offsets
+ *     and lengths, and dropout_fwd applies exactly that mask;
+ *   - label-smoothed cross-entropy (loss, nll and gradient) and log-softmax
+ *     against double-precision formulas, with vocabulary tails and padding;
+ *   - attention probabilities against a double softmax, causal and padded. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/backend.h"
+#include "util/testutil.h"
+
+/* the CPU backend's mask-only draw (attention dropout), private to it */
+void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset);
+
+static void test_philox(void) {
+    /* (counter words 0..3, key words 0..1) -> output, from Random123 kat_vectors */
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e, 0xa20bc7c6,
+         0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb, 0x5001e420,
+         0x24126ea1},
+    };
+    for (int t = 0; t < 3; t++) {
+        ll_philox r;
+        ll_philox_init(&r, (uint64_t)kat[t][5] << 32 | kat[t][4], kat[t][2], kat[t][3]);
+        uint32_t o[4];
+        ll_philox_block(&r, (uint64_t)kat[t][1] << 32 | kat[t][0], o);
+        for (int w = 0; w < 4; w++) CHECK_MSG(o[w] == kat[t][6 + w], "kat %d word %d: %08x", t, w, o[w]);
+    }
+    ll_philox r;
+    ll_philox_init(&r, 0x123456789abcdefull, 7, 99);
+    const uint64_t starts[] = {0, 16, 12345, 0xfffffff8ull, 0x1fffffff0ull, 0xfffffffffffffff0ull};
+    for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
+        uint32_t v[64], o[4];
+        ll_philox_blocks16(&r, starts[s], v);
+        for (int i = 0; i < 16; i++) {
+            ll_philox_block(&r, starts[s] + i, o);
+            CHECK_MSG(!memcmp(o, v + 4 * i, sizeof o), "blocks16 from %llu: block %d differs",
+                      (unsigned long long)starts[s], i);
+        }
+    }
+}
+
+static void test_dropout(void) {
+    ll_backend *be = ll_backend_cpu();
+    ll_philox r;
+    ll_philox_init(&r, 11, LL_RNG_DROPOUT, 3);
+    const float p = 0.3f;
+    const uint32_t thr = (uint32_t)lround(p * 65536.0);
+    const size_t ns[] = {1, 7, 128, 129, 1000, 70001};
+    const uint64_t offs[] = {0, 3, 128, 1001, 1ull << 33};
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof offs / sizeof offs[0]; b++) {
+            const size_t n = ns[a];
+            const uint64_t off = offs[b];
+            uint8_t *mask = malloc(n), *mask2 = malloc(n + 2);
+            float *x = malloc(sizeof(float) * n);
+            for (size_t i = 0; i < n; i++) x[i] = 1 + (float)(i % 5);
+            mask2[n] = mask2[n + 1] = 0xAB;
+            be->dropout_fwd(be, x, mask, n, p, &r, off);
+            size_t bad = 0, badx = 0, kept = 0;
+            for (size_t i = 0; i < n; i++) {
+                const uint64_t h = off + i;
+                const uint32_t word = ll_philox_u32(&r, h >> 1);
+                const int keep = ((word >> (16 * (h & 1))) & 0xffff) >= thr;
+                bad += mask[i] != keep;
+                const float want = keep ? (1 + (float)(i % 5)) / (1 - p) : 0;
+                badx += fabsf(x[i] - want) > 1e-6f * want;
+                kept += keep;
+            }
+            CHECK_MSG(bad == 0 && badx == 0, "dropout n=%zu offset=%llu: %zu mask / %zu value mismatches", n,
+                      (unsigned long long)off, bad, badx);
+            if (n > 10000) CHECK_NEAR((double)kept / n, 1 - p, 0.01);
+            /* the mask-only path (attention dropout) draws the same mask */
+            cpu_dropout_mask(mask2, n, p, &r, off);
+            CHECK(!memcmp(mask, mask2, n) && mask2[n] == 0xAB);
+            free(mask), free(mask2), free(x);
+        }
+}
+
+static void test_xent(void) {
+    ll_backend *be = ll_backend_cpu();
+    const int N = 6, V = 1013, pad = 1;
+    const float eps = 0.1f, gs = 0.5f;
+    float *x = malloc(sizeof(float) * N * V), *ls = malloc(sizeof(float) * N * V);
+    int32_t tgt[6] = {5, 1012, pad, 0, 77, 500};
+    ll_philox r;
+    ll_philox_init(&r, 3, 4, 5);
+    for (int i = 0; i < N * V; i++) ls[i] = x[i] = 12 * ll_philox_uniform(&r, i) - 6 + (i % V == 77 ? 20 : 0);
+    double L, NL;
+    be->xent_fwd_bwd(be, x, tgt, N, V, eps, pad, gs, &L, &NL);
+    double RL = 0, RNL = 0, worst = 0;
+    const double eps_i = eps / (V - 1.0);
+    for (int n = 0; n < N; n++) {
+        const float *z = ls + (size_t)n * V;
+        if (tgt[n] == pad) {
+            for (int v = 0; v < V; v++) worst = fmax(worst, fabs(x[(size_t)n * V + v]));
+            continue;
+        }
+        double mx = -INFINITY, s = 0;
+        for (int v = 0; v < V; v++) mx = fmax(mx, z[v]);
+        for (int v = 0; v < V; v++) s += exp(z[v] - mx);
+        const double lse = mx + log(s);
+        double smooth = 0;
+        for (int v = 0; v < V; v++) {
+            smooth += lse - z[v];
+            const double q = v == tgt[n] ? 1 - eps : eps_i;
+            worst = fmax(worst, fabs(x[(size_t)n * V + v] - gs * (exp(z[v] - lse) - q)));
+        }
+        RL += (1 - eps - eps_i) * (lse - z[tgt[n]]) + eps_i * smooth;
+        RNL += lse - z[tgt[n]];
+    }
+    CHECK_MSG(worst < 1e-6, "xent gradient max error %g", worst);
+    CHECK_NEAR(L, RL, 1e-4 * fabs(RL));
+    CHECK_NEAR(NL, RNL, 1e-4 * fabs(RNL));
+
+    memcpy(x, ls, sizeof(float) * N * V);
+    be->log_softmax(be, x, N, V);
+    worst = 0;
+    for (int n = 0; n < N; n++) {
+        const float *z = ls + (size_t)n * V;
+        double mx = -INFINITY, s = 0;
+        for (int v = 0; v < V; v++) mx = fmax(mx, z[v]);
+        for (int v = 0; v < V; v++) s += exp(z[v] - mx);
+        for (int v = 0; v < V; v++) worst = fmax(worst, fabs(x[(size_t)n * V + v] - (z[v] - mx - log(s))));
+    }
+    CHECK_MSG(worst < 2e-5, "log_softmax max error %g", worst);
+    free(x), free(ls);
+}
+
+static void test_attention_probs(void) {
+    ll_backend *be = ll_backend_cpu();
+    const int B = 2, H = 2, Dh = 8, C = H * Dh;
+    const int shapes[][3] = {{5, 19, 0}, {7, 7, 1}, {1, 33, 0}}; /* Tq, Tk, causal */
+    for (int s = 0; s < 3; s++) {
+        const int Tq = shapes[s][0], Tk = shapes[s][1], causal = shapes[s][2];
+        const int key_len[2] = {Tk, Tk - 3};
+        float *q = malloc(sizeof(float) * B * Tq * C), *kv = malloc(sizeof(float) * B * Tk * 2 * C);
+        float *out = malloc(sizeof(float) * B * Tq * C), *probs = malloc(sizeof(float) * B * H * Tq * Tk);
+        ll_philox r;
+        ll_philox_init(&r, 8, 9, (uint32_t)s);
+        for (int i = 0; i < B * Tq * C; i++) q[i] = 4 * ll_philox_uniform(&r, i) - 2;
+        for (int i = 0; i < B * Tk * 2 * C; i++) kv[i] = 4 * ll_philox_uniform(&r, 100000 + i) - 2;
+        be->attention_fwd(be, out, probs, NULL, q, C, kv, kv + C, 2 * C, key_len, B, Tq, Tk, H, Dh, causal, 0, &r,
+                          0);
+        double worst = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < Tq; i++) {
+                    int lim = key_len[b];
+                    if (causal && i + (Tk - Tq) + 1 < lim) lim = i + (Tk - Tq) + 1;
+                    double sc[64], mx = -INFINITY, sum = 0;
+                    for (int j = 0; j < lim; j++) {
+                        double d = 0;
+                        for (int e = 0; e < Dh; e++)
+                            d += (double)q[((size_t)b * Tq + i) * C + h * Dh + e] *
+                                 kv[((size_t)b * Tk + j) * 2 * C + h * Dh + e];
+                        sc[j] = d / sqrt((double)Dh);
+                        mx = fmax(mx, sc[j]);
+                    }
+                    for (int j = 0; j < lim; j++) sum += exp(sc[j] - mx);
+                    const float *P = probs + (((size_t)b * H + h) * Tq + i) * Tk;
+                    for (int j = 0; j < Tk; j++)
+                        worst = fmax(worst, fabs(P[j] - (j < lim ? exp(sc[j] - mx) / sum : 0)));
+                }
+        CHECK_MSG(worst < 1e-6, "attention probs Tq=%d Tk=%d causal=%d: max error %g", Tq, Tk, causal, worst);
+        free(q), free(kv), free(out), free(probs);
+    }
+}
+
+int main(void) {
+    ll_set_threads(2);
+    test_philox();
+    test_dropout();
+    test_xent();
+    test_attention_probs();
+    return tu_finish("test_cpu_kernels");
+}
