@@ -53,6 +53,10 @@ struct ll_backend {
     /* y[r,:] += b (bias add); db += column sums of dy. */
     void (*bias_fwd)(ll_backend *be, real *y, const real *b, int N, int C);
     void (*bias_bwd)(ll_backend *be, real *db, const real *dy, int N, int C);
+    /* Optional (NULL: gemm with beta 0, then bias_fwd): y[r,:] = b, so a linear
+     * layer's gemm can start from the bias with beta 1 -- one pass over y
+     * instead of BLAS zeroing it and a bias pass adding to it. */
+    void (*bias_set)(ll_backend *be, real *y, const real *b, int N, int C);
 
     /* In place: x = relu(x).  Backward: dx = dy * (y > 0), in place on dy. */
     void (*relu_fwd)(ll_backend *be, real *x, size_t n);

@@ -117,6 +117,9 @@ uint64_t ll_fnv1a64(const void *data, size_t n, uint64_t h);
 /* ---- threads ---- */
 void ll_set_threads(int n); /* OpenMP + OpenBLAS */
 int ll_get_threads(void);
+/* Threads an op started here may use: 1 inside a worker (a parallel region
+ * that cannot nest), else ll_get_threads(). */
+int ll_threads_here(void);
 /* Worker teams (decoding batch workers, training slices): while one runs,
  * parallel regions nested inside it use a single thread.  Returns the
  * previous setting for ll_workers_end. */

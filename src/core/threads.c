@@ -21,6 +21,13 @@ void ll_set_threads(int n) {
 
 int ll_get_threads(void) { return g_threads; }
 
+int ll_threads_here(void) {
+#ifdef _OPENMP
+    if (omp_get_active_level() >= omp_get_max_active_levels()) return 1;
+#endif
+    return g_threads;
+}
+
 int ll_workers_begin(void) {
 #ifdef _OPENMP
     const int levels = omp_get_max_active_levels();

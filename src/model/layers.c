@@ -20,6 +20,11 @@ void ll_site_rng(ll_philox *r, const ll_pass *p, int layer, int site) {
 
 void ll_linear_fwd(ll_model *m, real *y, const real *x, int N, int in, int out, size_t w, size_t b) {
     ll_backend *be = m->be;
+    if (b && be->bias_set) {
+        be->bias_set(be, y, m->params + b, N, out);
+        be->gemm(be, 0, 1, N, out, in, 1, x, in, m->params + w, in, 1, y, out);
+        return;
+    }
     be->gemm(be, 0, 1, N, out, in, 1, x, in, m->params + w, in, 0, y, out);
     if (b) be->bias_fwd(be, y, m->params + b, N, out);
 }
