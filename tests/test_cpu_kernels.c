@@ -6,7 +6,9 @@
  *     and lengths, and dropout_fwd applies exactly that mask;
  *   - label-smoothed cross-entropy (loss, nll and gradient) and log-softmax
  *     against double-precision formulas, with vocabulary tails and padding;
- *   - attention probabilities against a double softmax, causal and padded. */
+ *   - attention probabilities against a double softmax, causal and padded;
+ *   - Adam (fairseq's update, with weight decay), sumsq and bias_set against
+ *     double-precision loops. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,11 +176,48 @@ static void test_attention_probs(void) {
     }
 }
 
+static void test_optimizer_ops(void) {
+    ll_backend *be = ll_backend_cpu();
+    const size_t n = 100003; /* not a multiple of any vector width or block */
+    float *p = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n), *m = calloc(n, sizeof(float)),
+          *v = calloc(n, sizeof(float));
+    double *P = malloc(sizeof(double) * n), *M = calloc(n, sizeof(double)), *Vv = calloc(n, sizeof(double));
+    ll_philox r;
+    ll_philox_init(&r, 21, 22, 23);
+    for (size_t i = 0; i < n; i++) P[i] = p[i] = 2 * ll_philox_uniform(&r, i) - 1;
+    const double lr = 1e-3, b1 = 0.9, b2 = 0.98, eps = 1e-8, wd = 0.01;
+    double worst = 0;
+    for (long t = 1; t <= 3; t++) {
+        for (size_t i = 0; i < n; i++) g[i] = (float)(0.1 * (2 * ll_philox_uniform(&r, t * n + i) - 1));
+        be->adam(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t);
+        const double step = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
+        for (size_t i = 0; i < n; i++) {
+            M[i] = b1 * M[i] + (1 - b1) * g[i];
+            Vv[i] = b2 * Vv[i] + (1 - b2) * (double)g[i] * g[i];
+            P[i] -= lr * wd * P[i];
+            P[i] -= step * M[i] / (sqrt(Vv[i]) + eps);
+            worst = fmax(worst, fabs(p[i] - P[i]));
+        }
+    }
+    CHECK_MSG(worst < 1e-6, "adam max error %g after 3 steps", worst);
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)p[i] * p[i];
+    CHECK_NEAR(be->sumsq(be, p, n), ss, 1e-6 * ss);
+
+    const int N = 5, C = 37;
+    float bias[37], y[5 * 37];
+    for (int c = 0; c < C; c++) bias[c] = (float)c - 3.5f;
+    be->bias_set(be, y, bias, N, C);
+    for (int i = 0; i < N * C; i++) CHECK(y[i] == bias[i % C]);
+    free(p), free(g), free(m), free(v), free(P), free(M), free(Vv);
+}
+
 int main(void) {
     ll_set_threads(2);
     test_philox();
     test_dropout();
     test_xent();
     test_attention_probs();
+    test_optimizer_ops();
     return tu_finish("test_cpu_kernels");
 }
