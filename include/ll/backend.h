@@ -83,7 +83,9 @@ struct ll_backend {
      * causal masks keys > query position.  out: [B*Tq, H*Dh] (stride H*Dh).
      * probs: saved [B, H, Tq, Tk] after dropout (for backward); pmask: dropout mask
      * of the probabilities (NULL when attn_dropout == 0), element i drawn from
-     * Philox half-word rng_offset + i (a slice of a batch passes its offset). */
+     * Philox half-word rng_offset + i (a slice of a batch passes its offset).
+     * attention_bwd overwrites the heads' columns of dq, dk and dv (zeros where
+     * no gradient flows), so they need not be cleared. */
     void (*attention_fwd)(ll_backend *be, real *out, real *probs, uint8_t *pmask, const real *q, int q_stride,
                           const real *k, const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk,
                           int H, int Dh, int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);

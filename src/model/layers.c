@@ -107,7 +107,7 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
     case SUB_SELF: {
         real *dctx = ll_buf(m, (size_t)N * C);
         ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->o_w, L->o_b);
-        real *dqkv = ll_zeros(m, (size_t)N * 3 * C);
+        real *dqkv = ll_buf(m, (size_t)N * 3 * C); /* attention_bwd overwrites */
         be->attention_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dctx, k->probs, k->pmask, k->qkv, 3 * C, k->qkv + C,
                           k->qkv + 2 * C, 3 * C, p->B, p->T, p->T, H, Dh, ad);
         ll_linear_bwd(m, din, din_beta, dqkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
@@ -117,7 +117,7 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
         const int Ns = p->B * p->S;
         real *dctx = ll_buf(m, (size_t)N * C);
         ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->co_w, L->co_b);
-        real *dq = ll_zeros(m, (size_t)N * C), *dkv = ll_zeros(m, (size_t)Ns * 2 * C);
+        real *dq = ll_buf(m, (size_t)N * C), *dkv = ll_buf(m, (size_t)Ns * 2 * C);
         be->attention_bwd(be, dq, dkv, dkv + C, dctx, k->probs, k->pmask, k->q, C, k->kv, k->kv + C, 2 * C, p->B,
                           p->T, p->S, H, Dh, ad);
         ll_linear_bwd(m, din, din_beta, dq, in, N, C, C, L->cq_w, L->cq_b);

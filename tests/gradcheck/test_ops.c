@@ -104,7 +104,7 @@ static void test_attention(int causal, int Tq, int Tk, real p, const char *label
     c.klen = klen;
     ll_philox_init(&c.rng, 3, 77, 1);
     at_loss(&c);
-    real *dq = calloc(nq, sizeof(real)), *dk = calloc(nk, sizeof(real)), *dv = calloc(nk, sizeof(real));
+    real *dq = rnd(nq, 14), *dk = rnd(nk, 15), *dv = rnd(nk, 16); /* garbage: backward must overwrite */
     be->attention_bwd(be, dq, dk, dv, c.r, c.probs, c.pmask, c.q, C, c.k, c.v, C, c.B, Tq, Tk, c.H, c.Dh, p);
     char name[64];
     snprintf(name, sizeof name, "attn %s dq", label);

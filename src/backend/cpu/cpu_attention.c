@@ -140,7 +140,6 @@ void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real 
                             lim = j + 1;
                             break;
                         }
-                if (lim == 0) continue;
                 const real *qb = q + (size_t)b * Tq * q_stride + h * Dh;
                 const real *kb = k + (size_t)b * Tk * kv_stride + h * Dh;
                 const real *vb = v + (size_t)b * Tk * kv_stride + h * Dh;
@@ -148,13 +147,23 @@ void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real 
                 real *dkb = dk + (size_t)b * Tk * kv_stride + h * Dh;
                 real *dvb = dv + (size_t)b * Tk * kv_stride + h * Dh;
                 const real *go = dout + (size_t)b * Tq * C + h * Dh;
+                /* this (b, h) owns its slices of dq, dk, dv: overwrite them, zeros
+                 * where no gradient flows (callers need not clear the buffers) */
+                for (int j = lim; j < Tk; j++) {
+                    memset(dkb + (size_t)j * kv_stride, 0, sizeof(real) * Dh);
+                    memset(dvb + (size_t)j * kv_stride, 0, sizeof(real) * Dh);
+                }
+                if (lim == 0) {
+                    for (int i = 0; i < Tq; i++) memset(dqb + (size_t)i * q_stride, 0, sizeof(real) * Dh);
+                    continue;
+                }
                 const real *Puse = P;
                 if (Pd) {
                     for (size_t e = 0; e < per_bh; e++) Pd[e] = M[e] ? P[e] * keep_scale : 0;
                     Puse = Pd;
                 }
-                /* dV += P~^T dO ; dP~ = dO V^T */
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, lim, Dh, Tq, 1, Puse, Tk, go, C, 1, dvb, kv_stride);
+                /* dV = P~^T dO ; dP~ = dO V^T */
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, lim, Dh, Tq, 1, Puse, Tk, go, C, 0, dvb, kv_stride);
                 GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, lim, Dh, 1, go, C, vb, kv_stride, 0, dP, Tk);
                 /* through dropout and softmax: dS = P * (dP - sum_j P dP) * scale */
                 for (int i = 0; i < Tq; i++) {
@@ -168,10 +177,10 @@ void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real 
                     for (int j = 0; j < lim; j++) dot += Pi[j] * dPi[j];
                     for (int j = 0; j < lim; j++) dPi[j] = Pi[j] * (dPi[j] - dot) * scale;
                 }
-                /* dQ += dS K ; dK += dS^T Q */
-                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, Dh, lim, 1, dP, Tk, kb, kv_stride, 1, dqb,
+                /* dQ = dS K ; dK = dS^T Q */
+                GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, Dh, lim, 1, dP, Tk, kb, kv_stride, 0, dqb,
                      q_stride);
-                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, lim, Dh, Tq, 1, dP, Tk, qb, q_stride, 1, dkb, kv_stride);
+                GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, lim, Dh, Tq, 1, dP, Tk, qb, q_stride, 0, dkb, kv_stride);
             }
         free(dP);
         free(Pd);
