@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
-#include "fastexp.h"
+#include "vecmath.h"
 
 #ifdef LL_REAL_DOUBLE
 #define GEMM cblas_dgemm
@@ -49,7 +49,7 @@ static void attention_one_query(real *out, real *probs, const real *q, int q_str
                 P[j] = s * scale;
                 mx = P[j] > mx ? P[j] : mx;
             }
-            const real sum = lim > 0 ? ll_row_exp_sum(P, lim, mx, NULL) : 0;
+            const real sum = lim > 0 ? ll_row_exp_inplace(P, lim, mx, NULL) : 0;
             real *o = out + (size_t)b * C + h * Dh;
             for (int d = 0; d < Dh; d++) o[d] = 0;
             for (int j = 0; j < lim; j++) {
@@ -99,7 +99,7 @@ void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, c
                     const int n = row_limit(lim, causal, i, Tq, Tk);
                     if (n > 0) {
                         const real mx = ll_row_max(Pi, n);
-                        ll_row_affine(Pi, n, 1 / ll_row_exp_sum(Pi, n, mx, NULL), 0);
+                        ll_row_affine(Pi, n, 1 / ll_row_exp_inplace(Pi, n, mx, NULL), 0);
                     }
                     for (int j = n; j < Tk; j++) Pi[j] = 0;
                 }

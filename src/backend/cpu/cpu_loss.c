@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "cpu_internal.h"
-#include "fastexp.h"
+#include "vecmath.h"
 
 void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
                       real grad_scale, double *loss_sum, double *nll_sum) {
@@ -21,7 +21,7 @@ void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N
         }
         const real mx = ll_row_max(x, V);
         real sumx; /* float partial sums; 8k terms keep ~1e-6 relative error */
-        const real sum = ll_row_exp_sum(x, V, mx, &sumx); /* keep exp for the gradient */
+        const real sum = ll_row_exp_inplace(x, V, mx, &sumx); /* keep exp for the gradient */
         double lse = mx + log(sum);
         /* lp[y] = logit_y - lse; recover logit_y from the stored exp. */
         double ly = log((double)x[y]) + mx;
@@ -69,7 +69,7 @@ void cpu_log_softmax(ll_backend *be, real *x, int N, int V) {
     for (int r = 0; r < N; r++) {
         real *xr = x + (size_t)r * V;
         const real mx = ll_row_max(xr, V);
-        const real lse = mx + rlog(ll_row_sumexp(xr, V, mx));
+        const real lse = mx + rlog(ll_row_sum_exp(xr, V, mx));
         ll_row_affine(xr, V, 1, -lse);
     }
 }

@@ -8,8 +8,8 @@
  *
  * The exp is Cephes' expf: range reduction by ln 2 and a degree-6 polynomial,
  * max relative error ~2e-7 over the clamped range [-87, 88]. */
-#ifndef LL_FASTEXP_H
-#define LL_FASTEXP_H
+#ifndef LL_VECMATH_H
+#define LL_VECMATH_H
 
 #include <math.h>
 #include <stdint.h>
@@ -78,7 +78,7 @@ static inline real ll_row_max(const real *x, int n) {
 
 /* x[i] = exp(x[i] - shift) in place; returns the sum of the new values and,
  * when sum_in is not NULL, stores the sum of the old ones there. */
-static inline real ll_row_exp_sum(real *x, int n, real shift, real *sum_in) {
+static inline real ll_row_exp_inplace(real *x, int n, real shift, real *sum_in) {
 #ifdef LL_VEC16
     const __m512 sh = _mm512_set1_ps(shift);
     __m512 s = _mm512_setzero_ps(), si = _mm512_setzero_ps();
@@ -105,7 +105,7 @@ static inline real ll_row_exp_sum(real *x, int n, real shift, real *sum_in) {
 }
 
 /* sum of exp(x[i] - shift), x unchanged */
-static inline real ll_row_sumexp(const real *x, int n, real shift) {
+static inline real ll_row_sum_exp(const real *x, int n, real shift) {
 #ifdef LL_VEC16
     const __m512 sh = _mm512_set1_ps(shift);
     __m512 s = _mm512_setzero_ps();
