@@ -118,7 +118,8 @@ static void test_xent(void) {
         RL += (1 - eps - eps_i) * (lse - z[tgt[n]]) + eps_i * smooth;
         RNL += lse - z[tgt[n]];
     }
-    CHECK_MSG(worst < 1e-6, "xent gradient max error %g", worst);
+    /* 4e-6: without AVX-512 the row sum is one float accumulator over 1013 terms (1.8e-6 seen) */
+    CHECK_MSG(worst < 4e-6, "xent gradient max error %g", worst);
     CHECK_NEAR(L, RL, 1e-4 * fabs(RL));
     CHECK_NEAR(NL, RNL, 1e-4 * fabs(RNL));
 
