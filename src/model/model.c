@@ -95,7 +95,7 @@ static void add_layer(ll_model *m, size_t *cap, const char *prefix, ll_layer_off
 #undef P
 }
 
-ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
+ll_model *ll_model_plan(const ll_hparams *hp, ll_backend *be) {
     const char *missing = ll_backend_missing(be);
     if (missing) ll_die("backend '%s' does not implement op '%s' yet", be->name, missing);
     ll_model *m = ll_calloc(1, sizeof *m);
@@ -165,6 +165,13 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
         m->latent_z[s] = ll_calloc((size_t)hp->latent_rows * L + 1, sizeof(real));
         m->latent_dzda[s] = ll_calloc((size_t)hp->latent_rows * L + 1, sizeof(real));
     }
+    return m;
+}
+
+void ll_model_alloc(ll_model *m) {
+    ll_backend *be = m->be;
+    const ll_hparams *hp = &m->hp;
+    const int C = hp->C;
     m->params = be->alloc(be, m->n_params * sizeof(real));
     m->grads = be->alloc(be, m->n_params * sizeof(real));
 
@@ -185,6 +192,11 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
     m->enc_ctl = ll_calloc(hp->Le ? hp->Le : 1, sizeof(ll_layer_ctl));
     m->dec_ctl = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_layer_ctl));
     ll_model_reset_ctl(m);
+}
+
+ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
+    ll_model *m = ll_model_plan(hp, be);
+    ll_model_alloc(m);
     return m;
 }
 
