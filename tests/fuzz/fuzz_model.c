@@ -19,8 +19,9 @@ static void put_u64(uint8_t *p, uint64_t v) {
 
 static void walk(const ll_ckpt *k) {
     size_t vlen;
-    ll_ckpt_vocab(k, &vlen);
-    if (strlen(ll_ckpt_config_text(k)) > (size_t)-2) abort();
+    const uint8_t *v = ll_ckpt_vocab(k, &vlen);
+    volatile size_t sink = strlen(ll_ckpt_config_text(k)) + (vlen ? v[vlen - 1] : 0);
+    (void)sink;
     for (int i = 0; i < ll_ckpt_n_tensors(k); i++) {
         const ll_tensor_ref *t = ll_ckpt_tensor(k, i);
         if (ll_ckpt_find(k, t->name) != t) abort(); /* names are unique */
