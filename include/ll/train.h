@@ -3,6 +3,7 @@
 #ifndef LL_TRAIN_H
 #define LL_TRAIN_H
 
+#include "ll/checkpoint.h"
 #include "ll/config.h"
 #include "ll/model.h"
 
@@ -23,25 +24,25 @@ double ll_schedule_lr(const ll_schedule *s, long num_updates);
 /* ---- Adam over the flat parameter buffer ---- */
 typedef struct {
     real *m, *v; /* device buffers, n_params each */
-    long t;      /* updates of Theta taken */
-    long t_phi;  /* updates of the latent-depth logits [phi_offset, n) taken */
+    long t;      /* updates of Theta taken (host mirror of stats[LL_ST_ADAM_T]) */
+    long t_phi;  /* updates of the latent-depth logits [phi_offset, n) taken (LL_ST_ADAM_T_PHI) */
     real b1, b2, eps, wd;
 } ll_adam;
 void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg);
 void ll_adam_free(ll_adam *o, ll_model *model);
-/* Scale grads by grad_scale, clip to clip_norm (0 = off), step Theta with lr
- * and the latent logits [phi_offset, n) with lr_phi; lr_phi < 0 leaves the
- * logits alone this step (their gradient is discarded: the inner steps of
- * Algorithm 2).  Returns the gradient norm before clipping (after scaling). */
-double ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm);
-
-#ifdef __cplusplus
-}
-#endif
-#endif
+/* Queue one update, with no host read: gradient norm into the stats buffer,
+ * the gradient scaled by grad_scale and clipped to clip_norm (0 = off) inside
+ * Adam, Theta stepped with lr and the latent logits [phi_offset, n) with
+ * lr_phi; lr_phi < 0 leaves the logits alone this step (their gradient is
+ * discarded: the inner steps of Algorithm 2).  A non-finite loss or gradient
+ * norm skips the update on the backend (stats[LL_ST_SKIP]).  The norm before
+ * clipping (after scaling) is stats[LL_ST_GNORM]. */
+void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm);
+/* Host mirrors t, t_phi from a stats read; and back to the backend (resume). */
+void ll_adam_sync(ll_adam *o, const double *stats);
+void ll_adam_push_steps(ll_adam *o, ll_model *model);
 
 /* ---- model files (src/train/model_io.c) ---- */
-#include "ll/checkpoint.h"
 
 /* What a training checkpoint carries beyond the model. */
 typedef struct {
@@ -84,3 +85,8 @@ typedef struct {
 } ll_train_opts;
 /* Runs training as configured.  Returns 0, or -1 + errbuf. */
 int ll_train(ll_config *cfg, const ll_train_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -14,14 +14,8 @@
 
 int ll_dlcl_on(const ll_model *m, int stack) { return stack ? m->hp.dlcl_dec : m->hp.dlcl_enc; }
 
-static int n_layers(const ll_model *m, int stack) { return stack ? m->hp.Ld : m->hp.Le; }
-
-real ll_dlcl_w(const ll_model *m, int stack, int r, int k) {
-    const int L1 = n_layers(m, stack) + 1;
-    if (!m->dlcl_w[stack]) return m->dlcl_fixed[stack][r * L1 + k];
-    real w;
-    m->be->download(m->be, &w, m->params + m->dlcl_w[stack] + (size_t)r * L1 + k, sizeof(real));
-    return w;
+const real *ll_dlcl_weights(const ll_model *m, int stack) {
+    return m->dlcl_w[stack] ? m->params + m->dlcl_w[stack] : m->dlcl_fixed[stack];
 }
 
 size_t ll_dlcl_ln_w(const ll_model *m, int stack, int k) { return m->dlcl_ln[stack][2 * k]; }
@@ -60,13 +54,10 @@ real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
     r->ln_rstd = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
     r->raw[0] = r->x0;
     r->ent[0] = entry_ln(m, 0) ? norm_fwd(m, r, 0, r->x0, N) : r->x0;
-    for (int row = 0; row <= L; row++) {
+    const real *W = ll_dlcl_weights(m, r->stack);
+    for (int row = 0; row <= L; row++) { /* one op per row, reading W[row] on the backend */
         real *c = r->comb[row] = ll_buf(m, n);
-        be->memset0(be, c, n * sizeof(real));
-        for (int k = 0; k <= row; k++) {
-            real w = ll_dlcl_w(m, r->stack, row, k);
-            if (w != 0) be->add_scaled(be, c, c, r->ent[k], w, n);
-        }
+        be->weighted_sum(be, c, (const real *const *)r->ent, W + (size_t)row * (L + 1), row + 1, n);
         r->in[row] = row_ln(m, row) ? norm_fwd(m, r, row, c, N) : c;
         if (row < L) {
             r->raw[row + 1] = ll_layer_fwd(m, r, row, r->in[row]);
@@ -83,22 +74,18 @@ void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0) {
     real **dent = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
     for (int k = 0; k <= L; k++) dent[k] = ll_zeros(m, n);
     real *din = dtop;
+    const real *W = ll_dlcl_weights(m, s);
     for (int row = L; row >= 0; row--) {
         real *dcomb = din;
         if (row_ln(m, row)) {
             dcomb = ll_zeros(m, n);
             norm_bwd(m, r, row, dcomb, din, r->comb[row], N);
         }
-        for (int k = 0; k <= row; k++) {
-            real w = ll_dlcl_w(m, s, row, k);
-            if (w != 0) be->add_scaled(be, dent[k], dent[k], dcomb, w, n);
-            if (m->dlcl_w[s]) { /* dW[row][k] = <dcomb, e_k> */
-                real *g = m->grads + m->dlcl_w[s] + (size_t)row * (L + 1) + k, gv;
-                be->download(be, &gv, g, sizeof(real));
-                gv += (real)be->dot(be, dcomb, r->ent[k], n);
-                be->upload(be, g, &gv, sizeof(real));
-            }
-        }
+        /* d e_k += W[row][k] dcomb;  dW[row][k] += <dcomb, e_k> */
+        be->weighted_scatter(be, dent, W + (size_t)row * (L + 1), dcomb, row + 1, n);
+        if (m->dlcl_w[s])
+            be->dots_acc(be, m->grads + m->dlcl_w[s] + (size_t)row * (L + 1), dcomb, (const real *const *)r->ent,
+                         row + 1, n);
         if (row >= 1) {
             real *dy = dent[row];
             if (entry_ln(m, row)) {

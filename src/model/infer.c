@@ -23,11 +23,8 @@ static real *dlcl_entry(ll_model *m, int k, real *y, int N) {
 static real *dlcl_row(ll_model *m, int r, real **ent, int N) {
     const size_t n = (size_t)N * m->hp.C;
     real *c = ll_buf(m, n);
-    m->be->memset0(m->be, c, n * sizeof(real));
-    for (int k = 0; k <= r; k++) {
-        real w = ll_dlcl_w(m, 1, r, k);
-        if (w != 0) m->be->add_scaled(m->be, c, c, ent[k], w, n);
-    }
+    m->be->weighted_sum(m->be, c, (const real *const *)ent, ll_dlcl_weights(m, 1) + (size_t)r * (m->hp.Ld + 1), r + 1,
+                        n);
     if (!(m->hp.dlcl_ln && m->hp.post_norm && r >= 1)) return c;
     real *z = ll_buf(m, n);
     norm(m, z, c, ll_dlcl_ln_w(m, 1, r), ll_dlcl_ln_b(m, 1, r), N);
@@ -123,10 +120,13 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
 }
 
 /* y = x + g Sub(LN(x)) (pre-norm), LN(x + g Sub(x)) (post-norm) or x + g Sub(x)
- * (ReZero, g includes alpha); s holds Sub's output. */
-static real *residual(ll_model *m, const real *x, real *s, real g, size_t ln_w, size_t ln_b, int N) {
+ * (ReZero, g[1] is alpha); g[] are backend scalars (NULL = 1); s holds Sub's output. */
+static real *residual(ll_model *m, const real *x, real *s, const real *const g[2], size_t ln_w, size_t ln_b, int N) {
     real *y = ll_buf(m, (size_t)N * m->hp.C);
-    m->be->add_scaled(m->be, y, x, s, g, (size_t)N * m->hp.C);
+    if (!g[0] && !g[1])
+        m->be->add(m->be, y, x, s, (size_t)N * m->hp.C);
+    else
+        m->be->add_gated(m->be, y, x, s, g[0], g[1], (size_t)N * m->hp.C);
     if (m->hp.post_norm) {
         real *z = ll_buf(m, (size_t)N * m->hp.C);
         norm(m, z, y, ln_w, ln_b, N);
@@ -173,12 +173,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
             }
             continue;
         }
-        real g = ctl->gate;
-        if (hp->rezero) {
-            real a;
-            be->download(be, &a, m->params + m->rezero_alpha[1][l], sizeof(real));
-            g *= a;
-        }
+        const real *const g[2] = {ctl->gate, hp->rezero ? m->params + m->rezero_alpha[1][l] : NULL};
         /* self-attention over the cache */
         const real *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
         dec_linear(m, pk[PK_QKV], qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b);

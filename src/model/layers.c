@@ -138,14 +138,10 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
 
 static int site_of(ll_sub_kind kind) { return kind == SUB_SELF ? SITE_SELF : kind == SUB_CROSS ? SITE_CROSS : SITE_FFN; }
 
-/* The branch scale is z * alpha: the layer's gate (latent depth) times ReZero's alpha. */
-static real gate_z(const ll_block *k) { return k->ctl ? k->ctl->gate : 1; }
-static real rezero_alpha(const ll_model *m, const ll_block *k) {
-    real a = 1;
-    if (k->alpha) m->be->download(m->be, &a, m->params + k->alpha, sizeof(real));
-    return a;
-}
-static real branch_scale(const ll_model *m, const ll_block *k) { return gate_z(k) * rezero_alpha(m, k); }
+/* The branch scale is z * alpha: the layer's gate (latent depth) times
+ * ReZero's alpha, both scalars in backend memory (NULL = 1). */
+static const real *gate_ptr(const ll_block *k) { return k->ctl ? k->ctl->gate : NULL; }
+static const real *alpha_ptr(const ll_model *m, const ll_block *k) { return k->alpha ? m->params + k->alpha : NULL; }
 
 void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     ll_backend *be = m->be;
@@ -172,7 +168,7 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         }
         return;
     }
-    const real gate = branch_scale(m, k);
+    const real *gate = gate_ptr(k), *alpha = alpha_ptr(m, k);
     k->y = ll_buf(m, n);
     real *s = k->s = ll_buf(m, n);
     if (!post && !rezero) {
@@ -191,10 +187,10 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         be->dropout_fwd(be, s, k->mask, n, m->hp.dropout, &r, (uint64_t)p->row0 * p->T * m->hp.C);
     }
     real *sum = post ? (k->a = ll_buf(m, n)) : k->y;
-    if (gate == 1)
+    if (!gate && !alpha)
         be->add(be, sum, k->x, s, n);
     else
-        be->add_scaled(be, sum, k->x, s, gate, n);
+        be->add_gated(be, sum, k->x, s, gate, alpha, n);
     if (post) be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
 }
 
@@ -227,18 +223,11 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx
         FIRST(dx, ds);
     }
 #undef FIRST
-    const real gate = branch_scale(m, k);
-    if ((ctl && ctl->needs_dgate) || rezero) {
-        double d = be->dot(be, ds, k->s, n); /* dL/d(z * alpha) */
-        if (ctl && ctl->needs_dgate) ctl->dgate += d * rezero_alpha(m, k);
-        if (rezero) {
-            real ga;
-            be->download(be, &ga, m->grads + k->alpha, sizeof(real));
-            ga += (real)(d * gate_z(k));
-            be->upload(be, m->grads + k->alpha, &ga, sizeof(real));
-        }
-    }
-    if (gate != 1) be->scale(be, ds, gate, n);
+    const real *gate = gate_ptr(k), *alpha = alpha_ptr(m, k);
+    /* d(x + z alpha s): dL/dz = alpha <ds, s>, dL/dalpha = z <ds, s> (on the backend) */
+    if (ctl && ctl->dgate) be->dot_acc(be, ctl->dgate, ds, k->s, n, alpha);
+    if (rezero) be->dot_acc(be, m->grads + k->alpha, ds, k->s, n, gate);
+    if (gate || alpha) be->scale_gated(be, ds, gate, alpha, n);
     if (k->mask) be->dropout_bwd(be, ds, k->mask, n, m->hp.dropout);
     if (!post && !rezero) {
         real *du = ll_buf(m, n);

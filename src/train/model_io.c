@@ -104,6 +104,7 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     ts->batch_pos = ints[3];
     ts->bad_valids = ints[4];
     ts->opt->t_phi = ints[6];
+    ll_adam_push_steps(ts->opt, m); /* the optimizer op reads the step counts on the backend */
     ts->n_streams = (int)ints[7];
     for (int i = 0; i < 2 * LL_MAX_CORPORA; i++) ts->stream_pos[i] = ints[8 + i];
     memcpy(&ts->best_valid, bb->data, sizeof(double));

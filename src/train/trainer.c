@@ -224,10 +224,20 @@ static int next_batch(trainer *t, int i, ll_batch *b) {
     return ll_fail("training data yields no batches");
 }
 
+/* What the log shows, summed over updates from the stats buffer reads. */
 typedef struct {
     long ntok;
     double loss, nll, kl, lk, ddr, ald;
 } update_stats;
+
+static void add_stats(update_stats *u, const double *st) {
+    u->loss += st[LL_ST_LOSS];
+    u->nll += st[LL_ST_NLL];
+    u->kl += st[LL_ST_KL];
+    u->lk += st[LL_ST_LK];
+    u->ddr += st[LL_ST_DDR] + st[LL_ST_CE2];
+    u->ald += st[LL_ST_ALD];
+}
 
 /* Per-forward random structure: LayerDrop, cross-attention drop, and the
  * second DDR pass's own draws (reference-spec §3.2: drawn per pass). */
@@ -248,8 +258,10 @@ static void draw_structure(trainer *t, uint64_t step) {
     }
 }
 
-/* Forward/backward of everything in one update; gradients accumulate. */
-static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
+/* Forward/backward of everything in one update; gradients and losses
+ * accumulate on the backend (nothing is read here); *ntok gets the update's
+ * target tokens (known on the host from the batches). */
+static int accumulate(trainer *t, ll_batch *b, long *ntok) {
     const ll_config *cfg = t->cfg;
     const long upd = t->ts.update;
     const int per = t->latent ? t->n_streams : 1;
@@ -267,58 +279,45 @@ static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
             for (int s = 0; s < 2; s++)
                 if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, (real)tau, hard);
             draw_structure(t, step);
-            ll_loss_stats st;
-            ll_model_step_team(t->m, t->team, b, (uint64_t)cfg->seed, step, &st);
-            if (t->m->obj.ddr_dec_ctl) /* the second pass's gate gradients count too */
-                for (int l = 0; l < t->m->hp.Ld; l++) t->m->dec_ctl[l].dgate += t->m->obj.ddr_dec_ctl[l].dgate;
+            /* the gates' gradients (the DDR pass shares the accumulators) go to the logits */
+            ll_model_step_team(t->m, t->team, b, (uint64_t)cfg->seed, step, NULL);
             for (int s = 0; s < 2; s++)
                 if (ll_latent_on(t->m, s)) {
                     ll_latent_backward(t->m, s, rows[s]);
-                    u->kl += ll_latent_kl(t->m, &t->lat, s, rows[s], upd, st.ntokens);
+                    ll_latent_kl(t->m, &t->lat, s, rows[s], upd, b->n_tgt_tokens);
                 }
-            u->ntok += st.ntokens;
-            u->loss += st.loss;
-            u->nll += st.nll;
-            u->ddr += st.ddr + st.ce2;
-            u->ald += st.ald;
+            *ntok += b->n_tgt_tokens;
         }
-    for (int s = 0; s < 2 && t->latent; s++) u->lk += ll_latent_lk(t->m, &t->lat, s, upd, u->ntok);
+    for (int s = 0; s < 2 && t->latent; s++) ll_latent_lk(t->m, &t->lat, s, upd, *ntok);
     return 0;
 }
 
-/* Expected depth E[L] = sum_l q_l averaged over the stack's languages. */
-static double expected_depth(trainer *t, int s) {
-    double e = 0;
-    for (int r = 0; r < t->m->hp.latent_rows; r++)
-        if (t->lat.active[s][r]) e += ll_latent_expected_depth(t->m, s, r);
-    return e / (t->lat.n_active[s] ? t->lat.n_active[s] : 1);
-}
-
-/* Per-language q(z_l = 1) and last-sample utilisation, for scripts/plot. */
-static void log_latent_json(trainer *t) {
+/* Per-language q(z_l = 1) and last-sample utilisation, for scripts/plot,
+ * from the snapshot read with the update's statistics. */
+static void log_latent_json(trainer *t, const real *snap, const double *st) {
     static const char *names[2] = {"enc", "dec"};
-    real a[4096];
     fprintf(t->metrics, ",\"latent\":{");
     int first_stack = 1;
     for (int s = 0; s < 2; s++) {
         if (!ll_latent_on(t->m, s)) continue;
-        const int L = s ? t->m->hp.Ld : t->m->hp.Le;
+        const int L = s ? t->m->hp.Ld : t->m->hp.Le, R = t->m->hp.latent_rows;
+        const real *a = snap, *z = snap + (size_t)R * L;
+        snap += 2 * (size_t)R * L;
         fprintf(t->metrics, "%s\"%s\":{\"q\":{", first_stack ? "" : ",", names[s]);
         first_stack = 0;
         int first = 1;
-        for (int r = 0; r < t->m->hp.latent_rows; r++) {
-            if (!t->lat.active[s][r]) continue;
-            ll_latent_logits(t->m, s, r, a);
-            fprintf(t->metrics, "%s\"%s\":[", first ? "" : ",", t->m->hp.latent_rows > 1 ? t->langs[r] : "shared");
+        for (int r = 0; r < R; r++) {
+            if (!t->lat.prior[s].active[r]) continue;
+            fprintf(t->metrics, "%s\"%s\":[", first ? "" : ",", R > 1 ? t->langs[r] : "shared");
             first = 0;
-            for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", 1 / (1 + exp(-a[l])));
+            for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", ll_latent_q(a[(size_t)r * L + l]));
             fputc(']', t->metrics);
         }
         double u[4096];
-        ll_latent_utilisation(t->m, &t->lat, s, u);
+        ll_latent_utilisation(&t->lat, s, z, u);
         fprintf(t->metrics, "},\"u\":[");
         for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", u[l]);
-        fprintf(t->metrics, "],\"expected_depth\":%.4f}", expected_depth(t, s));
+        fprintf(t->metrics, "],\"expected_depth\":%.4f}", st[s ? LL_ST_DEPTH_DEC : LL_ST_DEPTH_ENC]);
     }
     fputc('}', t->metrics);
 }
@@ -342,6 +341,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     long log_tokens = 0, log_updates = 0, start_update = t.ts.update;
     update_stats acc = {0};
     double log_gnorm = 0;
+    real *snap = t.latent ? ll_malloc(t.m->snap_bytes) : NULL; /* host copy of the latent snapshot */
     int64_t epoch, pos;
     int stop = 0;
     for (;;) {
@@ -350,29 +350,35 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         double lr = ll_schedule_lr(&t.sched, t.ts.update);
         t.m->be->memset0(t.m->be, t.m->grads, t.m->n_params * sizeof(real));
-        update_stats u = {0};
-        if ((rc = accumulate(&t, &b, &u))) goto out;
+        ll_model_stats_zero(t.m);
+        long ntok = 0;
+        if ((rc = accumulate(&t, &b, &ntok))) goto out;
         /* the logits take a step every I updates, from this update's gradient only */
         double lr_phi = -1;
         if (t.latent && (t.ts.update + 1) % I == 0)
             lr_phi = cfg->latent_logits_lr > 0 ? lr * cfg->latent_logits_lr / cfg->lr : lr;
-        double gnorm = ll_adam_step(&t.opt, t.m, lr, lr_phi, 1.0 / (u.ntok ? u.ntok : 1), cfg->clip_norm);
+        ll_adam_step(&t.opt, t.m, lr, lr_phi, 1.0 / (ntok ? ntok : 1), cfg->clip_norm);
+        const int log_now = (t.ts.update + 1) % cfg->log_interval == 0 || (max_updates && t.ts.update + 1 == max_updates);
+        if (t.latent && log_now) { /* E[L] and the logits/samples ride along with the stats */
+            ll_latent_depth(t.m, &t.lat);
+            ll_model_snapshot(t.m);
+        }
+        /* the one backend-to-host read of the update */
+        double st[LL_ST_N];
+        ll_model_stats_read(t.m, st, t.latent && log_now ? snap : NULL);
+        ll_adam_sync(&t.opt, st);
         t.ts.update++;
         log_updates++;
-        log_tokens += u.ntok;
-        acc.ntok += u.ntok;
-        acc.loss += u.loss;
-        acc.nll += u.nll;
-        acc.kl += u.kl;
-        acc.lk += u.lk;
-        acc.ddr += u.ddr;
-        acc.ald += u.ald;
-        log_gnorm += gnorm;
-        if (!isfinite(u.loss)) {
-            rc = ll_fail("update %ld: loss is %f (diverged); lower train.lr or set train.clip_norm", t.ts.update, u.loss);
+        log_tokens += ntok;
+        acc.ntok += ntok;
+        add_stats(&acc, st);
+        log_gnorm += st[LL_ST_GNORM];
+        if (!isfinite(st[LL_ST_LOSS])) {
+            rc = ll_fail("update %ld: loss is %f (diverged); lower train.lr or set train.clip_norm", t.ts.update,
+                         st[LL_ST_LOSS]);
             goto out;
         }
-        if (t.ts.update % cfg->log_interval == 0 || (max_updates && t.ts.update == max_updates)) {
+        if (log_now) {
             double now = ll_now();
             double tps = log_tokens / (now - t_log);
             double per_update = (now - t_start) / (double)(t.ts.update - start_update);
@@ -388,8 +394,9 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                 snprintf(depth, sizeof depth, " | ddr %.3f | ald %.3f", acc.ddr / acc.ntok / M_LN2,
                          acc.ald / acc.ntok / M_LN2);
             if (t.latent)
-                snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f", ll_latent_on(t.m, 0) ? expected_depth(&t, 0) : (double)t.m->hp.Le,
-                         ll_latent_on(t.m, 1) ? expected_depth(&t, 1) : (double)t.m->hp.Ld, acc.kl / acc.ntok / M_LN2);
+                snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f",
+                         ll_latent_on(t.m, 0) ? st[LL_ST_DEPTH_ENC] : (double)t.m->hp.Le,
+                         ll_latent_on(t.m, 1) ? st[LL_ST_DEPTH_DEC] : (double)t.m->hp.Ld, acc.kl / acc.ntok / M_LN2);
             double L = acc.loss / acc.ntok / M_LN2, N = acc.nll / acc.ntok / M_LN2;
             if (ll_verbosity > 0)
                 fprintf(stderr,
@@ -406,7 +413,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                 fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc.ddr / acc.ntok / M_LN2, acc.ald / acc.ntok / M_LN2);
             if (t.latent) {
                 fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc.kl / acc.ntok / M_LN2, acc.lk / acc.ntok / M_LN2);
-                log_latent_json(&t);
+                log_latent_json(&t, snap, st);
             }
             fprintf(t.metrics, "}\n");
             fflush(t.metrics);
@@ -436,6 +443,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         if (!stop) rc = run_validation(&t, ll_now() - t_start, &stop);
     if (!rc) ll_log("done: %ld updates; checkpoints in %s", t.ts.update, cfg->save_dir);
 out:
+    free(snap);
     ll_batch_free(&b);
     teardown(&t);
     return rc;

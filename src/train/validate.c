@@ -21,20 +21,19 @@ static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *vali
     ll_batcher *vb = ll_batcher_new(valid, cfg->max_tokens, cfg->seed, 0);
     ll_batch b;
     memset(&b, 0, sizeof b);
-    double L = 0, N = 0;
     long ntok = 0;
-    while (ll_batcher_next(vb, &b)) {
+    ll_model_stats_zero(m);
+    while (ll_batcher_next(vb, &b)) { /* losses accumulate on the backend; one read at the end */
         ll_set_pair_inference(m, cfg, b.src_lang, b.tgt_lang);
-        ll_loss_stats s;
-        ll_model_step(m, &b, cfg->seed, 0, 0, &s);
-        L += s.loss;
-        N += s.nll;
-        ntok += s.ntokens;
+        ll_model_step(m, &b, cfg->seed, 0, 0, NULL);
+        ntok += b.n_tgt_tokens;
     }
     ll_batch_free(&b);
     ll_batcher_free(vb);
-    r->loss = L / (ntok ? ntok : 1) / M_LN2;
-    r->nll = N / (ntok ? ntok : 1) / M_LN2;
+    double st[LL_ST_N];
+    ll_model_stats_read(m, st, NULL);
+    r->loss = st[LL_ST_LOSS] / (ntok ? ntok : 1) / M_LN2;
+    r->nll = st[LL_ST_NLL] / (ntok ? ntok : 1) / M_LN2;
 }
 
 /* Lines of a text file (malloc'd array of malloc'd strings). */

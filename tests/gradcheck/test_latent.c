@@ -26,6 +26,19 @@ static void set_logits(ll_model *m, int stack, int row, const double *a) {
     for (int l = 0; l < L; l++) m->params[m->latent_logits[stack] + (size_t)row * L + l] = a[l];
 }
 
+/* The ops add their values to the stats buffer (host memory on the CPU backend). */
+static double kl(ll_model *m, ll_latent_ctx *c, int stack, int row, long upd, long ntok) {
+    m->stats[LL_ST_KL] = 0;
+    ll_latent_kl(m, c, stack, row, upd, ntok);
+    return m->stats[LL_ST_KL];
+}
+
+static double lk(ll_model *m, ll_latent_ctx *c, int stack, long upd, long ntok) {
+    m->stats[LL_ST_LK] = 0;
+    ll_latent_lk(m, c, stack, upd, ntok);
+    return m->stats[LL_ST_LK];
+}
+
 static void test_sampler(void) {
     ll_model *m = make_model(1, 0, 1);
     double a[4] = {-2, -0.5, 0.4, 3};
@@ -35,7 +48,7 @@ static void test_sampler(void) {
         const int n = 20000;
         for (int s = 0; s < n; s++) {
             ll_latent_sample(m, 1, 0, 3, s, tau, 1);
-            for (int l = 0; l < 4; l++) freq[l] += m->dec_ctl[l].gate;
+            for (int l = 0; l < 4; l++) freq[l] += *m->dec_ctl[l].gate;
         }
         /* P(hard z = 1) = sigmoid(a), whatever the temperature */
         for (int l = 0; l < 4; l++)
@@ -46,18 +59,18 @@ static void test_sampler(void) {
     int near01 = 0, near_half = 0;
     for (int s = 0; s < 2000; s++) {
         ll_latent_sample(m, 1, 0, 3, s, 0.002, 0);
-        for (int l = 0; l < 4; l++) near01 += fmin(m->dec_ctl[l].gate, 1 - m->dec_ctl[l].gate) < 0.01;
+        for (int l = 0; l < 4; l++) near01 += fmin(*m->dec_ctl[l].gate, 1 - *m->dec_ctl[l].gate) < 0.01;
         ll_latent_sample(m, 1, 0, 3, s, 1e4, 0);
-        for (int l = 0; l < 4; l++) near_half += fabs(m->dec_ctl[l].gate - 0.5) < 0.01;
+        for (int l = 0; l < 4; l++) near_half += fabs(*m->dec_ctl[l].gate - 0.5) < 0.01;
     }
     CHECK_MSG(near01 > 0.99 * 8000, "tau->0: only %d of 8000 soft samples near 0/1", near01);
     CHECK_MSG(near_half == 8000, "tau->inf: %d of 8000 soft samples near 1/2", near_half);
     /* one draw per layer per forward: the same step gives the same sample */
     ll_latent_sample(m, 1, 0, 3, 77, 1, 0);
-    double z0 = m->dec_ctl[2].gate;
+    double z0 = *m->dec_ctl[2].gate;
     ll_latent_sample(m, 1, 0, 3, 78, 1, 0);
     ll_latent_sample(m, 1, 0, 3, 77, 1, 0);
-    CHECK(m->dec_ctl[2].gate == z0);
+    CHECK(*m->dec_ctl[2].gate == z0);
     ll_model_free(m);
 }
 
@@ -101,7 +114,7 @@ static void test_logit_gradient(void) {
     }
     /* hard samples: forward uses 0/1 gates, gradient is the soft sample's (straight-through) */
     ll_latent_sample(m, 1, 1, 9, 4, 2.0, 1);
-    for (int l = 0; l < 4; l++) CHECK(m->dec_ctl[l].gate == 0 || m->dec_ctl[l].gate == 1);
+    for (int l = 0; l < 4; l++) CHECK(*m->dec_ctl[l].gate == 0 || *m->dec_ctl[l].gate == 1);
     gc_free_batch(&b);
     ll_model_free(m);
 }
@@ -123,7 +136,7 @@ static void test_kl_and_lk(void) {
     strcpy(cfg.train[1].tgt_lang, "xx");
     ll_latent_ctx c;
     ll_latent_ctx_init(&c, &cfg, m);
-    CHECK(c.n_active[1] == 2 && c.active[1][1] && c.active[1][2] && !c.active[1][0]);
+    CHECK(c.prior[1].n_active == 2 && c.prior[1].active[1] && c.prior[1].active[2] && !c.prior[1].active[0]);
     double a1[4] = {0.5, -1, 2, 0}, a2[4] = {-0.3, 0.8, 0.1, 1.5};
     set_logits(m, 1, 1, a1);
     set_logits(m, 1, 2, a2);
@@ -135,7 +148,7 @@ static void test_kl_and_lk(void) {
         want += q * log(q / p) + (1 - q) * log((1 - q) / (1 - p));
     }
     memset(m->grads, 0, m->n_params * sizeof(real));
-    double got = ll_latent_kl(m, &c, 1, 1, 10, 7);
+    double got = kl(m, &c, 1, 1, 10, 7);
     CHECK_NEAR(got, 0.5 * 7 * want, 1e-10);
     double g0[4];
     for (int l = 0; l < 4; l++) g0[l] = m->grads[m->latent_logits[1] + 4 + l];
@@ -143,9 +156,9 @@ static void test_kl_and_lk(void) {
         size_t i = m->latent_logits[1] + 4 + l;
         double g = g0[l], s = m->params[i], h = 1e-6;
         m->params[i] = s + h;
-        double vp = ll_latent_kl(m, &c, 1, 1, 10, 7);
+        double vp = kl(m, &c, 1, 1, 10, 7);
         m->params[i] = s - h;
-        double vm = ll_latent_kl(m, &c, 1, 1, 10, 7);
+        double vm = kl(m, &c, 1, 1, 10, 7);
         m->params[i] = s;
         CHECK_NEAR(g, (vp - vm) / (2 * h), 1e-6);
     }
@@ -165,7 +178,7 @@ static void test_kl_and_lk(void) {
         double q = sigm(a2[l]), p = (sigm(a1[l]) + sigm(a2[l])) / 2;
         want += q * log(q / p) + (1 - q) * log((1 - q) / (1 - p));
     }
-    CHECK_NEAR(ll_latent_kl(m, &c, 1, 2, 10, 1), 0.5 * want, 1e-10);
+    CHECK_NEAR(kl(m, &c, 1, 2, 10, 1), 0.5 * want, 1e-10);
 
     /* the reference's one-sided KL on hard samples: ~ ln2 * (selected layers) / L */
     strcpy(cfg.latent_prior, "beta");
@@ -173,7 +186,7 @@ static void test_kl_and_lk(void) {
     strcpy(cfg.latent_kl, "reference");
     real *z = m->latent_z[1] + 4;
     z[0] = 1, z[1] = 0, z[2] = 1, z[3] = 1;
-    CHECK_NEAR(ll_latent_kl(m, &c, 1, 1, 10, 1), 0.5 * 3 * log(2.0) / 4, 1e-5);
+    CHECK_NEAR(kl(m, &c, 1, 1, 10, 1), 0.5 * 3 * log(2.0) / 4, 1e-5);
     strcpy(cfg.latent_kl, "bernoulli");
 
     /* L_K = |sum_l u_l - K| with u = mean over languages of the samples; d/dz = lambda sign / N */
@@ -185,13 +198,13 @@ static void test_kl_and_lk(void) {
     for (int l = 0; l < 4; l++) d1[l] = 0.1 * (l + 1), d2[l] = 0.2;
     memset(m->grads, 0, m->n_params * sizeof(real));
     /* (config floats: lambda = 0.1f) */
-    CHECK_NEAR(ll_latent_lk(m, &c, 1, 10, 20), 0.1 * 20 * 0.5, 1e-7);
+    CHECK_NEAR(lk(m, &c, 1, 10, 20), 0.1 * 20 * 0.5, 1e-7);
     CHECK_NEAR(m->grads[m->latent_logits[1] + 4 + 2], 0.1 * 20 * 1.0 / 2 * 0.3, 1e-7);
     CHECK_NEAR(m->grads[m->latent_logits[1] + 8 + 0], 0.1 * 20 * 1.0 / 2 * 0.2, 1e-7);
     strcpy(cfg.latent_lk_form, "squared");
-    CHECK_NEAR(ll_latent_lk(m, &c, 1, 10, 1), 0.1 * 0.25, 1e-8);
+    CHECK_NEAR(lk(m, &c, 1, 10, 1), 0.1 * 0.25, 1e-8);
     cfg.latent_target_dec = -1;
-    CHECK(ll_latent_lk(m, &c, 1, 10, 1) == 0);
+    CHECK(lk(m, &c, 1, 10, 1) == 0);
     ll_model_free(m);
 }
 
@@ -202,9 +215,14 @@ static void test_inference(void) {
     ll_latent_set_inference(m, 1, 0, LL_LATENT_HARD, 0.5, 1);
     CHECK(m->dec_ctl[0].skip && !m->dec_ctl[1].skip && !m->dec_ctl[2].skip && m->dec_ctl[3].skip);
     ll_latent_set_inference(m, 1, 0, LL_LATENT_SOFT, 0.5, 1);
-    CHECK_NEAR(m->dec_ctl[2].gate, sigm(0.3), 1e-12);
+    CHECK_NEAR(*m->dec_ctl[2].gate, sigm(0.3), 1e-12);
     CHECK(!m->dec_ctl[0].skip);
     CHECK_NEAR(ll_latent_expected_depth(m, 1, 0), sigm(-2) + 0.5 + sigm(0.3) + sigm(-0.01), 1e-12);
+    /* q exactly at the threshold: kept (q >= threshold), by the one ll_latent_q */
+    double at[4] = {0, 0, 0, 0};
+    set_logits(m, 1, 0, at);
+    ll_latent_set_inference(m, 1, 0, LL_LATENT_HARD, 0.5, 1);
+    for (int l = 0; l < 4; l++) CHECK(!m->dec_ctl[l].skip);
     ll_model_free(m);
 }
 

@@ -278,13 +278,6 @@ static void cpu_add_scaled(ll_backend *be, real *y, const real *a, const real *b
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + alpha * b[i];
 }
-static double cpu_dot(ll_backend *be, const real *a, const real *b, size_t n) {
-    (void)be;
-    double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
 static void cpu_acc(ll_backend *be, real *dst, const real *src, size_t n) {
     (void)be;
 #pragma omp parallel for schedule(static)
@@ -294,21 +287,6 @@ static void cpu_scale(ll_backend *be, real *x, real s, size_t n) {
     (void)be;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-static double cpu_sumsq(ll_backend *be, const real *x, size_t n) {
-    (void)be;
-    /* float partial sums over 4096-element blocks, summed in double: vectorises,
-     * and the float error stays ~1e-7 relative per block */
-    double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t i0 = 0; i0 < n; i0 += 4096) {
-        const size_t i1 = i0 + 4096 < n ? i0 + 4096 : n;
-        real t = 0;
-#pragma omp simd reduction(+ : t)
-        for (size_t i = i0; i < i1; i++) t += x[i] * x[i];
-        s += t;
-    }
-    return s;
 }
 
 static ll_backend g_cpu = {
@@ -334,7 +312,22 @@ static ll_backend g_cpu = {
     .dropout_bwd = cpu_dropout_bwd,
     .add = cpu_add,
     .add_scaled = cpu_add_scaled,
-    .dot = cpu_dot,
+    .add_gated = cpu_add_gated,
+    .scale_gated = cpu_scale_gated,
+    .dot_acc = cpu_dot_acc,
+    .grad_finish = cpu_grad_finish,
+    .weighted_sum = cpu_weighted_sum,
+    .weighted_scatter = cpu_weighted_scatter,
+    .dots_acc = cpu_dots_acc,
+    .latent_sample = cpu_latent_sample,
+    .latent_grad = cpu_latent_grad,
+    .latent_kl = cpu_latent_kl,
+    .latent_lk = cpu_latent_lk,
+    .latent_depth = cpu_latent_depth,
+    .latent_q = cpu_latent_q,
+    .ald_pool = cpu_ald_pool,
+    .ald_loss = cpu_ald_loss,
+    .ald_unpool = cpu_ald_unpool,
     .acc = cpu_acc,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
