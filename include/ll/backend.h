@@ -226,6 +226,16 @@ ll_backend *ll_backend_cpu(void);
 ll_backend *ll_backend_cuda(int device);
 int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GPU */
 
+/* A backend that forwards every op to `inner` and counts the calls
+ * (src/backend/counting.c; lltrain --op-stats).  Free with free(). */
+typedef struct {
+    uint64_t calls, uploads, downloads;
+    uint64_t per_op[sizeof(ll_backend) / sizeof(void *)]; /* by slot = field offset / sizeof(void *) */
+} ll_op_counts;
+ll_backend *ll_backend_counting(ll_backend *inner);
+ll_op_counts *ll_backend_counts(ll_backend *counting);
+const char *ll_backend_op_name(size_t slot);
+
 /* Name of the first op the model needs that `be` lacks, or NULL when complete. */
 const char *ll_backend_missing(const ll_backend *be);
 

@@ -82,6 +82,7 @@ void ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int 
 typedef struct {
     int resume;        /* continue from save_dir/checkpoint_last.llm */
     const char *config_path;
+    int op_stats;      /* count backend ops and host transfers per update (one worker), print at the end */
 } ll_train_opts;
 /* Runs training as configured.  Returns 0, or -1 + errbuf. */
 int ll_train(ll_config *cfg, const ll_train_opts *opts);

@@ -18,10 +18,11 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet]\n"
+            "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet] [--op-stats]\n"
             "       lltrain --help-config     print every config key with its type, default and meaning\n"
             "  --resume    continue the run in checkpoint.save_dir from checkpoint_last.llm (bit for bit on CPU)\n"
-            "  --threads N CPU threads (overrides train.threads; 0 = all cores)\n");
+            "  --threads N CPU threads (overrides train.threads; 0 = all cores)\n"
+            "  --op-stats  count backend ops and host<->backend transfers per update (one worker) and print them\n");
 }
 
 int main(int argc, char **argv) {
@@ -45,6 +46,8 @@ int main(int argc, char **argv) {
             sets[n_sets++] = argv[++i];
         } else if (!strcmp(argv[i], "--resume")) {
             opts.resume = 1;
+        } else if (!strcmp(argv[i], "--op-stats")) {
+            opts.op_stats = 1;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = argv[++i];
         } else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {

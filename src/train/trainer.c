@@ -18,6 +18,14 @@
 #include "ll/latent.h"
 #include "ll/train.h"
 
+/* --op-stats: what crosses between host and backend per update. */
+typedef struct {
+    long updates;
+    uint64_t calls, min_calls, max_calls, max_reads, max_uploads;
+    uint64_t per_op[sizeof(ll_backend) / sizeof(void *)];
+    ll_op_counts before;
+} op_tally;
+
 typedef struct {
     ll_config *cfg;
     ll_model *m;
@@ -39,6 +47,8 @@ typedef struct {
     char path[LL_PATH_MAX + 64];
     char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
     int n_langs;
+    ll_backend *counted; /* --op-stats: the counting backend */
+    op_tally tally;
 } trainer;
 
 static const char *save_path(trainer *t, const char *name) {
@@ -106,6 +116,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
                            missing);
         be = cb;
     }
+    if (o->op_stats) t->counted = be = ll_backend_counting(be); /* no CPU team: it is not ll_backend_cpu() */
     t->m = ll_model_new(&hp, be);
     ll_model_init(t->m, (uint64_t)cfg->seed);
     t->latent = ll_latent_on(t->m, 0) || ll_latent_on(t->m, 1);
@@ -166,6 +177,43 @@ static int setup(trainer *t, const ll_train_opts *o) {
     return 0;
 }
 
+static void tally_update(trainer *t) {
+    const ll_op_counts *c = ll_backend_counts(t->counted), *b = &t->tally.before;
+    op_tally *y = &t->tally;
+    const uint64_t calls = c->calls - b->calls, reads = c->downloads - b->downloads;
+    const uint64_t ups = c->uploads - b->uploads;
+    y->min_calls = y->updates == 0 || calls < y->min_calls ? calls : y->min_calls;
+    y->max_calls = calls > y->max_calls ? calls : y->max_calls;
+    y->max_reads = reads > y->max_reads ? reads : y->max_reads;
+    y->max_uploads = ups > y->max_uploads ? ups : y->max_uploads;
+    y->calls += calls;
+    for (size_t i = 0; i < sizeof y->per_op / sizeof y->per_op[0]; i++) y->per_op[i] += c->per_op[i] - b->per_op[i];
+    y->updates++;
+}
+
+/* One line a parser can read, then the ops by count. */
+static void print_op_stats(const trainer *t) {
+    const op_tally *y = &t->tally;
+    const double n = y->updates ? (double)y->updates : 1;
+    fprintf(stderr,
+            "op-stats | updates %ld | host reads per update max %llu | uploads per update max %llu | "
+            "ops per update mean %.1f min %llu max %llu\n",
+            y->updates, (unsigned long long)y->max_reads, (unsigned long long)y->max_uploads, y->calls / n,
+            (unsigned long long)y->min_calls, (unsigned long long)y->max_calls);
+    fprintf(stderr, "op-stats | per update:");
+    uint64_t left[sizeof y->per_op / sizeof y->per_op[0]];
+    memcpy(left, y->per_op, sizeof left);
+    for (int k = 0; k < 12; k++) { /* the 12 most frequent, descending */
+        size_t best = 0;
+        for (size_t i = 1; i < sizeof left / sizeof left[0]; i++)
+            if (left[i] > left[best]) best = i;
+        if (!left[best]) break;
+        fprintf(stderr, " %s %.1f", ll_backend_op_name(best), left[best] / n);
+        left[best] = 0;
+    }
+    fputc('\n', stderr);
+}
+
 static void teardown(trainer *t) {
     if (t->metrics) fclose(t->metrics);
     for (int i = 0; i < t->n_streams; i++)
@@ -180,6 +228,7 @@ static void teardown(trainer *t) {
     ll_dataset_close(&t->train);
     if (t->spm) ll_spm_free(t->spm);
     free(t->config_text);
+    free(t->counted);
 }
 
 /* Validate, keep checkpoint_last/best, track patience.  *stop set on early stop. */
@@ -349,6 +398,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         if (stop || (max_updates && t.ts.update >= max_updates)) break;
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         double lr = ll_schedule_lr(&t.sched, t.ts.update);
+        if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
         t.m->be->memset0(t.m->be, t.m->grads, t.m->n_params * sizeof(real));
         ll_model_stats_zero(t.m);
         long ntok = 0;
@@ -367,6 +417,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         double st[LL_ST_N];
         ll_model_stats_read(t.m, st, t.latent && log_now ? snap : NULL);
         ll_adam_sync(&t.opt, st);
+        if (t.counted) tally_update(&t); /* before logging, checkpoints and validation */
         t.ts.update++;
         log_updates++;
         log_tokens += ntok;
@@ -442,6 +493,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     if (cfg->valid_interval <= 0 || t.ts.update % cfg->valid_interval != 0 || t.ts.update == start_update)
         if (!stop) rc = run_validation(&t, ll_now() - t_start, &stop);
     if (!rc) ll_log("done: %ld updates; checkpoints in %s", t.ts.update, cfg->save_dir);
+    if (!rc && t.counted) print_op_stats(&t);
 out:
     free(snap);
     ll_batch_free(&b);
