@@ -79,18 +79,32 @@ enum {
     LL_RNG_SAMPLE = 8,
 };
 
-/* ---- arena: bump allocator for activations (reset per step) ---- */
+/* ---- arena: bump allocator for activations (reset per step) ----
+ * Host memory by default; ll_arena_init_with takes the block allocator of a
+ * backend (device memory), the descriptors staying on the host.  used_act
+ * counts the bytes allocated in the activation dtype (ll_arena_alloc_act),
+ * so peak_half is the peak the same step would have with 2-byte activations
+ * (bf16), for memory reports. */
+typedef struct ll_arena_block ll_arena_block;
 typedef struct {
-    char *base;
-    size_t cap, used, peak;
+    ll_arena_block *top;
+    size_t cap, used, peak;   /* bytes: all blocks, in use now, most in use at once */
+    size_t used_act, peak_half;
+    size_t grown;             /* blocks chained because a step outgrew the arena */
+    void *(*mem_alloc)(void *ctx, size_t bytes);
+    void (*mem_free)(void *ctx, void *p);
+    void *ctx;
 } ll_arena;
 void ll_arena_init(ll_arena *a, size_t cap);
-void *ll_arena_alloc(ll_arena *a, size_t bytes); /* 64-byte aligned, not zeroed; dies if full */
+void ll_arena_init_with(ll_arena *a, size_t cap, void *(*mem_alloc)(void *ctx, size_t bytes),
+                        void (*mem_free)(void *ctx, void *p), void *ctx);
+void *ll_arena_alloc(ll_arena *a, size_t bytes);     /* 64-byte aligned, not zeroed */
+void *ll_arena_alloc_act(ll_arena *a, size_t bytes); /* the same, counted as activation-dtype bytes */
 void ll_arena_reset(ll_arena *a);
 /* Stack-like use inside a step: everything allocated after a mark is released. */
 typedef struct {
-    void *block;
-    size_t used, total;
+    ll_arena_block *block;
+    size_t used, total, act;
 } ll_arena_mark;
 ll_arena_mark ll_arena_get_mark(const ll_arena *a);
 void ll_arena_release(ll_arena *a, ll_arena_mark mk);

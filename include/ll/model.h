@@ -107,7 +107,8 @@ typedef struct ll_model {
     size_t *rezero_alpha[2]; /* [L] offsets of the ReZero scalars */
     ll_objective obj;
     real *pos_table; /* [max_pos + 2, C] sinusoids on the device */
-    ll_arena arena;
+    ll_arena arena; /* activations: backend memory */
+    ll_arena meta;  /* per-step host metadata (block records, pointer lists) */
     struct ll_fwd_state *st;
     const struct ll_model *replica_of; /* set on replicas (ll_model_replica) */
     void **dec_packed;                 /* ll_decode_pack: shared packed decoder weights */

@@ -46,12 +46,13 @@ real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
     ll_backend *be = m->be;
     const int L = r->L, N = r->p.B * r->p.T, C = m->hp.C;
     const size_t n = (size_t)N * C;
-    r->ent = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->raw = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->comb = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->in = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->ln_mean = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->ln_rstd = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
+    /* pointer lists: host metadata */
+    r->ent = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->raw = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->comb = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->in = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->ln_mean = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->ln_rstd = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
     r->raw[0] = r->x0;
     r->ent[0] = entry_ln(m, 0) ? norm_fwd(m, r, 0, r->x0, N) : r->x0;
     const real *W = ll_dlcl_weights(m, r->stack);
@@ -71,7 +72,7 @@ void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0) {
     ll_backend *be = m->be;
     const int L = r->L, N = r->p.B * r->p.T, C = m->hp.C, s = r->stack;
     const size_t n = (size_t)N * C;
-    real **dent = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
+    real **dent = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
     for (int k = 0; k <= L; k++) dent[k] = ll_zeros(m, n);
     real *din = dtop;
     const real *W = ll_dlcl_weights(m, s);
@@ -93,7 +94,9 @@ void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0) {
                 norm_bwd(m, r, row, dy, dent[row], r->raw[row], N);
             }
             din = ll_buf(m, n);
+            const ll_arena_mark mk = ll_arena_get_mark(&m->arena); /* the layer's temporaries */
             ll_layer_bwd(m, r, row - 1, dy, din); /* overwrites din */
+            ll_arena_release(&m->arena, mk);
         }
     }
     if (entry_ln(m, 0))

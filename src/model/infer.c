@@ -100,6 +100,7 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
 
     /* encoder: the training forward (stack run) with train = 0 */
     ll_arena_reset(&m->arena);
+    ll_arena_reset(&m->meta);
     ll_stack_run er;
     ll_pass p = {.B = B, .T = S, .S = S, .self_len = src_len, .src_len = src_len, .train = 0, .stack = 0};
     ll_stack_run_init(m, &er, 0, &p, src);
@@ -116,6 +117,7 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     d->scratch_kv = be->alloc(be, (size_t)N * (max_T > S ? max_T : S) * 2 * C * sizeof(real));
     d->packed = m->dec_packed ? m->dec_packed : (d->own_packed = 1, pack_decoder(m));
     ll_arena_reset(&m->arena);
+    ll_arena_reset(&m->meta);
     return d;
 }
 
@@ -148,7 +150,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     const int C = hp->C, H = hp->H, Dh = C / H, N = d->N, t = d->t;
     if (t >= d->max_T) ll_die("decode: step %d exceeds the cache capacity %d", t, d->max_T);
     if (t + LL_PAD + 1 >= hp->max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
-    ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+    ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
     for (int n = 0; n < N; n++) d->key_len[n] = t + 1;
     real *x = ll_buf(m, (size_t)N * C);
     be->embed_fwd(be, x, prev_tok, m->params + m->dec_emb, m->pos_table, LL_PAD + 1 + t, sqrt((real)C), N, 1, C,
@@ -157,7 +159,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     real *probs = ll_buf(m, (size_t)N * H * (d->max_T > d->S ? d->max_T : d->S) * d->beam);
     /* DLCL: entries of this position and the combined input of each layer */
     const int dl = ll_dlcl_on(m, 1);
-    real **ent = dl ? ll_arena_alloc(&m->arena, sizeof(real *) * (hp->Ld + 1)) : NULL;
+    real **ent = dl ? ll_arena_alloc(&m->meta, sizeof(real *) * (hp->Ld + 1)) : NULL;
     if (dl) {
         ent[0] = dlcl_entry(m, 0, x, N);
         x = dlcl_row(m, 0, ent, N);
@@ -222,6 +224,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     be->log_softmax(be, logp, N, hp->V);
     d->t++;
     ll_arena_release(&m->arena, mk);
+    ll_arena_release(&m->meta, mk_meta);
 }
 
 void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {

@@ -5,7 +5,7 @@
 
 #include "model_internal.h"
 
-real *ll_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->arena, n * sizeof(real)); }
+real *ll_buf(ll_model *m, size_t n) { return ll_arena_alloc_act(&m->arena, n * sizeof(real)); }
 
 real *ll_zeros(ll_model *m, size_t n) {
     real *p = ll_buf(m, n);

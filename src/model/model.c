@@ -95,6 +95,14 @@ static void add_layer(ll_model *m, size_t *cap, const char *prefix, ll_layer_off
 #undef P
 }
 
+/* Activations in backend memory (device memory on CUDA), metadata on the host. */
+static void *be_mem_alloc(void *ctx, size_t n) { return ((ll_backend *)ctx)->alloc(ctx, n); }
+static void be_mem_free(void *ctx, void *p) { ((ll_backend *)ctx)->free(ctx, p); }
+static void model_arenas(ll_model *m) {
+    ll_arena_init_with(&m->arena, 0, be_mem_alloc, be_mem_free, m->be);
+    ll_arena_init(&m->meta, 0);
+}
+
 /* DLCL's initial W[r][k] (k <= r): 1, or the average 1/(r+1) of the entries. */
 static real dlcl_init_w(const ll_hparams *hp, int r) { return hp->dlcl_init_one ? 1 : (real)1 / (r + 1); }
 
@@ -194,7 +202,7 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
     m->pos_table = be->alloc(be, (size_t)rows * C * sizeof(real));
     be->upload(be, m->pos_table, pe, (size_t)rows * C * sizeof(real));
     free(pe);
-    ll_arena_init(&m->arena, 0);
+    model_arenas(m);
     m->st = ll_calloc(1, sizeof(ll_fwd_state));
     m->enc_ctl = ll_calloc(hp->Le ? hp->Le : 1, sizeof(ll_layer_ctl));
     m->dec_ctl = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_layer_ctl));
@@ -267,7 +275,7 @@ ll_model *ll_model_replica(const ll_model *m) {
     r->stats = m->be->alloc(m->be, LL_ST_N * sizeof(double) + m->snap_bytes);
     for (int s = 0; s < 2; s++) /* its own dL/dgate; the gates themselves are shared */
         r->dgate_buf[s] = m->be->alloc(m->be, (size_t)((s ? m->hp.Ld : m->hp.Le) + 1) * sizeof(real));
-    ll_arena_init(&r->arena, 0);
+    model_arenas(r);
     r->st = ll_calloc(1, sizeof(ll_fwd_state));
     const int Le = m->hp.Le ? m->hp.Le : 1, Ld = m->hp.Ld ? m->hp.Ld : 1;
     r->enc_ctl = ll_malloc(sizeof(ll_layer_ctl) * Le);
@@ -285,6 +293,7 @@ void ll_model_free(ll_model *m) {
         for (int s = 0; s < 2; s++) m->be->free(m->be, m->dgate_buf[s]);
         if (m->obj.ddr_dec_ctl != m->replica_of->obj.ddr_dec_ctl) free(m->obj.ddr_dec_ctl);
         ll_arena_free(&m->arena);
+        ll_arena_free(&m->meta);
         free(m->st->stage);
         free(m->st);
         free(m->enc_ctl);
@@ -309,6 +318,7 @@ void ll_model_free(ll_model *m) {
     m->be->free(m->be, m->pos_table);
     m->be->free(m->be, m->stats);
     ll_arena_free(&m->arena);
+    ll_arena_free(&m->meta);
     free(m->st->stage);
     free(m->st);
     free(m->table);

@@ -42,7 +42,7 @@ void ll_stack_run_init(ll_model *m, ll_stack_run *r, int stack, const ll_pass *p
     r->tok = tok;
     r->L = stack ? m->hp.Ld : m->hp.Le;
     r->per_layer = stack ? 3 : 2;
-    r->blocks = ll_arena_alloc(&m->arena, sizeof(ll_block) * (r->L * r->per_layer + 1));
+    r->blocks = ll_arena_alloc(&m->meta, sizeof(ll_block) * (r->L * r->per_layer + 1));
     const ll_layer_offsets *layers = stack ? m->dec : m->enc;
     ll_layer_ctl *ctl = stack ? (p->ctl ? p->ctl : m->dec_ctl) : m->enc_ctl;
     for (int l = 0, i = 0; l < r->L; l++) {
@@ -116,10 +116,15 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout) {
         ll_dlcl_stack_bwd(m, r, dtop, dx0);
     } else {
         dx0 = ll_buf(m, n);
+        /* the gradient between layers alternates between two buffers, and each
+         * layer's backward temporaries are released when it is done */
+        real *pp[2] = {ll_buf(m, n), r->L > 1 ? ll_buf(m, n) : NULL};
         real *dy = dtop;
         for (int l = r->L - 1; l >= 0; l--) {
-            real *dx = l == 0 ? dx0 : ll_buf(m, n);
+            real *dx = l == 0 ? dx0 : pp[l & 1];
+            const ll_arena_mark mk = ll_arena_get_mark(&m->arena);
             ll_layer_bwd(m, r, l, dy, dx); /* overwrites dx */
+            ll_arena_release(&m->arena, mk);
             dy = dx;
         }
         if (r->L == 0) be->copy(be, dx0, dtop, n * sizeof(real));
@@ -204,6 +209,7 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     const int Nt = b->B * b->T, V = m->hp.V, C = m->hp.C;
     const int ddr = train && m->obj.ddr_alpha > 0, ald = train && m->obj.ald_weight > 0;
     ll_arena_reset(&m->arena);
+    ll_arena_reset(&m->meta);
     const ll_dev_batch db = ll_batch_upload(m, b, ald, seed, step);
 
     /* clean pass */
@@ -297,6 +303,7 @@ double ll_model_loss(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng
 real *ll_model_logprobs(ll_model *m, const ll_batch *b) {
     ll_fwd_state *st = m->st;
     ll_arena_reset(&m->arena);
+    ll_arena_reset(&m->meta);
     const ll_dev_batch db = ll_batch_upload(m, b, 0, 0, 0);
     ll_pass pe = enc_pass(b, &db, 0, 0, 0);
     ll_stack_run_init(m, &st->enc[0], 0, &pe, db.src);
