@@ -227,12 +227,17 @@ ll_backend *ll_backend_cuda(int device);
 int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GPU */
 
 /* A backend that forwards every op to `inner` and counts the calls
- * (src/backend/counting.c; lltrain --op-stats).  Free with free(). */
+ * (src/backend/counting.c; lltrain --op-stats).  ll_backend_dry counts ops
+ * without running them and hands out address space it never touches, so a
+ * step's memory can be measured at any size (lltrain --dry-run). */
 typedef struct {
     uint64_t calls, uploads, downloads;
     uint64_t per_op[sizeof(ll_backend) / sizeof(void *)]; /* by slot = field offset / sizeof(void *) */
+    size_t mem_live, mem_peak; /* dry: backend bytes allocated now / at most */
 } ll_op_counts;
 ll_backend *ll_backend_counting(ll_backend *inner);
+ll_backend *ll_backend_dry(ll_backend *like);
+void ll_backend_counting_free(ll_backend *counting_or_dry);
 ll_op_counts *ll_backend_counts(ll_backend *counting);
 const char *ll_backend_op_name(size_t slot);
 

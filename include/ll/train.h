@@ -84,6 +84,10 @@ typedef struct {
     const char *config_path;
     int op_stats;      /* count backend ops and host transfers per update (one worker), print at the end */
 } ll_train_opts;
+/* Prints the backend memory one training step of cfg needs (fp32 and bf16),
+ * measured on the dry backend at the largest batch shape, or B x T sentences
+ * x tokens when given (> 0) (src/train/dryrun.c). */
+int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B, int T);
 /* Runs training as configured.  Returns 0, or -1 + errbuf. */
 int ll_train(ll_config *cfg, const ll_train_opts *opts);
 

@@ -10,29 +10,70 @@
 #include <string.h>
 
 #include "ll/backend.h"
+#include "ll/core.h"
 
 #define SLOTS (sizeof(ll_backend) / sizeof(void *))
+
+typedef struct {
+    void *p;
+    size_t n;
+} dry_alloc;
 
 typedef struct {
     ll_backend be; /* first: the wrapper is handed out as an ll_backend */
     ll_backend *inner;
     ll_op_counts c;
+    /* dry mode: ops are counted, not run; alloc hands out address space only */
+    int dry;
+    uintptr_t next;
+    dry_alloc *live;
+    size_t n_live, cap_live;
 } counting;
 
+/* Count the op; the backend to run it on, or NULL in dry mode. */
 static ll_backend *tick(ll_backend *be, size_t off) {
     counting *k = (counting *)be;
     __atomic_fetch_add(&k->c.per_op[off / sizeof(void *)], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&k->c.calls, 1, __ATOMIC_RELAXED);
-    return k->inner;
+    return k->dry ? NULL : k->inner;
 }
 
-#define OP(ret, name, params, args) \
-    static ret c_##name params { return tick(be, offsetof(ll_backend, name))->name args; }
-#define OPV(name, params, args) \
-    static void c_##name params { tick(be, offsetof(ll_backend, name))->name args; }
+#define OPV(name, params, args)                                       \
+    static void c_##name params {                                     \
+        ll_backend *in_ = tick(be, offsetof(ll_backend, name));       \
+        if (in_) in_->name args;                                      \
+    }
 
-OP(void *, alloc, (ll_backend * be, size_t n), (((counting *)be)->inner, n))
-OPV(free, (ll_backend * be, void *p), (((counting *)be)->inner, p))
+/* alloc/free: in dry mode, addresses that are never touched, and the bytes live and at peak */
+static void *c_alloc(ll_backend *be, size_t n) {
+    counting *k = (counting *)be;
+    ll_backend *in = tick(be, offsetof(ll_backend, alloc));
+    if (in) return in->alloc(in, n);
+    if (k->n_live == k->cap_live) {
+        k->cap_live = k->cap_live ? 2 * k->cap_live : 256;
+        k->live = ll_realloc(k->live, k->cap_live * sizeof *k->live);
+    }
+    void *p = (void *)k->next;
+    k->next += (n + 4095) & ~(uintptr_t)4095;
+    k->live[k->n_live++] = (dry_alloc){p, n};
+    k->c.mem_live += n;
+    if (k->c.mem_live > k->c.mem_peak) k->c.mem_peak = k->c.mem_live;
+    return p;
+}
+static void c_free(ll_backend *be, void *p) {
+    counting *k = (counting *)be;
+    ll_backend *in = tick(be, offsetof(ll_backend, free));
+    if (in) {
+        in->free(in, p);
+        return;
+    }
+    for (size_t i = 0; p && i < k->n_live; i++)
+        if (k->live[i].p == p) {
+            k->c.mem_live -= k->live[i].n;
+            k->live[i] = k->live[--k->n_live];
+            return;
+        }
+}
 OPV(memset0, (ll_backend * be, void *p, size_t n), (((counting *)be)->inner, p, n))
 OPV(copy, (ll_backend * be, void *d, const void *s, size_t n), (((counting *)be)->inner, d, s, n))
 OPV(sync, (ll_backend * be), (((counting *)be)->inner))
@@ -123,7 +164,10 @@ OPV(adam,
     (ll_backend * be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2, real eps, real wd,
      const double *st, int slot),
     (((counting *)be)->inner, p, g, m, v, n, lr, b1, b2, eps, wd, st, slot))
-OP(void *, linear_pack, (ll_backend * be, const real *W, int N, int K), (((counting *)be)->inner, W, N, K))
+static void *c_linear_pack(ll_backend *be, const real *W, int N, int K) {
+    ll_backend *in = tick(be, offsetof(ll_backend, linear_pack));
+    return in ? in->linear_pack(in, W, N, K) : NULL;
+}
 OPV(linear_packed,
     (ll_backend * be, real *Y, int ldy, const real *X, int ldx, const void *pk, const real *bias, int M),
     (((counting *)be)->inner, Y, ldy, X, ldx, pk, bias, M))
@@ -133,12 +177,17 @@ OPV(linear_unpack, (ll_backend * be, void *pk), (((counting *)be)->inner, pk))
 static void c_upload(ll_backend *be, void *dst, const void *src, size_t n) {
     counting *k = (counting *)be;
     __atomic_fetch_add(&k->c.uploads, 1, __ATOMIC_RELAXED);
-    tick(be, offsetof(ll_backend, upload))->upload(k->inner, dst, src, n);
+    ll_backend *in = tick(be, offsetof(ll_backend, upload));
+    if (in) in->upload(in, dst, src, n);
 }
 static void c_download(ll_backend *be, void *dst, const void *src, size_t n) {
     counting *k = (counting *)be;
     __atomic_fetch_add(&k->c.downloads, 1, __ATOMIC_RELAXED);
-    tick(be, offsetof(ll_backend, download))->download(k->inner, dst, src, n);
+    ll_backend *in = tick(be, offsetof(ll_backend, download));
+    if (in)
+        in->download(in, dst, src, n);
+    else
+        memset(dst, 0, n); /* dry: the host sees zeros */
 }
 
 #define SET(name) w->be.name = in->name ? c_##name : NULL
@@ -159,6 +208,20 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     return &w->be;
 }
 #undef SET
+
+ll_backend *ll_backend_dry(ll_backend *like) {
+    counting *k = (counting *)ll_backend_counting(like);
+    if (!k) return NULL;
+    k->dry = 1;
+    k->next = (uintptr_t)1 << 44; /* far from any host mapping: never dereferenced */
+    return &k->be;
+}
+
+void ll_backend_counting_free(ll_backend *be) {
+    if (!be) return;
+    free(((counting *)be)->live);
+    free(be);
+}
 
 ll_op_counts *ll_backend_counts(ll_backend *be) { return &((counting *)be)->c; }
 

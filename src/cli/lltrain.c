@@ -18,11 +18,13 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet] [--op-stats]\n"
+            "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet] [--op-stats] [--dry-run [--batch BxT]]\n"
             "       lltrain --help-config     print every config key with its type, default and meaning\n"
             "  --resume    continue the run in checkpoint.save_dir from checkpoint_last.llm (bit for bit on CPU)\n"
             "  --threads N CPU threads (overrides train.threads; 0 = all cores)\n"
-            "  --op-stats  count backend ops and host<->backend transfers per update (one worker) and print them\n");
+            "  --op-stats  count backend ops and host<->backend transfers per update (one worker) and print them\n"
+            "  --dry-run   print the parameter, optimizer and peak activation memory of one step (fp32, bf16); no data needed\n"
+            "  --batch BxT with --dry-run: B sentences of T tokens instead of the largest shape (max_tokens / max_len)\n");
 }
 
 int main(int argc, char **argv) {
@@ -32,6 +34,7 @@ int main(int argc, char **argv) {
     const char *sets[256];
     int n_sets = 0;
     ll_train_opts opts = {0};
+    int dry = 0, dry_B = 0, dry_T = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -46,6 +49,12 @@ int main(int argc, char **argv) {
             sets[n_sets++] = argv[++i];
         } else if (!strcmp(argv[i], "--resume")) {
             opts.resume = 1;
+        } else if (!strcmp(argv[i], "--dry-run")) {
+            dry = 1;
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            char extra;
+            if (sscanf(argv[++i], "%dx%d%c", &dry_B, &dry_T, &extra) != 2 || dry_B < 1 || dry_T < 2)
+                ll_die("--batch %s: expected BxT, e.g. 256x32 (B >= 1 sentences of T >= 2 tokens)", argv[i]);
         } else if (!strcmp(argv[i], "--op-stats")) {
             opts.op_stats = 1;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -70,6 +79,9 @@ int main(int argc, char **argv) {
     int nt = cfg.threads > 0 ? cfg.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     ll_set_threads(nt);
     opts.config_path = cfg_path;
+    if (dry_B && !dry) ll_die("--batch is an option of --dry-run");
+    if (dry_T > cfg.max_positions) ll_die("--batch: %d tokens exceed model.max_positions %d", dry_T, cfg.max_positions);
+    if (dry) return ll_train_dry_run(&cfg, cfg_path, dry_B, dry_T) ? 1 : 0;
     int rc = ll_train(&cfg, &opts);
     ll_config_free(&cfg);
     if (rc) ll_die("%s", ll_errbuf());

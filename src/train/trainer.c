@@ -228,7 +228,7 @@ static void teardown(trainer *t) {
     ll_dataset_close(&t->train);
     if (t->spm) ll_spm_free(t->spm);
     free(t->config_text);
-    free(t->counted);
+    ll_backend_counting_free(t->counted);
 }
 
 /* Validate, keep checkpoint_last/best, track patience.  *stop set on early stop. */

@@ -79,5 +79,22 @@ line=$(grep '^op-stats | updates' "$T/ll64.log") || err "ll64: no op-stats line"
 echo "ll64 (64+64 layers): $line"
 [ "$(sed 's/.*host reads per update max \([0-9]*\).*/\1/' <<< "$line")" -le 1 ] || err "ll64: more than one host read per update"
 check ll64_depth wmt16_ende_ll64 1 16 --set train.max_updates=2
+# --dry-run sizes a step on the dry backend (no data, no compute): the 64+64 model at 8192 tokens
+"$BIN/lltrain" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run --batch 256x32 > "$T/dry.txt" 2>&1 ||
+  err "--dry-run failed: $(tail -1 "$T/dry.txt")"
+grep -q '^parameters: [1-9][0-9]*$' "$T/dry.txt" || err "--dry-run: no parameter count"
+grep -q 'bf16 yes' "$T/dry.txt" || err "--dry-run: the 64+64 model at 8192 tokens does not fit 80 GB in bf16: $(cat "$T/dry.txt")"
+python3 - "$T/dry.txt" <<'PY' || fail=1
+import re, sys
+rows = {m.group(1).strip(): (float(m.group(2)), float(m.group(3)))
+        for m in re.finditer(r"^(activations, peak of the step|total at the peak)\s+([0-9.]+)\s+([0-9.]+)$",
+                             open(sys.argv[1]).read(), re.M)}
+a32, a16 = rows["activations, peak of the step"]
+ok = a32 > 0 and 0.4 * a32 < a16 < 0.75 * a32  # bf16 activations: about half (masks and stats stay)
+print(f"dry run: activations {a32:.2f} GiB fp32, {a16:.2f} GiB bf16")
+sys.exit(0 if ok else 1)
+PY
+"$BIN/lltrain" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run --batch 0x5 > /dev/null 2>&1 &&
+  err "--dry-run --batch 0x5 accepted"
 [ $fail -eq 0 ] && echo "test_op_count: all checks passed"
 exit $fail
