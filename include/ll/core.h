@@ -101,6 +101,8 @@ void ll_arena_init_with(ll_arena *a, size_t cap, void *(*mem_alloc)(void *ctx, s
 void *ll_arena_alloc(ll_arena *a, size_t bytes);     /* 64-byte aligned, not zeroed */
 void *ll_arena_alloc_act(ll_arena *a, size_t bytes); /* the same, counted as activation-dtype bytes */
 void ll_arena_reset(ll_arena *a);
+/* Make the (reset) arena one block of at least `bytes`, allocated now. */
+void ll_arena_reserve(ll_arena *a, size_t bytes);
 /* Stack-like use inside a step: everything allocated after a mark is released. */
 typedef struct {
     ll_arena_block *block;

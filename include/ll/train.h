@@ -88,6 +88,9 @@ typedef struct {
  * measured on the dry backend at the largest batch shape, or B x T sentences
  * x tokens when given (> 0) (src/train/dryrun.c). */
 int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B, int T);
+/* Peak activation bytes of one step at the largest batch shape (dry run):
+ * the trainer sizes the activation arena with it before the first step. */
+size_t ll_train_arena_bytes(const ll_config *cfg);
 /* Runs training as configured.  Returns 0, or -1 + errbuf. */
 int ll_train(ll_config *cfg, const ll_train_opts *opts);
 

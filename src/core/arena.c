@@ -95,6 +95,14 @@ void ll_arena_reset(ll_arena *a) {
     a->used = a->used_act = 0;
 }
 
+void ll_arena_reserve(ll_arena *a, size_t bytes) {
+    ll_arena_reset(a);
+    if (a->top->cap >= bytes) return;
+    free_block(a, a->top);
+    a->top = new_block(a, bytes, NULL);
+    a->cap = bytes;
+}
+
 void ll_arena_free(ll_arena *a) {
     ll_arena_block *b = a->top;
     while (b) {

@@ -13,21 +13,29 @@
 
 static double gib(double bytes) { return bytes / (1024.0 * 1024 * 1024); }
 
-int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, int T_opt) {
+typedef struct {
+    ll_backend *be;
+    ll_model *m;
+    ll_adam opt;
+    size_t before_step;
+    int B, T;
+} dry_step;
+
+/* One training step of cfg at B x T (<= 0: the largest shape) on the dry backend. */
+static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt) {
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, cfg->vocab_size);
-    ll_backend *be = ll_backend_dry(ll_backend_cpu());
-    ll_model *m = ll_model_new(&hp, be); /* not initialised: values are never computed */
+    ll_backend *be = d->be = ll_backend_dry(ll_backend_cpu());
+    ll_model *m = d->m = ll_model_new(&hp, be); /* not initialised: values are never computed */
     m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
                             .ald_tau = cfg->ald_tau};
     if (cfg->ddr_alpha > 0) m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
-    ll_adam opt;
-    ll_adam_init(&opt, m, cfg);
-    const size_t before_step = ll_backend_counts(be)->mem_live;
+    ll_adam_init(&d->opt, m, cfg);
+    d->before_step = ll_backend_counts(be)->mem_live;
 
     /* the largest shape: sentences of max_len tokens, as many as max_tokens allows (or the caller's) */
-    const int T = T_opt > 0 ? T_opt : cfg->max_len;
-    const int B = B_opt > 0 ? B_opt : cfg->max_tokens / T > 0 ? cfg->max_tokens / T : 1;
+    const int T = d->T = T_opt > 0 ? T_opt : cfg->max_len;
+    const int B = d->B = B_opt > 0 ? B_opt : cfg->max_tokens / T > 0 ? cfg->max_tokens / T : 1;
     ll_batch b = {.B = B, .S = T, .T = T};
     b.src = ll_calloc((size_t)B * T, sizeof(int32_t));
     b.tgt_in = ll_calloc((size_t)B * T, sizeof(int32_t));
@@ -43,8 +51,33 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
         if (ll_latent_on(m, s)) ll_latent_sample(m, s, 0, 1, 0, 1, 0);
     ll_model_stats_zero(m);
     ll_model_step(m, &b, 1, 0, 1, NULL);
-    ll_adam_step(&opt, m, 1e-4, 1e-4, 1.0 / b.n_tgt_tokens, 1);
-    const ll_op_counts *c = ll_backend_counts(be);
+    ll_adam_step(&d->opt, m, 1e-4, 1e-4, 1.0 / b.n_tgt_tokens, 1);
+    ll_batch_free(&b);
+}
+
+static void dry_free(dry_step *d) {
+    free(d->m->obj.ddr_dec_ctl);
+    ll_adam_free(&d->opt, d->m);
+    ll_model_free(d->m);
+    ll_backend_counting_free(d->be);
+}
+
+size_t ll_train_arena_bytes(const ll_config *cfg) {
+    dry_step d;
+    dry_run_step(&d, cfg, 0, 0);
+    size_t peak = d.m->arena.peak;
+    dry_free(&d);
+    return peak;
+}
+
+int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, int T_opt) {
+    dry_step d;
+    dry_run_step(&d, cfg, B_opt, T_opt);
+    ll_model *m = d.m;
+    const ll_hparams hp = m->hp;
+    const int B = d.B, T = d.T;
+    const size_t before_step = d.before_step;
+    const ll_op_counts *c = ll_backend_counts(d.be);
 
     const double P = (double)m->n_params;
     const double act32 = (double)m->arena.peak, act16 = (double)m->arena.peak_half;
@@ -66,10 +99,6 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     printf("%-34s %12.3f %12.3f\n", "total at the peak", gib(tot32), gib(tot16));
     printf("fits one 80 GB GPU (74.5 GiB usable): fp32 %s, bf16 %s\n", tot32 < 74.5 * (1 << 30) ? "yes" : "no",
            tot16 < 74.5 * (1 << 30) ? "yes" : "no");
-    free(m->obj.ddr_dec_ctl);
-    ll_adam_free(&opt, m);
-    ll_model_free(m);
-    ll_batch_free(&b);
-    ll_backend_counting_free(be);
+    dry_free(&d);
     return 0;
 }

@@ -119,6 +119,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (o->op_stats) t->counted = be = ll_backend_counting(be); /* no CPU team: it is not ll_backend_cpu() */
     t->m = ll_model_new(&hp, be);
     ll_model_init(t->m, (uint64_t)cfg->seed);
+    /* activations: one arena block sized by a dry run at the largest batch (+ slack for
+     * shorter batches' alignment), so no step allocates backend memory */
+    size_t act = ll_train_arena_bytes(cfg);
+    ll_arena_reserve(&t->m->arena, act + act / 16 + (1 << 20));
     t->latent = ll_latent_on(t->m, 0) || ll_latent_on(t->m, 1);
     t->m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
                                .ald_tau = cfg->ald_tau};
@@ -197,9 +201,10 @@ static void print_op_stats(const trainer *t) {
     const double n = y->updates ? (double)y->updates : 1;
     fprintf(stderr,
             "op-stats | updates %ld | host reads per update max %llu | uploads per update max %llu | "
-            "ops per update mean %.1f min %llu max %llu\n",
+            "ops per update mean %.1f min %llu max %llu | arena growths %zu | activation peak %.1f MiB\n",
             y->updates, (unsigned long long)y->max_reads, (unsigned long long)y->max_uploads, y->calls / n,
-            (unsigned long long)y->min_calls, (unsigned long long)y->max_calls);
+            (unsigned long long)y->min_calls, (unsigned long long)y->max_calls, t->m->arena.grown,
+            t->m->arena.peak / 1048576.0);
     fprintf(stderr, "op-stats | per update:");
     uint64_t left[sizeof y->per_op / sizeof y->per_op[0]];
     memcpy(left, y->per_op, sizeof left);

@@ -47,6 +47,7 @@ check() {
     local reads
     reads=$(sed 's/.*host reads per update max \([0-9]*\).*/\1/' <<< "$line")
     [ "$reads" -le 1 ] || err "$name (depth $d): $reads host reads in one update: $line"
+    grep -q '| arena growths 0 |' <<< "$line" || err "$name (depth $d): the activation arena grew inside a step: $line"
     ops+=("$(sed 's/.*ops per update mean \([0-9.]*\).*/\1/' <<< "$line")")
   done
   python3 - "$name" "${ops[@]}" <<'PY' || fail=1
