@@ -21,8 +21,14 @@ void ll_latent_sample(ll_model *m, int stack, int row, uint64_t seed, uint64_t r
 /* After the backward of that forward: d a[row] += dgate * dz/da. */
 void ll_latent_backward(ll_model *m, int stack, int row);
 void ll_latent_add_grad(ll_model *m, int stack, int row, const real *g);
-/* Inference gates from q = sigmoid(a[row]). */
+/* Inference gates from q = sigmoid(a[row]).  A dropped layer gets gate 0
+ * (ll_layer_off: not computed, and equal to training's z = 0 for every norm).
+ * The settings are kept on the model for ll_latent_inference_draw. */
 void ll_latent_set_inference(ll_model *m, int stack, int row, int mode, real threshold, uint64_t seed);
+/* Sample mode: redraw both stacks' gates for batch `draw` (Philox keyed by
+ * seed, stack, row and draw, so reruns repeat); no-op in hard/soft mode.
+ * Decoding and validation call it once per batch. */
+void ll_latent_inference_draw(ll_model *m, uint64_t draw);
 double ll_latent_expected_depth(ll_model *m, int stack, int row);
 /* Mode from the config string ("hard" | "soft" | "sample"). */
 int ll_latent_mode(const char *s);

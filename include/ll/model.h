@@ -67,6 +67,13 @@ typedef struct {
     double dgate;
 } ll_layer_ctl;
 
+/* gate == 0 with no gradient wanted (a latent layer dropped at inference):
+ * the layer's branches are off and not computed.  This is exactly what
+ * training computes at z = 0: pre-norm/ReZero give the identity, post-norm
+ * still applies the layer's norms, and in a DLCL stack the layer's entry is
+ * its input (docs/methods.md).  skip, by contrast, is LayerDrop's identity. */
+static inline int ll_layer_off(const ll_layer_ctl *c) { return c && c->gate == 0 && !c->needs_dgate; }
+
 /* Training objectives beyond label-smoothed CE, computed by ll_model_step
  * when training (set by the trainer; all off by default). */
 typedef struct {
@@ -94,6 +101,7 @@ typedef struct ll_model {
     size_t latent_logits[2];
     size_t phi_offset;
     real *latent_z[2], *latent_dzda[2]; /* host [rows, L]: last sample per row and dz/da */
+    struct { int mode, row; real threshold; uint64_t seed; } latent_inf[2]; /* ll_latent_set_inference */
     size_t dlcl_w[2];   /* [L+1, L+1] learnable weights (0 = fixed or absent) */
     size_t *dlcl_ln[2]; /* [2 * (L+1)] LN weight/bias offsets per entry/row */
     real *dlcl_fixed[2]; /* host [L+1, L+1] when not learnable */

@@ -48,6 +48,30 @@ static void norm_bwd(ll_model *m, ll_stack_run *r, int k, real *dx, const real *
                          m->params + ll_dlcl_ln_w(m, s, k), r->ln_mean[k], r->ln_rstd[k], N, m->hp.C);
 }
 
+/* Latent depth in a DLCL stack: the layer's gate z also gates its entry,
+ * e = in + z (E(y) - in), with `in` the layer's input.  z = 1 is plain DLCL;
+ * z = 0 makes the entry the layer's input, so a dropped layer adds no new
+ * entry and llprune can fold it into the weights exactly (docs/methods.md). */
+static const ll_layer_ctl *layer_ctl(const ll_stack_run *r, int l) { return r->blocks[l * r->per_layer].ctl; }
+static real entry_gate(const ll_stack_run *r, int l) {
+    const ll_layer_ctl *c = layer_ctl(r, l);
+    return c ? c->gate : 1;
+}
+
+/* ent[l+1] from the layer output E(y) (e) and its input. */
+static void gated_entry(ll_model *m, ll_stack_run *r, int l, real *e, size_t n) {
+    const real z = entry_gate(r, l);
+    r->gent[l + 1] = NULL;
+    if (z == 1) {
+        r->ent[l + 1] = e;
+        return;
+    }
+    r->gent[l + 1] = e;
+    real *out = r->ent[l + 1] = ll_buf(m, n);
+    m->be->add_scaled(m->be, out, r->in[l], e, z, n);
+    m->be->add_scaled(m->be, out, out, r->in[l], -z, n);
+}
+
 real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
     ll_backend *be = m->be;
     const int L = r->L, N = r->p.B * r->p.T, C = m->hp.C;
@@ -58,6 +82,7 @@ real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
     r->in = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
     r->ln_mean = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
     r->ln_rstd = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
+    r->gent = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
     r->raw[0] = r->x0;
     r->ent[0] = entry_ln(m, 0) ? norm_fwd(m, r, 0, r->x0, N) : r->x0;
     for (int row = 0; row <= L; row++) {
@@ -68,9 +93,13 @@ real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
             if (w != 0) be->add_scaled(be, c, c, r->ent[k], w, n);
         }
         r->in[row] = row_ln(m, row) ? norm_fwd(m, r, row, c, N) : c;
-        if (row < L) {
+        if (row < L && ll_layer_off(layer_ctl(r, row))) { /* latent z = 0 at inference: not computed */
+            r->raw[row + 1] = r->ent[row + 1] = r->in[row];
+            r->gent[row + 1] = NULL;
+        } else if (row < L) {
             r->raw[row + 1] = ll_layer_fwd(m, r, row, r->in[row]);
-            r->ent[row + 1] = entry_ln(m, row + 1) ? norm_fwd(m, r, row + 1, r->raw[row + 1], N) : r->raw[row + 1];
+            gated_entry(m, r, row,
+                        entry_ln(m, row + 1) ? norm_fwd(m, r, row + 1, r->raw[row + 1], N) : r->raw[row + 1], n);
         }
     }
     return r->in[L];
@@ -99,14 +128,29 @@ void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0) {
                 be->upload(be, g, &gv, sizeof(real));
             }
         }
-        if (row >= 1) {
-            real *dy = dent[row];
+        if (row >= 1 && ll_layer_off(layer_ctl(r, row - 1))) { /* the entry was the input itself */
+            din = dent[row];
+        } else if (row >= 1) {
+            const real z = entry_gate(r, row - 1);
+            real *de = dent[row]; /* d E(y) = z d e (entry gate) */
+            if (z != 1) {
+                de = ll_buf(m, n);
+                be->copy(be, de, dent[row], n * sizeof(real));
+                be->scale(be, de, z, n);
+            }
+            real *dy = de;
             if (entry_ln(m, row)) {
                 dy = ll_zeros(m, n);
-                norm_bwd(m, r, row, dy, dent[row], r->raw[row], N);
+                norm_bwd(m, r, row, dy, de, r->raw[row], N);
             }
             din = ll_buf(m, n);
             ll_layer_bwd(m, r, row - 1, dy, din); /* overwrites din */
+            if (z != 1) be->add_scaled(be, din, din, dent[row], 1 - z, n); /* d in += (1 - z) d e */
+            ll_layer_ctl *c = r->blocks[(row - 1) * r->per_layer].ctl;
+            if (c && c->needs_dgate) { /* dz += <d e, E(y) - in>, also at z = 1 */
+                const real *ey = z != 1 ? r->gent[row] : r->ent[row];
+                c->dgate += be->dot(be, dent[row], ey, n) - be->dot(be, dent[row], r->in[row - 1], n);
+            }
         }
     }
     if (entry_ln(m, 0))

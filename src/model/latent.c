@@ -63,29 +63,44 @@ void ll_latent_add_grad(ll_model *m, int stack, int row, const real *g) {
     m->be->upload(m->be, dst, cur, sizeof(real) * L);
 }
 
-void ll_latent_set_inference(ll_model *m, int stack, int row, int mode, real threshold, uint64_t seed) {
-    if (!ll_latent_on(m, stack)) return;
-    const int L = layers_of(m, stack);
+/* Gates of one stack at inference; `draw` keys the sample mode's draw.  A
+ * layer with z = 0 gets gate 0 (ll_layer_off), not skip: that is what
+ * training computes at z = 0 for every norm (post-norm keeps its layer norms,
+ * DLCL takes the layer's input as its entry), and it is still not computed. */
+static void apply_inference(ll_model *m, int stack, uint64_t draw) {
+    const int L = layers_of(m, stack), row = m->latent_inf[stack].row, mode = m->latent_inf[stack].mode;
     real a[4096];
     ll_latent_logits(m, stack, row, a);
     ll_layer_ctl *ctl = ctl_of(m, stack);
-    ll_philox r;
-    ll_philox_init(&r, seed, LL_RNG_GUMBEL | (uint32_t)(stack << 8) | (uint32_t)row << 9, 0xffffffffu);
+    ll_philox r; /* stream 0xffffffff: never a training step's; counter (draw, layer) */
+    ll_philox_init(&r, m->latent_inf[stack].seed, LL_RNG_GUMBEL | (uint32_t)(stack << 8) | (uint32_t)row << 9,
+                   0xffffffffu);
     for (int l = 0; l < L; l++) {
         real q = sigm(a[l]);
         ctl[l].needs_dgate = 0;
         ctl[l].skip_cross = 0;
-        if (mode == LL_LATENT_SOFT) {
+        ctl[l].skip = 0;
+        if (mode == LL_LATENT_SOFT) /* z = q */
             ctl[l].gate = q;
-            ctl[l].skip = 0;
-        } else if (mode == LL_LATENT_SAMPLE) { /* the reference's stochastic hard draw */
-            ctl[l].gate = 1;
-            ctl[l].skip = !(ll_philox_uniform(&r, (uint64_t)l) < q);
-        } else { /* hard: used iff q >= threshold; skipped layers are not computed */
-            ctl[l].gate = 1;
-            ctl[l].skip = !(q >= threshold);
-        }
+        else if (mode == LL_LATENT_SAMPLE) /* the reference's stochastic hard draw, one per batch */
+            ctl[l].gate = ll_philox_uniform(&r, draw * (uint64_t)L + (uint64_t)l) < q;
+        else /* hard: used iff q >= threshold */
+            ctl[l].gate = q >= m->latent_inf[stack].threshold;
     }
+}
+
+void ll_latent_set_inference(ll_model *m, int stack, int row, int mode, real threshold, uint64_t seed) {
+    if (!ll_latent_on(m, stack)) return;
+    m->latent_inf[stack].mode = mode;
+    m->latent_inf[stack].row = row;
+    m->latent_inf[stack].threshold = threshold;
+    m->latent_inf[stack].seed = seed;
+    apply_inference(m, stack, 0);
+}
+
+void ll_latent_inference_draw(ll_model *m, uint64_t draw) {
+    for (int s = 0; s < 2; s++)
+        if (ll_latent_on(m, s) && m->latent_inf[s].mode == LL_LATENT_SAMPLE) apply_inference(m, s, draw);
 }
 
 double ll_latent_expected_depth(ll_model *m, int stack, int row) {

@@ -62,6 +62,7 @@ typedef struct {
     uint8_t *emb_mask;
     /* DLCL (src/model/dlcl.c): entries e_k (k = 0..L), row inputs in_r, LN stats */
     real **ent, **raw, **comb, **in;
+    real **gent;                /* latent-gated layers: E(y_k) before the entry gate (else NULL) */
     real **ln_mean, **ln_rstd;
     real *top;                  /* stack output before the final LN */
     real *out;                  /* after the final LN (pre-norm) or == top */

@@ -200,12 +200,101 @@ static void test_inference(void) {
     double a[4] = {-2, 0, 0.3, -0.01};
     set_logits(m, 1, 0, a);
     ll_latent_set_inference(m, 1, 0, LL_LATENT_HARD, 0.5, 1);
-    CHECK(m->dec_ctl[0].skip && !m->dec_ctl[1].skip && !m->dec_ctl[2].skip && m->dec_ctl[3].skip);
+    /* dropped layers are off (gate 0, not computed), not LayerDrop's skip */
+    CHECK(ll_layer_off(&m->dec_ctl[0]) && !ll_layer_off(&m->dec_ctl[1]) && !ll_layer_off(&m->dec_ctl[2]) &&
+          ll_layer_off(&m->dec_ctl[3]));
+    for (int l = 0; l < 4; l++) CHECK(!m->dec_ctl[l].skip);
     ll_latent_set_inference(m, 1, 0, LL_LATENT_SOFT, 0.5, 1);
     CHECK_NEAR(m->dec_ctl[2].gate, sigm(0.3), 1e-12);
     CHECK(!m->dec_ctl[0].skip);
     CHECK_NEAR(ll_latent_expected_depth(m, 1, 0), sigm(-2) + 0.5 + sigm(0.3) + sigm(-0.01), 1e-12);
     ll_model_free(m);
+}
+
+/* Teacher-forced log-probs and the cached decoder's, [B*T, V] each (decoder
+ * rows past a sentence's length are left at 0 in both). */
+static void forward_both(ll_model *m, const ll_batch *b, real *full, real *inc) {
+    const int V = m->hp.V;
+    memcpy(full, ll_model_logprobs(m, b), sizeof(real) * b->B * b->T * V);
+    memset(inc, 0, sizeof(real) * b->B * b->T * V);
+    ll_dec_state *d = ll_decode_begin(m, b->src, b->src_len, b->B, b->S, 1, b->T + 1);
+    real *logp = malloc(sizeof(real) * b->B * V);
+    int32_t prev[8];
+    for (int t = 0; t < b->T; t++) {
+        for (int n = 0; n < b->B; n++) prev[n] = b->tgt_in[n * b->T + t];
+        ll_decode_step(m, d, prev, logp);
+        for (int n = 0; n < b->B; n++)
+            if (t < b->tgt_len[n]) memcpy(inc + ((size_t)n * b->T + t) * V, logp + (size_t)n * V, sizeof(real) * V);
+    }
+    for (int n = 0; n < b->B; n++)
+        for (int t = b->tgt_len[n]; t < b->T; t++) memset(full + ((size_t)n * b->T + t) * V, 0, sizeof(real) * V);
+    ll_decode_end(m, d);
+    free(logp);
+}
+
+static double max_diff(const real *a, const real *b, size_t n) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) w = fmax(w, fabs(a[i] - b[i]));
+    return w;
+}
+
+/* Training's z = 0 must compute what hard inference computes, for every norm
+ * and with DLCL: post-norm keeps the layer's norms (LN(x + 0 F(x)) = LN(x)),
+ * and a DLCL entry of a z = 0 layer is its input.  The layer norms get random
+ * non-identity parameters so that "LN only" and "identity" differ. */
+static void test_zero_gate_is_inference(void) {
+    static const char *norms[3] = {"pre", "post", "rezero"};
+    for (int dl = 0; dl < 2; dl++)
+        for (int nm = 0; nm < 3; nm++) {
+            ll_hparams hp = {.C = 8, .F = 12, .H = 2, .Le = 3, .Ld = 4, .V = 23, .max_pos = 32, .share_all = 1,
+                             .tie_output = 1, .latent_enc = 1, .latent_dec = 1, .latent_rows = 1,
+                             .post_norm = nm == 1, .rezero = nm == 2, .dlcl_enc = dl, .dlcl_dec = dl,
+                             .dlcl_learnable = 1, .dlcl_ln = 1};
+            ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+            ll_model_init(m, 5);
+            ll_philox r;
+            ll_philox_init(&r, 17, 3, 0);
+            uint64_t k = 0;
+            for (int t = 0; t < m->n_table; t++) {
+                const ll_param *p = &m->table[t];
+                if (strstr(p->name, "ln") || strstr(p->name, "rezero_alpha") || strstr(p->name, "dlcl_weights"))
+                    for (size_t i = 0; i < p->numel; i++) m->params[p->offset + i] += ll_philox_uniform(&r, k++) - 0.3;
+            }
+            double ae[3] = {1, -1, 0.5}, ad[4] = {-1, 2, -0.5, 1};
+            set_logits(m, 0, 0, ae);
+            set_logits(m, 1, 0, ad);
+            ll_batch b;
+            gc_make_batch(&b, 3, 6, 5, hp.V, 2);
+            const size_t n = (size_t)b.B * b.T * hp.V;
+            real *train_full = malloc(sizeof(real) * n), *train_inc = malloc(sizeof(real) * n);
+            real *inf_full = malloc(sizeof(real) * n), *inf_inc = malloc(sizeof(real) * n);
+            /* training's gates: hard z = 1[a >= 0], with a gradient wanted (so the layers run) */
+            for (int l = 0; l < 3; l++) m->enc_ctl[l] = (ll_layer_ctl){.gate = ae[l] >= 0, .needs_dgate = 1};
+            for (int l = 0; l < 4; l++) m->dec_ctl[l] = (ll_layer_ctl){.gate = ad[l] >= 0, .needs_dgate = 1};
+            forward_both(m, &b, train_full, train_inc);
+            ll_latent_set_inference(m, 0, 0, LL_LATENT_HARD, 0.5, 1);
+            ll_latent_set_inference(m, 1, 0, LL_LATENT_HARD, 0.5, 1);
+            forward_both(m, &b, inf_full, inf_inc);
+            const double d1 = max_diff(train_full, inf_full, n), d2 = max_diff(train_full, inf_inc, n),
+                         d3 = max_diff(train_full, train_inc, n);
+            CHECK_MSG(d1 == 0, "%s-norm%s: z = 0 training forward vs hard inference differ by %g", norms[nm],
+                      dl ? " + DLCL" : "", d1);
+            CHECK_MSG(d2 < 1e-10 && d3 < 1e-10, "%s-norm%s: cached decoding differs by %g / %g", norms[nm],
+                      dl ? " + DLCL" : "", d2, d3);
+            /* and the layer norms matter: treating z = 0 as the identity would differ in post-norm */
+            if (nm == 1 && !dl) {
+                for (int l = 0; l < 4; l++) m->dec_ctl[l] = (ll_layer_ctl){.gate = 1, .skip = ad[l] < 0};
+                for (int l = 0; l < 3; l++) m->enc_ctl[l] = (ll_layer_ctl){.gate = 1, .skip = ae[l] < 0};
+                forward_both(m, &b, inf_full, inf_inc);
+                CHECK(max_diff(train_full, inf_full, n) > 1e-3);
+            }
+            free(train_full);
+            free(train_inc);
+            free(inf_full);
+            free(inf_inc);
+            gc_free_batch(&b);
+            ll_model_free(m);
+        }
 }
 
 int main(void) {
@@ -214,5 +303,6 @@ int main(void) {
     test_logit_gradient();
     test_kl_and_lk();
     test_inference();
+    test_zero_gate_is_inference();
     return tu_finish("grad_test_latent");
 }
