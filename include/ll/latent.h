@@ -34,6 +34,13 @@ double ll_latent_expected_depth(ll_model *m, int stack, int row);
 int ll_latent_mode(const char *s);
 /* Row of a language for a stack: its index, or 0 when the posterior is shared. */
 int ll_latent_row(const ll_model *m, int lang);
+/* Row of a stack for a language pair (config language indices), following
+ * latent.posterior (src/model/latent_rows.c): per_language the stack's
+ * language, per_pair the first training pair with these languages, shared 0.
+ * -1 when the model has no row for it (an unknown language or pair). */
+int ll_latent_pair_row(const ll_hparams *hp, const ll_config *cfg, int stack, int src_lang, int tgt_lang);
+/* "es", "es-en" (per_pair) or "shared": the row's name in logs. */
+const char *ll_latent_row_name(const ll_hparams *hp, const ll_config *cfg, int row, char *buf, size_t n);
 
 /* ---- losses (src/train/latent_loss.c) ----
  * Both add their gradient w.r.t. the logits into m->grads, scaled like the

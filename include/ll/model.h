@@ -25,7 +25,8 @@ typedef struct {
     real dropout, attn_dropout, act_dropout;
     real label_smoothing; /* training loss; 0 = plain cross-entropy */
     int latent_enc, latent_dec; /* layer logits for latent depth (src/model/latent.c) */
-    int latent_rows;            /* rows of logits: languages, or 1 when shared */
+    int latent_rows;            /* rows of logits: languages, training pairs (per_pair), or 1 when shared */
+    int latent_per_pair;        /* latent.posterior per_pair: rows are training pairs */
     /* DLCL (Wang et al. 2019; src/model/dlcl.c) */
     int dlcl_enc, dlcl_dec;
     int dlcl_init_one;          /* init W = 1 instead of the 1/(r+1) average */

@@ -29,6 +29,7 @@
 #include "ll/config.h"
 #include "ll/core.h"
 #include "ll/data.h"
+#include "ll/latent.h"
 #include "ll/model.h"
 
 #define MAXL 4096
@@ -186,7 +187,7 @@ int main(int argc, char **argv) {
 
     char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
     int n_langs = ll_config_langs(&cfg, langs);
-    const int rows = hp.latent_rows, shared = rows == 1;
+    const int rows = hp.latent_rows;
     stack_plan plan[2] = {{.L = hp.Le}, {.L = hp.Ld}};
     const char *lname[2] = {"enc.latent_logits", "dec.latent_logits"};
     int latent_in[2] = {hp.latent_enc, hp.latent_dec};
@@ -210,23 +211,25 @@ int main(int argc, char **argv) {
         const float *a = logits_of(k, lname[s], rows, plan[s].L, model);
         if (!a) ll_die("%s: latent %s without tensor %s", model, s ? "decoder" : "encoder", lname[s]);
         /* rows training used on this side: sources for the encoder, targets for the decoder */
-        int use[LL_MAX_CORPORA * 4] = {0}, n_use = 0, lrow = -1;
+        int use[LL_MAX_CORPORA * 4] = {0}, n_use = 0, sel[LL_MAX_CORPORA * 4] = {0}, n_sel = 0;
         for (int c = 0; c < cfg.n_train; c++) {
-            const char *l = s ? cfg.train[c].tgt_lang : cfg.train[c].src_lang;
-            int r = shared ? 0 : ll_config_lang_index(&cfg, l);
+            const char *sl = cfg.train[c].src_lang, *tl = cfg.train[c].tgt_lang, *l = s ? tl : sl;
+            int r = ll_latent_pair_row(&hp, &cfg, s, ll_config_lang_index(&cfg, sl), ll_config_lang_index(&cfg, tl));
             if (!use[r]) n_use++;
             use[r] = 1;
-            if (lang && !strcmp(l, lang)) lrow = r;
+            /* --lang: its own row; per_pair: the rows of the pairs it takes part in */
+            if (lang && (!strcmp(l, lang) || (hp.latent_per_pair && (!strcmp(sl, lang) || !strcmp(tl, lang)))))
+                n_sel += !sel[r], sel[r] = 1;
         }
-        if (lrow >= 0) { /* one language decides; its gates are baked in */
-            memset(use, 0, sizeof use);
-            use[lrow] = 1;
-            n_use = 1;
+        if (n_sel) { /* the --lang rows decide; with one row its gates are baked in */
+            memcpy(use, sel, sizeof use);
+            n_use = n_sel;
         }
         plan_latent(&plan[s], a, rows, plan[s].L, use, thr);
         for (int r = 0; r < rows; r++) { /* the posterior of every language this stack uses */
             if (!use[r]) continue;
-            printf("q(z=1) %s %s:", s ? "decoder" : "encoder", shared ? "shared" : langs[r]);
+            char rname[2 * LL_LANG_MAX + 8];
+            printf("q(z=1) %s %s:", s ? "decoder" : "encoder", ll_latent_row_name(&hp, &cfg, r, rname, sizeof rname));
             for (int l = 0; l < plan[s].L; l++) printf(" %.4f", 1 / (1 + exp(-(double)a[(size_t)r * plan[s].L + l])));
             printf("\n");
         }

@@ -85,8 +85,11 @@ const ll_cfg_key ll_cfg_keys[] = {
          "Sentence pairs longer than data.max_len: skip them (counted) or stop with an error."),
     ENUM("data.lang_tags", lang_tags, "auto", "auto|on|off",
          "Start the decoder with a target-language tag <2xx>; auto = on when there are several target languages."),
-    ENUM("data.sampling", sampling, "temperature", "temperature|size|uniform",
-         "How training batches are drawn across language pairs."),
+    ENUM("data.sampling", sampling, "auto", "auto|temperature|size|uniform|every_pair",
+         "How training batches are drawn across language pairs: every_pair = each update holds one batch of "
+         "every pair (x train.update_freq; latent depth's Algorithm 2, and the way to give a static baseline the "
+         "same data per update); auto = every_pair with latent layers, else temperature. Latent depth with "
+         "several pairs accepts only auto/every_pair."),
     FLT("data.sampling_temperature", sampling_temperature, "5", 0, 1000, OPEN_MIN,
         "T for temperature sampling: pair i drawn with probability ~ size_i^(1/T)."),
 
@@ -141,8 +144,10 @@ const ll_cfg_key ll_cfg_keys[] = {
     /* latent depth */
     BOOL("latent.encoder", latent_enc, "false", "Latent layers in the encoder (LL-E; both = LL-Both)."),
     BOOL("latent.decoder", latent_dec, "false", "Latent layers in the decoder (LL-D)."),
-    ENUM("latent.posterior", latent_posterior, "per_language", "per_language|shared",
-         "One row of layer logits per distinct language (encoder: source, decoder: target) or one shared row."),
+    ENUM("latent.posterior", latent_posterior, "per_language", "per_language|shared|per_pair",
+         "Rows of layer logits: one per distinct language (encoder: source, decoder: target), one shared row, or "
+         "one per training pair for both stacks (per_pair: for many-to-one with latent decoder layers, where "
+         "per_language gives every pair the same decoder row and the aggregated prior is KL(q||q) = 0)."),
     FLT("latent.tau", latent_tau, "5", 0, 1000, OPEN_MIN, "Gumbel-Softmax temperature (the code's --sampling-tau, fixed there)."),
     FLT("latent.tau_final", latent_tau_final, "0", 0, 1000, 0,
         "Optional temperature schedule: tau decays geometrically to this value over latent.tau_anneal_updates; 0 = fixed tau."),

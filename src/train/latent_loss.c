@@ -14,10 +14,9 @@ static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
 void ll_latent_ctx_init(ll_latent_ctx *c, const ll_config *cfg, const ll_model *m) {
     memset(c, 0, sizeof *c);
     c->cfg = cfg;
-    for (int k = 0; k < cfg->n_train; k++) {
-        int src = ll_latent_row(m, ll_config_lang_index(cfg, cfg->train[k].src_lang));
-        int tgt = ll_latent_row(m, ll_config_lang_index(cfg, cfg->train[k].tgt_lang));
-        c->active[0][src] = c->active[1][tgt] = 1;
+    for (int k = 0; k < cfg->n_train; k++) { /* the rows training samples (latent_rows.c) */
+        const int sl = ll_config_lang_index(cfg, cfg->train[k].src_lang), tl = ll_config_lang_index(cfg, cfg->train[k].tgt_lang);
+        c->active[0][ll_latent_pair_row(&m->hp, cfg, 0, sl, tl)] = c->active[1][ll_latent_pair_row(&m->hp, cfg, 1, sl, tl)] = 1;
     }
     for (int s = 0; s < 2; s++)
         for (int r = 0; r < m->hp.latent_rows; r++) c->n_active[s] += c->active[s][r];
