@@ -8,6 +8,7 @@
 
 #include "../util/testutil.h"
 #include "gradcheck.h"
+#include "ll/decode.h"
 #include "ll/latent.h"
 
 static double sigm(double x) { return 1 / (1 + exp(-x)); }
@@ -297,6 +298,108 @@ static void test_zero_gate_is_inference(void) {
         }
 }
 
+/* Many-to-one with latent decoder layers: per_language gives both pairs the
+ * target's one row, so the aggregated-posterior KL is KL(q||q) = 0; per_pair
+ * gives each pair its own row and the KL is non-zero. */
+static void test_per_pair_rows(void) {
+    ll_config cfg;
+    ll_config_defaults(&cfg);
+    cfg.d_model = 8, cfg.ffn_dim = 12, cfg.heads = 2, cfg.enc_layers = 3, cfg.dec_layers = 4, cfg.max_positions = 32;
+    cfg.latent_dec = 1;
+    cfg.latent_soft_update = 0;
+    cfg.latent_anneal_updates = 0;
+    strcpy(cfg.latent_prior, "agged_posterior");
+    cfg.n_train = 2;
+    strcpy(cfg.train[0].src_lang, "es");
+    strcpy(cfg.train[0].tgt_lang, "en");
+    strcpy(cfg.train[1].src_lang, "xx");
+    strcpy(cfg.train[1].tgt_lang, "en");
+    const int es = ll_config_lang_index(&cfg, "es"), en = ll_config_lang_index(&cfg, "en"),
+              xx = ll_config_lang_index(&cfg, "xx");
+    double kl[2];
+    for (int pp = 0; pp < 2; pp++) {
+        strcpy(cfg.latent_posterior, pp ? "per_pair" : "per_language");
+        ll_hparams hp;
+        ll_hparams_from_config(&hp, &cfg, 23);
+        ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+        ll_model_init(m, 5);
+        const int r0 = ll_latent_pair_row(&m->hp, &cfg, 1, es, en), r1 = ll_latent_pair_row(&m->hp, &cfg, 1, xx, en);
+        ll_latent_ctx c;
+        ll_latent_ctx_init(&c, &cfg, m);
+        CHECK(pp ? (hp.latent_rows == 2 && r0 == 0 && r1 == 1 && c.n_active[1] == 2) : (r0 == r1 && c.n_active[1] == 1));
+        double a0[4] = {1, -1, 0.5, 2}, a1[4] = {-1, 1, 0, -2};
+        set_logits(m, 1, r0, a0);
+        if (r1 != r0) set_logits(m, 1, r1, a1);
+        memset(m->grads, 0, m->n_params * sizeof(real));
+        kl[pp] = ll_latent_kl(m, &c, 1, r0, 10, 1);
+        char name[32];
+        if (pp) CHECK(!strcmp(ll_latent_row_name(&m->hp, &cfg, r1, name, sizeof name), "xx-en"));
+        ll_model_free(m);
+    }
+    CHECK_MSG(fabs(kl[0]) < 1e-12, "per_language M2O decoder: aggregated KL %g, expected KL(q||q) = 0", kl[0]);
+    CHECK_MSG(kl[1] > 0.1, "per_pair M2O decoder: aggregated KL %g, expected > 0", kl[1]);
+}
+
+/* latent.inference sample: one draw per batch, keyed by the batch counter:
+ * batches differ, a rerun repeats, and decoding does not depend on which
+ * worker takes which batch. */
+static void test_sample_per_batch(void) {
+    ll_model *m = make_model(1, 0, 1); /* logits 0: q = 0.5 */
+    ll_latent_set_inference(m, 1, 0, LL_LATENT_SAMPLE, 0.5, 7);
+    int pat[16], distinct = 0;
+    for (int i = 0; i < 16; i++) {
+        ll_latent_inference_draw(m, i);
+        pat[i] = 0;
+        for (int l = 0; l < 4; l++) pat[i] |= (m->dec_ctl[l].gate != 0) << l;
+        int seen = 0;
+        for (int j = 0; j < i; j++) seen |= pat[j] == pat[i];
+        distinct += !seen;
+    }
+    CHECK_MSG(distinct >= 4, "16 batches drew only %d distinct layer sets", distinct);
+    for (int i = 15; i >= 0; i--) { /* reruns repeat, in any order */
+        ll_latent_inference_draw(m, i);
+        int p = 0;
+        for (int l = 0; l < 4; l++) p |= (m->dec_ctl[l].gate != 0) << l;
+        CHECK(p == pat[i]);
+    }
+    ll_latent_set_inference(m, 1, 0, LL_LATENT_HARD, 0.5, 7); /* hard mode ignores draws */
+    ll_latent_inference_draw(m, 3);
+    for (int l = 0; l < 4; l++) CHECK(m->dec_ctl[l].gate == 1);
+
+    /* decoding: one sentence per batch; 1 or 2 workers give the same, another draw_base not */
+    ll_latent_set_inference(m, 1, 0, LL_LATENT_SAMPLE, 0.5, 7);
+    enum { NS = 6 };
+    int32_t buf[NS][8];
+    const int32_t *src[NS];
+    int len[NS];
+    for (int i = 0; i < NS; i++) {
+        len[i] = 2 + i % 4;
+        for (int t = 0; t < len[i] - 1; t++) buf[i][t] = 4 + (i * 7 + t * 3) % 19;
+        buf[i][len[i] - 1] = LL_EOS;
+        src[i] = buf[i];
+    }
+    ll_translate_opts o = {.max_sents = 1, .inter_threads = 1};
+    ll_search_opts_default(&o.search);
+    o.search.beam = 2;
+    o.search.max_len_b = 6;
+    ll_nbest out[3][NS];
+    ll_translate_ids(m, src, len, NS, &o, out[0], NULL);
+    ll_set_threads(2);
+    o.inter_threads = 2;
+    ll_translate_ids(m, src, len, NS, &o, out[1], NULL);
+    ll_set_threads(1);
+    o.draw_base = 1000;
+    ll_translate_ids(m, src, len, NS, &o, out[2], NULL);
+    int differ = 0;
+    for (int i = 0; i < NS; i++) {
+        CHECK(out[0][i].n > 0 && out[1][i].n > 0 && out[0][i].h[0].score == out[1][i].h[0].score);
+        differ += out[0][i].h[0].score != out[2][i].h[0].score;
+        for (int k = 0; k < 3; k++) ll_nbest_free(&out[k][i]);
+    }
+    CHECK_MSG(differ > 0, "draw_base 0 and 1000 decoded every sentence alike");
+    ll_model_free(m);
+}
+
 int main(void) {
     ll_set_threads(1); /* tiny shapes: threads only add overhead */
     test_sampler();
@@ -304,5 +407,7 @@ int main(void) {
     test_kl_and_lk();
     test_inference();
     test_zero_gate_is_inference();
+    test_sample_per_batch();
+    test_per_pair_rows();
     return tu_finish("grad_test_latent");
 }
