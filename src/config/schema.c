@@ -153,18 +153,22 @@ const ll_cfg_key ll_cfg_keys[] = {
         "Optional temperature schedule: tau decays geometrically to this value over latent.tau_anneal_updates; 0 = fixed tau."),
     INT("latent.tau_anneal_updates", latent_tau_anneal_updates, "0", 0, INT_MAX, "Length of the temperature schedule."),
     INT("latent.soft_update", latent_soft_update, "500", 0, INT_MAX,
-        "Updates with soft samples; later updates use hard straight-through samples."),
+        "Updates with soft samples; later updates use hard straight-through samples (the code's schedule; the "
+        "paper trains with soft samples only: latent.soft_select true)."),
     BOOL("latent.soft_select", latent_soft_select, "false", "Soft samples throughout (the code's --soft-select)."),
     ENUM("latent.prior", latent_prior, "beta", "beta|agged_posterior",
          "Prior: Beta(a,b) as Bernoulli(a/(a+b)) (paper), or the aggregated posterior over languages (Eq. 7)."),
     FLT("latent.prior_a", latent_prior_a, "1", 0, 1e6, OPEN_MIN, "Beta prior a (a>b favours using layers)."),
     FLT("latent.prior_b", latent_prior_b, "1", 0, 1e6, OPEN_MIN, "Beta prior b."),
     ENUM("latent.kl", latent_kl, "bernoulli", "bernoulli|reference",
-         "bernoulli: full two-sided Bernoulli KL of q=sigmoid(a) (paper); reference: the code's one-sided KL "
-         "on the samples, divided by the number of layers."),
+         "bernoulli: full two-sided Bernoulli KL of q=sigmoid(a), SUMMED over the layers (paper); reference: "
+         "the code's one-sided KL on the samples, divided by the number of layers L."),
     ENUM("latent.agg_norm", latent_agg_norm, "per_layer", "per_layer|across_layers",
          "Aggregated posterior: averaged over languages per layer (paper) or normalised across layers (code)."),
-    FLT("latent.beta", latent_beta, "1", 0, 1e6, 0, "KL weight beta (the code's --sparsity-weight)."),
+    FLT("latent.beta", latent_beta, "1", 0, 1e6, 0,
+        "KL weight beta (the code's --sparsity-weight). With latent.kl bernoulli the KL is summed over the L layers "
+        "while the code's (reference) divides by L, so the same beta is about L times stronger: use beta/L to match "
+        "a --sparsity-weight."),
     INT("latent.anneal_updates", latent_anneal_updates, "5000", 0, INT_MAX,
         "KL weight ramps linearly 0 -> beta over this many updates, starting at latent.soft_update (never negative)."),
     INT("latent.target_layers_enc", latent_target_enc, "-1", -1, 4096, "Target depth K of the encoder; -1 = off."),
@@ -180,7 +184,7 @@ const ll_cfg_key ll_cfg_keys[] = {
     FLT("latent.logits_lr", latent_logits_lr, "0", 0, 10, 0, "Peak learning rate of the layer logits; 0 = train.lr."),
     ENUM("latent.inference", latent_inference, "hard", "hard|soft|sample",
          "Inference: hard (layer used iff q >= threshold, others not computed), soft (z = q), or sample (the "
-         "code's stochastic draw)."),
+         "code's stochastic draw, one per batch, keyed by train.seed and the batch)."),
     FLT("latent.threshold", latent_threshold, "0.5", 0, 1, 0, "Selection threshold on q(z=1) for hard inference and llprune."),
 
     /* DLCL */
