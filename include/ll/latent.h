@@ -20,13 +20,26 @@ void ll_latent_logits(ll_model *m, int stack, int row, real *out);
 void ll_latent_sample(ll_model *m, int stack, int row, uint64_t seed, uint64_t rng_step, real tau, int hard);
 /* After the backward of that forward: d a[row] += dgate * dz/da (backend op). */
 void ll_latent_backward(ll_model *m, int stack, int row);
-/* Inference gates from q = sigmoid(a[row]). */
+/* Inference gates from q = sigmoid(a[row]).  A dropped layer is off
+ * (ll_layer_off: not computed, and equal to training's z = 0 for every norm).
+ * The settings are kept on the model for ll_latent_inference_draw. */
 void ll_latent_set_inference(ll_model *m, int stack, int row, int mode, real threshold, uint64_t seed);
+/* Sample mode: redraw both stacks' gates for batch `draw` (Philox keyed by
+ * seed, stack, row and draw, so reruns repeat); no-op in hard/soft mode.
+ * Decoding and validation call it once per batch. */
+void ll_latent_inference_draw(ll_model *m, uint64_t draw);
 double ll_latent_expected_depth(ll_model *m, int stack, int row);
 /* Mode from the config string ("hard" | "soft" | "sample"). */
 int ll_latent_mode(const char *s);
 /* Row of a language for a stack: its index, or 0 when the posterior is shared. */
 int ll_latent_row(const ll_model *m, int lang);
+/* Row of a stack for a language pair (config language indices), following
+ * latent.posterior (src/model/latent_rows.c): per_language the stack's
+ * language, per_pair the first training pair with these languages, shared 0.
+ * -1 when the model has no row for it (an unknown language or pair). */
+int ll_latent_pair_row(const ll_hparams *hp, const ll_config *cfg, int stack, int src_lang, int tgt_lang);
+/* "es", "es-en" (per_pair) or "shared": the row's name in logs. */
+const char *ll_latent_row_name(const ll_hparams *hp, const ll_config *cfg, int row, char *buf, size_t n);
 
 /* ---- losses (src/train/latent_loss.c) ----
  * Backend ops: both add their gradient w.r.t. the logits into m->grads,

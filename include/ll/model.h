@@ -25,7 +25,8 @@ typedef struct {
     real dropout, attn_dropout, act_dropout;
     real label_smoothing; /* training loss; 0 = plain cross-entropy */
     int latent_enc, latent_dec; /* layer logits for latent depth (src/model/latent.c) */
-    int latent_rows;            /* rows of logits: languages, or 1 when shared */
+    int latent_rows;            /* rows of logits: languages, training pairs (per_pair), or 1 when shared */
+    int latent_per_pair;        /* latent.posterior per_pair: rows are training pairs */
     /* DLCL (Wang et al. 2019; src/model/dlcl.c) */
     int dlcl_enc, dlcl_dec;
     int dlcl_init_one;          /* init W = 1 instead of the 1/(r+1) average */
@@ -67,7 +68,15 @@ typedef struct {
     real *dgate;        /* backend accumulator of dL/dgate; NULL = not computed */
     uint8_t skip;       /* layer is the identity: not computed at all */
     uint8_t skip_cross; /* decoder: only the self-attention path (no cross-attention) */
+    uint8_t off;        /* latent layer dropped at inference (z = 0): see ll_layer_off */
 } ll_layer_ctl;
+
+/* z = 0 (a latent layer dropped at inference, a host decision): the
+ * layer's branches are off and not computed.  This is exactly what
+ * training computes at z = 0: pre-norm/ReZero give the identity, post-norm
+ * still applies the layer's norms, and in a DLCL stack the layer's entry is
+ * its input (docs/methods.md).  skip, by contrast, is LayerDrop's identity. */
+static inline int ll_layer_off(const ll_layer_ctl *c) { return c && c->off; }
 
 /* Training objectives beyond label-smoothed CE, computed by ll_model_step
  * when training (set by the trainer; all off by default). */
@@ -97,6 +106,7 @@ typedef struct ll_model {
     size_t phi_offset;
     real *latent_z[2], *latent_dzda[2]; /* backend [rows, L]: last sample per row and dz/da */
     real *gate_buf[2], *dgate_buf[2];   /* backend [L]: explicit gates (ll_model_set_gate), dL/dgate */
+    struct { int mode, row; real threshold; uint64_t seed; } latent_inf[2]; /* ll_latent_set_inference */
     size_t dlcl_w[2];   /* [L+1, L+1] learnable weights (0 = fixed or absent) */
     size_t *dlcl_ln[2]; /* [2 * (L+1)] LN weight/bias offsets per entry/row */
     real *dlcl_fixed[2]; /* backend [L+1, L+1] when not learnable */

@@ -75,8 +75,10 @@ typedef struct {
 /* Loss on `valid` and (train.valid_bleu) BLEU/chrF of decoding the raw
  * data.valid sources with train.valid_beam.  -1 + errbuf. */
 int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm, ll_valid_result *r);
-/* Inference-time latent gates for a language pair (no-op without latent layers). */
-void ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int tgt_lang);
+/* Inference-time latent gates for a language pair (config language indices;
+ * no-op without latent layers).  -1 + errbuf when a latent stack has no row
+ * for the pair (an unknown language, or a pair per_pair rows do not cover). */
+int ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int tgt_lang);
 
 /* ---- the trainer (src/train/trainer.c) ---- */
 typedef struct {

@@ -31,6 +31,20 @@ static real *dlcl_row(ll_model *m, int r, real **ent, int N) {
     return z;
 }
 
+
+/* A decoder layer whose branches are off (z = 0): post-norm applies its three
+ * layer norms, pre-norm and ReZero are the identity (layers.c, BLOCK_OFF). */
+static real *off_layer(ll_model *m, const ll_layer_offsets *L, real *x, int N) {
+    if (!m->hp.post_norm) return x;
+    const size_t w[3] = {L->ln1_w, L->ln2_w, L->ln3_w}, b[3] = {L->ln1_b, L->ln2_b, L->ln3_b};
+    for (int i = 0; i < 3; i++) {
+        real *z = ll_buf(m, (size_t)N * m->hp.C);
+        norm(m, z, x, w[i], b[i], N);
+        x = z;
+    }
+    return x;
+}
+
 /* Decoder weights packed once per decode: every step multiplies a few rows
  * by all of them (cpu_linear_packed.c explains why this pays). */
 enum { PK_QKV, PK_O, PK_CQ, PK_CO, PK_FC1, PK_FC2 };
@@ -43,7 +57,7 @@ static void **pack_decoder(ll_model *m) {
     const char *env = getenv("LL_DECODE_PACKED"); /* "0": plain gemm, for A/B benchmarks */
     if (!be->linear_pack || (env && !strcmp(env, "0"))) return pk;
     for (int l = 0; l < hp->Ld; l++) {
-        if (m->dec_ctl[l].skip) continue;
+        if (m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])) continue;
         const ll_layer_offsets *L = &m->dec[l];
         void **p = pk + (size_t)l * LL_DEC_PACKED;
         p[PK_QKV] = be->linear_pack(be, m->params + L->qkv_w, 3 * C, C);
@@ -168,13 +182,16 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         const ll_layer_offsets *L = &m->dec[l];
         const ll_layer_ctl *ctl = &m->dec_ctl[l];
         void *const *pk = d->packed + (size_t)l * LL_DEC_PACKED;
-        if (ctl->skip) { /* pruned/skipped layer: identity, its cache stays unused */
-            if (dl) {
-                ent[l + 1] = dlcl_entry(m, l + 1, x, N);
+        if (ctl->skip || ll_layer_off(ctl)) { /* not computed; its cache stays unused */
+            if (dl) { /* LayerDrop: identity, entry E(x); latent z = 0: the entry is the input */
+                ent[l + 1] = ctl->skip ? dlcl_entry(m, l + 1, x, N) : x;
                 x = dlcl_row(m, l + 1, ent, N);
+            } else if (!ctl->skip) { /* latent z = 0 as training computes it */
+                x = off_layer(m, L, x, N);
             }
             continue;
         }
+        const real *x_in = x; /* the layer's input (DLCL entry gate) */
         const real *const g[2] = {ctl->gate, hp->rezero ? m->params + m->rezero_alpha[1][l] : NULL};
         /* self-attention over the cache */
         const real *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
@@ -211,7 +228,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         dec_linear(m, pk[PK_FC2], s, h, N, hp->F, C, L->fc2_w, L->fc2_b);
         x = residual(m, x, s, g, L->ln3_w, L->ln3_b, N);
         if (dl) {
-            ent[l + 1] = dlcl_entry(m, l + 1, x, N);
+            ent[l + 1] = ll_dlcl_gate_entry(m, dlcl_entry(m, l + 1, x, N), x_in, ctl->gate, (size_t)N * C, NULL);
             x = dlcl_row(m, l + 1, ent, N);
         }
     }
@@ -237,7 +254,7 @@ void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
     /* Only rows that change are copied: first every source row that some moved
      * row reads (into scratch), then the moved rows from scratch. */
     for (int l = 0; l < m->hp.Ld; l++) {
-        if (m->dec_ctl[l].skip) continue; /* skipped layers have no cache to keep */
+        if (m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])) continue; /* no cache to keep */
         real *c = d->self_kv[l];
         for (int n = 0; n < d->N; n++)
             if (from[n] != n) be->copy(be, d->scratch_kv + n * row, c + from[n] * row, used * sizeof(real));

@@ -38,7 +38,7 @@ void ll_latent_sample(ll_model *m, int stack, int row, uint64_t seed, uint64_t r
     for (int l = 0; l < L; l++) { /* the gates point at the samples: nothing comes back to the host */
         ctl[l].gate = z + l;
         ctl[l].dgate = m->dgate_buf[stack] + l;
-        ctl[l].skip = 0;
+        ctl[l].skip = ctl[l].off = 0;
     }
 }
 
@@ -48,28 +48,47 @@ void ll_latent_backward(ll_model *m, int stack, int row) {
                        m->latent_dzda[stack] + (size_t)row * L, L);
 }
 
-void ll_latent_set_inference(ll_model *m, int stack, int row, int mode, real threshold, uint64_t seed) {
-    if (!ll_latent_on(m, stack)) return;
-    const int L = layers_of(m, stack);
-    const real *logits = m->params + m->latent_logits[stack] + (size_t)row * L;
+/* Gates of one stack at inference; `draw` keys the sample mode's draw.  A
+ * layer with z = 0 is off (ll_layer_off), not skipped: that is what training
+ * computes at z = 0 for every norm (post-norm keeps its layer norms, DLCL
+ * takes the layer's input as its entry), and it is still not computed.  Soft
+ * gates q stay on the backend; hard and sampled decisions choose which layers
+ * run, so the host reads q (set-up time, not per training step). */
+static void apply_inference(ll_model *m, int stack, uint64_t draw) {
+    const int L = layers_of(m, stack), row = m->latent_inf[stack].row, mode = m->latent_inf[stack].mode;
     ll_layer_ctl *ctl = ctl_of(m, stack);
-    if (mode == LL_LATENT_SOFT) { /* gates q on the backend */
-        m->be->latent_q(m->be, m->gate_buf[stack], logits, L);
+    if (mode == LL_LATENT_SOFT) { /* z = q */
+        m->be->latent_q(m->be, m->gate_buf[stack], m->params + m->latent_logits[stack] + (size_t)row * L, L);
         for (int l = 0; l < L; l++) ctl[l] = (ll_layer_ctl){.gate = m->gate_buf[stack] + l};
         return;
     }
-    /* hard decisions choose which layers run: the host needs q (set-up time, not per step) */
     real a[4096];
     ll_latent_logits(m, stack, row, a);
-    const ll_philox r = gumbel_rng(seed, stack, row, 0xffffffffu);
+    /* stream 0xffffffff: never a training step's; counter (draw, layer) */
+    const ll_philox r = gumbel_rng(m->latent_inf[stack].seed, stack, row, 0xffffffffu);
     for (int l = 0; l < L; l++) {
         const double q = ll_latent_q(a[l]);
-        ctl[l] = (ll_layer_ctl){0};
-        if (mode == LL_LATENT_SAMPLE) /* the reference's stochastic hard draw */
-            ctl[l].skip = !(ll_philox_uniform(&r, (uint64_t)l) < q);
-        else /* hard: used iff q >= threshold; skipped layers are not computed */
-            ctl[l].skip = !(q >= threshold);
+        int on;
+        if (mode == LL_LATENT_SAMPLE) /* the reference's stochastic hard draw, one per batch */
+            on = ll_philox_uniform(&r, draw * (uint64_t)L + (uint64_t)l) < q;
+        else /* hard: used iff q >= threshold */
+            on = q >= m->latent_inf[stack].threshold;
+        ctl[l] = (ll_layer_ctl){.off = !on};
     }
+}
+
+void ll_latent_set_inference(ll_model *m, int stack, int row, int mode, real threshold, uint64_t seed) {
+    if (!ll_latent_on(m, stack)) return;
+    m->latent_inf[stack].mode = mode;
+    m->latent_inf[stack].row = row;
+    m->latent_inf[stack].threshold = threshold;
+    m->latent_inf[stack].seed = seed;
+    apply_inference(m, stack, 0);
+}
+
+void ll_latent_inference_draw(ll_model *m, uint64_t draw) {
+    for (int s = 0; s < 2; s++)
+        if (ll_latent_on(m, s) && m->latent_inf[s].mode == LL_LATENT_SAMPLE) apply_inference(m, s, draw);
 }
 
 double ll_latent_expected_depth(ll_model *m, int stack, int row) {

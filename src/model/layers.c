@@ -157,7 +157,8 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     }
     k->mean = ll_buf(m, N);
     k->rstd = ll_buf(m, N);
-    if (ctl && ctl->skip_cross && k->kind == SUB_CROSS) { /* branch off: pre y = x, post y = LN(x) */
+    /* branch off (CAD, or a latent z = 0 at inference): pre/ReZero y = x, post y = LN(x) */
+    if (ll_layer_off(ctl) || (ctl && ctl->skip_cross && k->kind == SUB_CROSS)) {
         k->mode = BLOCK_OFF;
         if (!post) {
             k->y = (real *)k->x;

@@ -62,6 +62,7 @@ typedef struct {
     uint8_t *emb_mask;
     /* DLCL (src/model/dlcl.c): entries e_k (k = 0..L), row inputs in_r, LN stats */
     real **ent, **raw, **comb, **in;
+    real **gent;                /* latent-gated layers: E(y_k) before the entry gate (else NULL) */
     real **ln_mean, **ln_rstd;
     real *top;                  /* stack output before the final LN */
     real *out;                  /* after the final LN (pre-norm) or == top */
@@ -108,6 +109,9 @@ void ll_ald_loss(ll_model *m, const ll_batch *b, const ll_dev_batch *db, real *c
 
 /* ---- DLCL (dlcl.c) ---- */
 int ll_dlcl_on(const ll_model *m, int stack);
+/* Latent gate of a DLCL entry: e' = in + z (e - in) (z a backend scalar;
+ * NULL = 1: e itself); *diff (if non-NULL) gets e - in for the backward. */
+real *ll_dlcl_gate_entry(ll_model *m, real *e, const real *in, const real *gate, size_t n, real **diff);
 /* W [L+1, L+1] of a stack in backend memory (the fixed variants included). */
 const real *ll_dlcl_weights(const ll_model *m, int stack);
 /* Forward of a layered stack with DLCL; x0 = embedding output.  Returns top. */

@@ -32,10 +32,10 @@ void ll_latent_ctx_init(ll_latent_ctx *c, const ll_config *cfg, const ll_model *
         c->prior[s].rows = m->hp.latent_rows;
         prior_of(c, s);
     }
-    for (int k = 0; k < cfg->n_train; k++) {
-        int src = ll_latent_row(m, ll_config_lang_index(cfg, cfg->train[k].src_lang));
-        int tgt = ll_latent_row(m, ll_config_lang_index(cfg, cfg->train[k].tgt_lang));
-        c->prior[0].active[src] = c->prior[1].active[tgt] = 1;
+    for (int k = 0; k < cfg->n_train; k++) { /* the rows training samples (latent_rows.c) */
+        const int sl = ll_config_lang_index(cfg, cfg->train[k].src_lang), tl = ll_config_lang_index(cfg, cfg->train[k].tgt_lang);
+        c->prior[0].active[ll_latent_pair_row(&m->hp, cfg, 0, sl, tl)] = 1;
+        c->prior[1].active[ll_latent_pair_row(&m->hp, cfg, 1, sl, tl)] = 1;
     }
     for (int s = 0; s < 2; s++)
         for (int r = 0; r < m->hp.latent_rows; r++) c->prior[s].n_active += c->prior[s].active[r];

@@ -38,6 +38,7 @@ typedef struct {
     ll_dataset train, valid;
     ll_dataset sub[LL_MAX_CORPORA]; /* one pair each (latent mode) */
     int have_valid, latent;
+    int every_pair; /* one iterator per pair, one batch of each per update (data.sampling) */
     ll_step_team *team; /* thread data parallelism (NULL: one worker) */
     int n_streams;
     ll_batcher *its[LL_MAX_CORPORA];
@@ -134,7 +135,11 @@ static int setup(trainer *t, const ll_train_opts *o) {
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
     t->ts = (ll_train_state){.best_valid = INFINITY, .opt = &t->opt};
-    if (t->latent) { /* every update visits every pair: one iterator per pair */
+    /* every_pair (auto with latent layers): every update visits every pair, one iterator each */
+    t->every_pair = !strcmp(cfg->sampling, "every_pair") || (t->latent && !strcmp(cfg->sampling, "auto"));
+    if (t->latent && !t->every_pair && t->train.n_pairs > 1)
+        return ll_fail("data.sampling %s: latent depth needs every_pair (or auto)", cfg->sampling);
+    if (t->every_pair) {
         t->n_streams = t->train.n_pairs;
         for (int p = 0; p < t->train.n_pairs; p++) {
             t->sub[p] = t->train;
@@ -144,7 +149,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         }
     } else {
         t->n_streams = 1;
-        t->its[0] = ll_batcher_from_config(&t->train, cfg, 1);
+        if (!(t->its[0] = ll_batcher_from_config(&t->train, cfg, 1))) return -1;
     }
 
     const char *last = save_path(t, "checkpoint_last.llm");
@@ -178,6 +183,13 @@ static int setup(trainer *t, const ll_train_opts *o) {
            hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", hp.latent_enc ? ", latent encoder" : "",
            hp.latent_dec ? ", latent decoder" : "", ll_model_count_params(t->m), ll_get_threads(), ll_step_team_size(t->team),
            ll_blas_core());
+    /* what one update sees, so that runs can be matched at equal data (docs/methods.md) */
+    if (t->every_pair)
+        ll_log("data per update: one batch of each of the %d pairs x update_freq %d (data.sampling every_pair)",
+               t->n_streams, cfg->update_freq);
+    else
+        ll_log("data per update: %d batch(es) drawn across %d pair(s) (data.sampling %s)", cfg->update_freq,
+               t->train.n_pairs, !strcmp(cfg->sampling, "auto") ? "temperature" : cfg->sampling);
     return 0;
 }
 
@@ -318,7 +330,7 @@ static void draw_structure(trainer *t, uint64_t step) {
 static int accumulate(trainer *t, ll_batch *b, long *ntok) {
     const ll_config *cfg = t->cfg;
     const long upd = t->ts.update;
-    const int per = t->latent ? t->n_streams : 1;
+    const int per = t->every_pair ? t->n_streams : 1;
     const int hard = t->latent && !cfg->latent_soft_select && upd > cfg->latent_soft_update;
     double tau = cfg->latent_tau; /* optional geometric schedule tau -> tau_final */
     if (cfg->latent_tau_final > 0 && cfg->latent_tau_anneal_updates > 0) {
@@ -327,9 +339,10 @@ static int accumulate(trainer *t, ll_batch *b, long *ntok) {
     }
     for (int k = 0; k < cfg->update_freq; k++)
         for (int p = 0; p < per; p++) {
-            if (next_batch(t, t->latent ? p : 0, b)) return -1;
+            if (next_batch(t, t->every_pair ? p : 0, b)) return -1;
             uint64_t step = ((uint64_t)upd * cfg->update_freq + k) * per + p; /* keys dropout and Gumbel noise */
-            int rows[2] = {ll_latent_row(t->m, b->src_lang), ll_latent_row(t->m, b->tgt_lang)};
+            int rows[2] = {ll_latent_pair_row(&t->m->hp, cfg, 0, b->src_lang, b->tgt_lang),
+                           ll_latent_pair_row(&t->m->hp, cfg, 1, b->src_lang, b->tgt_lang)};
             for (int s = 0; s < 2; s++)
                 if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, (real)tau, hard);
             draw_structure(t, step);
@@ -362,7 +375,8 @@ static void log_latent_json(trainer *t, const real *snap, const double *st) {
         int first = 1;
         for (int r = 0; r < R; r++) {
             if (!t->lat.prior[s].active[r]) continue;
-            fprintf(t->metrics, "%s\"%s\":[", first ? "" : ",", R > 1 ? t->langs[r] : "shared");
+            char name[2 * LL_LANG_MAX + 8];
+            fprintf(t->metrics, "%s\"%s\":[", first ? "" : ",", ll_latent_row_name(&t->m->hp, t->cfg, r, name, sizeof name));
             first = 0;
             for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", ll_latent_q(a[(size_t)r * L + l]));
             fputc(']', t->metrics);
@@ -457,14 +471,15 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             if (ll_verbosity > 0)
                 fprintf(stderr,
                     "epoch %lld | %5.1f%% | update %ld | loss %.3f | nll %.3f | ppl %.2f | lr %.3e | gnorm %.3f | "
-                    "tok/s %.0f%s | ETA %s\n",
+                    "tok/s %.0f | tok/upd %.0f%s | ETA %s\n",
                     (long long)epoch, 100.0 * pos / (nb ? nb : 1), t.ts.update, L, N, pow(2, N), lr,
-                    log_gnorm / log_updates, tps, depth, eta);
+                    log_gnorm / log_updates, tps, (double)log_tokens / log_updates, depth, eta);
             fprintf(t.metrics,
                     "{\"type\":\"train\",\"update\":%ld,\"epoch\":%lld,\"epoch_pct\":%.2f,\"loss\":%.6f,\"nll\":%.6f,"
-                    "\"ppl\":%.4f,\"lr\":%.6e,\"gnorm\":%.5f,\"tokens_per_s\":%.1f,\"wall\":%.2f",
+                    "\"ppl\":%.4f,\"lr\":%.6e,\"gnorm\":%.5f,\"tokens_per_s\":%.1f,\"tokens_per_update\":%.1f,"
+                    "\"wall\":%.2f",
                     t.ts.update, (long long)epoch, 100.0 * pos / (nb ? nb : 1), L, N, pow(2, N), lr,
-                    log_gnorm / log_updates, tps, now - t_start);
+                    log_gnorm / log_updates, tps, (double)log_tokens / log_updates, now - t_start);
             if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
                 fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc.ddr / acc.ntok / M_LN2, acc.ald / acc.ntok / M_LN2);
             if (t.latent) {
