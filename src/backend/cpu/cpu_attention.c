@@ -199,7 +199,7 @@ void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real 
                     for (int i = 0; i < rows; i++) {
                         real *Pi = P + (size_t)i * kl, *dPi = dP + (size_t)i * kl;
                         const int n = row_limit(lim, causal, i0 + i, Tq, Tk);
-                        if (n > 0) ll_row_exp_inplace(Pi, n, lh[i0 + i], NULL);
+                        ll_row_exp_shift(Pi, n, lh[i0 + i]);
                         for (int j = n; j < kl; j++) Pi[j] = 0;
                         if (w.M) { /* P~ = P * mask / (1-p) for dV; dP = dP~ * mask / (1-p) */
                             const uint8_t *Mi = w.M + (size_t)i * Tk;
