@@ -7,9 +7,14 @@
  * Conventions (llm.c style):
  *  - row-major matrices; activations are [rows, C] with rows = B*T (batch-major).
  *  - every *_bwd op ACCUMULATES (+=) into its gradient outputs; callers zero
- *    gradient buffers once per update.
+ *    gradient buffers once per update.  Exception: attention_bwd overwrites
+ *    (its outputs are activation gradients, fresh per call).
  *  - random ops take an ll_philox stream and an element offset, so the same
- *    element gets the same random number on every backend. */
+ *    element gets the same random number on every backend; an op that needs
+ *    the numbers again (attention_bwd) redraws them from the same stream.
+ *  - saved statistics (layer norm mean/rstd, attention lse) are `real`: fp32
+ *    in the product build, double in the LL_REAL_DOUBLE gradient-check build;
+ *    they stay fp32 when activations move to bf16. */
 #ifndef LL_BACKEND_H
 #define LL_BACKEND_H
 
