@@ -6,9 +6,9 @@
  *     and lengths, and dropout_fwd applies exactly that mask;
  *   - label-smoothed cross-entropy (loss, nll and gradient) and log-softmax
  *     against double-precision formulas, with vocabulary tails and padding;
- *   - attention probabilities against a double softmax, causal and padded;
  *   - Adam (fairseq's update, with weight decay), sumsq and bias_set against
- *     double-precision loops. */
+ *     double-precision loops.
+ * Attention has its own test (test_attention.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 #include "ll/backend.h"
 #include "util/testutil.h"
 
-/* the CPU backend's mask-only draw (attention dropout), private to it */
+/* the CPU backend's mask-only draw (attention dropout, per tile), private to it */
 void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset);
 
 static void test_philox(void) {
@@ -138,46 +138,6 @@ static void test_xent(void) {
     free(x), free(ls);
 }
 
-static void test_attention_probs(void) {
-    ll_backend *be = ll_backend_cpu();
-    const int B = 2, H = 2, Dh = 8, C = H * Dh;
-    const int shapes[][3] = {{5, 19, 0}, {7, 7, 1}, {1, 33, 0}}; /* Tq, Tk, causal */
-    for (int s = 0; s < 3; s++) {
-        const int Tq = shapes[s][0], Tk = shapes[s][1], causal = shapes[s][2];
-        const int key_len[2] = {Tk, Tk - 3};
-        float *q = malloc(sizeof(float) * B * Tq * C), *kv = malloc(sizeof(float) * B * Tk * 2 * C);
-        float *out = malloc(sizeof(float) * B * Tq * C), *probs = malloc(sizeof(float) * B * H * Tq * Tk);
-        ll_philox r;
-        ll_philox_init(&r, 8, 9, (uint32_t)s);
-        for (int i = 0; i < B * Tq * C; i++) q[i] = 4 * ll_philox_uniform(&r, i) - 2;
-        for (int i = 0; i < B * Tk * 2 * C; i++) kv[i] = 4 * ll_philox_uniform(&r, 100000 + i) - 2;
-        be->attention_fwd(be, out, probs, NULL, q, C, kv, kv + C, 2 * C, key_len, B, Tq, Tk, H, Dh, causal, 0, &r,
-                          0);
-        double worst = 0;
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < H; h++)
-                for (int i = 0; i < Tq; i++) {
-                    int lim = key_len[b];
-                    if (causal && i + (Tk - Tq) + 1 < lim) lim = i + (Tk - Tq) + 1;
-                    double sc[64], mx = -INFINITY, sum = 0;
-                    for (int j = 0; j < lim; j++) {
-                        double d = 0;
-                        for (int e = 0; e < Dh; e++)
-                            d += (double)q[((size_t)b * Tq + i) * C + h * Dh + e] *
-                                 kv[((size_t)b * Tk + j) * 2 * C + h * Dh + e];
-                        sc[j] = d / sqrt((double)Dh);
-                        mx = fmax(mx, sc[j]);
-                    }
-                    for (int j = 0; j < lim; j++) sum += exp(sc[j] - mx);
-                    const float *P = probs + (((size_t)b * H + h) * Tq + i) * Tk;
-                    for (int j = 0; j < Tk; j++)
-                        worst = fmax(worst, fabs(P[j] - (j < lim ? exp(sc[j] - mx) / sum : 0)));
-                }
-        CHECK_MSG(worst < 1e-6, "attention probs Tq=%d Tk=%d causal=%d: max error %g", Tq, Tk, causal, worst);
-        free(q), free(kv), free(out), free(probs);
-    }
-}
-
 static void test_optimizer_ops(void) {
     ll_backend *be = ll_backend_cpu();
     const size_t n = 100003; /* not a multiple of any vector width or block */
@@ -246,7 +206,6 @@ int main(void) {
     test_philox();
     test_dropout();
     test_xent();
-    test_attention_probs();
     test_optimizer_ops();
     return tu_finish("test_cpu_kernels");
 }

@@ -7,9 +7,14 @@
  * Conventions (llm.c style):
  *  - row-major matrices; activations are [rows, C] with rows = B*T (batch-major).
  *  - every *_bwd op ACCUMULATES (+=) into its gradient outputs; callers zero
- *    gradient buffers once per update.
+ *    gradient buffers once per update.  Exception: attention_bwd overwrites
+ *    (its outputs are activation gradients, fresh per call).
  *  - random ops take an ll_philox stream and an element offset, so the same
- *    element gets the same random number on every backend.
+ *    element gets the same random number on every backend; an op that needs
+ *    the numbers again (attention_bwd) redraws them from the same stream.
+ *  - saved statistics (layer norm mean/rstd, attention lse) are `real`: fp32
+ *    in the product build, double in the LL_REAL_DOUBLE gradient-check build;
+ *    they stay fp32 when activations move to bf16.
  *  - no op returns a value to the host: losses, norms and other reductions
  *    ACCUMULATE (+=) into double slots of a small statistics buffer in backend
  *    memory (LL_ST_*), which the trainer downloads once per update. */
@@ -174,21 +179,42 @@ struct ll_backend {
      * not finite; unless skipped, ADAM_T += 1 and (phi_step) ADAM_T_PHI += 1. */
     void (*grad_finish)(ll_backend *be, double *stats, double grad_scale, double clip_norm, int phi_step);
 
-    /* Multi-head scaled dot-product attention.
-     * q: [B, Tq] rows with row stride q_stride, head h at columns h*Dh..;
-     * k, v: [B, Tk] rows with stride kv_stride; key_len[b] masks keys >= key_len[b];
-     * causal masks keys > query position.  out: [B*Tq, H*Dh] (stride H*Dh).
-     * probs: saved [B, H, Tq, Tk] after dropout (for backward); pmask: dropout mask
-     * of the probabilities (NULL when attn_dropout == 0), element i drawn from
-     * Philox half-word rng_offset + i (a slice of a batch passes its offset).
-     * attention_bwd overwrites the heads' columns of dq, dk and dv (zeros where
-     * no gradient flows), so they need not be cleared. */
-    void (*attention_fwd)(ll_backend *be, real *out, real *probs, uint8_t *pmask, const real *q, int q_stride,
-                          const real *k, const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk,
-                          int H, int Dh, int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
-    void (*attention_bwd)(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *probs,
-                          const uint8_t *pmask, const real *q, int q_stride, const real *k, const real *v,
-                          int kv_stride, int B, int Tq, int Tk, int H, int Dh, real attn_dropout);
+    /* Multi-head scaled dot-product attention, flash style: forward keeps one
+     * statistic per query row instead of the [B, H, Tq, Tk] probabilities, and
+     * backward recomputes them.
+     *   q: [B, Tq] rows with row stride q_stride, head h at columns h*Dh..;
+     *   k, v: [B, Tk] rows with stride kv_stride;
+     *   out: [B*Tq, H*Dh] (stride H*Dh).
+     * Masks (backward takes the same ones): query i of sentence b sees key j iff
+     * j < key_len[b] (key_len NULL: all Tk) and, when causal, j <= i + (Tk - Tq)
+     * (Tk > Tq: the queries are the last Tq positions).  A query that sees no
+     * key gets out = 0.
+     * lse: [B, H, Tq], log sum_j exp(s_ij) over the visible keys, where
+     *   s_ij = q_i . k_j / sqrt(Dh); P_ij = exp(s_ij - lse_i); -INFINITY for a
+     *   query that sees no key.  It is `real`: fp32 in the product build (the
+     *   rule for saved statistics: fp32, whatever the activations' type), double
+     *   in the finite-difference build so the checks stay exact.  Forward may
+     *   get lse = NULL when no backward follows (decoding).
+     * Dropout (attn_dropout > 0) on the probabilities, inverted scaling:
+     *   element (b, h, i, j) of the call uses dropout half-word
+     *   e = rng_offset + ((b*H + h)*Tq + i)*Tk + j, i.e. bits 16*(e & 1)..+15
+     *   of Philox word e >> 1 of rng (ll_philox_u32(rng, e >> 1)), and is kept
+     *   iff that half-word >= round(attn_dropout * 65536) -- dropout_fwd's rule.
+     *   A slice of a batch starting at sentence row0 passes
+     *   rng_offset = row0*H*Tq*Tk, so element (row0 + b, h, i, j) of the whole
+     *   batch draws the same bit; every element's bit is a pure function of its
+     *   index, so a GPU kernel draws it without sequential state.
+     *   out = (P o keep / (1 - p)) V.
+     * attention_bwd: given out, lse and dout, overwrites the heads' columns of
+     * dq, dk and dv (zeros where no gradient flows), so they need not be
+     * cleared; it uses D_i = rowsum(dout_i o out_i) for the softmax backward. */
+    void (*attention_fwd)(ll_backend *be, real *out, real *lse, const real *q, int q_stride, const real *k,
+                          const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+                          int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
+    void (*attention_bwd)(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *out,
+                          const real *lse, const real *q, int q_stride, const real *k, const real *v, int kv_stride,
+                          const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal, real attn_dropout,
+                          const ll_philox *rng, uint64_t rng_offset);
 
     /* Label-smoothed cross-entropy, fused with its gradient (fairseq's formula:
      * q[y] = 1-eps, q[v != y] = eps/(V-1)).  logits [N,V] are overwritten with

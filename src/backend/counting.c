@@ -146,13 +146,14 @@ OPV(sumsq, (ll_backend * be, double *acc, const real *x, size_t n), (((counting 
 OPV(grad_finish, (ll_backend * be, double *st, double gs, double clip, int phi),
     (((counting *)be)->inner, st, gs, clip, phi))
 OPV(attention_fwd,
-    (ll_backend * be, real *out, real *probs, uint8_t *pm, const real *q, int qs, const real *k, const real *v, int kvs,
+    (ll_backend * be, real *out, real *lse, const real *q, int qs, const real *k, const real *v, int kvs,
      const int *kl, int B, int Tq, int Tk, int H, int Dh, int causal, real ad, const ll_philox *r, uint64_t ro),
-    (((counting *)be)->inner, out, probs, pm, q, qs, k, v, kvs, kl, B, Tq, Tk, H, Dh, causal, ad, r, ro))
+    (((counting *)be)->inner, out, lse, q, qs, k, v, kvs, kl, B, Tq, Tk, H, Dh, causal, ad, r, ro))
 OPV(attention_bwd,
-    (ll_backend * be, real *dq, real *dk, real *dv, const real *dout, const real *probs, const uint8_t *pm,
-     const real *q, int qs, const real *k, const real *v, int kvs, int B, int Tq, int Tk, int H, int Dh, real ad),
-    (((counting *)be)->inner, dq, dk, dv, dout, probs, pm, q, qs, k, v, kvs, B, Tq, Tk, H, Dh, ad))
+    (ll_backend * be, real *dq, real *dk, real *dv, const real *dout, const real *out, const real *lse,
+     const real *q, int qs, const real *k, const real *v, int kvs, const int *kl, int B, int Tq, int Tk, int H,
+     int Dh, int causal, real ad, const ll_philox *r, uint64_t ro),
+    (((counting *)be)->inner, dq, dk, dv, dout, out, lse, q, qs, k, v, kvs, kl, B, Tq, Tk, H, Dh, causal, ad, r, ro))
 OPV(xent_fwd_bwd, (ll_backend * be, real *x, const int32_t *t, int N, int V, real eps, int pad, real gs, double *acc),
     (((counting *)be)->inner, x, t, N, V, eps, pad, gs, acc))
 OPV(sym_kl,

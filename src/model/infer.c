@@ -170,7 +170,6 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     be->embed_fwd(be, x, prev_tok, m->params + m->dec_emb, m->pos_table, LL_PAD + 1 + t, sqrt((real)C), N, 1, C,
                   LL_PAD);
     real *qkv = ll_buf(m, (size_t)N * 3 * C), *ctx = ll_buf(m, (size_t)N * C), *s = ll_buf(m, (size_t)N * C);
-    real *probs = ll_buf(m, (size_t)N * H * (d->max_T > d->S ? d->max_T : d->S) * d->beam);
     /* DLCL: entries of this position and the combined input of each layer */
     const int dl = ll_dlcl_on(m, 1);
     real **ent = dl ? ll_arena_alloc(&m->meta, sizeof(real *) * (hp->Ld + 1)) : NULL;
@@ -200,8 +199,9 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         for (int n = 0; n < N; n++)
             be->copy(be, cache + ((size_t)n * d->max_T + t) * 2 * C, qkv + (size_t)n * 3 * C + C,
                        2 * C * sizeof(real));
-        be->attention_fwd(be, ctx, probs, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H,
-                          Dh, 0, 0, NULL, 0);
+        /* no backward follows: lse NULL */
+        be->attention_fwd(be, ctx, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H, Dh, 0,
+                          0, NULL, 0);
         dec_linear(m, pk[PK_O], s, ctx, N, C, C, L->o_w, L->o_b);
         x = residual(m, x, s, g, L->ln1_w, L->ln1_b, N);
         /* cross-attention (branch off: pre-norm identity, post-norm LN(x)) */
@@ -215,8 +215,8 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
             u = sub_input(m, x, L->ln2_w, L->ln2_b, N);
             real *q = ll_buf(m, (size_t)N * C);
             dec_linear(m, pk[PK_CQ], q, u, N, C, C, L->cq_w, L->cq_b);
-            be->attention_fwd(be, ctx, probs, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->sent_src_len,
-                              d->B, d->beam, d->S, H, Dh, 0, 0, NULL, 0);
+            be->attention_fwd(be, ctx, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->sent_src_len, d->B,
+                              d->beam, d->S, H, Dh, 0, 0, NULL, 0);
             dec_linear(m, pk[PK_CO], s, ctx, N, C, C, L->co_w, L->co_b);
             x = residual(m, x, s, g, L->ln2_w, L->ln2_b, N);
         }

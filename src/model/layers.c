@@ -53,12 +53,10 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
         k->qkv = ll_buf(m, (size_t)N * 3 * C);
         ll_linear_fwd(m, k->qkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
         k->ctx = ll_buf(m, (size_t)N * C);
-        k->probs = ll_buf(m, (size_t)p->B * H * p->T * p->T);
-        k->pmask = ad > 0 ? mask_buf(m, (size_t)p->B * H * p->T * p->T) : NULL;
-        ll_site_rng(&r, p, layer, SITE_SELF_PROBS);
-        be->attention_fwd(be, k->ctx, k->probs, k->pmask, k->qkv, 3 * C, k->qkv + C, k->qkv + 2 * C, 3 * C,
-                          p->self_len, p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &r,
-                          (uint64_t)p->row0 * H * p->T * p->T);
+        k->lse = ll_buf(m, (size_t)p->B * H * p->T);
+        ll_site_rng(&k->attn_rng, p, layer, SITE_SELF_PROBS);
+        be->attention_fwd(be, k->ctx, k->lse, k->qkv, 3 * C, k->qkv + C, k->qkv + 2 * C, 3 * C, p->self_len, p->B,
+                          p->T, p->T, H, Dh, p->stack == 1, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->T);
         ll_linear_fwd(m, s, k->ctx, N, C, C, L->o_w, L->o_b);
         break;
     case SUB_CROSS: {
@@ -68,11 +66,10 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
         k->kv = ll_buf(m, (size_t)Ns * 2 * C);
         ll_linear_fwd(m, k->kv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
         k->ctx = ll_buf(m, (size_t)N * C);
-        k->probs = ll_buf(m, (size_t)p->B * H * p->T * p->S);
-        k->pmask = ad > 0 ? mask_buf(m, (size_t)p->B * H * p->T * p->S) : NULL;
-        ll_site_rng(&r, p, layer, SITE_CROSS_PROBS);
-        be->attention_fwd(be, k->ctx, k->probs, k->pmask, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len, p->B,
-                          p->T, p->S, H, Dh, 0, ad, &r, (uint64_t)p->row0 * H * p->T * p->S);
+        k->lse = ll_buf(m, (size_t)p->B * H * p->T);
+        ll_site_rng(&k->attn_rng, p, layer, SITE_CROSS_PROBS);
+        be->attention_fwd(be, k->ctx, k->lse, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len, p->B, p->T, p->S, H, Dh,
+                          0, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->S);
         ll_linear_fwd(m, s, k->ctx, N, C, C, L->co_w, L->co_b);
         break;
     }
@@ -108,8 +105,9 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
         real *dctx = ll_buf(m, (size_t)N * C);
         ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->o_w, L->o_b);
         real *dqkv = ll_buf(m, (size_t)N * 3 * C); /* attention_bwd overwrites */
-        be->attention_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dctx, k->probs, k->pmask, k->qkv, 3 * C, k->qkv + C,
-                          k->qkv + 2 * C, 3 * C, p->B, p->T, p->T, H, Dh, ad);
+        be->attention_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dctx, k->ctx, k->lse, k->qkv, 3 * C, k->qkv + C,
+                          k->qkv + 2 * C, 3 * C, p->self_len, p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &k->attn_rng,
+                          (uint64_t)p->row0 * H * p->T * p->T);
         ll_linear_bwd(m, din, din_beta, dqkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
         break;
     }
@@ -118,8 +116,8 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
         real *dctx = ll_buf(m, (size_t)N * C);
         ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->co_w, L->co_b);
         real *dq = ll_buf(m, (size_t)N * C), *dkv = ll_buf(m, (size_t)Ns * 2 * C);
-        be->attention_bwd(be, dq, dkv, dkv + C, dctx, k->probs, k->pmask, k->q, C, k->kv, k->kv + C, 2 * C, p->B,
-                          p->T, p->S, H, Dh, ad);
+        be->attention_bwd(be, dq, dkv, dkv + C, dctx, k->ctx, k->lse, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len,
+                          p->B, p->T, p->S, H, Dh, 0, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->S);
         ll_linear_bwd(m, din, din_beta, dq, in, N, C, C, L->cq_w, L->cq_b);
         ll_linear_bwd(m, p->d_enc_out, 1, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
         break;

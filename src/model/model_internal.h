@@ -26,9 +26,11 @@ typedef struct {
     real *y;       /* output */
     real *mean, *rstd;
     uint8_t *mask; /* dropout of the sub-layer output (NULL: none) */
-    /* attention */
-    real *qkv, *q, *kv, *ctx, *probs;
-    uint8_t *pmask;
+    /* attention: ctx is its output, lse its softmax statistics [B, H, T]
+     * (backward recomputes the probabilities and redraws the dropout mask
+     * from attn_rng) */
+    real *qkv, *q, *kv, *ctx, *lse;
+    ll_philox attn_rng;
     /* FFN */
     real *h, *hd;
     uint8_t *amask;

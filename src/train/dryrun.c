@@ -82,7 +82,8 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     const double P = (double)m->n_params;
     const double act32 = (double)m->arena.peak, act16 = (double)m->arena.peak_half;
     const double other = (double)before_step - 4 * P * 4; /* buffers beside params, grads, moments */
-    const double tot32 = (double)c->mem_peak, tot16 = tot32 - act32 + act16 + 2 * P;
+    /* what the trainer allocates: everything before the step, plus one arena block of the peak */
+    const double tot32 = (double)before_step + act32, tot16 = (double)before_step + 2 * P + act16;
     printf("dry run of %s: %d+%d layers, d=%d, ffn %d, heads %d, vocab %d%s%s%s\n", config_path, hp.Le, hp.Ld, hp.C, hp.F,
            hp.H, hp.V, hp.latent_enc || hp.latent_dec ? ", latent depth" : "", hp.dlcl_enc || hp.dlcl_dec ? ", DLCL" : "",
            cfg->ddr_alpha > 0 || cfg->ald_weight > 0 ? ", DDR/ALD passes" : "");

@@ -8,12 +8,13 @@ void cpu_layernorm_fwd(ll_backend *be, real *out, real *mean, real *rstd, const 
                        const real *b, int N, int C);
 void cpu_layernorm_bwd(ll_backend *be, real *dx, real *dw, real *db, const real *dout, const real *x,
                        const real *w, const real *mean, const real *rstd, int N, int C);
-void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, const real *q, int q_stride,
-                       const real *k, const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk,
-                       int H, int Dh, int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
-void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *probs,
-                       const uint8_t *pmask, const real *q, int q_stride, const real *k, const real *v,
-                       int kv_stride, int B, int Tq, int Tk, int H, int Dh, real attn_dropout);
+void cpu_attention_fwd(ll_backend *be, real *out, real *lse, const real *q, int q_stride, const real *k,
+                       const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+                       int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
+void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *out,
+                       const real *lse, const real *q, int q_stride, const real *k, const real *v, int kv_stride,
+                       const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal, real attn_dropout,
+                       const ll_philox *rng, uint64_t rng_offset);
 void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
                       real grad_scale, double *acc);
 void cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target, int N,
@@ -53,7 +54,9 @@ void cpu_linear_packed(ll_backend *be, real *Y, int ldy, const real *X, int ldx,
                        const real *bias, int M);
 void cpu_linear_unpack(ll_backend *be, void *packed);
 
-/* Fill mask[0..n) with keep decisions (u >= p) from Philox words offset..offset+n. */
+/* Fill mask[0..n) with the keep decisions of dropout_fwd for elements
+ * offset..offset+n (the half-word rule of cpu_backend.c).  Single-threaded:
+ * attention calls it per tile inside its own parallel loop. */
 void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset);
 
 #endif

@@ -104,6 +104,19 @@ static inline real ll_row_exp_inplace(real *x, int n, real shift, real *sum_in) 
 #endif
 }
 
+/* x[i] = exp(x[i] - shift) in place, no sum (attention backward's P = exp(S - lse)) */
+static inline void ll_row_exp_shift(real *x, int n, real shift) {
+#ifdef LL_VEC16
+    const __m512 sh = _mm512_set1_ps(shift);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = ll_tail16(n - i);
+        _mm512_mask_storeu_ps(x + i, k, ll_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh)));
+    }
+#else
+    for (int i = 0; i < n; i++) x[i] = vexp(x[i] - shift);
+#endif
+}
+
 /* sum of exp(x[i] - shift), x unchanged */
 static inline real ll_row_sum_exp(const real *x, int n, real shift) {
 #ifdef LL_VEC16
