@@ -86,7 +86,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
     snprintf(spm_path, sizeof spm_path, "%s/spm.model", cfg->data_dir);
     if (!(t->spm = ll_spm_load(spm_path))) return -1;
     t->vocab = ll_spm_proto(t->spm, &t->vocab_len);
-    if (ll_dataset_open(&t->train, cfg, "train")) return -1;
+    if (ll_dataset_open(&t->train, cfg, "train")) return -1; /* verifies every token id */
+    if (t->train.vocab_size != ll_spm_vocab_size(t->spm))
+        return ll_fail("%s: %d pieces, but the manifest's token files were made for %d: run llprep again", spm_path,
+                       ll_spm_vocab_size(t->spm), t->train.vocab_size);
     t->have_valid = cfg->n_valid > 0;
     if (t->have_valid && ll_dataset_open(&t->valid, cfg, "valid")) return -1;
     if (!strcmp(cfg->best_metric, "bleu") && !cfg->valid_bleu)
