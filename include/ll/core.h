@@ -98,7 +98,12 @@ void ll_arena_free(ll_arena *a);
 
 /* ---- atomic output ----------------------------------------------------------
  * Write to "<path>.tmp.<pid>", fsync, rename over <path>, fsync the directory.
- * On failure (or ll_atomic_abort) the temporary is removed and <path> is untouched. */
+ * On failure (or ll_atomic_abort) the temporary is removed and <path> is untouched.
+ * Only a regular file or a missing path is replaced that way: a FIFO, character
+ * device, socket or /dev/stdout-like alias is written directly (tmp == NULL;
+ * commit only flushes), a symlink to a regular file has its target replaced
+ * atomically (path is then the resolved target), and a dangling symlink, a
+ * directory or any other kind of file is refused. */
 typedef struct {
     FILE *f;
     char *path, *tmp;

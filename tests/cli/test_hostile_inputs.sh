@@ -48,5 +48,41 @@ check_error "in-range flip (valid)" "valid.0.en-es.tgt.bin: checksum mismatch" \
   "$BIN/lltrain" "${base[@]}" --set data.dir="$T/cbin" --set checkpoint.save_dir="$T/crun"
 rm -rf "$T/crun"
 
+# ---- 2. outputs that are not regular files are written into, never replaced ----
+printf 'the cat\nthe dog\n' > "$T/in.txt"
+dec() { "$BIN/lldecode" --model "$M" --quiet --beam 1 --input "$T/in.txt" "$@"; }
+mkfifo "$T/fifo"
+timeout 20 cat "$T/fifo" > "$T/fifo.out" &
+reader=$!
+dec --output "$T/fifo" 2> "$T/err" || err "lldecode --output FIFO failed: $(cat "$T/err")"
+wait $reader
+[ -p "$T/fifo" ] || err "lldecode replaced the FIFO"
+[ "$(wc -l < "$T/fifo.out")" -eq 2 ] || err "the FIFO's reader got $(wc -l < "$T/fifo.out") lines, expected 2"
+timeout 20 cat "$T/fifo" > "$T/fifo.llm" &
+reader=$!
+"$BIN/llavg" --output "$T/fifo" "$M" 2> "$T/err" || err "llavg --output FIFO failed: $(cat "$T/err")"
+wait $reader
+[ -p "$T/fifo" ] || err "llavg replaced the FIFO"
+python3 "$SRC/scripts/llmodel.py" "$T/fifo.llm" > /dev/null || err "llavg through a FIFO wrote an unreadable model"
+# a character device: our own copy of /dev/null when root (never risk the real one), else /dev/null
+if [ "$(id -u)" -eq 0 ] && mknod "$T/null" c 1 3 2> /dev/null; then cdev=$T/null; else cdev=/dev/null; fi
+dec --output "$cdev" 2> "$T/err" || err "lldecode --output $cdev failed: $(cat "$T/err")"
+[ -c "$cdev" ] || err "lldecode replaced the character device $cdev"
+dec --output /dev/fd/1 > "$T/stdout.txt" 2> "$T/err" || err "lldecode --output /dev/fd/1 failed: $(cat "$T/err")"
+[ "$(wc -l < "$T/stdout.txt")" -eq 2 ] || err "--output /dev/fd/1 wrote $(wc -l < "$T/stdout.txt") lines"
+# a symlink is followed: its target is replaced atomically, the link stays a link
+mkdir "$T/real"; echo old > "$T/real/out.txt"; ln -s "$T/real/out.txt" "$T/link.txt"
+dec --output "$T/link.txt" 2> "$T/err" || err "lldecode --output symlink failed: $(cat "$T/err")"
+[ -L "$T/link.txt" ] || err "lldecode replaced the symlink with a regular file"
+[ "$(wc -l < "$T/real/out.txt")" -eq 2 ] || err "the symlink's target was not written"
+ls "$T/real" | grep -q tmp && err "a temporary was left next to the symlink's target"
+ln -s "$T/real/model.llm" "$T/link.llm"; cp "$M" "$T/real/model.llm"
+"$BIN/llavg" --output "$T/link.llm" "$M" 2> "$T/err" || err "llavg --output symlink failed: $(cat "$T/err")"
+[ -L "$T/link.llm" ] || err "llavg replaced the symlink"
+ln -s "$T/nowhere/x.txt" "$T/dangling.txt"
+check_error "dangling symlink" "dangling.txt: dangling symbolic link" dec --output "$T/dangling.txt"
+[ -L "$T/dangling.txt" ] || err "the dangling symlink was replaced"
+check_error "directory" "is a directory" dec --output "$T/real"
+
 [ $fail -eq 0 ] && echo "test_hostile_inputs: all checks passed"
 exit $fail
