@@ -57,11 +57,17 @@ typedef struct {
 /* Write the model (and, if ts != NULL, optimizer + trainer state) atomically. */
 int ll_model_save(const char *path, ll_model *m, const char *config_text, const void *vocab, size_t vocab_len,
                   const ll_train_state *ts);
-/* Copy parameters from a checkpoint by name; shapes must match.  -1 + errbuf. */
+/* Copy parameters from a checkpoint by name; shapes must match, every value
+ * must be finite, and the file may hold no model tensor the model lacks.
+ * -1 + errbuf naming the tensor. */
 int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path);
+/* 1 + a description ("model.heads 2 vs 4") when a and b differ in anything
+ * that shapes the network (not dropout/label smoothing), else 0. */
+int ll_hparams_arch_diff(const ll_hparams *a, const ll_hparams *b, char *what, size_t n);
 /* Restore optimizer + trainer state.  -1 + errbuf when absent or mismatched. */
 int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const char *path);
-/* Build a model from a model file: its stored config gives the architecture.
+/* Build a model from a model file: its stored config gives the architecture
+ * (checked: d_model % heads, ...; every tensor must match it, be finite).
  * cfg_out (optional) receives that config.  NULL + errbuf. */
 ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be, ll_config *cfg_out);
 

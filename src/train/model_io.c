@@ -65,13 +65,29 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
     return rc;
 }
 
+/* First non-finite element of a host tensor, or -1: a NaN/Inf weight would
+ * decode (or train) silently into garbage. */
+static long first_nonfinite(const void *data, int dtype, size_t numel) {
+    for (size_t i = 0; i < numel; i++) {
+        double x = dtype == LL_DT_F64 ? ((const double *)data)[i] : ((const float *)data)[i];
+        if (!isfinite(x)) return (long)i;
+    }
+    return -1;
+}
+
 static int copy_in(ll_model *m, real *dst, const ll_tensor_ref *r, size_t numel, const char *path) {
     if (r->nbytes != numel * sizeof(real) || r->dtype != REAL_DT)
         return ll_fail("%s: tensor '%s' has %zu bytes of dtype %d, expected %zu reals", path, r->name, r->nbytes,
                        r->dtype, numel);
+    long bad = first_nonfinite(r->data, r->dtype, numel);
+    if (bad >= 0)
+        return ll_fail("%s: tensor '%s' holds a non-finite value (%g at element %ld)", path, r->name,
+                       (double)((const real *)r->data)[bad], bad);
     m->be->upload(m->be, dst, r->data, r->nbytes);
     return 0;
 }
+
+static int is_state_tensor(const char *name) { return !strncmp(name, "optim.", 6) || !strncmp(name, "state.", 6); }
 
 int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path) {
     for (int i = 0; i < m->n_table; i++) {
@@ -84,6 +100,45 @@ int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path) {
                            (long long)p->shape[0], (long long)p->shape[1]);
         if (copy_in(m, m->params + p->offset, r, p->numel, path)) return -1;
     }
+    /* a tensor the config does not account for means config and weights disagree
+     * (e.g. more layers stored than model.enc_layers says) */
+    for (int j = 0; j < ll_ckpt_n_tensors(k); j++) {
+        const char *name = ll_ckpt_tensor(k, j)->name;
+        if (is_state_tensor(name)) continue;
+        int known = 0;
+        for (int i = 0; i < m->n_table && !known; i++) known = !strcmp(m->table[i].name, name);
+        if (!known)
+            return ll_fail("%s: tensor '%s' is not part of the model its config describes (%d+%d layers, d=%d)", path,
+                           name, m->hp.Le, m->hp.Ld, m->hp.C);
+    }
+    return 0;
+}
+
+/* The architecture a stored config describes must be buildable: the schema
+ * checks each key's range, this the relations between them. */
+static int check_arch(const ll_config *c, const char *path) {
+    if (c->d_model % c->heads)
+        return ll_fail("%s: stored config: model.d_model (%d) is not divisible by model.heads (%d)", path, c->d_model,
+                       c->heads);
+    if (c->d_model % 2) return ll_fail("%s: stored config: model.d_model (%d) is odd", path, c->d_model);
+    if (c->share_all_embeddings && !c->tie_output)
+        return ll_fail("%s: stored config: model.share_all_embeddings without model.tie_output", path);
+    return 0;
+}
+
+int ll_hparams_arch_diff(const ll_hparams *a, const ll_hparams *b, char *what, size_t n) {
+#define D(field, name)                                                                     \
+    if (a->field != b->field) {                                                            \
+        snprintf(what, n, "%s %d vs %d", name, (int)a->field, (int)b->field);              \
+        return 1;                                                                          \
+    }
+    D(C, "model.d_model") D(F, "model.ffn_dim") D(H, "model.heads") D(Le, "model.enc_layers")
+    D(Ld, "model.dec_layers") D(V, "vocabulary size") D(max_pos, "model.max_positions") D(post_norm, "post-norm")
+    D(rezero, "rezero") D(share_all, "model.share_all_embeddings") D(tie_output, "model.tie_output")
+    D(latent_enc, "latent.enc") D(latent_dec, "latent.dec") D(latent_rows, "latent posterior rows")
+    D(dlcl_enc, "dlcl.enc") D(dlcl_dec, "dlcl.dec") D(dlcl_init_one, "dlcl.init one")
+    D(dlcl_learnable, "dlcl.learnable") D(dlcl_ln, "dlcl.ln") D(dlcl_norm_embed, "dlcl.norm_embed")
+#undef D
     return 0;
 }
 
@@ -113,6 +168,10 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
 ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be, ll_config *cfg_out) {
     ll_config cfg;
     if (ll_config_load_text(&cfg, ll_ckpt_config_text(k), path)) return NULL;
+    if (check_arch(&cfg, path)) {
+        ll_config_free(&cfg);
+        return NULL;
+    }
     size_t vlen = 0;
     const void *vocab = ll_ckpt_vocab(k, &vlen);
     ll_spm *spm = vlen ? ll_spm_load_bytes(vocab, vlen) : NULL;

@@ -27,6 +27,22 @@ check_error() {
   grep -qF -- "$want" "$T/err" || err "$name: '$want' not in: $(head -c 600 "$T/err")"
 }
 
+# forge SRC DST CODE: rewrite a model file through scripts/llmodel.py; CODE edits
+# cfg (the config text) and t (name -> [dtype, shape, bytearray]) with setf/seti64
+forge() {
+python3 - "$@" <<'PY'
+import struct, sys, llmodel
+src, dst, code = sys.argv[1:4]
+m = llmodel.read(src)
+cfg = m.config
+t = {n: [x.dtype, list(x.shape), bytearray(m.raw(n))] for n, x in m.tensors.items()}
+def setf(name, i, v): struct.pack_into("<f", t[name][2], 4 * i, v)
+def seti64(name, i, v): struct.pack_into("<q", t[name][2], 8 * i, v)
+exec(code)
+llmodel.write(dst, cfg, m.vocab, [(n, d, s, bytes(b)) for n, (d, s, b) in t.items()])
+PY
+}
+
 "$BIN/lltrain" "${base[@]}" --set checkpoint.save_dir="$T/run" 2> "$T/train.log" ||
   { echo "FAIL: training failed: $(tail -1 "$T/train.log")" >&2; exit 1; }
 M=$T/run/checkpoint_last.llm
@@ -50,7 +66,7 @@ rm -rf "$T/crun"
 
 # ---- 2. outputs that are not regular files are written into, never replaced ----
 printf 'the cat\nthe dog\n' > "$T/in.txt"
-dec() { "$BIN/lldecode" --model "$M" --quiet --beam 1 --input "$T/in.txt" "$@"; }
+dec() { "$BIN/lldecode" --model "$M" --quiet --beam 1 --input "$T/in.txt" "$@"; } # a later --model wins
 mkfifo "$T/fifo"
 timeout 20 cat "$T/fifo" > "$T/fifo.out" &
 reader=$!
@@ -83,6 +99,24 @@ ln -s "$T/nowhere/x.txt" "$T/dangling.txt"
 check_error "dangling symlink" "dangling.txt: dangling symbolic link" dec --output "$T/dangling.txt"
 [ -L "$T/dangling.txt" ] || err "the dangling symlink was replaced"
 check_error "directory" "is a directory" dec --output "$T/real"
+
+# ---- 5. model files: the stored config must agree with the tensors, weights finite ----
+forge "$M" "$T/heads3.llm" 'cfg = cfg.replace("heads: 2", "heads: 3")'
+check_error "heads 3, d_model 32" "heads3.llm: stored config: model.d_model (32) is not divisible by model.heads (3)" \
+  dec --model "$T/heads3.llm"
+forge "$M" "$T/layers1.llm" 'cfg = cfg.replace("enc_layers: 2", "enc_layers: 1")'
+check_error "fewer layers in the config" "layers1.llm: tensor 'enc.layers.1." dec --model "$T/layers1.llm"
+forge "$M" "$T/ffn.llm" 'cfg = cfg.replace("ffn_dim: 64", "ffn_dim: 48")'
+check_error "ffn_dim vs shapes" "ffn.llm: tensor 'enc.layers.0.ffn.fc1.weight' has shape [64,32], the model needs [48,32]" \
+  dec --model "$T/ffn.llm"
+for v in nan inf -inf; do
+  forge "$M" "$T/$v.llm" "setf('enc.layers.0.self_attn.qkv.weight', 7, float('$v'))"
+  check_error "$v weight (lldecode)" "$v.llm: tensor 'enc.layers.0.self_attn.qkv.weight' holds a non-finite value" \
+    dec --model "$T/$v.llm"
+done
+check_error "nan weight (llprune)" "nan.llm: tensor 'enc.layers.0.self_attn.qkv.weight' holds a non-finite value" \
+  "$BIN/llprune" --model "$T/nan.llm" --output "$T/pruned.llm"
+[ ! -e "$T/pruned.llm" ] || err "llprune wrote an output for a NaN model"
 
 [ $fail -eq 0 ] && echo "test_hostile_inputs: all checks passed"
 exit $fail
