@@ -46,6 +46,8 @@ void *ll_aligned_alloc(size_t n); /* 64-byte aligned, zeroed; free with free() *
 /* ---- logging ---- */
 extern int ll_verbosity; /* 0 quiet, 1 normal, 2 debug */
 void ll_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "prog: warning: ..." on stderr whatever the verbosity: something the user must know. */
+void ll_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- time ---- */
 double ll_now(void); /* monotonic seconds */

@@ -1,4 +1,5 @@
 /* Model and training-state (de)serialisation on top of the checkpoint format. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
                                  .nbytes = p->numel * sizeof(real)};
     }
     real *mh = NULL, *vh = NULL;
-    int64_t ints[8 + 2 * LL_MAX_CORPORA];
+    int64_t ints[8 + 2 * LL_MAX_CORPORA], extra[8] = {0};
     memset(ints, 0, sizeof ints);
     double best = 0;
     if (ts) {
@@ -54,6 +55,11 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
                                  .data = ints, .nbytes = sizeof ints};
         t[n++] = (ll_tensor_ref){.name = "state.best_valid", .dtype = LL_DT_F64, .ndim = 1, .shape = {1},
                                  .data = &best, .nbytes = sizeof best};
+        /* added after format 1 shipped: readers treat its absence as "unknown" */
+        extra[0] = ts->best_update;
+        extra[1] = ts->finished;
+        t[n++] = (ll_tensor_ref){.name = "state.extra", .dtype = LL_DT_I64, .ndim = 1, .shape = {8}, .data = extra,
+                                 .nbytes = sizeof extra};
     }
     ll_ckpt_contents c = {.config_text = config_text, .vocab = vocab, .vocab_len = vocab_len, .tensors = t,
                           .n_tensors = n};
@@ -152,7 +158,37 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     if (ints[5] != (int64_t)m->n_params)
         return ll_fail("%s: optimizer state is for %lld parameters, the model has %zu", path, (long long)ints[5],
                        m->n_params);
+    /* a forged or corrupt state must not be trusted: counters are bounded by
+     * the update count, positions are non-negative, epochs 1-based */
+    const char *bad = NULL;
+    if (ints[1] < 0 || ints[1] > LONG_MAX / 2)
+        bad = "update count";
+    else if (ints[0] < 0 || ints[0] > ints[1])
+        bad = "Adam step";
+    else if (ints[6] < 0 || ints[6] > ints[1])
+        bad = "latent Adam step";
+    else if (ints[2] < 1 || ints[3] < 0)
+        bad = "data position";
+    else if (ints[4] < 0)
+        bad = "validations without improvement";
+    else if (ints[7] < 1 || ints[7] > LL_MAX_CORPORA)
+        bad = "number of data streams";
+    for (int i = 0; !bad && i < ints[7]; i++)
+        if (ints[8 + 2 * i] < 1 || ints[9 + 2 * i] < 0) bad = "data stream position";
+    double best;
+    memcpy(&best, bb->data, sizeof best);
+    if (!bad && isnan(best)) bad = "best validation score";
+    const ll_tensor_ref *ex = ll_ckpt_find(k, "state.extra");
+    if (ex && (ex->dtype != LL_DT_I64 || ex->nbytes != 8 * sizeof(int64_t)))
+        return ll_fail("%s: malformed training state", path);
+    const int64_t *extra = ex ? ex->data : NULL;
+    if (!bad && extra && (extra[0] < -1 || extra[0] > ints[1] || (extra[1] != 0 && extra[1] != 1)))
+        bad = "best checkpoint update";
+    if (bad) return ll_fail("%s: training state is corrupt or forged (%s)", path, bad);
     if (copy_in(m, ts->opt->m, mm, m->n_params, path) || copy_in(m, ts->opt->v, vv, m->n_params, path)) return -1;
+    for (size_t i = 0; i < m->n_params; i++) /* second moments are averages of squares */
+        if (((const real *)vv->data)[i] < 0)
+            return ll_fail("%s: training state is corrupt or forged (negative Adam second moment at %zu)", path, i);
     ts->opt->t = ints[0];
     ts->update = ints[1];
     ts->epoch = ints[2];
@@ -161,6 +197,8 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     ts->opt->t_phi = ints[6];
     ts->n_streams = (int)ints[7];
     for (int i = 0; i < 2 * LL_MAX_CORPORA; i++) ts->stream_pos[i] = ints[8 + i];
+    ts->best_update = extra ? (long)extra[0] : -1;
+    ts->finished = extra ? (int)extra[1] : 0;
     memcpy(&ts->best_valid, bb->data, sizeof(double));
     return 0;
 }

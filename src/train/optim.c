@@ -52,6 +52,7 @@ double ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, doubl
     if (lr_phi < 0 && phi < n) be->memset0(be, model->grads + phi, (n - phi) * sizeof(real));
     if (grad_scale != 1) be->scale(be, model->grads, (real)grad_scale, n);
     double norm = sqrt(be->sumsq(be, model->grads, n));
+    if (!isfinite(norm)) return norm; /* skip: one NaN/Inf would poison parameters and moments for good */
     /* fairseq clip_grad_norm_: coef = min(1, clip / (norm + 1e-6)) */
     if (clip_norm > 0 && norm > clip_norm) be->scale(be, model->grads, (real)(clip_norm / (norm + 1e-6)), n);
     o->t++;

@@ -10,10 +10,13 @@
  * Theta steps every update, the logits every latent.inner_steps updates from
  * that update's gradient alone. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ll/latent.h"
 #include "ll/train.h"
@@ -36,6 +39,8 @@ typedef struct {
     ll_latent_ctx lat;
     ll_train_state ts;
     FILE *metrics;
+    long saved_update; /* update of the newest checkpoint_last on disk */
+    int bad_streak;    /* consecutive skipped (non-finite) updates */
     char path[LL_PATH_MAX + 64];
     char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
     int n_langs;
@@ -67,6 +72,50 @@ static int save(trainer *t, const char *name) {
     return ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts);
 }
 
+/* dst becomes another name of src, atomically (link to a temporary, rename).
+ * -1 where links are not possible or dst is a symlink (the caller writes instead). */
+static int link_over(const char *src, const char *dst) {
+    struct stat st;
+    if (lstat(dst, &st) == 0 && S_ISLNK(st.st_mode)) return -1;
+    char tmp[LL_PATH_MAX + 96];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
+    unlink(tmp);
+    if (link(src, tmp) != 0) return -1;
+    if (rename(tmp, dst) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    char dir[LL_PATH_MAX + 96];
+    snprintf(dir, sizeof dir, "%s", dst);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    int fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY); /* make the new name durable */
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return 0;
+}
+
+/* checkpoint_last, and with `numbered` checkpoint_<update> first, last being a
+ * hard link to it (same bytes, written once).  Every save writes last, so a
+ * killed run resumes from its newest save whatever the validation schedule. */
+static int checkpoint(trainer *t, int numbered) {
+    char last[LL_PATH_MAX + 64];
+    snprintf(last, sizeof last, "%s", save_path(t, "checkpoint_last.llm"));
+    if (numbered) {
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint_%ld.llm", t->ts.update);
+        if (save(t, name)) return -1;
+        if (link_over(t->path, last) != 0 && save(t, "checkpoint_last.llm")) return -1;
+        if (ll_ckpt_prune_numbered(t->cfg->save_dir, t->cfg->keep_last) < 0) return -1;
+    } else if (save(t, "checkpoint_last.llm")) {
+        return -1;
+    }
+    t->saved_update = t->ts.update;
+    return 0;
+}
+
 static void fmt_eta(char *buf, size_t n, double s) {
     if (!(s >= 0) || s > 1e8) {
         snprintf(buf, n, "--:--:--");
@@ -74,6 +123,36 @@ static void fmt_eta(char *buf, size_t n, double s) {
     }
     long x = (long)s;
     snprintf(buf, n, "%02ld:%02ld:%02ld", x / 3600, x / 60 % 60, x % 60);
+}
+
+/* The stopping rules (max updates, max epochs, patience) say the run is over. */
+static int run_is_over(trainer *t) {
+    const ll_config *cfg = t->cfg;
+    int64_t epoch, pos;
+    ll_batcher_state(t->its[0], &epoch, &pos);
+    const int nb = ll_batcher_n_batches(t->its[0]);
+    return (cfg->max_updates > 0 && t->ts.update >= cfg->max_updates) ||
+           (cfg->max_epochs > 0 && (epoch > cfg->max_epochs || (epoch == cfg->max_epochs && pos >= nb))) ||
+           (cfg->patience > 0 && t->ts.bad_valids >= cfg->patience);
+}
+
+/* A killed run may have committed a state that names a best model whose
+ * checkpoint_best is missing or older (or someone removed it).  Rewrite it when
+ * the resumed state is that model; else let the next validation write one. */
+static void repair_best(trainer *t) {
+    if (t->ts.best_update < 0 || !isfinite(t->ts.best_valid)) return;
+    const char *p = save_path(t, "checkpoint_best.llm");
+    ll_ckpt *k = ll_ckpt_open(p);
+    long u = k ? ll_ckpt_stored_update(k) : -1;
+    ll_ckpt_close(k);
+    if (u == t->ts.best_update) return;
+    if (t->ts.update == t->ts.best_update && save(t, "checkpoint_best.llm") == 0) {
+        ll_warn("%s was missing or stale: rewritten from the resumed update %ld", p, t->ts.update);
+        return;
+    }
+    ll_warn("%s %s, but the run's best is update %ld: the next validation writes a new one", p,
+            u >= 0 ? "holds another update" : "is missing or unreadable", t->ts.best_update);
+    t->ts.best_valid = INFINITY;
 }
 
 static int setup(trainer *t, const ll_train_opts *o) {
@@ -121,7 +200,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
-    t->ts = (ll_train_state){.best_valid = INFINITY, .opt = &t->opt};
+    t->ts = (ll_train_state){.best_valid = INFINITY, .best_update = -1, .opt = &t->opt};
     if (t->latent) { /* every update visits every pair: one iterator per pair */
         t->n_streams = t->train.n_pairs;
         for (int p = 0; p < t->train.n_pairs; p++) {
@@ -135,31 +214,47 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->its[0] = ll_batcher_from_config(&t->train, cfg, 1);
     }
 
-    const char *last = save_path(t, "checkpoint_last.llm");
-    struct stat sb;
-    int have_last = stat(last, &sb) == 0;
     if (o->resume) {
-        if (!have_last) return ll_fail("--resume: %s does not exist", last);
-        ll_ckpt *k = ll_ckpt_open(last);
-        if (!k) return -1;
-        int rc = ll_model_load_params(t->m, k, last) || ll_train_state_load(&t->ts, k, t->m, last);
-        ll_ckpt_close(k);
-        if (rc) return -1;
+        char from[LL_PATH_MAX + 64];
+        int r = ll_resume_load(cfg->save_dir, t->m, &t->ts, from, sizeof from);
+        if (r < 0) return -1;
+        if (r == 0)
+            return ll_fail("--resume: %s does not exist and %s holds no other checkpoint",
+                           save_path(t, "checkpoint_last.llm"), cfg->save_dir);
         if (t->ts.n_streams != t->n_streams)
-            return ll_fail("%s: saved with %d data streams, this config has %d", last, t->ts.n_streams, t->n_streams);
-        for (int i = 0; i < t->n_streams; i++)
+            return ll_fail("%s: saved with %d data streams, this config has %d", from, t->ts.n_streams, t->n_streams);
+        for (int i = 0; i < t->n_streams; i++) {
+            if (t->ts.stream_pos[2 * i + 1] > ll_batcher_n_batches(t->its[i]))
+                return ll_fail("%s: data position %lld is past the %d batches of this data (corrupt state, or the "
+                               "data changed)", from, (long long)t->ts.stream_pos[2 * i + 1],
+                               ll_batcher_n_batches(t->its[i]));
             ll_batcher_seek(t->its[i], t->ts.stream_pos[2 * i], t->ts.stream_pos[2 * i + 1]);
-        ll_log("resumed from %s at update %ld (epoch %lld)", last, t->ts.update, (long long)t->ts.stream_pos[0]);
-    } else if (have_last) {
-        return ll_fail("%s already exists: pass --resume to continue that run, or choose another checkpoint.save_dir",
-                       last);
+        }
+        if (t->ts.finished && run_is_over(t)) { /* touch nothing */
+            fprintf(stderr, "lltrain: the run in %s already finished at update %ld; nothing to do\n", cfg->save_dir,
+                    t->ts.update);
+            return 1;
+        }
+        t->saved_update = t->ts.update;
+        ll_log("resumed from %s at update %ld (epoch %lld)", from, t->ts.update, (long long)t->ts.stream_pos[0]);
+    } else if (ll_ckpt_dir_has_checkpoint(cfg->save_dir)) {
+        return ll_fail("%s already holds checkpoints: pass --resume to continue that run, or choose another "
+                       "checkpoint.save_dir", cfg->save_dir);
     }
     if (mkdir_p(cfg->save_dir)) return -1;
+    int stale = ll_ckpt_clean_stale_temps(cfg->save_dir); /* left by killed runs */
+    if (stale < 0) return -1;
+    if (stale > 0) ll_log("removed %d stale temporary file(s) from %s", stale, cfg->save_dir);
     char mpath[LL_PATH_MAX + 64];
     if (cfg->metrics_log[0])
         snprintf(mpath, sizeof mpath, "%s", cfg->metrics_log);
     else
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->save_dir);
+    if (o->resume) {
+        repair_best(t);
+        if (ll_metrics_truncate(mpath, t->ts.update)) return -1; /* records past the resumed update */
+    }
+    t->ts.finished = 0;
     t->metrics = fopen(mpath, o->resume ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
     ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, %d batch workers, BLAS core %s",
@@ -185,9 +280,12 @@ static void teardown(trainer *t) {
     free(t->config_text);
 }
 
-/* Validate, keep checkpoint_last/best, track patience.  *stop set on early stop. */
+/* Validate, track the best score and patience, write checkpoint_best on a new
+ * best.  The caller writes checkpoint_last afterwards: best goes first, so no
+ * committed state ever records a best model that is not on disk.  *stop set
+ * on early stop. */
 static int run_validation(trainer *t, double elapsed, int *stop) {
-    if (!t->have_valid) return save(t, "checkpoint_last.llm");
+    if (!t->have_valid) return 0;
     ll_valid_result r;
     if (ll_validate(t->m, t->cfg, &t->valid, t->spm, &r)) return -1;
     int by_bleu = !strcmp(t->cfg->best_metric, "bleu");
@@ -195,6 +293,7 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     int best = metric < t->ts.best_valid;
     if (best) {
         t->ts.best_valid = metric;
+        t->ts.best_update = t->ts.update;
         t->ts.bad_valids = 0;
     } else {
         t->ts.bad_valids++;
@@ -210,7 +309,6 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
     fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
     fflush(t->metrics);
-    if (save(t, "checkpoint_last.llm")) return -1;
     if (best && save(t, "checkpoint_best.llm")) return -1;
     if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
         ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
@@ -326,6 +424,70 @@ static void log_latent_json(trainer *t) {
     fputc('}', t->metrics);
 }
 
+/* ---- interruption: SIGINT/SIGTERM/SIGHUP finish the update, checkpoint, exit 0 ---- */
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) {
+    static const char again[] = "\nlltrain: second signal: exiting now, without a checkpoint\n";
+    static const char first[] = "\nlltrain: signal received: finishing this update and writing a checkpoint "
+                                "(send it again to exit at once)\n";
+    ssize_t w;
+    if (g_signal) {
+        w = write(STDERR_FILENO, again, sizeof again - 1);
+        _exit(128 + sig);
+    }
+    g_signal = sig;
+    w = write(STDERR_FILENO, first, sizeof first - 1);
+    (void)w;
+}
+
+static const int k_signals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+static void catch_signals(struct sigaction old[3]) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    g_signal = 0;
+    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &sa, &old[i]);
+}
+
+static void restore_signals(const struct sigaction old[3]) {
+    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &old[i], NULL);
+}
+
+/* ---- non-finite updates ----
+ * The one place that decides what a bad update does.  The update was not
+ * applied (a non-finite loss never reaches Adam; ll_adam_step refuses a
+ * non-finite gradient norm), so parameters, moments and step counts are as
+ * before it.  train.max_bad_updates in a row stop the run with an error and
+ * without writing anything, so the last checkpoint stays the last good state. */
+static int skip_bad_update(trainer *t, const update_stats *u, double gnorm) {
+    const char *what = !isfinite(u->loss) ? "loss" : "gradient norm";
+    double v = !isfinite(u->loss) ? u->loss : gnorm;
+    t->bad_streak++;
+    ll_warn("update %ld: %s is %g: update skipped, parameters unchanged (%d in a row; train.max_bad_updates %d)",
+            t->ts.update, what, v, t->bad_streak, t->cfg->max_bad_updates);
+    fprintf(t->metrics, "{\"type\":\"skip\",\"update\":%ld,\"reason\":\"%s\",\"in_a_row\":%d}\n", t->ts.update,
+            what, t->bad_streak);
+    fflush(t->metrics);
+    if (t->bad_streak >= t->cfg->max_bad_updates)
+        return ll_fail("update %ld: %d updates in a row had a non-finite loss or gradient norm (train.max_bad_updates); "
+                       "stopped without saving: %s/checkpoint_last.llm (update %ld) is the last good state; lower "
+                       "train.lr or set train.clip_norm",
+                       t->ts.update, t->bad_streak, t->cfg->save_dir, t->saved_update);
+    return 0;
+}
+
+/* Validation is due after the update just done (valid_interval 0: at epoch ends). */
+static int valid_due(trainer *t) {
+    int64_t epoch, pos;
+    ll_batcher_state(t->its[0], &epoch, &pos);
+    const int vi = t->cfg->valid_interval;
+    return (vi > 0 && t->ts.update % vi == 0) || (vi == 0 && pos >= ll_batcher_n_batches(t->its[0]));
+}
+
 int ll_train(ll_config *cfg, const ll_train_opts *o) {
     trainer t;
     memset(&t, 0, sizeof t);
@@ -333,7 +495,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     int rc = setup(&t, o);
     if (rc) {
         teardown(&t);
-        return rc;
+        return rc < 0 ? rc : 0; /* 1: a finished run, nothing to do */
     }
     ll_batch b;
     memset(&b, 0, sizeof b);
@@ -347,9 +509,11 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     double log_gnorm = 0;
     int64_t epoch, pos;
     int stop = 0;
+    struct sigaction old_sa[3];
+    catch_signals(old_sa);
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
-        if (stop || (max_updates && t.ts.update >= max_updates)) break;
+        if (g_signal || stop || (max_updates && t.ts.update >= max_updates)) break;
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         double lr = ll_schedule_lr(&t.sched, t.ts.update);
         t.m->be->memset0(t.m->be, t.m->grads, t.m->n_params * sizeof(real));
@@ -359,23 +523,25 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         double lr_phi = -1;
         if (t.latent && (t.ts.update + 1) % I == 0)
             lr_phi = cfg->latent_logits_lr > 0 ? lr * cfg->latent_logits_lr / cfg->lr : lr;
-        double gnorm = ll_adam_step(&t.opt, t.m, lr, lr_phi, 1.0 / (u.ntok ? u.ntok : 1), cfg->clip_norm);
+        double gnorm = NAN;
+        if (isfinite(u.loss)) gnorm = ll_adam_step(&t.opt, t.m, lr, lr_phi, 1.0 / (u.ntok ? u.ntok : 1), cfg->clip_norm);
         t.ts.update++;
-        log_updates++;
-        log_tokens += u.ntok;
-        acc.ntok += u.ntok;
-        acc.loss += u.loss;
-        acc.nll += u.nll;
-        acc.kl += u.kl;
-        acc.lk += u.lk;
-        acc.ddr += u.ddr;
-        acc.ald += u.ald;
-        log_gnorm += gnorm;
-        if (!isfinite(u.loss)) {
-            rc = ll_fail("update %ld: loss is %f (diverged); lower train.lr or set train.clip_norm", t.ts.update, u.loss);
-            goto out;
+        if (!isfinite(u.loss) || !isfinite(gnorm)) {
+            if ((rc = skip_bad_update(&t, &u, gnorm))) goto out;
+        } else {
+            t.bad_streak = 0;
+            log_updates++;
+            log_tokens += u.ntok;
+            acc.ntok += u.ntok;
+            acc.loss += u.loss;
+            acc.nll += u.nll;
+            acc.kl += u.kl;
+            acc.lk += u.lk;
+            acc.ddr += u.ddr;
+            acc.ald += u.ald;
+            log_gnorm += gnorm;
         }
-        if (t.ts.update % cfg->log_interval == 0 || (max_updates && t.ts.update == max_updates)) {
+        if (log_updates > 0 && (t.ts.update % cfg->log_interval == 0 || (max_updates && t.ts.update == max_updates))) {
             double now = ll_now();
             double tps = log_tokens / (now - t_log);
             double per_update = (now - t_start) / (double)(t.ts.update - start_update);
@@ -394,6 +560,12 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                 snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f", ll_latent_on(t.m, 0) ? expected_depth(&t, 0) : (double)t.m->hp.Le,
                          ll_latent_on(t.m, 1) ? expected_depth(&t, 1) : (double)t.m->hp.Ld, acc.kl / acc.ntok / M_LN2);
             double L = acc.loss / acc.ntok / M_LN2, N = acc.nll / acc.ntok / M_LN2;
+            /* worse than a uniform guess over the vocabulary: the run is diverging
+             * (nll can even read 0 then: all mass on one token, the smoothing term explodes) */
+            if (!(L <= log2(t.m->hp.V) + 1))
+                ll_warn("update %ld: loss %.4g bits/token is above log2(vocabulary) = %.2f, a uniform guess: training "
+                        "is diverging; lower train.lr or set train.clip_norm",
+                        t.ts.update, L, log2(t.m->hp.V));
             if (ll_verbosity > 0)
                 fprintf(stderr,
                     "epoch %lld | %5.1f%% | update %ld | loss %.3f | nll %.3f | ppl %.2f | lr %.3e | gnorm %.3f | "
@@ -418,27 +590,30 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             log_gnorm = 0;
             acc = (update_stats){0};
         }
-        if (cfg->save_interval > 0 && t.ts.update % cfg->save_interval == 0) {
-            char name[64];
-            snprintf(name, sizeof name, "checkpoint_%ld.llm", t.ts.update);
-            if ((rc = save(&t, name))) goto out;
-            if (ll_ckpt_prune_numbered(cfg->save_dir, cfg->keep_last) < 0) {
-                rc = -1;
-                goto out;
-            }
-        }
-        ll_batcher_state(t.its[0], &epoch, &pos);
-        /* valid_interval 0: validate when an epoch's last batch has been used */
-        if ((cfg->valid_interval > 0 && t.ts.update % cfg->valid_interval == 0) ||
-            (cfg->valid_interval == 0 && pos >= nb)) {
+        /* validation (and checkpoint_best) first, then checkpoint_last (+ numbered) */
+        int validated = 0;
+        if (valid_due(&t)) {
             if ((rc = run_validation(&t, ll_now() - t_start, &stop))) goto out;
+            validated = t.have_valid;
         }
+        int numbered = cfg->save_interval > 0 && t.ts.update % cfg->save_interval == 0;
+        if ((numbered || validated) && (rc = checkpoint(&t, numbered))) goto out;
     }
-    /* final validation + checkpoint unless the last update just did it */
-    if (cfg->valid_interval <= 0 || t.ts.update % cfg->valid_interval != 0 || t.ts.update == start_update)
-        if (!stop) rc = run_validation(&t, ll_now() - t_start, &stop);
+    if (g_signal) {
+        if (t.saved_update != t.ts.update && (rc = checkpoint(&t, 0))) goto out;
+        fprintf(stderr, "lltrain: stopped by signal %d after update %ld; %s/checkpoint_last.llm holds it. To resume:\n  %s\n",
+                (int)g_signal, t.ts.update, cfg->save_dir,
+                o->resume_command ? o->resume_command : "lltrain --config <the same config and --set options> --resume");
+        goto out;
+    }
+    /* final validation unless the last update just did it, then the final checkpoint */
+    if (!stop && (t.ts.update == 0 || !valid_due(&t))) /* a checkpoint at U includes U's validation */
+        rc = run_validation(&t, ll_now() - t_start, &stop);
+    t.ts.finished = 1;
+    if (!rc) rc = checkpoint(&t, 0);
     if (!rc) ll_log("done: %ld updates; checkpoints in %s", t.ts.update, cfg->save_dir);
 out:
+    restore_signals(old_sa);
     ll_batch_free(&b);
     teardown(&t);
     return rc;
