@@ -55,6 +55,8 @@ typedef struct {
     int64_t stream_pos[2 * LL_MAX_CORPORA]; /* (epoch, pos) of each */
     long best_update;       /* update of the model in checkpoint_best (-1: none / unknown) */
     int finished;           /* the run ended (max updates/epochs, early stop): resuming does nothing */
+#define LL_LOG_ACC 10
+    double log_acc[LL_LOG_ACC]; /* the trainer's progress-line sums since its last log record */
     ll_adam *opt;
 } ll_train_state;
 

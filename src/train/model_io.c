@@ -60,6 +60,8 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
         extra[1] = ts->finished;
         t[n++] = (ll_tensor_ref){.name = "state.extra", .dtype = LL_DT_I64, .ndim = 1, .shape = {8}, .data = extra,
                                  .nbytes = sizeof extra};
+        t[n++] = (ll_tensor_ref){.name = "state.log_acc", .dtype = LL_DT_F64, .ndim = 1, .shape = {LL_LOG_ACC},
+                                 .data = ts->log_acc, .nbytes = sizeof ts->log_acc};
     }
     ll_ckpt_contents c = {.config_text = config_text, .vocab = vocab, .vocab_len = vocab_len, .tensors = t,
                           .n_tensors = n};
@@ -197,6 +199,11 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     ts->opt->t_phi = ints[6];
     ts->n_streams = (int)ints[7];
     for (int i = 0; i < 2 * LL_MAX_CORPORA; i++) ts->stream_pos[i] = ints[8 + i];
+    const ll_tensor_ref *la = ll_ckpt_find(k, "state.log_acc");
+    if (la && la->dtype == LL_DT_F64 && la->nbytes == sizeof ts->log_acc)
+        memcpy(ts->log_acc, la->data, sizeof ts->log_acc);
+    else
+        memset(ts->log_acc, 0, sizeof ts->log_acc);
     ts->best_update = extra ? (long)extra[0] : -1;
     ts->finished = extra ? (int)extra[1] : 0;
     memcpy(&ts->best_valid, bb->data, sizeof(double));

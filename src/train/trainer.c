@@ -22,6 +22,11 @@
 #include "ll/train.h"
 
 typedef struct {
+    long ntok;
+    double loss, nll, kl, lk, ddr, ald;
+} update_stats;
+
+typedef struct {
     ll_config *cfg;
     ll_model *m;
     ll_adam opt;
@@ -41,6 +46,11 @@ typedef struct {
     FILE *metrics;
     long saved_update; /* update of the newest checkpoint_last on disk */
     int bad_streak;    /* consecutive skipped (non-finite) updates */
+    /* the progress line's running sums since the last one (kept in checkpoints so
+     * a resumed run logs the same records as an uninterrupted one) */
+    update_stats acc;
+    double log_gnorm;
+    long log_updates, log_tokens;
     char path[LL_PATH_MAX + 64];
     char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
     int n_langs;
@@ -69,6 +79,9 @@ static int save(trainer *t, const char *name) {
     for (int i = 0; i < t->n_streams; i++) ll_batcher_state(t->its[i], &t->ts.stream_pos[2 * i], &t->ts.stream_pos[2 * i + 1]);
     t->ts.epoch = t->ts.stream_pos[0];
     t->ts.batch_pos = t->ts.stream_pos[1];
+    const double la[LL_LOG_ACC] = {(double)t->acc.ntok, t->acc.loss, t->acc.nll, t->acc.kl, t->acc.lk, t->acc.ddr,
+                                   t->acc.ald, t->log_gnorm, (double)t->log_updates, (double)t->log_tokens};
+    memcpy(t->ts.log_acc, la, sizeof la);
     return ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts);
 }
 
@@ -235,6 +248,12 @@ static int setup(trainer *t, const ll_train_opts *o) {
                     t->ts.update);
             return 1;
         }
+        const double *la = t->ts.log_acc;
+        t->acc = (update_stats){.ntok = (long)la[0], .loss = la[1], .nll = la[2], .kl = la[3], .lk = la[4],
+                                .ddr = la[5], .ald = la[6]};
+        t->log_gnorm = la[7];
+        t->log_updates = (long)la[8];
+        t->log_tokens = (long)la[9];
         t->saved_update = t->ts.update;
         ll_log("resumed from %s at update %ld (epoch %lld)", from, t->ts.update, (long long)t->ts.stream_pos[0]);
     } else if (ll_ckpt_dir_has_checkpoint(cfg->save_dir)) {
@@ -324,11 +343,6 @@ static int next_batch(trainer *t, int i, ll_batch *b) {
     if (ll_batcher_next(t->its[i], b)) return 0; /* the epoch ended: the next call starts the next one */
     return ll_fail("training data yields no batches");
 }
-
-typedef struct {
-    long ntok;
-    double loss, nll, kl, lk, ddr, ald;
-} update_stats;
 
 /* Per-forward random structure: LayerDrop, cross-attention drop, and the
  * second DDR pass's own draws (reference-spec §3.2: drawn per pass). */
@@ -504,9 +518,8 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     const long max_epochs = cfg->max_epochs;
     const int I = t.latent ? cfg->latent_inner_steps : 1;
     double t_start = ll_now(), t_log = t_start;
-    long log_tokens = 0, log_updates = 0, start_update = t.ts.update;
-    update_stats acc = {0};
-    double log_gnorm = 0;
+    long start_update = t.ts.update;
+    update_stats *acc = &t.acc;
     int64_t epoch, pos;
     int stop = 0;
     struct sigaction old_sa[3];
@@ -530,20 +543,20 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             if ((rc = skip_bad_update(&t, &u, gnorm))) goto out;
         } else {
             t.bad_streak = 0;
-            log_updates++;
-            log_tokens += u.ntok;
-            acc.ntok += u.ntok;
-            acc.loss += u.loss;
-            acc.nll += u.nll;
-            acc.kl += u.kl;
-            acc.lk += u.lk;
-            acc.ddr += u.ddr;
-            acc.ald += u.ald;
-            log_gnorm += gnorm;
+            t.log_updates++;
+            t.log_tokens += u.ntok;
+            acc->ntok += u.ntok;
+            acc->loss += u.loss;
+            acc->nll += u.nll;
+            acc->kl += u.kl;
+            acc->lk += u.lk;
+            acc->ddr += u.ddr;
+            acc->ald += u.ald;
+            t.log_gnorm += gnorm;
         }
-        if (log_updates > 0 && (t.ts.update % cfg->log_interval == 0 || (max_updates && t.ts.update == max_updates))) {
+        if (t.log_updates > 0 && (t.ts.update % cfg->log_interval == 0 || (max_updates && t.ts.update == max_updates))) {
             double now = ll_now();
-            double tps = log_tokens / (now - t_log);
+            double tps = t.log_tokens / (now - t_log);
             double per_update = (now - t_start) / (double)(t.ts.update - start_update);
             ll_batcher_state(t.its[0], &epoch, &pos);
             double remaining = -1;
@@ -554,41 +567,43 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             char eta[32], depth[96] = "";
             fmt_eta(eta, sizeof eta, remaining);
             if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
-                snprintf(depth, sizeof depth, " | ddr %.3f | ald %.3f", acc.ddr / acc.ntok / M_LN2,
-                         acc.ald / acc.ntok / M_LN2);
+                snprintf(depth, sizeof depth, " | ddr %.3f | ald %.3f", acc->ddr / acc->ntok / M_LN2,
+                         acc->ald / acc->ntok / M_LN2);
             if (t.latent)
                 snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f", ll_latent_on(t.m, 0) ? expected_depth(&t, 0) : (double)t.m->hp.Le,
-                         ll_latent_on(t.m, 1) ? expected_depth(&t, 1) : (double)t.m->hp.Ld, acc.kl / acc.ntok / M_LN2);
-            double L = acc.loss / acc.ntok / M_LN2, N = acc.nll / acc.ntok / M_LN2;
-            /* worse than a uniform guess over the vocabulary: the run is diverging
-             * (nll can even read 0 then: all mass on one token, the smoothing term explodes) */
-            if (!(L <= log2(t.m->hp.V) + 1))
+                         ll_latent_on(t.m, 1) ? expected_depth(&t, 1) : (double)t.m->hp.Ld, acc->kl / acc->ntok / M_LN2);
+            double L = acc->loss / acc->ntok / M_LN2, N = acc->nll / acc->ntok / M_LN2;
+            /* worse than a uniform guess over the vocabulary after warm-up (or twice
+             * that at any time): the run is diverging (nll can even read 0 then: all
+             * mass on one token while the smoothing term explodes) */
+            const double uniform = log2(t.m->hp.V);
+            if (!(L <= 2 * uniform) || (t.ts.update > cfg->warmup_updates && L > uniform + 1))
                 ll_warn("update %ld: loss %.4g bits/token is above log2(vocabulary) = %.2f, a uniform guess: training "
                         "is diverging; lower train.lr or set train.clip_norm",
-                        t.ts.update, L, log2(t.m->hp.V));
+                        t.ts.update, L, uniform);
             if (ll_verbosity > 0)
                 fprintf(stderr,
                     "epoch %lld | %5.1f%% | update %ld | loss %.3f | nll %.3f | ppl %.2f | lr %.3e | gnorm %.3f | "
                     "tok/s %.0f%s | ETA %s\n",
                     (long long)epoch, 100.0 * pos / (nb ? nb : 1), t.ts.update, L, N, pow(2, N), lr,
-                    log_gnorm / log_updates, tps, depth, eta);
+                    t.log_gnorm / t.log_updates, tps, depth, eta);
             fprintf(t.metrics,
                     "{\"type\":\"train\",\"update\":%ld,\"epoch\":%lld,\"epoch_pct\":%.2f,\"loss\":%.6f,\"nll\":%.6f,"
                     "\"ppl\":%.4f,\"lr\":%.6e,\"gnorm\":%.5f,\"tokens_per_s\":%.1f,\"wall\":%.2f",
                     t.ts.update, (long long)epoch, 100.0 * pos / (nb ? nb : 1), L, N, pow(2, N), lr,
-                    log_gnorm / log_updates, tps, now - t_start);
+                    t.log_gnorm / t.log_updates, tps, now - t_start);
             if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
-                fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc.ddr / acc.ntok / M_LN2, acc.ald / acc.ntok / M_LN2);
+                fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc->ddr / acc->ntok / M_LN2, acc->ald / acc->ntok / M_LN2);
             if (t.latent) {
-                fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc.kl / acc.ntok / M_LN2, acc.lk / acc.ntok / M_LN2);
+                fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc->kl / acc->ntok / M_LN2, acc->lk / acc->ntok / M_LN2);
                 log_latent_json(&t);
             }
             fprintf(t.metrics, "}\n");
             fflush(t.metrics);
             t_log = now;
-            log_tokens = log_updates = 0;
-            log_gnorm = 0;
-            acc = (update_stats){0};
+            t.log_tokens = t.log_updates = 0;
+            t.log_gnorm = 0;
+            *acc = (update_stats){0};
         }
         /* validation (and checkpoint_best) first, then checkpoint_last (+ numbered) */
         int validated = 0;
