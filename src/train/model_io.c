@@ -144,8 +144,11 @@ int ll_hparams_arch_diff(const ll_hparams *a, const ll_hparams *b, char *what, s
     D(Ld, "model.dec_layers") D(V, "vocabulary size") D(max_pos, "model.max_positions") D(post_norm, "post-norm")
     D(rezero, "rezero") D(share_all, "model.share_all_embeddings") D(tie_output, "model.tie_output")
     D(latent_enc, "latent.enc") D(latent_dec, "latent.dec") D(latent_rows, "latent posterior rows")
-    D(dlcl_enc, "dlcl.enc") D(dlcl_dec, "dlcl.dec") D(dlcl_init_one, "dlcl.init one")
-    D(dlcl_learnable, "dlcl.learnable") D(dlcl_ln, "dlcl.ln") D(dlcl_norm_embed, "dlcl.norm_embed")
+    D(dlcl_enc, "dlcl.enc") D(dlcl_dec, "dlcl.dec")
+    if (a->dlcl_enc || a->dlcl_dec) { /* the DLCL options matter only with DLCL on */
+        D(dlcl_init_one, "dlcl.init one") D(dlcl_learnable, "dlcl.learnable") D(dlcl_ln, "dlcl.ln")
+        D(dlcl_norm_embed, "dlcl.norm_embed")
+    }
 #undef D
     return 0;
 }

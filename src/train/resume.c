@@ -82,7 +82,7 @@ int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chose
         nn = 0;
     }
     cand *c = ll_calloc((size_t)nn + 2, sizeof *c);
-    int n = 0;
+    int n = 0, skipped_last = 0;
     static const char *named[2] = {"checkpoint_last.llm", "checkpoint_best.llm"};
     for (int i = 0; i < 2; i++) {
         char *p = join(dir, named[i]);
@@ -93,8 +93,17 @@ int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chose
         }
         c[n] = (cand){.path = p, .update = -1, .prio = 2 * i, .k = ll_ckpt_open(p)};
         if (c[n].k) c[n].update = ll_ckpt_stored_update(c[n].k);
-        if (c[n].update < 0) /* unreadable: try it last, where its error is reported */
-            c[n].update = -1;
+        if (c[n].update < 0) { /* unreadable: say so (a best is repaired by the trainer) */
+            skipped_last |= i == 0;
+            if (i == 0 && !c[n].k)
+                ll_warn("%s; skipping it", ll_errbuf());
+            else if (i == 0)
+                ll_warn("%s: training state is missing, corrupt or forged (update count %ld); skipping it", p,
+                        c[n].update);
+            ll_ckpt_close(c[n].k);
+            free(p);
+            continue;
+        }
         n++;
     }
     for (int i = 0; i < nn; i++) c[n++] = (cand){.path = ll_ckpt_numbered_path(dir, nums[i]), .update = nums[i], .prio = 1};
@@ -106,9 +115,8 @@ int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chose
         int arch;
         if (try_load(&c[i], m, ts, &arch) == 0) {
             snprintf(chosen, chosen_len, "%s", c[i].path);
-            if (tried)
-                ll_warn("resuming from %s (update %ld) instead: the newer checkpoint(s) above are unusable", c[i].path,
-                        ts->update);
+            if (tried || skipped_last)
+                ll_warn("resuming from %s (update %ld) instead", c[i].path, ts->update);
             rc = 1;
             break;
         }

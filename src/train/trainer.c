@@ -149,22 +149,30 @@ static int run_is_over(trainer *t) {
            (cfg->patience > 0 && t->ts.bad_valids >= cfg->patience);
 }
 
-/* A killed run may have committed a state that names a best model whose
- * checkpoint_best is missing or older (or someone removed it).  Rewrite it when
- * the resumed state is that model; else let the next validation write one. */
+/* checkpoint_best must hold the model the state calls best.  A killed run, a
+ * fallback past a corrupt last, or a user may leave it missing, older or newer:
+ * a newer best (its own state says so) is adopted; a missing or older one is
+ * rewritten when the resumed state is that model, else the next validation
+ * writes a new one. */
 static void repair_best(trainer *t) {
-    if (t->ts.best_update < 0 || !isfinite(t->ts.best_valid)) return;
     const char *p = save_path(t, "checkpoint_best.llm");
     ll_ckpt *k = ll_ckpt_open(p);
     long u = k ? ll_ckpt_stored_update(k) : -1;
+    const ll_tensor_ref *bv = k ? ll_ckpt_find(k, "state.best_valid") : NULL;
+    if (u > t->ts.best_update && bv && bv->nbytes == sizeof(double)) {
+        memcpy(&t->ts.best_valid, bv->data, sizeof(double)); /* written after the state resumed from */
+        t->ts.best_update = u;
+        ll_ckpt_close(k);
+        return;
+    }
     ll_ckpt_close(k);
-    if (u == t->ts.best_update) return;
+    if (t->ts.best_update < 0 || !isfinite(t->ts.best_valid) || u == t->ts.best_update) return;
     if (t->ts.update == t->ts.best_update && save(t, "checkpoint_best.llm") == 0) {
         ll_warn("%s was missing or stale: rewritten from the resumed update %ld", p, t->ts.update);
         return;
     }
     ll_warn("%s %s, but the run's best is update %ld: the next validation writes a new one", p,
-            u >= 0 ? "holds another update" : "is missing or unreadable", t->ts.best_update);
+            u >= 0 ? "holds an older update" : "is missing or unreadable", t->ts.best_update);
     t->ts.best_valid = INFINITY;
 }
 
@@ -612,7 +620,8 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             validated = t.have_valid;
         }
         int numbered = cfg->save_interval > 0 && t.ts.update % cfg->save_interval == 0;
-        if ((numbered || validated) && (rc = checkpoint(&t, numbered))) goto out;
+        /* not during a run of skipped updates: if it ends the run, the last good checkpoint stays as it was */
+        if (t.bad_streak == 0 && (numbered || validated) && (rc = checkpoint(&t, numbered))) goto out;
     }
     if (g_signal) {
         if (t.saved_update != t.ts.update && (rc = checkpoint(&t, 0))) goto out;
