@@ -80,6 +80,7 @@ typedef struct {
     int valid_beam;
     char best_metric[8];   /* "loss" | "bleu" */
     int patience;          /* stop after this many validations without improvement; 0 = never */
+    int max_bad_updates;   /* stop after this many consecutive skipped (non-finite) updates */
 
     /* latent depth (Li et al. 2020; reference-spec §0.1, §1) */
     int latent_enc, latent_dec;

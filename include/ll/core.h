@@ -46,6 +46,8 @@ void *ll_aligned_alloc(size_t n); /* 64-byte aligned, zeroed; free with free() *
 /* ---- logging ---- */
 extern int ll_verbosity; /* 0 quiet, 1 normal, 2 debug */
 void ll_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "prog: warning: ..." on stderr whatever the verbosity: something the user must know. */
+void ll_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- time ---- */
 double ll_now(void); /* monotonic seconds */
@@ -114,7 +116,12 @@ void ll_arena_free(ll_arena *a);
 
 /* ---- atomic output ----------------------------------------------------------
  * Write to "<path>.tmp.<pid>", fsync, rename over <path>, fsync the directory.
- * On failure (or ll_atomic_abort) the temporary is removed and <path> is untouched. */
+ * On failure (or ll_atomic_abort) the temporary is removed and <path> is untouched.
+ * Only a regular file or a missing path is replaced that way: a FIFO, character
+ * device, socket or /dev/stdout-like alias is written directly (tmp == NULL;
+ * commit only flushes), a symlink to a regular file has its target replaced
+ * atomically (path is then the resolved target), and a dangling symlink, a
+ * directory or any other kind of file is refused. */
 typedef struct {
     FILE *f;
     char *path, *tmp;

@@ -52,19 +52,46 @@ typedef struct {
     int64_t bad_valids;     /* validations without improvement */
     int n_streams;          /* data iterators (one per language pair in latent mode) */
     int64_t stream_pos[2 * LL_MAX_CORPORA]; /* (epoch, pos) of each */
+    long best_update;       /* update of the model in checkpoint_best (-1: none / unknown) */
+    int finished;           /* the run ended (max updates/epochs, early stop): resuming does nothing */
+#define LL_LOG_ACC 10
+    double log_acc[LL_LOG_ACC]; /* the trainer's progress-line sums since its last log record */
     ll_adam *opt;
 } ll_train_state;
 
 /* Write the model (and, if ts != NULL, optimizer + trainer state) atomically. */
 int ll_model_save(const char *path, ll_model *m, const char *config_text, const void *vocab, size_t vocab_len,
                   const ll_train_state *ts);
-/* Copy parameters from a checkpoint by name; shapes must match.  -1 + errbuf. */
+/* Copy parameters from a checkpoint by name; shapes must match, every value
+ * must be finite, and the file may hold no model tensor the model lacks.
+ * -1 + errbuf naming the tensor. */
 int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path);
-/* Restore optimizer + trainer state.  -1 + errbuf when absent or mismatched. */
+/* 1 + a description ("model.heads 2 vs 4") when a and b differ in anything
+ * that shapes the network (not dropout/label smoothing), else 0. */
+int ll_hparams_arch_diff(const ll_hparams *a, const ll_hparams *b, char *what, size_t n);
+/* Restore optimizer + trainer state.  -1 + errbuf when absent, mismatched or
+ * impossible (negative counters, Adam step beyond the update count, negative
+ * second moments, non-finite values). */
 int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const char *path);
-/* Build a model from a model file: its stored config gives the architecture.
+/* Build a model from a model file: its stored config gives the architecture
+ * (checked: d_model % heads, ...; every tensor must match it, be finite).
  * cfg_out (optional) receives that config.  NULL + errbuf. */
 ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be, ll_config *cfg_out);
+
+/* ---- resuming (src/train/resume.c) ---- */
+/* The update count a training checkpoint stores; -1 for a plain model file. */
+long ll_ckpt_stored_update(const ll_ckpt *k);
+/* 1 when dir holds checkpoint_last, checkpoint_best or a numbered checkpoint. */
+int ll_ckpt_dir_has_checkpoint(const char *dir);
+/* Load model + training state from the newest checkpoint in dir that loads
+ * (last, numbered or best, ordered by the update each stores), warning on
+ * stderr about each newer one skipped as corrupt or unreadable.  Returns 1
+ * (path in chosen), 0 when dir has no checkpoint, -1 + errbuf when none is
+ * usable or one was saved with another architecture than m's. */
+int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chosen, size_t chosen_len);
+/* Drop the records of a JSONL metrics log after the first one whose "update"
+ * exceeds `update` (and a torn last line), atomically.  0 or -1 + errbuf. */
+int ll_metrics_truncate(const char *path, long update);
 
 /* ---- validation (src/train/validate.c) ---- */
 typedef struct {
@@ -82,9 +109,10 @@ int ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int t
 
 /* ---- the trainer (src/train/trainer.c) ---- */
 typedef struct {
-    int resume;        /* continue from save_dir/checkpoint_last.llm */
+    int resume;        /* continue from the newest usable checkpoint in save_dir */
     const char *config_path;
     int op_stats;      /* count backend ops and host transfers per update (one worker), print at the end */
+    const char *resume_command; /* printed after a graceful stop (SIGINT/SIGTERM/SIGHUP); NULL: generic hint */
 } ll_train_opts;
 /* Prints the backend memory one training step of cfg needs (fp32 and bf16),
  * measured on the dry backend at the largest batch shape, or B x T sentences
@@ -93,7 +121,9 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B, int T
 /* Peak activation bytes of one step at the largest batch shape (dry run):
  * the trainer sizes the activation arena with it before the first step. */
 size_t ll_train_arena_bytes(const ll_config *cfg);
-/* Runs training as configured.  Returns 0, or -1 + errbuf. */
+/* Runs training as configured.  SIGINT/SIGTERM/SIGHUP finish the current
+ * update, write checkpoint_last and return 0; a second signal exits at once.
+ * Returns 0, or -1 + errbuf. */
 int ll_train(ll_config *cfg, const ll_train_opts *opts);
 
 #ifdef __cplusplus

@@ -6,7 +6,8 @@
  *            [--inter-threads W] [--quiet]
  *
  * One output line per input line in text format (docs/decoding.md has the
- * formats).  --output is written atomically, so an error leaves no file.
+ * formats).  --output is written atomically, so an error leaves no file (a
+ * FIFO or device is written directly, never replaced: ll_atomic_open).
  * Errors: one line on stderr, exit status 1. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -30,7 +31,8 @@ static void usage(FILE *out) {
             "  --beam K           beam size (default: the model's decode.beam, else 5); 1 = greedy\n"
             "  --lenpen A         length penalty: score = logprob / len^A (default: decode.lenpen, else 1.0)\n"
             "  --input F|-        source text, one sentence per line (default: stdin)\n"
-            "  --output F|-       translations (default: stdout); a file is written atomically\n"
+            "  --output F|-       translations (default: stdout); a regular file is written atomically,\n"
+            "                     a FIFO or device directly, a symlink's target atomically\n"
             "  --nbest N          hypotheses per sentence, N <= beam (default 1)\n"
             "  --max-len-a A      max output length = A * src_len + B, src_len incl. EOS (default 0)\n"
             "  --max-len-b B      (default 200); capped at model.max_positions - 1\n"

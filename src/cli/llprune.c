@@ -31,6 +31,7 @@
 #include "ll/data.h"
 #include "ll/latent.h"
 #include "ll/model.h"
+#include "ll/train.h"
 
 #define MAXL 4096
 
@@ -174,6 +175,9 @@ int main(int argc, char **argv) {
     if (!model || !out) ll_die("--model and --output are required (see llprune --help)");
     ll_ckpt *k = ll_ckpt_open(model);
     if (!k) ll_die("%s", ll_errbuf());
+    ll_model *check = ll_model_from_file(k, model, ll_backend_cpu(), NULL); /* config vs tensors, finite values */
+    if (!check) ll_die("%s", ll_errbuf());
+    ll_model_free(check);
     ll_config cfg;
     if (ll_config_load_text(&cfg, ll_ckpt_config_text(k), model)) ll_die("%s", ll_errbuf());
     if (thr < 0) thr = cfg.latent_threshold;

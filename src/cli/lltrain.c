@@ -20,11 +20,44 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet] [--op-stats] [--dry-run [--batch BxT]]\n"
             "       lltrain --help-config     print every config key with its type, default and meaning\n"
-            "  --resume    continue the run in checkpoint.save_dir from checkpoint_last.llm (bit for bit on CPU)\n"
+            "  --resume    continue the run in checkpoint.save_dir from its newest usable checkpoint (bit for bit on CPU)\n"
             "  --threads N CPU threads (overrides train.threads; 0 = all cores)\n"
             "  --op-stats  count backend ops and host<->backend transfers per update (one worker) and print them\n"
             "  --dry-run   print the parameter, optimizer and peak activation memory of one step (fp32, bf16); no data needed\n"
             "  --batch BxT with --dry-run: B sentences of T tokens instead of the largest shape (max_tokens / max_len)\n");
+}
+
+/* argv as a shell command line with --resume (printed after a graceful stop). */
+static char *resume_command(int argc, char **argv) {
+    size_t cap = 64;
+    for (int i = 0; i < argc; i++) cap += 4 * strlen(argv[i]) + 3;
+    char *s = ll_malloc(cap), *p = s;
+    int have_resume = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        have_resume |= !strcmp(a, "--resume");
+        if (i) *p++ = ' ';
+        int plain = *a != 0;
+        for (const char *c = a; *c; c++)
+            plain &= (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                     strchr("_-./=:,+@%", *c) != NULL;
+        if (plain) {
+            p += sprintf(p, "%s", a);
+            continue;
+        }
+        *p++ = '\'';
+        for (const char *c = a; *c; c++)
+            if (*c == '\'') {
+                memcpy(p, "'\\''", 4);
+                p += 4;
+            } else {
+                *p++ = *c;
+            }
+        *p++ = '\'';
+    }
+    if (!have_resume) p += sprintf(p, " --resume");
+    *p = 0;
+    return s;
 }
 
 int main(int argc, char **argv) {
@@ -82,7 +115,10 @@ int main(int argc, char **argv) {
     if (dry_B && !dry) ll_die("--batch is an option of --dry-run");
     if (dry_T > cfg.max_positions) ll_die("--batch: %d tokens exceed model.max_positions %d", dry_T, cfg.max_positions);
     if (dry) return ll_train_dry_run(&cfg, cfg_path, dry_B, dry_T) ? 1 : 0;
+    char *resume = resume_command(argc, argv);
+    opts.resume_command = resume;
     int rc = ll_train(&cfg, &opts);
+    free(resume);
     ll_config_free(&cfg);
     if (rc) ll_die("%s", ll_errbuf());
     return 0;

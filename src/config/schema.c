@@ -140,6 +140,9 @@ const ll_cfg_key ll_cfg_keys[] = {
          "What checkpoint_best and early stopping follow (bleu needs train.valid_bleu)."),
     INT("train.patience", patience, "0", 0, INT_MAX,
         "Stop after this many validations without improvement of train.best_metric; 0 = never."),
+    INT("train.max_bad_updates", max_bad_updates, "10", 1, INT_MAX,
+        "An update whose loss or gradient norm is NaN/Inf is skipped (parameters and Adam state unchanged); "
+        "this many in a row stop the run with an error, leaving the last checkpoint as it was."),
 
     /* latent depth */
     BOOL("latent.encoder", latent_enc, "false", "Latent layers in the encoder (LL-E; both = LL-Both)."),

@@ -10,10 +10,13 @@
  * Theta steps every update, the logits every latent.inner_steps updates from
  * that update's gradient alone. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ll/latent.h"
 #include "ll/train.h"
@@ -25,6 +28,11 @@ typedef struct {
     uint64_t per_op[sizeof(ll_backend) / sizeof(void *)];
     ll_op_counts before;
 } op_tally;
+
+typedef struct {
+    long ntok;
+    double loss, nll, kl, lk, ddr, ald;
+} update_stats;
 
 typedef struct {
     ll_config *cfg;
@@ -45,6 +53,13 @@ typedef struct {
     ll_latent_ctx lat;
     ll_train_state ts;
     FILE *metrics;
+    long saved_update; /* update of the newest checkpoint_last on disk */
+    int bad_streak;    /* consecutive skipped (non-finite) updates */
+    /* the progress line's running sums since the last one (kept in checkpoints so
+     * a resumed run logs the same records as an uninterrupted one) */
+    update_stats acc;
+    double log_gnorm;
+    long log_updates, log_tokens;
     char path[LL_PATH_MAX + 64];
     char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
     int n_langs;
@@ -75,7 +90,54 @@ static int save(trainer *t, const char *name) {
     for (int i = 0; i < t->n_streams; i++) ll_batcher_state(t->its[i], &t->ts.stream_pos[2 * i], &t->ts.stream_pos[2 * i + 1]);
     t->ts.epoch = t->ts.stream_pos[0];
     t->ts.batch_pos = t->ts.stream_pos[1];
+    const double la[LL_LOG_ACC] = {(double)t->acc.ntok, t->acc.loss, t->acc.nll, t->acc.kl, t->acc.lk, t->acc.ddr,
+                                   t->acc.ald, t->log_gnorm, (double)t->log_updates, (double)t->log_tokens};
+    memcpy(t->ts.log_acc, la, sizeof la);
     return ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts);
+}
+
+/* dst becomes another name of src, atomically (link to a temporary, rename).
+ * -1 where links are not possible or dst is a symlink (the caller writes instead). */
+static int link_over(const char *src, const char *dst) {
+    struct stat st;
+    if (lstat(dst, &st) == 0 && S_ISLNK(st.st_mode)) return -1;
+    char tmp[LL_PATH_MAX + 96];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
+    unlink(tmp);
+    if (link(src, tmp) != 0) return -1;
+    if (rename(tmp, dst) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    char dir[LL_PATH_MAX + 96];
+    snprintf(dir, sizeof dir, "%s", dst);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    int fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY); /* make the new name durable */
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return 0;
+}
+
+/* checkpoint_last, and with `numbered` checkpoint_<update> first, last being a
+ * hard link to it (same bytes, written once).  Every save writes last, so a
+ * killed run resumes from its newest save whatever the validation schedule. */
+static int checkpoint(trainer *t, int numbered) {
+    char last[LL_PATH_MAX + 64];
+    snprintf(last, sizeof last, "%s", save_path(t, "checkpoint_last.llm"));
+    if (numbered) {
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint_%ld.llm", t->ts.update);
+        if (save(t, name)) return -1;
+        if (link_over(t->path, last) != 0 && save(t, "checkpoint_last.llm")) return -1;
+        if (ll_ckpt_prune_numbered(t->cfg->save_dir, t->cfg->keep_last) < 0) return -1;
+    } else if (save(t, "checkpoint_last.llm")) {
+        return -1;
+    }
+    t->saved_update = t->ts.update;
+    return 0;
 }
 
 static void fmt_eta(char *buf, size_t n, double s) {
@@ -85,6 +147,44 @@ static void fmt_eta(char *buf, size_t n, double s) {
     }
     long x = (long)s;
     snprintf(buf, n, "%02ld:%02ld:%02ld", x / 3600, x / 60 % 60, x % 60);
+}
+
+/* The stopping rules (max updates, max epochs, patience) say the run is over. */
+static int run_is_over(trainer *t) {
+    const ll_config *cfg = t->cfg;
+    int64_t epoch, pos;
+    ll_batcher_state(t->its[0], &epoch, &pos);
+    const int nb = ll_batcher_n_batches(t->its[0]);
+    return (cfg->max_updates > 0 && t->ts.update >= cfg->max_updates) ||
+           (cfg->max_epochs > 0 && (epoch > cfg->max_epochs || (epoch == cfg->max_epochs && pos >= nb))) ||
+           (cfg->patience > 0 && t->ts.bad_valids >= cfg->patience);
+}
+
+/* checkpoint_best must hold the model the state calls best.  A killed run, a
+ * fallback past a corrupt last, or a user may leave it missing, older or newer:
+ * a newer best (its own state says so) is adopted; a missing or older one is
+ * rewritten when the resumed state is that model, else the next validation
+ * writes a new one. */
+static void repair_best(trainer *t) {
+    const char *p = save_path(t, "checkpoint_best.llm");
+    ll_ckpt *k = ll_ckpt_open(p);
+    long u = k ? ll_ckpt_stored_update(k) : -1;
+    const ll_tensor_ref *bv = k ? ll_ckpt_find(k, "state.best_valid") : NULL;
+    if (u > t->ts.best_update && bv && bv->nbytes == sizeof(double)) {
+        memcpy(&t->ts.best_valid, bv->data, sizeof(double)); /* written after the state resumed from */
+        t->ts.best_update = u;
+        ll_ckpt_close(k);
+        return;
+    }
+    ll_ckpt_close(k);
+    if (t->ts.best_update < 0 || !isfinite(t->ts.best_valid) || u == t->ts.best_update) return;
+    if (t->ts.update == t->ts.best_update && save(t, "checkpoint_best.llm") == 0) {
+        ll_warn("%s was missing or stale: rewritten from the resumed update %ld", p, t->ts.update);
+        return;
+    }
+    ll_warn("%s %s, but the run's best is update %ld: the next validation writes a new one", p,
+            u >= 0 ? "holds an older update" : "is missing or unreadable", t->ts.best_update);
+    t->ts.best_valid = INFINITY;
 }
 
 static int setup(trainer *t, const ll_train_opts *o) {
@@ -97,7 +197,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
     snprintf(spm_path, sizeof spm_path, "%s/spm.model", cfg->data_dir);
     if (!(t->spm = ll_spm_load(spm_path))) return -1;
     t->vocab = ll_spm_proto(t->spm, &t->vocab_len);
-    if (ll_dataset_open(&t->train, cfg, "train")) return -1;
+    if (ll_dataset_open(&t->train, cfg, "train")) return -1; /* verifies every token id */
+    if (t->train.vocab_size != ll_spm_vocab_size(t->spm))
+        return ll_fail("%s: %d pieces, but the manifest's token files were made for %d: run llprep again", spm_path,
+                       ll_spm_vocab_size(t->spm), t->train.vocab_size);
     t->have_valid = cfg->n_valid > 0;
     if (t->have_valid && ll_dataset_open(&t->valid, cfg, "valid")) return -1;
     if (!strcmp(cfg->best_metric, "bleu") && !cfg->valid_bleu)
@@ -134,7 +237,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
-    t->ts = (ll_train_state){.best_valid = INFINITY, .opt = &t->opt};
+    t->ts = (ll_train_state){.best_valid = INFINITY, .best_update = -1, .opt = &t->opt};
     /* every_pair (auto with latent layers): every update visits every pair, one iterator each */
     t->every_pair = !strcmp(cfg->sampling, "every_pair") || (t->latent && !strcmp(cfg->sampling, "auto"));
     if (t->latent && !t->every_pair && t->train.n_pairs > 1)
@@ -152,31 +255,53 @@ static int setup(trainer *t, const ll_train_opts *o) {
         if (!(t->its[0] = ll_batcher_from_config(&t->train, cfg, 1))) return -1;
     }
 
-    const char *last = save_path(t, "checkpoint_last.llm");
-    struct stat sb;
-    int have_last = stat(last, &sb) == 0;
     if (o->resume) {
-        if (!have_last) return ll_fail("--resume: %s does not exist", last);
-        ll_ckpt *k = ll_ckpt_open(last);
-        if (!k) return -1;
-        int rc = ll_model_load_params(t->m, k, last) || ll_train_state_load(&t->ts, k, t->m, last);
-        ll_ckpt_close(k);
-        if (rc) return -1;
+        char from[LL_PATH_MAX + 64];
+        int r = ll_resume_load(cfg->save_dir, t->m, &t->ts, from, sizeof from);
+        if (r < 0) return -1;
+        if (r == 0)
+            return ll_fail("--resume: %s does not exist and %s holds no other checkpoint",
+                           save_path(t, "checkpoint_last.llm"), cfg->save_dir);
         if (t->ts.n_streams != t->n_streams)
-            return ll_fail("%s: saved with %d data streams, this config has %d", last, t->ts.n_streams, t->n_streams);
-        for (int i = 0; i < t->n_streams; i++)
+            return ll_fail("%s: saved with %d data streams, this config has %d", from, t->ts.n_streams, t->n_streams);
+        for (int i = 0; i < t->n_streams; i++) {
+            if (t->ts.stream_pos[2 * i + 1] > ll_batcher_n_batches(t->its[i]))
+                return ll_fail("%s: data position %lld is past the %d batches of this data (corrupt state, or the "
+                               "data changed)", from, (long long)t->ts.stream_pos[2 * i + 1],
+                               ll_batcher_n_batches(t->its[i]));
             ll_batcher_seek(t->its[i], t->ts.stream_pos[2 * i], t->ts.stream_pos[2 * i + 1]);
-        ll_log("resumed from %s at update %ld (epoch %lld)", last, t->ts.update, (long long)t->ts.stream_pos[0]);
-    } else if (have_last) {
-        return ll_fail("%s already exists: pass --resume to continue that run, or choose another checkpoint.save_dir",
-                       last);
+        }
+        if (t->ts.finished && run_is_over(t)) { /* touch nothing */
+            fprintf(stderr, "lltrain: the run in %s already finished at update %ld; nothing to do\n", cfg->save_dir,
+                    t->ts.update);
+            return 1;
+        }
+        const double *la = t->ts.log_acc;
+        t->acc = (update_stats){.ntok = (long)la[0], .loss = la[1], .nll = la[2], .kl = la[3], .lk = la[4],
+                                .ddr = la[5], .ald = la[6]};
+        t->log_gnorm = la[7];
+        t->log_updates = (long)la[8];
+        t->log_tokens = (long)la[9];
+        t->saved_update = t->ts.update;
+        ll_log("resumed from %s at update %ld (epoch %lld)", from, t->ts.update, (long long)t->ts.stream_pos[0]);
+    } else if (ll_ckpt_dir_has_checkpoint(cfg->save_dir)) {
+        return ll_fail("%s already holds checkpoints: pass --resume to continue that run, or choose another "
+                       "checkpoint.save_dir", cfg->save_dir);
     }
     if (mkdir_p(cfg->save_dir)) return -1;
+    int stale = ll_ckpt_clean_stale_temps(cfg->save_dir); /* left by killed runs */
+    if (stale < 0) return -1;
+    if (stale > 0) ll_log("removed %d stale temporary file(s) from %s", stale, cfg->save_dir);
     char mpath[LL_PATH_MAX + 64];
     if (cfg->metrics_log[0])
         snprintf(mpath, sizeof mpath, "%s", cfg->metrics_log);
     else
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->save_dir);
+    if (o->resume) {
+        repair_best(t);
+        if (ll_metrics_truncate(mpath, t->ts.update)) return -1; /* records past the resumed update */
+    }
+    t->ts.finished = 0;
     t->metrics = fopen(mpath, o->resume ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
     ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, %d batch workers, BLAS core %s",
@@ -248,9 +373,12 @@ static void teardown(trainer *t) {
     ll_backend_counting_free(t->counted);
 }
 
-/* Validate, keep checkpoint_last/best, track patience.  *stop set on early stop. */
+/* Validate, track the best score and patience, write checkpoint_best on a new
+ * best.  The caller writes checkpoint_last afterwards: best goes first, so no
+ * committed state ever records a best model that is not on disk.  *stop set
+ * on early stop. */
 static int run_validation(trainer *t, double elapsed, int *stop) {
-    if (!t->have_valid) return save(t, "checkpoint_last.llm");
+    if (!t->have_valid) return 0;
     ll_valid_result r;
     if (ll_validate(t->m, t->cfg, &t->valid, t->spm, &r)) return -1;
     int by_bleu = !strcmp(t->cfg->best_metric, "bleu");
@@ -258,6 +386,7 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     int best = metric < t->ts.best_valid;
     if (best) {
         t->ts.best_valid = metric;
+        t->ts.best_update = t->ts.update;
         t->ts.bad_valids = 0;
     } else {
         t->ts.bad_valids++;
@@ -273,7 +402,6 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
     fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
     fflush(t->metrics);
-    if (save(t, "checkpoint_last.llm")) return -1;
     if (best && save(t, "checkpoint_best.llm")) return -1;
     if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
         ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
@@ -291,11 +419,6 @@ static int next_batch(trainer *t, int i, ll_batch *b) {
 }
 
 /* What the log shows, summed over updates from the stats buffer reads. */
-typedef struct {
-    long ntok;
-    double loss, nll, kl, lk, ddr, ald;
-} update_stats;
-
 static void add_stats(update_stats *u, const double *st) {
     u->loss += st[LL_ST_LOSS];
     u->nll += st[LL_ST_NLL];
@@ -390,6 +513,70 @@ static void log_latent_json(trainer *t, const real *snap, const double *st) {
     fputc('}', t->metrics);
 }
 
+/* ---- interruption: SIGINT/SIGTERM/SIGHUP finish the update, checkpoint, exit 0 ---- */
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) {
+    static const char again[] = "\nlltrain: second signal: exiting now, without a checkpoint\n";
+    static const char first[] = "\nlltrain: signal received: finishing this update and writing a checkpoint "
+                                "(send it again to exit at once)\n";
+    ssize_t w;
+    if (g_signal) {
+        w = write(STDERR_FILENO, again, sizeof again - 1);
+        _exit(128 + sig);
+    }
+    g_signal = sig;
+    w = write(STDERR_FILENO, first, sizeof first - 1);
+    (void)w;
+}
+
+static const int k_signals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+static void catch_signals(struct sigaction old[3]) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    g_signal = 0;
+    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &sa, &old[i]);
+}
+
+static void restore_signals(const struct sigaction old[3]) {
+    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &old[i], NULL);
+}
+
+/* ---- non-finite updates ----
+ * The one place that decides what a bad update does.  The update was not
+ * applied (a non-finite loss never reaches Adam; ll_adam_step refuses a
+ * non-finite gradient norm), so parameters, moments and step counts are as
+ * before it.  train.max_bad_updates in a row stop the run with an error and
+ * without writing anything, so the last checkpoint stays the last good state. */
+static int skip_bad_update(trainer *t, const update_stats *u, double gnorm) {
+    const char *what = !isfinite(u->loss) ? "loss" : "gradient norm";
+    double v = !isfinite(u->loss) ? u->loss : gnorm;
+    t->bad_streak++;
+    ll_warn("update %ld: %s is %g: update skipped, parameters unchanged (%d in a row; train.max_bad_updates %d)",
+            t->ts.update, what, v, t->bad_streak, t->cfg->max_bad_updates);
+    fprintf(t->metrics, "{\"type\":\"skip\",\"update\":%ld,\"reason\":\"%s\",\"in_a_row\":%d}\n", t->ts.update,
+            what, t->bad_streak);
+    fflush(t->metrics);
+    if (t->bad_streak >= t->cfg->max_bad_updates)
+        return ll_fail("update %ld: %d updates in a row had a non-finite loss or gradient norm (train.max_bad_updates); "
+                       "stopped without saving: %s/checkpoint_last.llm (update %ld) is the last good state; lower "
+                       "train.lr or set train.clip_norm",
+                       t->ts.update, t->bad_streak, t->cfg->save_dir, t->saved_update);
+    return 0;
+}
+
+/* Validation is due after the update just done (valid_interval 0: at epoch ends). */
+static int valid_due(trainer *t) {
+    int64_t epoch, pos;
+    ll_batcher_state(t->its[0], &epoch, &pos);
+    const int vi = t->cfg->valid_interval;
+    return (vi > 0 && t->ts.update % vi == 0) || (vi == 0 && pos >= ll_batcher_n_batches(t->its[0]));
+}
+
 int ll_train(ll_config *cfg, const ll_train_opts *o) {
     trainer t;
     memset(&t, 0, sizeof t);
@@ -397,7 +584,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     int rc = setup(&t, o);
     if (rc) {
         teardown(&t);
-        return rc;
+        return rc < 0 ? rc : 0; /* 1: a finished run, nothing to do */
     }
     ll_batch b;
     memset(&b, 0, sizeof b);
@@ -406,15 +593,16 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     const long max_epochs = cfg->max_epochs;
     const int I = t.latent ? cfg->latent_inner_steps : 1;
     double t_start = ll_now(), t_log = t_start;
-    long log_tokens = 0, log_updates = 0, start_update = t.ts.update;
-    update_stats acc = {0};
-    double log_gnorm = 0;
+    long start_update = t.ts.update;
+    update_stats *acc = &t.acc;
     real *snap = t.latent ? ll_malloc(t.m->snap_bytes) : NULL; /* host copy of the latent snapshot */
     int64_t epoch, pos;
     int stop = 0;
+    struct sigaction old_sa[3];
+    catch_signals(old_sa);
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
-        if (stop || (max_updates && t.ts.update >= max_updates)) break;
+        if (g_signal || stop || (max_updates && t.ts.update >= max_updates)) break;
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         double lr = ll_schedule_lr(&t.sched, t.ts.update);
         if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
@@ -438,19 +626,21 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         ll_adam_sync(&t.opt, st);
         if (t.counted) tally_update(&t); /* before logging, checkpoints and validation */
         t.ts.update++;
-        log_updates++;
-        log_tokens += ntok;
-        acc.ntok += ntok;
-        add_stats(&acc, st);
-        log_gnorm += st[LL_ST_GNORM];
-        if (!isfinite(st[LL_ST_LOSS])) {
-            rc = ll_fail("update %ld: loss is %f (diverged); lower train.lr or set train.clip_norm", t.ts.update,
-                         st[LL_ST_LOSS]);
-            goto out;
+        update_stats u = {.ntok = ntok};
+        add_stats(&u, st);
+        if (st[LL_ST_SKIP] != 0) { /* the backend skipped it: non-finite loss or gradient norm */
+            if ((rc = skip_bad_update(&t, &u, st[LL_ST_GNORM]))) goto out;
+        } else {
+            t.bad_streak = 0;
+            t.log_updates++;
+            t.log_tokens += ntok;
+            acc->ntok += ntok;
+            add_stats(acc, st);
+            t.log_gnorm += st[LL_ST_GNORM];
         }
-        if (log_now) {
+        if (t.log_updates > 0 && log_now) {
             double now = ll_now();
-            double tps = log_tokens / (now - t_log);
+            double tps = t.log_tokens / (now - t_log);
             double per_update = (now - t_start) / (double)(t.ts.update - start_update);
             ll_batcher_state(t.its[0], &epoch, &pos);
             double remaining = -1;
@@ -461,61 +651,73 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             char eta[32], depth[96] = "";
             fmt_eta(eta, sizeof eta, remaining);
             if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
-                snprintf(depth, sizeof depth, " | ddr %.3f | ald %.3f", acc.ddr / acc.ntok / M_LN2,
-                         acc.ald / acc.ntok / M_LN2);
+                snprintf(depth, sizeof depth, " | ddr %.3f | ald %.3f", acc->ddr / acc->ntok / M_LN2,
+                         acc->ald / acc->ntok / M_LN2);
             if (t.latent)
                 snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f",
                          ll_latent_on(t.m, 0) ? st[LL_ST_DEPTH_ENC] : (double)t.m->hp.Le,
-                         ll_latent_on(t.m, 1) ? st[LL_ST_DEPTH_DEC] : (double)t.m->hp.Ld, acc.kl / acc.ntok / M_LN2);
-            double L = acc.loss / acc.ntok / M_LN2, N = acc.nll / acc.ntok / M_LN2;
+                         ll_latent_on(t.m, 1) ? st[LL_ST_DEPTH_DEC] : (double)t.m->hp.Ld, acc->kl / acc->ntok / M_LN2);
+            double L = acc->loss / acc->ntok / M_LN2, N = acc->nll / acc->ntok / M_LN2;
+            /* worse than a uniform guess over the vocabulary after warm-up (or twice
+             * that at any time): the run is diverging (nll can even read 0 then: all
+             * mass on one token while the smoothing term explodes) */
+            const double uniform = log2(t.m->hp.V);
+            if (!(L <= 2 * uniform) || (t.ts.update > cfg->warmup_updates && L > uniform + 1))
+                ll_warn("update %ld: loss %.4g bits/token is above log2(vocabulary) = %.2f, a uniform guess: training "
+                        "is diverging; lower train.lr or set train.clip_norm",
+                        t.ts.update, L, uniform);
             if (ll_verbosity > 0)
                 fprintf(stderr,
                     "epoch %lld | %5.1f%% | update %ld | loss %.3f | nll %.3f | ppl %.2f | lr %.3e | gnorm %.3f | "
                     "tok/s %.0f | tok/upd %.0f%s | ETA %s\n",
                     (long long)epoch, 100.0 * pos / (nb ? nb : 1), t.ts.update, L, N, pow(2, N), lr,
-                    log_gnorm / log_updates, tps, (double)log_tokens / log_updates, depth, eta);
+                    t.log_gnorm / t.log_updates, tps, (double)t.log_tokens / t.log_updates, depth, eta);
             fprintf(t.metrics,
                     "{\"type\":\"train\",\"update\":%ld,\"epoch\":%lld,\"epoch_pct\":%.2f,\"loss\":%.6f,\"nll\":%.6f,"
                     "\"ppl\":%.4f,\"lr\":%.6e,\"gnorm\":%.5f,\"tokens_per_s\":%.1f,\"tokens_per_update\":%.1f,"
                     "\"wall\":%.2f",
                     t.ts.update, (long long)epoch, 100.0 * pos / (nb ? nb : 1), L, N, pow(2, N), lr,
-                    log_gnorm / log_updates, tps, (double)log_tokens / log_updates, now - t_start);
+                    t.log_gnorm / t.log_updates, tps, (double)t.log_tokens / t.log_updates, now - t_start);
             if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
-                fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc.ddr / acc.ntok / M_LN2, acc.ald / acc.ntok / M_LN2);
+                fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc->ddr / acc->ntok / M_LN2, acc->ald / acc->ntok / M_LN2);
             if (t.latent) {
-                fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc.kl / acc.ntok / M_LN2, acc.lk / acc.ntok / M_LN2);
+                fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc->kl / acc->ntok / M_LN2, acc->lk / acc->ntok / M_LN2);
                 log_latent_json(&t, snap, st);
             }
             fprintf(t.metrics, "}\n");
             fflush(t.metrics);
             t_log = now;
-            log_tokens = log_updates = 0;
-            log_gnorm = 0;
-            acc = (update_stats){0};
+            t.log_tokens = t.log_updates = 0;
+            t.log_gnorm = 0;
+            *acc = (update_stats){0};
         }
-        if (cfg->save_interval > 0 && t.ts.update % cfg->save_interval == 0) {
-            char name[64];
-            snprintf(name, sizeof name, "checkpoint_%ld.llm", t.ts.update);
-            if ((rc = save(&t, name))) goto out;
-            if (ll_ckpt_prune_numbered(cfg->save_dir, cfg->keep_last) < 0) {
-                rc = -1;
-                goto out;
-            }
-        }
-        ll_batcher_state(t.its[0], &epoch, &pos);
-        /* valid_interval 0: validate when an epoch's last batch has been used */
-        if ((cfg->valid_interval > 0 && t.ts.update % cfg->valid_interval == 0) ||
-            (cfg->valid_interval == 0 && pos >= nb)) {
+        /* validation (and checkpoint_best) first, then checkpoint_last (+ numbered) */
+        int validated = 0;
+        if (valid_due(&t)) {
             if ((rc = run_validation(&t, ll_now() - t_start, &stop))) goto out;
+            validated = t.have_valid;
         }
+        int numbered = cfg->save_interval > 0 && t.ts.update % cfg->save_interval == 0;
+        /* not during a run of skipped updates: if it ends the run, the last good checkpoint stays as it was */
+        if (t.bad_streak == 0 && (numbered || validated) && (rc = checkpoint(&t, numbered))) goto out;
     }
-    /* final validation + checkpoint unless the last update just did it */
-    if (cfg->valid_interval <= 0 || t.ts.update % cfg->valid_interval != 0 || t.ts.update == start_update)
-        if (!stop) rc = run_validation(&t, ll_now() - t_start, &stop);
+    if (g_signal) {
+        if (t.saved_update != t.ts.update && (rc = checkpoint(&t, 0))) goto out;
+        fprintf(stderr, "lltrain: stopped by signal %d after update %ld; %s/checkpoint_last.llm holds it. To resume:\n  %s\n",
+                (int)g_signal, t.ts.update, cfg->save_dir,
+                o->resume_command ? o->resume_command : "lltrain --config <the same config and --set options> --resume");
+        goto out;
+    }
+    /* final validation unless the last update just did it, then the final checkpoint */
+    if (!stop && (t.ts.update == 0 || !valid_due(&t))) /* a checkpoint at U includes U's validation */
+        rc = run_validation(&t, ll_now() - t_start, &stop);
+    t.ts.finished = 1;
+    if (!rc) rc = checkpoint(&t, 0);
     if (!rc) ll_log("done: %ld updates; checkpoints in %s", t.ts.update, cfg->save_dir);
     if (!rc && t.counted) print_op_stats(&t);
 out:
     free(snap);
+    restore_signals(old_sa);
     ll_batch_free(&b);
     teardown(&t);
     return rc;
