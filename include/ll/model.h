@@ -125,6 +125,12 @@ typedef struct ll_model {
 } ll_model;
 
 ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be);
+/* ll_model_new in two steps: the parameter table alone (no parameter,
+ * gradient or position buffers), so a model file can be checked against it
+ * before a crafted config makes the loader allocate terabytes; then the
+ * buffers.  ll_model_free takes either. */
+ll_model *ll_model_plan(const ll_hparams *hp, ll_backend *be);
+void ll_model_alloc(ll_model *m);
 void ll_model_free(ll_model *m); /* also frees a replica (its own parts only) */
 /* A replica for another thread: the same parameters (not copied, so they must
  * not change while it lives) with its own activation arena, forward state and

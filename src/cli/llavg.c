@@ -41,6 +41,7 @@ int main(int argc, char **argv) {
             in[n_in++] = argv[i];
     }
     if (!out) ll_die("--output OUT.llm is required");
+    const int n_args = n_in; /* in[n_args..] are malloc'd paths from --dir */
     if (dir) {
         if (last < 1) ll_die("--dir needs --last N with N >= 1");
         long *ups = NULL;
@@ -116,5 +117,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "averaged %d checkpoints (%d tensors) into %s\n", n_in, n_out, out);
     for (int j = 0; j < n_out; j++) free(bufs[j]);
     for (int i = 0; i < n_in; i++) ll_ckpt_close(k[i]);
+    for (int i = n_args; i < n_in; i++) free(in[i]); /* LeakSanitizer checks the tools too */
+    free(in);
+    free(k);
+    free(t);
+    free(bufs);
     return 0;
 }

@@ -167,15 +167,13 @@ int ll_manifest_read(const char *data_dir, ll_data_info *info, ll_input_stamp **
     }
     free(line);
     fclose(f);
+    if (!bad && format == LL_MANIFEST_FORMAT && info->spm_file[0] && info->vocab_size > 0) return 0;
+    free(*in); /* callers free *in only on success (ll_data_is_prepared) */
+    *in = NULL;
+    *n_in = 0;
     if (!bad && format != LL_MANIFEST_FORMAT)
         return ll_fail("%s: unsupported manifest format %d (run llprep again)", path, format);
-    if (bad || !info->spm_file[0] || info->vocab_size <= 0) {
-        free(*in);
-        *in = NULL;
-        *n_in = 0;
-        return ll_fail("%s:%d: corrupt manifest (run llprep again)", path, lineno);
-    }
-    return 0;
+    return ll_fail("%s:%d: corrupt manifest (run llprep again)", path, lineno);
 }
 
 int ll_data_info_read(ll_data_info *info, const char *data_dir) {
@@ -246,6 +244,11 @@ int ll_dataset_open_dir(ll_dataset *d, const char *data_dir, const char *split) 
     for (int i = 0; i < info.n_corpora; i++) {
         const ll_corpus_info *c = &info.corpora[i];
         if (strcmp(c->split, split) != 0) continue;
+        if (d->n_pairs == LL_MAX_CORPORA) { /* the manifest holds 2x that: a crafted one overflowed pairs[] */
+            ll_fail("%s/%s: more than %d %s corpora: corrupt manifest", data_dir, LL_MANIFEST_FILE, LL_MAX_CORPORA,
+                    split);
+            goto fail;
+        }
         ll_pair_data *p = &d->pairs[d->n_pairs];
         snprintf(path, sizeof path, "%s/%s", data_dir, c->src_file);
         if (ll_tokfile_open(&p->src, path) != 0) goto fail;

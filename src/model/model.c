@@ -109,7 +109,7 @@ static void model_arenas(ll_model *m) {
 /* DLCL's initial W[r][k] (k <= r): 1, or the average 1/(r+1) of the entries. */
 static real dlcl_init_w(const ll_hparams *hp, int r) { return hp->dlcl_init_one ? 1 : (real)1 / (r + 1); }
 
-ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
+ll_model *ll_model_plan(const ll_hparams *hp, ll_backend *be) {
     const char *missing = ll_backend_missing(be);
     if (missing) ll_die("backend '%s' does not implement op '%s' yet", be->name, missing);
     ll_model *m = ll_calloc(1, sizeof *m);
@@ -149,13 +149,6 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
             snprintf(n, sizeof n, "%s.dlcl.ln.%d.bias", pre, k);
             m->dlcl_ln[st][2 * k + 1] = add_param(m, &cap, n, C, 0, 1);
         }
-        /* the initial W, also the fixed W of the non-learnable variants (in backend memory) */
-        real *w0 = ll_calloc((size_t)(L + 1) * (L + 1), sizeof(real));
-        for (int r = 0; r <= L; r++)
-            for (int k = 0; k <= r; k++) w0[r * (L + 1) + k] = dlcl_init_w(hp, r);
-        m->dlcl_fixed[st] = be->alloc(be, (size_t)(L + 1) * (L + 1) * sizeof(real));
-        be->upload(be, m->dlcl_fixed[st], w0, (size_t)(L + 1) * (L + 1) * sizeof(real));
-        free(w0);
     }
     /* ReZero: one scalar per layer, initialised to 0 */
     for (int st = 0; st < 2 && hp->rezero; st++) {
@@ -178,6 +171,14 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
     if (hp->latent_enc) m->latent_logits[0] = add_param(m, &cap, "enc.latent_logits", hp->latent_rows, hp->Le, 1);
     if (hp->latent_dec) m->latent_logits[1] = add_param(m, &cap, "dec.latent_logits", hp->latent_rows, hp->Ld, 1);
     if (m->phi_offset < m->n_params) m->phi_offset = m->latent_logits[0] ? m->latent_logits[0] : m->latent_logits[1];
+    return m;
+}
+
+void ll_model_alloc(ll_model *m) {
+    ll_backend *be = m->be;
+    const ll_hparams *hp = &m->hp;
+    const int C = hp->C;
+    /* per-stack backend buffers: latent samples, gates, dL/dgate, DLCL's fixed/initial W */
     size_t snap = 0;
     for (int s = 0; s < 2; s++) {
         int L = s ? hp->Ld : hp->Le;
@@ -187,6 +188,13 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
         m->gate_buf[s] = be->alloc(be, (size_t)(L + 1) * sizeof(real));
         m->dgate_buf[s] = be->alloc(be, (size_t)(L + 1) * sizeof(real));
         if (s ? hp->latent_dec : hp->latent_enc) snap += 2 * (size_t)hp->latent_rows * L * sizeof(real);
+        if (!(s ? hp->dlcl_dec : hp->dlcl_enc)) continue;
+        real *w0 = ll_calloc((size_t)(L + 1) * (L + 1), sizeof(real));
+        for (int r = 0; r <= L; r++)
+            for (int k = 0; k <= r; k++) w0[r * (L + 1) + k] = dlcl_init_w(hp, r);
+        m->dlcl_fixed[s] = be->alloc(be, (size_t)(L + 1) * (L + 1) * sizeof(real));
+        be->upload(be, m->dlcl_fixed[s], w0, (size_t)(L + 1) * (L + 1) * sizeof(real));
+        free(w0);
     }
     m->snap_bytes = snap;
     m->stats = be->alloc(be, LL_ST_N * sizeof(double) + snap);
@@ -210,6 +218,11 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
     m->enc_ctl = ll_calloc(hp->Le ? hp->Le : 1, sizeof(ll_layer_ctl));
     m->dec_ctl = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_layer_ctl));
     ll_model_reset_ctl(m);
+}
+
+ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
+    ll_model *m = ll_model_plan(hp, be);
+    ll_model_alloc(m);
     return m;
 }
 
@@ -322,7 +335,7 @@ void ll_model_free(ll_model *m) {
     m->be->free(m->be, m->stats);
     ll_arena_free(&m->arena);
     ll_arena_free(&m->meta);
-    free(m->st->stage);
+    if (m->st) free(m->st->stage); /* NULL: planned, never allocated (ll_model_plan) */
     free(m->st);
     free(m->table);
     free(m->enc);

@@ -97,16 +97,32 @@ static int copy_in(ll_model *m, real *dst, const ll_tensor_ref *r, size_t numel,
 
 static int is_state_tensor(const char *name) { return !strncmp(name, "optim.", 6) || !strncmp(name, "state.", 6); }
 
+/* The tensor for table entry p, with the shape and size the model needs; NULL + errbuf. */
+static const ll_tensor_ref *find_param(const ll_param *p, const ll_ckpt *k, const char *path) {
+    const ll_tensor_ref *r = ll_ckpt_find(k, p->name);
+    if (!r) {
+        ll_fail("%s: missing tensor '%s'", path, p->name);
+        return NULL;
+    }
+    if (r->ndim != p->ndim || r->shape[0] != p->shape[0] || (p->ndim == 2 && r->shape[1] != p->shape[1])) {
+        ll_fail("%s: tensor '%s' has shape [%lld,%lld], the model needs [%lld,%lld]", path, p->name,
+                (long long)r->shape[0], (long long)(r->ndim > 1 ? r->shape[1] : 0), (long long)p->shape[0],
+                (long long)p->shape[1]);
+        return NULL;
+    }
+    if (r->nbytes != p->numel * sizeof(real) || r->dtype != REAL_DT) {
+        ll_fail("%s: tensor '%s' has %zu bytes of dtype %d, expected %zu reals", path, r->name, r->nbytes, r->dtype,
+                p->numel);
+        return NULL;
+    }
+    return r;
+}
+
 int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path) {
     for (int i = 0; i < m->n_table; i++) {
         const ll_param *p = &m->table[i];
-        const ll_tensor_ref *r = ll_ckpt_find(k, p->name);
-        if (!r) return ll_fail("%s: missing tensor '%s'", path, p->name);
-        if (r->ndim != p->ndim || r->shape[0] != p->shape[0] || (p->ndim == 2 && r->shape[1] != p->shape[1]))
-            return ll_fail("%s: tensor '%s' has shape [%lld,%lld], the model needs [%lld,%lld]", path, p->name,
-                           (long long)r->shape[0], (long long)(r->ndim > 1 ? r->shape[1] : 0),
-                           (long long)p->shape[0], (long long)p->shape[1]);
-        if (copy_in(m, m->params + p->offset, r, p->numel, path)) return -1;
+        const ll_tensor_ref *r = find_param(p, k, path);
+        if (!r || copy_in(m, m->params + p->offset, r, p->numel, path)) return -1; /* copy_in: finite values only */
     }
     /* a tensor the config does not account for means config and weights disagree
      * (e.g. more layers stored than model.enc_layers says) */
@@ -232,8 +248,20 @@ ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be,
     ll_hparams hp;
     ll_hparams_from_config(&hp, &cfg, ll_spm_vocab_size(spm));
     ll_spm_free(spm);
-    ll_model *m = ll_model_new(&hp, be);
-    if (ll_model_load_params(m, k, path)) {
+    /* Check the file against the parameter table before allocating: its config
+     * alone must not make us allocate what the file does not hold (fuzzing
+     * found 13 KB files asking for terabytes).  The position table has no
+     * tensor in the file; it may not dwarf the parameters. */
+    ll_model *m = ll_model_plan(&hp, be);
+    int bad = 0;
+    for (int i = 0; i < m->n_table && !bad; i++) bad = !find_param(&m->table[i], k, path);
+    const double pos_bytes = ((double)hp.max_pos + 2) * hp.C * sizeof(real);
+    if (!bad && pos_bytes > (1 << 28) && pos_bytes > 16.0 * m->n_params * sizeof(real))
+        bad = ll_fail("%s: model.max_positions %d x model.d_model %d needs a %.0f MB position table, far more than "
+                      "the model's parameters: file is corrupt",
+                      path, hp.max_pos, hp.C, pos_bytes / 1e6);
+    if (!bad) ll_model_alloc(m);
+    if (bad || ll_model_load_params(m, k, path)) {
         ll_model_free(m);
         ll_config_free(&cfg);
         return NULL;
