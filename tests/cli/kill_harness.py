@@ -11,7 +11,7 @@ SIGINT/SIGTERM/SIGHUP stop gracefully (exit 0, the printed command resumes to
 the same bytes), a second signal exits at once, and a file-size limit during a
 checkpoint (disk full) leaves the previous one intact.
 
-    kill_harness.py BINARY_DIR SOURCE_DIR [--kills N] [--seed S]
+    kill_harness.py BINARY_DIR SOURCE_DIR [--kills N] [--seed S] [--only-kills] [-v]
 """
 import json
 import os
@@ -103,6 +103,8 @@ def compare_with_reference(ref, label):
 def finish(label):
     p = start()
     _, err = p.communicate(timeout=120)
+    if "-v" in sys.argv:
+        print(err.decode())
     if p.returncode != 0:
         fail("%s: final resume failed (%d): %s" % (label, p.returncode, err.decode()[-400:]))
 
@@ -161,6 +163,9 @@ def main():
         fail("no kill landed during a write (no temporary was ever left)")
     finish("after %d kills" % kills)
     compare_with_reference(ref, "after %d kills" % kills)
+    if "--only-kills" in sys.argv:  # (debugging: keep the state the kills left)
+        print("kept %s" % T)
+        return 1 if failures else 0
 
     t_phase = time.time()
     # ---- graceful stops --------------------------------------------------------------
@@ -216,6 +221,10 @@ def main():
         time.sleep(0.005)
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=120)
+    if not os.path.exists(os.path.join(RUN, "checkpoint_last.llm")):
+        fail("disk full: no checkpoint_last.llm after a graceful stop")
+        print("kill harness: %d failure(s); seed %d; kept %s" % (len(failures), SEED, T))
+        return 1
     before = open(os.path.join(RUN, "checkpoint_last.llm"), "rb").read()
     limit = len(before) // 2
 
