@@ -74,6 +74,18 @@ static int mkdir_p(const char *dir) {
     return 0;
 }
 
+/* Test hook for the kill harness: LL_CRASH_AFTER="<what>@<update>" dies by
+ * SIGKILL right after <what> (a file name written into save_dir, or "train" /
+ * "valid" for a metrics record) at that update, so each point between two
+ * writes can be hit on purpose.  Unset: one getenv per save. */
+static void crash_point(const trainer *t, const char *what) {
+    const char *e = getenv("LL_CRASH_AFTER");
+    if (!e) return;
+    char here[128];
+    snprintf(here, sizeof here, "%s@%ld", what, t->ts.update);
+    if (!strcmp(e, here)) raise(SIGKILL);
+}
+
 static int save(trainer *t, const char *name) {
     t->ts.n_streams = t->n_streams;
     for (int i = 0; i < t->n_streams; i++) ll_batcher_state(t->its[i], &t->ts.stream_pos[2 * i], &t->ts.stream_pos[2 * i + 1]);
@@ -83,7 +95,9 @@ static int save(trainer *t, const char *name) {
                                    t->acc.ald, t->log_gnorm, (double)t->log_updates, (double)t->log_tokens};
     memcpy(t->ts.log_acc, la, sizeof la);
     if (t->metrics) fflush(t->metrics); /* ts.metrics_records counts them: a resume cuts the log back to those */
-    return ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts);
+    if (ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts)) return -1;
+    crash_point(t, name);
+    return 0;
 }
 
 /* dst becomes another name of src, atomically (link to a temporary, rename).
@@ -121,7 +135,10 @@ static int checkpoint(trainer *t, int numbered) {
         char name[64];
         snprintf(name, sizeof name, "checkpoint_%ld.llm", t->ts.update);
         if (save(t, name)) return -1;
-        if (link_over(t->path, last) != 0 && save(t, "checkpoint_last.llm")) return -1;
+        if (link_over(t->path, last) == 0)
+            crash_point(t, "checkpoint_last.llm");
+        else if (save(t, "checkpoint_last.llm"))
+            return -1;
         if (ll_ckpt_prune_numbered(t->cfg->save_dir, t->cfg->keep_last) < 0) return -1;
     } else if (save(t, "checkpoint_last.llm")) {
         return -1;
@@ -290,6 +307,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         const int missing = np && stat(np, &st) != 0;
         free(np);
         if ((strcmp(from, save_path(t, "checkpoint_last.llm")) || missing) && checkpoint(t, missing)) return -1;
+        if (ll_ckpt_prune_numbered(cfg->save_dir, cfg->keep_last) < 0) return -1; /* killed before its prune */
     }
     ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, %d batch workers, BLAS core %s",
            hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", hp.latent_enc ? ", latent encoder" : "",
@@ -344,6 +362,7 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
     t->ts.metrics_records++;
     fflush(t->metrics);
+    crash_point(t, "valid");
     if (best && save(t, "checkpoint_best.llm")) return -1;
     if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
         ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
@@ -618,6 +637,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             fprintf(t.metrics, "}\n");
             t.ts.metrics_records++;
             fflush(t.metrics);
+            crash_point(&t, "train");
             t_log = now;
             t.log_tokens = t.log_updates = 0;
             t.log_gnorm = 0;

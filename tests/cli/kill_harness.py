@@ -163,6 +163,23 @@ def main():
         fail("no kill landed during a write (no temporary was ever left)")
     finish("after %d kills" % kills)
     compare_with_reference(ref, "after %d kills" % kills)
+
+    # ---- SIGKILL at each point between two writes, on purpose (LL_CRASH_AFTER) ------
+    # at update 30: metrics records, checkpoint_best, checkpoint_30, checkpoint_last;
+    # at 36, the end: the loop's checkpoint_36/last, then the final validation's
+    # record, checkpoint_best, and the final checkpoint_last
+    t_phase = time.time()
+    points = ["train@30", "valid@30", "checkpoint_best.llm@30", "checkpoint_30.llm@30", "checkpoint_last.llm@30",
+              "checkpoint_36.llm@36", "checkpoint_last.llm@36", "valid@36", "checkpoint_best.llm@36"]
+    for point in points:
+        shutil.rmtree(RUN, ignore_errors=True)
+        p = subprocess.run(ARGS, env=dict(ENV, LL_CRASH_AFTER=point), capture_output=True)
+        if p.returncode != -signal.SIGKILL:
+            fail("%s: the crash point was not reached (exit status %d)" % (point, p.returncode))
+        check_loadable("killed after " + point)
+        finish("killed after " + point)
+        compare_with_reference(ref, "killed after " + point)
+    print("%d deliberate crash points: %.1f s" % (len(points), time.time() - t_phase))
     if "--only-kills" in sys.argv:  # (debugging: keep the state the kills left)
         print("kept %s" % T)
         return 1 if failures else 0
