@@ -189,14 +189,19 @@ static void test_metrics_truncate(const char *dir) {
                        "{\"type\":\"train\",\"update\":5}\n{\"type\":\"train\",\"update\":10}\n"
                        "{\"type\":\"valid\",\"update\":10}\n{\"type\":\"train\",\"update\":15}\n"
                        "{\"type\":\"valid\",\"update\":20}\n{\"type\":\"tra");
-    CHECK(ll_metrics_truncate(p, 10) == 0);
+    CHECK(ll_metrics_truncate(p, 10, -1) == 3);
     char *t = ll_read_file(p, NULL);
     CHECK(t && !strcmp(t, "{\"type\":\"train\",\"update\":5}\n{\"type\":\"train\",\"update\":10}\n"
                           "{\"type\":\"valid\",\"update\":10}\n"));
     free(t);
-    CHECK(ll_metrics_truncate(p, 10) == 0); /* nothing more to drop */
+    CHECK(ll_metrics_truncate(p, 10, -1) == 3); /* nothing more to drop */
+    /* with the number of records the log had at the checkpoint: exactly those */
+    CHECK(ll_metrics_truncate(p, 99, 1) == 1);
+    t = ll_read_file(p, NULL);
+    CHECK(t && !strcmp(t, "{\"type\":\"train\",\"update\":5}\n"));
+    free(t);
     char *q = path_in(dir, "absent.jsonl");
-    CHECK(ll_metrics_truncate(q, 3) == 0);
+    CHECK(ll_metrics_truncate(q, 3, -1) == 0);
     free(q);
     free(p);
 }

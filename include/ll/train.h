@@ -54,6 +54,7 @@ typedef struct {
     int64_t stream_pos[2 * LL_MAX_CORPORA]; /* (epoch, pos) of each */
     long best_update;       /* update of the model in checkpoint_best (-1: none / unknown) */
     int finished;           /* the run ended (max updates/epochs, early stop): resuming does nothing */
+    int64_t metrics_records; /* records in the metrics log when this state was saved (-1: unknown) */
 #define LL_LOG_ACC 10
     double log_acc[LL_LOG_ACC]; /* the trainer's progress-line sums since its last log record */
     ll_adam *opt;
@@ -89,9 +90,12 @@ int ll_ckpt_dir_has_checkpoint(const char *dir);
  * (path in chosen), 0 when dir has no checkpoint, -1 + errbuf when none is
  * usable or one was saved with another architecture than m's. */
 int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chosen, size_t chosen_len);
-/* Drop the records of a JSONL metrics log after the first one whose "update"
- * exceeds `update` (and a torn last line), atomically.  0 or -1 + errbuf. */
-int ll_metrics_truncate(const char *path, long update);
+/* Cut a JSONL metrics log back to what it held when the resumed state was
+ * saved: its first `records` lines, or (records < 0: an older checkpoint) the
+ * lines up to the first record whose "update" exceeds `update`; a torn last
+ * line goes too.  Atomic; FIFOs and devices are left alone.  Returns the
+ * records kept, or -1 + errbuf. */
+int ll_metrics_truncate(const char *path, long update, int64_t records);
 
 /* ---- validation (src/train/validate.c) ---- */
 typedef struct {

@@ -58,6 +58,7 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
         /* added after format 1 shipped: readers treat its absence as "unknown" */
         extra[0] = ts->best_update;
         extra[1] = ts->finished;
+        extra[2] = ts->metrics_records;
         t[n++] = (ll_tensor_ref){.name = "state.extra", .dtype = LL_DT_I64, .ndim = 1, .shape = {8}, .data = extra,
                                  .nbytes = sizeof extra};
         t[n++] = (ll_tensor_ref){.name = "state.log_acc", .dtype = LL_DT_F64, .ndim = 1, .shape = {LL_LOG_ACC},
@@ -226,6 +227,7 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
         memset(ts->log_acc, 0, sizeof ts->log_acc);
     ts->best_update = extra ? (long)extra[0] : -1;
     ts->finished = extra ? (int)extra[1] : 0;
+    ts->metrics_records = extra && extra[2] >= 0 ? extra[2] : -1;
     memcpy(&ts->best_valid, bb->data, sizeof(double));
     return 0;
 }

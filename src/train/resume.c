@@ -3,6 +3,7 @@
  * stores), falling back past corrupt or unreadable ones with a warning; and
  * cut metrics.jsonl back to the update resumed from. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -140,25 +141,33 @@ static long record_update(const char *line) {
     return u ? strtol(u + 9, NULL, 10) : -1;
 }
 
-int ll_metrics_truncate(const char *path, long update) {
+int ll_metrics_truncate(const char *path, long update, int64_t records) {
     size_t len;
     struct stat st;
     if (stat(path, &st) != 0) return errno == ENOENT ? 0 : ll_fail("%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return 0; /* a FIFO or device: nothing to rewrite */
+    if (!S_ISREG(st.st_mode)) return records > 0 ? (int)records : 0; /* a FIFO or device: nothing to rewrite */
     char *text = ll_read_file(path, &len);
     if (!text) return -1;
-    /* keep whole lines up to the first record past `update` (and drop a torn last line) */
+    /* whole lines: the first `records`, or those up to the first record past
+     * `update`; a torn last line (a kill mid-record) never survives */
     size_t keep = 0;
-    for (size_t i = 0; i < len;) {
+    int64_t n = 0;
+    for (size_t i = 0; i < len && (records < 0 || n < records);) {
         char *nl = memchr(text + i, '\n', len - i);
         if (!nl) break;
-        *nl = 0;
-        long u = record_update(text + i);
-        *nl = '\n';
-        if (u > update) break;
+        if (records < 0) {
+            *nl = 0;
+            long u = record_update(text + i);
+            *nl = '\n';
+            if (u > update) break;
+        }
         keep = (size_t)(nl - text) + 1;
         i = keep;
+        n++;
     }
+    if (records >= 0 && n < records)
+        ll_warn("%s holds %lld records, fewer than the %lld it had when the resumed checkpoint was saved", path,
+                (long long)n, (long long)records);
     int rc = 0;
     if (keep != len) {
         ll_atomic_file af;
@@ -168,8 +177,8 @@ int ll_metrics_truncate(const char *path, long update) {
             rc = ll_fail("%s: write failed", path);
         } else if (rc == 0)
             rc = ll_atomic_commit(&af);
-        if (rc == 0) ll_log("%s: dropped the records after update %ld (%zu bytes)", path, update, len - keep);
+        if (rc == 0) ll_log("%s: dropped %zu bytes written after the checkpoint of update %ld", path, len - keep, update);
     }
     free(text);
-    return rc;
+    return rc < 0 ? rc : (int)n;
 }

@@ -85,6 +85,18 @@ static int mkdir_p(const char *dir) {
     return 0;
 }
 
+/* Test hook for the kill harness: LL_CRASH_AFTER="<what>@<update>" dies by
+ * SIGKILL right after <what> (a file name written into save_dir, or "train" /
+ * "valid" for a metrics record) at that update, so each point between two
+ * writes can be hit on purpose.  Unset: one getenv per save. */
+static void crash_point(const trainer *t, const char *what) {
+    const char *e = getenv("LL_CRASH_AFTER");
+    if (!e) return;
+    char here[128];
+    snprintf(here, sizeof here, "%s@%ld", what, t->ts.update);
+    if (!strcmp(e, here)) raise(SIGKILL);
+}
+
 static int save(trainer *t, const char *name) {
     t->ts.n_streams = t->n_streams;
     for (int i = 0; i < t->n_streams; i++) ll_batcher_state(t->its[i], &t->ts.stream_pos[2 * i], &t->ts.stream_pos[2 * i + 1]);
@@ -93,7 +105,10 @@ static int save(trainer *t, const char *name) {
     const double la[LL_LOG_ACC] = {(double)t->acc.ntok, t->acc.loss, t->acc.nll, t->acc.kl, t->acc.lk, t->acc.ddr,
                                    t->acc.ald, t->log_gnorm, (double)t->log_updates, (double)t->log_tokens};
     memcpy(t->ts.log_acc, la, sizeof la);
-    return ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts);
+    if (t->metrics) fflush(t->metrics); /* ts.metrics_records counts them: a resume cuts the log back to those */
+    if (ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts)) return -1;
+    crash_point(t, name);
+    return 0;
 }
 
 /* dst becomes another name of src, atomically (link to a temporary, rename).
@@ -131,7 +146,10 @@ static int checkpoint(trainer *t, int numbered) {
         char name[64];
         snprintf(name, sizeof name, "checkpoint_%ld.llm", t->ts.update);
         if (save(t, name)) return -1;
-        if (link_over(t->path, last) != 0 && save(t, "checkpoint_last.llm")) return -1;
+        if (link_over(t->path, last) == 0)
+            crash_point(t, "checkpoint_last.llm");
+        else if (save(t, "checkpoint_last.llm"))
+            return -1;
         if (ll_ckpt_prune_numbered(t->cfg->save_dir, t->cfg->keep_last) < 0) return -1;
     } else if (save(t, "checkpoint_last.llm")) {
         return -1;
@@ -161,23 +179,18 @@ static int run_is_over(trainer *t) {
 }
 
 /* checkpoint_best must hold the model the state calls best.  A killed run, a
- * fallback past a corrupt last, or a user may leave it missing, older or newer:
- * a newer best (its own state says so) is adopted; a missing or older one is
- * rewritten when the resumed state is that model, else the next validation
- * writes a new one. */
+ * fallback past a corrupt last, or a user may leave it missing or older.  A
+ * best at or after the resumed update is left alone: replaying the updates
+ * since (bit for bit) rewrites it as the first run did.  A missing or older
+ * one is rewritten when the resumed state is that model, else the next
+ * validation writes a new one. */
 static void repair_best(trainer *t) {
+    if (t->ts.best_update < 0 || !isfinite(t->ts.best_valid)) return;
     const char *p = save_path(t, "checkpoint_best.llm");
     ll_ckpt *k = ll_ckpt_open(p);
     long u = k ? ll_ckpt_stored_update(k) : -1;
-    const ll_tensor_ref *bv = k ? ll_ckpt_find(k, "state.best_valid") : NULL;
-    if (u > t->ts.best_update && bv && bv->nbytes == sizeof(double)) {
-        memcpy(&t->ts.best_valid, bv->data, sizeof(double)); /* written after the state resumed from */
-        t->ts.best_update = u;
-        ll_ckpt_close(k);
-        return;
-    }
     ll_ckpt_close(k);
-    if (t->ts.best_update < 0 || !isfinite(t->ts.best_valid) || u == t->ts.best_update) return;
+    if (u == t->ts.best_update || u >= t->ts.update) return;
     if (t->ts.update == t->ts.best_update && save(t, "checkpoint_best.llm") == 0) {
         ll_warn("%s was missing or stale: rewritten from the resumed update %ld", p, t->ts.update);
         return;
@@ -189,6 +202,7 @@ static void repair_best(trainer *t) {
 
 static int setup(trainer *t, const ll_train_opts *o) {
     ll_config *cfg = t->cfg;
+    char from[LL_PATH_MAX + 64] = "";
     if (!ll_data_is_prepared(cfg)) {
         ll_log("preparing data in %s ...", cfg->data_dir);
         if (ll_prepare_data(cfg)) return -1;
@@ -237,7 +251,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
-    t->ts = (ll_train_state){.best_valid = INFINITY, .best_update = -1, .opt = &t->opt};
+    t->ts = (ll_train_state){.best_valid = INFINITY, .best_update = -1, .metrics_records = 0, .opt = &t->opt};
     /* every_pair (auto with latent layers): every update visits every pair, one iterator each */
     t->every_pair = !strcmp(cfg->sampling, "every_pair") || (t->latent && !strcmp(cfg->sampling, "auto"));
     if (t->latent && !t->every_pair && t->train.n_pairs > 1)
@@ -256,7 +270,6 @@ static int setup(trainer *t, const ll_train_opts *o) {
     }
 
     if (o->resume) {
-        char from[LL_PATH_MAX + 64];
         int r = ll_resume_load(cfg->save_dir, t->m, &t->ts, from, sizeof from);
         if (r < 0) return -1;
         if (r == 0)
@@ -299,11 +312,23 @@ static int setup(trainer *t, const ll_train_opts *o) {
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->save_dir);
     if (o->resume) {
         repair_best(t);
-        if (ll_metrics_truncate(mpath, t->ts.update)) return -1; /* records past the resumed update */
+        int kept = ll_metrics_truncate(mpath, t->ts.update, t->ts.metrics_records); /* written after the state */
+        if (kept < 0) return -1;
+        t->ts.metrics_records = kept;
     }
     t->ts.finished = 0;
     t->metrics = fopen(mpath, o->resume ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
+    if (o->resume) { /* resumed from best or a numbered one: checkpoint_last (and the numbered one due at this
+                      * update, if it never got written) as the interrupted run would have left them */
+        const long U = t->ts.update;
+        char *np = cfg->save_interval > 0 && U > 0 && U % cfg->save_interval == 0 ? ll_ckpt_numbered_path(cfg->save_dir, U) : NULL;
+        struct stat st;
+        const int missing = np && stat(np, &st) != 0;
+        free(np);
+        if ((strcmp(from, save_path(t, "checkpoint_last.llm")) || missing) && checkpoint(t, missing)) return -1;
+        if (ll_ckpt_prune_numbered(cfg->save_dir, cfg->keep_last) < 0) return -1; /* killed before its prune */
+    }
     ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, %d batch workers, BLAS core %s",
            hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", hp.latent_enc ? ", latent encoder" : "",
            hp.latent_dec ? ", latent decoder" : "", ll_model_count_params(t->m), ll_get_threads(), ll_step_team_size(t->team),
@@ -401,7 +426,9 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
             r.loss, r.nll, pow(2, r.nll));
     if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
     fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
+    t->ts.metrics_records++;
     fflush(t->metrics);
+    crash_point(t, "valid");
     if (best && save(t, "checkpoint_best.llm")) return -1;
     if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
         ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
@@ -560,6 +587,7 @@ static int skip_bad_update(trainer *t, const update_stats *u, double gnorm) {
             t->ts.update, what, v, t->bad_streak, t->cfg->max_bad_updates);
     fprintf(t->metrics, "{\"type\":\"skip\",\"update\":%ld,\"reason\":\"%s\",\"in_a_row\":%d}\n", t->ts.update,
             what, t->bad_streak);
+    t->ts.metrics_records++;
     fflush(t->metrics);
     if (t->bad_streak >= t->cfg->max_bad_updates)
         return ll_fail("update %ld: %d updates in a row had a non-finite loss or gradient norm (train.max_bad_updates); "
@@ -685,7 +713,9 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                 log_latent_json(&t, snap, st);
             }
             fprintf(t.metrics, "}\n");
+            t.ts.metrics_records++;
             fflush(t.metrics);
+            crash_point(&t, "train");
             t_log = now;
             t.log_tokens = t.log_updates = 0;
             t.log_gnorm = 0;

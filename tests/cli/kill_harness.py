@@ -11,7 +11,7 @@ SIGINT/SIGTERM/SIGHUP stop gracefully (exit 0, the printed command resumes to
 the same bytes), a second signal exits at once, and a file-size limit during a
 checkpoint (disk full) leaves the previous one intact.
 
-    kill_harness.py BINARY_DIR SOURCE_DIR [--kills N] [--seed S]
+    kill_harness.py BINARY_DIR SOURCE_DIR [--kills N] [--seed S] [--only-kills] [-v]
 """
 import json
 import os
@@ -103,6 +103,8 @@ def compare_with_reference(ref, label):
 def finish(label):
     p = start()
     _, err = p.communicate(timeout=120)
+    if "-v" in sys.argv:
+        print(err.decode())
     if p.returncode != 0:
         fail("%s: final resume failed (%d): %s" % (label, p.returncode, err.decode()[-400:]))
 
@@ -162,6 +164,26 @@ def main():
     finish("after %d kills" % kills)
     compare_with_reference(ref, "after %d kills" % kills)
 
+    # ---- SIGKILL at each point between two writes, on purpose (LL_CRASH_AFTER) ------
+    # at update 30: metrics records, checkpoint_best, checkpoint_30, checkpoint_last;
+    # at 36, the end: the loop's checkpoint_36/last, then the final validation's
+    # record, checkpoint_best, and the final checkpoint_last
+    t_phase = time.time()
+    points = ["train@30", "valid@30", "checkpoint_best.llm@30", "checkpoint_30.llm@30", "checkpoint_last.llm@30",
+              "checkpoint_36.llm@36", "checkpoint_last.llm@36", "valid@36", "checkpoint_best.llm@36"]
+    for point in points:
+        shutil.rmtree(RUN, ignore_errors=True)
+        p = subprocess.run(ARGS, env=dict(ENV, LL_CRASH_AFTER=point), capture_output=True)
+        if p.returncode != -signal.SIGKILL:
+            fail("%s: the crash point was not reached (exit status %d)" % (point, p.returncode))
+        check_loadable("killed after " + point)
+        finish("killed after " + point)
+        compare_with_reference(ref, "killed after " + point)
+    print("%d deliberate crash points: %.1f s" % (len(points), time.time() - t_phase))
+    if "--only-kills" in sys.argv:  # (debugging: keep the state the kills left)
+        print("kept %s" % T)
+        return 1 if failures else 0
+
     t_phase = time.time()
     # ---- graceful stops --------------------------------------------------------------
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -216,6 +238,10 @@ def main():
         time.sleep(0.005)
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=120)
+    if not os.path.exists(os.path.join(RUN, "checkpoint_last.llm")):
+        fail("disk full: no checkpoint_last.llm after a graceful stop")
+        print("kill harness: %d failure(s); seed %d; kept %s" % (len(failures), SEED, T))
+        return 1
     before = open(os.path.join(RUN, "checkpoint_last.llm"), "rb").read()
     limit = len(before) // 2
 

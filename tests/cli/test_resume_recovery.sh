@@ -86,16 +86,14 @@ dups=$(grep -o '"type":"[a-z]*","update":[0-9]*' "$R/metrics.jsonl" | sort | uni
 # 7. non-finite updates: skipped; train.max_bad_updates in a row stop the run, the last checkpoint untouched
 forge "$R/checkpoint_last.llm" "$R/checkpoint_last.llm" \
   "[setf(n, i, 3e38) for n in ('dec.final_ln.weight', 'dec.final_ln.bias') for i in range(32)]"
-rm -f "$R"/checkpoint_[0-9]*.llm "$R/checkpoint_best.llm"
-cp "$R/checkpoint_last.llm" "$T/before.llm"
+sums=$(md5sum "$R"/*.llm)
 "${A[@]}" --set train.max_updates=80 --set train.max_bad_updates=7 --resume 2> "$T/log"
 rc=$?
 [ $rc -eq 1 ] || err "7 bad updates in a row: exit status $rc"
 [ "$(grep -c "update skipped, parameters unchanged" "$T/log")" -eq 7 ] || err "skipped updates not logged: $(cat "$T/log")"
 grep -q "error: update 57: 7 updates in a row had a non-finite loss or gradient norm (train.max_bad_updates); stopped without saving" \
   "$T/log" || err "no clear stop message: $(tail -1 "$T/log")"
-cmp -s "$T/before.llm" "$R/checkpoint_last.llm" || err "the last good checkpoint was touched"
-ls "$R" | grep -q '^checkpoint_[0-9]' && err "a checkpoint was written during the bad updates"
+[ "$sums" = "$(md5sum "$R"/*.llm)" ] || err "checkpoints were written or touched during the bad updates"
 [ "$(grep -c '"type":"skip"' "$R/metrics.jsonl")" -eq 7 ] || err "skipped updates not in metrics.jsonl"
 
 # 8. a diverging run is warned about
