@@ -127,7 +127,9 @@ int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path) {
     }
     /* a tensor the config does not account for means config and weights disagree
      * (e.g. more layers stored than model.enc_layers says) */
-    for (int j = 0; j < ll_ckpt_n_tensors(k); j++) {
+    int n_model = 0; /* every table name was found above, so equal counts mean no extra tensor */
+    for (int j = 0; j < ll_ckpt_n_tensors(k); j++) n_model += !is_state_tensor(ll_ckpt_tensor(k, j)->name);
+    for (int j = 0; n_model != m->n_table && j < ll_ckpt_n_tensors(k); j++) {
         const char *name = ll_ckpt_tensor(k, j)->name;
         if (is_state_tensor(name)) continue;
         int known = 0;
