@@ -114,7 +114,11 @@ int main(int argc, char **argv) {
     opts.config_path = cfg_path;
     if (dry_B && !dry) ll_die("--batch is an option of --dry-run");
     if (dry_T > cfg.max_positions) ll_die("--batch: %d tokens exceed model.max_positions %d", dry_T, cfg.max_positions);
-    if (dry) return ll_train_dry_run(&cfg, cfg_path, dry_B, dry_T) ? 1 : 0;
+    if (dry) {
+        int drc = ll_train_dry_run(&cfg, cfg_path, dry_B, dry_T);
+        ll_config_free(&cfg);
+        return drc ? 1 : 0;
+    }
     char *resume = resume_command(argc, argv);
     opts.resume_command = resume;
     int rc = ll_train(&cfg, &opts);

@@ -32,7 +32,7 @@ static inline float ll_fast_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     float e = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* unsigned: no UB for n < -127 */
     float s;
     memcpy(&s, &bits, sizeof s);
     return e * s;
