@@ -72,12 +72,15 @@ int main(int argc, char **argv) {
     double t0 = 0, c0 = 0;
     for (int s = 0; s < steps + 2; s++) {
         if (s == 2) t0 = ll_now(), c0 = cpu_seconds();
-        ll_loss_stats st;
         memset(m->grads, 0, m->n_params * sizeof(real));
         double ts = ll_now();
-        ll_model_step_team(m, team, &b, 1, s, &st);
-        ll_adam_step(&opt, m, 5e-4, 5e-4, 1.0 / st.ntokens, 0);
-        fprintf(stderr, "step %d loss %.4f  %.3f s\n", s, st.loss / st.ntokens, ll_now() - ts);
+        /* as lltrain: losses accumulate on the backend, one stats read per update */
+        ll_model_stats_zero(m);
+        ll_model_step_team(m, team, &b, 1, s, NULL);
+        ll_adam_step(&opt, m, 5e-4, 5e-4, 1.0 / b.n_tgt_tokens, 0);
+        double st[LL_ST_N];
+        ll_model_stats_read(m, st, NULL);
+        fprintf(stderr, "step %d loss %.4f  %.3f s\n", s, st[LL_ST_LOSS] / b.n_tgt_tokens, ll_now() - ts);
     }
     double dt = (ll_now() - t0) / steps, dc = (cpu_seconds() - c0) / steps;
     printf("RESULT ll tokens_per_s=%.1f step_s=%.4f gflops=%.1f workers=%d cpu_s_per_step=%.4f\n", B * L / dt, dt,

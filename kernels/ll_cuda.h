@@ -35,6 +35,21 @@ cudaError_t ll_cuda_layernorm_bwd(cudaStream_t stream, float *dx, float *dw, flo
                                   const float *dout, const float *x, const float *w, const float *mean,
                                   const float *rstd, int N, int C);
 
+/* ---- attention (kernels/attention.cu) ------------------------------------------
+ * ll_backend.attention_fwd/bwd on device buffers (key_len too: [B] ints on the
+ * device, or NULL for all keys), same masks, lse and dropout bits as the CPU.
+ * p = attention dropout (rng may be NULL when p == 0).  Dh <= 128, else
+ * cudaErrorInvalidValue.  Backward overwrites dq, dk, dv (two kernels, no
+ * atomics: bit-reproducible). */
+cudaError_t ll_cuda_attention_fwd(cudaStream_t stream, float *out, float *lse, const float *q, int q_stride,
+                                  const float *k, const float *v, int kv_stride, const int *key_len, int B, int Tq,
+                                  int Tk, int H, int Dh, int causal, float p, const ll_philox *rng,
+                                  uint64_t rng_offset);
+cudaError_t ll_cuda_attention_bwd(cudaStream_t stream, float *dq, float *dk, float *dv, const float *dout,
+                                  const float *out, const float *lse, const float *q, int q_stride, const float *k,
+                                  const float *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H,
+                                  int Dh, int causal, float p, const ll_philox *rng, uint64_t rng_offset);
+
 /* ---- Philox (kernels/philox.cu; device functions in kernels/philox.cuh) -------
  * out[i] = ll_philox_u32(r, offset + i) / ll_philox_uniform(r, offset + i),
  * bit for bit the CPU stream of src/core/rng.c. */

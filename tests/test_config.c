@@ -57,7 +57,7 @@ static void test_defaults(void) {
     CHECK(c.dropout == 0.1f && c.attn_dropout == 0 && c.act_dropout == 0);
     CHECK(c.vocab_size == 8000 && c.max_tokens == 4096 && c.max_len == 256);
     CHECK(!strcmp(c.long_lines, "skip") && !strcmp(c.lang_tags, "auto"));
-    CHECK(!strcmp(c.sampling, "temperature") && c.sampling_temperature == 5.0f);
+    CHECK(!strcmp(c.sampling, "auto") && c.sampling_temperature == 5.0f);
     CHECK(c.seed == 1 && c.threads == 0 && !strcmp(c.optimizer, "adam"));
     CHECK(c.lr == 5e-4f && c.warmup_init_lr == 1e-7f && c.end_lr == 0 && c.power == 1);
     CHECK(c.warmup_updates == 4000 && !strcmp(c.scheduler, "inverse_sqrt"));
@@ -130,7 +130,7 @@ static void test_load_errors(void) {
     EXPECT_LOAD_ERR("train:\n  lr: 0\n", "2:7", "train.lr must be in (0, 10], got 0");
     EXPECT_LOAD_ERR("train:\n  seed: 99999999999\n", "2:9", "train.seed must be >= 0, got 99999999999");
     EXPECT_LOAD_ERR("model:\n  norm: mid\n", "2:9", "model.norm must be one of: pre, post, rezero (got 'mid')");
-    EXPECT_LOAD_ERR("data:\n  sampling: big\n", "2:13", "one of: temperature, size, uniform");
+    EXPECT_LOAD_ERR("data:\n  sampling: big\n", "2:13", "one of: auto, temperature, size, uniform, every_pair");
     EXPECT_LOAD_ERR("train:\n  lr: 1e-3\n  lr: 2e-3\n", "3:3", "duplicate key 'train.lr' (first set on line 2)");
     EXPECT_LOAD_ERR("model:\n  heads: 2\ntrain: {}\nmodel:\n  heads: 4\n", "4:1",
                     "duplicate section 'model' (first on line 1)");
@@ -372,6 +372,33 @@ static void test_validate(void) {
                        "    - {src: a, tgt: b, src_lang: en, tgt_lang: es}\n") == 0);
     CHECK(ll_config_validate(&c) == -1);
     CHECK_CONTAINS(ll_errbuf(), "data.train[1] repeats data.train[0]");
+    ll_config_free(&c);
+
+    /* latent depth takes one batch of every pair per update: sampling modes do not apply */
+    const char *m2o = "data:\n  train:\n"
+                      "    - {src: a, tgt: b, src_lang: es, tgt_lang: en}\n"
+                      "    - {src: c, tgt: d, src_lang: xx, tgt_lang: en}\n"
+                      "  valid:\n    - {src: e, tgt: f, src_lang: es, tgt_lang: en}\n"
+                      "latent: {decoder: true}\n";
+    CHECK(load_str(&c, m2o) == 0);
+    CHECK_MSG(ll_config_validate(&c) == 0, "%s", ll_errbuf()); /* auto */
+    const char *bad[] = {"temperature", "size", "uniform"};
+    for (int i = 0; i < 3; i++) {
+        char kv[64];
+        snprintf(kv, sizeof kv, "data.sampling=%s", bad[i]);
+        CHECK(ll_config_set(&c, kv) == 0 && ll_config_validate(&c) == -1);
+        CHECK_CONTAINS(ll_errbuf(), "does not apply to latent depth");
+        CHECK_CONTAINS(ll_errbuf(), bad[i]);
+    }
+    CHECK(ll_config_set(&c, "data.sampling=every_pair") == 0 && ll_config_validate(&c) == 0);
+    CHECK(ll_config_set(&c, "latent.decoder=false") == 0 && ll_config_set(&c, "data.sampling=temperature") == 0 &&
+          ll_config_validate(&c) == 0); /* static runs sample as they like */
+    /* per_pair rows must cover the validation pairs */
+    CHECK(ll_config_set(&c, "latent.decoder=true") == 0 && ll_config_set(&c, "data.sampling=auto") == 0 &&
+          ll_config_set(&c, "latent.posterior=per_pair") == 0 && ll_config_validate(&c) == 0);
+    snprintf(c.valid[0].src_lang, sizeof c.valid[0].src_lang, "de");
+    CHECK(ll_config_validate(&c) == -1);
+    CHECK_CONTAINS(ll_errbuf(), "data.valid[0] (de-en) is not a training pair");
     ll_config_free(&c);
 }
 

@@ -6,9 +6,9 @@
  *     and lengths, and dropout_fwd applies exactly that mask;
  *   - label-smoothed cross-entropy (loss, nll and gradient) and log-softmax
  *     against double-precision formulas, with vocabulary tails and padding;
- *   - attention probabilities against a double softmax, causal and padded;
  *   - Adam (fairseq's update, with weight decay), sumsq and bias_set against
- *     double-precision loops. */
+ *     double-precision loops.
+ * Attention has its own test (test_attention.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 #include "ll/backend.h"
 #include "util/testutil.h"
 
-/* the CPU backend's mask-only draw (attention dropout), private to it */
+/* the CPU backend's mask-only draw (attention dropout, per tile), private to it */
 void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset);
 
 static void test_philox(void) {
@@ -95,8 +95,9 @@ static void test_xent(void) {
     ll_philox r;
     ll_philox_init(&r, 3, 4, 5);
     for (int i = 0; i < N * V; i++) ls[i] = x[i] = 12 * ll_philox_uniform(&r, i) - 6 + (i % V == 77 ? 20 : 0);
-    double L, NL;
-    be->xent_fwd_bwd(be, x, tgt, N, V, eps, pad, gs, &L, &NL);
+    double acc[2] = {0.25, 0}; /* the op adds to the slots */
+    be->xent_fwd_bwd(be, x, tgt, N, V, eps, pad, gs, acc);
+    const double L = acc[0] - 0.25, NL = acc[1];
     double RL = 0, RNL = 0, worst = 0;
     const double eps_i = eps / (V - 1.0);
     for (int n = 0; n < N; n++) {
@@ -118,8 +119,8 @@ static void test_xent(void) {
         RL += (1 - eps - eps_i) * (lse - z[tgt[n]]) + eps_i * smooth;
         RNL += lse - z[tgt[n]];
     }
-    /* 4e-6: without AVX-512 the row sum is one float accumulator over 1013 terms (1.8e-6 seen) */
-    CHECK_MSG(worst < 4e-6, "xent gradient max error %g", worst);
+    /* float exp and float row sums over ~1000 logits: a few 1e-6 absolute on entries up to gs */
+    CHECK_MSG(worst < 5e-6, "xent gradient max error %g", worst);
     CHECK_NEAR(L, RL, 1e-4 * fabs(RL));
     CHECK_NEAR(NL, RNL, 1e-4 * fabs(RNL));
 
@@ -137,46 +138,6 @@ static void test_xent(void) {
     free(x), free(ls);
 }
 
-static void test_attention_probs(void) {
-    ll_backend *be = ll_backend_cpu();
-    const int B = 2, H = 2, Dh = 8, C = H * Dh;
-    const int shapes[][3] = {{5, 19, 0}, {7, 7, 1}, {1, 33, 0}}; /* Tq, Tk, causal */
-    for (int s = 0; s < 3; s++) {
-        const int Tq = shapes[s][0], Tk = shapes[s][1], causal = shapes[s][2];
-        const int key_len[2] = {Tk, Tk - 3};
-        float *q = malloc(sizeof(float) * B * Tq * C), *kv = malloc(sizeof(float) * B * Tk * 2 * C);
-        float *out = malloc(sizeof(float) * B * Tq * C), *probs = malloc(sizeof(float) * B * H * Tq * Tk);
-        ll_philox r;
-        ll_philox_init(&r, 8, 9, (uint32_t)s);
-        for (int i = 0; i < B * Tq * C; i++) q[i] = 4 * ll_philox_uniform(&r, i) - 2;
-        for (int i = 0; i < B * Tk * 2 * C; i++) kv[i] = 4 * ll_philox_uniform(&r, 100000 + i) - 2;
-        be->attention_fwd(be, out, probs, NULL, q, C, kv, kv + C, 2 * C, key_len, B, Tq, Tk, H, Dh, causal, 0, &r,
-                          0);
-        double worst = 0;
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < H; h++)
-                for (int i = 0; i < Tq; i++) {
-                    int lim = key_len[b];
-                    if (causal && i + (Tk - Tq) + 1 < lim) lim = i + (Tk - Tq) + 1;
-                    double sc[64], mx = -INFINITY, sum = 0;
-                    for (int j = 0; j < lim; j++) {
-                        double d = 0;
-                        for (int e = 0; e < Dh; e++)
-                            d += (double)q[((size_t)b * Tq + i) * C + h * Dh + e] *
-                                 kv[((size_t)b * Tk + j) * 2 * C + h * Dh + e];
-                        sc[j] = d / sqrt((double)Dh);
-                        mx = fmax(mx, sc[j]);
-                    }
-                    for (int j = 0; j < lim; j++) sum += exp(sc[j] - mx);
-                    const float *P = probs + (((size_t)b * H + h) * Tq + i) * Tk;
-                    for (int j = 0; j < Tk; j++)
-                        worst = fmax(worst, fabs(P[j] - (j < lim ? exp(sc[j] - mx) / sum : 0)));
-                }
-        CHECK_MSG(worst < 1e-6, "attention probs Tq=%d Tk=%d causal=%d: max error %g", Tq, Tk, causal, worst);
-        free(q), free(kv), free(out), free(probs);
-    }
-}
-
 static void test_optimizer_ops(void) {
     ll_backend *be = ll_backend_cpu();
     const size_t n = 100003; /* not a multiple of any vector width or block */
@@ -187,23 +148,50 @@ static void test_optimizer_ops(void) {
     ll_philox_init(&r, 21, 22, 23);
     for (size_t i = 0; i < n; i++) P[i] = p[i] = 2 * ll_philox_uniform(&r, i) - 1;
     const double lr = 1e-3, b1 = 0.9, b2 = 0.98, eps = 1e-8, wd = 0.01;
-    double worst = 0;
+    double worst = 0, st[LL_ST_N] = {0};
+    const double gm = 0.5; /* the gradient multiplier Adam reads from the stats (scale x clip) */
     for (long t = 1; t <= 3; t++) {
         for (size_t i = 0; i < n; i++) g[i] = (float)(0.1 * (2 * ll_philox_uniform(&r, t * n + i) - 1));
-        be->adam(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t);
+        st[LL_ST_ADAM_T] = (double)t;
+        st[LL_ST_GMUL] = gm;
+        be->adam(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
         const double step = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
         for (size_t i = 0; i < n; i++) {
-            M[i] = b1 * M[i] + (1 - b1) * g[i];
-            Vv[i] = b2 * Vv[i] + (1 - b2) * (double)g[i] * g[i];
+            const double gi = gm * g[i];
+            M[i] = b1 * M[i] + (1 - b1) * gi;
+            Vv[i] = b2 * Vv[i] + (1 - b2) * gi * gi;
             P[i] -= lr * wd * P[i];
             P[i] -= step * M[i] / (sqrt(Vv[i]) + eps);
             worst = fmax(worst, fabs(p[i] - P[i]));
         }
     }
     CHECK_MSG(worst < 1e-6, "adam max error %g after 3 steps", worst);
+    /* a skipped update changes nothing */
+    float p0 = p[17], m0 = m[17], v0 = v[17];
+    st[LL_ST_SKIP] = 1;
+    be->adam(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
+    CHECK(p[17] == p0 && m[17] == m0 && v[17] == v0);
     double ss = 0;
     for (size_t i = 0; i < n; i++) ss += (double)p[i] * p[i];
-    CHECK_NEAR(be->sumsq(be, p, n), ss, 1e-6 * ss);
+    double acc = 1.5;
+    be->sumsq(be, &acc, p, n);
+    CHECK_NEAR(acc - 1.5, ss, 1e-6 * ss);
+
+    /* grad_finish: fairseq's clip coefficient, the skip flag, the step counts */
+    double s2[LL_ST_N] = {0};
+    s2[LL_ST_GSUMSQ] = 400, s2[LL_ST_LOSS] = 3, s2[LL_ST_ADAM_T] = 7, s2[LL_ST_ADAM_T_PHI] = 2;
+    be->grad_finish(be, s2, 0.5, 2.0, 0); /* norm 0.5 * 20 = 10 > 2 */
+    CHECK_NEAR(s2[LL_ST_GNORM], 10, 1e-12);
+    CHECK_NEAR(s2[LL_ST_GMUL], 0.5 * 2 / (10 + 1e-6), 1e-15);
+    CHECK(s2[LL_ST_SKIP] == 0 && s2[LL_ST_ADAM_T] == 8 && s2[LL_ST_ADAM_T_PHI] == 2);
+    be->grad_finish(be, s2, 0.5, 20.0, 1); /* below the clip: scale only */
+    CHECK(s2[LL_ST_GMUL] == 0.5 && s2[LL_ST_ADAM_T] == 9 && s2[LL_ST_ADAM_T_PHI] == 3);
+    s2[LL_ST_GSUMSQ] = NAN;
+    be->grad_finish(be, s2, 0.5, 2.0, 1); /* non-finite: skipped, counts unchanged */
+    CHECK(s2[LL_ST_SKIP] == 1 && s2[LL_ST_ADAM_T] == 9 && s2[LL_ST_ADAM_T_PHI] == 3);
+    s2[LL_ST_GSUMSQ] = 1, s2[LL_ST_LOSS] = INFINITY;
+    be->grad_finish(be, s2, 1, 0, 0);
+    CHECK(s2[LL_ST_SKIP] == 1);
 
     const int N = 5, C = 37;
     float bias[37], y[5 * 37];
@@ -218,7 +206,6 @@ int main(void) {
     test_philox();
     test_dropout();
     test_xent();
-    test_attention_probs();
     test_optimizer_ops();
     return tu_finish("test_cpu_kernels");
 }

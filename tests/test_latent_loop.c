@@ -1,5 +1,8 @@
 /* Algorithm 2's inner/outer loop: with latent.inner_steps = I, Theta changes
- * at every update and the layer logits exactly every I updates. */
+ * at every update and the layer logits exactly every I updates.  And the data
+ * per update: data.sampling every_pair (what latent depth uses) advances
+ * every pair's stream by one batch per update, also for a static model; a
+ * latent run refuses a sampling mode it cannot honour. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +72,32 @@ int main(void) {
     }
     free(prev_a);
     free(prev_w);
+
+    /* a static model with every_pair: after update u each of the 2 pair streams is at batch u */
+    snprintf(kv, sizeof kv, "checkpoint.save_dir=%s/ck_static", dir);
+    set(&cfg, kv);
+    set(&cfg, "latent.decoder=false");
+    set(&cfg, "data.sampling=every_pair");
+    set(&cfg, "train.max_updates=3");
+    CHECK(ll_train(&cfg, &o) == 0);
+    for (int u = 1; u <= 3; u++) {
+        snprintf(path, sizeof path, "%s/ck_static/checkpoint_%d.llm", dir, u);
+        ll_ckpt *k = ll_ckpt_open(path);
+        const ll_tensor_ref *c = k ? ll_ckpt_find(k, "state.counters") : NULL;
+        CHECK_MSG(c != NULL, "%s", ll_errbuf());
+        if (!c) break;
+        const int64_t *ints = c->data;
+        CHECK_MSG(ints[7] == 2 && ints[9] == u && ints[11] == u, "update %d: %lld streams at %lld, %lld", u,
+                  (long long)ints[7], (long long)ints[9], (long long)ints[11]);
+        ll_ckpt_close(k);
+    }
+    /* latent depth with temperature sampling over 2 pairs: refused, not silently ignored */
+    snprintf(kv, sizeof kv, "checkpoint.save_dir=%s/ck_temp", dir);
+    set(&cfg, kv);
+    set(&cfg, "latent.decoder=true");
+    set(&cfg, "data.sampling=temperature");
+    CHECK(ll_train(&cfg, &o) != 0);
+    CHECK_CONTAINS(ll_errbuf(), "latent depth needs every_pair");
     ll_config_free(&cfg);
     return tu_finish("test_latent_loop");
 }

@@ -7,11 +7,21 @@
  * Conventions (llm.c style):
  *  - row-major matrices; activations are [rows, C] with rows = B*T (batch-major).
  *  - every *_bwd op ACCUMULATES (+=) into its gradient outputs; callers zero
- *    gradient buffers once per update.
+ *    gradient buffers once per update.  Exception: attention_bwd overwrites
+ *    (its outputs are activation gradients, fresh per call).
  *  - random ops take an ll_philox stream and an element offset, so the same
- *    element gets the same random number on every backend. */
+ *    element gets the same random number on every backend; an op that needs
+ *    the numbers again (attention_bwd) redraws them from the same stream.
+ *  - saved statistics (layer norm mean/rstd, attention lse) are `real`: fp32
+ *    in the product build, double in the LL_REAL_DOUBLE gradient-check build;
+ *    they stay fp32 when activations move to bf16.
+ *  - no op returns a value to the host: losses, norms and other reductions
+ *    ACCUMULATE (+=) into double slots of a small statistics buffer in backend
+ *    memory (LL_ST_*), which the trainer downloads once per update. */
 #ifndef LL_BACKEND_H
 #define LL_BACKEND_H
+
+#include <math.h>
 
 #include "ll/core.h"
 
@@ -20,6 +30,46 @@ extern "C" {
 #endif
 
 typedef struct ll_backend ll_backend;
+
+/* q(z_l = 1) = sigmoid(a_l) of a latent-depth logit: the one definition that
+ * inference gates, llprune, logging and the KL all use (in double, so a
+ * threshold decision is the same everywhere). */
+static inline double ll_latent_q(double a) { return 1 / (1 + exp(-a)); }
+
+/* A stack's latent-depth prior and the rows (languages) it trains
+ * (src/train/latent_loss.c fills it from the config). */
+#define LL_LATENT_MAX_ROWS 128
+typedef struct {
+    int L, rows;                        /* layers; rows of the [rows, L] logits and samples */
+    int n_active;                       /* rows in use */
+    uint8_t active[LL_LATENT_MAX_ROWS]; /* 1 for a row of a training language */
+    int prior_agg;         /* 1: aggregated posterior of the active rows; 0: Beta(a,b) with mean prior_p */
+    int agg_across_layers; /* aggregated prior normalised across layers (else averaged over rows) */
+    double prior_p;
+} ll_latent_prior;
+
+/* Slots of the per-update statistics buffer (double, backend memory).  Slots
+ * before LL_ST_ADAM_T are zeroed at the start of every update; the Adam step
+ * counts persist (the optimizer op reads them, grad_finish advances them). */
+enum {
+    LL_ST_LOSS,      /* summed label-smoothed CE of the clean pass (nats) */
+    LL_ST_NLL,       /* summed NLL of the clean pass */
+    LL_ST_CE2,       /* DDR: summed CE of the second decoder pass */
+    LL_ST_NLL2,      /* DDR: its NLL */
+    LL_ST_DDR,       /* DDR: alpha/2 * summed symmetric KL */
+    LL_ST_ALD,       /* ALD: weight * ntokens * mean contrastive loss */
+    LL_ST_KL,        /* latent depth: weighted KL(q || prior) */
+    LL_ST_LK,        /* latent depth: weighted L_K */
+    LL_ST_GSUMSQ,    /* sum of squares of the accumulated (unscaled) gradient */
+    LL_ST_GNORM,     /* grad_finish: norm of the scaled gradient, before clipping */
+    LL_ST_GMUL,      /* grad_finish: what Adam multiplies the gradient by (scale * clip coefficient) */
+    LL_ST_SKIP,      /* grad_finish: 1 when the update is skipped (non-finite loss or gradient) */
+    LL_ST_DEPTH_ENC, /* latent depth: E[L] of the encoder (mean over its active rows) */
+    LL_ST_DEPTH_DEC, /* latent depth: E[L] of the decoder */
+    LL_ST_ADAM_T,    /* Adam steps of Theta taken (persistent) */
+    LL_ST_ADAM_T_PHI,/* Adam steps of the latent logits taken (persistent) */
+    LL_ST_N
+};
 
 struct ll_backend {
     const char *name; /* "cpu" or "cuda" */
@@ -70,46 +120,121 @@ struct ll_backend {
 
     /* y = a + b (may alias a); dst += src. */
     void (*add)(ll_backend *be, real *y, const real *a, const real *b, size_t n);
-    /* y = a + alpha * b (may alias a); dot product in double. */
+    /* y = a + alpha * b (may alias a). */
     void (*add_scaled)(ll_backend *be, real *y, const real *a, const real *b, real alpha, size_t n);
-    double (*dot)(ll_backend *be, const real *a, const real *b, size_t n);
     void (*acc)(ll_backend *be, real *dst, const real *src, size_t n);
     void (*scale)(ll_backend *be, real *x, real s, size_t n);
-    double (*sumsq)(ll_backend *be, const real *x, size_t n);
+    /* Scalars in backend memory (gates, ReZero alphas; NULL reads as 1), so a
+     * gated residual needs no host round-trip:
+     *   add_gated:   y = a + (*g1) (*g2) b   (y may alias a)
+     *   scale_gated: x *= (*g1) (*g2)
+     *   dot_acc:     *dst += (*mul) <a, b>   (the dot product in double) */
+    void (*add_gated)(ll_backend *be, real *y, const real *a, const real *b, const real *g1, const real *g2,
+                      size_t n);
+    void (*scale_gated)(ll_backend *be, real *x, const real *g1, const real *g2, size_t n);
+    void (*dot_acc)(ll_backend *be, real *dst, const real *a, const real *b, size_t n, const real *mul);
+    /* DLCL, one op per row of W however long the row: xs/ys are host arrays
+     * of k backend pointers, w points at k backend scalars.
+     *   weighted_sum:     y = sum_j w[j] xs[j]
+     *   weighted_scatter: ys[j] += w[j] x
+     *   dots_acc:         dst[j] += <x, ys[j]>  (in double) */
+    void (*weighted_sum)(ll_backend *be, real *y, const real *const *xs, const real *w, int k, size_t n);
+    void (*weighted_scatter)(ll_backend *be, real *const *ys, const real *w, const real *x, int k, size_t n);
+    void (*dots_acc)(ll_backend *be, real *dst, const real *x, const real *const *ys, int k, size_t n);
+    /* Latent depth (reference-spec §1.2-§1.5), one row of [rows, L] at a time.
+     * latent_sample: z, dzda [L] from logits a [L]: soft = sigmoid((a + g1 - g2) / tau)
+     *   with g = -log(-log u), u1, u2 = Philox uniforms 2l, 2l+1 of rng;
+     *   z = hard ? (soft > 0.5) : soft; dzda = soft (1 - soft) / tau (straight-through).
+     * latent_grad:  dlogits[l] += dgate[l] dzda[l].
+     * latent_kl:    for row `row`, weight * KL(q || prior) into *acc and its
+     *   gradient into dlogits ([rows, L]); reference = 1: the reference code's
+     *   sample-based KL divided by L (prior from the samples z), else the
+     *   analytic two-sided KL of q = sigmoid(a).
+     * latent_lk:    weight * |sum_l u_l - K| (squared: (.)^2) with u the mean of
+     *   the active rows' samples, into *acc; gradients into every active row.
+     * latent_depth: *acc += E[L] = mean over active rows of sum_l q_l.
+     * latent_q:     q[l] = sigmoid(a[l]) (soft inference gates). */
+    void (*latent_sample)(ll_backend *be, real *z, real *dzda, const real *logits, int L, const ll_philox *rng,
+                          real tau, int hard);
+    void (*latent_grad)(ll_backend *be, real *dlogits, const real *dgate, const real *dzda, int L);
+    void (*latent_kl)(ll_backend *be, real *dlogits, double *acc, const real *logits, const real *z,
+                      const real *dzda, const ll_latent_prior *pr, int row, int reference, double weight);
+    void (*latent_lk)(ll_backend *be, real *dlogits, double *acc, const real *z, const real *dzda,
+                      const ll_latent_prior *pr, int K, int squared, double weight);
+    void (*latent_depth)(ll_backend *be, double *acc, const real *logits, const ll_latent_prior *pr);
+    void (*latent_q)(ll_backend *be, real *q, const real *logits, int L);
+    /* ALD (reference-spec §3.3); len [B] target lengths in backend memory.
+     * ald_pool:   G[b] = mean over t < len[b] of h[b, t]       (G [B, C], h [B*T, C])
+     * ald_loss:   G [3, B, C] = clean, light, heavy; *acc += w * sum_b softplus((cos(G0,G2) - cos(G0,G1)) / tau);
+     *             dG [3, B, C] = its gradient (overwritten; NULL: none)
+     * ald_unpool: dh[b, t] = dG[b] / len[b] for t < len[b], else 0 (overwritten) */
+    void (*ald_pool)(ll_backend *be, real *G, const real *h, const int *len, int B, int T, int C);
+    void (*ald_loss)(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, double w);
+    void (*ald_unpool)(ll_backend *be, real *dh, const real *dG, const int *len, int B, int T, int C);
+    /* *acc += sum of x^2 (a stats slot). */
+    void (*sumsq)(ll_backend *be, double *acc, const real *x, size_t n);
+    /* End of an update's backward, on stats: GNORM = grad_scale * sqrt(GSUMSQ);
+     * GMUL = grad_scale * min(1, clip / (GNORM + 1e-6)) (fairseq's
+     * clip_grad_norm_; clip <= 0: no clipping); SKIP = 1 when LOSS or GNORM is
+     * not finite; unless skipped, ADAM_T += 1 and (phi_step) ADAM_T_PHI += 1. */
+    void (*grad_finish)(ll_backend *be, double *stats, double grad_scale, double clip_norm, int phi_step);
 
-    /* Multi-head scaled dot-product attention.
-     * q: [B, Tq] rows with row stride q_stride, head h at columns h*Dh..;
-     * k, v: [B, Tk] rows with stride kv_stride; key_len[b] masks keys >= key_len[b];
-     * causal masks keys > query position.  out: [B*Tq, H*Dh] (stride H*Dh).
-     * probs: saved [B, H, Tq, Tk] after dropout (for backward); pmask: dropout mask
-     * of the probabilities (NULL when attn_dropout == 0), element i drawn from
-     * Philox half-word rng_offset + i (a slice of a batch passes its offset).
-     * attention_bwd overwrites the heads' columns of dq, dk and dv (zeros where
-     * no gradient flows), so they need not be cleared. */
-    void (*attention_fwd)(ll_backend *be, real *out, real *probs, uint8_t *pmask, const real *q, int q_stride,
-                          const real *k, const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk,
-                          int H, int Dh, int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
-    void (*attention_bwd)(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *probs,
-                          const uint8_t *pmask, const real *q, int q_stride, const real *k, const real *v,
-                          int kv_stride, int B, int Tq, int Tk, int H, int Dh, real attn_dropout);
+    /* Multi-head scaled dot-product attention, flash style: forward keeps one
+     * statistic per query row instead of the [B, H, Tq, Tk] probabilities, and
+     * backward recomputes them.
+     *   q: [B, Tq] rows with row stride q_stride, head h at columns h*Dh..;
+     *   k, v: [B, Tk] rows with stride kv_stride;
+     *   out: [B*Tq, H*Dh] (stride H*Dh).
+     * Masks (backward takes the same ones): query i of sentence b sees key j iff
+     * j < key_len[b] (key_len NULL: all Tk) and, when causal, j <= i + (Tk - Tq)
+     * (Tk > Tq: the queries are the last Tq positions).  A query that sees no
+     * key gets out = 0.
+     * lse: [B, H, Tq], log sum_j exp(s_ij) over the visible keys, where
+     *   s_ij = q_i . k_j / sqrt(Dh); P_ij = exp(s_ij - lse_i); -INFINITY for a
+     *   query that sees no key.  It is `real`: fp32 in the product build (the
+     *   rule for saved statistics: fp32, whatever the activations' type), double
+     *   in the finite-difference build so the checks stay exact.  Forward may
+     *   get lse = NULL when no backward follows (decoding).
+     * Dropout (attn_dropout > 0) on the probabilities, inverted scaling:
+     *   element (b, h, i, j) of the call uses dropout half-word
+     *   e = rng_offset + ((b*H + h)*Tq + i)*Tk + j, i.e. bits 16*(e & 1)..+15
+     *   of Philox word e >> 1 of rng (ll_philox_u32(rng, e >> 1)), and is kept
+     *   iff that half-word >= round(attn_dropout * 65536) -- dropout_fwd's rule.
+     *   A slice of a batch starting at sentence row0 passes
+     *   rng_offset = row0*H*Tq*Tk, so element (row0 + b, h, i, j) of the whole
+     *   batch draws the same bit; every element's bit is a pure function of its
+     *   index, so a GPU kernel draws it without sequential state.
+     *   out = (P o keep / (1 - p)) V.
+     * attention_bwd: given out, lse and dout, overwrites the heads' columns of
+     * dq, dk and dv (zeros where no gradient flows), so they need not be
+     * cleared; it uses D_i = rowsum(dout_i o out_i) for the softmax backward. */
+    void (*attention_fwd)(ll_backend *be, real *out, real *lse, const real *q, int q_stride, const real *k,
+                          const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+                          int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
+    void (*attention_bwd)(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *out,
+                          const real *lse, const real *q, int q_stride, const real *k, const real *v, int kv_stride,
+                          const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal, real attn_dropout,
+                          const ll_philox *rng, uint64_t rng_offset);
 
     /* Label-smoothed cross-entropy, fused with its gradient (fairseq's formula:
      * q[y] = 1-eps, q[v != y] = eps/(V-1)).  logits [N,V] are overwritten with
-     * grad_scale * (softmax - q) (0 for pad targets).  Returns summed loss and nll
-     * (natural log) over non-pad rows. */
+     * grad_scale * (softmax - q) (0 for pad targets).  Adds the summed loss and
+     * nll (natural log) over non-pad rows to acc[0] and acc[1] (stats slots). */
     void (*xent_fwd_bwd)(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
-                         real grad_scale, double *loss_sum, double *nll_sum);
+                         real grad_scale, double *acc);
     /* DDR: given log-probabilities lpa, lpb [N,V] of two passes, add
      * alpha/2 * d[KL(pa||pb) + KL(pb||pa)]/d(logits) to da and db (rows with a
-     * pad target are skipped) and return alpha/2 * the summed symmetric KL. */
-    double (*sym_kl)(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target,
-                     int N, int V, int pad, real alpha);
+     * pad target are skipped) and add alpha/2 * the summed symmetric KL to *acc. */
+    void (*sym_kl)(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target,
+                   int N, int V, int pad, real alpha, double *acc);
     /* log-softmax in place (inference). */
     void (*log_softmax)(ll_backend *be, real *x, int N, int V);
 
-    /* fairseq Adam with decoupled weight decay (reference-spec §5.3); t = 1-based step. */
+    /* fairseq Adam with decoupled weight decay (reference-spec §5.3) on the
+     * gradient times stats[LL_ST_GMUL]; the 1-based step is stats[t_slot]; does
+     * nothing when stats[LL_ST_SKIP] is set. */
     void (*adam)(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
-                 real eps, real wd, long t);
+                 real eps, real wd, const double *stats, int t_slot);
 
     /* Optional (NULL = not offered): inference linear layers on weights packed
      * once into the backend's preferred layout.  linear_pack takes W [N,K]
@@ -126,6 +251,21 @@ ll_backend *ll_backend_cpu(void);
 /* NULL (with errbuf set) when CUDA was not built in or no device is present. */
 ll_backend *ll_backend_cuda(int device);
 int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GPU */
+
+/* A backend that forwards every op to `inner` and counts the calls
+ * (src/backend/counting.c; lltrain --op-stats).  ll_backend_dry counts ops
+ * without running them and hands out address space it never touches, so a
+ * step's memory can be measured at any size (lltrain --dry-run). */
+typedef struct {
+    uint64_t calls, uploads, downloads;
+    uint64_t per_op[sizeof(ll_backend) / sizeof(void *)]; /* by slot = field offset / sizeof(void *) */
+    size_t mem_live, mem_peak; /* dry: backend bytes allocated now / at most */
+} ll_op_counts;
+ll_backend *ll_backend_counting(ll_backend *inner);
+ll_backend *ll_backend_dry(ll_backend *like);
+void ll_backend_counting_free(ll_backend *counting_or_dry);
+ll_op_counts *ll_backend_counts(ll_backend *counting);
+const char *ll_backend_op_name(size_t slot);
 
 /* Name of the first op the model needs that `be` lacks, or NULL when complete. */
 const char *ll_backend_missing(const ll_backend *be);

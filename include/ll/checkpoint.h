@@ -76,6 +76,11 @@ int ll_ckpt_prune_numbered(const char *dir, int keep_last);
 int ll_ckpt_list_numbered(const char *dir, long **updates);
 /* "dir/checkpoint_<update>.llm", malloc'd. */
 char *ll_ckpt_numbered_path(const char *dir, long update);
+/* Remove the atomic writer's temporaries ("checkpoint_*.tmp.<pid>",
+ * "metrics*.tmp.<pid>") whose process is gone (a killed run leaves one the
+ * size of a checkpoint).  Returns the number removed (0 if dir does not
+ * exist), or -1 + errbuf. */
+int ll_ckpt_clean_stale_temps(const char *dir);
 
 #ifdef __cplusplus
 }

@@ -80,10 +80,11 @@ typedef struct {
     int valid_beam;
     char best_metric[8];   /* "loss" | "bleu" */
     int patience;          /* stop after this many validations without improvement; 0 = never */
+    int max_bad_updates;   /* stop after this many consecutive skipped (non-finite) updates */
 
     /* latent depth (Li et al. 2020; reference-spec §0.1, §1) */
     int latent_enc, latent_dec;
-    char latent_posterior[16];  /* "per_language" | "shared" */
+    char latent_posterior[16];  /* "per_language" | "shared" | "per_pair" */
     float latent_tau;
     float latent_tau_final;     /* temperature schedule: tau -> tau_final over tau_anneal_updates (0 = fixed) */
     int latent_tau_anneal_updates;

@@ -46,6 +46,8 @@ void *ll_aligned_alloc(size_t n); /* 64-byte aligned, zeroed; free with free() *
 /* ---- logging ---- */
 extern int ll_verbosity; /* 0 quiet, 1 normal, 2 debug */
 void ll_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "prog: warning: ..." on stderr whatever the verbosity: something the user must know. */
+void ll_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- time ---- */
 double ll_now(void); /* monotonic seconds */
@@ -79,18 +81,34 @@ enum {
     LL_RNG_SAMPLE = 8,
 };
 
-/* ---- arena: bump allocator for activations (reset per step) ---- */
+/* ---- arena: bump allocator for activations (reset per step) ----
+ * Host memory by default; ll_arena_init_with takes the block allocator of a
+ * backend (device memory), the descriptors staying on the host.  used_act
+ * counts the bytes allocated in the activation dtype (ll_arena_alloc_act),
+ * so peak_half is the peak the same step would have with 2-byte activations
+ * (bf16), for memory reports. */
+typedef struct ll_arena_block ll_arena_block;
 typedef struct {
-    char *base;
-    size_t cap, used, peak;
+    ll_arena_block *top;
+    size_t cap, used, peak;   /* bytes: all blocks, in use now, most in use at once */
+    size_t used_act, peak_half;
+    size_t grown;             /* blocks chained because a step outgrew the arena */
+    void *(*mem_alloc)(void *ctx, size_t bytes);
+    void (*mem_free)(void *ctx, void *p);
+    void *ctx;
 } ll_arena;
 void ll_arena_init(ll_arena *a, size_t cap);
-void *ll_arena_alloc(ll_arena *a, size_t bytes); /* 64-byte aligned, not zeroed; dies if full */
+void ll_arena_init_with(ll_arena *a, size_t cap, void *(*mem_alloc)(void *ctx, size_t bytes),
+                        void (*mem_free)(void *ctx, void *p), void *ctx);
+void *ll_arena_alloc(ll_arena *a, size_t bytes);     /* 64-byte aligned, not zeroed */
+void *ll_arena_alloc_act(ll_arena *a, size_t bytes); /* the same, counted as activation-dtype bytes */
 void ll_arena_reset(ll_arena *a);
+/* Make the (reset) arena one block of at least `bytes`, allocated now. */
+void ll_arena_reserve(ll_arena *a, size_t bytes);
 /* Stack-like use inside a step: everything allocated after a mark is released. */
 typedef struct {
-    void *block;
-    size_t used, total;
+    ll_arena_block *block;
+    size_t used, total, act;
 } ll_arena_mark;
 ll_arena_mark ll_arena_get_mark(const ll_arena *a);
 void ll_arena_release(ll_arena *a, ll_arena_mark mk);
@@ -98,7 +116,12 @@ void ll_arena_free(ll_arena *a);
 
 /* ---- atomic output ----------------------------------------------------------
  * Write to "<path>.tmp.<pid>", fsync, rename over <path>, fsync the directory.
- * On failure (or ll_atomic_abort) the temporary is removed and <path> is untouched. */
+ * On failure (or ll_atomic_abort) the temporary is removed and <path> is untouched.
+ * Only a regular file or a missing path is replaced that way: a FIFO, character
+ * device, socket or /dev/stdout-like alias is written directly (tmp == NULL;
+ * commit only flushes), a symlink to a regular file has its target replaced
+ * atomically (path is then the resolved target), and a dangling symlink, a
+ * directory or any other kind of file is refused. */
 typedef struct {
     FILE *f;
     char *path, *tmp;

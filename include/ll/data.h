@@ -87,6 +87,7 @@ typedef struct {
 typedef struct {
     int n_pairs;
     ll_pair_data pairs[LL_MAX_CORPORA];
+    int vocab_size; /* the manifest's; every token id was checked against it */
     int n_langs;
     char langs[LL_MAX_CORPORA * 2][LL_LANG_MAX];
 } ll_dataset;
@@ -128,7 +129,9 @@ typedef struct {
 
 int ll_data_info_read(ll_data_info *info, const char *data_dir); /* -1 + errbuf */
 
-/* Open the prepared split ("train" or "valid"); a split with no corpora gives n_pairs = 0. */
+/* Open the prepared split ("train" or "valid"); a split with no corpora gives n_pairs = 0.
+ * Verifies every token file in full (ll_tokfile_verify against the manifest's
+ * vocabulary: one pass over the tokens), so a corrupt id never reaches a model. */
 int ll_dataset_open(ll_dataset *d, const ll_config *cfg, const char *split);
 /* Same, given the data directory alone (as the manifest describes it). */
 int ll_dataset_open_dir(ll_dataset *d, const char *data_dir, const char *split);

@@ -62,6 +62,8 @@ typedef struct {
                           replica (CTranslate2's inter_threads), at most the
                           thread count; 0 = auto (= threads), 1 = one batch at
                           a time with every op threaded */
+    uint64_t draw_base; /* latent.inference sample: batch b of this call draws its layers with
+                           key draw_base + b (ll_latent_inference_draw), whichever worker runs it */
 } ll_translate_opts;
 
 /* The number of concurrent batch workers ll_translate_ids will use at most. */

@@ -25,7 +25,8 @@ typedef struct {
     real dropout, attn_dropout, act_dropout;
     real label_smoothing; /* training loss; 0 = plain cross-entropy */
     int latent_enc, latent_dec; /* layer logits for latent depth (src/model/latent.c) */
-    int latent_rows;            /* rows of logits: languages, or 1 when shared */
+    int latent_rows;            /* rows of logits: languages, training pairs (per_pair), or 1 when shared */
+    int latent_per_pair;        /* latent.posterior per_pair: rows are training pairs */
     /* DLCL (Wang et al. 2019; src/model/dlcl.c) */
     int dlcl_enc, dlcl_dec;
     int dlcl_init_one;          /* init W = 1 instead of the 1/(r+1) average */
@@ -57,15 +58,25 @@ struct ll_fwd_state; /* saved activations (src/model/model_internal.h) */
 /* Per-layer control of the residual branches, set by the caller before a
  * forward (defaults: gate 1, nothing skipped).  Methods above the model use it:
  * latent depth (gate = z_l, all sub-layers of the layer), LayerDrop (skip),
- * cross-attention drop (skip_cross).  After a backward, dgate holds dL/dgate
- * summed over the layer's sub-layers (needs_dgate = 1 to compute it). */
+ * cross-attention drop (skip_cross).  The gate is a scalar in backend memory
+ * (so sampling it on the device costs no host round-trip); when dgate is set,
+ * the backward adds dL/dgate, summed over the layer's sub-layers, to it.
+ * skip/skip_cross change which ops run, so they are host decisions (drawn
+ * from Philox on the host: no transfer either). */
 typedef struct {
-    real gate;
+    const real *gate;   /* backend scalar; NULL = 1 */
+    real *dgate;        /* backend accumulator of dL/dgate; NULL = not computed */
     uint8_t skip;       /* layer is the identity: not computed at all */
     uint8_t skip_cross; /* decoder: only the self-attention path (no cross-attention) */
-    uint8_t needs_dgate;
-    double dgate;
+    uint8_t off;        /* latent layer dropped at inference (z = 0): see ll_layer_off */
 } ll_layer_ctl;
+
+/* z = 0 (a latent layer dropped at inference, a host decision): the
+ * layer's branches are off and not computed.  This is exactly what
+ * training computes at z = 0: pre-norm/ReZero give the identity, post-norm
+ * still applies the layer's norms, and in a DLCL stack the layer's entry is
+ * its input (docs/methods.md).  skip, by contrast, is LayerDrop's identity. */
+static inline int ll_layer_off(const ll_layer_ctl *c) { return c && c->off; }
 
 /* Training objectives beyond label-smoothed CE, computed by ll_model_step
  * when training (set by the trainer; all off by default). */
@@ -93,14 +104,21 @@ typedef struct ll_model {
      * flat buffer so [phi_offset, n_params) is exactly the logits */
     size_t latent_logits[2];
     size_t phi_offset;
-    real *latent_z[2], *latent_dzda[2]; /* host [rows, L]: last sample per row and dz/da */
+    real *latent_z[2], *latent_dzda[2]; /* backend [rows, L]: last sample per row and dz/da */
+    real *gate_buf[2], *dgate_buf[2];   /* backend [L]: explicit gates (ll_model_set_gate), dL/dgate */
+    struct { int mode, row; real threshold; uint64_t seed; } latent_inf[2]; /* ll_latent_set_inference */
     size_t dlcl_w[2];   /* [L+1, L+1] learnable weights (0 = fixed or absent) */
     size_t *dlcl_ln[2]; /* [2 * (L+1)] LN weight/bias offsets per entry/row */
-    real *dlcl_fixed[2]; /* host [L+1, L+1] when not learnable */
+    real *dlcl_fixed[2]; /* backend [L+1, L+1] when not learnable */
+    /* per-update statistics (LL_ST_* in ll/backend.h), backend memory; then a
+     * snapshot area (ll_model_snapshot) read in the same download */
+    double *stats;
+    size_t snap_bytes;
     size_t *rezero_alpha[2]; /* [L] offsets of the ReZero scalars */
     ll_objective obj;
     real *pos_table; /* [max_pos + 2, C] sinusoids on the device */
-    ll_arena arena;
+    ll_arena arena; /* activations: backend memory */
+    ll_arena meta;  /* per-step host metadata (block records, pointer lists) */
     struct ll_fwd_state *st;
     const struct ll_model *replica_of; /* set on replicas (ll_model_replica) */
     void **dec_packed;                 /* ll_decode_pack: shared packed decoder weights */
@@ -126,6 +144,25 @@ const ll_param *ll_model_find(const ll_model *m, const char *name);
 size_t ll_model_count_params(const ll_model *m);
 /* Reset every layer's control to the default (gate 1, nothing skipped). */
 void ll_model_reset_ctl(ll_model *m);
+/* Gate of layer l of a stack set to the value g (uploaded to gate_buf; for
+ * tests and inference set-up, not for the training loop). */
+void ll_model_set_gate(ll_model *m, int stack, int l, real g);
+/* The current gate value of a layer (downloaded; 1 when it has none). */
+real ll_model_gate(ll_model *m, int stack, int l);
+/* on: every layer's dgate points at dgate_buf (zeroed by each backward). */
+void ll_model_track_dgates(ll_model *m, int on);
+/* dL/dgate of a stack's layers after a backward (downloaded). */
+void ll_model_dgates(ll_model *m, int stack, double *out);
+
+/* ---- the statistics buffer ----
+ * ll_model_stats_zero clears the per-update slots; ll_model_stats_read does
+ * the one download per update: LL_ST_N doubles, then (with_snapshot) the
+ * snapshot area that ll_model_snapshot filled on the backend. */
+void ll_model_stats_zero(ll_model *m);
+void ll_model_stats_read(ll_model *m, double *stats, void *snapshot);
+/* Queue copies of the latent logits and last samples into the snapshot area
+ * (layout: per stack with latent layers, logits [rows, L] then z [rows, L]). */
+void ll_model_snapshot(ll_model *m);
 
 typedef struct {
     double loss, nll; /* summed over target tokens of the clean pass, natural log */
@@ -138,7 +175,9 @@ typedef struct {
 /* One forward+backward pass on a batch.  Gradients are ACCUMULATED into
  * m->grads as gradients of the summed loss (the trainer divides by the token
  * count of the whole update).  rng_step keys the dropout masks.  With
- * train == 0: no dropout, no backward (validation loss). */
+ * train == 0: no dropout, no backward (validation loss).  The losses are
+ * ACCUMULATED into m->stats without a host read when out == NULL (the
+ * trainer); with out, the step's own stats are cleared, then read into out. */
 void ll_model_step(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step, int train,
                    ll_loss_stats *out);
 

@@ -3,6 +3,7 @@
 #ifndef LL_TRAIN_H
 #define LL_TRAIN_H
 
+#include "ll/checkpoint.h"
 #include "ll/config.h"
 #include "ll/model.h"
 
@@ -23,25 +24,25 @@ double ll_schedule_lr(const ll_schedule *s, long num_updates);
 /* ---- Adam over the flat parameter buffer ---- */
 typedef struct {
     real *m, *v; /* device buffers, n_params each */
-    long t;      /* updates of Theta taken */
-    long t_phi;  /* updates of the latent-depth logits [phi_offset, n) taken */
+    long t;      /* updates of Theta taken (host mirror of stats[LL_ST_ADAM_T]) */
+    long t_phi;  /* updates of the latent-depth logits [phi_offset, n) taken (LL_ST_ADAM_T_PHI) */
     real b1, b2, eps, wd;
 } ll_adam;
 void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg);
 void ll_adam_free(ll_adam *o, ll_model *model);
-/* Scale grads by grad_scale, clip to clip_norm (0 = off), step Theta with lr
- * and the latent logits [phi_offset, n) with lr_phi; lr_phi < 0 leaves the
- * logits alone this step (their gradient is discarded: the inner steps of
- * Algorithm 2).  Returns the gradient norm before clipping (after scaling). */
-double ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm);
-
-#ifdef __cplusplus
-}
-#endif
-#endif
+/* Queue one update, with no host read: gradient norm into the stats buffer,
+ * the gradient scaled by grad_scale and clipped to clip_norm (0 = off) inside
+ * Adam, Theta stepped with lr and the latent logits [phi_offset, n) with
+ * lr_phi; lr_phi < 0 leaves the logits alone this step (their gradient is
+ * discarded: the inner steps of Algorithm 2).  A non-finite loss or gradient
+ * norm skips the update on the backend (stats[LL_ST_SKIP]).  The norm before
+ * clipping (after scaling) is stats[LL_ST_GNORM]. */
+void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm);
+/* Host mirrors t, t_phi from a stats read; and back to the backend (resume). */
+void ll_adam_sync(ll_adam *o, const double *stats);
+void ll_adam_push_steps(ll_adam *o, ll_model *model);
 
 /* ---- model files (src/train/model_io.c) ---- */
-#include "ll/checkpoint.h"
 
 /* What a training checkpoint carries beyond the model. */
 typedef struct {
@@ -51,19 +52,50 @@ typedef struct {
     int64_t bad_valids;     /* validations without improvement */
     int n_streams;          /* data iterators (one per language pair in latent mode) */
     int64_t stream_pos[2 * LL_MAX_CORPORA]; /* (epoch, pos) of each */
+    long best_update;       /* update of the model in checkpoint_best (-1: none / unknown) */
+    int finished;           /* the run ended (max updates/epochs, early stop): resuming does nothing */
+    int64_t metrics_records; /* records in the metrics log when this state was saved (-1: unknown) */
+#define LL_LOG_ACC 10
+    double log_acc[LL_LOG_ACC]; /* the trainer's progress-line sums since its last log record */
     ll_adam *opt;
 } ll_train_state;
 
 /* Write the model (and, if ts != NULL, optimizer + trainer state) atomically. */
 int ll_model_save(const char *path, ll_model *m, const char *config_text, const void *vocab, size_t vocab_len,
                   const ll_train_state *ts);
-/* Copy parameters from a checkpoint by name; shapes must match.  -1 + errbuf. */
+/* Copy parameters from a checkpoint by name; shapes must match, every value
+ * must be finite, and the file may hold no model tensor the model lacks.
+ * -1 + errbuf naming the tensor. */
 int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path);
-/* Restore optimizer + trainer state.  -1 + errbuf when absent or mismatched. */
+/* 1 + a description ("model.heads 2 vs 4") when a and b differ in anything
+ * that shapes the network (not dropout/label smoothing), else 0. */
+int ll_hparams_arch_diff(const ll_hparams *a, const ll_hparams *b, char *what, size_t n);
+/* Restore optimizer + trainer state.  -1 + errbuf when absent, mismatched or
+ * impossible (negative counters, Adam step beyond the update count, negative
+ * second moments, non-finite values). */
 int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const char *path);
-/* Build a model from a model file: its stored config gives the architecture.
+/* Build a model from a model file: its stored config gives the architecture
+ * (checked: d_model % heads, ...; every tensor must match it, be finite).
  * cfg_out (optional) receives that config.  NULL + errbuf. */
 ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be, ll_config *cfg_out);
+
+/* ---- resuming (src/train/resume.c) ---- */
+/* The update count a training checkpoint stores; -1 for a plain model file. */
+long ll_ckpt_stored_update(const ll_ckpt *k);
+/* 1 when dir holds checkpoint_last, checkpoint_best or a numbered checkpoint. */
+int ll_ckpt_dir_has_checkpoint(const char *dir);
+/* Load model + training state from the newest checkpoint in dir that loads
+ * (last, numbered or best, ordered by the update each stores), warning on
+ * stderr about each newer one skipped as corrupt or unreadable.  Returns 1
+ * (path in chosen), 0 when dir has no checkpoint, -1 + errbuf when none is
+ * usable or one was saved with another architecture than m's. */
+int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chosen, size_t chosen_len);
+/* Cut a JSONL metrics log back to what it held when the resumed state was
+ * saved: its first `records` lines, or (records < 0: an older checkpoint) the
+ * lines up to the first record whose "update" exceeds `update`; a torn last
+ * line goes too.  Atomic; FIFOs and devices are left alone.  Returns the
+ * records kept, or -1 + errbuf. */
+int ll_metrics_truncate(const char *path, long update, int64_t records);
 
 /* ---- validation (src/train/validate.c) ---- */
 typedef struct {
@@ -74,13 +106,31 @@ typedef struct {
 /* Loss on `valid` and (train.valid_bleu) BLEU/chrF of decoding the raw
  * data.valid sources with train.valid_beam.  -1 + errbuf. */
 int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm, ll_valid_result *r);
-/* Inference-time latent gates for a language pair (no-op without latent layers). */
-void ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int tgt_lang);
+/* Inference-time latent gates for a language pair (config language indices;
+ * no-op without latent layers).  -1 + errbuf when a latent stack has no row
+ * for the pair (an unknown language, or a pair per_pair rows do not cover). */
+int ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int tgt_lang);
 
 /* ---- the trainer (src/train/trainer.c) ---- */
 typedef struct {
-    int resume;        /* continue from save_dir/checkpoint_last.llm */
+    int resume;        /* continue from the newest usable checkpoint in save_dir */
     const char *config_path;
+    int op_stats;      /* count backend ops and host transfers per update (one worker), print at the end */
+    const char *resume_command; /* printed after a graceful stop (SIGINT/SIGTERM/SIGHUP); NULL: generic hint */
 } ll_train_opts;
-/* Runs training as configured.  Returns 0, or -1 + errbuf. */
+/* Prints the backend memory one training step of cfg needs (fp32 and bf16),
+ * measured on the dry backend at the largest batch shape, or B x T sentences
+ * x tokens when given (> 0) (src/train/dryrun.c). */
+int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B, int T);
+/* Peak activation bytes of one step at the largest batch shape (dry run):
+ * the trainer sizes the activation arena with it before the first step. */
+size_t ll_train_arena_bytes(const ll_config *cfg);
+/* Runs training as configured.  SIGINT/SIGTERM/SIGHUP finish the current
+ * update, write checkpoint_last and return 0; a second signal exits at once.
+ * Returns 0, or -1 + errbuf. */
 int ll_train(ll_config *cfg, const ll_train_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -559,4 +560,35 @@ int ll_ckpt_prune_numbered(const char *dir, int keep_last) {
     }
     free(v);
     return rc < 0 ? -1 : deleted;
+}
+
+/* "<name>.tmp.<pid>" (the atomic writer's temporaries) for the files a run
+ * writes into its save_dir; *pid receives the writer's pid. */
+static int parse_temp(const char *name, long *pid) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t || (strncmp(name, "checkpoint_", 11) && strncmp(name, "metrics", 7))) return 0;
+    const char *d = t + 5;
+    char *end;
+    errno = 0;
+    long v = strtol(d, &end, 10);
+    if (end == d || *end || *d < '0' || *d > '9' || errno || v <= 0) return 0;
+    *pid = v;
+    return 1;
+}
+
+int ll_ckpt_clean_stale_temps(const char *dir) {
+    DIR *dp = opendir(dir);
+    if (!dp) return errno == ENOENT ? 0 : ll_fail("%s: cannot open directory: %s", dir, strerror(errno));
+    int removed = 0;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(dp))) {
+        long pid;
+        if (!parse_temp(e->d_name, &pid) || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its writer may still be running */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0) removed++;
+    }
+    closedir(dp);
+    return removed;
 }

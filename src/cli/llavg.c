@@ -2,7 +2,10 @@
  * as fairseq's scripts/average_checkpoints.py does (reference-spec §8):
  * every model tensor is averaged elementwise (summed in double, divided by N);
  * config and vocabulary come from the first (newest) input; optimizer and
- * trainer state are dropped.  All inputs must hold the same tensors.
+ * trainer state are dropped.  Every input must be a valid model file (its
+ * config consistent with its tensors, all finite: ll_model_from_file), and all
+ * must share the architecture and vocabulary: averaging a heads=2 run with a
+ * heads=4 run of the same shapes would give a meaningless model.
  *
  *   llavg --output OUT.llm M1.llm M2.llm ...
  *   llavg --output OUT.llm --dir CHECKPOINT_DIR --last N   (newest N checkpoint_<U>.llm) */
@@ -12,6 +15,7 @@
 
 #include "ll/checkpoint.h"
 #include "ll/core.h"
+#include "ll/train.h"
 
 static int is_model_tensor(const char *name) { return strncmp(name, "optim.", 6) && strncmp(name, "state.", 6); }
 
@@ -51,8 +55,22 @@ int main(int argc, char **argv) {
     if (n_in < 1) ll_die("no input checkpoints");
 
     ll_ckpt **k = calloc(n_in, sizeof *k);
-    for (int i = 0; i < n_in; i++)
+    ll_hparams hp0;
+    for (int i = 0; i < n_in; i++) {
         if (!(k[i] = ll_ckpt_open(in[i]))) ll_die("%s", ll_errbuf());
+        ll_model *m = ll_model_from_file(k[i], in[i], ll_backend_cpu(), NULL); /* validates the file */
+        if (!m) ll_die("%s", ll_errbuf());
+        char what[128];
+        size_t v0, vi;
+        const void *voc0 = ll_ckpt_vocab(k[0], &v0), *voci = ll_ckpt_vocab(k[i], &vi);
+        if (i == 0)
+            hp0 = m->hp;
+        else if (ll_hparams_arch_diff(&hp0, &m->hp, what, sizeof what))
+            ll_die("%s: architecture differs from %s (%s); refusing to average", in[i], in[0], what);
+        else if (v0 != vi || memcmp(voc0, voci, v0))
+            ll_die("%s: vocabulary differs from %s; refusing to average", in[i], in[0]);
+        ll_model_free(m);
+    }
     int nt = ll_ckpt_n_tensors(k[0]);
     ll_tensor_ref *t = calloc(nt, sizeof *t);
     void **bufs = calloc(nt, sizeof(void *));

@@ -6,7 +6,8 @@
  *            [--inter-threads W] [--quiet]
  *
  * One output line per input line in text format (docs/decoding.md has the
- * formats).  --output is written atomically, so an error leaves no file.
+ * formats).  --output is written atomically, so an error leaves no file (a
+ * FIFO or device is written directly, never replaced: ll_atomic_open).
  * Errors: one line on stderr, exit status 1. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -30,7 +31,8 @@ static void usage(FILE *out) {
             "  --beam K           beam size (default: the model's decode.beam, else 5); 1 = greedy\n"
             "  --lenpen A         length penalty: score = logprob / len^A (default: decode.lenpen, else 1.0)\n"
             "  --input F|-        source text, one sentence per line (default: stdin)\n"
-            "  --output F|-       translations (default: stdout); a file is written atomically\n"
+            "  --output F|-       translations (default: stdout); a regular file is written atomically,\n"
+            "                     a FIFO or device directly, a symlink's target atomically\n"
             "  --nbest N          hypotheses per sentence, N <= beam (default 1)\n"
             "  --max-len-a A      max output length = A * src_len + B, src_len incl. EOS (default 0)\n"
             "  --max-len-b B      (default 200); capped at model.max_positions - 1\n"
@@ -96,6 +98,29 @@ static int pick_lang(const ll_config *cfg, const char *lang, int target) {
         found = i;
     }
     return found;
+}
+
+/* Latent rows chosen by a language that was neither given nor unique: refuse
+ * to guess (row 0 would silently decode with another language's layers). */
+static void need_lang(const ll_config *cfg, const ll_hparams *hp, int src, int tgt) {
+    const int rows = hp->latent_rows > 1, pp = hp->latent_per_pair;
+    for (int side = 0; side < 2; side++) { /* 0: source, 1: target */
+        const int lang = side ? tgt : src;
+        const int needed = rows && (side ? hp->latent_dec || (pp && hp->latent_enc) : hp->latent_enc || (pp && hp->latent_dec));
+        if (!needed || lang >= 0) continue;
+        char list[LL_MAX_CORPORA * (LL_LANG_MAX + 2)] = "";
+        for (int c = 0; c < cfg->n_train; c++) {
+            const char *l = side ? cfg->train[c].tgt_lang : cfg->train[c].src_lang;
+            int seen = 0;
+            for (int d = 0; d < c; d++) seen |= !strcmp(l, side ? cfg->train[d].tgt_lang : cfg->train[d].src_lang);
+            if (seen) continue;
+            if (list[0]) strcat(list, ", ");
+            strcat(list, l);
+        }
+        if (pp) ll_die("the model has per-pair latent layers: choose --%s-lang from %s", side ? "target" : "source", list);
+        ll_die("the model has per-%s-language latent %s layers: choose --%s-lang from %s", side ? "target" : "source",
+               side ? "decoder" : "encoder", side ? "target" : "source", list);
+    }
 }
 
 /* "id id id" -> ids with EOS appended (unless already last); 0 for a blank line. */
@@ -272,7 +297,9 @@ int main(int argc, char **argv) {
     /* latent depth: the languages' own posteriors decide the layers (latent.inference) */
     if (o.latent_mode) snprintf(cfg.latent_inference, sizeof cfg.latent_inference, "%s", o.latent_mode);
     if (o.threshold >= 0) cfg.latent_threshold = (float)o.threshold;
-    ll_set_pair_inference(m, &cfg, pick_lang(&cfg, o.source_lang, 0), pick_lang(&cfg, o.target_lang, 1));
+    const int src_lang = pick_lang(&cfg, o.source_lang, 0), tgt_lang = pick_lang(&cfg, o.target_lang, 1);
+    need_lang(&cfg, &m->hp, src_lang, tgt_lang);
+    if (ll_set_pair_inference(m, &cfg, src_lang, tgt_lang)) ll_die("%s", ll_errbuf());
 
     FILE *in = stdin;
     const char *in_name = strcmp(o.input, "-") ? o.input : "<stdin>";
@@ -307,6 +334,7 @@ int main(int argc, char **argv) {
         }
         if (n == 0) break;
         ll_translation t;
+        to.draw_base = (uint64_t)lineno; /* distinct per batch across chunks (a chunk has <= n batches) */
         if (o.raw_ids) {
             t = (ll_translation){.n = n, .first_truncated = -1};
             t.src = ll_calloc(n, sizeof(int32_t *));

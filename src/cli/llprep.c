@@ -53,6 +53,11 @@ int main(int argc, char **argv) {
     if (ll_prepare_data(&cfg) != 0) ll_die("%s", ll_errbuf());
     ll_data_info info;
     if (ll_data_info_read(&info, cfg.data_dir) != 0) ll_die("%s", ll_errbuf());
+    for (int v = 0; v < 2; v++) { /* read back what was written: ids, EOS, checksums (one pass) */
+        ll_dataset d;
+        if (ll_dataset_open(&d, &cfg, v ? "valid" : "train") != 0) ll_die("%s", ll_errbuf());
+        ll_dataset_close(&d);
+    }
     if (quiet) {
         ll_config_free(&cfg);
         return 0;

@@ -12,7 +12,14 @@
  * The output is an ordinary model file (fewer layers, renumbered) that
  * lldecode loads like any other; its output equals the full model's
  * deterministic (hard-gated) inference.  Prints the kept layers and the
- * parameter and FLOP savings. */
+ * parameter and FLOP savings.
+ *
+ * DLCL stacks: a dropped latent layer's entry is its input (docs/methods.md),
+ * a linear combination of earlier entries, so it is folded into the weights
+ * of the rows that read it and the pruned stack computes the same.  Refused,
+ * because no smaller model computes the same: dropping latent layers of a
+ * post-norm model (z = 0 still applies the layer norms) and dropping layers
+ * of a DLCL stack with --*-layers-to-keep (LayerDrop's entry is LN(input)). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +29,9 @@
 #include "ll/config.h"
 #include "ll/core.h"
 #include "ll/data.h"
+#include "ll/latent.h"
 #include "ll/model.h"
+#include "ll/train.h"
 
 #define MAXL 4096
 
@@ -62,7 +71,7 @@ static void plan_latent(stack_plan *p, const float *a, int rows, int L, const in
     for (int l = 0; l < L; l++) {
         int keep = 0;
         for (int r = 0; r < rows; r++)
-            if (use_row[r] && 1 / (1 + exp(-(double)a[(size_t)r * L + l])) >= thr) keep = 1;
+            if (use_row[r] && ll_latent_q(a[(size_t)r * L + l]) >= thr) keep = 1; /* the q hard inference uses */
         if (keep) p->keep[p->n_keep++] = l;
     }
 }
@@ -71,6 +80,66 @@ static void print_plan(const char *name, const stack_plan *p) {
     printf("%s: keep %d of %d layers:", name, p->n_keep, p->L);
     for (int i = 0; i < p->n_keep; i++) printf(" %d", p->keep[i]);
     printf("%s\n", p->latent_out ? " (per-language gates kept)" : "");
+}
+
+/* DLCL weights W[r][k] (L+1 rows) of a stack as it is: the tensor, or the fixed init. */
+static double *dlcl_weights(const ll_ckpt *k, const ll_config *cfg, int s, int L, const char *path) {
+    const int L1 = L + 1;
+    double *w = calloc((size_t)L1 * L1, sizeof(double));
+    char name[64];
+    snprintf(name, sizeof name, "%s.dlcl_weights", s ? "dec" : "enc");
+    const ll_tensor_ref *r = ll_ckpt_find(k, name);
+    if (cfg->dlcl_learnable && (!r || r->dtype != LL_DT_F32 || r->ndim != 2 || r->shape[0] != L1 || r->shape[1] != L1))
+        ll_die("%s: tensor '%s' is missing or not [%d,%d]", path, name, L1, L1);
+    for (int i = 0; i < L1; i++)
+        for (int j = 0; j <= i; j++)
+            w[i * L1 + j] = cfg->dlcl_learnable ? ((const float *)r->data)[i * L1 + j]
+                            : !strcmp(cfg->dlcl_init, "one") ? 1.0 : 1.0 / (i + 1);
+    return w;
+}
+
+/* Fold the dropped layers of a DLCL stack into the weights of the kept rows.
+ * Entry k + 1 of a dropped layer k is its input, row k: sum_j W[k][j] e_j, so
+ * every entry is a combination coef[k] of the kept entries (0 and the kept
+ * layers' outputs), and the new row of kept layer i (or the top) is
+ * sum_j W[r][j] coef[j].  Returns the new [n+1, n+1] weights (float). */
+static float *dlcl_fold(const double *w, int L, const stack_plan *p) {
+    const int L1 = L + 1, n1 = p->n_keep + 1;
+    double *coef = calloc((size_t)L1 * n1, sizeof(double));
+    int kept_as[MAXL + 1]; /* new entry index of each original entry, -1 if dropped */
+    for (int k = 0; k <= L; k++) kept_as[k] = k == 0 ? 0 : -1;
+    for (int i = 0; i < p->n_keep; i++) kept_as[p->keep[i] + 1] = i + 1;
+    for (int k = 0; k <= L; k++) {
+        if (kept_as[k] >= 0) {
+            coef[(size_t)k * n1 + kept_as[k]] = 1;
+            continue;
+        }
+        for (int j = 0; j < k; j++) /* entry k = input of layer k - 1 = row k - 1 */
+            for (int c = 0; c < n1; c++) coef[(size_t)k * n1 + c] += w[(k - 1) * L1 + j] * coef[(size_t)j * n1 + c];
+    }
+    float *out = calloc((size_t)n1 * n1, sizeof(float));
+    for (int i = 0; i < n1; i++) {
+        const int r = i < p->n_keep ? p->keep[i] : L; /* row i's original row */
+        for (int c = 0; c < n1; c++) {
+            double v = 0;
+            for (int j = 0; j <= r; j++) v += w[r * L1 + j] * coef[(size_t)j * n1 + c];
+            out[i * n1 + c] = (float)v;
+        }
+    }
+    free(coef);
+    return out;
+}
+
+/* "enc.dlcl.ln.3.weight" -> stack 0, index 3, rest "weight". */
+static int dlcl_ln_of(const char *name, int *stack, const char **rest) {
+    int s = !strncmp(name, "enc.dlcl.ln.", 12) ? 0 : !strncmp(name, "dec.dlcl.ln.", 12) ? 1 : -1;
+    if (s < 0) return -1;
+    char *end;
+    long k = strtol(name + 12, &end, 10);
+    if (*end != '.') return -1;
+    *stack = s;
+    *rest = end + 1;
+    return (int)k;
 }
 
 /* "enc.layers.12.ffn.fc1.weight" -> stack 0, layer 12, rest "ffn.fc1.weight". */
@@ -106,6 +175,9 @@ int main(int argc, char **argv) {
     if (!model || !out) ll_die("--model and --output are required (see llprune --help)");
     ll_ckpt *k = ll_ckpt_open(model);
     if (!k) ll_die("%s", ll_errbuf());
+    ll_model *check = ll_model_from_file(k, model, ll_backend_cpu(), NULL); /* config vs tensors, finite values */
+    if (!check) ll_die("%s", ll_errbuf());
+    ll_model_free(check);
     ll_config cfg;
     if (ll_config_load_text(&cfg, ll_ckpt_config_text(k), model)) ll_die("%s", ll_errbuf());
     if (thr < 0) thr = cfg.latent_threshold;
@@ -119,7 +191,7 @@ int main(int argc, char **argv) {
 
     char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
     int n_langs = ll_config_langs(&cfg, langs);
-    const int rows = hp.latent_rows, shared = rows == 1;
+    const int rows = hp.latent_rows;
     stack_plan plan[2] = {{.L = hp.Le}, {.L = hp.Ld}};
     const char *lname[2] = {"enc.latent_logits", "dec.latent_logits"};
     int latent_in[2] = {hp.latent_enc, hp.latent_dec};
@@ -143,24 +215,26 @@ int main(int argc, char **argv) {
         const float *a = logits_of(k, lname[s], rows, plan[s].L, model);
         if (!a) ll_die("%s: latent %s without tensor %s", model, s ? "decoder" : "encoder", lname[s]);
         /* rows training used on this side: sources for the encoder, targets for the decoder */
-        int use[LL_MAX_CORPORA * 4] = {0}, n_use = 0, lrow = -1;
+        int use[LL_MAX_CORPORA * 4] = {0}, n_use = 0, sel[LL_MAX_CORPORA * 4] = {0}, n_sel = 0;
         for (int c = 0; c < cfg.n_train; c++) {
-            const char *l = s ? cfg.train[c].tgt_lang : cfg.train[c].src_lang;
-            int r = shared ? 0 : ll_config_lang_index(&cfg, l);
+            const char *sl = cfg.train[c].src_lang, *tl = cfg.train[c].tgt_lang, *l = s ? tl : sl;
+            int r = ll_latent_pair_row(&hp, &cfg, s, ll_config_lang_index(&cfg, sl), ll_config_lang_index(&cfg, tl));
             if (!use[r]) n_use++;
             use[r] = 1;
-            if (lang && !strcmp(l, lang)) lrow = r;
+            /* --lang: its own row; per_pair: the rows of the pairs it takes part in */
+            if (lang && (!strcmp(l, lang) || (hp.latent_per_pair && (!strcmp(sl, lang) || !strcmp(tl, lang)))))
+                n_sel += !sel[r], sel[r] = 1;
         }
-        if (lrow >= 0) { /* one language decides; its gates are baked in */
-            memset(use, 0, sizeof use);
-            use[lrow] = 1;
-            n_use = 1;
+        if (n_sel) { /* the --lang rows decide; with one row its gates are baked in */
+            memcpy(use, sel, sizeof use);
+            n_use = n_sel;
         }
         plan_latent(&plan[s], a, rows, plan[s].L, use, thr);
         for (int r = 0; r < rows; r++) { /* the posterior of every language this stack uses */
             if (!use[r]) continue;
-            printf("q(z=1) %s %s:", s ? "decoder" : "encoder", shared ? "shared" : langs[r]);
-            for (int l = 0; l < plan[s].L; l++) printf(" %.4f", 1 / (1 + exp(-(double)a[(size_t)r * plan[s].L + l])));
+            char rname[2 * LL_LANG_MAX + 8];
+            printf("q(z=1) %s %s:", s ? "decoder" : "encoder", ll_latent_row_name(&hp, &cfg, r, rname, sizeof rname));
+            for (int l = 0; l < plan[s].L; l++) printf(" %.4f", ll_latent_q(a[(size_t)r * plan[s].L + l]));
             printf("\n");
         }
         if (plan[s].n_keep == 0)
@@ -169,6 +243,36 @@ int main(int argc, char **argv) {
         /* a single language (or a shared posterior): hard gates are exactly "kept or not" */
         plan[s].latent_out = n_use > 1;
     }
+    /* exactness: what cannot be dropped, and the DLCL folds */
+    const int dlcl_in[2] = {cfg.dlcl_enc, cfg.dlcl_dec};
+    int any_fold = 0;
+    for (int s = 0; s < 2; s++) {
+        if (plan[s].n_keep == plan[s].L) continue; /* nothing dropped */
+        const char *sn = s ? "decoder" : "encoder";
+        if (!keep_s[s] && !strcmp(cfg.norm, "post"))
+            ll_die("the %s is post-norm: a latent layer with z = 0 still applies its layer norms, so no smaller "
+                   "model computes the same; decode the full model (hard inference runs only those norms)",
+                   sn);
+        if (keep_s[s] && dlcl_in[s])
+            ll_die("--%s-layers-to-keep: the %s uses DLCL, whose rows read every layer's entry (LN of its input "
+                   "for a LayerDrop-skipped layer), so dropping layers cannot be exact",
+                   s ? "dec" : "enc", sn);
+        any_fold |= dlcl_in[s];
+    }
+    /* fixed DLCL weights of the pruned stack are no longer the init: store them all */
+    float *fold[2] = {NULL, NULL};
+    int entry_map[2][MAXL + 1];
+    for (int s = 0; s < 2; s++) {
+        for (int e = 0; e <= plan[s].L; e++) entry_map[s][e] = e == 0 ? 0 : -1;
+        for (int i = 0; i < plan[s].n_keep; i++) entry_map[s][plan[s].keep[i] + 1] = i + 1;
+        if (!dlcl_in[s] || !(plan[s].n_keep < plan[s].L || (any_fold && !cfg.dlcl_learnable))) continue;
+        double *w = dlcl_weights(k, &cfg, s, plan[s].L, model);
+        fold[s] = dlcl_fold(w, plan[s].L, &plan[s]);
+        free(w);
+    }
+    const int add_w = any_fold && !cfg.dlcl_learnable; /* weights become tensors */
+    const int folded[2] = {fold[0] != NULL, fold[1] != NULL};
+    if (add_w) cfg.dlcl_learnable = 1;
     print_plan("encoder", &plan[0]);
     print_plan("decoder", &plan[1]);
 
@@ -182,9 +286,9 @@ int main(int argc, char **argv) {
 
     /* tensors: renumber kept layers, slice latent logits, drop optimizer state */
     int nt = ll_ckpt_n_tensors(k), n = 0;
-    ll_tensor_ref *t = calloc(nt, sizeof *t);
-    char **names = calloc(nt, sizeof(char *));
-    void **bufs = calloc(nt, sizeof(void *));
+    ll_tensor_ref *t = calloc(nt + 2, sizeof *t);
+    char **names = calloc(nt + 2, sizeof(char *));
+    void **bufs = calloc(nt + 2, sizeof(void *));
     size_t params_in = 0, params_out = 0;
     int map[2][MAXL];
     for (int s = 0; s < 2; s++) {
@@ -198,8 +302,22 @@ int main(int argc, char **argv) {
         params_in += numel;
         int s;
         const char *rest;
-        int l = layer_of(r->name, &s, &rest);
-        if (l >= 0) {
+        int l = layer_of(r->name, &s, &rest), e;
+        if (l < 0 && (e = dlcl_ln_of(r->name, &s, &rest)) >= 0 && folded[s]) { /* pre-norm: entry e's norm */
+            if (e > plan[s].L || entry_map[s][e] < 0) continue;
+            names[n] = malloc(strlen(r->name) + 16);
+            sprintf(names[n], "%s.dlcl.ln.%d.%s", s ? "dec" : "enc", entry_map[s][e], rest);
+            t[n] = *r;
+            t[n].name = names[n];
+        } else if (l < 0 && (!strcmp(r->name, "enc.dlcl_weights") || !strcmp(r->name, "dec.dlcl_weights")) &&
+                   fold[r->name[0] == 'd']) {
+            s = r->name[0] == 'd';
+            t[n] = *r;
+            t[n].shape[0] = t[n].shape[1] = plan[s].n_keep + 1;
+            t[n].data = bufs[n] = fold[s]; /* freed with bufs */
+            t[n].nbytes = sizeof(float) * (plan[s].n_keep + 1) * (plan[s].n_keep + 1);
+            fold[s] = NULL;
+        } else if (l >= 0) {
             if (map[s][l] < 0) continue;
             names[n] = malloc(strlen(r->name) + 16);
             sprintf(names[n], "%s.layers.%d.%s", s ? "dec" : "enc", map[s][l], rest);
@@ -222,6 +340,18 @@ int main(int argc, char **argv) {
         params_out += t[n].nbytes / ll_dtype_size(t[n].dtype);
         n++;
     }
+    for (int s = 0; s < 2 && add_w; s++) /* fixed weights that became tensors */
+        if (fold[s]) {
+            t[n] = (ll_tensor_ref){.name = s ? "dec.dlcl_weights" : "enc.dlcl_weights", .dtype = LL_DT_F32, .ndim = 2,
+                                   .shape = {plan[s].n_keep + 1, plan[s].n_keep + 1}, .data = fold[s],
+                                   .nbytes = sizeof(float) * (plan[s].n_keep + 1) * (plan[s].n_keep + 1)};
+            bufs[n] = fold[s];
+            fold[s] = NULL;
+            params_out += (size_t)(plan[s].n_keep + 1) * (plan[s].n_keep + 1);
+            n++;
+        }
+    free(fold[0]);
+    free(fold[1]);
     ll_ckpt_contents c = {.config_text = text, .vocab = vocab, .vocab_len = vlen, .tensors = t, .n_tensors = n};
     if (ll_ckpt_write(out, &c)) ll_die("%s", ll_errbuf());
 

@@ -18,10 +18,46 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet]\n"
+            "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet] [--op-stats] [--dry-run [--batch BxT]]\n"
             "       lltrain --help-config     print every config key with its type, default and meaning\n"
-            "  --resume    continue the run in checkpoint.save_dir from checkpoint_last.llm (bit for bit on CPU)\n"
-            "  --threads N CPU threads (overrides train.threads; 0 = all cores)\n");
+            "  --resume    continue the run in checkpoint.save_dir from its newest usable checkpoint (bit for bit on CPU)\n"
+            "  --threads N CPU threads (overrides train.threads; 0 = all cores)\n"
+            "  --op-stats  count backend ops and host<->backend transfers per update (one worker) and print them\n"
+            "  --dry-run   print the parameter, optimizer and peak activation memory of one step (fp32, bf16); no data needed\n"
+            "  --batch BxT with --dry-run: B sentences of T tokens instead of the largest shape (max_tokens / max_len)\n");
+}
+
+/* argv as a shell command line with --resume (printed after a graceful stop). */
+static char *resume_command(int argc, char **argv) {
+    size_t cap = 64;
+    for (int i = 0; i < argc; i++) cap += 4 * strlen(argv[i]) + 3;
+    char *s = ll_malloc(cap), *p = s;
+    int have_resume = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        have_resume |= !strcmp(a, "--resume");
+        if (i) *p++ = ' ';
+        int plain = *a != 0;
+        for (const char *c = a; *c; c++)
+            plain &= (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                     strchr("_-./=:,+@%", *c) != NULL;
+        if (plain) {
+            p += sprintf(p, "%s", a);
+            continue;
+        }
+        *p++ = '\'';
+        for (const char *c = a; *c; c++)
+            if (*c == '\'') {
+                memcpy(p, "'\\''", 4);
+                p += 4;
+            } else {
+                *p++ = *c;
+            }
+        *p++ = '\'';
+    }
+    if (!have_resume) p += sprintf(p, " --resume");
+    *p = 0;
+    return s;
 }
 
 int main(int argc, char **argv) {
@@ -31,6 +67,7 @@ int main(int argc, char **argv) {
     const char *sets[256];
     int n_sets = 0;
     ll_train_opts opts = {0};
+    int dry = 0, dry_B = 0, dry_T = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -45,6 +82,14 @@ int main(int argc, char **argv) {
             sets[n_sets++] = argv[++i];
         } else if (!strcmp(argv[i], "--resume")) {
             opts.resume = 1;
+        } else if (!strcmp(argv[i], "--dry-run")) {
+            dry = 1;
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            char extra;
+            if (sscanf(argv[++i], "%dx%d%c", &dry_B, &dry_T, &extra) != 2 || dry_B < 1 || dry_T < 2)
+                ll_die("--batch %s: expected BxT, e.g. 256x32 (B >= 1 sentences of T >= 2 tokens)", argv[i]);
+        } else if (!strcmp(argv[i], "--op-stats")) {
+            opts.op_stats = 1;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = argv[++i];
         } else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) {
@@ -67,7 +112,17 @@ int main(int argc, char **argv) {
     int nt = cfg.threads > 0 ? cfg.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     ll_set_threads(nt);
     opts.config_path = cfg_path;
+    if (dry_B && !dry) ll_die("--batch is an option of --dry-run");
+    if (dry_T > cfg.max_positions) ll_die("--batch: %d tokens exceed model.max_positions %d", dry_T, cfg.max_positions);
+    if (dry) {
+        int drc = ll_train_dry_run(&cfg, cfg_path, dry_B, dry_T);
+        ll_config_free(&cfg);
+        return drc ? 1 : 0;
+    }
+    char *resume = resume_command(argc, argv);
+    opts.resume_command = resume;
     int rc = ll_train(&cfg, &opts);
+    free(resume);
     ll_config_free(&cfg);
     if (rc) ll_die("%s", ll_errbuf());
     return 0;

@@ -133,6 +133,29 @@ static int check_corpora(const ll_config *c) {
     return 0;
 }
 
+/* Latent depth: every update visits one batch of every pair (Algorithm 2,
+ * reference-spec 1.6), so there is nothing to sample; and per_pair rows must
+ * exist for every pair validation decodes. */
+static int check_latent(const ll_config *c) {
+    if (!c->latent_enc && !c->latent_dec) return 0;
+    if (c->n_train > 1 && strcmp(c->sampling, "auto") && strcmp(c->sampling, "every_pair"))
+        return invalid(c,
+                       "data.sampling %s does not apply to latent depth: every update takes one batch of every "
+                       "language pair (Algorithm 2); use every_pair or auto (and data.sampling: every_pair for a "
+                       "static baseline with the same data per update)",
+                       c->sampling);
+    if (strcmp(c->latent_posterior, "per_pair")) return 0;
+    for (int v = 0; v < c->n_valid; v++) {
+        int found = 0;
+        for (int k = 0; k < c->n_train; k++)
+            found |= !strcmp(c->valid[v].src_lang, c->train[k].src_lang) && !strcmp(c->valid[v].tgt_lang, c->train[k].tgt_lang);
+        if (!found)
+            return invalid(c, "latent.posterior per_pair: data.valid[%d] (%s-%s) is not a training pair, so no latent row covers it",
+                           v, c->valid[v].src_lang, c->valid[v].tgt_lang);
+    }
+    return 0;
+}
+
 int ll_config_validate(const ll_config *c) {
     if (c->d_model % c->heads)
         return invalid(c, "model.d_model (%d) must be divisible by model.heads (%d)", c->d_model, c->heads);
@@ -161,5 +184,6 @@ int ll_config_validate(const ll_config *c) {
         if (c->end_lr > c->lr)
             return invalid(c, "train.end_lr (%g) must be <= train.lr (%g)", (double)c->end_lr, (double)c->lr);
     }
-    return check_corpora(c);
+    if (check_corpora(c)) return -1;
+    return check_latent(c);
 }

@@ -85,8 +85,11 @@ const ll_cfg_key ll_cfg_keys[] = {
          "Sentence pairs longer than data.max_len: skip them (counted) or stop with an error."),
     ENUM("data.lang_tags", lang_tags, "auto", "auto|on|off",
          "Start the decoder with a target-language tag <2xx>; auto = on when there are several target languages."),
-    ENUM("data.sampling", sampling, "temperature", "temperature|size|uniform",
-         "How training batches are drawn across language pairs."),
+    ENUM("data.sampling", sampling, "auto", "auto|temperature|size|uniform|every_pair",
+         "How training batches are drawn across language pairs: every_pair = each update holds one batch of "
+         "every pair (x train.update_freq; latent depth's Algorithm 2, and the way to give a static baseline the "
+         "same data per update); auto = every_pair with latent layers, else temperature. Latent depth with "
+         "several pairs accepts only auto/every_pair."),
     FLT("data.sampling_temperature", sampling_temperature, "5", 0, 1000, OPEN_MIN,
         "T for temperature sampling: pair i drawn with probability ~ size_i^(1/T)."),
 
@@ -137,29 +140,38 @@ const ll_cfg_key ll_cfg_keys[] = {
          "What checkpoint_best and early stopping follow (bleu needs train.valid_bleu)."),
     INT("train.patience", patience, "0", 0, INT_MAX,
         "Stop after this many validations without improvement of train.best_metric; 0 = never."),
+    INT("train.max_bad_updates", max_bad_updates, "10", 1, INT_MAX,
+        "An update whose loss or gradient norm is NaN/Inf is skipped (parameters and Adam state unchanged); "
+        "this many in a row stop the run with an error, leaving the last checkpoint as it was."),
 
     /* latent depth */
     BOOL("latent.encoder", latent_enc, "false", "Latent layers in the encoder (LL-E; both = LL-Both)."),
     BOOL("latent.decoder", latent_dec, "false", "Latent layers in the decoder (LL-D)."),
-    ENUM("latent.posterior", latent_posterior, "per_language", "per_language|shared",
-         "One row of layer logits per distinct language (encoder: source, decoder: target) or one shared row."),
+    ENUM("latent.posterior", latent_posterior, "per_language", "per_language|shared|per_pair",
+         "Rows of layer logits: one per distinct language (encoder: source, decoder: target), one shared row, or "
+         "one per training pair for both stacks (per_pair: for many-to-one with latent decoder layers, where "
+         "per_language gives every pair the same decoder row and the aggregated prior is KL(q||q) = 0)."),
     FLT("latent.tau", latent_tau, "5", 0, 1000, OPEN_MIN, "Gumbel-Softmax temperature (the code's --sampling-tau, fixed there)."),
     FLT("latent.tau_final", latent_tau_final, "0", 0, 1000, 0,
         "Optional temperature schedule: tau decays geometrically to this value over latent.tau_anneal_updates; 0 = fixed tau."),
     INT("latent.tau_anneal_updates", latent_tau_anneal_updates, "0", 0, INT_MAX, "Length of the temperature schedule."),
     INT("latent.soft_update", latent_soft_update, "500", 0, INT_MAX,
-        "Updates with soft samples; later updates use hard straight-through samples."),
+        "Updates with soft samples; later updates use hard straight-through samples (the code's schedule; the "
+        "paper trains with soft samples only: latent.soft_select true)."),
     BOOL("latent.soft_select", latent_soft_select, "false", "Soft samples throughout (the code's --soft-select)."),
     ENUM("latent.prior", latent_prior, "beta", "beta|agged_posterior",
          "Prior: Beta(a,b) as Bernoulli(a/(a+b)) (paper), or the aggregated posterior over languages (Eq. 7)."),
     FLT("latent.prior_a", latent_prior_a, "1", 0, 1e6, OPEN_MIN, "Beta prior a (a>b favours using layers)."),
     FLT("latent.prior_b", latent_prior_b, "1", 0, 1e6, OPEN_MIN, "Beta prior b."),
     ENUM("latent.kl", latent_kl, "bernoulli", "bernoulli|reference",
-         "bernoulli: full two-sided Bernoulli KL of q=sigmoid(a) (paper); reference: the code's one-sided KL "
-         "on the samples, divided by the number of layers."),
+         "bernoulli: full two-sided Bernoulli KL of q=sigmoid(a), SUMMED over the layers (paper); reference: "
+         "the code's one-sided KL on the samples, divided by the number of layers L."),
     ENUM("latent.agg_norm", latent_agg_norm, "per_layer", "per_layer|across_layers",
          "Aggregated posterior: averaged over languages per layer (paper) or normalised across layers (code)."),
-    FLT("latent.beta", latent_beta, "1", 0, 1e6, 0, "KL weight beta (the code's --sparsity-weight)."),
+    FLT("latent.beta", latent_beta, "1", 0, 1e6, 0,
+        "KL weight beta (the code's --sparsity-weight). With latent.kl bernoulli the KL is summed over the L layers "
+        "while the code's (reference) divides by L, so the same beta is about L times stronger: use beta/L to match "
+        "a --sparsity-weight."),
     INT("latent.anneal_updates", latent_anneal_updates, "5000", 0, INT_MAX,
         "KL weight ramps linearly 0 -> beta over this many updates, starting at latent.soft_update (never negative)."),
     INT("latent.target_layers_enc", latent_target_enc, "-1", -1, 4096, "Target depth K of the encoder; -1 = off."),
@@ -175,7 +187,7 @@ const ll_cfg_key ll_cfg_keys[] = {
     FLT("latent.logits_lr", latent_logits_lr, "0", 0, 10, 0, "Peak learning rate of the layer logits; 0 = train.lr."),
     ENUM("latent.inference", latent_inference, "hard", "hard|soft|sample",
          "Inference: hard (layer used iff q >= threshold, others not computed), soft (z = q), or sample (the "
-         "code's stochastic draw)."),
+         "code's stochastic draw, one per batch, keyed by train.seed and the batch)."),
     FLT("latent.threshold", latent_threshold, "0.5", 0, 1, 0, "Selection threshold on q(z=1) for hard inference and llprune."),
 
     /* DLCL */

@@ -1,92 +1,133 @@
 /* Bump allocator for per-step activations.  Allocations never move: when the
  * current block is full a new block is chained; on reset, if more than one block
  * was used, they are merged into one block of the peak size, so after the first
- * step of a given shape everything lives in one block and nothing is malloc'd. */
+ * step of a given shape everything lives in one block and nothing is allocated.
+ * The memory may belong to a backend (device memory: ll_arena_init_with); the
+ * block descriptors always live on the host, so the arena never touches it. */
 #include "ll/core.h"
 
 #include <stdlib.h>
 
-typedef struct block {
-    struct block *prev;
+struct ll_arena_block {
+    struct ll_arena_block *prev;
+    char *mem;
     size_t cap, used;
-} block;
+};
 
-#define HDR ((sizeof(block) + 63) & ~(size_t)63)
+static void *host_alloc(void *ctx, size_t n) {
+    (void)ctx;
+    return ll_aligned_alloc(n);
+}
+static void host_free(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
 
-static block *new_block(size_t cap, block *prev) {
-    block *b = ll_aligned_alloc(HDR + cap);
+static ll_arena_block *new_block(ll_arena *a, size_t cap, ll_arena_block *prev) {
+    ll_arena_block *b = ll_malloc(sizeof *b);
+    b->mem = a->mem_alloc(a->ctx, cap);
     b->prev = prev;
     b->cap = cap;
     b->used = 0;
     return b;
 }
 
-void ll_arena_init(ll_arena *a, size_t cap) {
-    a->base = (char *)new_block(cap ? cap : (1 << 20), NULL);
-    a->cap = cap;
-    a->used = a->peak = 0;
+static void free_block(ll_arena *a, ll_arena_block *b) {
+    a->mem_free(a->ctx, b->mem);
+    free(b);
 }
 
-void *ll_arena_alloc(ll_arena *a, size_t bytes) {
-    block *b = (block *)a->base;
+void ll_arena_init_with(ll_arena *a, size_t cap, void *(*mem_alloc)(void *, size_t), void (*mem_free)(void *, void *),
+                        void *ctx) {
+    *a = (ll_arena){.mem_alloc = mem_alloc, .mem_free = mem_free, .ctx = ctx};
+    a->top = new_block(a, cap ? cap : (1 << 20), NULL);
+    a->cap = a->top->cap;
+}
+
+void ll_arena_init(ll_arena *a, size_t cap) { ll_arena_init_with(a, cap, host_alloc, host_free, NULL); }
+
+static void *alloc(ll_arena *a, size_t bytes) {
+    ll_arena_block *b = a->top;
     size_t off = (b->used + 63) & ~(size_t)63;
     if (off + bytes > b->cap) {
         size_t cap = b->cap > bytes ? b->cap : bytes;
-        b = new_block(cap, b);
-        a->base = (char *)b;
+        b = a->top = new_block(a, cap, b);
+        a->cap += cap;
+        a->grown++;
         off = 0;
     }
     b->used = off + bytes;
     a->used += bytes;
     if (a->used > a->peak) a->peak = a->used;
-    return (char *)b + HDR + off;
+    return b->mem + off;
+}
+
+void *ll_arena_alloc(ll_arena *a, size_t bytes) {
+    void *p = alloc(a, bytes);
+    if (a->used - a->used_act / 2 > a->peak_half) a->peak_half = a->used - a->used_act / 2;
+    return p;
+}
+
+void *ll_arena_alloc_act(ll_arena *a, size_t bytes) {
+    void *p = alloc(a, bytes);
+    a->used_act += bytes;
+    if (a->used - a->used_act / 2 > a->peak_half) a->peak_half = a->used - a->used_act / 2;
+    return p;
 }
 
 void ll_arena_reset(ll_arena *a) {
-    block *b = (block *)a->base;
+    ll_arena_block *b = a->top;
     if (b->prev) {
         size_t total = 0;
         while (b) {
-            block *p = b->prev;
+            ll_arena_block *p = b->prev;
             total += b->cap;
-            free(b);
+            free_block(a, b);
             b = p;
         }
         /* Room for the peak plus alignment slack. */
         size_t cap = a->peak + a->peak / 16 + 4096;
         if (cap < total) cap = total;
-        b = new_block(cap, NULL);
-        a->base = (char *)b;
+        b = a->top = new_block(a, cap, NULL);
         a->cap = cap;
     }
     b->used = 0;
-    a->used = 0;
+    a->used = a->used_act = 0;
+}
+
+void ll_arena_reserve(ll_arena *a, size_t bytes) {
+    ll_arena_reset(a);
+    if (a->top->cap >= bytes) return;
+    free_block(a, a->top);
+    a->top = new_block(a, bytes, NULL);
+    a->cap = bytes;
 }
 
 void ll_arena_free(ll_arena *a) {
-    block *b = (block *)a->base;
+    ll_arena_block *b = a->top;
     while (b) {
-        block *p = b->prev;
-        free(b);
+        ll_arena_block *p = b->prev;
+        free_block(a, b);
         b = p;
     }
-    a->base = NULL;
+    a->top = NULL;
     a->cap = a->used = 0;
 }
 
 ll_arena_mark ll_arena_get_mark(const ll_arena *a) {
-    block *b = (block *)a->base;
-    return (ll_arena_mark){.block = b, .used = b->used, .total = a->used};
+    return (ll_arena_mark){.block = a->top, .used = a->top->used, .total = a->used, .act = a->used_act};
 }
 
 void ll_arena_release(ll_arena *a, ll_arena_mark mk) {
-    block *b = (block *)a->base;
+    ll_arena_block *b = a->top;
     while (b != mk.block && b->prev) { /* drop blocks chained after the mark */
-        block *p = b->prev;
-        free(b);
+        ll_arena_block *p = b->prev;
+        a->cap -= b->cap;
+        free_block(a, b);
         b = p;
     }
-    a->base = (char *)b;
+    a->top = b;
     b->used = mk.used;
     a->used = mk.total;
+    a->used_act = mk.act;
 }

@@ -33,6 +33,16 @@ void ll_die(const char *fmt, ...) {
     exit(1);
 }
 
+void ll_warn(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "%s: warning: ", g_prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
 void ll_log(const char *fmt, ...) {
     if (ll_verbosity <= 0) return;
     va_list ap;

@@ -5,16 +5,52 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+/* /dev/stdout, /dev/fd/N, /proc/self/fd/N: an already open descriptor the
+ * caller means to write into, whatever file it is; never replaced. */
+static int is_fd_alias(const char *path) {
+    return !strcmp(path, "/dev/stdout") || !strcmp(path, "/dev/stderr") || !strncmp(path, "/dev/fd/", 8) ||
+           !strncmp(path, "/proc/self/fd/", 14);
+}
+
+/* Only a regular file (or nothing) at path gets temp + rename: renaming over a
+ * FIFO, a device or a symlink would replace it with a regular file.  FIFOs,
+ * character devices, sockets and descriptor aliases are written directly
+ * (streaming; af->tmp stays NULL); a symlink to a regular file is followed and
+ * its target replaced atomically (the link stays); a dangling symlink, a
+ * directory or a block device is refused. */
 int ll_atomic_open(ll_atomic_file *af, const char *path) {
     memset(af, 0, sizeof *af);
-    size_t n = strlen(path) + 32;
-    af->path = ll_strdup(path);
+    struct stat st, lst;
+    int exists = stat(path, &st) == 0;
+    if (!exists && errno != ENOENT) return ll_fail("%s: cannot write: %s", path, strerror(errno));
+    int is_link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+    if (exists && (is_fd_alias(path) || S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode))) {
+        int fd = open(path, O_WRONLY | O_APPEND | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0 || !(af->f = fdopen(fd, "ab"))) {
+            int e = errno;
+            if (fd >= 0) close(fd);
+            return ll_fail("%s: cannot write: %s", path, strerror(e));
+        }
+        af->path = ll_strdup(path);
+        return 0;
+    }
+    if (exists && S_ISDIR(st.st_mode)) return ll_fail("%s: cannot write: is a directory", path);
+    if (exists && !S_ISREG(st.st_mode))
+        return ll_fail("%s: not a regular file, FIFO or character device; refusing to replace it", path);
+    if (!exists && is_link)
+        return ll_fail("%s: dangling symbolic link; refusing to replace it (remove it or create its target)", path);
+    char *target = NULL;
+    if (is_link && !(target = realpath(path, NULL))) return ll_fail("%s: cannot resolve: %s", path, strerror(errno));
+    af->path = target ? target : ll_strdup(path);
+    size_t n = strlen(af->path) + 32;
     af->tmp = ll_malloc(n);
-    snprintf(af->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(af->tmp, n, "%s.tmp.%ld", af->path, (long)getpid());
     af->f = fopen(af->tmp, "wb");
     if (!af->f) {
         int e = errno;
@@ -23,6 +59,7 @@ int ll_atomic_open(ll_atomic_file *af, const char *path) {
         af->path = af->tmp = NULL;
         return ll_fail("%s: cannot write: %s", path, strerror(e));
     }
+    if (exists) fchmod(fileno(af->f), st.st_mode & 07777); /* the replacement keeps the old permissions */
     return 0;
 }
 
@@ -38,6 +75,13 @@ static void fsync_dir(const char *path) {
 
 int ll_atomic_commit(ll_atomic_file *af) {
     int rc = 0;
+    if (!af->tmp) { /* direct: a FIFO or device cannot be fsynced, only flushed */
+        if (fflush(af->f) != 0 || ferror(af->f)) rc = ll_fail("%s: write failed: %s", af->path, strerror(errno));
+        if (fclose(af->f) != 0 && rc == 0) rc = ll_fail("%s: write failed: %s", af->path, strerror(errno));
+        free(af->path);
+        memset(af, 0, sizeof *af);
+        return rc;
+    }
     if (fflush(af->f) != 0 || ferror(af->f) || fsync(fileno(af->f)) != 0)
         rc = ll_fail("%s: write failed: %s", af->path, strerror(errno));
     if (fclose(af->f) != 0 && rc == 0) rc = ll_fail("%s: write failed: %s", af->path, strerror(errno));

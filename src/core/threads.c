@@ -66,8 +66,18 @@ int ll_worker_id(void) {
 
 extern char *openblas_get_corename(void);
 
+/* Under valgrind /proc/self/exe is valgrind's tool, which cannot be run
+ * directly: re-executing would leave valgrind.  It preloads vgpreload_*.so. */
+static int under_valgrind(void) {
+    const char *p = getenv("LD_PRELOAD");
+    return p && strstr(p, "vgpreload") != NULL;
+}
+
 void ll_cpu_setup(char **argv) {
-    if (getenv("LL_NO_REEXEC")) return;
+    /* LL_NO_REEXEC=1: never re-execute (debuggers, valgrind, profilers; set the
+     * environment by hand then).  The re-executed process gets it too. */
+    const char *no = getenv("LL_NO_REEXEC");
+    if ((no && *no && strcmp(no, "0") != 0) || under_valgrind()) return;
     int again = 0;
     const char *core = openblas_get_corename();
     if (!getenv("OPENBLAS_CORETYPE") && core && (!strcmp(core, "Prescott") || !strcmp(core, "Nehalem")) &&

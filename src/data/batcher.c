@@ -91,12 +91,13 @@ ll_batcher *ll_batcher_new_ex(const ll_dataset *d, int max_tokens, uint64_t seed
     int mode;
     if (!strcmp(sampling, "size"))
         mode = SAMPLE_SIZE;
-    else if (!strcmp(sampling, "temperature"))
+    else if (!strcmp(sampling, "temperature") || !strcmp(sampling, "auto")) /* auto: the trainer resolves every_pair */
         mode = SAMPLE_TEMPERATURE;
     else if (!strcmp(sampling, "uniform"))
         mode = SAMPLE_UNIFORM;
     else {
-        ll_fail("data.sampling: '%s' is not size, temperature or uniform", sampling);
+        ll_fail("data.sampling: '%s' is not size, temperature, uniform or auto (every_pair is one iterator per pair)",
+                sampling);
         return NULL;
     }
     if (mode == SAMPLE_TEMPERATURE && !(temperature > 0)) {

@@ -238,6 +238,7 @@ int ll_dataset_open_dir(ll_dataset *d, const char *data_dir, const char *split) 
     ll_data_info info;
     if (ll_data_info_read(&info, data_dir) != 0) return -1;
     d->n_langs = info.n_langs;
+    d->vocab_size = info.vocab_size;
     memcpy(d->langs, info.langs, sizeof d->langs);
     char path[LL_PATH_MAX + 96];
     for (int i = 0; i < info.n_corpora; i++) {
@@ -260,6 +261,15 @@ int ll_dataset_open_dir(ll_dataset *d, const char *data_dir, const char *split) 
         if (p->src.n_sents != p->tgt.n_sents || p->src.n_sents != c->n_sents) {
             ll_fail("%s: %d sentences, but its source side has %d and the manifest says %" PRId64, path, p->tgt.n_sents,
                     p->src.n_sents, c->n_sents);
+            goto fail;
+        }
+        snprintf(path, sizeof path, "%s/%s", data_dir, c->src_file);
+        if (ll_tokfile_verify(&p->src, path, info.vocab_size) != 0) goto fail;
+        snprintf(path, sizeof path, "%s/%s", data_dir, c->tgt_file);
+        if (ll_tokfile_verify(&p->tgt, path, info.vocab_size) != 0) goto fail;
+        if (c->tgt_tag >= info.vocab_size) {
+            ll_fail("%s/%s: target-language tag id %d outside the vocabulary (%d)", data_dir, LL_MANIFEST_FILE,
+                    c->tgt_tag, info.vocab_size);
             goto fail;
         }
         p->src_lang = c->src_lang;

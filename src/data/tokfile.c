@@ -105,18 +105,23 @@ void ll_tokfile_close(ll_tokfile *f) {
 }
 
 int ll_tokfile_verify(const ll_tokfile *f, const char *path, int vocab) {
+    /* One pass: the id range first (names the exact position of a corrupt id),
+     * then the checksum, which also catches flips that stay in range. */
     uint64_t h = LL_FNV_INIT;
     for (int i = 0; i < f->n_sents; i++) {
         const int32_t *t = f->tokens + f->offsets[i];
         int n = ll_tokfile_len(f, i);
-        if (t[n - 1] != LL_EOS) return ll_fail("%s: sentence %d does not end with EOS", path, i);
         if (vocab > 0)
             for (int j = 0; j < n; j++)
-                if (t[j] < 0 || t[j] >= vocab)
-                    return ll_fail("%s: sentence %d has token id %d outside the vocabulary (%d)", path, i, t[j], vocab);
+                if ((uint32_t)t[j] >= (uint32_t)vocab)
+                    return ll_fail("%s: token id %d outside the vocabulary [0, %d) at sentence %d token %d (byte "
+                                   "offset %llu, raw text line %llu); the file is corrupt: run llprep again",
+                                   path, t[j], vocab, i, j, (unsigned long long)(TOK_HEADER + 4 * (f->offsets[i] + j)),
+                                   (unsigned long long)f->lines[i] + 1);
+        if (t[n - 1] != LL_EOS) return ll_fail("%s: sentence %d does not end with EOS", path, i);
         h = sent_hash(t, n, h);
     }
-    if (h != f->checksum) return ll_fail("%s: checksum mismatch (file is corrupt)", path);
+    if (h != f->checksum) return ll_fail("%s: checksum mismatch (file is corrupt): run llprep again", path);
     return 0;
 }
 

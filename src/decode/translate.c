@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ll/decode.h"
+#include "ll/latent.h"
 
 typedef struct {
     int len, idx;
@@ -25,7 +26,8 @@ typedef struct {
 
 /* Search one batch on model m (a worker's replica) and file the results. */
 static void run_batch(ll_model *m, const len_idx *ord, const int32_t *const *src, const int *len,
-                      const batch_span *bs, const ll_search_opts *so, ll_nbest *out) {
+                      const batch_span *bs, const ll_search_opts *so, uint64_t draw, ll_nbest *out) {
+    ll_latent_inference_draw(m, draw); /* sample mode: this batch's own layers (no-op otherwise) */
     const int B = bs->B, S = bs->S;
     int32_t *buf = ll_malloc(sizeof(int32_t) * (size_t)B * S);
     int *blen = ll_malloc(sizeof(int) * B);
@@ -82,7 +84,7 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
     }
     if (workers > nb) workers = nb > 0 ? nb : 1;
     if (workers <= 1) {
-        for (int b = 0; b < nb; b++) run_batch(m, ord, src, len, &spans[b], &o->search, out);
+        for (int b = 0; b < nb; b++) run_batch(m, ord, src, len, &spans[b], &o->search, o->draw_base + b, out);
     } else {
         const int packed_here = !m->dec_packed;
         ll_decode_pack(m); /* once, shared by the replicas */
@@ -92,7 +94,7 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
         /* longest batches first: the dynamic schedule then ends evenly */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
         for (int b = nb - 1; b >= 0; b--) {
-            run_batch(rep[ll_worker_id()], ord, src, len, &spans[b], &o->search, out);
+            run_batch(rep[ll_worker_id()], ord, src, len, &spans[b], &o->search, o->draw_base + b, out);
         }
         ll_workers_end(saved);
         for (int w = 0; w < workers; w++) ll_model_free(rep[w]);

@@ -14,14 +14,8 @@
 
 int ll_dlcl_on(const ll_model *m, int stack) { return stack ? m->hp.dlcl_dec : m->hp.dlcl_enc; }
 
-static int n_layers(const ll_model *m, int stack) { return stack ? m->hp.Ld : m->hp.Le; }
-
-real ll_dlcl_w(const ll_model *m, int stack, int r, int k) {
-    const int L1 = n_layers(m, stack) + 1;
-    if (!m->dlcl_w[stack]) return m->dlcl_fixed[stack][r * L1 + k];
-    real w;
-    m->be->download(m->be, &w, m->params + m->dlcl_w[stack] + (size_t)r * L1 + k, sizeof(real));
-    return w;
+const real *ll_dlcl_weights(const ll_model *m, int stack) {
+    return m->dlcl_w[stack] ? m->params + m->dlcl_w[stack] : m->dlcl_fixed[stack];
 }
 
 size_t ll_dlcl_ln_w(const ll_model *m, int stack, int k) { return m->dlcl_ln[stack][2 * k]; }
@@ -48,29 +42,59 @@ static void norm_bwd(ll_model *m, ll_stack_run *r, int k, real *dx, const real *
                          m->params + ll_dlcl_ln_w(m, s, k), r->ln_mean[k], r->ln_rstd[k], N, m->hp.C);
 }
 
+/* Latent depth in a DLCL stack: the layer's gate z also gates its entry,
+ * e = in + z (E(y) - in), with `in` the layer's input.  z = 1 is plain DLCL;
+ * z = 0 makes the entry the layer's input, so a dropped layer adds no new
+ * entry and llprune can fold it into the weights exactly (docs/methods.md). */
+static const ll_layer_ctl *layer_ctl(const ll_stack_run *r, int l) { return r->blocks[l * r->per_layer].ctl; }
+
+real *ll_dlcl_gate_entry(ll_model *m, real *e, const real *in, const real *gate, size_t n, real **diff) {
+    if (diff) *diff = NULL;
+    if (!gate && !diff) return e;
+    real *d = ll_buf(m, n);
+    m->be->add_scaled(m->be, d, e, in, -1, n); /* E(y) - in */
+    if (diff) *diff = d;
+    if (!gate) return e; /* z = 1, but dL/dz is wanted */
+    real *out = ll_buf(m, n);
+    m->be->add_gated(m->be, out, in, d, gate, NULL, n); /* in + z (E(y) - in) */
+    return out;
+}
+
+/* ent[l+1] from the layer output E(y) (e) and its input (gent: E(y) - in when
+ * the gate or its gradient is in play). */
+static void gated_entry(ll_model *m, ll_stack_run *r, int l, real *e, size_t n) {
+    const ll_layer_ctl *c = layer_ctl(r, l);
+    const int grad = c && c->dgate && r->p.train;
+    r->ent[l + 1] = ll_dlcl_gate_entry(m, e, r->in[l], c ? c->gate : NULL, n, grad ? &r->gent[l + 1] : NULL);
+    if (!grad) r->gent[l + 1] = NULL;
+}
+
 real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
     ll_backend *be = m->be;
     const int L = r->L, N = r->p.B * r->p.T, C = m->hp.C;
     const size_t n = (size_t)N * C;
-    r->ent = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->raw = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->comb = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->in = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->ln_mean = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
-    r->ln_rstd = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
+    /* pointer lists: host metadata */
+    r->ent = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->raw = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->comb = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->in = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->ln_mean = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->ln_rstd = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->gent = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
     r->raw[0] = r->x0;
     r->ent[0] = entry_ln(m, 0) ? norm_fwd(m, r, 0, r->x0, N) : r->x0;
-    for (int row = 0; row <= L; row++) {
+    const real *W = ll_dlcl_weights(m, r->stack);
+    for (int row = 0; row <= L; row++) { /* one op per row, reading W[row] on the backend */
         real *c = r->comb[row] = ll_buf(m, n);
-        be->memset0(be, c, n * sizeof(real));
-        for (int k = 0; k <= row; k++) {
-            real w = ll_dlcl_w(m, r->stack, row, k);
-            if (w != 0) be->add_scaled(be, c, c, r->ent[k], w, n);
-        }
+        be->weighted_sum(be, c, (const real *const *)r->ent, W + (size_t)row * (L + 1), row + 1, n);
         r->in[row] = row_ln(m, row) ? norm_fwd(m, r, row, c, N) : c;
-        if (row < L) {
+        if (row < L && ll_layer_off(layer_ctl(r, row))) { /* latent z = 0 at inference: not computed */
+            r->raw[row + 1] = r->ent[row + 1] = r->in[row];
+            r->gent[row + 1] = NULL;
+        } else if (row < L) {
             r->raw[row + 1] = ll_layer_fwd(m, r, row, r->in[row]);
-            r->ent[row + 1] = entry_ln(m, row + 1) ? norm_fwd(m, r, row + 1, r->raw[row + 1], N) : r->raw[row + 1];
+            gated_entry(m, r, row,
+                        entry_ln(m, row + 1) ? norm_fwd(m, r, row + 1, r->raw[row + 1], N) : r->raw[row + 1], n);
         }
     }
     return r->in[L];
@@ -80,33 +104,47 @@ void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0) {
     ll_backend *be = m->be;
     const int L = r->L, N = r->p.B * r->p.T, C = m->hp.C, s = r->stack;
     const size_t n = (size_t)N * C;
-    real **dent = ll_arena_alloc(&m->arena, sizeof(real *) * (L + 1));
+    real **dent = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
     for (int k = 0; k <= L; k++) dent[k] = ll_zeros(m, n);
     real *din = dtop;
+    const real *W = ll_dlcl_weights(m, s);
     for (int row = L; row >= 0; row--) {
         real *dcomb = din;
         if (row_ln(m, row)) {
             dcomb = ll_zeros(m, n);
             norm_bwd(m, r, row, dcomb, din, r->comb[row], N);
         }
-        for (int k = 0; k <= row; k++) {
-            real w = ll_dlcl_w(m, s, row, k);
-            if (w != 0) be->add_scaled(be, dent[k], dent[k], dcomb, w, n);
-            if (m->dlcl_w[s]) { /* dW[row][k] = <dcomb, e_k> */
-                real *g = m->grads + m->dlcl_w[s] + (size_t)row * (L + 1) + k, gv;
-                be->download(be, &gv, g, sizeof(real));
-                gv += (real)be->dot(be, dcomb, r->ent[k], n);
-                be->upload(be, g, &gv, sizeof(real));
+        /* d e_k += W[row][k] dcomb;  dW[row][k] += <dcomb, e_k> */
+        be->weighted_scatter(be, dent, W + (size_t)row * (L + 1), dcomb, row + 1, n);
+        if (m->dlcl_w[s])
+            be->dots_acc(be, m->grads + m->dlcl_w[s] + (size_t)row * (L + 1), dcomb, (const real *const *)r->ent,
+                         row + 1, n);
+        if (row >= 1 && ll_layer_off(layer_ctl(r, row - 1))) { /* the entry was the input itself */
+            din = dent[row];
+        } else if (row >= 1) {
+            const real *z = layer_ctl(r, row - 1) ? layer_ctl(r, row - 1)->gate : NULL;
+            real *de = dent[row]; /* d E(y) = z d e (entry gate) */
+            if (z) {
+                de = ll_buf(m, n);
+                be->copy(be, de, dent[row], n * sizeof(real));
+                be->scale_gated(be, de, z, NULL, n);
             }
-        }
-        if (row >= 1) {
-            real *dy = dent[row];
+            real *dy = de;
             if (entry_ln(m, row)) {
                 dy = ll_zeros(m, n);
-                norm_bwd(m, r, row, dy, dent[row], r->raw[row], N);
+                norm_bwd(m, r, row, dy, de, r->raw[row], N);
             }
             din = ll_buf(m, n);
+            const ll_arena_mark mk = ll_arena_get_mark(&m->arena); /* the layer's temporaries */
             ll_layer_bwd(m, r, row - 1, dy, din); /* overwrites din */
+            ll_arena_release(&m->arena, mk);
+            if (z) { /* d in += (1 - z) d e */
+                be->acc(be, din, dent[row], n);
+                be->add_scaled(be, din, din, de, -1, n);
+            }
+            ll_layer_ctl *c = r->blocks[(row - 1) * r->per_layer].ctl;
+            if (c && c->dgate && r->gent[row]) /* dz += <d e, E(y) - in>, at z = 1 too */
+                be->dot_acc(be, c->dgate, dent[row], r->gent[row], n, NULL);
         }
     }
     if (entry_ln(m, 0))

@@ -23,15 +23,26 @@ static real *dlcl_entry(ll_model *m, int k, real *y, int N) {
 static real *dlcl_row(ll_model *m, int r, real **ent, int N) {
     const size_t n = (size_t)N * m->hp.C;
     real *c = ll_buf(m, n);
-    m->be->memset0(m->be, c, n * sizeof(real));
-    for (int k = 0; k <= r; k++) {
-        real w = ll_dlcl_w(m, 1, r, k);
-        if (w != 0) m->be->add_scaled(m->be, c, c, ent[k], w, n);
-    }
+    m->be->weighted_sum(m->be, c, (const real *const *)ent, ll_dlcl_weights(m, 1) + (size_t)r * (m->hp.Ld + 1), r + 1,
+                        n);
     if (!(m->hp.dlcl_ln && m->hp.post_norm && r >= 1)) return c;
     real *z = ll_buf(m, n);
     norm(m, z, c, ll_dlcl_ln_w(m, 1, r), ll_dlcl_ln_b(m, 1, r), N);
     return z;
+}
+
+
+/* A decoder layer whose branches are off (z = 0): post-norm applies its three
+ * layer norms, pre-norm and ReZero are the identity (layers.c, BLOCK_OFF). */
+static real *off_layer(ll_model *m, const ll_layer_offsets *L, real *x, int N) {
+    if (!m->hp.post_norm) return x;
+    const size_t w[3] = {L->ln1_w, L->ln2_w, L->ln3_w}, b[3] = {L->ln1_b, L->ln2_b, L->ln3_b};
+    for (int i = 0; i < 3; i++) {
+        real *z = ll_buf(m, (size_t)N * m->hp.C);
+        norm(m, z, x, w[i], b[i], N);
+        x = z;
+    }
+    return x;
 }
 
 /* Decoder weights packed once per decode: every step multiplies a few rows
@@ -46,7 +57,7 @@ static void **pack_decoder(ll_model *m) {
     const char *env = getenv("LL_DECODE_PACKED"); /* "0": plain gemm, for A/B benchmarks */
     if (!be->linear_pack || (env && !strcmp(env, "0"))) return pk;
     for (int l = 0; l < hp->Ld; l++) {
-        if (m->dec_ctl[l].skip) continue;
+        if (m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])) continue;
         const ll_layer_offsets *L = &m->dec[l];
         void **p = pk + (size_t)l * LL_DEC_PACKED;
         p[PK_QKV] = be->linear_pack(be, m->params + L->qkv_w, 3 * C, C);
@@ -103,6 +114,7 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
 
     /* encoder: the training forward (stack run) with train = 0 */
     ll_arena_reset(&m->arena);
+    ll_arena_reset(&m->meta);
     ll_stack_run er;
     ll_pass p = {.B = B, .T = S, .S = S, .self_len = src_len, .src_len = src_len, .train = 0, .stack = 0};
     ll_stack_run_init(m, &er, 0, &p, src);
@@ -119,14 +131,18 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     d->scratch_kv = be->alloc(be, (size_t)N * (max_T > S ? max_T : S) * 2 * C * sizeof(real));
     d->packed = m->dec_packed ? m->dec_packed : (d->own_packed = 1, pack_decoder(m));
     ll_arena_reset(&m->arena);
+    ll_arena_reset(&m->meta);
     return d;
 }
 
 /* y = x + g Sub(LN(x)) (pre-norm), LN(x + g Sub(x)) (post-norm) or x + g Sub(x)
- * (ReZero, g includes alpha); s holds Sub's output. */
-static real *residual(ll_model *m, const real *x, real *s, real g, size_t ln_w, size_t ln_b, int N) {
+ * (ReZero, g[1] is alpha); g[] are backend scalars (NULL = 1); s holds Sub's output. */
+static real *residual(ll_model *m, const real *x, real *s, const real *const g[2], size_t ln_w, size_t ln_b, int N) {
     real *y = ll_buf(m, (size_t)N * m->hp.C);
-    m->be->add_scaled(m->be, y, x, s, g, (size_t)N * m->hp.C);
+    if (!g[0] && !g[1])
+        m->be->add(m->be, y, x, s, (size_t)N * m->hp.C);
+    else
+        m->be->add_gated(m->be, y, x, s, g[0], g[1], (size_t)N * m->hp.C);
     if (m->hp.post_norm) {
         real *z = ll_buf(m, (size_t)N * m->hp.C);
         norm(m, z, y, ln_w, ln_b, N);
@@ -148,16 +164,15 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     const int C = hp->C, H = hp->H, Dh = C / H, N = d->N, t = d->t;
     if (t >= d->max_T) ll_die("decode: step %d exceeds the cache capacity %d", t, d->max_T);
     if (t + LL_PAD + 1 >= hp->max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
-    ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+    ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
     for (int n = 0; n < N; n++) d->key_len[n] = t + 1;
     real *x = ll_buf(m, (size_t)N * C);
     be->embed_fwd(be, x, prev_tok, m->params + m->dec_emb, m->pos_table, LL_PAD + 1 + t, sqrt((real)C), N, 1, C,
                   LL_PAD);
     real *qkv = ll_buf(m, (size_t)N * 3 * C), *ctx = ll_buf(m, (size_t)N * C), *s = ll_buf(m, (size_t)N * C);
-    real *probs = ll_buf(m, (size_t)N * H * (d->max_T > d->S ? d->max_T : d->S) * d->beam);
     /* DLCL: entries of this position and the combined input of each layer */
     const int dl = ll_dlcl_on(m, 1);
-    real **ent = dl ? ll_arena_alloc(&m->arena, sizeof(real *) * (hp->Ld + 1)) : NULL;
+    real **ent = dl ? ll_arena_alloc(&m->meta, sizeof(real *) * (hp->Ld + 1)) : NULL;
     if (dl) {
         ent[0] = dlcl_entry(m, 0, x, N);
         x = dlcl_row(m, 0, ent, N);
@@ -166,19 +181,17 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         const ll_layer_offsets *L = &m->dec[l];
         const ll_layer_ctl *ctl = &m->dec_ctl[l];
         void *const *pk = d->packed + (size_t)l * LL_DEC_PACKED;
-        if (ctl->skip) { /* pruned/skipped layer: identity, its cache stays unused */
-            if (dl) {
-                ent[l + 1] = dlcl_entry(m, l + 1, x, N);
+        if (ctl->skip || ll_layer_off(ctl)) { /* not computed; its cache stays unused */
+            if (dl) { /* LayerDrop: identity, entry E(x); latent z = 0: the entry is the input */
+                ent[l + 1] = ctl->skip ? dlcl_entry(m, l + 1, x, N) : x;
                 x = dlcl_row(m, l + 1, ent, N);
+            } else if (!ctl->skip) { /* latent z = 0 as training computes it */
+                x = off_layer(m, L, x, N);
             }
             continue;
         }
-        real g = ctl->gate;
-        if (hp->rezero) {
-            real a;
-            be->download(be, &a, m->params + m->rezero_alpha[1][l], sizeof(real));
-            g *= a;
-        }
+        const real *x_in = x; /* the layer's input (DLCL entry gate) */
+        const real *const g[2] = {ctl->gate, hp->rezero ? m->params + m->rezero_alpha[1][l] : NULL};
         /* self-attention over the cache */
         const real *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
         dec_linear(m, pk[PK_QKV], qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b);
@@ -186,8 +199,9 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         for (int n = 0; n < N; n++)
             be->copy(be, cache + ((size_t)n * d->max_T + t) * 2 * C, qkv + (size_t)n * 3 * C + C,
                        2 * C * sizeof(real));
-        be->attention_fwd(be, ctx, probs, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H,
-                          Dh, 0, 0, NULL, 0);
+        /* no backward follows: lse NULL */
+        be->attention_fwd(be, ctx, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H, Dh, 0,
+                          0, NULL, 0);
         dec_linear(m, pk[PK_O], s, ctx, N, C, C, L->o_w, L->o_b);
         x = residual(m, x, s, g, L->ln1_w, L->ln1_b, N);
         /* cross-attention (branch off: pre-norm identity, post-norm LN(x)) */
@@ -201,8 +215,8 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
             u = sub_input(m, x, L->ln2_w, L->ln2_b, N);
             real *q = ll_buf(m, (size_t)N * C);
             dec_linear(m, pk[PK_CQ], q, u, N, C, C, L->cq_w, L->cq_b);
-            be->attention_fwd(be, ctx, probs, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->sent_src_len,
-                              d->B, d->beam, d->S, H, Dh, 0, 0, NULL, 0);
+            be->attention_fwd(be, ctx, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->sent_src_len, d->B,
+                              d->beam, d->S, H, Dh, 0, 0, NULL, 0);
             dec_linear(m, pk[PK_CO], s, ctx, N, C, C, L->co_w, L->co_b);
             x = residual(m, x, s, g, L->ln2_w, L->ln2_b, N);
         }
@@ -214,7 +228,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         dec_linear(m, pk[PK_FC2], s, h, N, hp->F, C, L->fc2_w, L->fc2_b);
         x = residual(m, x, s, g, L->ln3_w, L->ln3_b, N);
         if (dl) {
-            ent[l + 1] = dlcl_entry(m, l + 1, x, N);
+            ent[l + 1] = ll_dlcl_gate_entry(m, dlcl_entry(m, l + 1, x, N), x_in, ctl->gate, (size_t)N * C, NULL);
             x = dlcl_row(m, l + 1, ent, N);
         }
     }
@@ -227,6 +241,7 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     be->log_softmax(be, logp, N, hp->V);
     d->t++;
     ll_arena_release(&m->arena, mk);
+    ll_arena_release(&m->meta, mk_meta);
 }
 
 void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
@@ -239,7 +254,7 @@ void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
     /* Only rows that change are copied: first every source row that some moved
      * row reads (into scratch), then the moved rows from scratch. */
     for (int l = 0; l < m->hp.Ld; l++) {
-        if (m->dec_ctl[l].skip) continue; /* skipped layers have no cache to keep */
+        if (m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])) continue; /* no cache to keep */
         real *c = d->self_kv[l];
         for (int n = 0; n < d->N; n++)
             if (from[n] != n) be->copy(be, d->scratch_kv + n * row, c + from[n] * row, used * sizeof(real));

@@ -5,7 +5,7 @@
 
 #include "model_internal.h"
 
-real *ll_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->arena, n * sizeof(real)); }
+real *ll_buf(ll_model *m, size_t n) { return ll_arena_alloc_act(&m->arena, n * sizeof(real)); }
 
 real *ll_zeros(ll_model *m, size_t n) {
     real *p = ll_buf(m, n);
@@ -53,12 +53,10 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
         k->qkv = ll_buf(m, (size_t)N * 3 * C);
         ll_linear_fwd(m, k->qkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
         k->ctx = ll_buf(m, (size_t)N * C);
-        k->probs = ll_buf(m, (size_t)p->B * H * p->T * p->T);
-        k->pmask = ad > 0 ? mask_buf(m, (size_t)p->B * H * p->T * p->T) : NULL;
-        ll_site_rng(&r, p, layer, SITE_SELF_PROBS);
-        be->attention_fwd(be, k->ctx, k->probs, k->pmask, k->qkv, 3 * C, k->qkv + C, k->qkv + 2 * C, 3 * C,
-                          p->self_len, p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &r,
-                          (uint64_t)p->row0 * H * p->T * p->T);
+        k->lse = ll_buf(m, (size_t)p->B * H * p->T);
+        ll_site_rng(&k->attn_rng, p, layer, SITE_SELF_PROBS);
+        be->attention_fwd(be, k->ctx, k->lse, k->qkv, 3 * C, k->qkv + C, k->qkv + 2 * C, 3 * C, p->self_len, p->B,
+                          p->T, p->T, H, Dh, p->stack == 1, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->T);
         ll_linear_fwd(m, s, k->ctx, N, C, C, L->o_w, L->o_b);
         break;
     case SUB_CROSS: {
@@ -68,11 +66,10 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
         k->kv = ll_buf(m, (size_t)Ns * 2 * C);
         ll_linear_fwd(m, k->kv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
         k->ctx = ll_buf(m, (size_t)N * C);
-        k->probs = ll_buf(m, (size_t)p->B * H * p->T * p->S);
-        k->pmask = ad > 0 ? mask_buf(m, (size_t)p->B * H * p->T * p->S) : NULL;
-        ll_site_rng(&r, p, layer, SITE_CROSS_PROBS);
-        be->attention_fwd(be, k->ctx, k->probs, k->pmask, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len, p->B,
-                          p->T, p->S, H, Dh, 0, ad, &r, (uint64_t)p->row0 * H * p->T * p->S);
+        k->lse = ll_buf(m, (size_t)p->B * H * p->T);
+        ll_site_rng(&k->attn_rng, p, layer, SITE_CROSS_PROBS);
+        be->attention_fwd(be, k->ctx, k->lse, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len, p->B, p->T, p->S, H, Dh,
+                          0, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->S);
         ll_linear_fwd(m, s, k->ctx, N, C, C, L->co_w, L->co_b);
         break;
     }
@@ -108,8 +105,9 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
         real *dctx = ll_buf(m, (size_t)N * C);
         ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->o_w, L->o_b);
         real *dqkv = ll_buf(m, (size_t)N * 3 * C); /* attention_bwd overwrites */
-        be->attention_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dctx, k->probs, k->pmask, k->qkv, 3 * C, k->qkv + C,
-                          k->qkv + 2 * C, 3 * C, p->B, p->T, p->T, H, Dh, ad);
+        be->attention_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dctx, k->ctx, k->lse, k->qkv, 3 * C, k->qkv + C,
+                          k->qkv + 2 * C, 3 * C, p->self_len, p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &k->attn_rng,
+                          (uint64_t)p->row0 * H * p->T * p->T);
         ll_linear_bwd(m, din, din_beta, dqkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
         break;
     }
@@ -118,8 +116,8 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
         real *dctx = ll_buf(m, (size_t)N * C);
         ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->co_w, L->co_b);
         real *dq = ll_buf(m, (size_t)N * C), *dkv = ll_buf(m, (size_t)Ns * 2 * C);
-        be->attention_bwd(be, dq, dkv, dkv + C, dctx, k->probs, k->pmask, k->q, C, k->kv, k->kv + C, 2 * C, p->B,
-                          p->T, p->S, H, Dh, ad);
+        be->attention_bwd(be, dq, dkv, dkv + C, dctx, k->ctx, k->lse, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len,
+                          p->B, p->T, p->S, H, Dh, 0, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->S);
         ll_linear_bwd(m, din, din_beta, dq, in, N, C, C, L->cq_w, L->cq_b);
         ll_linear_bwd(m, p->d_enc_out, 1, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
         break;
@@ -138,14 +136,10 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
 
 static int site_of(ll_sub_kind kind) { return kind == SUB_SELF ? SITE_SELF : kind == SUB_CROSS ? SITE_CROSS : SITE_FFN; }
 
-/* The branch scale is z * alpha: the layer's gate (latent depth) times ReZero's alpha. */
-static real gate_z(const ll_block *k) { return k->ctl ? k->ctl->gate : 1; }
-static real rezero_alpha(const ll_model *m, const ll_block *k) {
-    real a = 1;
-    if (k->alpha) m->be->download(m->be, &a, m->params + k->alpha, sizeof(real));
-    return a;
-}
-static real branch_scale(const ll_model *m, const ll_block *k) { return gate_z(k) * rezero_alpha(m, k); }
+/* The branch scale is z * alpha: the layer's gate (latent depth) times
+ * ReZero's alpha, both scalars in backend memory (NULL = 1). */
+static const real *gate_ptr(const ll_block *k) { return k->ctl ? k->ctl->gate : NULL; }
+static const real *alpha_ptr(const ll_model *m, const ll_block *k) { return k->alpha ? m->params + k->alpha : NULL; }
 
 void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     ll_backend *be = m->be;
@@ -161,7 +155,8 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     }
     k->mean = ll_buf(m, N);
     k->rstd = ll_buf(m, N);
-    if (ctl && ctl->skip_cross && k->kind == SUB_CROSS) { /* branch off: pre y = x, post y = LN(x) */
+    /* branch off (CAD, or a latent z = 0 at inference): pre/ReZero y = x, post y = LN(x) */
+    if (ll_layer_off(ctl) || (ctl && ctl->skip_cross && k->kind == SUB_CROSS)) {
         k->mode = BLOCK_OFF;
         if (!post) {
             k->y = (real *)k->x;
@@ -172,7 +167,7 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         }
         return;
     }
-    const real gate = branch_scale(m, k);
+    const real *gate = gate_ptr(k), *alpha = alpha_ptr(m, k);
     k->y = ll_buf(m, n);
     real *s = k->s = ll_buf(m, n);
     if (!post && !rezero) {
@@ -191,10 +186,10 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         be->dropout_fwd(be, s, k->mask, n, m->hp.dropout, &r, (uint64_t)p->row0 * p->T * m->hp.C);
     }
     real *sum = post ? (k->a = ll_buf(m, n)) : k->y;
-    if (gate == 1)
+    if (!gate && !alpha)
         be->add(be, sum, k->x, s, n);
     else
-        be->add_scaled(be, sum, k->x, s, gate, n);
+        be->add_gated(be, sum, k->x, s, gate, alpha, n);
     if (post) be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
 }
 
@@ -227,18 +222,11 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx
         FIRST(dx, ds);
     }
 #undef FIRST
-    const real gate = branch_scale(m, k);
-    if ((ctl && ctl->needs_dgate) || rezero) {
-        double d = be->dot(be, ds, k->s, n); /* dL/d(z * alpha) */
-        if (ctl && ctl->needs_dgate) ctl->dgate += d * rezero_alpha(m, k);
-        if (rezero) {
-            real ga;
-            be->download(be, &ga, m->grads + k->alpha, sizeof(real));
-            ga += (real)(d * gate_z(k));
-            be->upload(be, m->grads + k->alpha, &ga, sizeof(real));
-        }
-    }
-    if (gate != 1) be->scale(be, ds, gate, n);
+    const real *gate = gate_ptr(k), *alpha = alpha_ptr(m, k);
+    /* d(x + z alpha s): dL/dz = alpha <ds, s>, dL/dalpha = z <ds, s> (on the backend) */
+    if (ctl && ctl->dgate) be->dot_acc(be, ctl->dgate, ds, k->s, n, alpha);
+    if (rezero) be->dot_acc(be, m->grads + k->alpha, ds, k->s, n, gate);
+    if (gate || alpha) be->scale_gated(be, ds, gate, alpha, n);
     if (k->mask) be->dropout_bwd(be, ds, k->mask, n, m->hp.dropout);
     if (!post && !rezero) {
         real *du = ll_buf(m, n);

@@ -31,7 +31,10 @@ void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size
     hp->label_smoothing = cfg->label_smoothing;
     hp->latent_enc = cfg->latent_enc;
     hp->latent_dec = cfg->latent_dec;
-    hp->latent_rows = strcmp(cfg->latent_posterior, "shared") == 0 ? 1 : ll_config_langs(cfg, NULL);
+    hp->latent_per_pair = strcmp(cfg->latent_posterior, "per_pair") == 0;
+    hp->latent_rows = strcmp(cfg->latent_posterior, "shared") == 0 ? 1
+                      : hp->latent_per_pair                       ? cfg->n_train
+                                                                  : ll_config_langs(cfg, NULL);
     if (hp->latent_rows < 1) hp->latent_rows = 1;
 }
 
@@ -95,6 +98,17 @@ static void add_layer(ll_model *m, size_t *cap, const char *prefix, ll_layer_off
 #undef P
 }
 
+/* Activations in backend memory (device memory on CUDA), metadata on the host. */
+static void *be_mem_alloc(void *ctx, size_t n) { return ((ll_backend *)ctx)->alloc(ctx, n); }
+static void be_mem_free(void *ctx, void *p) { ((ll_backend *)ctx)->free(ctx, p); }
+static void model_arenas(ll_model *m) {
+    ll_arena_init_with(&m->arena, 0, be_mem_alloc, be_mem_free, m->be);
+    ll_arena_init(&m->meta, 0);
+}
+
+/* DLCL's initial W[r][k] (k <= r): 1, or the average 1/(r+1) of the entries. */
+static real dlcl_init_w(const ll_hparams *hp, int r) { return hp->dlcl_init_one ? 1 : (real)1 / (r + 1); }
+
 ll_model *ll_model_plan(const ll_hparams *hp, ll_backend *be) {
     const char *missing = ll_backend_missing(be);
     if (missing) ll_die("backend '%s' does not implement op '%s' yet", be->name, missing);
@@ -135,9 +149,6 @@ ll_model *ll_model_plan(const ll_hparams *hp, ll_backend *be) {
             snprintf(n, sizeof n, "%s.dlcl.ln.%d.bias", pre, k);
             m->dlcl_ln[st][2 * k + 1] = add_param(m, &cap, n, C, 0, 1);
         }
-        m->dlcl_fixed[st] = ll_calloc((size_t)(L + 1) * (L + 1), sizeof(real));
-        for (int r = 0; r <= L; r++)
-            for (int k = 0; k <= r; k++) m->dlcl_fixed[st][r * (L + 1) + k] = hp->dlcl_init_one ? 1 : (real)1 / (r + 1);
     }
     /* ReZero: one scalar per layer, initialised to 0 */
     for (int st = 0; st < 2 && hp->rezero; st++) {
@@ -160,11 +171,6 @@ ll_model *ll_model_plan(const ll_hparams *hp, ll_backend *be) {
     if (hp->latent_enc) m->latent_logits[0] = add_param(m, &cap, "enc.latent_logits", hp->latent_rows, hp->Le, 1);
     if (hp->latent_dec) m->latent_logits[1] = add_param(m, &cap, "dec.latent_logits", hp->latent_rows, hp->Ld, 1);
     if (m->phi_offset < m->n_params) m->phi_offset = m->latent_logits[0] ? m->latent_logits[0] : m->latent_logits[1];
-    for (int s = 0; s < 2; s++) {
-        int L = s ? hp->Ld : hp->Le;
-        m->latent_z[s] = ll_calloc((size_t)hp->latent_rows * L + 1, sizeof(real));
-        m->latent_dzda[s] = ll_calloc((size_t)hp->latent_rows * L + 1, sizeof(real));
-    }
     return m;
 }
 
@@ -172,6 +178,26 @@ void ll_model_alloc(ll_model *m) {
     ll_backend *be = m->be;
     const ll_hparams *hp = &m->hp;
     const int C = hp->C;
+    /* per-stack backend buffers: latent samples, gates, dL/dgate, DLCL's fixed/initial W */
+    size_t snap = 0;
+    for (int s = 0; s < 2; s++) {
+        int L = s ? hp->Ld : hp->Le;
+        size_t n = (size_t)(hp->latent_rows > 1 ? hp->latent_rows : 1) * L + 1;
+        m->latent_z[s] = be->alloc(be, n * sizeof(real));
+        m->latent_dzda[s] = be->alloc(be, n * sizeof(real));
+        m->gate_buf[s] = be->alloc(be, (size_t)(L + 1) * sizeof(real));
+        m->dgate_buf[s] = be->alloc(be, (size_t)(L + 1) * sizeof(real));
+        if (s ? hp->latent_dec : hp->latent_enc) snap += 2 * (size_t)hp->latent_rows * L * sizeof(real);
+        if (!(s ? hp->dlcl_dec : hp->dlcl_enc)) continue;
+        real *w0 = ll_calloc((size_t)(L + 1) * (L + 1), sizeof(real));
+        for (int r = 0; r <= L; r++)
+            for (int k = 0; k <= r; k++) w0[r * (L + 1) + k] = dlcl_init_w(hp, r);
+        m->dlcl_fixed[s] = be->alloc(be, (size_t)(L + 1) * (L + 1) * sizeof(real));
+        be->upload(be, m->dlcl_fixed[s], w0, (size_t)(L + 1) * (L + 1) * sizeof(real));
+        free(w0);
+    }
+    m->snap_bytes = snap;
+    m->stats = be->alloc(be, LL_ST_N * sizeof(double) + snap);
     m->params = be->alloc(be, m->n_params * sizeof(real));
     m->grads = be->alloc(be, m->n_params * sizeof(real));
 
@@ -187,7 +213,7 @@ void ll_model_alloc(ll_model *m) {
     m->pos_table = be->alloc(be, (size_t)rows * C * sizeof(real));
     be->upload(be, m->pos_table, pe, (size_t)rows * C * sizeof(real));
     free(pe);
-    ll_arena_init(&m->arena, 0);
+    model_arenas(m);
     m->st = ll_calloc(1, sizeof(ll_fwd_state));
     m->enc_ctl = ll_calloc(hp->Le ? hp->Le : 1, sizeof(ll_layer_ctl));
     m->dec_ctl = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_layer_ctl));
@@ -201,8 +227,60 @@ ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be) {
 }
 
 void ll_model_reset_ctl(ll_model *m) {
-    for (int l = 0; l < m->hp.Le; l++) m->enc_ctl[l] = (ll_layer_ctl){.gate = 1};
-    for (int l = 0; l < m->hp.Ld; l++) m->dec_ctl[l] = (ll_layer_ctl){.gate = 1};
+    for (int l = 0; l < m->hp.Le; l++) m->enc_ctl[l] = (ll_layer_ctl){0};
+    for (int l = 0; l < m->hp.Ld; l++) m->dec_ctl[l] = (ll_layer_ctl){0};
+}
+
+static ll_layer_ctl *ctl_of(ll_model *m, int stack) { return stack ? m->dec_ctl : m->enc_ctl; }
+
+void ll_model_set_gate(ll_model *m, int stack, int l, real g) {
+    m->be->upload(m->be, m->gate_buf[stack] + l, &g, sizeof(real));
+    ctl_of(m, stack)[l].gate = m->gate_buf[stack] + l;
+}
+
+real ll_model_gate(ll_model *m, int stack, int l) {
+    real g = 1;
+    const real *p = ctl_of(m, stack)[l].gate;
+    if (p) m->be->download(m->be, &g, p, sizeof(real));
+    return g;
+}
+
+void ll_model_track_dgates(ll_model *m, int on) {
+    for (int s = 0; s < 2; s++)
+        for (int l = 0; l < (s ? m->hp.Ld : m->hp.Le); l++) ctl_of(m, s)[l].dgate = on ? m->dgate_buf[s] + l : NULL;
+}
+
+void ll_model_dgates(ll_model *m, int stack, double *out) {
+    const int L = stack ? m->hp.Ld : m->hp.Le;
+    real tmp[L + 1];
+    m->be->download(m->be, tmp, m->dgate_buf[stack], (L + 1) * sizeof(real));
+    for (int l = 0; l < L; l++) out[l] = tmp[l];
+}
+
+void ll_model_stats_zero(ll_model *m) { m->be->memset0(m->be, m->stats, LL_ST_ADAM_T * sizeof(double)); }
+
+void ll_model_stats_read(ll_model *m, double *stats, void *snapshot) {
+    if (!snapshot) {
+        m->be->download(m->be, stats, m->stats, LL_ST_N * sizeof(double));
+        return;
+    }
+    /* one transfer for both: the snapshot area follows the slots */
+    char *buf = ll_malloc(LL_ST_N * sizeof(double) + m->snap_bytes);
+    m->be->download(m->be, buf, m->stats, LL_ST_N * sizeof(double) + m->snap_bytes);
+    memcpy(stats, buf, LL_ST_N * sizeof(double));
+    memcpy(snapshot, buf + LL_ST_N * sizeof(double), m->snap_bytes);
+    free(buf);
+}
+
+void ll_model_snapshot(ll_model *m) {
+    char *dst = (char *)(m->stats + LL_ST_N);
+    for (int s = 0; s < 2; s++) {
+        if (!m->latent_logits[s]) continue;
+        const size_t n = (size_t)m->hp.latent_rows * (s ? m->hp.Ld : m->hp.Le) * sizeof(real);
+        m->be->copy(m->be, dst, m->params + m->latent_logits[s], n);
+        m->be->copy(m->be, dst + n, m->latent_z[s], n);
+        dst += 2 * n;
+    }
 }
 
 ll_model *ll_model_replica(const ll_model *m) {
@@ -210,7 +288,10 @@ ll_model *ll_model_replica(const ll_model *m) {
     *r = *m; /* shares params, tables and host arrays (read-only while replicas live) */
     r->replica_of = m;
     r->grads = NULL;
-    ll_arena_init(&r->arena, 0);
+    r->stats = m->be->alloc(m->be, LL_ST_N * sizeof(double) + m->snap_bytes);
+    for (int s = 0; s < 2; s++) /* its own dL/dgate; the gates themselves are shared */
+        r->dgate_buf[s] = m->be->alloc(m->be, (size_t)((s ? m->hp.Ld : m->hp.Le) + 1) * sizeof(real));
+    model_arenas(r);
     r->st = ll_calloc(1, sizeof(ll_fwd_state));
     const int Le = m->hp.Le ? m->hp.Le : 1, Ld = m->hp.Ld ? m->hp.Ld : 1;
     r->enc_ctl = ll_malloc(sizeof(ll_layer_ctl) * Le);
@@ -224,8 +305,12 @@ void ll_model_free(ll_model *m) {
     if (!m) return;
     if (m->replica_of) { /* only what the replica owns */
         if (m->grads) m->be->free(m->be, m->grads);                        /* training replica */
+        m->be->free(m->be, m->stats);
+        for (int s = 0; s < 2; s++) m->be->free(m->be, m->dgate_buf[s]);
         if (m->obj.ddr_dec_ctl != m->replica_of->obj.ddr_dec_ctl) free(m->obj.ddr_dec_ctl);
         ll_arena_free(&m->arena);
+        ll_arena_free(&m->meta);
+        free(m->st->stage);
         free(m->st);
         free(m->enc_ctl);
         free(m->dec_ctl);
@@ -236,16 +321,21 @@ void ll_model_free(ll_model *m) {
     free(m->enc_ctl);
     free(m->dec_ctl);
     for (int s = 0; s < 2; s++) {
-        free(m->latent_z[s]);
-        free(m->latent_dzda[s]);
+        m->be->free(m->be, m->latent_z[s]);
+        m->be->free(m->be, m->latent_dzda[s]);
+        m->be->free(m->be, m->gate_buf[s]);
+        m->be->free(m->be, m->dgate_buf[s]);
         free(m->dlcl_ln[s]);
-        free(m->dlcl_fixed[s]);
+        if (m->dlcl_fixed[s]) m->be->free(m->be, m->dlcl_fixed[s]);
         free(m->rezero_alpha[s]);
     }
     m->be->free(m->be, m->params);
     m->be->free(m->be, m->grads);
     m->be->free(m->be, m->pos_table);
+    m->be->free(m->be, m->stats);
     ll_arena_free(&m->arena);
+    ll_arena_free(&m->meta);
+    if (m->st) free(m->st->stage); /* NULL: planned, never allocated (ll_model_plan) */
     free(m->st);
     free(m->table);
     free(m->enc);
@@ -290,9 +380,8 @@ void ll_model_init(ll_model *m, uint64_t seed) {
             if (!strstr(p->name, "output_projection")) memset(w + (size_t)LL_PAD * C, 0, sizeof(real) * C);
         } else if (strstr(p->name, "dlcl_weights")) {
             int L1 = (int)p->shape[0];
-            int st = p->name[0] == 'd';
             for (int r = 0; r < L1; r++)
-                for (int k = 0; k < L1; k++) w[(size_t)r * L1 + k] = k <= r ? m->dlcl_fixed[st][r * L1 + k] : 0;
+                for (int k = 0; k < L1; k++) w[(size_t)r * L1 + k] = k <= r ? dlcl_init_w(&m->hp, r) : 0;
         } else if (strstr(p->name, "dlcl.ln.") && ends_with(p->name, ".weight")) {
             for (size_t i = 0; i < p->numel; i++) w[i] = 1;
         } else if (strstr(p->name, "rezero_alpha")) {

@@ -26,9 +26,11 @@ typedef struct {
     real *y;       /* output */
     real *mean, *rstd;
     uint8_t *mask; /* dropout of the sub-layer output (NULL: none) */
-    /* attention */
-    real *qkv, *q, *kv, *ctx, *probs;
-    uint8_t *pmask;
+    /* attention: ctx is its output, lse its softmax statistics [B, H, T]
+     * (backward recomputes the probabilities and redraws the dropout mask
+     * from attn_rng) */
+    real *qkv, *q, *kv, *ctx, *lse;
+    ll_philox attn_rng;
     /* FFN */
     real *h, *hd;
     uint8_t *amask;
@@ -62,6 +64,7 @@ typedef struct {
     uint8_t *emb_mask;
     /* DLCL (src/model/dlcl.c): entries e_k (k = 0..L), row inputs in_r, LN stats */
     real **ent, **raw, **comb, **in;
+    real **gent;                /* latent-gated layers: E(y_k) before the entry gate (else NULL) */
     real **ln_mean, **ln_rstd;
     real *top;                  /* stack output before the final LN */
     real *out;                  /* after the final LN (pre-norm) or == top */
@@ -72,7 +75,18 @@ typedef struct {
 typedef struct ll_fwd_state {
     ll_stack_run enc[LL_MAX_RUNS], dec[LL_MAX_RUNS];
     real *logits[2];            /* [B*T, V] of the clean and the DDR pass, then their gradients */
+    char *stage;                /* host staging buffer of the batch upload */
+    size_t stage_cap;
 } ll_fwd_state;
+
+/* A batch in backend memory: one upload per micro-batch of everything the
+ * ops read (tokens, lengths and, for ALD, the corrupted sources). */
+typedef struct {
+    const int32_t *src, *tgt_in, *tgt_out, *ald_src[2];
+    const int *src_len, *tgt_len;
+} ll_dev_batch;
+/* Upload b (ald: with UNK-corrupted sources keyed by seed/step) into the arena. */
+ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t seed, uint64_t step);
 
 /* Set up a run; tok are the input tokens ([B*T]), lens the key lengths. */
 void ll_stack_run_init(ll_model *m, ll_stack_run *r, int stack, const ll_pass *p, const int32_t *tok);
@@ -86,18 +100,22 @@ real *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, real *x);
 void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, real *dy, real *dx);
 
 /* ---- objectives (objectives.c) ---- */
-/* ALD sources: a fraction gamma (light) and 1 - gamma (heavy) of each source's
- * tokens (EOS excluded) replaced by UNK, gamma ~ U[0, ald_p) per sentence. */
-void ll_unk_corrupt(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int32_t **light, int32_t **heavy);
+/* ALD sources (host, into light/heavy [B*S]): a fraction gamma (light) and
+ * 1 - gamma (heavy) of each source's tokens (EOS excluded) replaced by UNK,
+ * gamma ~ U[0, ald_p) per sentence. */
+void ll_unk_corrupt(const ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int32_t *light, int32_t *heavy);
 /* ALD loss from the top decoder states of the clean, light and heavy passes
- * (hs[0..2], [B*T, C]); returns weight * ntokens * mean_b J_b and, if dh is
- * non-NULL, the gradients dh[0..2] (arena). */
-double ll_ald_loss(ll_model *m, const ll_batch *b, real *const *hs, real **dh);
+ * (hs[0..2], [B*T, C]), on the backend: weight * ntokens * mean_b J_b into
+ * LL_ST_ALD and, if dh is non-NULL, the gradients dh[0..2] (arena). */
+void ll_ald_loss(ll_model *m, const ll_batch *b, const ll_dev_batch *db, real *const *hs, real **dh);
 
 /* ---- DLCL (dlcl.c) ---- */
 int ll_dlcl_on(const ll_model *m, int stack);
-/* Weight W[r][k] of a stack (host value; fixed variants included). */
-real ll_dlcl_w(const ll_model *m, int stack, int r, int k);
+/* Latent gate of a DLCL entry: e' = in + z (e - in) (z a backend scalar;
+ * NULL = 1: e itself); *diff (if non-NULL) gets e - in for the backward. */
+real *ll_dlcl_gate_entry(ll_model *m, real *e, const real *in, const real *gate, size_t n, real **diff);
+/* W [L+1, L+1] of a stack in backend memory (the fixed variants included). */
+const real *ll_dlcl_weights(const ll_model *m, int stack);
 /* Forward of a layered stack with DLCL; x0 = embedding output.  Returns top. */
 real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r);
 void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0);

@@ -12,16 +12,13 @@
 
 #include "model_internal.h"
 
-void ll_unk_corrupt(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int32_t **light, int32_t **heavy) {
+void ll_unk_corrupt(const ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int32_t *light, int32_t *heavy) {
     const int B = b->B, S = b->S;
-    int32_t *x[2];
-    for (int i = 0; i < 2; i++) {
-        x[i] = ll_arena_alloc(&m->arena, sizeof(int32_t) * (size_t)B * S);
-        memcpy(x[i], b->src, sizeof(int32_t) * (size_t)B * S);
-    }
+    int32_t *x[2] = {light, heavy};
+    for (int i = 0; i < 2; i++) memcpy(x[i], b->src, sizeof(int32_t) * (size_t)B * S);
     ll_philox r;
     ll_philox_init(&r, seed, LL_RNG_UNK, (uint32_t)step);
-    int *perm = ll_arena_alloc(&m->arena, sizeof(int) * (S + 1));
+    int *perm = ll_malloc(sizeof(int) * (S + 1));
     uint64_t ctr = 0;
     for (int s = 0; s < B; s++) {
         int n = b->src_len[s] - 1; /* real tokens: EOS stays */
@@ -37,69 +34,19 @@ void ll_unk_corrupt(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step
         for (int i = 0; i < 2; i++)
             for (int j = 0; j < k[i]; j++) x[i][s * S + perm[j]] = LL_UNK;
     }
-    *light = x[0];
-    *heavy = x[1];
+    free(perm);
 }
 
-/* G[b] = mean over the sentence's target positions of h. */
-static void pool(const ll_batch *b, const real *h, int C, double *G) {
-    for (int s = 0; s < b->B; s++) {
-        double *g = G + (size_t)s * C;
-        memset(g, 0, sizeof(double) * C);
-        int n = b->tgt_len[s];
-        for (int t = 0; t < n; t++)
-            for (int c = 0; c < C; c++) g[c] += h[((size_t)s * b->T + t) * C + c];
-        for (int c = 0; c < C; c++) g[c] /= n > 0 ? n : 1;
-    }
-}
-
-double ll_ald_loss(ll_model *m, const ll_batch *b, real *const *hs, real **dh) {
+void ll_ald_loss(ll_model *m, const ll_batch *b, const ll_dev_batch *db, real *const *hs, real **dh) {
+    ll_backend *be = m->be;
     const int B = b->B, C = m->hp.C, T = b->T;
-    const double tau = m->obj.ald_tau, w = m->obj.ald_weight * b->n_tgt_tokens / (double)B;
-    /* states are host memory on the CPU backend; the CUDA backend will pool on the device */
-    double *G = ll_malloc(sizeof(double) * 3 * (size_t)B * C), *dG = ll_calloc(3 * (size_t)B * C, sizeof(double));
-    for (int i = 0; i < 3; i++) pool(b, hs[i], C, G + (size_t)i * B * C);
-    double total = 0;
-    for (int s = 0; s < B; s++) {
-        const double *g[3];
-        double norm[3], cosv[3] = {0, 0, 0};
-        for (int i = 0; i < 3; i++) {
-            g[i] = G + ((size_t)i * B + s) * C;
-            double q = 0;
-            for (int c = 0; c < C; c++) q += g[i][c] * g[i][c];
-            norm[i] = sqrt(q);
-        }
-        for (int i = 1; i < 3; i++) {
-            double d = 0;
-            for (int c = 0; c < C; c++) d += g[0][c] * g[i][c];
-            cosv[i] = d / fmax(norm[0] * norm[i], 1e-8);
-        }
-        double delta = (cosv[2] - cosv[1]) / tau;          /* s- - s+ */
-        double J = delta > 0 ? delta + log1p(exp(-delta)) : log1p(exp(delta)); /* softplus */
-        total += J;
-        double sg = 1 / (1 + exp(-delta));                  /* dJ/d delta */
-        double ds[3] = {0, -sg / tau, sg / tau};            /* dJ/dcos+ , dJ/dcos- */
-        for (int i = 1; i < 3; i++) {
-            double den = fmax(norm[0] * norm[i], 1e-8);
-            double *d0 = dG + (size_t)s * C, *di = dG + ((size_t)i * B + s) * C;
-            for (int c = 0; c < C; c++) {
-                /* d cos(a,b)/da = b/(|a||b|) - cos a/|a|^2 */
-                d0[c] += w * ds[i] * (g[i][c] / den - cosv[i] * g[0][c] / fmax(norm[0] * norm[0], 1e-16));
-                di[c] += w * ds[i] * (g[0][c] / den - cosv[i] * g[i][c] / fmax(norm[i] * norm[i], 1e-16));
-            }
-        }
-    }
+    const double w = m->obj.ald_weight * b->n_tgt_tokens / (double)B;
+    real *G = ll_buf(m, 3 * (size_t)B * C), *dG = dh ? ll_buf(m, 3 * (size_t)B * C) : NULL;
+    for (int i = 0; i < 3; i++) be->ald_pool(be, G + (size_t)i * B * C, hs[i], db->tgt_len, B, T, C);
+    be->ald_loss(be, dG, m->stats + LL_ST_ALD, G, B, C, m->obj.ald_tau, w);
     if (dh)
-        for (int i = 0; i < 3; i++) { /* un-pool: every target position gets dG / n */
-            dh[i] = ll_zeros(m, (size_t)B * T * C);
-            for (int s = 0; s < B; s++) {
-                int n = b->tgt_len[s];
-                for (int t = 0; t < n; t++)
-                    for (int c = 0; c < C; c++)
-                        dh[i][((size_t)s * T + t) * C + c] = (real)(dG[((size_t)i * B + s) * C + c] / n);
-            }
+        for (int i = 0; i < 3; i++) {
+            dh[i] = ll_buf(m, (size_t)B * T * C);
+            be->ald_unpool(be, dh[i], dG + (size_t)i * B * C, db->tgt_len, B, T, C);
         }
-    free(G);
-    free(dG);
-    return w * total;
 }

@@ -29,7 +29,8 @@ int ll_step_team_supported(const ll_model *m) {
 }
 
 ll_step_team *ll_step_team_new(ll_model *m, int workers) {
-    if (workers < 2 || !ll_step_team_supported(m)) return NULL;
+    /* CPU threads only: the workers' statistics are summed on the host */
+    if (workers < 2 || !ll_step_team_supported(m) || strcmp(m->be->name, "cpu") != 0) return NULL;
     ll_step_team *t = ll_calloc(1, sizeof *t);
     t->n = workers;
     t->rep = ll_calloc(workers, sizeof(ll_model *));
@@ -71,6 +72,13 @@ static ll_batch slice(const ll_batch *b, int b0, int b1) {
     return s;
 }
 
+/* Point a replica's gradient accumulators at its own buffers (the controls
+ * were copied from the model, whose dgate buffers the workers must not share). */
+static void own_dgates(ll_model *r, ll_layer_ctl *ctl, int stack, int L) {
+    for (int l = 0; l < L; l++)
+        if (ctl[l].dgate) ctl[l].dgate = r->dgate_buf[stack] + l;
+}
+
 void ll_model_step_team(ll_model *m, ll_step_team *t, const ll_batch *b, uint64_t seed, uint64_t rng_step,
                         ll_loss_stats *out) {
     const int n = t ? (t->n < b->B ? t->n : b->B) : 1;
@@ -78,37 +86,40 @@ void ll_model_step_team(ll_model *m, ll_step_team *t, const ll_batch *b, uint64_
         ll_model_step(m, b, seed, rng_step, 1, out);
         return;
     }
+    if (out) ll_model_stats_zero(m);
     const int Le = m->hp.Le ? m->hp.Le : 1, Ld = m->hp.Ld ? m->hp.Ld : 1;
     for (int w = 1; w < n; w++) { /* this step's layer controls (LayerDrop, CAD draws) */
         ll_model *r = t->rep[w];
         memcpy(r->enc_ctl, m->enc_ctl, sizeof(ll_layer_ctl) * Le);
         memcpy(r->dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * Ld);
-        if (m->obj.ddr_dec_ctl) memcpy(r->obj.ddr_dec_ctl, m->obj.ddr_dec_ctl, sizeof(ll_layer_ctl) * Ld);
+        own_dgates(r, r->enc_ctl, 0, m->hp.Le);
+        own_dgates(r, r->dec_ctl, 1, m->hp.Ld);
+        if (m->obj.ddr_dec_ctl) {
+            memcpy(r->obj.ddr_dec_ctl, m->obj.ddr_dec_ctl, sizeof(ll_layer_ctl) * Ld);
+            own_dgates(r, r->obj.ddr_dec_ctl, 1, m->hp.Ld);
+        }
+        ll_model_stats_zero(r);
     }
-    ll_loss_stats part[n];
     const int saved = ll_workers_begin(); /* ops inside a worker run single-threaded */
 #pragma omp parallel for schedule(static, 1) num_threads(n)
     for (int w = 0; w < n; w++) {
         const ll_batch s = slice(b, (int)((long)b->B * w / n), (int)((long)b->B * (w + 1) / n));
-        ll_model_step(t->rep[w], &s, seed, rng_step, 1, &part[w]);
+        ll_model_step(t->rep[w], &s, seed, rng_step, 1, NULL); /* worker 0 is m: into m->stats */
     }
     ll_workers_end(saved);
-    memset(out, 0, sizeof *out);
-    for (int w = 0; w < n; w++) {
-        out->loss += part[w].loss;
-        out->nll += part[w].nll;
-        out->ntokens += part[w].ntokens;
-        out->ce2 += part[w].ce2;
-        out->ddr += part[w].ddr;
-        out->ald += part[w].ald;
-        if (w == 0) continue;
+    ll_backend *be = m->be;
+    for (int w = 1; w < n; w++) {
         ll_model *r = t->rep[w];
-        m->be->acc(m->be, m->grads, r->grads, m->n_params);
-        m->be->memset0(m->be, r->grads, m->n_params * sizeof(real));
-        for (int l = 0; l < m->hp.Ld; l++) {
-            m->dec_ctl[l].dgate += r->dec_ctl[l].dgate;
-            if (m->obj.ddr_dec_ctl) m->obj.ddr_dec_ctl[l].dgate += r->obj.ddr_dec_ctl[l].dgate;
-        }
-        for (int l = 0; l < m->hp.Le; l++) m->enc_ctl[l].dgate += r->enc_ctl[l].dgate;
+        be->acc(be, m->grads, r->grads, m->n_params);
+        be->memset0(be, r->grads, m->n_params * sizeof(real));
+        for (int s = 0; s < 2; s++) be->acc(be, m->dgate_buf[s], r->dgate_buf[s], (s ? m->hp.Ld : m->hp.Le) + 1);
+        /* the team runs on the CPU backend only: its stats buffers are host memory */
+        for (int k = 0; k < LL_ST_ADAM_T; k++) m->stats[k] += r->stats[k];
+    }
+    if (out) {
+        double st[LL_ST_N];
+        ll_model_stats_read(m, st, NULL);
+        *out = (ll_loss_stats){.loss = st[LL_ST_LOSS], .nll = st[LL_ST_NLL], .ntokens = b->n_tgt_tokens,
+                               .ce2 = st[LL_ST_CE2], .ddr = st[LL_ST_DDR], .ald = st[LL_ST_ALD]};
     }
 }

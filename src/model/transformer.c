@@ -42,7 +42,7 @@ void ll_stack_run_init(ll_model *m, ll_stack_run *r, int stack, const ll_pass *p
     r->tok = tok;
     r->L = stack ? m->hp.Ld : m->hp.Le;
     r->per_layer = stack ? 3 : 2;
-    r->blocks = ll_arena_alloc(&m->arena, sizeof(ll_block) * (r->L * r->per_layer + 1));
+    r->blocks = ll_arena_alloc(&m->meta, sizeof(ll_block) * (r->L * r->per_layer + 1));
     const ll_layer_offsets *layers = stack ? m->dec : m->enc;
     ll_layer_ctl *ctl = stack ? (p->ctl ? p->ctl : m->dec_ctl) : m->enc_ctl;
     for (int l = 0, i = 0; l < r->L; l++) {
@@ -116,10 +116,15 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout) {
         ll_dlcl_stack_bwd(m, r, dtop, dx0);
     } else {
         dx0 = ll_buf(m, n);
+        /* the gradient between layers alternates between two buffers, and each
+         * layer's backward temporaries are released when it is done */
+        real *pp[2] = {ll_buf(m, n), r->L > 1 ? ll_buf(m, n) : NULL};
         real *dy = dtop;
         for (int l = r->L - 1; l >= 0; l--) {
-            real *dx = l == 0 ? dx0 : ll_buf(m, n);
+            real *dx = l == 0 ? dx0 : pp[l & 1];
+            const ll_arena_mark mk = ll_arena_get_mark(&m->arena);
             ll_layer_bwd(m, r, l, dy, dx); /* overwrites dx */
+            ll_arena_release(&m->arena, mk);
             dy = dx;
         }
         if (r->L == 0) be->copy(be, dx0, dtop, n * sizeof(real));
@@ -130,15 +135,43 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout) {
 
 /* ---- passes ---- */
 
-static ll_pass enc_pass(const ll_batch *b, const int *src_len, uint64_t seed, uint64_t step, int train) {
-    return (ll_pass){.B = b->B, .T = b->S, .S = b->S, .self_len = src_len, .src_len = src_len, .train = train,
-                     .seed = seed, .rng_step = step, .stack = 0, .row0 = b->row0};
+static ll_pass enc_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed, uint64_t step, int train) {
+    return (ll_pass){.B = b->B, .T = b->S, .S = b->S, .self_len = db->src_len, .src_len = db->src_len,
+                     .train = train, .seed = seed, .rng_step = step, .stack = 0, .row0 = b->row0};
 }
 
-static ll_pass dec_pass(const ll_batch *b, uint64_t seed, uint64_t step, int train, const real *enc_out) {
-    return (ll_pass){.B = b->B, .T = b->T, .S = b->S, .self_len = b->tgt_len, .src_len = b->src_len,
+static ll_pass dec_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed, uint64_t step, int train,
+                        const real *enc_out) {
+    return (ll_pass){.B = b->B, .T = b->T, .S = b->S, .self_len = db->tgt_len, .src_len = db->src_len,
                      .enc_out = enc_out, .train = train, .seed = seed, .rng_step = step, .stack = 1,
                      .row0 = b->row0};
+}
+
+/* Pack the batch on the host and upload it in one transfer (arena memory). */
+ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t seed, uint64_t step) {
+    const size_t ns = (size_t)b->B * b->S, nt = (size_t)b->B * b->T;
+    const size_t ntok = ns + 2 * nt + (ald ? 2 * ns : 0);
+    const size_t bytes = sizeof(int32_t) * ntok + 2 * sizeof(int) * (size_t)b->B;
+    ll_fwd_state *st = m->st;
+    if (st->stage_cap < bytes) {
+        st->stage = ll_realloc(st->stage, bytes);
+        st->stage_cap = bytes;
+    }
+    int32_t *h = (int32_t *)st->stage;
+    memcpy(h, b->src, sizeof(int32_t) * ns);
+    memcpy(h + ns, b->tgt_in, sizeof(int32_t) * nt);
+    memcpy(h + ns + nt, b->tgt_out, sizeof(int32_t) * nt);
+    if (ald) ll_unk_corrupt(m, b, seed, step, h + ns + 2 * nt, h + 2 * ns + 2 * nt);
+    int *lens = (int *)(h + ntok);
+    memcpy(lens, b->src_len, sizeof(int) * b->B);
+    memcpy(lens + b->B, b->tgt_len, sizeof(int) * b->B);
+    char *d = ll_arena_alloc(&m->arena, bytes);
+    m->be->upload(m->be, d, st->stage, bytes);
+    const int32_t *t = (const int32_t *)d;
+    const int *l = (const int *)(t + ntok);
+    return (ll_dev_batch){.src = t, .tgt_in = t + ns, .tgt_out = t + ns + nt,
+                          .ald_src = {ald ? t + ns + 2 * nt : NULL, ald ? t + 2 * ns + 2 * nt : NULL},
+                          .src_len = l, .tgt_len = l + b->B};
 }
 
 static real *project(ll_model *m, const real *h, int N) {
@@ -163,36 +196,35 @@ static real *project_bwd(ll_model *m, const real *dlogits, const real *h, int N)
 #define SEED_ALD_POS 0xD1B54A32D192ED03ULL
 #define SEED_ALD_NEG 0x8CB92BA72F3D8DD7ULL
 
+/* dL/dgate accumulators (the DDR pass's controls share them): cleared per backward. */
 static void zero_dgates(ll_model *m) {
-    for (int l = 0; l < m->hp.Le; l++) m->enc_ctl[l].dgate = 0;
-    for (int l = 0; l < m->hp.Ld; l++) m->dec_ctl[l].dgate = 0;
-    if (m->obj.ddr_dec_ctl)
-        for (int l = 0; l < m->hp.Ld; l++) m->obj.ddr_dec_ctl[l].dgate = 0;
+    for (int s = 0; s < 2; s++)
+        m->be->memset0(m->be, m->dgate_buf[s], (size_t)((s ? m->hp.Ld : m->hp.Le) + 1) * sizeof(real));
 }
 
-/* Forward (and backward when do_backward) of one batch. */
-static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int train, int do_backward,
-                ll_loss_stats *out) {
+/* Forward (and backward when do_backward) of one batch; losses into m->stats. */
+static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int train, int do_backward) {
     ll_backend *be = m->be;
     ll_fwd_state *st = m->st;
     const int Nt = b->B * b->T, V = m->hp.V, C = m->hp.C;
     const int ddr = train && m->obj.ddr_alpha > 0, ald = train && m->obj.ald_weight > 0;
-    memset(out, 0, sizeof *out);
     ll_arena_reset(&m->arena);
+    ll_arena_reset(&m->meta);
+    const ll_dev_batch db = ll_batch_upload(m, b, ald, seed, step);
 
     /* clean pass */
-    ll_pass pe = enc_pass(b, b->src_len, seed, step, train);
-    ll_stack_run_init(m, &st->enc[0], 0, &pe, b->src);
+    ll_pass pe = enc_pass(b, &db, seed, step, train);
+    ll_stack_run_init(m, &st->enc[0], 0, &pe, db.src);
     real *enc_out = ll_stack_run_fwd(m, &st->enc[0]);
-    ll_pass pd = dec_pass(b, seed, step, train, enc_out);
-    ll_stack_run_init(m, &st->dec[0], 1, &pd, b->tgt_in);
+    ll_pass pd = dec_pass(b, &db, seed, step, train, enc_out);
+    ll_stack_run_init(m, &st->dec[0], 1, &pd, db.tgt_in);
     real *h0 = ll_stack_run_fwd(m, &st->dec[0]);
     real *lg0 = st->logits[0] = project(m, h0, Nt);
     real *lp0 = NULL, *lp1 = NULL, *h1 = NULL, *lg1 = NULL;
     if (ddr) {
-        ll_pass pd1 = dec_pass(b, seed ^ SEED_DDR, step, train, enc_out);
+        ll_pass pd1 = dec_pass(b, &db, seed ^ SEED_DDR, step, train, enc_out);
         pd1.ctl = m->obj.ddr_dec_ctl;
-        ll_stack_run_init(m, &st->dec[1], 1, &pd1, b->tgt_in);
+        ll_stack_run_init(m, &st->dec[1], 1, &pd1, db.tgt_in);
         h1 = ll_stack_run_fwd(m, &st->dec[1]);
         lg1 = st->logits[1] = project(m, h1, Nt);
         lp0 = ll_buf(m, (size_t)Nt * V);
@@ -202,32 +234,25 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         be->log_softmax(be, lp0, Nt, V);
         be->log_softmax(be, lp1, Nt, V);
     }
-    double loss = 0, nll = 0;
-    be->xent_fwd_bwd(be, lg0, b->tgt_out, Nt, V, m->hp.label_smoothing, LL_PAD, 1, &loss, &nll);
-    out->loss = loss;
-    out->nll = nll;
-    out->ntokens = b->n_tgt_tokens;
+    be->xent_fwd_bwd(be, lg0, db.tgt_out, Nt, V, m->hp.label_smoothing, LL_PAD, 1, m->stats + LL_ST_LOSS);
     if (ddr) { /* R-Drop: CE on both copies + alpha * symmetric KL */
-        double n1;
-        be->xent_fwd_bwd(be, lg1, b->tgt_out, Nt, V, m->hp.label_smoothing, LL_PAD, 1, &out->ce2, &n1);
-        out->ddr = be->sym_kl(be, lp0, lp1, lg0, lg1, b->tgt_out, Nt, V, LL_PAD, m->obj.ddr_alpha);
+        be->xent_fwd_bwd(be, lg1, db.tgt_out, Nt, V, m->hp.label_smoothing, LL_PAD, 1, m->stats + LL_ST_CE2);
+        be->sym_kl(be, lp0, lp1, lg0, lg1, db.tgt_out, Nt, V, LL_PAD, m->obj.ddr_alpha, m->stats + LL_ST_DDR);
     }
     real *dh_ald[3] = {NULL, NULL, NULL};
     if (ald) {
-        /* corrupted sources: light (gamma) and heavy (1 - gamma) UNK replacement */
-        int32_t *xs[2];
-        ll_unk_corrupt(m, b, seed, step, &xs[0], &xs[1]);
+        /* corrupted sources (uploaded with the batch): light (gamma) and heavy (1 - gamma) UNK replacement */
         real *hs[3] = {h0, NULL, NULL};
         const uint64_t seeds[2] = {seed ^ SEED_ALD_POS, seed ^ SEED_ALD_NEG};
         for (int i = 0; i < 2; i++) {
-            ll_pass e = enc_pass(b, b->src_len, seeds[i], step, train);
-            ll_stack_run_init(m, &st->enc[1 + i], 0, &e, xs[i]);
+            ll_pass e = enc_pass(b, &db, seeds[i], step, train);
+            ll_stack_run_init(m, &st->enc[1 + i], 0, &e, db.ald_src[i]);
             real *eo = ll_stack_run_fwd(m, &st->enc[1 + i]);
-            ll_pass d = dec_pass(b, seeds[i], step, train, eo);
-            ll_stack_run_init(m, &st->dec[2 + i], 1, &d, b->tgt_in);
+            ll_pass d = dec_pass(b, &db, seeds[i], step, train, eo);
+            ll_stack_run_init(m, &st->dec[2 + i], 1, &d, db.tgt_in);
             hs[1 + i] = ll_stack_run_fwd(m, &st->dec[2 + i]);
         }
-        out->ald = ll_ald_loss(m, b, hs, do_backward ? dh_ald : NULL);
+        ll_ald_loss(m, b, &db, hs, do_backward ? dh_ald : NULL);
     }
     if (!do_backward) return;
 
@@ -251,25 +276,40 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     }
 }
 
+static void stats_to_loss(const double *st, long ntokens, ll_loss_stats *out) {
+    *out = (ll_loss_stats){.loss = st[LL_ST_LOSS], .nll = st[LL_ST_NLL], .ntokens = ntokens, .ce2 = st[LL_ST_CE2],
+                           .ddr = st[LL_ST_DDR], .ald = st[LL_ST_ALD]};
+}
+
 void ll_model_step(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step, int train,
                    ll_loss_stats *out) {
-    run(m, b, seed, rng_step, train, train, out);
+    if (out) ll_model_stats_zero(m);
+    run(m, b, seed, rng_step, train, train);
+    if (out) {
+        double st[LL_ST_N];
+        ll_model_stats_read(m, st, NULL);
+        stats_to_loss(st, b->n_tgt_tokens, out);
+    }
 }
 
 double ll_model_loss(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_step, int train) {
-    ll_loss_stats s;
-    run(m, b, seed, rng_step, train, 0, &s);
-    return s.loss + s.ce2 + s.ddr + s.ald;
+    double st[LL_ST_N];
+    ll_model_stats_zero(m);
+    run(m, b, seed, rng_step, train, 0);
+    ll_model_stats_read(m, st, NULL);
+    return st[LL_ST_LOSS] + st[LL_ST_CE2] + st[LL_ST_DDR] + st[LL_ST_ALD];
 }
 
 real *ll_model_logprobs(ll_model *m, const ll_batch *b) {
     ll_fwd_state *st = m->st;
     ll_arena_reset(&m->arena);
-    ll_pass pe = enc_pass(b, b->src_len, 0, 0, 0);
-    ll_stack_run_init(m, &st->enc[0], 0, &pe, b->src);
+    ll_arena_reset(&m->meta);
+    const ll_dev_batch db = ll_batch_upload(m, b, 0, 0, 0);
+    ll_pass pe = enc_pass(b, &db, 0, 0, 0);
+    ll_stack_run_init(m, &st->enc[0], 0, &pe, db.src);
     real *enc_out = ll_stack_run_fwd(m, &st->enc[0]);
-    ll_pass pd = dec_pass(b, 0, 0, 0, enc_out);
-    ll_stack_run_init(m, &st->dec[0], 1, &pd, b->tgt_in);
+    ll_pass pd = dec_pass(b, &db, 0, 0, 0, enc_out);
+    ll_stack_run_init(m, &st->dec[0], 1, &pd, db.tgt_in);
     real *h = ll_stack_run_fwd(m, &st->dec[0]);
     real *logits = project(m, h, b->B * b->T);
     m->be->log_softmax(m->be, logits, b->B * b->T, m->hp.V);

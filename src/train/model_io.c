@@ -1,4 +1,5 @@
 /* Model and training-state (de)serialisation on top of the checkpoint format. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
                                  .nbytes = p->numel * sizeof(real)};
     }
     real *mh = NULL, *vh = NULL;
-    int64_t ints[8 + 2 * LL_MAX_CORPORA];
+    int64_t ints[8 + 2 * LL_MAX_CORPORA], extra[8] = {0};
     memset(ints, 0, sizeof ints);
     double best = 0;
     if (ts) {
@@ -54,6 +55,14 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
                                  .data = ints, .nbytes = sizeof ints};
         t[n++] = (ll_tensor_ref){.name = "state.best_valid", .dtype = LL_DT_F64, .ndim = 1, .shape = {1},
                                  .data = &best, .nbytes = sizeof best};
+        /* added after format 1 shipped: readers treat its absence as "unknown" */
+        extra[0] = ts->best_update;
+        extra[1] = ts->finished;
+        extra[2] = ts->metrics_records;
+        t[n++] = (ll_tensor_ref){.name = "state.extra", .dtype = LL_DT_I64, .ndim = 1, .shape = {8}, .data = extra,
+                                 .nbytes = sizeof extra};
+        t[n++] = (ll_tensor_ref){.name = "state.log_acc", .dtype = LL_DT_F64, .ndim = 1, .shape = {LL_LOG_ACC},
+                                 .data = ts->log_acc, .nbytes = sizeof ts->log_acc};
     }
     ll_ckpt_contents c = {.config_text = config_text, .vocab = vocab, .vocab_len = vocab_len, .tensors = t,
                           .n_tensors = n};
@@ -65,13 +74,29 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
     return rc;
 }
 
+/* First non-finite element of a host tensor, or -1: a NaN/Inf weight would
+ * decode (or train) silently into garbage. */
+static long first_nonfinite(const void *data, int dtype, size_t numel) {
+    for (size_t i = 0; i < numel; i++) {
+        double x = dtype == LL_DT_F64 ? ((const double *)data)[i] : ((const float *)data)[i];
+        if (!isfinite(x)) return (long)i;
+    }
+    return -1;
+}
+
 static int copy_in(ll_model *m, real *dst, const ll_tensor_ref *r, size_t numel, const char *path) {
     if (r->nbytes != numel * sizeof(real) || r->dtype != REAL_DT)
         return ll_fail("%s: tensor '%s' has %zu bytes of dtype %d, expected %zu reals", path, r->name, r->nbytes,
                        r->dtype, numel);
+    long bad = first_nonfinite(r->data, r->dtype, numel);
+    if (bad >= 0)
+        return ll_fail("%s: tensor '%s' holds a non-finite value (%g at element %ld)", path, r->name,
+                       (double)((const real *)r->data)[bad], bad);
     m->be->upload(m->be, dst, r->data, r->nbytes);
     return 0;
 }
+
+static int is_state_tensor(const char *name) { return !strncmp(name, "optim.", 6) || !strncmp(name, "state.", 6); }
 
 /* The tensor for table entry p, with the shape and size the model needs; NULL + errbuf. */
 static const ll_tensor_ref *find_param(const ll_param *p, const ll_ckpt *k, const char *path) {
@@ -98,9 +123,52 @@ int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path) {
     for (int i = 0; i < m->n_table; i++) {
         const ll_param *p = &m->table[i];
         const ll_tensor_ref *r = find_param(p, k, path);
-        if (!r) return -1;
-        m->be->upload(m->be, m->params + p->offset, r->data, r->nbytes);
+        if (!r || copy_in(m, m->params + p->offset, r, p->numel, path)) return -1; /* copy_in: finite values only */
     }
+    /* a tensor the config does not account for means config and weights disagree
+     * (e.g. more layers stored than model.enc_layers says) */
+    int n_model = 0; /* every table name was found above, so equal counts mean no extra tensor */
+    for (int j = 0; j < ll_ckpt_n_tensors(k); j++) n_model += !is_state_tensor(ll_ckpt_tensor(k, j)->name);
+    for (int j = 0; n_model != m->n_table && j < ll_ckpt_n_tensors(k); j++) {
+        const char *name = ll_ckpt_tensor(k, j)->name;
+        if (is_state_tensor(name)) continue;
+        int known = 0;
+        for (int i = 0; i < m->n_table && !known; i++) known = !strcmp(m->table[i].name, name);
+        if (!known)
+            return ll_fail("%s: tensor '%s' is not part of the model its config describes (%d+%d layers, d=%d)", path,
+                           name, m->hp.Le, m->hp.Ld, m->hp.C);
+    }
+    return 0;
+}
+
+/* The architecture a stored config describes must be buildable: the schema
+ * checks each key's range, this the relations between them. */
+static int check_arch(const ll_config *c, const char *path) {
+    if (c->d_model % c->heads)
+        return ll_fail("%s: stored config: model.d_model (%d) is not divisible by model.heads (%d)", path, c->d_model,
+                       c->heads);
+    if (c->d_model % 2) return ll_fail("%s: stored config: model.d_model (%d) is odd", path, c->d_model);
+    if (c->share_all_embeddings && !c->tie_output)
+        return ll_fail("%s: stored config: model.share_all_embeddings without model.tie_output", path);
+    return 0;
+}
+
+int ll_hparams_arch_diff(const ll_hparams *a, const ll_hparams *b, char *what, size_t n) {
+#define D(field, name)                                                                     \
+    if (a->field != b->field) {                                                            \
+        snprintf(what, n, "%s %d vs %d", name, (int)a->field, (int)b->field);              \
+        return 1;                                                                          \
+    }
+    D(C, "model.d_model") D(F, "model.ffn_dim") D(H, "model.heads") D(Le, "model.enc_layers")
+    D(Ld, "model.dec_layers") D(V, "vocabulary size") D(max_pos, "model.max_positions") D(post_norm, "post-norm")
+    D(rezero, "rezero") D(share_all, "model.share_all_embeddings") D(tie_output, "model.tie_output")
+    D(latent_enc, "latent.enc") D(latent_dec, "latent.dec") D(latent_rows, "latent posterior rows")
+    D(dlcl_enc, "dlcl.enc") D(dlcl_dec, "dlcl.dec")
+    if (a->dlcl_enc || a->dlcl_dec) { /* the DLCL options matter only with DLCL on */
+        D(dlcl_init_one, "dlcl.init one") D(dlcl_learnable, "dlcl.learnable") D(dlcl_ln, "dlcl.ln")
+        D(dlcl_norm_embed, "dlcl.norm_embed")
+    }
+#undef D
     return 0;
 }
 
@@ -114,15 +182,54 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     if (ints[5] != (int64_t)m->n_params)
         return ll_fail("%s: optimizer state is for %lld parameters, the model has %zu", path, (long long)ints[5],
                        m->n_params);
+    /* a forged or corrupt state must not be trusted: counters are bounded by
+     * the update count, positions are non-negative, epochs 1-based */
+    const char *bad = NULL;
+    if (ints[1] < 0 || ints[1] > LONG_MAX / 2)
+        bad = "update count";
+    else if (ints[0] < 0 || ints[0] > ints[1])
+        bad = "Adam step";
+    else if (ints[6] < 0 || ints[6] > ints[1])
+        bad = "latent Adam step";
+    else if (ints[2] < 1 || ints[3] < 0)
+        bad = "data position";
+    else if (ints[4] < 0)
+        bad = "validations without improvement";
+    else if (ints[7] < 1 || ints[7] > LL_MAX_CORPORA)
+        bad = "number of data streams";
+    for (int i = 0; !bad && i < ints[7]; i++)
+        if (ints[8 + 2 * i] < 1 || ints[9 + 2 * i] < 0) bad = "data stream position";
+    double best;
+    memcpy(&best, bb->data, sizeof best);
+    if (!bad && isnan(best)) bad = "best validation score";
+    const ll_tensor_ref *ex = ll_ckpt_find(k, "state.extra");
+    if (ex && (ex->dtype != LL_DT_I64 || ex->nbytes != 8 * sizeof(int64_t)))
+        return ll_fail("%s: malformed training state", path);
+    const int64_t *extra = ex ? ex->data : NULL;
+    if (!bad && extra && (extra[0] < -1 || extra[0] > ints[1] || (extra[1] != 0 && extra[1] != 1)))
+        bad = "best checkpoint update";
+    if (bad) return ll_fail("%s: training state is corrupt or forged (%s)", path, bad);
     if (copy_in(m, ts->opt->m, mm, m->n_params, path) || copy_in(m, ts->opt->v, vv, m->n_params, path)) return -1;
+    for (size_t i = 0; i < m->n_params; i++) /* second moments are averages of squares */
+        if (((const real *)vv->data)[i] < 0)
+            return ll_fail("%s: training state is corrupt or forged (negative Adam second moment at %zu)", path, i);
     ts->opt->t = ints[0];
     ts->update = ints[1];
     ts->epoch = ints[2];
     ts->batch_pos = ints[3];
     ts->bad_valids = ints[4];
     ts->opt->t_phi = ints[6];
+    ll_adam_push_steps(ts->opt, m); /* the optimizer op reads the step counts on the backend */
     ts->n_streams = (int)ints[7];
     for (int i = 0; i < 2 * LL_MAX_CORPORA; i++) ts->stream_pos[i] = ints[8 + i];
+    const ll_tensor_ref *la = ll_ckpt_find(k, "state.log_acc");
+    if (la && la->dtype == LL_DT_F64 && la->nbytes == sizeof ts->log_acc)
+        memcpy(ts->log_acc, la->data, sizeof ts->log_acc);
+    else
+        memset(ts->log_acc, 0, sizeof ts->log_acc);
+    ts->best_update = extra ? (long)extra[0] : -1;
+    ts->finished = extra ? (int)extra[1] : 0;
+    ts->metrics_records = extra && extra[2] >= 0 ? extra[2] : -1;
     memcpy(&ts->best_valid, bb->data, sizeof(double));
     return 0;
 }
@@ -130,6 +237,10 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
 ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be, ll_config *cfg_out) {
     ll_config cfg;
     if (ll_config_load_text(&cfg, ll_ckpt_config_text(k), path)) return NULL;
+    if (check_arch(&cfg, path)) {
+        ll_config_free(&cfg);
+        return NULL;
+    }
     size_t vlen = 0;
     const void *vocab = ll_ckpt_vocab(k, &vlen);
     ll_spm *spm = vlen ? ll_spm_load_bytes(vocab, vlen) : NULL;

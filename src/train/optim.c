@@ -34,6 +34,7 @@ void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg) {
     o->m = be->alloc(be, model->n_params * sizeof(real));
     o->v = be->alloc(be, model->n_params * sizeof(real));
     o->t = o->t_phi = 0;
+    ll_adam_push_steps(o, model);
     o->b1 = cfg->adam_beta1;
     o->b2 = cfg->adam_beta2;
     o->eps = cfg->adam_eps;
@@ -46,20 +47,28 @@ void ll_adam_free(ll_adam *o, ll_model *model) {
     o->m = o->v = NULL;
 }
 
-double ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm) {
+void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm) {
     ll_backend *be = model->be;
     const size_t n = model->n_params, phi = model->phi_offset;
-    if (lr_phi < 0 && phi < n) be->memset0(be, model->grads + phi, (n - phi) * sizeof(real));
-    if (grad_scale != 1) be->scale(be, model->grads, (real)grad_scale, n);
-    double norm = sqrt(be->sumsq(be, model->grads, n));
-    /* fairseq clip_grad_norm_: coef = min(1, clip / (norm + 1e-6)) */
-    if (clip_norm > 0 && norm > clip_norm) be->scale(be, model->grads, (real)(clip_norm / (norm + 1e-6)), n);
-    o->t++;
-    be->adam(be, model->params, model->grads, o->m, o->v, phi, (real)lr, o->b1, o->b2, o->eps, o->wd, o->t);
-    if (lr_phi >= 0 && phi < n) {
-        o->t_phi++;
+    const int phi_step = lr_phi >= 0 && phi < n;
+    if (!phi_step && phi < n) be->memset0(be, model->grads + phi, (n - phi) * sizeof(real));
+    /* norm, clip coefficient, skip flag and step counts are decided on the
+     * backend (grad_finish); Adam reads them from the stats buffer */
+    be->sumsq(be, model->stats + LL_ST_GSUMSQ, model->grads, n);
+    be->grad_finish(be, model->stats, grad_scale, clip_norm, phi_step);
+    be->adam(be, model->params, model->grads, o->m, o->v, phi, (real)lr, o->b1, o->b2, o->eps, o->wd, model->stats,
+             LL_ST_ADAM_T);
+    if (phi_step)
         be->adam(be, model->params + phi, model->grads + phi, o->m + phi, o->v + phi, n - phi, (real)lr_phi, o->b1,
-                 o->b2, o->eps, 0, o->t_phi);
-    }
-    return norm;
+                 o->b2, o->eps, 0, model->stats, LL_ST_ADAM_T_PHI);
+}
+
+void ll_adam_sync(ll_adam *o, const double *stats) {
+    o->t = (long)stats[LL_ST_ADAM_T];
+    o->t_phi = (long)stats[LL_ST_ADAM_T_PHI];
+}
+
+void ll_adam_push_steps(ll_adam *o, ll_model *model) {
+    const double t[2] = {(double)o->t, (double)o->t_phi};
+    model->be->upload(model->be, model->stats + LL_ST_ADAM_T, t, sizeof t);
 }

@@ -10,13 +10,29 @@
  * Theta steps every update, the logits every latent.inner_steps updates from
  * that update's gradient alone. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ll/latent.h"
 #include "ll/train.h"
+
+/* --op-stats: what crosses between host and backend per update. */
+typedef struct {
+    long updates;
+    uint64_t calls, min_calls, max_calls, max_reads, max_uploads;
+    uint64_t per_op[sizeof(ll_backend) / sizeof(void *)];
+    ll_op_counts before;
+} op_tally;
+
+typedef struct {
+    long ntok;
+    double loss, nll, kl, lk, ddr, ald;
+} update_stats;
 
 typedef struct {
     ll_config *cfg;
@@ -30,15 +46,25 @@ typedef struct {
     ll_dataset train, valid;
     ll_dataset sub[LL_MAX_CORPORA]; /* one pair each (latent mode) */
     int have_valid, latent;
+    int every_pair; /* one iterator per pair, one batch of each per update (data.sampling) */
     ll_step_team *team; /* thread data parallelism (NULL: one worker) */
     int n_streams;
     ll_batcher *its[LL_MAX_CORPORA];
     ll_latent_ctx lat;
     ll_train_state ts;
     FILE *metrics;
+    long saved_update; /* update of the newest checkpoint_last on disk */
+    int bad_streak;    /* consecutive skipped (non-finite) updates */
+    /* the progress line's running sums since the last one (kept in checkpoints so
+     * a resumed run logs the same records as an uninterrupted one) */
+    update_stats acc;
+    double log_gnorm;
+    long log_updates, log_tokens;
     char path[LL_PATH_MAX + 64];
     char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
     int n_langs;
+    ll_backend *counted; /* --op-stats: the counting backend */
+    op_tally tally;
 } trainer;
 
 static const char *save_path(trainer *t, const char *name) {
@@ -59,12 +85,77 @@ static int mkdir_p(const char *dir) {
     return 0;
 }
 
+/* Test hook for the kill harness: LL_CRASH_AFTER="<what>@<update>" dies by
+ * SIGKILL right after <what> (a file name written into save_dir, or "train" /
+ * "valid" for a metrics record) at that update, so each point between two
+ * writes can be hit on purpose.  Unset: one getenv per save. */
+static void crash_point(const trainer *t, const char *what) {
+    const char *e = getenv("LL_CRASH_AFTER");
+    if (!e) return;
+    char here[128];
+    snprintf(here, sizeof here, "%s@%ld", what, t->ts.update);
+    if (!strcmp(e, here)) raise(SIGKILL);
+}
+
 static int save(trainer *t, const char *name) {
     t->ts.n_streams = t->n_streams;
     for (int i = 0; i < t->n_streams; i++) ll_batcher_state(t->its[i], &t->ts.stream_pos[2 * i], &t->ts.stream_pos[2 * i + 1]);
     t->ts.epoch = t->ts.stream_pos[0];
     t->ts.batch_pos = t->ts.stream_pos[1];
-    return ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts);
+    const double la[LL_LOG_ACC] = {(double)t->acc.ntok, t->acc.loss, t->acc.nll, t->acc.kl, t->acc.lk, t->acc.ddr,
+                                   t->acc.ald, t->log_gnorm, (double)t->log_updates, (double)t->log_tokens};
+    memcpy(t->ts.log_acc, la, sizeof la);
+    if (t->metrics) fflush(t->metrics); /* ts.metrics_records counts them: a resume cuts the log back to those */
+    if (ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts)) return -1;
+    crash_point(t, name);
+    return 0;
+}
+
+/* dst becomes another name of src, atomically (link to a temporary, rename).
+ * -1 where links are not possible or dst is a symlink (the caller writes instead). */
+static int link_over(const char *src, const char *dst) {
+    struct stat st;
+    if (lstat(dst, &st) == 0 && S_ISLNK(st.st_mode)) return -1;
+    char tmp[LL_PATH_MAX + 96];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
+    unlink(tmp);
+    if (link(src, tmp) != 0) return -1;
+    if (rename(tmp, dst) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    char dir[LL_PATH_MAX + 96];
+    snprintf(dir, sizeof dir, "%s", dst);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    int fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY); /* make the new name durable */
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return 0;
+}
+
+/* checkpoint_last, and with `numbered` checkpoint_<update> first, last being a
+ * hard link to it (same bytes, written once).  Every save writes last, so a
+ * killed run resumes from its newest save whatever the validation schedule. */
+static int checkpoint(trainer *t, int numbered) {
+    char last[LL_PATH_MAX + 64];
+    snprintf(last, sizeof last, "%s", save_path(t, "checkpoint_last.llm"));
+    if (numbered) {
+        char name[64];
+        snprintf(name, sizeof name, "checkpoint_%ld.llm", t->ts.update);
+        if (save(t, name)) return -1;
+        if (link_over(t->path, last) == 0)
+            crash_point(t, "checkpoint_last.llm");
+        else if (save(t, "checkpoint_last.llm"))
+            return -1;
+        if (ll_ckpt_prune_numbered(t->cfg->save_dir, t->cfg->keep_last) < 0) return -1;
+    } else if (save(t, "checkpoint_last.llm")) {
+        return -1;
+    }
+    t->saved_update = t->ts.update;
+    return 0;
 }
 
 static void fmt_eta(char *buf, size_t n, double s) {
@@ -76,8 +167,42 @@ static void fmt_eta(char *buf, size_t n, double s) {
     snprintf(buf, n, "%02ld:%02ld:%02ld", x / 3600, x / 60 % 60, x % 60);
 }
 
+/* The stopping rules (max updates, max epochs, patience) say the run is over. */
+static int run_is_over(trainer *t) {
+    const ll_config *cfg = t->cfg;
+    int64_t epoch, pos;
+    ll_batcher_state(t->its[0], &epoch, &pos);
+    const int nb = ll_batcher_n_batches(t->its[0]);
+    return (cfg->max_updates > 0 && t->ts.update >= cfg->max_updates) ||
+           (cfg->max_epochs > 0 && (epoch > cfg->max_epochs || (epoch == cfg->max_epochs && pos >= nb))) ||
+           (cfg->patience > 0 && t->ts.bad_valids >= cfg->patience);
+}
+
+/* checkpoint_best must hold the model the state calls best.  A killed run, a
+ * fallback past a corrupt last, or a user may leave it missing or older.  A
+ * best at or after the resumed update is left alone: replaying the updates
+ * since (bit for bit) rewrites it as the first run did.  A missing or older
+ * one is rewritten when the resumed state is that model, else the next
+ * validation writes a new one. */
+static void repair_best(trainer *t) {
+    if (t->ts.best_update < 0 || !isfinite(t->ts.best_valid)) return;
+    const char *p = save_path(t, "checkpoint_best.llm");
+    ll_ckpt *k = ll_ckpt_open(p);
+    long u = k ? ll_ckpt_stored_update(k) : -1;
+    ll_ckpt_close(k);
+    if (u == t->ts.best_update || u >= t->ts.update) return;
+    if (t->ts.update == t->ts.best_update && save(t, "checkpoint_best.llm") == 0) {
+        ll_warn("%s was missing or stale: rewritten from the resumed update %ld", p, t->ts.update);
+        return;
+    }
+    ll_warn("%s %s, but the run's best is update %ld: the next validation writes a new one", p,
+            u >= 0 ? "holds an older update" : "is missing or unreadable", t->ts.best_update);
+    t->ts.best_valid = INFINITY;
+}
+
 static int setup(trainer *t, const ll_train_opts *o) {
     ll_config *cfg = t->cfg;
+    char from[LL_PATH_MAX + 64] = "";
     if (!ll_data_is_prepared(cfg)) {
         ll_log("preparing data in %s ...", cfg->data_dir);
         if (ll_prepare_data(cfg)) return -1;
@@ -86,7 +211,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
     snprintf(spm_path, sizeof spm_path, "%s/spm.model", cfg->data_dir);
     if (!(t->spm = ll_spm_load(spm_path))) return -1;
     t->vocab = ll_spm_proto(t->spm, &t->vocab_len);
-    if (ll_dataset_open(&t->train, cfg, "train")) return -1;
+    if (ll_dataset_open(&t->train, cfg, "train")) return -1; /* verifies every token id */
+    if (t->train.vocab_size != ll_spm_vocab_size(t->spm))
+        return ll_fail("%s: %d pieces, but the manifest's token files were made for %d: run llprep again", spm_path,
+                       ll_spm_vocab_size(t->spm), t->train.vocab_size);
     t->have_valid = cfg->n_valid > 0;
     if (t->have_valid && ll_dataset_open(&t->valid, cfg, "valid")) return -1;
     if (!strcmp(cfg->best_metric, "bleu") && !cfg->valid_bleu)
@@ -106,8 +234,13 @@ static int setup(trainer *t, const ll_train_opts *o) {
                            missing);
         be = cb;
     }
+    if (o->op_stats) t->counted = be = ll_backend_counting(be); /* no CPU team: it is not ll_backend_cpu() */
     t->m = ll_model_new(&hp, be);
     ll_model_init(t->m, (uint64_t)cfg->seed);
+    /* activations: one arena block sized by a dry run at the largest batch (+ slack for
+     * shorter batches' alignment), so no step allocates backend memory */
+    size_t act = ll_train_arena_bytes(cfg);
+    ll_arena_reserve(&t->m->arena, act + act / 16 + (1 << 20));
     t->latent = ll_latent_on(t->m, 0) || ll_latent_on(t->m, 1);
     t->m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
                                .ald_tau = cfg->ald_tau};
@@ -118,8 +251,12 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
-    t->ts = (ll_train_state){.best_valid = INFINITY, .opt = &t->opt};
-    if (t->latent) { /* every update visits every pair: one iterator per pair */
+    t->ts = (ll_train_state){.best_valid = INFINITY, .best_update = -1, .metrics_records = 0, .opt = &t->opt};
+    /* every_pair (auto with latent layers): every update visits every pair, one iterator each */
+    t->every_pair = !strcmp(cfg->sampling, "every_pair") || (t->latent && !strcmp(cfg->sampling, "auto"));
+    if (t->latent && !t->every_pair && t->train.n_pairs > 1)
+        return ll_fail("data.sampling %s: latent depth needs every_pair (or auto)", cfg->sampling);
+    if (t->every_pair) {
         t->n_streams = t->train.n_pairs;
         for (int p = 0; p < t->train.n_pairs; p++) {
             t->sub[p] = t->train;
@@ -129,41 +266,119 @@ static int setup(trainer *t, const ll_train_opts *o) {
         }
     } else {
         t->n_streams = 1;
-        t->its[0] = ll_batcher_from_config(&t->train, cfg, 1);
+        if (!(t->its[0] = ll_batcher_from_config(&t->train, cfg, 1))) return -1;
     }
 
-    const char *last = save_path(t, "checkpoint_last.llm");
-    struct stat sb;
-    int have_last = stat(last, &sb) == 0;
     if (o->resume) {
-        if (!have_last) return ll_fail("--resume: %s does not exist", last);
-        ll_ckpt *k = ll_ckpt_open(last);
-        if (!k) return -1;
-        int rc = ll_model_load_params(t->m, k, last) || ll_train_state_load(&t->ts, k, t->m, last);
-        ll_ckpt_close(k);
-        if (rc) return -1;
+        int r = ll_resume_load(cfg->save_dir, t->m, &t->ts, from, sizeof from);
+        if (r < 0) return -1;
+        if (r == 0)
+            return ll_fail("--resume: %s does not exist and %s holds no other checkpoint",
+                           save_path(t, "checkpoint_last.llm"), cfg->save_dir);
         if (t->ts.n_streams != t->n_streams)
-            return ll_fail("%s: saved with %d data streams, this config has %d", last, t->ts.n_streams, t->n_streams);
-        for (int i = 0; i < t->n_streams; i++)
+            return ll_fail("%s: saved with %d data streams, this config has %d", from, t->ts.n_streams, t->n_streams);
+        for (int i = 0; i < t->n_streams; i++) {
+            if (t->ts.stream_pos[2 * i + 1] > ll_batcher_n_batches(t->its[i]))
+                return ll_fail("%s: data position %lld is past the %d batches of this data (corrupt state, or the "
+                               "data changed)", from, (long long)t->ts.stream_pos[2 * i + 1],
+                               ll_batcher_n_batches(t->its[i]));
             ll_batcher_seek(t->its[i], t->ts.stream_pos[2 * i], t->ts.stream_pos[2 * i + 1]);
-        ll_log("resumed from %s at update %ld (epoch %lld)", last, t->ts.update, (long long)t->ts.stream_pos[0]);
-    } else if (have_last) {
-        return ll_fail("%s already exists: pass --resume to continue that run, or choose another checkpoint.save_dir",
-                       last);
+        }
+        if (t->ts.finished && run_is_over(t)) { /* touch nothing */
+            fprintf(stderr, "lltrain: the run in %s already finished at update %ld; nothing to do\n", cfg->save_dir,
+                    t->ts.update);
+            return 1;
+        }
+        const double *la = t->ts.log_acc;
+        t->acc = (update_stats){.ntok = (long)la[0], .loss = la[1], .nll = la[2], .kl = la[3], .lk = la[4],
+                                .ddr = la[5], .ald = la[6]};
+        t->log_gnorm = la[7];
+        t->log_updates = (long)la[8];
+        t->log_tokens = (long)la[9];
+        t->saved_update = t->ts.update;
+        ll_log("resumed from %s at update %ld (epoch %lld)", from, t->ts.update, (long long)t->ts.stream_pos[0]);
+    } else if (ll_ckpt_dir_has_checkpoint(cfg->save_dir)) {
+        return ll_fail("%s already holds checkpoints: pass --resume to continue that run, or choose another "
+                       "checkpoint.save_dir", cfg->save_dir);
     }
     if (mkdir_p(cfg->save_dir)) return -1;
+    int stale = ll_ckpt_clean_stale_temps(cfg->save_dir); /* left by killed runs */
+    if (stale < 0) return -1;
+    if (stale > 0) ll_log("removed %d stale temporary file(s) from %s", stale, cfg->save_dir);
     char mpath[LL_PATH_MAX + 64];
     if (cfg->metrics_log[0])
         snprintf(mpath, sizeof mpath, "%s", cfg->metrics_log);
     else
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->save_dir);
+    if (o->resume) {
+        repair_best(t);
+        int kept = ll_metrics_truncate(mpath, t->ts.update, t->ts.metrics_records); /* written after the state */
+        if (kept < 0) return -1;
+        t->ts.metrics_records = kept;
+    }
+    t->ts.finished = 0;
     t->metrics = fopen(mpath, o->resume ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
+    if (o->resume) { /* resumed from best or a numbered one: checkpoint_last (and the numbered one due at this
+                      * update, if it never got written) as the interrupted run would have left them */
+        const long U = t->ts.update;
+        char *np = cfg->save_interval > 0 && U > 0 && U % cfg->save_interval == 0 ? ll_ckpt_numbered_path(cfg->save_dir, U) : NULL;
+        struct stat st;
+        const int missing = np && stat(np, &st) != 0;
+        free(np);
+        if ((strcmp(from, save_path(t, "checkpoint_last.llm")) || missing) && checkpoint(t, missing)) return -1;
+        if (ll_ckpt_prune_numbered(cfg->save_dir, cfg->keep_last) < 0) return -1; /* killed before its prune */
+    }
     ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, %d batch workers, BLAS core %s",
            hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", hp.latent_enc ? ", latent encoder" : "",
            hp.latent_dec ? ", latent decoder" : "", ll_model_count_params(t->m), ll_get_threads(), ll_step_team_size(t->team),
            ll_blas_core());
+    /* what one update sees, so that runs can be matched at equal data (docs/methods.md) */
+    if (t->every_pair)
+        ll_log("data per update: one batch of each of the %d pairs x update_freq %d (data.sampling every_pair)",
+               t->n_streams, cfg->update_freq);
+    else
+        ll_log("data per update: %d batch(es) drawn across %d pair(s) (data.sampling %s)", cfg->update_freq,
+               t->train.n_pairs, !strcmp(cfg->sampling, "auto") ? "temperature" : cfg->sampling);
     return 0;
+}
+
+static void tally_update(trainer *t) {
+    const ll_op_counts *c = ll_backend_counts(t->counted), *b = &t->tally.before;
+    op_tally *y = &t->tally;
+    const uint64_t calls = c->calls - b->calls, reads = c->downloads - b->downloads;
+    const uint64_t ups = c->uploads - b->uploads;
+    y->min_calls = y->updates == 0 || calls < y->min_calls ? calls : y->min_calls;
+    y->max_calls = calls > y->max_calls ? calls : y->max_calls;
+    y->max_reads = reads > y->max_reads ? reads : y->max_reads;
+    y->max_uploads = ups > y->max_uploads ? ups : y->max_uploads;
+    y->calls += calls;
+    for (size_t i = 0; i < sizeof y->per_op / sizeof y->per_op[0]; i++) y->per_op[i] += c->per_op[i] - b->per_op[i];
+    y->updates++;
+}
+
+/* One line a parser can read, then the ops by count. */
+static void print_op_stats(const trainer *t) {
+    const op_tally *y = &t->tally;
+    const double n = y->updates ? (double)y->updates : 1;
+    fprintf(stderr,
+            "op-stats | updates %ld | host reads per update max %llu | uploads per update max %llu | "
+            "ops per update mean %.1f min %llu max %llu | arena growths %zu | activation peak %.1f MiB\n",
+            y->updates, (unsigned long long)y->max_reads, (unsigned long long)y->max_uploads, y->calls / n,
+            (unsigned long long)y->min_calls, (unsigned long long)y->max_calls, t->m->arena.grown,
+            t->m->arena.peak / 1048576.0);
+    fprintf(stderr, "op-stats | per update:");
+    uint64_t left[sizeof y->per_op / sizeof y->per_op[0]];
+    memcpy(left, y->per_op, sizeof left);
+    for (int k = 0; k < 12; k++) { /* the 12 most frequent, descending */
+        size_t best = 0;
+        for (size_t i = 1; i < sizeof left / sizeof left[0]; i++)
+            if (left[i] > left[best]) best = i;
+        if (!left[best]) break;
+        fprintf(stderr, " %s %.1f", ll_backend_op_name(best), left[best] / n);
+        left[best] = 0;
+    }
+    fputc('\n', stderr);
 }
 
 static void teardown(trainer *t) {
@@ -180,11 +395,15 @@ static void teardown(trainer *t) {
     ll_dataset_close(&t->train);
     if (t->spm) ll_spm_free(t->spm);
     free(t->config_text);
+    ll_backend_counting_free(t->counted);
 }
 
-/* Validate, keep checkpoint_last/best, track patience.  *stop set on early stop. */
+/* Validate, track the best score and patience, write checkpoint_best on a new
+ * best.  The caller writes checkpoint_last afterwards: best goes first, so no
+ * committed state ever records a best model that is not on disk.  *stop set
+ * on early stop. */
 static int run_validation(trainer *t, double elapsed, int *stop) {
-    if (!t->have_valid) return save(t, "checkpoint_last.llm");
+    if (!t->have_valid) return 0;
     ll_valid_result r;
     if (ll_validate(t->m, t->cfg, &t->valid, t->spm, &r)) return -1;
     int by_bleu = !strcmp(t->cfg->best_metric, "bleu");
@@ -192,6 +411,7 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     int best = metric < t->ts.best_valid;
     if (best) {
         t->ts.best_valid = metric;
+        t->ts.best_update = t->ts.update;
         t->ts.bad_valids = 0;
     } else {
         t->ts.bad_valids++;
@@ -206,8 +426,9 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
             r.loss, r.nll, pow(2, r.nll));
     if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
     fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
+    t->ts.metrics_records++;
     fflush(t->metrics);
-    if (save(t, "checkpoint_last.llm")) return -1;
+    crash_point(t, "valid");
     if (best && save(t, "checkpoint_best.llm")) return -1;
     if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
         ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
@@ -224,10 +445,15 @@ static int next_batch(trainer *t, int i, ll_batch *b) {
     return ll_fail("training data yields no batches");
 }
 
-typedef struct {
-    long ntok;
-    double loss, nll, kl, lk, ddr, ald;
-} update_stats;
+/* What the log shows, summed over updates from the stats buffer reads. */
+static void add_stats(update_stats *u, const double *st) {
+    u->loss += st[LL_ST_LOSS];
+    u->nll += st[LL_ST_NLL];
+    u->kl += st[LL_ST_KL];
+    u->lk += st[LL_ST_LK];
+    u->ddr += st[LL_ST_DDR] + st[LL_ST_CE2];
+    u->ald += st[LL_ST_ALD];
+}
 
 /* Per-forward random structure: LayerDrop, cross-attention drop, and the
  * second DDR pass's own draws (reference-spec §3.2: drawn per pass). */
@@ -248,11 +474,13 @@ static void draw_structure(trainer *t, uint64_t step) {
     }
 }
 
-/* Forward/backward of everything in one update; gradients accumulate. */
-static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
+/* Forward/backward of everything in one update; gradients and losses
+ * accumulate on the backend (nothing is read here); *ntok gets the update's
+ * target tokens (known on the host from the batches). */
+static int accumulate(trainer *t, ll_batch *b, long *ntok) {
     const ll_config *cfg = t->cfg;
     const long upd = t->ts.update;
-    const int per = t->latent ? t->n_streams : 1;
+    const int per = t->every_pair ? t->n_streams : 1;
     const int hard = t->latent && !cfg->latent_soft_select && upd > cfg->latent_soft_update;
     double tau = cfg->latent_tau; /* optional geometric schedule tau -> tau_final */
     if (cfg->latent_tau_final > 0 && cfg->latent_tau_anneal_updates > 0) {
@@ -261,66 +489,120 @@ static int accumulate(trainer *t, ll_batch *b, update_stats *u) {
     }
     for (int k = 0; k < cfg->update_freq; k++)
         for (int p = 0; p < per; p++) {
-            if (next_batch(t, t->latent ? p : 0, b)) return -1;
+            if (next_batch(t, t->every_pair ? p : 0, b)) return -1;
             uint64_t step = ((uint64_t)upd * cfg->update_freq + k) * per + p; /* keys dropout and Gumbel noise */
-            int rows[2] = {ll_latent_row(t->m, b->src_lang), ll_latent_row(t->m, b->tgt_lang)};
+            int rows[2] = {ll_latent_pair_row(&t->m->hp, cfg, 0, b->src_lang, b->tgt_lang),
+                           ll_latent_pair_row(&t->m->hp, cfg, 1, b->src_lang, b->tgt_lang)};
             for (int s = 0; s < 2; s++)
                 if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, (real)tau, hard);
             draw_structure(t, step);
-            ll_loss_stats st;
-            ll_model_step_team(t->m, t->team, b, (uint64_t)cfg->seed, step, &st);
-            if (t->m->obj.ddr_dec_ctl) /* the second pass's gate gradients count too */
-                for (int l = 0; l < t->m->hp.Ld; l++) t->m->dec_ctl[l].dgate += t->m->obj.ddr_dec_ctl[l].dgate;
+            /* the gates' gradients (the DDR pass shares the accumulators) go to the logits */
+            ll_model_step_team(t->m, t->team, b, (uint64_t)cfg->seed, step, NULL);
             for (int s = 0; s < 2; s++)
                 if (ll_latent_on(t->m, s)) {
                     ll_latent_backward(t->m, s, rows[s]);
-                    u->kl += ll_latent_kl(t->m, &t->lat, s, rows[s], upd, st.ntokens);
+                    ll_latent_kl(t->m, &t->lat, s, rows[s], upd, b->n_tgt_tokens);
                 }
-            u->ntok += st.ntokens;
-            u->loss += st.loss;
-            u->nll += st.nll;
-            u->ddr += st.ddr + st.ce2;
-            u->ald += st.ald;
+            *ntok += b->n_tgt_tokens;
         }
-    for (int s = 0; s < 2 && t->latent; s++) u->lk += ll_latent_lk(t->m, &t->lat, s, upd, u->ntok);
+    for (int s = 0; s < 2 && t->latent; s++) ll_latent_lk(t->m, &t->lat, s, upd, *ntok);
     return 0;
 }
 
-/* Expected depth E[L] = sum_l q_l averaged over the stack's languages. */
-static double expected_depth(trainer *t, int s) {
-    double e = 0;
-    for (int r = 0; r < t->m->hp.latent_rows; r++)
-        if (t->lat.active[s][r]) e += ll_latent_expected_depth(t->m, s, r);
-    return e / (t->lat.n_active[s] ? t->lat.n_active[s] : 1);
-}
-
-/* Per-language q(z_l = 1) and last-sample utilisation, for scripts/plot. */
-static void log_latent_json(trainer *t) {
+/* Per-language q(z_l = 1) and last-sample utilisation, for scripts/plot,
+ * from the snapshot read with the update's statistics. */
+static void log_latent_json(trainer *t, const real *snap, const double *st) {
     static const char *names[2] = {"enc", "dec"};
-    real a[4096];
     fprintf(t->metrics, ",\"latent\":{");
     int first_stack = 1;
     for (int s = 0; s < 2; s++) {
         if (!ll_latent_on(t->m, s)) continue;
-        const int L = s ? t->m->hp.Ld : t->m->hp.Le;
+        const int L = s ? t->m->hp.Ld : t->m->hp.Le, R = t->m->hp.latent_rows;
+        const real *a = snap, *z = snap + (size_t)R * L;
+        snap += 2 * (size_t)R * L;
         fprintf(t->metrics, "%s\"%s\":{\"q\":{", first_stack ? "" : ",", names[s]);
         first_stack = 0;
         int first = 1;
-        for (int r = 0; r < t->m->hp.latent_rows; r++) {
-            if (!t->lat.active[s][r]) continue;
-            ll_latent_logits(t->m, s, r, a);
-            fprintf(t->metrics, "%s\"%s\":[", first ? "" : ",", t->m->hp.latent_rows > 1 ? t->langs[r] : "shared");
+        for (int r = 0; r < R; r++) {
+            if (!t->lat.prior[s].active[r]) continue;
+            char name[2 * LL_LANG_MAX + 8];
+            fprintf(t->metrics, "%s\"%s\":[", first ? "" : ",", ll_latent_row_name(&t->m->hp, t->cfg, r, name, sizeof name));
             first = 0;
-            for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", 1 / (1 + exp(-a[l])));
+            for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", ll_latent_q(a[(size_t)r * L + l]));
             fputc(']', t->metrics);
         }
         double u[4096];
-        ll_latent_utilisation(t->m, &t->lat, s, u);
+        ll_latent_utilisation(&t->lat, s, z, u);
         fprintf(t->metrics, "},\"u\":[");
         for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", u[l]);
-        fprintf(t->metrics, "],\"expected_depth\":%.4f}", expected_depth(t, s));
+        fprintf(t->metrics, "],\"expected_depth\":%.4f}", st[s ? LL_ST_DEPTH_DEC : LL_ST_DEPTH_ENC]);
     }
     fputc('}', t->metrics);
+}
+
+/* ---- interruption: SIGINT/SIGTERM/SIGHUP finish the update, checkpoint, exit 0 ---- */
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) {
+    static const char again[] = "\nlltrain: second signal: exiting now, without a checkpoint\n";
+    static const char first[] = "\nlltrain: signal received: finishing this update and writing a checkpoint "
+                                "(send it again to exit at once)\n";
+    ssize_t w;
+    if (g_signal) {
+        w = write(STDERR_FILENO, again, sizeof again - 1);
+        _exit(128 + sig);
+    }
+    g_signal = sig;
+    w = write(STDERR_FILENO, first, sizeof first - 1);
+    (void)w;
+}
+
+static const int k_signals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+static void catch_signals(struct sigaction old[3]) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    g_signal = 0;
+    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &sa, &old[i]);
+}
+
+static void restore_signals(const struct sigaction old[3]) {
+    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &old[i], NULL);
+}
+
+/* ---- non-finite updates ----
+ * The one place that decides what a bad update does.  The update was not
+ * applied (a non-finite loss never reaches Adam; ll_adam_step refuses a
+ * non-finite gradient norm), so parameters, moments and step counts are as
+ * before it.  train.max_bad_updates in a row stop the run with an error and
+ * without writing anything, so the last checkpoint stays the last good state. */
+static int skip_bad_update(trainer *t, const update_stats *u, double gnorm) {
+    const char *what = !isfinite(u->loss) ? "loss" : "gradient norm";
+    double v = !isfinite(u->loss) ? u->loss : gnorm;
+    t->bad_streak++;
+    ll_warn("update %ld: %s is %g: update skipped, parameters unchanged (%d in a row; train.max_bad_updates %d)",
+            t->ts.update, what, v, t->bad_streak, t->cfg->max_bad_updates);
+    fprintf(t->metrics, "{\"type\":\"skip\",\"update\":%ld,\"reason\":\"%s\",\"in_a_row\":%d}\n", t->ts.update,
+            what, t->bad_streak);
+    t->ts.metrics_records++;
+    fflush(t->metrics);
+    if (t->bad_streak >= t->cfg->max_bad_updates)
+        return ll_fail("update %ld: %d updates in a row had a non-finite loss or gradient norm (train.max_bad_updates); "
+                       "stopped without saving: %s/checkpoint_last.llm (update %ld) is the last good state; lower "
+                       "train.lr or set train.clip_norm",
+                       t->ts.update, t->bad_streak, t->cfg->save_dir, t->saved_update);
+    return 0;
+}
+
+/* Validation is due after the update just done (valid_interval 0: at epoch ends). */
+static int valid_due(trainer *t) {
+    int64_t epoch, pos;
+    ll_batcher_state(t->its[0], &epoch, &pos);
+    const int vi = t->cfg->valid_interval;
+    return (vi > 0 && t->ts.update % vi == 0) || (vi == 0 && pos >= ll_batcher_n_batches(t->its[0]));
 }
 
 int ll_train(ll_config *cfg, const ll_train_opts *o) {
@@ -330,7 +612,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     int rc = setup(&t, o);
     if (rc) {
         teardown(&t);
-        return rc;
+        return rc < 0 ? rc : 0; /* 1: a finished run, nothing to do */
     }
     ll_batch b;
     memset(&b, 0, sizeof b);
@@ -339,42 +621,54 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     const long max_epochs = cfg->max_epochs;
     const int I = t.latent ? cfg->latent_inner_steps : 1;
     double t_start = ll_now(), t_log = t_start;
-    long log_tokens = 0, log_updates = 0, start_update = t.ts.update;
-    update_stats acc = {0};
-    double log_gnorm = 0;
+    long start_update = t.ts.update;
+    update_stats *acc = &t.acc;
+    real *snap = t.latent ? ll_malloc(t.m->snap_bytes) : NULL; /* host copy of the latent snapshot */
     int64_t epoch, pos;
     int stop = 0;
+    struct sigaction old_sa[3];
+    catch_signals(old_sa);
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
-        if (stop || (max_updates && t.ts.update >= max_updates)) break;
+        if (g_signal || stop || (max_updates && t.ts.update >= max_updates)) break;
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         double lr = ll_schedule_lr(&t.sched, t.ts.update);
+        if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
         t.m->be->memset0(t.m->be, t.m->grads, t.m->n_params * sizeof(real));
-        update_stats u = {0};
-        if ((rc = accumulate(&t, &b, &u))) goto out;
+        ll_model_stats_zero(t.m);
+        long ntok = 0;
+        if ((rc = accumulate(&t, &b, &ntok))) goto out;
         /* the logits take a step every I updates, from this update's gradient only */
         double lr_phi = -1;
         if (t.latent && (t.ts.update + 1) % I == 0)
             lr_phi = cfg->latent_logits_lr > 0 ? lr * cfg->latent_logits_lr / cfg->lr : lr;
-        double gnorm = ll_adam_step(&t.opt, t.m, lr, lr_phi, 1.0 / (u.ntok ? u.ntok : 1), cfg->clip_norm);
-        t.ts.update++;
-        log_updates++;
-        log_tokens += u.ntok;
-        acc.ntok += u.ntok;
-        acc.loss += u.loss;
-        acc.nll += u.nll;
-        acc.kl += u.kl;
-        acc.lk += u.lk;
-        acc.ddr += u.ddr;
-        acc.ald += u.ald;
-        log_gnorm += gnorm;
-        if (!isfinite(u.loss)) {
-            rc = ll_fail("update %ld: loss is %f (diverged); lower train.lr or set train.clip_norm", t.ts.update, u.loss);
-            goto out;
+        ll_adam_step(&t.opt, t.m, lr, lr_phi, 1.0 / (ntok ? ntok : 1), cfg->clip_norm);
+        const int log_now = (t.ts.update + 1) % cfg->log_interval == 0 || (max_updates && t.ts.update + 1 == max_updates);
+        if (t.latent && log_now) { /* E[L] and the logits/samples ride along with the stats */
+            ll_latent_depth(t.m, &t.lat);
+            ll_model_snapshot(t.m);
         }
-        if (t.ts.update % cfg->log_interval == 0 || (max_updates && t.ts.update == max_updates)) {
+        /* the one backend-to-host read of the update */
+        double st[LL_ST_N];
+        ll_model_stats_read(t.m, st, t.latent && log_now ? snap : NULL);
+        ll_adam_sync(&t.opt, st);
+        if (t.counted) tally_update(&t); /* before logging, checkpoints and validation */
+        t.ts.update++;
+        update_stats u = {.ntok = ntok};
+        add_stats(&u, st);
+        if (st[LL_ST_SKIP] != 0) { /* the backend skipped it: non-finite loss or gradient norm */
+            if ((rc = skip_bad_update(&t, &u, st[LL_ST_GNORM]))) goto out;
+        } else {
+            t.bad_streak = 0;
+            t.log_updates++;
+            t.log_tokens += ntok;
+            acc->ntok += ntok;
+            add_stats(acc, st);
+            t.log_gnorm += st[LL_ST_GNORM];
+        }
+        if (t.log_updates > 0 && log_now) {
             double now = ll_now();
-            double tps = log_tokens / (now - t_log);
+            double tps = t.log_tokens / (now - t_log);
             double per_update = (now - t_start) / (double)(t.ts.update - start_update);
             ll_batcher_state(t.its[0], &epoch, &pos);
             double remaining = -1;
@@ -385,57 +679,75 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             char eta[32], depth[96] = "";
             fmt_eta(eta, sizeof eta, remaining);
             if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
-                snprintf(depth, sizeof depth, " | ddr %.3f | ald %.3f", acc.ddr / acc.ntok / M_LN2,
-                         acc.ald / acc.ntok / M_LN2);
+                snprintf(depth, sizeof depth, " | ddr %.3f | ald %.3f", acc->ddr / acc->ntok / M_LN2,
+                         acc->ald / acc->ntok / M_LN2);
             if (t.latent)
-                snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f", ll_latent_on(t.m, 0) ? expected_depth(&t, 0) : (double)t.m->hp.Le,
-                         ll_latent_on(t.m, 1) ? expected_depth(&t, 1) : (double)t.m->hp.Ld, acc.kl / acc.ntok / M_LN2);
-            double L = acc.loss / acc.ntok / M_LN2, N = acc.nll / acc.ntok / M_LN2;
+                snprintf(depth, sizeof depth, " | E[L] enc %.2f dec %.2f | kl %.3f",
+                         ll_latent_on(t.m, 0) ? st[LL_ST_DEPTH_ENC] : (double)t.m->hp.Le,
+                         ll_latent_on(t.m, 1) ? st[LL_ST_DEPTH_DEC] : (double)t.m->hp.Ld, acc->kl / acc->ntok / M_LN2);
+            double L = acc->loss / acc->ntok / M_LN2, N = acc->nll / acc->ntok / M_LN2;
+            /* worse than a uniform guess over the vocabulary after warm-up (or twice
+             * that at any time): the run is diverging (nll can even read 0 then: all
+             * mass on one token while the smoothing term explodes) */
+            const double uniform = log2(t.m->hp.V);
+            if (!(L <= 2 * uniform) || (t.ts.update > cfg->warmup_updates && L > uniform + 1))
+                ll_warn("update %ld: loss %.4g bits/token is above log2(vocabulary) = %.2f, a uniform guess: training "
+                        "is diverging; lower train.lr or set train.clip_norm",
+                        t.ts.update, L, uniform);
             if (ll_verbosity > 0)
                 fprintf(stderr,
                     "epoch %lld | %5.1f%% | update %ld | loss %.3f | nll %.3f | ppl %.2f | lr %.3e | gnorm %.3f | "
-                    "tok/s %.0f%s | ETA %s\n",
+                    "tok/s %.0f | tok/upd %.0f%s | ETA %s\n",
                     (long long)epoch, 100.0 * pos / (nb ? nb : 1), t.ts.update, L, N, pow(2, N), lr,
-                    log_gnorm / log_updates, tps, depth, eta);
+                    t.log_gnorm / t.log_updates, tps, (double)t.log_tokens / t.log_updates, depth, eta);
             fprintf(t.metrics,
                     "{\"type\":\"train\",\"update\":%ld,\"epoch\":%lld,\"epoch_pct\":%.2f,\"loss\":%.6f,\"nll\":%.6f,"
-                    "\"ppl\":%.4f,\"lr\":%.6e,\"gnorm\":%.5f,\"tokens_per_s\":%.1f,\"wall\":%.2f",
+                    "\"ppl\":%.4f,\"lr\":%.6e,\"gnorm\":%.5f,\"tokens_per_s\":%.1f,\"tokens_per_update\":%.1f,"
+                    "\"wall\":%.2f",
                     t.ts.update, (long long)epoch, 100.0 * pos / (nb ? nb : 1), L, N, pow(2, N), lr,
-                    log_gnorm / log_updates, tps, now - t_start);
+                    t.log_gnorm / t.log_updates, tps, (double)t.log_tokens / t.log_updates, now - t_start);
             if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
-                fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc.ddr / acc.ntok / M_LN2, acc.ald / acc.ntok / M_LN2);
+                fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc->ddr / acc->ntok / M_LN2, acc->ald / acc->ntok / M_LN2);
             if (t.latent) {
-                fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc.kl / acc.ntok / M_LN2, acc.lk / acc.ntok / M_LN2);
-                log_latent_json(&t);
+                fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc->kl / acc->ntok / M_LN2, acc->lk / acc->ntok / M_LN2);
+                log_latent_json(&t, snap, st);
             }
             fprintf(t.metrics, "}\n");
+            t.ts.metrics_records++;
             fflush(t.metrics);
+            crash_point(&t, "train");
             t_log = now;
-            log_tokens = log_updates = 0;
-            log_gnorm = 0;
-            acc = (update_stats){0};
+            t.log_tokens = t.log_updates = 0;
+            t.log_gnorm = 0;
+            *acc = (update_stats){0};
         }
-        if (cfg->save_interval > 0 && t.ts.update % cfg->save_interval == 0) {
-            char name[64];
-            snprintf(name, sizeof name, "checkpoint_%ld.llm", t.ts.update);
-            if ((rc = save(&t, name))) goto out;
-            if (ll_ckpt_prune_numbered(cfg->save_dir, cfg->keep_last) < 0) {
-                rc = -1;
-                goto out;
-            }
-        }
-        ll_batcher_state(t.its[0], &epoch, &pos);
-        /* valid_interval 0: validate when an epoch's last batch has been used */
-        if ((cfg->valid_interval > 0 && t.ts.update % cfg->valid_interval == 0) ||
-            (cfg->valid_interval == 0 && pos >= nb)) {
+        /* validation (and checkpoint_best) first, then checkpoint_last (+ numbered) */
+        int validated = 0;
+        if (valid_due(&t)) {
             if ((rc = run_validation(&t, ll_now() - t_start, &stop))) goto out;
+            validated = t.have_valid;
         }
+        int numbered = cfg->save_interval > 0 && t.ts.update % cfg->save_interval == 0;
+        /* not during a run of skipped updates: if it ends the run, the last good checkpoint stays as it was */
+        if (t.bad_streak == 0 && (numbered || validated) && (rc = checkpoint(&t, numbered))) goto out;
     }
-    /* final validation + checkpoint unless the last update just did it */
-    if (cfg->valid_interval <= 0 || t.ts.update % cfg->valid_interval != 0 || t.ts.update == start_update)
-        if (!stop) rc = run_validation(&t, ll_now() - t_start, &stop);
+    if (g_signal) {
+        if (t.saved_update != t.ts.update && (rc = checkpoint(&t, 0))) goto out;
+        fprintf(stderr, "lltrain: stopped by signal %d after update %ld; %s/checkpoint_last.llm holds it. To resume:\n  %s\n",
+                (int)g_signal, t.ts.update, cfg->save_dir,
+                o->resume_command ? o->resume_command : "lltrain --config <the same config and --set options> --resume");
+        goto out;
+    }
+    /* final validation unless the last update just did it, then the final checkpoint */
+    if (!stop && (t.ts.update == 0 || !valid_due(&t))) /* a checkpoint at U includes U's validation */
+        rc = run_validation(&t, ll_now() - t_start, &stop);
+    t.ts.finished = 1;
+    if (!rc) rc = checkpoint(&t, 0);
     if (!rc) ll_log("done: %ld updates; checkpoints in %s", t.ts.update, cfg->save_dir);
+    if (!rc && t.counted) print_op_stats(&t);
 out:
+    free(snap);
+    restore_signals(old_sa);
     ll_batch_free(&b);
     teardown(&t);
     return rc;

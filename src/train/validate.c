@@ -11,30 +11,41 @@
 #include "ll/latent.h"
 #include "ll/train.h"
 
-void ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int tgt_lang) {
+int ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int tgt_lang) {
     int mode = ll_latent_mode(cfg->latent_inference);
-    ll_latent_set_inference(m, 0, ll_latent_row(m, src_lang), mode, cfg->latent_threshold, (uint64_t)cfg->seed);
-    ll_latent_set_inference(m, 1, ll_latent_row(m, tgt_lang), mode, cfg->latent_threshold, (uint64_t)cfg->seed);
+    for (int s = 0; s < 2; s++) {
+        if (!ll_latent_on(m, s)) continue;
+        int row = ll_latent_pair_row(&m->hp, cfg, s, src_lang, tgt_lang);
+        if (row < 0) {
+            char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
+            const int n = ll_config_langs(cfg, langs);
+            return ll_fail("the model has no latent %s row for the pair %s-%s (latent.posterior %s)",
+                           s ? "decoder" : "encoder", src_lang >= 0 && src_lang < n ? langs[src_lang] : "?",
+                           tgt_lang >= 0 && tgt_lang < n ? langs[tgt_lang] : "?", cfg->latent_posterior);
+        }
+        ll_latent_set_inference(m, s, row, mode, cfg->latent_threshold, (uint64_t)cfg->seed);
+    }
+    return 0;
 }
 
 static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *valid, ll_valid_result *r) {
     ll_batcher *vb = ll_batcher_new(valid, cfg->max_tokens, cfg->seed, 0);
     ll_batch b;
     memset(&b, 0, sizeof b);
-    double L = 0, N = 0;
     long ntok = 0;
-    while (ll_batcher_next(vb, &b)) {
-        ll_set_pair_inference(m, cfg, b.src_lang, b.tgt_lang);
-        ll_loss_stats s;
-        ll_model_step(m, &b, cfg->seed, 0, 0, &s);
-        L += s.loss;
-        N += s.nll;
-        ntok += s.ntokens;
+    ll_model_stats_zero(m);
+    for (uint64_t i = 0; ll_batcher_next(vb, &b); i++) { /* losses accumulate on the backend; one read at the end */
+        ll_set_pair_inference(m, cfg, b.src_lang, b.tgt_lang); /* rows exist: ll_config_validate */
+        ll_latent_inference_draw(m, i);                          /* sample mode: one draw per batch */
+        ll_model_step(m, &b, cfg->seed, 0, 0, NULL);
+        ntok += b.n_tgt_tokens;
     }
     ll_batch_free(&b);
     ll_batcher_free(vb);
-    r->loss = L / (ntok ? ntok : 1) / M_LN2;
-    r->nll = N / (ntok ? ntok : 1) / M_LN2;
+    double st[LL_ST_N];
+    ll_model_stats_read(m, st, NULL);
+    r->loss = st[LL_ST_LOSS] / (ntok ? ntok : 1) / M_LN2;
+    r->nll = st[LL_ST_NLL] / (ntok ? ntok : 1) / M_LN2;
 }
 
 /* Lines of a text file (malloc'd array of malloc'd strings). */
@@ -85,6 +96,7 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
         o.search.beam = cfg->valid_beam;
         o.search.lenpen = cfg->lenpen;
         o.max_tokens = cfg->max_tokens;
+        o.draw_base = (uint64_t)k << 32; /* sample mode: each corpus its own draws */
         if (ll_decode_bos(cfg, spm, c->tgt_lang, &o.search.bos)) {
             free_lines(src, ns);
             free_lines(ref, nt);

@@ -79,5 +79,29 @@ for lang in es xx; do
   cmp -s "$T/m2o.full.$lang" "$T/m2o.pruned.$lang" || err "M2O $lang: pruned output differs from the full model"
 done
 
+# without --source-lang the M2O model must not guess an encoder row (row 0 would be es's)
+"$BIN/lldecode" --model "$T/m2o/checkpoint_last.llm" --input "$T/in.es" --quiet > /dev/null 2> "$T/err" &&
+  err "M2O decode without --source-lang accepted"
+[ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "choose --source-lang from es, xx" "$T/err" ||
+  err "M2O without --source-lang: unclear error: $(cat "$T/err")"
+
+# M2O with latent DECODER layers: per_pair rows (per_language would give both pairs the one en row)
+"$BIN/lltrain" --config "$T/m2o.cfg" --set checkpoint.save_dir="$T/pp" --set latent.encoder=false \
+  --set latent.decoder=true --set latent.posterior=per_pair --set latent.prior=agged_posterior \
+  --set latent.soft_update=2 --set latent.anneal_updates=2 --set train.max_updates=12 --set train.log_interval=12 \
+  --quiet 2> "$T/pp.log" || err "M2O per_pair training failed: $(tail -1 "$T/pp.log")"
+grep -q '"latent":{"dec":{"q":{"es-en":\[.*"xx-en":\[' "$T/pp/metrics.jsonl" || err "per_pair: no per-pair decoder rows"
+python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if "\"kl\"" in l][-1]
+q = r["latent"]["dec"]["q"]
+assert r["kl"] > 0, "aggregated KL is %g" % r["kl"]
+assert q["es-en"] != q["xx-en"], "the two pair rows are identical"' "$T/pp/metrics.jsonl" || err "per_pair: KL zero or rows alike"
+"$BIN/lldecode" --model "$T/pp/checkpoint_last.llm" --input "$T/in.es" --quiet > /dev/null 2> "$T/err" &&
+  err "per_pair decode without --source-lang accepted"
+grep -q "per-pair latent layers: choose --source-lang from es, xx" "$T/err" || err "per_pair: unclear error: $(cat "$T/err")"
+"$BIN/lldecode" --model "$T/pp/checkpoint_last.llm" --source-lang xx --beam 2 --input "$T/in.xx" --quiet > /dev/null ||
+  err "per_pair decode with --source-lang failed"
+
 [ $fail -eq 0 ] && echo "test_latent: all checks passed"
 exit $fail

@@ -15,8 +15,8 @@ static void check(const char *label, ll_hparams hp, int beam, int ctl) {
     ll_model_init(m, 3);
     if (ctl) { /* soft gates and skipped layers/branches, as latent depth and CAD set them */
         m->enc_ctl[0].skip = 1;
-        m->enc_ctl[1].gate = 0.6;
-        m->dec_ctl[0].gate = 0.4;
+        ll_model_set_gate(m, 0, 1, 0.6);
+        ll_model_set_gate(m, 1, 0, 0.4);
         m->dec_ctl[1].skip = 1;
         m->dec_ctl[2].skip_cross = 1;
     }

@@ -11,32 +11,34 @@
 
 /* Layer controls used by latent depth, LayerDrop and cross-attention drop. */
 static void set_ctl(ll_model *m) {
-    m->enc_ctl[0].gate = 0.7;
+    ll_model_set_gate(m, 0, 0, 0.7);
     m->enc_ctl[1].skip = 1;
-    m->dec_ctl[0].gate = 0.35;
+    ll_model_set_gate(m, 1, 0, 0.35);
     m->dec_ctl[1].skip_cross = 1;
-    for (int l = 0; l < m->hp.Le; l++) m->enc_ctl[l].needs_dgate = 1;
-    for (int l = 0; l < m->hp.Ld; l++) m->dec_ctl[l].needs_dgate = 1;
+    ll_model_track_dgates(m, 1);
 }
 
 /* dL/dgate of every layer against finite differences of the gate. */
 static void check_dgate(const char *label, ll_model *m, ll_batch *b) {
     ll_layer_ctl *ctls[2] = {m->enc_ctl, m->dec_ctl};
     int n[2] = {m->hp.Le, m->hp.Ld};
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 2; s++) {
+        double dg[16];
+        ll_model_dgates(m, s, dg);
         for (int l = 0; l < n[s]; l++) {
             ll_layer_ctl *c = &ctls[s][l];
             if (c->skip) continue;
-            double ana = c->dgate, g = c->gate, h = 1e-6;
-            c->gate = g + h;
+            double ana = dg[l], g = ll_model_gate(m, s, l), h = 1e-6;
+            ll_model_set_gate(m, s, l, g + h);
             double lp = ll_model_loss(m, b, 5, 3, 1);
-            c->gate = g - h;
+            ll_model_set_gate(m, s, l, g - h);
             double lm = ll_model_loss(m, b, 5, 3, 1);
-            c->gate = g;
+            ll_model_set_gate(m, s, l, g);
             double num = (lp - lm) / (2 * h);
             CHECK_MSG(fabs(num - ana) <= 1e-6 * (fabs(num) + fabs(ana)) + 1e-9, "%s %s layer %d: dgate %.10g, numeric %.10g",
                       label, s ? "dec" : "enc", l, ana, num);
         }
+    }
 }
 
 static void check_model_obj(const char *label, ll_hparams hp, int ctl, const ll_objective *obj) {
@@ -139,7 +141,7 @@ int main(void) {
     hp.rezero = 0;
     /* the deep-decoder objectives: DDR (second decoder pass, own drop-net draws) and ALD */
     ll_objective obj = {.ddr_alpha = 0.7, .ald_weight = 0.5, .ald_p = 0.3, .ald_tau = 0.1};
-    static ll_layer_ctl ddr_ctl[2] = {{.gate = 1, .skip_cross = 1}, {.gate = 1}};
+    static ll_layer_ctl ddr_ctl[2] = {{.skip_cross = 1}, {0}};
     obj.ddr_dec_ctl = ddr_ctl;
     check_model_obj("DDR + ALD", hp, 0, &obj);
     hp.dlcl_enc = hp.dlcl_dec = 1;

@@ -1,5 +1,6 @@
 /* Finite-difference checks (double precision) of every backend op's backward:
- * layer norm, attention (causal, padded keys, cross, dropout), label-smoothed
+ * layer norm, attention (causal, padded keys, cross, dropout, one query, several
+ * query tiles), label-smoothed
  * cross-entropy, embedding, linear (gemm + bias), relu, dropout.  Each uses the
  * scalar L = sum(r * out) with fixed random r. */
 #include <math.h>
@@ -87,36 +88,40 @@ static void test_layernorm(void) {
     CHECK_NEAR(dx2[3], 2 * dx[3], 1e-12);
 }
 
-/* ---- attention ---- */
+/* ---- attention ----
+ * Flash-style: forward saves out and lse only, backward recomputes the
+ * probabilities and redraws the dropout mask from the same Philox stream and
+ * offset.  With dropout the key is fixed, so forward is a deterministic
+ * function of q, k, v and the loss can be finite-differenced. */
 typedef struct {
     int B, Tq, Tk, H, Dh, causal;
     real p;
-    real *q, *k, *v, *r, *out, *probs;
-    uint8_t *pmask;
+    uint64_t off;
+    real *q, *k, *v, *r, *out, *lse;
     int *klen;
     ll_philox rng;
 } at_ctx;
 static double at_loss(void *p) {
     at_ctx *c = p;
     int C = c->H * c->Dh;
-    be->attention_fwd(be, c->out, c->probs, c->pmask, c->q, C, c->k, c->v, C, c->klen, c->B, c->Tq, c->Tk, c->H,
-                      c->Dh, c->causal, c->p, &c->rng, 0);
+    be->attention_fwd(be, c->out, c->lse, c->q, C, c->k, c->v, C, c->klen, c->B, c->Tq, c->Tk, c->H, c->Dh,
+                      c->causal, c->p, &c->rng, c->off);
     return dot(c->out, c->r, (size_t)c->B * c->Tq * C);
 }
 static void test_attention(int causal, int Tq, int Tk, real p, const char *label) {
-    at_ctx c = {.B = 3, .Tq = Tq, .Tk = Tk, .H = 2, .Dh = 4, .causal = causal, .p = p};
+    at_ctx c = {.B = 3, .Tq = Tq, .Tk = Tk, .H = 2, .Dh = 4, .causal = causal, .p = p, .off = 3 * 2 * Tq * Tk};
     int C = c.H * c.Dh;
     size_t nq = (size_t)c.B * Tq * C, nk = (size_t)c.B * Tk * C;
     c.q = rnd(nq, 10), c.k = rnd(nk, 11), c.v = rnd(nk, 12), c.r = rnd(nq, 13);
     c.out = calloc(nq, sizeof(real));
-    c.probs = calloc((size_t)c.B * c.H * Tq * Tk, sizeof(real));
-    c.pmask = calloc((size_t)c.B * c.H * Tq * Tk, 1);
+    c.lse = calloc((size_t)c.B * c.H * Tq, sizeof(real));
     int klen[3] = {Tk, Tk - 1, 2};
     c.klen = klen;
     ll_philox_init(&c.rng, 3, 77, 1);
     at_loss(&c);
     real *dq = rnd(nq, 14), *dk = rnd(nk, 15), *dv = rnd(nk, 16); /* garbage: backward must overwrite */
-    be->attention_bwd(be, dq, dk, dv, c.r, c.probs, c.pmask, c.q, C, c.k, c.v, C, c.B, Tq, Tk, c.H, c.Dh, p);
+    be->attention_bwd(be, dq, dk, dv, c.r, c.out, c.lse, c.q, C, c.k, c.v, C, c.klen, c.B, Tq, Tk, c.H, c.Dh,
+                      causal, p, &c.rng, c.off);
     char name[64];
     snprintf(name, sizeof name, "attn %s dq", label);
     fd_check(name, at_loss, &c, c.q, dq, nq);
@@ -124,16 +129,24 @@ static void test_attention(int causal, int Tq, int Tk, real p, const char *label
     fd_check(name, at_loss, &c, c.k, dk, nk);
     snprintf(name, sizeof name, "attn %s dv", label);
     fd_check(name, at_loss, &c, c.v, dv, nk);
-    /* masked keys get zero probability; causal rows see no future key */
-    for (int h = 0; h < c.H; h++)
-        for (int i = 0; i < Tq; i++) {
-            const real *P = c.probs + ((size_t)(2 * c.H + h) * Tq + i) * Tk;
-            for (int j = 2; j < Tk; j++) CHECK(P[j] == 0);
-            if (causal) {
-                const real *P0 = c.probs + ((size_t)h * Tq + i) * Tk;
-                for (int j = i + 1 + (Tk - Tq); j < Tk; j++) CHECK(P0[j] == 0);
+    /* masked keys get no gradient; lse is the log-sum-exp of the visible scores */
+    for (size_t e = ((size_t)2 * Tk + 2) * C; e < nk; e++) CHECK(dk[e] == 0 && dv[e] == 0);
+    for (int b = 0; b < c.B; b++)
+        for (int h = 0; h < c.H; h++)
+            for (int i = 0; i < Tq; i++) {
+                int n = klen[b];
+                if (causal && i + (Tk - Tq) + 1 < n) n = i + (Tk - Tq) + 1;
+                double s = 0;
+                for (int j = 0; j < n; j++) {
+                    const real *qi = c.q + ((size_t)b * Tq + i) * C + h * c.Dh;
+                    const real *kj = c.k + ((size_t)b * Tk + j) * C + h * c.Dh;
+                    double e = 0;
+                    for (int d = 0; d < c.Dh; d++) e += qi[d] * kj[d];
+                    s += exp(e / sqrt((double)c.Dh));
+                }
+                CHECK_NEAR(c.lse[((size_t)b * c.H + h) * Tq + i], log(s), 1e-12);
             }
-        }
+    /* the buffers are tracked and freed at the end of main */
 }
 
 /* ---- cross-entropy ---- */
@@ -146,9 +159,9 @@ typedef struct {
 static double ce_loss(void *p) {
     ce_ctx *c = p;
     memcpy(c->work, c->x, sizeof(real) * c->N * c->V);
-    double L, nll;
-    be->xent_fwd_bwd(be, c->work, c->y, c->N, c->V, c->eps, LL_PAD, 1, &L, &nll);
-    return L;
+    double acc[2] = {0, 0};
+    be->xent_fwd_bwd(be, c->work, c->y, c->N, c->V, c->eps, LL_PAD, 1, acc);
+    return acc[0];
 }
 static void test_xent(void) {
     ce_ctx c = {.N = 4, .V = 9, .eps = 0.1};
@@ -169,12 +182,12 @@ static void test_xent(void) {
     for (int v = 0; v < c.V; v++) sum_lp += c.x[v] - lse;
     double nll = lse - c.x[5], epsi = 0.1 / (c.V - 1);
     double want0 = (1 - 0.1 - epsi) * nll + epsi * (-sum_lp);
-    double L, NL;
+    double acc[2] = {0, 0};
     real *w = calloc(c.V, sizeof(real));
     memcpy(w, c.x, c.V * sizeof(real));
-    be->xent_fwd_bwd(be, w, y, 1, c.V, 0.1, LL_PAD, 1, &L, &NL);
-    CHECK_NEAR(L, want0, 1e-12);
-    CHECK_NEAR(NL, nll, 1e-12);
+    be->xent_fwd_bwd(be, w, y, 1, c.V, 0.1, LL_PAD, 1, acc);
+    CHECK_NEAR(acc[0], want0, 1e-12);
+    CHECK_NEAR(acc[1], nll, 1e-12);
 }
 
 /* ---- embedding + linear + relu + dropout chain ---- */
@@ -238,6 +251,10 @@ int main(void) {
     test_attention(1, 5, 5, 0, "causal");
     test_attention(1, 2, 5, 0, "causal-incremental");
     test_attention(0, 4, 6, 0.25, "cross+dropout");
+    test_attention(1, 5, 5, 0.3, "causal+dropout");
+    test_attention(0, 1, 6, 0, "one query");
+    test_attention(0, 70, 9, 0.2, "query tiles+dropout");
+    test_attention(1, 70, 72, 0, "causal query tiles");
     test_xent();
     test_chain();
 #undef calloc

@@ -20,7 +20,7 @@ static void check(const char *label, ll_hparams hp, real ddr) {
     ll_layer_ctl ddr_ctl[8];
     if (ddr > 0) {
         m->obj.ddr_dec_ctl = ddr_ctl;
-        for (int l = 0; l < hp.Ld; l++) ddr_ctl[l] = (ll_layer_ctl){.gate = 1, .skip_cross = l == 0};
+        for (int l = 0; l < hp.Ld; l++) ddr_ctl[l] = (ll_layer_ctl){.skip_cross = l == 0};
     }
     m->dec_ctl[1].skip_cross = 1; /* a CAD draw, copied to the workers */
     ll_batch b;

@@ -217,6 +217,30 @@ static void cpu_relu_bwd(ll_backend *be, real *dy, const real *y, size_t n) {
  * a CUDA dropout kernel must use the same mapping. */
 static uint32_t drop_threshold(real p) { return (uint32_t)lround((double)p * 65536.0); }
 
+/* Chunk c (half-words 128c..128c+127) of dropout over elements
+ * offset..offset+n: writes the mask and, when x is given, applies it. */
+static void dropout_chunk(uint64_t c, real *x, uint8_t *mask, size_t n, uint32_t thr, real s, const ll_philox *rng,
+                          uint64_t offset) {
+    uint32_t w[64];
+    uint16_t half[128];
+    ll_philox_blocks16(rng, c * 16, w);
+    for (int j = 0; j < 128; j++) half[j] = (uint16_t)(w[j >> 1] >> (16 * (j & 1)));
+    const uint64_t h0 = c * 128;
+    const int lo = h0 < offset ? (int)(offset - h0) : 0;
+    const int hi = offset + n - h0 < 128 ? (int)(offset + n - h0) : 128;
+    uint8_t *mk = mask + (h0 - offset);
+    if (x) {
+        real *xc = x + (h0 - offset);
+        for (int j = lo; j < hi; j++) {
+            const int keep = half[j] >= thr;
+            mk[j] = (uint8_t)keep;
+            xc[j] = keep ? xc[j] * s : 0;
+        }
+    } else {
+        for (int j = lo; j < hi; j++) mk[j] = half[j] >= thr;
+    }
+}
+
 /* Masks (and, when x is given, applies) elements offset..offset+n of the
  * half-word stream, 128 half-words (16 Philox blocks) per task. */
 static void dropout_apply(real *x, uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset) {
@@ -224,30 +248,13 @@ static void dropout_apply(real *x, uint8_t *mask, size_t n, real p, const ll_phi
     const real s = 1 / (1 - p);
     const uint64_t first = offset / 128, last = (offset + n + 127) / 128;
 #pragma omp parallel for schedule(static)
-    for (uint64_t c = first; c < last; c++) {
-        uint32_t w[64];
-        uint16_t half[128];
-        ll_philox_blocks16(rng, c * 16, w);
-        for (int j = 0; j < 128; j++) half[j] = (uint16_t)(w[j >> 1] >> (16 * (j & 1)));
-        const uint64_t h0 = c * 128;
-        const int lo = h0 < offset ? (int)(offset - h0) : 0;
-        const int hi = offset + n - h0 < 128 ? (int)(offset + n - h0) : 128;
-        uint8_t *mk = mask + (h0 - offset);
-        if (x) {
-            real *xc = x + (h0 - offset);
-            for (int j = lo; j < hi; j++) {
-                const int keep = half[j] >= thr;
-                mk[j] = (uint8_t)keep;
-                xc[j] = keep ? xc[j] * s : 0;
-            }
-        } else {
-            for (int j = lo; j < hi; j++) mk[j] = half[j] >= thr;
-        }
-    }
+    for (uint64_t c = first; c < last; c++) dropout_chunk(c, x, mask, n, thr, s, rng, offset);
 }
 
 void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset) {
-    dropout_apply(NULL, mask, n, p, rng, offset);
+    const uint32_t thr = drop_threshold(p);
+    for (uint64_t c = offset / 128, last = (offset + n + 127) / 128; c < last; c++)
+        dropout_chunk(c, NULL, mask, n, thr, 0, rng, offset);
 }
 
 static void cpu_dropout_fwd(ll_backend *be, real *x, uint8_t *mask, size_t n, real p, const ll_philox *rng,
@@ -278,13 +285,6 @@ static void cpu_add_scaled(ll_backend *be, real *y, const real *a, const real *b
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + alpha * b[i];
 }
-static double cpu_dot(ll_backend *be, const real *a, const real *b, size_t n) {
-    (void)be;
-    double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
 static void cpu_acc(ll_backend *be, real *dst, const real *src, size_t n) {
     (void)be;
 #pragma omp parallel for schedule(static)
@@ -294,21 +294,6 @@ static void cpu_scale(ll_backend *be, real *x, real s, size_t n) {
     (void)be;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-static double cpu_sumsq(ll_backend *be, const real *x, size_t n) {
-    (void)be;
-    /* float partial sums over 4096-element blocks, summed in double: vectorises,
-     * and the float error stays ~1e-7 relative per block */
-    double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-    for (size_t i0 = 0; i0 < n; i0 += 4096) {
-        const size_t i1 = i0 + 4096 < n ? i0 + 4096 : n;
-        real t = 0;
-#pragma omp simd reduction(+ : t)
-        for (size_t i = i0; i < i1; i++) t += x[i] * x[i];
-        s += t;
-    }
-    return s;
 }
 
 static ll_backend g_cpu = {
@@ -334,7 +319,22 @@ static ll_backend g_cpu = {
     .dropout_bwd = cpu_dropout_bwd,
     .add = cpu_add,
     .add_scaled = cpu_add_scaled,
-    .dot = cpu_dot,
+    .add_gated = cpu_add_gated,
+    .scale_gated = cpu_scale_gated,
+    .dot_acc = cpu_dot_acc,
+    .grad_finish = cpu_grad_finish,
+    .weighted_sum = cpu_weighted_sum,
+    .weighted_scatter = cpu_weighted_scatter,
+    .dots_acc = cpu_dots_acc,
+    .latent_sample = cpu_latent_sample,
+    .latent_grad = cpu_latent_grad,
+    .latent_kl = cpu_latent_kl,
+    .latent_lk = cpu_latent_lk,
+    .latent_depth = cpu_latent_depth,
+    .latent_q = cpu_latent_q,
+    .ald_pool = cpu_ald_pool,
+    .ald_loss = cpu_ald_loss,
+    .ald_unpool = cpu_ald_unpool,
     .acc = cpu_acc,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,

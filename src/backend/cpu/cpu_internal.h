@@ -8,26 +8,55 @@ void cpu_layernorm_fwd(ll_backend *be, real *out, real *mean, real *rstd, const 
                        const real *b, int N, int C);
 void cpu_layernorm_bwd(ll_backend *be, real *dx, real *dw, real *db, const real *dout, const real *x,
                        const real *w, const real *mean, const real *rstd, int N, int C);
-void cpu_attention_fwd(ll_backend *be, real *out, real *probs, uint8_t *pmask, const real *q, int q_stride,
-                       const real *k, const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk,
-                       int H, int Dh, int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
-void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *probs,
-                       const uint8_t *pmask, const real *q, int q_stride, const real *k, const real *v,
-                       int kv_stride, int B, int Tq, int Tk, int H, int Dh, real attn_dropout);
+void cpu_attention_fwd(ll_backend *be, real *out, real *lse, const real *q, int q_stride, const real *k,
+                       const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+                       int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
+void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *out,
+                       const real *lse, const real *q, int q_stride, const real *k, const real *v, int kv_stride,
+                       const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal, real attn_dropout,
+                       const ll_philox *rng, uint64_t rng_offset);
 void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
-                      real grad_scale, double *loss_sum, double *nll_sum);
-double cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target, int N,
-                  int V, int pad, real alpha);
+                      real grad_scale, double *acc);
+void cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target, int N,
+                int V, int pad, real alpha, double *acc);
 void cpu_log_softmax(ll_backend *be, real *x, int N, int V);
+
+/* cpu_step.c: gated residual scalars, reductions into stats, gradient norm, Adam */
+void cpu_add_gated(ll_backend *be, real *y, const real *a, const real *b, const real *g1, const real *g2, size_t n);
+void cpu_scale_gated(ll_backend *be, real *x, const real *g1, const real *g2, size_t n);
+void cpu_dot_acc(ll_backend *be, real *dst, const real *a, const real *b, size_t n, const real *mul);
+void cpu_sumsq(ll_backend *be, double *acc, const real *x, size_t n);
+void cpu_weighted_sum(ll_backend *be, real *y, const real *const *xs, const real *w, int k, size_t n);
+void cpu_weighted_scatter(ll_backend *be, real *const *ys, const real *w, const real *x, int k, size_t n);
+void cpu_dots_acc(ll_backend *be, real *dst, const real *x, const real *const *ys, int k, size_t n);
+void cpu_grad_finish(ll_backend *be, double *stats, double grad_scale, double clip_norm, int phi_step);
 void cpu_adam(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
-              real eps, real wd, long t);
+              real eps, real wd, const double *stats, int t_slot);
+
+/* cpu_latent.c */
+void cpu_latent_sample(ll_backend *be, real *z, real *dzda, const real *a, int L, const ll_philox *rng, real tau,
+                       int hard);
+void cpu_latent_grad(ll_backend *be, real *dlogits, const real *dgate, const real *dzda, int L);
+void cpu_latent_kl(ll_backend *be, real *dlogits, double *acc, const real *logits, const real *z, const real *dzda,
+                   const ll_latent_prior *pr, int row, int reference, double w);
+void cpu_latent_lk(ll_backend *be, real *dlogits, double *acc, const real *z, const real *dzda,
+                   const ll_latent_prior *pr, int K, int squared, double w);
+void cpu_latent_depth(ll_backend *be, double *acc, const real *logits, const ll_latent_prior *pr);
+void cpu_latent_q(ll_backend *be, real *q, const real *logits, int L);
+
+/* cpu_ald.c */
+void cpu_ald_pool(ll_backend *be, real *G, const real *h, const int *len, int B, int T, int C);
+void cpu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, double w);
+void cpu_ald_unpool(ll_backend *be, real *dh, const real *dG, const int *len, int B, int T, int C);
 
 void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K);
 void cpu_linear_packed(ll_backend *be, real *Y, int ldy, const real *X, int ldx, const void *packed,
                        const real *bias, int M);
 void cpu_linear_unpack(ll_backend *be, void *packed);
 
-/* Fill mask[0..n) with keep decisions (u >= p) from Philox words offset..offset+n. */
+/* Fill mask[0..n) with the keep decisions of dropout_fwd for elements
+ * offset..offset+n (the half-word rule of cpu_backend.c).  Single-threaded:
+ * attention calls it per tile inside its own parallel loop. */
 void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset);
 
 #endif

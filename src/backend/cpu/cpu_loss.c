@@ -1,11 +1,11 @@
-/* Label-smoothed cross-entropy (fused with its gradient), log-softmax, Adam. */
+/* Label-smoothed cross-entropy (fused with its gradient), DDR's symmetric KL, log-softmax. */
 #include <math.h>
 
 #include "cpu_internal.h"
 #include "vecmath.h"
 
 void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
-                      real grad_scale, double *loss_sum, double *nll_sum) {
+                      real grad_scale, double *acc) {
     (void)be;
     /* fairseq (since 791ab7c2): loss = (1-eps-eps_i)*nll + eps_i*smooth, eps_i = eps/(V-1),
      * i.e. cross-entropy against q[y] = 1-eps, q[v!=y] = eps_i.  Gradient = softmax - q. */
@@ -32,12 +32,12 @@ void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N
         ll_row_affine(x, V, grad_scale / sum, -grad_scale * (real)eps_i);
         x[y] -= grad_scale * (real)(1 - eps - eps_i);
     }
-    *loss_sum = L;
-    *nll_sum = NL;
+    acc[0] += L;
+    acc[1] += NL;
 }
 
-double cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target, int N,
-                  int V, int pad, real alpha) {
+void cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target, int N,
+                int V, int pad, real alpha, double *acc) {
     (void)be;
     /* d KL(p||q)/dz_p = p (log p - log q - KL(p||q)); d KL(q||p)/dz_p = p - q. */
     double total = 0;
@@ -60,7 +60,7 @@ double cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, re
         }
         total += kab + kba;
     }
-    return h * total;
+    *acc += h * total;
 }
 
 void cpu_log_softmax(ll_backend *be, real *x, int N, int V) {
@@ -71,23 +71,5 @@ void cpu_log_softmax(ll_backend *be, real *x, int N, int V) {
         const real mx = ll_row_max(xr, V);
         const real lse = mx + rlog(ll_row_sum_exp(xr, V, mx));
         ll_row_affine(xr, V, 1, -lse);
-    }
-}
-
-void cpu_adam(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
-              real eps, real wd, long t) {
-    (void)be;
-    /* fairseq adam: decoupled weight decay, eps added to the uncorrected sqrt(v). */
-    const real step = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
-    const real decay = lr * wd, c1 = 1 - b1, c2 = 1 - b2;
-    /* float arithmetic throughout (sqrtf, not a double sqrt) so the loop vectorises */
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        const real gi = g[i];
-        const real mi = b1 * m[i] + c1 * gi, vi = b2 * v[i] + c2 * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        const real pi = p[i] - decay * p[i];
-        p[i] = pi - step * mi / (rsqrt_(vi) + eps);
     }
 }

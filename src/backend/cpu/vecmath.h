@@ -32,7 +32,7 @@ static inline float ll_fast_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     float e = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; /* unsigned: no UB for n < -127 */
     float s;
     memcpy(&s, &bits, sizeof s);
     return e * s;
@@ -101,6 +101,19 @@ static inline real ll_row_exp_inplace(real *x, int n, real shift, real *sum_in) 
     }
     if (sum_in) *sum_in = si;
     return s;
+#endif
+}
+
+/* x[i] = exp(x[i] - shift) in place, no sum (attention backward's P = exp(S - lse)) */
+static inline void ll_row_exp_shift(real *x, int n, real shift) {
+#ifdef LL_VEC16
+    const __m512 sh = _mm512_set1_ps(shift);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = ll_tail16(n - i);
+        _mm512_mask_storeu_ps(x + i, k, ll_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh)));
+    }
+#else
+    for (int i = 0; i < n; i++) x[i] = vexp(x[i] - shift);
 #endif
 }
 

@@ -93,7 +93,9 @@ static void *cu_alloc(ll_backend *be, size_t bytes) {
         (void)cudaGetLastError();
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
-        ll_die("CUDA out of memory on device %d: cannot allocate %zu bytes (%zu of %zu bytes free): %s",
+        ll_die("CUDA out of memory on device %d: cannot allocate %zu bytes (%zu of %zu bytes free): %s; lower "
+               "data.max_tokens (or data.max_len), or raise train.update_freq to keep the batch; lltrain --dry-run "
+               "prints what a step needs",
                im->device, bytes, free_b, total_b, cudaGetErrorString(e));
     }
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, im->stream));
@@ -188,6 +190,25 @@ static void cu_layernorm_bwd(ll_backend *be, real *dx, real *dw, real *db, const
     CUDA_CHECK(ll_cuda_layernorm_bwd(im->stream, dx, dw, db, s, dout, x, w, mean, rstd, N, C));
 }
 
+/* ---- attention (kernels/attention.cu) ------------------------------------------ */
+
+static void cu_attention_fwd(ll_backend *be, real *out, real *lse, const real *q, int q_stride, const real *k,
+                             const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+                             int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
+    cuda_impl *im = enter(be);
+    CUDA_CHECK(ll_cuda_attention_fwd(im->stream, out, lse, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk, H, Dh,
+                                     causal, attn_dropout, rng, rng_offset));
+}
+
+static void cu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *out,
+                             const real *lse, const real *q, int q_stride, const real *k, const real *v,
+                             int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
+                             real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
+    cuda_impl *im = enter(be);
+    CUDA_CHECK(ll_cuda_attention_bwd(im->stream, dq, dk, dv, dout, out, lse, q, q_stride, k, v, kv_stride, key_len,
+                                     B, Tq, Tk, H, Dh, causal, attn_dropout, rng, rng_offset));
+}
+
 /* ---- CUDA-only helpers (kernels/ll_cuda.h) ------------------------------------- */
 
 cudaStream_t ll_cuda_stream(ll_backend *be) { return impl_of(be)->stream; }
@@ -261,8 +282,10 @@ ll_backend *ll_backend_cuda(int device) {
     be->gemm = cu_gemm;
     be->layernorm_fwd = cu_layernorm_fwd;
     be->layernorm_bwd = cu_layernorm_bwd;
-    /* The rest (embed, bias, relu, dropout, add/acc/scale/sumsq, attention,
-     * xent, log_softmax, adam) come with the next issue; NULL until then. */
+    be->attention_fwd = cu_attention_fwd;
+    be->attention_bwd = cu_attention_bwd;
+    /* The rest (embed, bias, relu, dropout, add/acc/scale/sumsq, xent,
+     * log_softmax, adam) come with the next issue; NULL until then. */
     g_backends[device] = be;
     return be;
 }

@@ -1,0 +1,394 @@
+/* Flash-style multi-head attention, fp32, forward and backward.
+ *
+ * Same contract as ll_backend.attention_fwd/bwd (include/ll/backend.h): masks
+ * by key_len and causal position, lse [B, H, Tq] saved instead of the
+ * probabilities, dropout on the probabilities drawn per element (b, h, i, j)
+ * from Philox half-word rng_offset + ((b*H + h)*Tq + i)*Tk + j, so the mask is
+ * the CPU backend's bit for bit.  Nothing of size Tq x Tk touches global
+ * memory.
+ *
+ * Layout of the work (correctness first; tensor cores come with bf16):
+ *  - forward: a block of 4 warps owns FWD_ROWS query rows of one (b, h); key/
+ *    value tiles of 32 rows are staged in shared memory; a warp runs the
+ *    online softmax of its rows with one key per lane for the scores and one
+ *    head dimension per lane (Dh <= 128: 4 per lane) for the output.
+ *  - backward, two kernels and no atomics, so gradients are bit-reproducible:
+ *    dq (blocks over query rows, loop over key tiles) and dk/dv (blocks over
+ *    keys, loop over query tiles of 32, one query per lane).  Both recompute
+ *    P = exp(s - lse) and the dropout bit; D_i = rowsum(dO_i o O_i).
+ * Row strides: q rows q_stride, k/v rows kv_stride, out/dout rows H*Dh. */
+#include <math.h>
+
+#include "ll_cuda.h"
+#include "philox.cuh"
+
+#define WARP 32
+#define WARPS 4
+#define MAX_SLOTS 4 /* head dims per lane: Dh <= 128 */
+#define FWD_ROWS_PER_WARP 4
+#define DQ_ROWS_PER_WARP 2
+#define DKV_KEYS_PER_WARP 2
+
+struct attn_args {
+    const float *q, *k, *v;
+    int q_stride, kv_stride;
+    const int *key_len; /* device, [B]; NULL: all keys */
+    int B, Tq, Tk, H, Dh, causal;
+    float scale;     /* 1 / sqrt(Dh) */
+    float keep_scale; /* 1 / (1 - p) */
+    uint32_t thr;    /* keep iff half-word >= thr; 0: no dropout */
+    ll_philox rng;
+    uint64_t rng_offset;
+};
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static __device__ __forceinline__ int key_limit(const attn_args &a, int b) {
+    int n = a.key_len ? a.key_len[b] : a.Tk;
+    return n < a.Tk ? (n > 0 ? n : 0) : a.Tk;
+}
+/* keys query i sees: 0..n-1 (the CPU's row_limit) */
+static __device__ __forceinline__ int row_limit(const attn_args &a, int lim, int i) {
+    const int c = i + (a.Tk - a.Tq) + 1;
+    if (a.causal && c < lim) return c > 0 ? c : 0;
+    return lim;
+}
+/* The dropout rule of dropout_fwd: half-word e of the stream, bits 16*(e&1).. of word e>>1. */
+static __device__ __forceinline__ bool keep_bit(const attn_args &a, int b, int h, int i, int j) {
+    const uint64_t e = a.rng_offset + (((uint64_t)b * a.H + h) * a.Tq + i) * a.Tk + j;
+    const uint32_t w = ll_philox_u32_dev(a.rng, e >> 1);
+    return ((w >> (16 * (unsigned)(e & 1))) & 0xffffu) >= a.thr;
+}
+
+/* Stage rows r0..r0+n-1 (n <= rows) of a [*, stride] matrix, columns col..col+Dh,
+ * into s[rows][ld]; rows past n are zero. */
+static __device__ __forceinline__ void stage(float *s, int ld, int rows, const float *g, int stride, int r0, int n,
+                                             int Dh) {
+    for (int e = threadIdx.x; e < rows * Dh; e += blockDim.x) {
+        const int r = e / Dh, d = e % Dh;
+        s[r * ld + d] = r < n ? g[(size_t)(r0 + r) * stride + d] : 0.0f;
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+static __global__ void attention_fwd_kernel(attn_args a, float *__restrict__ out, float *__restrict__ lse) {
+    extern __shared__ float sm[];
+    const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int BQ = WARPS * FWD_ROWS_PER_WARP;
+    const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
+    float *sQ = sm, *sK = sQ + BQ * Dh, *sV = sK + WARP * (Dh + 1); /* sK padded: lane j reads row j */
+    const int lim = key_limit(a, b);
+    const int qn = min(BQ, a.Tq - q0);
+    const int kmax = row_limit(a, lim, q0 + qn - 1); /* the block's widest row */
+    stage(sQ, Dh, BQ, a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, q0, qn, Dh);
+
+    float m[FWD_ROWS_PER_WARP], l[FWD_ROWS_PER_WARP], o[FWD_ROWS_PER_WARP][MAX_SLOTS];
+#pragma unroll
+    for (int r = 0; r < FWD_ROWS_PER_WARP; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < MAX_SLOTS; c++) o[r][c] = 0.0f;
+    }
+    const float *kb = a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    const float *vb = a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    for (int kt = 0; kt < kmax; kt += WARP) {
+        __syncthreads(); /* previous tile consumed (and sQ staged) */
+        stage(sK, Dh + 1, WARP, kb, a.kv_stride, kt, min(WARP, kmax - kt), Dh);
+        stage(sV, Dh, WARP, vb, a.kv_stride, kt, min(WARP, kmax - kt), Dh);
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < FWD_ROWS_PER_WARP; r++) {
+            const int ri = warp * FWD_ROWS_PER_WARP + r, i = q0 + ri;
+            if (i >= a.Tq) break; /* warp-uniform */
+            const int n = row_limit(a, lim, i);
+            if (kt >= n) continue;
+            const int j = kt + lane;
+            float s = -INFINITY;
+            if (j < n) {
+                float d = 0.0f;
+                for (int e = 0; e < Dh; e++) d += sQ[ri * Dh + e] * sK[lane * (Dh + 1) + e];
+                s = d * a.scale;
+            }
+            const float mn = fmaxf(m[r], warp_max(s));
+            const float p = j < n ? __expf(s - mn) : 0.0f;
+            const float alpha = __expf(m[r] - mn); /* 0 on the first tile (m = -inf) */
+            l[r] = l[r] * alpha + warp_sum(p);
+            m[r] = mn;
+            float pd = p;
+            if (a.thr && j < n) pd = keep_bit(a, b, h, i, j) ? p * a.keep_scale : 0.0f;
+#pragma unroll
+            for (int c = 0; c < MAX_SLOTS; c++) o[r][c] *= alpha;
+            const int jn = min(WARP, n - kt);
+            for (int jj = 0; jj < jn; jj++) {
+                const float pj = __shfl_sync(0xffffffffu, pd, jj);
+#pragma unroll
+                for (int c = 0; c < MAX_SLOTS; c++) {
+                    const int d = lane + WARP * c;
+                    if (d < Dh) o[r][c] += pj * sV[jj * Dh + d];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < FWD_ROWS_PER_WARP; r++) {
+        const int i = q0 + warp * FWD_ROWS_PER_WARP + r;
+        if (i >= a.Tq) break;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* no visible key: out 0 */
+        float *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
+#pragma unroll
+        for (int c = 0; c < MAX_SLOTS; c++) {
+            const int d = lane + WARP * c;
+            if (d < Dh) orow[d] = o[r][c] * inv;
+        }
+        if (lse && lane == 0) lse[((size_t)b * a.H + h) * a.Tq + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+    }
+}
+
+/* ---- backward: dq ------------------------------------------------------------- */
+
+static __global__ void attention_dq_kernel(attn_args a, float *__restrict__ dq, const float *__restrict__ out,
+                                           const float *__restrict__ dout, const float *__restrict__ lse) {
+    extern __shared__ float sm[];
+    const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int BQ = WARPS * DQ_ROWS_PER_WARP;
+    const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
+    float *sQ = sm, *sG = sQ + BQ * Dh, *sK = sG + BQ * Dh, *sV = sK + WARP * (Dh + 1);
+    const int lim = key_limit(a, b);
+    const int qn = min(BQ, a.Tq - q0);
+    const int kmax = row_limit(a, lim, q0 + qn - 1);
+    stage(sQ, Dh, BQ, a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, q0, qn, Dh);
+    stage(sG, Dh, BQ, dout + (size_t)b * a.Tq * C + h * Dh, C, q0, qn, Dh);
+
+    float D[DQ_ROWS_PER_WARP], L[DQ_ROWS_PER_WARP], acc[DQ_ROWS_PER_WARP][MAX_SLOTS];
+#pragma unroll
+    for (int r = 0; r < DQ_ROWS_PER_WARP; r++) {
+        const int i = q0 + warp * DQ_ROWS_PER_WARP + r;
+        float t = 0.0f;
+        L[r] = 0.0f;
+        if (i < a.Tq) {
+            const float *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
+            const float *grow = dout + ((size_t)b * a.Tq + i) * C + h * Dh;
+            for (int d = lane; d < Dh; d += WARP) t += grow[d] * orow[d];
+            L[r] = lse[((size_t)b * a.H + h) * a.Tq + i];
+        }
+        D[r] = warp_sum(t); /* rowsum(dO o O): O already holds the dropped probabilities */
+#pragma unroll
+        for (int c = 0; c < MAX_SLOTS; c++) acc[r][c] = 0.0f;
+    }
+    const float *kb = a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    const float *vb = a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    for (int kt = 0; kt < kmax; kt += WARP) {
+        __syncthreads();
+        stage(sK, Dh + 1, WARP, kb, a.kv_stride, kt, min(WARP, kmax - kt), Dh);
+        stage(sV, Dh + 1, WARP, vb, a.kv_stride, kt, min(WARP, kmax - kt), Dh);
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < DQ_ROWS_PER_WARP; r++) {
+            const int ri = warp * DQ_ROWS_PER_WARP + r, i = q0 + ri;
+            if (i >= a.Tq) break;
+            const int n = row_limit(a, lim, i);
+            if (kt >= n) continue;
+            const int j = kt + lane;
+            float ds = 0.0f;
+            if (j < n) {
+                float s = 0.0f, dp = 0.0f;
+                for (int e = 0; e < Dh; e++) {
+                    s += sQ[ri * Dh + e] * sK[lane * (Dh + 1) + e];
+                    dp += sG[ri * Dh + e] * sV[lane * (Dh + 1) + e];
+                }
+                const float p = __expf(s * a.scale - L[r]);
+                if (a.thr) dp = keep_bit(a, b, h, i, j) ? dp * a.keep_scale : 0.0f;
+                ds = p * (dp - D[r]) * a.scale;
+            }
+            const int jn = min(WARP, n - kt);
+            for (int jj = 0; jj < jn; jj++) {
+                const float dsj = __shfl_sync(0xffffffffu, ds, jj);
+#pragma unroll
+                for (int c = 0; c < MAX_SLOTS; c++) {
+                    const int d = lane + WARP * c;
+                    if (d < Dh) acc[r][c] += dsj * sK[jj * (Dh + 1) + d];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < DQ_ROWS_PER_WARP; r++) {
+        const int i = q0 + warp * DQ_ROWS_PER_WARP + r;
+        if (i >= a.Tq) break;
+        float *row = dq + ((size_t)b * a.Tq + i) * a.q_stride + h * Dh; /* overwrite; 0 without keys */
+#pragma unroll
+        for (int c = 0; c < MAX_SLOTS; c++) {
+            const int d = lane + WARP * c;
+            if (d < Dh) row[d] = acc[r][c];
+        }
+    }
+}
+
+/* ---- backward: dk, dv --------------------------------------------------------- */
+
+static __global__ void attention_dkv_kernel(attn_args a, float *__restrict__ dk, float *__restrict__ dv,
+                                            const float *__restrict__ out, const float *__restrict__ dout,
+                                            const float *__restrict__ lse) {
+    extern __shared__ float sm[];
+    const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int BK = WARPS * DKV_KEYS_PER_WARP;
+    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
+    float *sK = sm, *sV = sK + BK * Dh, *sQ = sV + BK * Dh, *sG = sQ + WARP * (Dh + 1);
+    float *sL = sG + WARP * (Dh + 1), *sD = sL + WARP;
+    int *sN = (int *)(sD + WARP);
+    const int lim = key_limit(a, b);
+    const int kn = min(BK, a.Tk - j0);
+    stage(sK, Dh, BK, a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, j0, kn, Dh);
+    stage(sV, Dh, BK, a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, j0, kn, Dh);
+
+    float gk[DKV_KEYS_PER_WARP][MAX_SLOTS], gv[DKV_KEYS_PER_WARP][MAX_SLOTS];
+#pragma unroll
+    for (int r = 0; r < DKV_KEYS_PER_WARP; r++)
+#pragma unroll
+        for (int c = 0; c < MAX_SLOTS; c++) gk[r][c] = gv[r][c] = 0.0f;
+    /* causal: query i sees key j0 only from i = j0 - (Tk - Tq) on */
+    const int qs = a.causal ? max(0, j0 - (a.Tk - a.Tq)) : 0;
+    const int qend = j0 < lim ? a.Tq : 0; /* keys past the padding get no gradient */
+    const float *qb = a.q + (size_t)b * a.Tq * a.q_stride + h * Dh;
+    const float *gb = dout + (size_t)b * a.Tq * C + h * Dh;
+    for (int it = qs; it < qend; it += WARP) {
+        const int qn = min(WARP, a.Tq - it);
+        __syncthreads();
+        stage(sQ, Dh + 1, WARP, qb, a.q_stride, it, qn, Dh);
+        stage(sG, Dh + 1, WARP, gb, C, it, qn, Dh);
+        for (int ii = warp; ii < WARP; ii += WARPS) { /* per-query statistics of the tile */
+            const int i = it + ii;
+            float t = 0.0f;
+            if (i < a.Tq) {
+                const float *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
+                for (int d = lane; d < Dh; d += WARP) t += gb[(size_t)i * C + d] * orow[d];
+            }
+            t = warp_sum(t);
+            if (lane == 0) {
+                sD[ii] = t;
+                sL[ii] = i < a.Tq ? lse[((size_t)b * a.H + h) * a.Tq + i] : 0.0f;
+                sN[ii] = i < a.Tq ? row_limit(a, lim, i) : 0;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < DKV_KEYS_PER_WARP; r++) {
+            const int rk = warp * DKV_KEYS_PER_WARP + r, j = j0 + rk;
+            if (j >= lim) break; /* warp-uniform */
+            const int i = it + lane;
+            float pd = 0.0f, ds = 0.0f;
+            if (i < a.Tq && j < sN[lane]) {
+                float s = 0.0f, dp = 0.0f;
+                for (int e = 0; e < Dh; e++) {
+                    s += sQ[lane * (Dh + 1) + e] * sK[rk * Dh + e];
+                    dp += sG[lane * (Dh + 1) + e] * sV[rk * Dh + e];
+                }
+                const float p = __expf(s * a.scale - sL[lane]);
+                pd = p;
+                if (a.thr) {
+                    const float ks = keep_bit(a, b, h, i, j) ? a.keep_scale : 0.0f;
+                    pd = p * ks;
+                    dp *= ks;
+                }
+                ds = p * (dp - sD[lane]) * a.scale;
+            }
+            for (int ii = 0; ii < qn; ii++) {
+                const float pi = __shfl_sync(0xffffffffu, pd, ii), si = __shfl_sync(0xffffffffu, ds, ii);
+#pragma unroll
+                for (int c = 0; c < MAX_SLOTS; c++) {
+                    const int d = lane + WARP * c;
+                    if (d < Dh) {
+                        gv[r][c] += pi * sG[ii * (Dh + 1) + d];
+                        gk[r][c] += si * sQ[ii * (Dh + 1) + d];
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < DKV_KEYS_PER_WARP; r++) {
+        const int j = j0 + warp * DKV_KEYS_PER_WARP + r;
+        if (j >= a.Tk) break;
+        float *kr = dk + ((size_t)b * a.Tk + j) * a.kv_stride + h * Dh; /* overwrite; 0 past the padding */
+        float *vr = dv + ((size_t)b * a.Tk + j) * a.kv_stride + h * Dh;
+#pragma unroll
+        for (int c = 0; c < MAX_SLOTS; c++) {
+            const int d = lane + WARP * c;
+            if (d < Dh) {
+                kr[d] = gk[r][c];
+                vr[d] = gv[r][c];
+            }
+        }
+    }
+}
+
+/* ---- launchers ------------------------------------------------------------------ */
+
+static cudaError_t make_args(attn_args *a, const float *q, int q_stride, const float *k, const float *v,
+                             int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
+                             float p, const ll_philox *rng, uint64_t rng_offset) {
+    if (Dh < 1 || Dh > WARP * MAX_SLOTS || p < 0 || p >= 1 || (p > 0 && !rng)) return cudaErrorInvalidValue;
+    *a = attn_args{};
+    a->q = q, a->k = k, a->v = v, a->q_stride = q_stride, a->kv_stride = kv_stride, a->key_len = key_len;
+    a->B = B, a->Tq = Tq, a->Tk = Tk, a->H = H, a->Dh = Dh, a->causal = causal;
+    a->scale = 1.0f / sqrtf((float)Dh);
+    /* the CPU's threshold: round(p * 65536) (lround on a double) */
+    a->thr = p > 0 ? (uint32_t)llround((double)p * 65536.0) : 0;
+    a->keep_scale = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    if (rng) a->rng = *rng;
+    a->rng_offset = rng_offset;
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t ll_cuda_attention_fwd(cudaStream_t stream, float *out, float *lse, const float *q,
+                                             int q_stride, const float *k, const float *v, int kv_stride,
+                                             const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
+                                             float p, const ll_philox *rng, uint64_t rng_offset) {
+    if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
+    attn_args a;
+    cudaError_t e = make_args(&a, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, p, rng,
+                              rng_offset);
+    if (e != cudaSuccess) return e;
+    const int BQ = WARPS * FWD_ROWS_PER_WARP;
+    const size_t smem = sizeof(float) * ((size_t)BQ * Dh + WARP * (Dh + 1) + WARP * Dh);
+    const dim3 grid((Tq + BQ - 1) / BQ, H, B);
+    attention_fwd_kernel<<<grid, WARPS * WARP, smem, stream>>>(a, out, lse);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ll_cuda_attention_bwd(cudaStream_t stream, float *dq, float *dk, float *dv,
+                                             const float *dout, const float *out, const float *lse, const float *q,
+                                             int q_stride, const float *k, const float *v, int kv_stride,
+                                             const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
+                                             float p, const ll_philox *rng, uint64_t rng_offset) {
+    if (B <= 0 || H <= 0) return cudaSuccess;
+    attn_args a;
+    cudaError_t e = make_args(&a, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, p, rng,
+                              rng_offset);
+    if (e != cudaSuccess) return e;
+    if (Tq > 0) {
+        const int BQ = WARPS * DQ_ROWS_PER_WARP;
+        const size_t smem = sizeof(float) * (2 * (size_t)BQ * Dh + 2 * WARP * (Dh + 1));
+        attention_dq_kernel<<<dim3((Tq + BQ - 1) / BQ, H, B), WARPS * WARP, smem, stream>>>(a, dq, out, dout, lse);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    if (Tk > 0) {
+        const int BK = WARPS * DKV_KEYS_PER_WARP;
+        const size_t smem = sizeof(float) * (2 * (size_t)BK * Dh + 2 * WARP * (Dh + 1) + 3 * WARP);
+        attention_dkv_kernel<<<dim3((Tk + BK - 1) / BK, H, B), WARPS * WARP, smem, stream>>>(a, dk, dv, out, dout,
+                                                                                              lse);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}

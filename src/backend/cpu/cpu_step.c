@@ -1,0 +1,127 @@
+/* Ops that keep a training step on the backend: residual branches scaled by
+ * scalars that live in backend memory (latent gates, ReZero alphas), their
+ * gradients, the gradient norm and clipping decided in the stats buffer, and
+ * Adam reading its scale, skip flag and step count from there. */
+#include <math.h>
+
+#include "cpu_internal.h"
+
+static real gate_of(const real *g1, const real *g2) { return (g1 ? *g1 : 1) * (g2 ? *g2 : 1); }
+
+void cpu_add_gated(ll_backend *be, real *y, const real *a, const real *b, const real *g1, const real *g2, size_t n) {
+    (void)be;
+    const real g = gate_of(g1, g2);
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + g * b[i];
+}
+
+void cpu_scale_gated(ll_backend *be, real *x, const real *g1, const real *g2, size_t n) {
+    (void)be;
+    const real g = gate_of(g1, g2);
+    if (g == 1) return;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= g;
+}
+
+void cpu_dot_acc(ll_backend *be, real *dst, const real *a, const real *b, size_t n, const real *mul) {
+    (void)be;
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    *dst += (real)(s * (mul ? *mul : 1));
+}
+
+void cpu_sumsq(ll_backend *be, double *acc, const real *x, size_t n) {
+    (void)be;
+    /* float partial sums over 4096-element blocks, summed in double: vectorises,
+     * and the float error stays ~1e-7 relative per block */
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += 4096) {
+        const size_t i1 = i0 + 4096 < n ? i0 + 4096 : n;
+        real t = 0;
+#pragma omp simd reduction(+ : t)
+        for (size_t i = i0; i < i1; i++) t += x[i] * x[i];
+        s += t;
+    }
+    *acc += s;
+}
+
+void cpu_grad_finish(ll_backend *be, double *st, double grad_scale, double clip_norm, int phi_step) {
+    (void)be;
+    const double norm = grad_scale * sqrt(st[LL_ST_GSUMSQ]);
+    st[LL_ST_GNORM] = norm;
+    /* fairseq clip_grad_norm_: coef = min(1, clip / (norm + 1e-6)) */
+    st[LL_ST_GMUL] = grad_scale * (clip_norm > 0 && norm > clip_norm ? clip_norm / (norm + 1e-6) : 1.0);
+    st[LL_ST_SKIP] = !isfinite(norm) || !isfinite(st[LL_ST_LOSS]);
+    if (st[LL_ST_SKIP]) return;
+    st[LL_ST_ADAM_T] += 1;
+    if (phi_step) st[LL_ST_ADAM_T_PHI] += 1;
+}
+
+void cpu_adam(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
+              real eps, real wd, const double *stats, int t_slot) {
+    (void)be;
+    if (stats[LL_ST_SKIP] != 0) return;
+    const double t = stats[t_slot];
+    /* fairseq adam: decoupled weight decay, eps added to the uncorrected sqrt(v). */
+    const real step = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
+    const real decay = lr * wd, c1 = 1 - b1, c2 = 1 - b2, gm = (real)stats[LL_ST_GMUL];
+    /* float arithmetic throughout (sqrtf, not a double sqrt) so the loop vectorises */
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        const real gi = gm * g[i];
+        const real mi = b1 * m[i] + c1 * gi, vi = b2 * v[i] + c2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        const real pi = p[i] - decay * p[i];
+        p[i] = pi - step * mi / (rsqrt_(vi) + eps);
+    }
+}
+
+/* ---- DLCL: combinations of many entries ---- */
+
+#define CHUNK 2048 /* elements per task: the entries' slices stay in L1/L2 */
+
+void cpu_weighted_sum(ll_backend *be, real *y, const real *const *xs, const real *w, int k, size_t n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const size_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        const real w0 = w[0];
+        const real *x0 = xs[0];
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++) y[i] = w0 * x0[i];
+        for (int j = 1; j < k; j++) {
+            const real wj = w[j];
+            const real *xj = xs[j];
+#pragma omp simd
+            for (size_t i = i0; i < i1; i++) y[i] += wj * xj[i];
+        }
+    }
+}
+
+void cpu_weighted_scatter(ll_backend *be, real *const *ys, const real *w, const real *x, int k, size_t n) {
+    (void)be;
+#pragma omp parallel for schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const size_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
+        for (int j = 0; j < k; j++) {
+            const real wj = w[j];
+            real *yj = ys[j];
+#pragma omp simd
+            for (size_t i = i0; i < i1; i++) yj[i] += wj * x[i];
+        }
+    }
+}
+
+void cpu_dots_acc(ll_backend *be, real *dst, const real *x, const real *const *ys, int k, size_t n) {
+    (void)be;
+    for (int j = 0; j < k; j++) {
+        const real *yj = ys[j];
+        double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+        for (size_t i = 0; i < n; i++) s += (double)x[i] * yj[i];
+        dst[j] += (real)s;
+    }
+}

@@ -1,0 +1,105 @@
+/* lltrain --dry-run: the memory a training step of a config needs on its
+ * backend, measured by running one full step (forward, backward, Adam) at the
+ * largest batch shape on the dry backend, which counts and sizes everything
+ * and computes nothing: a 64+64-layer model at 8192 tokens is measured in a
+ * second on any machine.  fp32 is what the step uses now; bf16 is the same
+ * step with activations (and the weight copy matmuls read) in 2 bytes and
+ * fp32 master weights, gradients and Adam moments. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/latent.h"
+#include "ll/train.h"
+
+static double gib(double bytes) { return bytes / (1024.0 * 1024 * 1024); }
+
+typedef struct {
+    ll_backend *be;
+    ll_model *m;
+    ll_adam opt;
+    size_t before_step;
+    int B, T;
+} dry_step;
+
+/* One training step of cfg at B x T (<= 0: the largest shape) on the dry backend. */
+static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt) {
+    ll_hparams hp;
+    ll_hparams_from_config(&hp, cfg, cfg->vocab_size);
+    ll_backend *be = d->be = ll_backend_dry(ll_backend_cpu());
+    ll_model *m = d->m = ll_model_new(&hp, be); /* not initialised: values are never computed */
+    m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
+                            .ald_tau = cfg->ald_tau};
+    if (cfg->ddr_alpha > 0) m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
+    ll_adam_init(&d->opt, m, cfg);
+    d->before_step = ll_backend_counts(be)->mem_live;
+
+    /* the largest shape: sentences of max_len tokens, as many as max_tokens allows (or the caller's) */
+    const int T = d->T = T_opt > 0 ? T_opt : cfg->max_len;
+    const int B = d->B = B_opt > 0 ? B_opt : cfg->max_tokens / T > 0 ? cfg->max_tokens / T : 1;
+    ll_batch b = {.B = B, .S = T, .T = T};
+    b.src = ll_calloc((size_t)B * T, sizeof(int32_t));
+    b.tgt_in = ll_calloc((size_t)B * T, sizeof(int32_t));
+    b.tgt_out = ll_calloc((size_t)B * T, sizeof(int32_t));
+    b.src_len = ll_calloc(B, sizeof(int));
+    b.tgt_len = ll_calloc(B, sizeof(int));
+    for (int i = 0; i < B; i++) {
+        b.src_len[i] = b.tgt_len[i] = T;
+        for (int t = 0; t < T; t++) b.src[i * T + t] = b.tgt_in[i * T + t] = b.tgt_out[i * T + t] = LL_EOS;
+    }
+    b.n_src_tokens = b.n_tgt_tokens = B * T;
+    for (int s = 0; s < 2; s++) /* every layer runs (no LayerDrop, gates on) */
+        if (ll_latent_on(m, s)) ll_latent_sample(m, s, 0, 1, 0, 1, 0);
+    ll_model_stats_zero(m);
+    ll_model_step(m, &b, 1, 0, 1, NULL);
+    ll_adam_step(&d->opt, m, 1e-4, 1e-4, 1.0 / b.n_tgt_tokens, 1);
+    ll_batch_free(&b);
+}
+
+static void dry_free(dry_step *d) {
+    free(d->m->obj.ddr_dec_ctl);
+    ll_adam_free(&d->opt, d->m);
+    ll_model_free(d->m);
+    ll_backend_counting_free(d->be);
+}
+
+size_t ll_train_arena_bytes(const ll_config *cfg) {
+    dry_step d;
+    dry_run_step(&d, cfg, 0, 0);
+    size_t peak = d.m->arena.peak;
+    dry_free(&d);
+    return peak;
+}
+
+int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, int T_opt) {
+    dry_step d;
+    dry_run_step(&d, cfg, B_opt, T_opt);
+    ll_model *m = d.m;
+    const ll_hparams hp = m->hp;
+    const int B = d.B, T = d.T;
+    const size_t before_step = d.before_step;
+    const ll_op_counts *c = ll_backend_counts(d.be);
+
+    const double P = (double)m->n_params;
+    const double act32 = (double)m->arena.peak, act16 = (double)m->arena.peak_half;
+    const double other = (double)before_step - 4 * P * 4; /* buffers beside params, grads, moments */
+    /* what the trainer allocates: everything before the step, plus one arena block of the peak */
+    const double tot32 = (double)before_step + act32, tot16 = (double)before_step + 2 * P + act16;
+    printf("dry run of %s: %d+%d layers, d=%d, ffn %d, heads %d, vocab %d%s%s%s\n", config_path, hp.Le, hp.Ld, hp.C, hp.F,
+           hp.H, hp.V, hp.latent_enc || hp.latent_dec ? ", latent depth" : "", hp.dlcl_enc || hp.dlcl_dec ? ", DLCL" : "",
+           cfg->ddr_alpha > 0 || cfg->ald_weight > 0 ? ", DDR/ALD passes" : "");
+    printf("%s batch: %d sentences x %d tokens (%d tokens per side), one step: %llu backend ops\n", B_opt > 0 ? "the" : "largest", B, T, B * T,
+           (unsigned long long)c->calls);
+    printf("parameters: %zu\n", ll_model_count_params(m));
+    printf("%-34s %12s %12s\n", "backend memory (GiB)", "fp32", "bf16");
+    printf("%-34s %12.3f %12.3f\n", "master weights (fp32)", gib(4 * P), gib(4 * P));
+    printf("%-34s %12s %12.3f\n", "weight copy for matmuls (bf16)", "-", gib(2 * P));
+    printf("%-34s %12.3f %12.3f\n", "gradients (fp32)", gib(4 * P), gib(4 * P));
+    printf("%-34s %12.3f %12.3f\n", "Adam moments (fp32)", gib(8 * P), gib(8 * P));
+    printf("%-34s %12.3f %12.3f\n", "activations, peak of the step", gib(act32), gib(act16));
+    printf("%-34s %12.3f %12.3f\n", "other (tables, stats, samples)", gib(other), gib(other));
+    printf("%-34s %12.3f %12.3f\n", "total at the peak", gib(tot32), gib(tot16));
+    printf("fits one 80 GB GPU (74.5 GiB usable): fp32 %s, bf16 %s\n", tot32 < 74.5 * (1 << 30) ? "yes" : "no",
+           tot16 < 74.5 * (1 << 30) ? "yes" : "no");
+    dry_free(&d);
+    return 0;
+}

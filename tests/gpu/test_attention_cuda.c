@@ -1,0 +1,131 @@
+/* CUDA attention (kernels/attention.cu) against the CPU backend on the same
+ * inputs and Philox key: forward (out, lse) and backward (dq, dk, dv) with
+ * key padding (a sentence with no keys included), causal masks with Tk >= Tq,
+ * cross attention, several query/key tiles, head sizes 16..128 (48: not a
+ * multiple of 32), dropout at a nonzero offset (a flipped mask bit would show
+ * as an O(1) error), and strided q/k/v as the model passes them.  Backward
+ * runs twice and must give the same bits (no atomics), and must overwrite
+ * gradient buffers that start as garbage.  Skips (77) without a GPU. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/backend.h"
+#include "ll/core.h"
+#include "ll_cuda.h"
+#include "../util/testutil.h"
+
+#define TOL 1e-4
+
+static float *put(ll_backend *be, const void *host, size_t bytes) {
+    float *p = be->alloc(be, bytes);
+    be->upload(be, p, host, bytes);
+    return p;
+}
+static float *get(ll_backend *be, const float *p, size_t n) {
+    float *h = ll_malloc(n * sizeof(float) + 1);
+    be->download(be, h, p, n * sizeof(float));
+    return h;
+}
+
+/* Max |got - ref| / (|ref| + max(1, rms(ref))) over the Dh columns of each
+ * head in rows of stride ld (the other columns are not the op's); -inf must
+ * match exactly. */
+static double rel_err(const float *got, const float *ref, size_t rows, int ld, int cols) {
+    double ss = 0, worst = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            if (isfinite(ref[r * ld + c])) ss += (double)ref[r * ld + c] * ref[r * ld + c];
+    double scale = rows ? sqrt(ss / (double)(rows * cols)) : 0;
+    if (scale < 1) scale = 1;
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const float g = got[r * ld + c], f = ref[r * ld + c];
+            double e = isinf(f) ? (g == f ? 0 : INFINITY) : fabs((double)g - f) / (fabs(f) + scale);
+            if (!(e <= worst)) worst = e; /* NaN propagates */
+        }
+    return worst;
+}
+
+static void run(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, int Dh, int causal, float p,
+                const int *klen) {
+    const int C = H * Dh;
+    const size_t nq = (size_t)B * Tq * 3 * C, nkv = (size_t)B * Tk * 2 * C, no = (size_t)B * Tq * C;
+    ll_philox r, rng;
+    ll_philox_init(&r, 5, 6, (uint32_t)(B * 7 + Tq * 31 + Tk * 131 + Dh));
+    ll_philox_init(&rng, 1234, LL_RNG_DROPOUT, 17);
+    const uint64_t off = (uint64_t)3 * H * Tq * Tk; /* a slice starting at sentence 3 */
+    float *q = ll_malloc(nq * sizeof(float)), *kv = ll_malloc(nkv * sizeof(float)), *g = ll_malloc(no * sizeof(float));
+    for (size_t i = 0; i < nq; i++) q[i] = 4 * ll_philox_uniform(&r, i) - 2;
+    for (size_t i = 0; i < nkv; i++) kv[i] = 4 * ll_philox_uniform(&r, 10000000 + i) - 2;
+    for (size_t i = 0; i < no; i++) g[i] = 2 * ll_philox_uniform(&r, 20000000 + i) - 1;
+    float *garbage_q = ll_malloc(nq * sizeof(float)), *garbage_kv = ll_malloc(nkv * sizeof(float));
+    for (size_t i = 0; i < nq; i++) garbage_q[i] = NAN;
+    for (size_t i = 0; i < nkv; i++) garbage_kv[i] = NAN;
+
+    /* CPU reference (host memory) */
+    float *out = ll_malloc(no * sizeof(float)), *lse = ll_malloc((size_t)B * H * Tq * sizeof(float));
+    float *dq = ll_malloc(nq * sizeof(float)), *dkv = ll_malloc(nkv * sizeof(float));
+    cpu->attention_fwd(cpu, out, lse, q, 3 * C, kv, kv + C, 2 * C, klen, B, Tq, Tk, H, Dh, causal, p, &rng, off);
+    cpu->attention_bwd(cpu, dq, dkv, dkv + C, g, out, lse, q, 3 * C, kv, kv + C, 2 * C, klen, B, Tq, Tk, H, Dh,
+                       causal, p, &rng, off);
+
+    /* GPU: every buffer, key_len included, on the device */
+    float *Q = put(gpu, q, nq * sizeof(float)), *KV = put(gpu, kv, nkv * sizeof(float));
+    float *G = put(gpu, g, no * sizeof(float)), *O = gpu->alloc(gpu, no * sizeof(float));
+    float *L = gpu->alloc(gpu, (size_t)B * H * Tq * sizeof(float));
+    float *DQ = put(gpu, garbage_q, nq * sizeof(float)), *DKV = put(gpu, garbage_kv, nkv * sizeof(float));
+    int *KL = klen ? (int *)put(gpu, klen, B * sizeof(int)) : NULL;
+    gpu->attention_fwd(gpu, O, L, Q, 3 * C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p, &rng, off);
+    gpu->attention_bwd(gpu, DQ, DKV, DKV + C, G, O, L, Q, 3 * C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p,
+                       &rng, off);
+    float *o = get(gpu, O, no), *l = get(gpu, L, (size_t)B * H * Tq), *gq = get(gpu, DQ, nq),
+          *gkv = get(gpu, DKV, nkv);
+    double e[5] = {rel_err(o, out, (size_t)B * Tq, C, C), rel_err(l, lse, (size_t)B * H * Tq, 1, 1), 0, 0, 0};
+    for (int h = 0; h < H; h++) { /* dq/dk/dv per head: the q columns of k and v are not the op's */
+        e[2] = fmax(e[2], rel_err(gq + h * Dh, dq + h * Dh, (size_t)B * Tq, 3 * C, Dh));
+        e[3] = fmax(e[3], rel_err(gkv + h * Dh, dkv + h * Dh, (size_t)B * Tk, 2 * C, Dh));
+        e[4] = fmax(e[4], rel_err(gkv + C + h * Dh, dkv + C + h * Dh, (size_t)B * Tk, 2 * C, Dh));
+    }
+    CHECK_MSG(e[0] <= TOL && e[1] <= TOL && e[2] <= TOL && e[3] <= TOL && e[4] <= TOL,
+              "attention B=%d Tq=%d Tk=%d H=%d Dh=%d causal=%d p=%g: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g", B, Tq,
+              Tk, H, Dh, causal, p, e[0], e[1], e[2], e[3], e[4]);
+    /* deterministic backward; lse may be NULL in forward */
+    gpu->attention_bwd(gpu, DQ, DKV, DKV + C, G, O, L, Q, 3 * C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p,
+                       &rng, off);
+    float *gq2 = get(gpu, DQ, nq), *gkv2 = get(gpu, DKV, nkv);
+    CHECK(!memcmp(gq, gq2, nq * sizeof(float)) && !memcmp(gkv, gkv2, nkv * sizeof(float)));
+    gpu->attention_fwd(gpu, O, NULL, Q, 3 * C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p, &rng, off);
+    float *o2 = get(gpu, O, no);
+    CHECK(!memcmp(o, o2, no * sizeof(float)));
+
+    gpu->free(gpu, Q), gpu->free(gpu, KV), gpu->free(gpu, G), gpu->free(gpu, O), gpu->free(gpu, L);
+    gpu->free(gpu, DQ), gpu->free(gpu, DKV), gpu->free(gpu, KL);
+    free(q), free(kv), free(g), free(garbage_q), free(garbage_kv), free(out), free(lse), free(dq), free(dkv);
+    free(o), free(l), free(gq), free(gkv), free(gq2), free(gkv2), free(o2);
+}
+
+int main(void) {
+    if (ll_cuda_device_count() == 0) {
+        printf("no CUDA device: skipping\n");
+        return 77;
+    }
+    ll_backend *cpu = ll_backend_cpu();
+    ll_backend *gpu = ll_backend_cuda(0);
+    CHECK_MSG(gpu != NULL, "ll_backend_cuda(0): %s", ll_errbuf());
+    if (!gpu) return tu_finish("gpu_test_attention_cuda");
+    const int kl3[3] = {19, 11, 0}, kl2[2] = {150, 97}, kl4[4] = {33, 1, 20, 33}, kl5[2] = {97, 40};
+    for (int d = 0; d < 2; d++) {
+        const float p = d ? 0.25f : 0;
+        run(cpu, gpu, 3, 5, 19, 2, 16, 0, p, kl3);     /* cross, padded, one sentence without keys */
+        run(cpu, gpu, 2, 150, 150, 4, 64, 1, p, kl2);  /* causal self-attention, several tiles */
+        run(cpu, gpu, 2, 3, 9, 3, 48, 1, p, NULL);     /* causal, Tk > Tq */
+        run(cpu, gpu, 4, 1, 33, 2, 128, 0, p, kl4);    /* one query (decoding), Dh 128 */
+        run(cpu, gpu, 2, 70, 40, 4, 32, 0, p, kl5);     /* cross, more queries than keys */
+    }
+    /* Dh above the kernels' limit is refused, not miscomputed */
+    CHECK(ll_cuda_attention_fwd(ll_cuda_stream(gpu), NULL, NULL, NULL, 129, NULL, NULL, 129, NULL, 1, 1, 1, 1, 129, 0,
+                                0, NULL, 0) == cudaErrorInvalidValue);
+    return tu_finish("gpu_test_attention_cuda");
+}
