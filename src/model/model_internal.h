@@ -85,6 +85,8 @@ typedef struct {
     const int32_t *src, *tgt_in, *tgt_out, *ald_src[2];
     const int *src_len, *tgt_len;
 } ll_dev_batch;
+/* A step's losses from a stats buffer read. */
+void ll_loss_from_stats(const double *st, long ntokens, ll_loss_stats *out);
 /* Upload b (ald: with UNK-corrupted sources keyed by seed/step) into the arena. */
 ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t seed, uint64_t step);
 

@@ -119,7 +119,6 @@ void ll_model_step_team(ll_model *m, ll_step_team *t, const ll_batch *b, uint64_
     if (out) {
         double st[LL_ST_N];
         ll_model_stats_read(m, st, NULL);
-        *out = (ll_loss_stats){.loss = st[LL_ST_LOSS], .nll = st[LL_ST_NLL], .ntokens = b->n_tgt_tokens,
-                               .ce2 = st[LL_ST_CE2], .ddr = st[LL_ST_DDR], .ald = st[LL_ST_ALD]};
+        ll_loss_from_stats(st, b->n_tgt_tokens, out);
     }
 }

@@ -276,7 +276,7 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     }
 }
 
-static void stats_to_loss(const double *st, long ntokens, ll_loss_stats *out) {
+void ll_loss_from_stats(const double *st, long ntokens, ll_loss_stats *out) {
     *out = (ll_loss_stats){.loss = st[LL_ST_LOSS], .nll = st[LL_ST_NLL], .ntokens = ntokens, .ce2 = st[LL_ST_CE2],
                            .ddr = st[LL_ST_DDR], .ald = st[LL_ST_ALD]};
 }
@@ -288,7 +288,7 @@ void ll_model_step(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng_s
     if (out) {
         double st[LL_ST_N];
         ll_model_stats_read(m, st, NULL);
-        stats_to_loss(st, b->n_tgt_tokens, out);
+        ll_loss_from_stats(st, b->n_tgt_tokens, out);
     }
 }
 
