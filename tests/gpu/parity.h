@@ -1,0 +1,246 @@
+/* Two-backend parity harness for tests/gpu/test_ops_cuda.c and
+ * test_step_cuda.c: buffers that exist once per backend (side 0 = the CPU
+ * reference, side 1 = the backend under test), uploaded from one host array,
+ * and comparisons of the two sides' results with a stated tolerance.
+ *
+ * Side 1 is the CUDA backend on a GPU.  With LL_PARITY_SELFTEST=1 it is a
+ * second copy of the CPU backend instead, so the harness itself (every op's
+ * set-up, the comparisons, the reports) runs and passes on a machine without
+ * a GPU; LL_PARITY_BREAK=<op> then swaps that op of side 1 for a wrong
+ * version (test_ops_cuda.c), and the test must fail.  ctest runs both.
+ *
+ * Error measure of a float comparison: max_i |got_i - ref_i| / max(|ref_i|,
+ * rms(ref)) -- relative for large elements, relative to the array's scale for
+ * elements near zero (so a 1e-9 next to a 1e-30 reference is no failure, an
+ * O(1) error anywhere is).  NaN and Inf must match exactly. */
+#ifndef LL_TEST_PARITY_H
+#define LL_TEST_PARITY_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/backend.h"
+#include "ll/core.h"
+#include "../util/testutil.h"
+
+/* Tolerances (fp32):
+ *  TOL_EW   element-wise ops and ops whose every output is computed by the same
+ *           formula in the same order on both sides (at most a few ulp from
+ *           fused multiply-adds or the GPU's exp/log).
+ *  TOL_RED  outputs that are sums whose order legitimately differs: a GPU sums
+ *           in a tree or with atomics, the CPU in SIMD lanes and threads
+ *           (gemm over K, column sums over N rows, layer norm statistics over
+ *           C, log-sum-exp over V = 32003).  Float rounding of an n-term sum
+ *           grows like sqrt(n) eps relative to the terms' scale: ~2e-6 at
+ *           n = 1000, so 1e-5 would be flaky and 1e-4 still catches any
+ *           wrong element (those are O(1)).
+ *  TOL_ATT  attention, as tests/gpu/test_attention_cuda.c: online softmax
+ *           with per-tile rescaling against the CPU's two passes.
+ *  TOL_F64  double statistics computed from the same doubles (grad_finish). */
+#define TOL_EW 1e-5
+#define TOL_RED 1e-4
+#define TOL_ATT 1e-4
+#define TOL_F64 1e-12
+
+enum { REF = 0, DUT = 1 }; /* sides: reference (CPU) and device under test */
+
+static ll_backend *pb_be[2];
+static const char *pb_op = "?"; /* op under test, for messages */
+static double pb_worst;          /* worst error ratio (err / tol) of the current op */
+static int pb_selftest;
+
+static inline int pb_setup(void) {
+    const char *st = getenv("LL_PARITY_SELFTEST");
+    pb_selftest = st && *st && strcmp(st, "0");
+    pb_be[REF] = ll_backend_cpu();
+    if (pb_selftest) {
+        static ll_backend twin;
+        twin = *ll_backend_cpu();
+        twin.name = "cpu-twin";
+        pb_be[DUT] = &twin;
+        printf("LL_PARITY_SELFTEST: the backend under test is a second CPU backend\n");
+        return 0;
+    }
+    if (ll_cuda_device_count() == 0) {
+        printf("no CUDA device: skipping (LL_PARITY_SELFTEST=1 runs the harness CPU against CPU)\n");
+        return 77;
+    }
+    pb_be[DUT] = ll_backend_cuda(0);
+    if (!pb_be[DUT]) {
+        fprintf(stderr, "FAIL: ll_backend_cuda(0): %s\n", ll_errbuf());
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- buffers ---- */
+typedef struct {
+    void *d[2];
+    size_t bytes;
+} pbuf;
+
+static inline pbuf pb_new(const void *host, size_t bytes) {
+    pbuf b = {.bytes = bytes};
+    for (int s = 0; s < 2; s++) {
+        b.d[s] = pb_be[s]->alloc(pb_be[s], bytes ? bytes : 1);
+        if (host && bytes) pb_be[s]->upload(pb_be[s], b.d[s], host, bytes);
+    }
+    return b;
+}
+static inline void pb_set(pbuf *b, const void *host) {
+    for (int s = 0; s < 2; s++) pb_be[s]->upload(pb_be[s], b->d[s], host, b->bytes);
+}
+static inline void pb_free(pbuf *b) {
+    for (int s = 0; s < 2; s++)
+        if (b->d[s]) pb_be[s]->free(pb_be[s], b->d[s]);
+    b->d[0] = b->d[1] = NULL;
+}
+/* side s's contents, malloc'd */
+static inline void *pb_get(const pbuf *b, int s) {
+    void *h = ll_malloc(b->bytes + 8);
+    pb_be[s]->download(pb_be[s], h, b->d[s], b->bytes);
+    return h;
+}
+#define F(b, s) ((real *)(b).d[s])
+#define I32(b, s) ((int32_t *)(b).d[s])
+#define INT(b, s) ((int *)(b).d[s])
+#define U8(b, s) ((uint8_t *)(b).d[s])
+#define F64(b, s) ((double *)(b).d[s])
+
+/* ---- host data ---- */
+static uint32_t pb_seed = 1;
+/* n uniforms in (lo, hi), fresh for every call */
+static inline real *pb_rand(size_t n, double lo, double hi) {
+    ll_philox r;
+    ll_philox_init(&r, 20261122u, 99, pb_seed++);
+    real *x = ll_malloc(sizeof(real) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = (real)(lo + (hi - lo) * ll_philox_uniform(&r, i));
+    return x;
+}
+static inline real *pb_fill(size_t n, double v) {
+    real *x = ll_malloc(sizeof(real) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = (real)v;
+    return x;
+}
+static inline pbuf pb_rand_buf(size_t n, double lo, double hi) {
+    real *h = pb_rand(n, lo, hi);
+    pbuf b = pb_new(h, n * sizeof(real));
+    free(h);
+    return b;
+}
+/* An output the op must overwrite: NaN on both sides, so an element left unwritten shows. */
+static inline pbuf pb_poison(size_t n) {
+    real *h = pb_fill(n, NAN);
+    pbuf b = pb_new(h, n * sizeof(real));
+    free(h);
+    return b;
+}
+
+/* ---- comparisons ---- */
+static inline void pb_note(double err, double tol) {
+    const double r = tol > 0 ? err / tol : err > 0 || isnan(err) ? INFINITY : 0;
+    if (!(r <= pb_worst)) pb_worst = r; /* NaN propagates */
+}
+
+/* float arrays: see the error measure above; returns the error */
+static inline double pb_cmp(const char *what, const pbuf *b, size_t n, double tol) {
+    real *g = pb_get(b, DUT), *f = pb_get(b, REF);
+    double ss = 0;
+    size_t nf = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(f[i])) ss += (double)f[i] * f[i], nf++;
+    const double rms = nf ? sqrt(ss / (double)nf) : 0;
+    double worst = 0;
+    size_t wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e;
+        if (!isfinite(f[i]) || !isfinite(g[i])) {
+            e = (isnan(f[i]) && isnan(g[i])) || f[i] == g[i] ? 0 : INFINITY;
+        } else {
+            double den = fmax(fabs((double)f[i]), rms);
+            e = den > 0 ? fabs((double)g[i] - f[i]) / den : (g[i] == f[i] ? 0 : INFINITY);
+        }
+        if (!(e <= worst)) worst = e, wi = i;
+    }
+    pb_note(worst, tol);
+    if (!(worst <= tol)) {
+        fprintf(stderr, "  %s: %s: error %.3g > tol %.1g (element %zu of %zu: %s %.9g, cpu %.9g; rms %.3g)\n", pb_op,
+                what, worst, tol, wi, n, pb_be[DUT]->name, (double)g[wi], (double)f[wi], rms);
+        tu_failures++;
+    }
+    free(g), free(f);
+    return worst;
+}
+/* doubles (statistics slots), relative to max(|ref|, floor) */
+static inline void pb_cmp_f64(const char *what, const pbuf *b, size_t n, double tol, double floor) {
+    double *g = pb_get(b, DUT), *f = pb_get(b, REF);
+    for (size_t i = 0; i < n; i++) {
+        double e = (!isfinite(f[i]) || !isfinite(g[i]))
+                       ? ((isnan(f[i]) && isnan(g[i])) || f[i] == g[i] ? 0 : INFINITY)
+                       : fabs(g[i] - f[i]) / fmax(fabs(f[i]), floor);
+        pb_note(e, tol);
+        if (!(e <= tol)) {
+            fprintf(stderr, "  %s: %s[%zu]: error %.3g > tol %.1g (%s %.17g, cpu %.17g)\n", pb_op, what, i, e, tol,
+                    pb_be[DUT]->name, g[i], f[i]);
+            tu_failures++;
+        }
+    }
+    free(g), free(f);
+}
+/* bytes that must be identical (dropout masks, hard samples, untouched memory) */
+static inline void pb_cmp_exact(const char *what, const pbuf *b) {
+    uint8_t *g = pb_get(b, DUT), *f = pb_get(b, REF);
+    size_t diff = 0, first = 0;
+    for (size_t i = 0; i < b->bytes; i++)
+        if (g[i] != f[i] && diff++ == 0) first = i;
+    if (diff) {
+        fprintf(stderr, "  %s: %s: %zu of %zu bytes differ (first at byte %zu: %s %u, cpu %u)\n", pb_op, what, diff,
+                b->bytes, first, pb_be[DUT]->name, g[first], f[first]);
+        tu_failures++;
+        pb_worst = INFINITY;
+    }
+    free(g), free(f);
+}
+
+/* ---- LL_PARITY_BREAK: wrong ops the harness must catch ---- */
+static ll_backend *g_real; /* the unbroken ops */
+static inline void brk_bias_bwd(ll_backend *be, real *db, const real *dy, int N, int C) {
+    memset(db, 0, sizeof(real) * C); /* overwrites instead of accumulating */
+    g_real->bias_bwd(be, db, dy, N, C);
+}
+static inline void brk_dropout_fwd(ll_backend *be, real *x, uint8_t *mask, size_t n, real p, const ll_philox *rng,
+                            uint64_t offset) {
+    g_real->dropout_fwd(be, x, mask, n, p, rng, offset + 1); /* off by one element of the stream */
+}
+static inline void brk_gemm(ll_backend *be, int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda,
+                     const real *B, int ldb, real beta, real *C, int ldc) {
+    g_real->gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    for (int i = 0; i < M; i++) /* bf16-like rounding of the result: what TF32/bf16 math would give */
+        for (int j = 0; j < N; j++) {
+            uint32_t u;
+            memcpy(&u, &C[(size_t)i * ldc + j], 4);
+            u &= 0xFFFF0000u;
+            memcpy(&C[(size_t)i * ldc + j], &u, 4);
+        }
+}
+static inline void brk_layernorm_fwd(ll_backend *be, real *out, real *mean, real *rstd, const real *x, const real *w,
+                              const real *b, int N, int C) {
+    g_real->layernorm_fwd(be, out, mean, rstd, x, w, b, N > 1 ? N - 1 : N, C); /* misses the last row */
+}
+static inline void break_op(ll_backend *dut, const char *op) {
+    static ll_backend real_ops;
+    real_ops = *dut;
+    g_real = &real_ops;
+    if (!strcmp(op, "bias_bwd")) dut->bias_bwd = brk_bias_bwd;
+    else if (!strcmp(op, "dropout_fwd")) dut->dropout_fwd = brk_dropout_fwd;
+    else if (!strcmp(op, "gemm")) dut->gemm = brk_gemm;
+    else if (!strcmp(op, "layernorm_fwd")) dut->layernorm_fwd = brk_layernorm_fwd;
+    else if (!strcmp(op, "latent_kl")) dut->latent_kl = NULL; /* a missing op */
+    else ll_die("LL_PARITY_BREAK=%s: expected bias_bwd, dropout_fwd, gemm, layernorm_fwd or latent_kl", op);
+    printf("LL_PARITY_BREAK: %s of the backend under test is wrong on purpose: this run must fail\n", op);
+}
+
+#endif

@@ -1,0 +1,395 @@
+/* Every op of the backend table, CUDA against the CPU reference, in fp32, on
+ * the same random inputs uploaded to each (tests/gpu/parity.h has the
+ * harness and the tolerances; say which one an output uses and why).
+ *
+ * What it checks, op by op (one helper t_<op> each, so that a change of an
+ * op's interface -- bf16 activations, a gemm descriptor -- stays local):
+ *  - outputs within tolerance, odd sizes (N not a multiple of any block size,
+ *    V = 32003, C = 1000, n = 2^20 + 3);
+ *  - random ops give identical bits: dropout masks, attention dropout (through
+ *    the outputs: one flipped bit is an O(1) error), latent_sample's hard gates,
+ *    all from the same Philox stream and offset;
+ *  - accumulate vs overwrite: outputs that accumulate (every *_bwd, acc,
+ *    stats slots, ...) start from random values, outputs that are overwritten
+ *    start as NaN (an element left unwritten shows);
+ *  - statistics slots are doubles in backend memory, accumulated (+=).
+ * A table op the CUDA backend lacks (NULL) FAILS, and so does an op of the
+ * table this file has no test for.  Optional ops (NULL allowed by the
+ * contract: bias_set, linear_pack/packed/unpack) are reported as not offered.
+ * Prints PASS/FAIL per op with the worst error / tolerance ratio.
+ * Skips (77) without a GPU; LL_PARITY_SELFTEST=1 runs CPU against CPU and
+ * LL_PARITY_BREAK=<op> breaks one op of the second CPU backend (must fail). */
+#include "parity.h"
+
+#define N1M ((size_t)(1u << 20) + 3) /* element-wise ops: not a multiple of any block size */
+#define BOTH for (int s = 0; s < 2; s++)
+#define BE pb_be[s]
+
+static void philox(ll_philox *r, uint32_t stream, uint32_t sub) { ll_philox_init(r, 1234, stream, sub); }
+
+/* ---- memory ---- */
+static void t_memory(void) {
+    const size_t n = N1M;
+    real *h = pb_rand(n, -1, 1);
+    pbuf b = pb_new(h, n * sizeof(real)); /* alloc + upload */
+    BOTH BE->sync(BE);
+    pb_cmp("upload/download round trip", &b, n, 0);
+    real *back = pb_get(&b, DUT);
+    CHECK_MSG(!memcmp(back, h, n * sizeof(real)), "%s: round trip changed bits", pb_op);
+    pbuf z = pb_new(NULL, 4099); /* alloc is zeroed */
+    pb_cmp_exact("fresh allocation (zeroed)", &z);
+    free(back), free(h), pb_free(&b), pb_free(&z);
+}
+static void t_memset0(void) {
+    pbuf b = pb_rand_buf(N1M, -1, 1);
+    BOTH BE->memset0(BE, F(b, s) + 3, 1001 * sizeof(real));
+    pb_cmp_exact("memset0 of an unaligned range", &b);
+    pb_free(&b);
+}
+static void t_copy(void) {
+    pbuf a = pb_rand_buf(N1M, -1, 1), b = pb_rand_buf(N1M, -1, 1);
+    BOTH BE->copy(BE, F(b, s) + 5, F(a, s) + 1, (N1M - 7) * sizeof(real));
+    pb_cmp_exact("device-to-device copy at odd offsets", &b);
+    pb_free(&a), pb_free(&b);
+}
+
+/* ---- gemm: every transpose pair, padded leading dimensions, beta 0 and 1 ---- */
+static void gemm_case(int ta, int tb, int M, int N, int K, real alpha, real beta) {
+    const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
+    const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    pbuf A = pb_rand_buf(na, -1, 1), B = pb_rand_buf(nb, -1, 1), C = pb_rand_buf(nc, -1, 1);
+    BOTH BE->gemm(BE, ta, tb, M, N, K, alpha, F(A, s), lda, F(B, s), ldb, beta, F(C, s), ldc);
+    char what[96];
+    snprintf(what, sizeof what, "C (ta %d tb %d M %d N %d K %d beta %g)", ta, tb, M, N, K, (double)beta);
+    pb_cmp(what, &C, nc, TOL_RED); /* K-term dot products; the padding columns must be untouched */
+    pb_free(&A), pb_free(&B), pb_free(&C);
+}
+static void t_gemm(void) {
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) gemm_case(ta, tb, 37, 1000, 129, 0.7f, ta == tb ? 1 : 0);
+    gemm_case(0, 1, 1, 32003, 64, 1, 0);   /* one decoding row against the output projection */
+    gemm_case(1, 0, 64, 96, 4099, 1, 1);   /* a weight gradient: long K, accumulated */
+}
+
+/* ---- layer norm ---- */
+static const int ln_sizes[][2] = {{333, 1000}, {64, 512}, {5, 7}};
+static void t_layernorm_fwd(void) {
+    for (int k = 0; k < 3; k++) {
+        const int N = ln_sizes[k][0], C = ln_sizes[k][1];
+        pbuf x = pb_rand_buf((size_t)N * C, 2, 4); /* an offset mean stresses the variance */
+        pbuf w = pb_rand_buf(C, 0.5, 1.5), b = pb_rand_buf(C, -0.5, 0.5);
+        pbuf out = pb_poison((size_t)N * C), mean = pb_poison(N), rstd = pb_poison(N);
+        BOTH BE->layernorm_fwd(BE, F(out, s), F(mean, s), F(rstd, s), F(x, s), F(w, s), F(b, s), N, C);
+        pb_cmp("out", &out, (size_t)N * C, TOL_RED); /* mean and variance: sums over C */
+        pb_cmp("mean", &mean, N, TOL_RED);
+        pb_cmp("rstd", &rstd, N, TOL_RED);
+        pb_free(&x), pb_free(&w), pb_free(&b), pb_free(&out), pb_free(&mean), pb_free(&rstd);
+    }
+}
+static void t_layernorm_bwd(void) {
+    for (int k = 0; k < 3; k++) {
+        const int N = ln_sizes[k][0], C = ln_sizes[k][1];
+        const size_t nc = (size_t)N * C;
+        real *hx = pb_rand(nc, -2, 3), *hw = pb_rand(C, 0.5, 1.5), *hb = pb_rand(C, -1, 1);
+        real *ho = ll_malloc(nc * sizeof(real)), *hm = ll_malloc(N * sizeof(real)), *hr = ll_malloc(N * sizeof(real));
+        ll_backend *cpu = ll_backend_cpu(); /* the saved statistics, the same on both sides */
+        cpu->layernorm_fwd(cpu, ho, hm, hr, hx, hw, hb, N, C);
+        pbuf x = pb_new(hx, nc * sizeof(real)), w = pb_new(hw, C * sizeof(real));
+        pbuf mean = pb_new(hm, N * sizeof(real)), rstd = pb_new(hr, N * sizeof(real));
+        pbuf dout = pb_rand_buf(nc, -1, 1);
+        pbuf dx = pb_rand_buf(nc, -1, 1), dw = pb_rand_buf(C, -1, 1), db = pb_rand_buf(C, -1, 1); /* accumulate */
+        BOTH BE->layernorm_bwd(BE, F(dx, s), F(dw, s), F(db, s), F(dout, s), F(x, s), F(w, s), F(mean, s),
+                               F(rstd, s), N, C);
+        pb_cmp("dx (accumulated)", &dx, nc, TOL_RED); /* row sums over C */
+        pb_cmp("dw (accumulated)", &dw, C, TOL_RED);  /* column sums over N */
+        pb_cmp("db (accumulated)", &db, C, TOL_RED);
+        free(hx), free(hw), free(hb), free(ho), free(hm), free(hr);
+        pb_free(&x), pb_free(&w), pb_free(&mean), pb_free(&rstd), pb_free(&dout), pb_free(&dx), pb_free(&dw),
+            pb_free(&db);
+    }
+}
+
+/* ---- embeddings ---- */
+static int32_t *tokens(int n, int V, int pad_every) {
+    ll_philox r;
+    philox(&r, 50, (uint32_t)n);
+    int32_t *t = ll_malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n; i++) t[i] = (pad_every && i % pad_every == pad_every - 1) ? 1 : (int32_t)ll_philox_below(&r, i, V);
+    return t;
+}
+static void t_embed_fwd(void) {
+    const int V = 32003, C = 200, maxpos = 64;
+    pbuf emb = pb_rand_buf((size_t)V * C, -1, 1), pos = pb_rand_buf((size_t)(maxpos + 2) * C, -1, 1);
+    const int shapes[2][3] = {{7, 13, 3}, {9, 1, 17}}; /* B, T, pos_offset: training; one decoding step */
+    for (int k = 0; k < 2; k++) {
+        const int N = shapes[k][0] * shapes[k][1], T = shapes[k][1], off = shapes[k][2];
+        int32_t *ht = tokens(N, V, 5); /* every 5th row is pad (id 1): a zero row */
+        pbuf tok = pb_new(ht, N * sizeof(int32_t)), out = pb_poison((size_t)N * C);
+        BOTH BE->embed_fwd(BE, F(out, s), I32(tok, s), F(emb, s), F(pos, s), off, sqrtf((float)C), N, T, C, 1);
+        pb_cmp("out", &out, (size_t)N * C, TOL_EW);
+        free(ht), pb_free(&tok), pb_free(&out);
+    }
+    pb_free(&emb), pb_free(&pos);
+}
+static void t_embed_bwd(void) {
+    const int V = 50, C = 1000, N = 501; /* ~10 rows per token: the scatter must add them all */
+    int32_t *ht = tokens(N, V, 7);
+    pbuf tok = pb_new(ht, N * sizeof(int32_t)), dout = pb_rand_buf((size_t)N * C, -1, 1);
+    pbuf demb = pb_rand_buf((size_t)V * C, -1, 1);
+    BOTH BE->embed_bwd(BE, F(demb, s), F(dout, s), I32(tok, s), 22.5f, N, C, 1);
+    pb_cmp("demb (accumulated)", &demb, (size_t)V * C, TOL_RED); /* a token's rows summed in another order (atomics) */
+    free(ht), pb_free(&tok), pb_free(&dout), pb_free(&demb);
+}
+
+/* ---- bias, relu, dropout ---- */
+static void t_bias_fwd(void) {
+    const int N = 333, C = 1000;
+    pbuf y = pb_rand_buf((size_t)N * C, -1, 1), b = pb_rand_buf(C, -1, 1);
+    BOTH BE->bias_fwd(BE, F(y, s), F(b, s), N, C);
+    pb_cmp("y += b", &y, (size_t)N * C, TOL_EW);
+    pb_free(&y), pb_free(&b);
+}
+static void t_bias_bwd(void) {
+    const int N = 1001, C = 1000;
+    pbuf dy = pb_rand_buf((size_t)N * C, -1, 1), db = pb_rand_buf(C, -1, 1);
+    BOTH BE->bias_bwd(BE, F(db, s), F(dy, s), N, C);
+    pb_cmp("db (accumulated)", &db, C, TOL_RED); /* column sums over N rows */
+    pb_free(&dy), pb_free(&db);
+}
+static void t_bias_set(void) {
+    const int N = 333, C = 1000;
+    pbuf y = pb_poison((size_t)N * C), b = pb_rand_buf(C, -1, 1);
+    BOTH BE->bias_set(BE, F(y, s), F(b, s), N, C);
+    pb_cmp("y = b", &y, (size_t)N * C, 0);
+    pb_free(&y), pb_free(&b);
+}
+static void t_relu_fwd(void) {
+    pbuf x = pb_rand_buf(N1M, -1, 1);
+    BOTH BE->relu_fwd(BE, F(x, s), N1M);
+    pb_cmp("x (in place)", &x, N1M, 0);
+    pb_free(&x);
+}
+static void t_relu_bwd(void) {
+    real *hy = pb_rand(N1M, -1, 1);
+    for (size_t i = 0; i < N1M; i++) hy[i] = hy[i] > 0 ? hy[i] : 0;
+    pbuf y = pb_new(hy, N1M * sizeof(real)), dy = pb_rand_buf(N1M, -1, 1);
+    BOTH BE->relu_bwd(BE, F(dy, s), F(y, s), N1M);
+    pb_cmp("dy (in place)", &dy, N1M, 0);
+    free(hy), pb_free(&y), pb_free(&dy);
+}
+static void t_dropout_fwd(void) {
+    const real ps[3] = {0.1f, 0.5f, 0};
+    const uint64_t offs[3] = {12347, 0, 99}; /* an odd offset starts in the middle of a Philox word */
+    for (int k = 0; k < 3; k++) {
+        ll_philox rng;
+        philox(&rng, LL_RNG_DROPOUT, 7 + k);
+        pbuf x = pb_rand_buf(N1M, -1, 1), mask = pb_new(NULL, N1M);
+        BOTH BE->memset0(BE, mask.d[s], N1M);
+        BOTH BE->dropout_fwd(BE, F(x, s), U8(mask, s), N1M, ps[k], &rng, offs[k]);
+        char what[64];
+        snprintf(what, sizeof what, "mask (p %g, offset %llu)", (double)ps[k], (unsigned long long)offs[k]);
+        pb_cmp_exact(what, &mask);
+        pb_cmp("x (in place)", &x, N1M, TOL_EW);
+        pb_free(&x), pb_free(&mask);
+    }
+}
+static void t_dropout_bwd(void) {
+    ll_philox rng;
+    philox(&rng, LL_RNG_DROPOUT, 3);
+    uint8_t *hm = ll_malloc(N1M);
+    for (size_t i = 0; i < N1M; i++) hm[i] = (ll_philox_u32(&rng, i) & 7) != 0;
+    pbuf mask = pb_new(hm, N1M), dx = pb_rand_buf(N1M, -1, 1);
+    BOTH BE->dropout_bwd(BE, F(dx, s), U8(mask, s), N1M, 0.125f);
+    pb_cmp("dx (in place)", &dx, N1M, TOL_EW);
+    free(hm), pb_free(&mask), pb_free(&dx);
+}
+
+/* ---- element-wise arithmetic ---- */
+static void t_add(void) {
+    pbuf a = pb_rand_buf(N1M, -1, 1), b = pb_rand_buf(N1M, -1, 1), y = pb_poison(N1M);
+    BOTH BE->add(BE, F(y, s), F(a, s), F(b, s), N1M);
+    pb_cmp("y = a + b", &y, N1M, TOL_EW);
+    BOTH BE->add(BE, F(a, s), F(a, s), F(b, s), N1M);
+    pb_cmp("a = a + b (aliased)", &a, N1M, TOL_EW);
+    pb_free(&a), pb_free(&b), pb_free(&y);
+}
+static void t_add_scaled(void) {
+    pbuf a = pb_rand_buf(N1M, -1, 1), b = pb_rand_buf(N1M, -1, 1), y = pb_poison(N1M);
+    BOTH BE->add_scaled(BE, F(y, s), F(a, s), F(b, s), -0.37f, N1M);
+    pb_cmp("y = a + alpha b", &y, N1M, TOL_EW);
+    BOTH BE->add_scaled(BE, F(a, s), F(a, s), F(b, s), 2.5f, N1M);
+    pb_cmp("a += alpha b (aliased)", &a, N1M, TOL_EW);
+    pb_free(&a), pb_free(&b), pb_free(&y);
+}
+static void t_acc(void) {
+    pbuf d = pb_rand_buf(N1M, -1, 1), x = pb_rand_buf(N1M, -1, 1);
+    BOTH BE->acc(BE, F(d, s), F(x, s), N1M);
+    pb_cmp("dst (accumulated)", &d, N1M, TOL_EW);
+    pb_free(&d), pb_free(&x);
+}
+static void t_scale(void) {
+    pbuf x = pb_rand_buf(N1M, -1, 1);
+    BOTH BE->scale(BE, F(x, s), -1.75f, N1M);
+    pb_cmp("x (in place)", &x, N1M, TOL_EW);
+    pb_free(&x);
+}
+static void t_add_gated(void) {
+    pbuf g = pb_rand_buf(2, 0.2, 1.3), a = pb_rand_buf(N1M, -1, 1), b = pb_rand_buf(N1M, -1, 1), y = pb_poison(N1M);
+    BOTH BE->add_gated(BE, F(y, s), F(a, s), F(b, s), F(g, s), F(g, s) + 1, N1M);
+    pb_cmp("y = a + g1 g2 b", &y, N1M, TOL_EW);
+    BOTH BE->add_gated(BE, F(a, s), F(a, s), F(b, s), F(g, s), NULL, N1M);
+    pb_cmp("a += g1 b (aliased, g2 NULL)", &a, N1M, TOL_EW);
+    BOTH BE->add_gated(BE, F(y, s), F(a, s), F(b, s), NULL, NULL, N1M);
+    pb_cmp("y = a + b (both gates NULL)", &y, N1M, TOL_EW);
+    pb_free(&g), pb_free(&a), pb_free(&b), pb_free(&y);
+}
+static void t_scale_gated(void) {
+    pbuf g = pb_rand_buf(2, 0.2, 1.3), x = pb_rand_buf(N1M, -1, 1);
+    BOTH BE->scale_gated(BE, F(x, s), F(g, s), F(g, s) + 1, N1M);
+    pb_cmp("x *= g1 g2", &x, N1M, TOL_EW);
+    BOTH BE->scale_gated(BE, F(x, s), NULL, F(g, s), N1M);
+    pb_cmp("x *= g2 (g1 NULL)", &x, N1M, TOL_EW);
+    pb_free(&g), pb_free(&x);
+}
+static void t_dot_acc(void) {
+    pbuf a = pb_rand_buf(N1M, -1, 1), b = pb_rand_buf(N1M, -1, 1), mul = pb_rand_buf(1, 0.5, 2);
+    pbuf dst = pb_rand_buf(2, -1, 1);
+    BOTH BE->dot_acc(BE, F(dst, s), F(a, s), F(b, s), N1M, F(mul, s));
+    BOTH BE->dot_acc(BE, F(dst, s) + 1, F(a, s), F(a, s), N1M - 2, NULL);
+    pb_cmp("dst += mul <a, b> (in double)", &dst, 2, TOL_EW);
+    pb_free(&a), pb_free(&b), pb_free(&mul), pb_free(&dst);
+}
+
+/* ---- DLCL: k separate entries, host arrays of backend pointers ---- */
+#define DK 7
+#define DN ((size_t)100003)
+static void dlcl_entries(pbuf *e) {
+    for (int j = 0; j < DK; j++) e[j] = pb_rand_buf(DN, -1, 1);
+}
+static void t_weighted_sum(void) {
+    pbuf e[DK], w = pb_rand_buf(DK, -1, 1), y = pb_poison(DN);
+    dlcl_entries(e);
+    BOTH {
+        const real *xs[DK];
+        for (int j = 0; j < DK; j++) xs[j] = F(e[j], s);
+        BE->weighted_sum(BE, F(y, s), xs, F(w, s), DK, DN);
+    }
+    pb_cmp("y = sum_j w_j x_j (overwritten)", &y, DN, TOL_EW);
+    BOTH {
+        const real *xs[1] = {F(e[0], s)};
+        BE->weighted_sum(BE, F(y, s), xs, F(w, s), 1, DN);
+    }
+    pb_cmp("y = w_0 x_0 (k = 1)", &y, DN, TOL_EW);
+    for (int j = 0; j < DK; j++) pb_free(&e[j]);
+    pb_free(&w), pb_free(&y);
+}
+static void t_weighted_scatter(void) {
+    pbuf e[DK], w = pb_rand_buf(DK, -1, 1), x = pb_rand_buf(DN, -1, 1);
+    dlcl_entries(e);
+    BOTH {
+        real *ys[DK];
+        for (int j = 0; j < DK; j++) ys[j] = F(e[j], s);
+        BE->weighted_scatter(BE, ys, F(w, s), F(x, s), DK, DN);
+    }
+    for (int j = 0; j < DK; j++) pb_cmp("ys[j] += w_j x (accumulated)", &e[j], DN, TOL_EW);
+    for (int j = 0; j < DK; j++) pb_free(&e[j]);
+    pb_free(&w), pb_free(&x);
+}
+static void t_dots_acc(void) {
+    pbuf e[DK], dst = pb_rand_buf(DK, -1, 1), x = pb_rand_buf(DN, -1, 1);
+    dlcl_entries(e);
+    BOTH {
+        const real *ys[DK];
+        for (int j = 0; j < DK; j++) ys[j] = F(e[j], s);
+        BE->dots_acc(BE, F(dst, s), F(x, s), ys, DK, DN);
+    }
+    pb_cmp("dst[j] += <x, ys[j]> (in double)", &dst, DK, TOL_EW);
+    for (int j = 0; j < DK; j++) pb_free(&e[j]);
+    pb_free(&dst), pb_free(&x);
+}
+
+#include "test_ops_cuda_more.h" /* latent depth, ALD, statistics, attention, losses, Adam, packed linear */
+
+typedef struct {
+    const char *name;
+    void (*run)(void);
+    int optional; /* NULL allowed by the contract */
+} op_test;
+
+static const op_test tests[] = {
+    {"alloc", t_memory, 0}, {"free", t_memory, 0}, {"upload", t_memory, 0}, {"download", t_memory, 0},
+    {"sync", t_memory, 0}, {"memset0", t_memset0, 0}, {"copy", t_copy, 0}, {"gemm", t_gemm, 0},
+    {"layernorm_fwd", t_layernorm_fwd, 0}, {"layernorm_bwd", t_layernorm_bwd, 0}, {"embed_fwd", t_embed_fwd, 0},
+    {"embed_bwd", t_embed_bwd, 0}, {"bias_fwd", t_bias_fwd, 0}, {"bias_bwd", t_bias_bwd, 0},
+    {"bias_set", t_bias_set, 1}, {"relu_fwd", t_relu_fwd, 0}, {"relu_bwd", t_relu_bwd, 0},
+    {"dropout_fwd", t_dropout_fwd, 0}, {"dropout_bwd", t_dropout_bwd, 0}, {"add", t_add, 0},
+    {"add_scaled", t_add_scaled, 0}, {"acc", t_acc, 0}, {"scale", t_scale, 0}, {"add_gated", t_add_gated, 0},
+    {"scale_gated", t_scale_gated, 0}, {"dot_acc", t_dot_acc, 0}, {"weighted_sum", t_weighted_sum, 0},
+    {"weighted_scatter", t_weighted_scatter, 0}, {"dots_acc", t_dots_acc, 0},
+    {"latent_sample", t_latent_sample, 0}, {"latent_grad", t_latent_grad, 0}, {"latent_kl", t_latent_kl, 0},
+    {"latent_lk", t_latent_lk, 0}, {"latent_depth", t_latent_depth, 0}, {"latent_q", t_latent_q, 0},
+    {"ald_pool", t_ald_pool, 0}, {"ald_loss", t_ald_loss, 0}, {"ald_unpool", t_ald_unpool, 0},
+    {"sumsq", t_sumsq, 0}, {"grad_finish", t_grad_finish, 0}, {"attention_fwd", t_attention_fwd, 0},
+    {"attention_bwd", t_attention_bwd, 0}, {"xent_fwd_bwd", t_xent_fwd_bwd, 0}, {"sym_kl", t_sym_kl, 0},
+    {"log_softmax", t_log_softmax, 0}, {"adam", t_adam, 0}, {"linear_pack", t_linear_packed, 1},
+    {"linear_packed", t_linear_packed, 1}, {"linear_unpack", t_linear_packed, 1},
+};
+
+static int slot_set(const ll_backend *be, size_t slot) {
+    void *p;
+    memcpy(&p, (const char *)be + slot * sizeof(void *), sizeof p);
+    return p != NULL;
+}
+
+int main(void) {
+    int rc = pb_setup();
+    if (rc) return rc;
+    const char *brk = getenv("LL_PARITY_BREAK");
+    if (brk && *brk) {
+        if (!pb_selftest) ll_die("LL_PARITY_BREAK needs LL_PARITY_SELFTEST=1");
+        break_op(pb_be[DUT], brk);
+    }
+    const size_t nslots = sizeof(ll_backend) / sizeof(void *);
+    const size_t nt = sizeof tests / sizeof tests[0];
+    int pass = 0, fail = 0, opt = 0;
+    for (size_t slot = 0; slot < nslots; slot++) {
+        const char *name = ll_backend_op_name(slot);
+        if (!strcmp(name, "?")) continue; /* name, impl */
+        const op_test *t = NULL;
+        for (size_t i = 0; i < nt; i++)
+            if (!strcmp(tests[i].name, name)) t = &tests[i];
+        if (!t) {
+            printf("FAIL  %-18s no parity test in tests/gpu/test_ops_cuda.c: add one\n", name);
+            fail++;
+            continue;
+        }
+        if (!slot_set(pb_be[DUT], slot) || !slot_set(pb_be[REF], slot)) {
+            if (t->optional) {
+                printf("----  %-18s optional op not offered by %s\n", name,
+                       slot_set(pb_be[DUT], slot) ? pb_be[REF]->name : pb_be[DUT]->name);
+                opt++;
+            } else {
+                printf("FAIL  %-18s the %s backend lacks this op (NULL)\n", name, pb_be[DUT]->name);
+                fail++;
+            }
+            continue;
+        }
+        if (t->optional && (!strncmp(name, "linear_", 7) && strcmp(name, "linear_packed"))) {
+            printf("(%s: tested with linear_packed)\n", name);
+            continue;
+        }
+        const int before = tu_failures;
+        pb_op = name;
+        pb_worst = 0;
+        const double t0 = ll_now();
+        t->run();
+        const int ok = tu_failures == before;
+        printf("%s  %-18s worst error/tol %.3g  (%.2f s)\n", ok ? "PASS" : "FAIL", name, pb_worst, ll_now() - t0);
+        fflush(stdout);
+        ok ? pass++ : fail++;
+    }
+    printf("ops: %d passed, %d failed, %d optional not offered (backend under test: %s)\n", pass, fail, opt,
+           pb_be[DUT]->name);
+    if (fail && !tu_failures) tu_failures = fail;
+    return tu_finish(pb_selftest ? "parity_selftest_ops" : "gpu_test_ops_cuda");
+}

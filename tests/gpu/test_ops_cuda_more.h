@@ -1,0 +1,304 @@
+/* Second half of tests/gpu/test_ops_cuda.c (included once, there): latent
+ * depth, ALD, the statistics ops, attention, the losses, Adam and the packed
+ * linear layer. */
+
+/* ---- latent depth ([rows, L] logits, samples and dz/da) ---- */
+#define LR 5
+#define LL_ 24
+static ll_latent_prior prior_of(int agg, int across) {
+    ll_latent_prior p = {.L = LL_, .rows = LR, .n_active = 3, .prior_agg = agg, .agg_across_layers = across,
+                         .prior_p = 0.35};
+    p.active[0] = p.active[2] = p.active[3] = 1; /* rows 1 and 4 train nothing */
+    return p;
+}
+static void t_latent_sample(void) {
+    const int Ls[2] = {64, 1};
+    for (int k = 0; k < 2; k++)
+        for (int hard = 0; hard < 2; hard++) {
+            const int L = Ls[k];
+            ll_philox rng;
+            philox(&rng, LL_RNG_GUMBEL, 4 + k);
+            pbuf a = pb_rand_buf(L, -3, 3), z = pb_poison(L), dz = pb_poison(L);
+            const real tau = hard ? 0.5f : 5.0f;
+            BOTH BE->latent_sample(BE, F(z, s), F(dz, s), F(a, s), L, &rng, tau, hard);
+            if (hard)
+                pb_cmp_exact("hard gates z (same Philox stream: identical)", &z);
+            else
+                pb_cmp("soft z", &z, L, TOL_EW);
+            pb_cmp("dz/da", &dz, L, TOL_EW);
+            pb_free(&a), pb_free(&z), pb_free(&dz);
+        }
+}
+static void t_latent_grad(void) {
+    const int L = 64;
+    pbuf d = pb_rand_buf(L, -1, 1), g = pb_rand_buf(L, -1, 1), dz = pb_rand_buf(L, 0, 0.25);
+    BOTH BE->latent_grad(BE, F(d, s), F(g, s), F(dz, s), L);
+    pb_cmp("dlogits (accumulated)", &d, L, TOL_EW);
+    pb_free(&d), pb_free(&g), pb_free(&dz);
+}
+static void t_latent_kl(void) {
+    const size_t n = (size_t)LR * LL_;
+    for (int reference = 0; reference < 2; reference++)
+        for (int agg = 0; agg < 2; agg++)
+            for (int across = 0; across < 2; across++) {
+                if (!agg && across) continue;
+                ll_latent_prior pr = prior_of(agg, across);
+                real *hz = pb_rand(n, 0, 1);
+                for (size_t i = 0; i < n; i += 3) hz[i] = (real)(hz[i] > 0.5f); /* some hard samples */
+                pbuf a = pb_rand_buf(n, -4, 4), z = pb_new(hz, n * sizeof(real)), dz = pb_rand_buf(n, 0, 0.25);
+                pbuf d = pb_rand_buf(n, -1, 1);
+                double hacc[2] = {1.5, -2.0};
+                pbuf acc = pb_new(hacc, sizeof hacc);
+                BOTH BE->latent_kl(BE, F(d, s), F64(acc, s) + 1, F(a, s), F(z, s), F(dz, s), &pr, 2, reference, 0.37);
+                BOTH BE->latent_kl(BE, F(d, s), F64(acc, s) + 1, F(a, s), F(z, s), F(dz, s), &pr, 0, reference, 1.0);
+                char what[80];
+                snprintf(what, sizeof what, "dlogits (reference %d, agg %d, across %d)", reference, agg, across);
+                pb_cmp(what, &d, n, TOL_EW);
+                pb_cmp_f64("stats slot (accumulated)", &acc, 2, TOL_EW, 1e-3);
+                free(hz), pb_free(&a), pb_free(&z), pb_free(&dz), pb_free(&d), pb_free(&acc);
+            }
+}
+static void t_latent_lk(void) {
+    const size_t n = (size_t)LR * LL_;
+    const int Ks[3] = {10, 0, LL_};
+    for (int k = 0; k < 3; k++)
+        for (int sq = 0; sq < 2; sq++) {
+            ll_latent_prior pr = prior_of(0, 0);
+            pbuf z = pb_rand_buf(n, 0, 1), dz = pb_rand_buf(n, 0, 0.25), d = pb_rand_buf(n, -1, 1);
+            double hacc = 0.25;
+            pbuf acc = pb_new(&hacc, sizeof hacc);
+            BOTH BE->latent_lk(BE, F(d, s), F64(acc, s), F(z, s), F(dz, s), &pr, Ks[k], sq, 0.8);
+            pb_cmp("dlogits (accumulated; inactive rows untouched)", &d, n, TOL_EW);
+            pb_cmp_f64("stats slot (accumulated)", &acc, 1, TOL_EW, 1e-3);
+            pb_free(&z), pb_free(&dz), pb_free(&d), pb_free(&acc);
+        }
+}
+static void t_latent_depth(void) {
+    ll_latent_prior pr = prior_of(1, 0);
+    pbuf a = pb_rand_buf((size_t)LR * LL_, -4, 4);
+    double hacc[2] = {3.0, 7.0};
+    pbuf acc = pb_new(hacc, sizeof hacc);
+    BOTH BE->latent_depth(BE, F64(acc, s) + 1, F(a, s), &pr);
+    pb_cmp_f64("E[L] (accumulated into slot 1 only)", &acc, 2, TOL_EW, 1e-3);
+    pb_free(&a), pb_free(&acc);
+}
+static void t_latent_q(void) {
+    pbuf a = pb_rand_buf(64, -6, 6), q = pb_poison(64);
+    BOTH BE->latent_q(BE, F(q, s), F(a, s), 64);
+    pb_cmp("q", &q, 64, TOL_EW);
+    pb_free(&a), pb_free(&q);
+}
+
+/* ---- ALD ---- */
+#define AB 5
+#define AT 13
+#define AC 1000
+static const int ald_len[AB] = {13, 1, 7, 12, 4};
+static void t_ald_pool(void) {
+    pbuf h = pb_rand_buf((size_t)AB * AT * AC, -1, 1), G = pb_poison((size_t)AB * AC);
+    pbuf len = pb_new(ald_len, sizeof ald_len);
+    BOTH BE->ald_pool(BE, F(G, s), F(h, s), INT(len, s), AB, AT, AC);
+    pb_cmp("G (overwritten)", &G, (size_t)AB * AC, TOL_RED); /* means over up to T rows */
+    pb_free(&h), pb_free(&G), pb_free(&len);
+}
+static void t_ald_loss(void) {
+    const size_t n = (size_t)3 * AB * AC;
+    real *hg = pb_rand(n, -1, 1);
+    for (size_t i = (size_t)AB * AC; i < 2 * (size_t)AB * AC; i++) hg[i] = 0.7f * hg[i - AB * AC] + 0.3f * hg[i]; /* light close to clean */
+    pbuf G = pb_new(hg, n * sizeof(real)), dG = pb_poison(n);
+    double hacc[2] = {0.5, 0.5};
+    pbuf acc = pb_new(hacc, sizeof hacc);
+    BOTH BE->ald_loss(BE, F(dG, s), F64(acc, s), F(G, s), AB, AC, 0.1f, 0.8);
+    BOTH BE->ald_loss(BE, NULL, F64(acc, s) + 1, F(G, s), AB, AC, 0.5f, 2.0); /* dG NULL: loss only */
+    pb_cmp("dG (overwritten)", &dG, n, TOL_RED); /* cosines: dot products over C */
+    pb_cmp_f64("stats slots (accumulated)", &acc, 2, TOL_RED, 1e-3);
+    free(hg), pb_free(&G), pb_free(&dG), pb_free(&acc);
+}
+static void t_ald_unpool(void) {
+    pbuf dG = pb_rand_buf((size_t)AB * AC, -1, 1), dh = pb_poison((size_t)AB * AT * AC);
+    pbuf len = pb_new(ald_len, sizeof ald_len);
+    BOTH BE->ald_unpool(BE, F(dh, s), F(dG, s), INT(len, s), AB, AT, AC);
+    pb_cmp("dh (overwritten; 0 past each length)", &dh, (size_t)AB * AT * AC, TOL_EW);
+    pb_free(&dG), pb_free(&dh), pb_free(&len);
+}
+
+/* ---- statistics ---- */
+static void t_sumsq(void) {
+    pbuf x = pb_rand_buf(N1M, -2, 2);
+    double hacc[LL_ST_N];
+    for (int i = 0; i < LL_ST_N; i++) hacc[i] = i + 0.5;
+    pbuf st = pb_new(hacc, sizeof hacc);
+    BOTH BE->sumsq(BE, F64(st, s) + LL_ST_GSUMSQ, F(x, s), N1M);
+    BOTH BE->sumsq(BE, F64(st, s) + LL_ST_GSUMSQ, F(x, s) + 1, 1001);
+    /* float partial sums of 2^20 squares, in another order on each side */
+    pb_cmp_f64("stats (GSUMSQ accumulated, others untouched)", &st, LL_ST_N, TOL_RED, 1);
+    pb_free(&x), pb_free(&st);
+}
+static void t_grad_finish(void) {
+    /* (gsumsq, loss, clip, phi_step): no clip; clipped; clip off; non-finite loss; non-finite norm */
+    const double cases[5][4] = {{400, 10, 5, 1}, {400, 10, 0.1, 0}, {1e6, 3, 0, 1}, {400, INFINITY, 1, 1},
+                                {NAN, 2, 1, 0}};
+    for (int k = 0; k < 5; k++) {
+        double h[LL_ST_N];
+        for (int i = 0; i < LL_ST_N; i++) h[i] = 0.25 * i;
+        h[LL_ST_GSUMSQ] = cases[k][0];
+        h[LL_ST_LOSS] = cases[k][1];
+        h[LL_ST_ADAM_T] = 5, h[LL_ST_ADAM_T_PHI] = 2;
+        pbuf st = pb_new(h, sizeof h);
+        BOTH BE->grad_finish(BE, F64(st, s), 0.01, cases[k][2], (int)cases[k][3]);
+        pb_cmp_f64("stats (GNORM, GMUL, SKIP, ADAM_T*)", &st, LL_ST_N, TOL_F64, 1e-30);
+        pb_free(&st);
+    }
+}
+
+/* ---- attention (tests/gpu/test_attention_cuda.c covers it in depth) ---- */
+typedef struct {
+    int B, Tq, Tk, H, Dh, causal, self;
+    real p;
+    int klen[4];
+} att_case;
+static const att_case att_cases[] = {
+    {3, 5, 19, 2, 16, 0, 0, 0.25f, {19, 11, 0}},  /* cross, padded, a sentence without keys, dropout */
+    {2, 37, 37, 4, 64, 1, 1, 0.1f, {37, 20}},     /* causal self-attention as the model packs it (qkv) */
+    {4, 1, 33, 2, 128, 0, 0, 0, {33, 1, 20, 33}}, /* one query (decoding), Dh 128 */
+};
+static void att_run(const att_case *c, int bwd) {
+    const int C = c->H * c->Dh;
+    const size_t nq = (size_t)c->B * c->Tq * (c->self ? 3 : 1) * C, nkv = (size_t)c->B * c->Tk * 2 * C;
+    const size_t no = (size_t)c->B * c->Tq * C, nl = (size_t)c->B * c->H * c->Tq;
+    const int qs = c->self ? 3 * C : C, kvs = c->self ? 3 * C : 2 * C;
+    ll_philox rng;
+    philox(&rng, LL_RNG_DROPOUT, 17);
+    const uint64_t off = (uint64_t)3 * c->H * c->Tq * c->Tk; /* a slice starting at sentence 3 */
+    pbuf q = pb_rand_buf(nq, -2, 2), kv = c->self ? q : pb_rand_buf(nkv, -2, 2);
+    pbuf kl = pb_new(c->klen, sizeof(int) * c->B);
+    const real *K[2], *Vv[2];
+    BOTH K[s] = c->self ? F(q, s) + C : F(kv, s), Vv[s] = c->self ? F(q, s) + 2 * C : F(kv, s) + C;
+    if (!bwd) {
+        pbuf out = pb_poison(no), lse = pb_poison(nl);
+        BOTH BE->attention_fwd(BE, F(out, s), F(lse, s), F(q, s), qs, K[s], Vv[s], kvs, INT(kl, s), c->B, c->Tq,
+                               c->Tk, c->H, c->Dh, c->causal, c->p, &rng, off);
+        pb_cmp("out", &out, no, TOL_ATT); /* dropout: a flipped keep bit is an O(1) error */
+        pb_cmp("lse", &lse, nl, TOL_ATT);
+        pb_free(&out), pb_free(&lse);
+    } else {
+        /* the CPU's forward feeds both backwards */
+        ll_backend *cpu = ll_backend_cpu();
+        real *hq = pb_get(&q, REF), *hkv = c->self ? hq : pb_get(&kv, REF);
+        real *ho = ll_malloc(no * sizeof(real)), *hl = ll_malloc(nl * sizeof(real));
+        cpu->attention_fwd(cpu, ho, hl, hq, qs, c->self ? hq + C : hkv, c->self ? hq + 2 * C : hkv + C, kvs, c->klen,
+                           c->B, c->Tq, c->Tk, c->H, c->Dh, c->causal, c->p, &rng, off);
+        pbuf out = pb_new(ho, no * sizeof(real)), lse = pb_new(hl, nl * sizeof(real)), g = pb_rand_buf(no, -1, 1);
+        pbuf dq = pb_poison(nq), dkv = c->self ? dq : pb_poison(nkv); /* overwritten, every column */
+        BOTH BE->attention_bwd(BE, F(dq, s), c->self ? F(dq, s) + C : F(dkv, s),
+                               c->self ? F(dq, s) + 2 * C : F(dkv, s) + C, F(g, s), F(out, s), F(lse, s), F(q, s), qs,
+                               K[s], Vv[s], kvs, INT(kl, s), c->B, c->Tq, c->Tk, c->H, c->Dh, c->causal, c->p, &rng,
+                               off);
+        pb_cmp(c->self ? "dqkv (overwritten)" : "dq (overwritten)", &dq, nq, TOL_ATT);
+        if (!c->self) pb_cmp("dkv (overwritten)", &dkv, nkv, TOL_ATT);
+        free(hq), free(ho), free(hl);
+        if (!c->self) free(hkv), pb_free(&dkv);
+        pb_free(&out), pb_free(&lse), pb_free(&g), pb_free(&dq);
+    }
+    pb_free(&q), pb_free(&kl);
+    if (!c->self) pb_free(&kv);
+}
+static void t_attention_fwd(void) {
+    for (size_t i = 0; i < sizeof att_cases / sizeof att_cases[0]; i++) att_run(&att_cases[i], 0);
+}
+static void t_attention_bwd(void) {
+    for (size_t i = 0; i < sizeof att_cases / sizeof att_cases[0]; i++) att_run(&att_cases[i], 1);
+}
+
+/* ---- losses over the vocabulary (V = 32003) ---- */
+#define XN 37
+#define XV 32003
+static int32_t *targets(void) {
+    int32_t *t = tokens(XN, XV, 9); /* rows 8, 17, 26, 35: pad targets */
+    t[0] = 2, t[1] = XV - 1;
+    return t;
+}
+static void t_xent_fwd_bwd(void) {
+    const size_t n = (size_t)XN * XV;
+    int32_t *ht = targets();
+    pbuf tgt = pb_new(ht, XN * sizeof(int32_t));
+    const real eps[2] = {0.1f, 0};
+    for (int k = 0; k < 2; k++) {
+        pbuf lg = pb_rand_buf(n, -6, 6);
+        double hacc[3] = {1.0, 2.0, 3.0};
+        pbuf acc = pb_new(hacc, sizeof hacc);
+        BOTH BE->xent_fwd_bwd(BE, F(lg, s), I32(tgt, s), XN, XV, eps[k], 1, 0.5f, F64(acc, s));
+        pb_cmp("logits -> grad_scale (softmax - q); 0 on pad rows", &lg, n, TOL_RED); /* softmax: sums over V */
+        pb_cmp_f64("stats slots loss, nll (accumulated; third untouched)", &acc, 3, TOL_RED, 1);
+        pb_free(&lg), pb_free(&acc);
+    }
+    free(ht), pb_free(&tgt);
+}
+static void t_sym_kl(void) {
+    const size_t n = (size_t)XN * XV;
+    int32_t *ht = targets();
+    ll_backend *cpu = ll_backend_cpu();
+    real *ha = pb_rand(n, -5, 5), *hb = pb_rand(n, -5, 5);
+    for (size_t i = 0; i < n; i++) hb[i] = 0.6f * ha[i] + 0.4f * hb[i]; /* two passes of one model: close */
+    cpu->log_softmax(cpu, ha, XN, XV);
+    cpu->log_softmax(cpu, hb, XN, XV);
+    pbuf tgt = pb_new(ht, XN * sizeof(int32_t)), lpa = pb_new(ha, n * sizeof(real)), lpb = pb_new(hb, n * sizeof(real));
+    pbuf da = pb_rand_buf(n, -1e-4, 1e-4), db = pb_rand_buf(n, -1e-4, 1e-4);
+    double hacc = 0.125;
+    pbuf acc = pb_new(&hacc, sizeof hacc);
+    BOTH BE->sym_kl(BE, F(lpa, s), F(lpb, s), F(da, s), F(db, s), I32(tgt, s), XN, XV, 1, 5.0f, F64(acc, s));
+    pb_cmp("da (accumulated)", &da, n, TOL_RED); /* the gradient's KL term is a sum over V */
+    pb_cmp("db (accumulated)", &db, n, TOL_RED);
+    pb_cmp_f64("stats slot (accumulated)", &acc, 1, TOL_RED, 1);
+    free(ht), free(ha), free(hb), pb_free(&tgt), pb_free(&lpa), pb_free(&lpb), pb_free(&da), pb_free(&db),
+        pb_free(&acc);
+}
+static void t_log_softmax(void) {
+    const size_t n = (size_t)XN * XV;
+    pbuf x = pb_rand_buf(n, -20, 20);
+    BOTH BE->log_softmax(BE, F(x, s), XN, XV);
+    pb_cmp("x (in place)", &x, n, TOL_RED); /* log-sum-exp over V */
+    pb_free(&x);
+}
+
+/* ---- Adam ---- */
+static void t_adam(void) {
+    for (int k = 0; k < 3; k++) { /* Theta's step; the logits' step count; a skipped update */
+        pbuf p = pb_rand_buf(N1M, -1, 1), g = pb_rand_buf(N1M, -3, 3), m = pb_rand_buf(N1M, -0.1, 0.1);
+        pbuf v = pb_rand_buf(N1M, 0, 0.01);
+        double h[LL_ST_N] = {0};
+        h[LL_ST_GMUL] = 0.37, h[LL_ST_ADAM_T] = 7, h[LL_ST_ADAM_T_PHI] = 2, h[LL_ST_SKIP] = k == 2;
+        pbuf st = pb_new(h, sizeof h);
+        BOTH BE->adam(BE, F(p, s), F(g, s), F(m, s), F(v, s), N1M, 1e-3f, 0.9f, 0.98f, 1e-8f, k ? 0 : 0.01f,
+                      F64(st, s), k == 1 ? LL_ST_ADAM_T_PHI : LL_ST_ADAM_T);
+        pb_cmp("p", &p, N1M, TOL_EW);
+        pb_cmp("m", &m, N1M, TOL_EW);
+        pb_cmp("v", &v, N1M, TOL_EW);
+        if (k == 2) { /* skipped: nothing moved */
+            real *a = pb_get(&p, DUT), *b = pb_get(&p, REF);
+            CHECK_MSG(!memcmp(a, b, N1M * sizeof(real)), "adam: a skipped update changed the parameters");
+            free(a), free(b);
+        }
+        pb_free(&p), pb_free(&g), pb_free(&m), pb_free(&v), pb_free(&st);
+    }
+}
+
+/* ---- packed linear layer (optional): against gemm + bias on the CPU ---- */
+static void t_linear_packed(void) {
+    const int N = 1000, K = 129, M = 37, ldx = K + 3, ldy = N + 5;
+    pbuf W = pb_rand_buf((size_t)N * K, -1, 1), X = pb_rand_buf((size_t)M * ldx, -1, 1);
+    pbuf bias = pb_rand_buf(N, -1, 1), Y = pb_rand_buf((size_t)M * ldy, -1, 1);
+    ll_backend *cpu = pb_be[REF], *dut = pb_be[DUT];
+    cpu->gemm(cpu, 0, 1, M, N, K, 1, F(X, REF), ldx, F(W, REF), K, 0, F(Y, REF), ldy);
+    cpu->bias_fwd(cpu, F(Y, REF), F(bias, REF), 1, N); /* row 0 only: the rest below */
+    for (int r = 1; r < M; r++) cpu->bias_fwd(cpu, F(Y, REF) + (size_t)r * ldy, F(bias, REF), 1, N);
+    void *pk = dut->linear_pack(dut, F(W, DUT), N, K);
+    if (pk) {
+        dut->linear_packed(dut, F(Y, DUT), ldy, F(X, DUT), ldx, pk, F(bias, DUT), M);
+        dut->linear_unpack(dut, pk);
+        pb_cmp("Y = X W^T + b (padding untouched)", &Y, (size_t)M * ldy, TOL_RED);
+    } else {
+        printf("(linear_pack returned NULL: no fast path for this shape; callers use gemm)\n");
+    }
+    pb_free(&W), pb_free(&X), pb_free(&bias), pb_free(&Y);
+}

@@ -1,0 +1,237 @@
+/* One full training step of every shipped method config at toy width, CUDA
+ * against the CPU reference (fp32): the same config, the same seed, the same
+ * batch, the same random structure (LayerDrop, cross-attention drop, the DDR
+ * pass's own draws, Gumbel gates), one ll_model_step plus the latent-depth
+ * losses as the trainer runs them (src/train/trainer.c: accumulate()), then
+ *  - the loss statistics (LOSS, NLL, CE2, DDR, ALD, KL, LK slots) within 1e-4
+ *    relative, and
+ *  - every gradient tensor of the parameter table within 1e-4 relative to
+ *    max(|g_cpu|, rms of the tensor's CPU gradient, 1e-7): relative for large
+ *    elements, relative to the tensor's scale near zero, and an absolute
+ *    floor of 1e-7 for a tensor whose gradient is (exactly) zero on the CPU
+ *    (a layer LayerDrop skipped), so the GPU must give ~0 there too.
+ * Dropout stays on (the configs' rates): its masks must be identical bits,
+ * or the step differs by O(1).  1e-4 and not 1e-5: a step is ~10 layers of
+ * reductions in another order, each adding ~1e-6.
+ * The methods and toy shapes follow tests/cli/test_op_count.sh.  Skips (77)
+ * without a GPU; LL_PARITY_SELFTEST=1 runs CPU against CPU (exact), and with
+ * LL_PARITY_BREAK=<op> (tests/gpu/parity.h) it must fail. */
+#include "parity.h"
+
+#include "ll/config.h"
+#include "ll/latent.h"
+#include "ll/model.h"
+#include "ll/train.h"
+#include "../gradcheck/gradcheck.h"
+
+#define TOL_STEP 1e-4
+
+typedef struct {
+    const char *name, *cfg;
+    int L; /* layers of each stack */
+    const char *sets[4];
+} method;
+
+static const method methods[] = {
+    {"plain pre-norm", "tiny_test", 2, {NULL}},
+    {"post-norm", "tiny_test", 2, {"model.norm=post"}},
+    {"latent (LL-Both)", "tiny_latent", 2, {"latent.encoder=true", "latent.decoder=true"}},
+    {"DLCL", "dlcl30", 3, {NULL}},
+    {"CAD+DDR+ALD", "deep_decoder_15_15", 2, {NULL}},
+    {"LayerDrop", "tiny_test", 4, {"model.enc_layerdrop=0.3", "model.dec_layerdrop=0.3"}},
+    {"ReZero", "tiny_test", 2, {"model.norm=rezero"}},
+    {"latent+DLCL+CAD", "latent_dlcl_cad", 2, {NULL}},
+};
+
+typedef struct {
+    ll_model *m;
+    ll_latent_ctx lat;
+    double st[LL_ST_N];
+    real *grads; /* host copy */
+} side;
+
+/* ll_model_step's random structure as the trainer draws it (draw_structure) */
+static void draw_structure(const ll_config *cfg, ll_model *m, uint64_t step) {
+    if (cfg->enc_layerdrop > 0) ll_layerdrop_sample(m->enc_ctl, m->hp.Le, cfg->enc_layerdrop, cfg->seed, step, 0, 0);
+    if (cfg->dec_layerdrop > 0) ll_layerdrop_sample(m->dec_ctl, m->hp.Ld, cfg->dec_layerdrop, cfg->seed, step, 1, 0);
+    if (cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0)
+        ll_cad_sample(m->dec_ctl, m->hp.Ld, cfg->cad_p_net, cfg->cad_drop_depth, cfg->cad_p_net_above, cfg->seed, step, 0);
+    if (m->obj.ddr_dec_ctl) {
+        memcpy(m->obj.ddr_dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * m->hp.Ld);
+        if (cfg->dec_layerdrop > 0)
+            ll_layerdrop_sample(m->obj.ddr_dec_ctl, m->hp.Ld, cfg->dec_layerdrop, cfg->seed, step, 1, 1);
+        if (cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0)
+            ll_cad_sample(m->obj.ddr_dec_ctl, m->hp.Ld, cfg->cad_p_net, cfg->cad_drop_depth, cfg->cad_p_net_above,
+                          cfg->seed, step, 1);
+    }
+}
+
+/* The first step from base on whose draws CAD or LayerDrop (when on) drop
+ * something, so the test sees a skipped layer / cross-attention.  Host-side
+ * and deterministic: both sides pick the same step. */
+static uint64_t pick_step(const ll_config *cfg, ll_model *m, uint64_t base) {
+    if (!(cfg->enc_layerdrop > 0 || cfg->dec_layerdrop > 0 || cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0))
+        return base;
+    for (uint64_t step = base; step < base + 64; step++) {
+        draw_structure(cfg, m, step);
+        int dropped = 0, kept = 0;
+        for (int l = 0; l < m->hp.Le; l++) dropped += m->enc_ctl[l].skip, kept += !m->enc_ctl[l].skip;
+        for (int l = 0; l < m->hp.Ld; l++)
+            dropped += m->dec_ctl[l].skip || m->dec_ctl[l].skip_cross, kept += !m->dec_ctl[l].skip;
+        if (dropped && kept) return step;
+    }
+    return base;
+}
+
+/* One update's forward/backward on backend be, as trainer.c's accumulate() runs it for one batch. */
+static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hparams *hp, const ll_batch *b) {
+    ll_model *m = sd->m = ll_model_new(hp, be);
+    ll_model_init(m, (uint64_t)cfg->seed);
+    m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
+                            .ald_tau = cfg->ald_tau};
+    if (cfg->ddr_alpha > 0) m->obj.ddr_dec_ctl = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_layer_ctl));
+    const int latent = ll_latent_on(m, 0) || ll_latent_on(m, 1);
+    if (latent) { /* logits away from their init of 0 (q = 1/2, where the KL to a Beta(1,1) prior is 0) */
+        ll_latent_ctx_init(&sd->lat, cfg, m);
+        const size_t n = m->n_params - m->phi_offset;
+        real *a = ll_malloc(sizeof(real) * (n ? n : 1));
+        ll_philox r;
+        ll_philox_init(&r, 77, 0, 0);
+        for (size_t i = 0; i < n; i++) a[i] = (real)(4 * ll_philox_uniform(&r, i) - 2);
+        be->upload(be, m->params + m->phi_offset, a, sizeof(real) * n);
+        free(a);
+    }
+    /* an update past the soft phase and the annealing: hard gates, KL and L_K weights on */
+    const long upd = latent ? cfg->latent_soft_update + cfg->latent_anneal_updates + cfg->latent_lk_anneal_updates / 2 + 1 : 3;
+    const int hard = latent && !cfg->latent_soft_select && upd > cfg->latent_soft_update;
+    const uint64_t step = pick_step(cfg, m, (uint64_t)upd * cfg->update_freq);
+    ll_model_reset_ctl(m);
+    be->memset0(be, m->grads, m->n_params * sizeof(real));
+    ll_model_stats_zero(m);
+    const int rows[2] = {ll_latent_pair_row(hp, cfg, 0, b->src_lang, b->tgt_lang),
+                         ll_latent_pair_row(hp, cfg, 1, b->src_lang, b->tgt_lang)};
+    for (int s = 0; s < 2; s++)
+        if (ll_latent_on(m, s)) ll_latent_sample(m, s, rows[s], cfg->seed, step, (real)cfg->latent_tau, hard);
+    draw_structure(cfg, m, step);
+    ll_model_step(m, b, (uint64_t)cfg->seed, step, 1, NULL);
+    for (int s = 0; s < 2; s++)
+        if (ll_latent_on(m, s)) {
+            ll_latent_backward(m, s, rows[s]);
+            ll_latent_kl(m, &sd->lat, s, rows[s], upd, b->n_tgt_tokens);
+        }
+    for (int s = 0; s < 2 && latent; s++) ll_latent_lk(m, &sd->lat, s, upd, b->n_tgt_tokens);
+    ll_model_stats_read(m, sd->st, NULL);
+    sd->grads = ll_malloc(m->n_params * sizeof(real));
+    be->download(be, sd->grads, m->grads, m->n_params * sizeof(real));
+}
+
+static void free_side(side *sd) {
+    free(sd->m->obj.ddr_dec_ctl);
+    sd->m->obj.ddr_dec_ctl = NULL;
+    ll_model_free(sd->m);
+    free(sd->grads);
+}
+
+static int run_method(const method *me) {
+    const int before = tu_failures;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/configs/%s.cfg", tu_source_dir(), me->cfg);
+    ll_config cfg;
+    if (ll_config_load(&cfg, path)) {
+        fprintf(stderr, "  %s: %s\n", me->name, ll_errbuf());
+        return ++tu_failures, 0;
+    }
+    char L[64];
+    const char *toy[] = {"model.d_model=32", "model.ffn_dim=64", "model.heads=2", "train.device=cpu", "train.seed=3"};
+    for (size_t i = 0; i < sizeof toy / sizeof toy[0]; i++)
+        if (ll_config_set(&cfg, toy[i])) ll_die("%s", ll_errbuf());
+    for (int s = 0; s < 2; s++) {
+        snprintf(L, sizeof L, "model.%s_layers=%d", s ? "dec" : "enc", me->L);
+        if (ll_config_set(&cfg, L)) ll_die("%s", ll_errbuf());
+    }
+    for (int i = 0; i < 4 && me->sets[i]; i++)
+        if (ll_config_set(&cfg, me->sets[i])) ll_die("%s", ll_errbuf());
+    ll_hparams hp;
+    ll_hparams_from_config(&hp, &cfg, 157);
+    ll_batch b = {0};
+    gc_make_batch(&b, 5, 11, 9, hp.V, 42);
+    b.pair = 0;
+    b.src_lang = ll_config_lang_index(&cfg, cfg.train[0].src_lang);
+    b.tgt_lang = ll_config_lang_index(&cfg, cfg.train[0].tgt_lang);
+
+    side sd[2];
+    memset(sd, 0, sizeof sd);
+    for (int s = 0; s < 2; s++) run_side(&sd[s], pb_be[s], &cfg, &hp, &b);
+
+    static const struct { int slot; const char *name; } slots[] = {
+        {LL_ST_LOSS, "loss"}, {LL_ST_NLL, "nll"}, {LL_ST_CE2, "ce2 (DDR)"}, {LL_ST_NLL2, "nll2 (DDR)"},
+        {LL_ST_DDR, "ddr"},   {LL_ST_ALD, "ald"}, {LL_ST_KL, "kl"},         {LL_ST_LK, "lk"}};
+    double worst_loss = 0;
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        const double g = sd[DUT].st[slots[i].slot], f = sd[REF].st[slots[i].slot];
+        const double e = fabs(g - f) / fmax(fabs(f), 1e-7);
+        if (!(e <= worst_loss)) worst_loss = e;
+        if (!(e <= TOL_STEP)) {
+            fprintf(stderr, "  %s: %s: %s %.9g, cpu %.9g (error %.3g)\n", me->name, slots[i].name, pb_be[DUT]->name, g,
+                    f, e);
+            tu_failures++;
+        }
+    }
+    double worst = 0;
+    const char *worst_name = "-";
+    const ll_model *m = sd[REF].m;
+    for (int t = 0; t < m->n_table; t++) {
+        const ll_param *p = &m->table[t];
+        const real *g = sd[DUT].grads + p->offset, *f = sd[REF].grads + p->offset;
+        double ss = 0;
+        for (size_t i = 0; i < p->numel; i++) ss += (double)f[i] * f[i];
+        const double den0 = fmax(sqrt(ss / (double)(p->numel ? p->numel : 1)), 1e-7);
+        double e = 0;
+        size_t wi = 0;
+        for (size_t i = 0; i < p->numel; i++) {
+            double ei = fabs((double)g[i] - f[i]) / fmax(fabs((double)f[i]), den0);
+            if (!(ei <= e)) e = ei, wi = i;
+        }
+        if (!(e <= worst)) worst = e, worst_name = p->name;
+        if (!(e <= TOL_STEP)) {
+            fprintf(stderr, "  %s: grad %s [%zu]: error %.3g (element %zu: %s %.9g, cpu %.9g)\n", me->name, p->name,
+                    p->numel, e, wi, pb_be[DUT]->name, (double)g[wi], (double)f[wi]);
+            tu_failures++;
+        }
+    }
+    const int ok = tu_failures == before;
+    char extra[160] = "";
+    for (size_t i = 2; i < sizeof slots / sizeof slots[0]; i++)
+        if (sd[REF].st[slots[i].slot] != 0)
+            snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " %s %.4g", slots[i].name,
+                     sd[REF].st[slots[i].slot]);
+    printf("%s  %-18s loss %.6f (cpu %.6f;%s), %d gradient tensors, worst errors: loss %.2g, gradient %.2g (%s)\n",
+           ok ? "PASS" : "FAIL", me->name, sd[DUT].st[LL_ST_LOSS], sd[REF].st[LL_ST_LOSS], extra, m->n_table,
+           worst_loss, worst, worst_name);
+    fflush(stdout);
+    for (int s = 0; s < 2; s++) free_side(&sd[s]);
+    gc_free_batch(&b);
+    ll_config_free(&cfg);
+    return ok;
+}
+
+int main(void) {
+    int rc = pb_setup();
+    if (rc) return rc;
+    const char *brk = getenv("LL_PARITY_BREAK");
+    if (brk && *brk) {
+        if (!pb_selftest) ll_die("LL_PARITY_BREAK needs LL_PARITY_SELFTEST=1");
+        break_op(pb_be[DUT], brk);
+    }
+    const char *missing = ll_backend_missing(pb_be[DUT]);
+    if (missing) { /* ll_model_new would stop the process: say it as a test failure */
+        printf("FAIL  every method: the %s backend lacks op '%s' (tests/gpu/test_ops_cuda lists them all)\n",
+               pb_be[DUT]->name, missing);
+        tu_failures++;
+        return tu_finish("gpu_test_step_cuda");
+    }
+    int pass = 0, n = (int)(sizeof methods / sizeof methods[0]);
+    for (int i = 0; i < n; i++) pass += run_method(&methods[i]);
+    printf("methods: %d of %d match (backend under test: %s)\n", pass, n, pb_be[DUT]->name);
+    return tu_finish(pb_selftest ? "parity_selftest_step" : "gpu_test_step_cuda");
+}
