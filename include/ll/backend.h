@@ -251,6 +251,11 @@ ll_backend *ll_backend_cpu(void);
 /* NULL (with errbuf set) when CUDA was not built in or no device is present. */
 ll_backend *ll_backend_cuda(int device);
 int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GPU */
+/* The backend a setting names (train.device, lldecode --device): "cpu";
+ * "cuda" (device 0; NULL + errbuf "<setting> cuda: ..." when there is none or
+ * it lacks an op); "auto" (CUDA device 0 when present and complete, else the
+ * CPU).  Logs the choice (ll_log).  Anything else: NULL + errbuf. */
+ll_backend *ll_backend_select(const char *device, const char *setting);
 
 /* A backend that forwards every op to `inner` and counts the calls
  * (src/backend/counting.c; lltrain --op-stats).  ll_backend_dry counts ops

@@ -62,9 +62,10 @@ typedef struct {
     int update_freq;
     float label_smoothing;
     int max_updates, max_epochs;
+    float max_minutes;   /* training wall-time budget (0 = none) */
     int valid_interval, log_interval;
     char metrics_log[LL_PATH_MAX];
-    char device[16];     /* "cpu" | "cuda" */
+    char device[16];     /* "auto" | "cpu" | "cuda" */
 
     /* checkpoint */
     char save_dir[LL_PATH_MAX];

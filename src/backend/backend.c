@@ -2,6 +2,8 @@
 #include "ll/backend.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 const char *ll_backend_missing(const ll_backend *be) {
 #define NEED(op) \
@@ -26,3 +28,30 @@ ll_backend *ll_backend_cuda(int device) {
 }
 int ll_cuda_device_count(void) { return 0; }
 #endif
+
+/* train.device / lldecode --device: "cpu", "cuda" (device 0; an error when
+ * there is none or the backend is incomplete) or "auto" (CUDA device 0 when
+ * one is present and the backend has every op, else the CPU, saying why). */
+ll_backend *ll_backend_select(const char *device, const char *setting) {
+    if (!strcmp(device, "cpu")) return ll_backend_cpu();
+    const int automatic = !strcmp(device, "auto");
+    if (!automatic && strcmp(device, "cuda"))
+        return ll_fail("%s %s: expected auto, cpu or cuda", setting, device), NULL;
+    const int n = ll_cuda_device_count();
+    ll_backend *cb = n > 0 ? ll_backend_cuda(0) : NULL;
+    const char *missing = cb ? ll_backend_missing(cb) : NULL;
+    if (cb && !missing) {
+        ll_log("%s %s: CUDA device 0 (%d present)", setting, device, n);
+        return cb;
+    }
+    char why[512];
+    if (n == 0)
+        snprintf(why, sizeof why, "no CUDA device is available (no GPU, no NVIDIA driver, or ll was built without CUDA)");
+    else if (!cb)
+        snprintf(why, sizeof why, "%s", ll_errbuf());
+    else
+        snprintf(why, sizeof why, "the CUDA backend does not implement op '%s' yet", missing);
+    if (!automatic) return ll_fail("%s cuda: %s; use cpu (or auto)", setting, why), NULL;
+    ll_log("%s auto: %s: using the CPU", setting, why);
+    return ll_backend_cpu();
+}

@@ -3,7 +3,7 @@
  *   lldecode --model M [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
  *            [--max-len-a A] [--max-len-b B] [--min-len L] [--max-tokens T] [--max-sentences S]
  *            [--format text|fairseq] [--raw-ids] [--target-lang L] [--threads N]
- *            [--inter-threads W] [--quiet]
+ *            [--inter-threads W] [--device auto|cpu|cuda] [--quiet]
  *
  * One output line per input line in text format (docs/decoding.md has the
  * formats).  --output is written atomically, so an error leaves no file (a
@@ -47,6 +47,9 @@ static void usage(FILE *out) {
             "  --threads N        CPU threads (default: all cores)\n"
             "  --inter-threads W  batches decoded at once, one thread each (at most --threads;\n"
             "                     default = threads; 1 = one batch at a time, ops threaded)\n"
+            "  --device D         cpu (default), cuda (GPU 0; an error without one) or auto (GPU 0 when\n"
+            "                     there is one and the CUDA backend is complete, else the CPU); a model\n"
+            "                     file is fp32 on the host, whichever device trained it\n"
             "  --quiet            no summary or warnings on stderr\n");
 }
 
@@ -77,7 +80,7 @@ static double parse_real(const char *flag, const char *s, double lo, double hi) 
 }
 
 typedef struct {
-    const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode;
+    const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode, *device;
     double threshold;
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
     double lenpen, max_len_a;
@@ -211,7 +214,7 @@ static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_tran
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     ll_set_progname("lldecode");
-    opts o = {.input = "-", .output = "-", .format = "text", .threshold = -1, .beam = -1, .nbest = 1, .max_len_b = 200,
+    opts o = {.input = "-", .output = "-", .format = "text", .device = "cpu", .threshold = -1, .beam = -1, .nbest = 1, .max_len_b = 200,
               .min_len = 1, .max_tokens = 4096, .lenpen = NAN};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -233,6 +236,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--format")) {
             if (strcmp(v, "text") && strcmp(v, "fairseq")) ll_die("--format: expected text or fairseq, got '%s'", v);
             o.format = v;
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda"))
+                ll_die("--device: expected auto, cpu or cuda, got '%s'", v);
+            o.device = v;
         } else if (!strcmp(a, "--target-lang")) {
             o.target_lang = v;
         } else if (!strcmp(a, "--source-lang")) {
@@ -272,10 +279,12 @@ int main(int argc, char **argv) {
     if (o.quiet) ll_verbosity = 0;
     ll_set_threads(o.threads > 0 ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 
+    ll_backend *be = ll_backend_select(o.device, "--device");
+    if (!be) ll_die("%s", ll_errbuf());
     ll_ckpt *k = ll_ckpt_open(o.model);
     if (!k) ll_die("%s", ll_errbuf());
     ll_config cfg;
-    ll_model *m = ll_model_from_file(k, o.model, ll_backend_cpu(), &cfg);
+    ll_model *m = ll_model_from_file(k, o.model, be, &cfg);
     if (!m) ll_die("%s", ll_errbuf());
     size_t vlen = 0;
     const void *vocab = ll_ckpt_vocab(k, &vlen);

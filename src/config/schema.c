@@ -117,12 +117,18 @@ const ll_cfg_key ll_cfg_keys[] = {
     FLT("train.label_smoothing", label_smoothing, "0.1", 0, 1, OPEN_MAX, "Label smoothing epsilon."),
     INT("train.max_updates", max_updates, "0", 0, INT_MAX, "Stop after this many updates; 0 = no limit."),
     INT("train.max_epochs", max_epochs, "0", 0, INT_MAX, "Stop after this many epochs; 0 = no limit."),
+    FLT("train.max_minutes", max_minutes, "0", 0, 1e7, 0,
+        "Stop after this many minutes of training (wall time of this run's update loop, validations included; "
+        "the final validation comes after); 0 = no limit. The run then counts as finished, as after "
+        "train.max_updates. For fixed-budget runs (configs/bible_gpu.cfg)."),
     INT("train.valid_interval", valid_interval, "1000", 0, INT_MAX,
         "Validate every this many updates (and at the end); 0 = only at the end of each epoch."),
     INT("train.log_interval", log_interval, "100", 1, INT_MAX, "Log training metrics every this many updates."),
     STR("train.metrics_log", metrics_log, "", 0,
         "JSON-lines metrics file; empty = <checkpoint.save_dir>/metrics.jsonl.  Relative to the working directory."),
-    ENUM("train.device", device, "cpu", "cpu|cuda", "Where to train."),
+    ENUM("train.device", device, "cpu", "auto|cpu|cuda",
+         "Where to train: cpu; cuda (GPU 0; an error when there is none); auto (GPU 0 when there is one and the "
+         "CUDA backend has every op, else the CPU; the log says which)."),
 
     /* checkpoint */
     STR("checkpoint.save_dir", save_dir, "checkpoints", 0,

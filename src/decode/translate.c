@@ -71,6 +71,7 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
      * 2 cores beats splitting every op over both.  So that all of them get
      * work, batches hold at most ceil(ne / workers) sentences. */
     int workers = ll_translate_workers(o);
+    if (strcmp(m->be->name, "cpu")) workers = 1; /* one device stream: batches one after another */
     if (workers > ne) workers = ne > 0 ? ne : 1;
     if (workers > 1 && (ne + workers - 1) / workers < max_sents) max_sents = (ne + workers - 1) / workers;
     batch_span *spans = ll_malloc(sizeof(batch_span) * (ne ? ne : 1));

@@ -203,6 +203,8 @@ static void repair_best(trainer *t) {
 static int setup(trainer *t, const ll_train_opts *o) {
     ll_config *cfg = t->cfg;
     char from[LL_PATH_MAX + 64] = "";
+    ll_backend *be = ll_backend_select(cfg->device, "train.device"); /* before data preparation: fail fast */
+    if (!be) return -1;
     if (!ll_data_is_prepared(cfg)) {
         ll_log("preparing data in %s ...", cfg->data_dir);
         if (ll_prepare_data(cfg)) return -1;
@@ -223,17 +225,6 @@ static int setup(trainer *t, const ll_train_opts *o) {
 
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, ll_spm_vocab_size(t->spm));
-    ll_backend *be = ll_backend_cpu();
-    if (!strcmp(cfg->device, "cuda")) {
-        ll_backend *cb = ll_backend_cuda(0);
-        if (!cb) return -1;
-        const char *missing = ll_backend_missing(cb);
-        if (missing)
-            return ll_fail("train.device=cuda: the CUDA backend does not implement '%s' yet (full CUDA training is "
-                           "the next milestone); use train.device=cpu",
-                           missing);
-        be = cb;
-    }
     if (o->op_stats) t->counted = be = ll_backend_counting(be); /* no CPU team: it is not ll_backend_cpu() */
     t->m = ll_model_new(&hp, be);
     ll_model_init(t->m, (uint64_t)cfg->seed);
@@ -631,6 +622,10 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
         if (g_signal || stop || (max_updates && t.ts.update >= max_updates)) break;
+        if (cfg->max_minutes > 0 && ll_now() - t_start >= 60.0 * cfg->max_minutes) {
+            ll_log("train.max_minutes %g reached after %ld updates", (double)cfg->max_minutes, t.ts.update);
+            break;
+        }
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         double lr = ll_schedule_lr(&t.sched, t.ts.update);
         if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
@@ -676,6 +671,10 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                 remaining = (max_updates - t.ts.update) * per_update;
             else if (max_epochs)
                 remaining = ((max_epochs - epoch) * (double)nb + nb - pos) / cfg->update_freq * per_update;
+            if (cfg->max_minutes > 0) { /* the time budget may end the run first */
+                const double left = 60.0 * cfg->max_minutes - (now - t_start);
+                if (remaining < 0 || left < remaining) remaining = left > 0 ? left : 0;
+            }
             char eta[32], depth[96] = "";
             fmt_eta(eta, sizeof eta, remaining);
             if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
