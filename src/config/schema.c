@@ -119,8 +119,8 @@ const ll_cfg_key ll_cfg_keys[] = {
     INT("train.max_epochs", max_epochs, "0", 0, INT_MAX, "Stop after this many epochs; 0 = no limit."),
     FLT("train.max_minutes", max_minutes, "0", 0, 1e7, 0,
         "Stop after this many minutes of training (wall time of this run's update loop, validations included; "
-        "the final validation comes after); 0 = no limit. The run then counts as finished, as after "
-        "train.max_updates. For fixed-budget runs (configs/bible_gpu.cfg)."),
+        "the final validation comes after); 0 = no limit. --resume continues with a fresh budget. For "
+        "fixed-budget runs (configs/bible_gpu.cfg)."),
     INT("train.valid_interval", valid_interval, "1000", 0, INT_MAX,
         "Validate every this many updates (and at the end); 0 = only at the end of each epoch."),
     INT("train.log_interval", log_interval, "100", 1, INT_MAX, "Log training metrics every this many updates."),
