@@ -2,6 +2,7 @@
  *
  *   lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N]
  *   lltrain --help-config
+ *   lltrain --devices
  *
  * Prepares the data when data.dir is missing or stale (as llprep does), then
  * trains, validating every train.valid_interval updates and writing
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ll/backend.h"
 #include "ll/config.h"
 #include "ll/core.h"
 #include "ll/train.h"
@@ -20,6 +22,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet] [--op-stats] [--dry-run [--batch BxT]]\n"
             "       lltrain --help-config     print every config key with its type, default and meaning\n"
+            "       lltrain --devices         print 'cuda devices: N' (0 without a GPU or a CUDA build) and what auto picks\n"
             "  --resume    continue the run in checkpoint.save_dir from its newest usable checkpoint (bit for bit on CPU)\n"
             "  --threads N CPU threads (overrides train.threads; 0 = all cores)\n"
             "  --op-stats  count backend ops and host<->backend transfers per update (one worker) and print them\n"
@@ -71,6 +74,13 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--devices")) {
+            const int n = ll_cuda_device_count();
+            printf("cuda devices: %d\n", n);
+            ll_verbosity = 0; /* the choice is printed below, not logged */
+            ll_backend *be = ll_backend_select("auto", "auto");
+            printf("train.device auto: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
             return 0;
         } else if (!strcmp(argv[i], "--help-config")) {
             ll_config_print_help(stdout);
