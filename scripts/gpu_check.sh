@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh OUTDIR -- verify the CUDA backend on a GPU machine in
+# one command: build with CUDA, run the GPU tests, a short Bible training run
+# with BLEU/chrF, and the CPU suite; every log under OUTDIR, a summary in
+# OUTDIR/summary.txt (also printed last).  About 9 minutes at most on one
+# H100 with 16 cores (GPU_CHECK_BUDGET seconds, default 540, for all steps).
+#
+# From the development machine (docs/cuda-backend.md, "Verifying on a GPU"):
+# once per checkout, put what the GPU machine lacks into ignored folders --
+#   mkdir -p .device && cp -r ../shared/gpu .device/       # libyaml, OpenBLAS, sentencepiece (.deb)
+#   python3 scripts/make_bible_corpus.py --out data/bible/raw   # needs diatheke (not on the GPU machine); 7.8 MB
+# -- then one device call, carrying both (the checkout itself travels):
+#   run(command="bash scripts/gpu_check.sh $OUT", carry=[".device", "data/bible/raw"], timeout_s=600)
+# $OUT comes back with summary.txt, logs.tar.gz (every log) and ctest_gpu.log.
+#
+# Steps (each runs whatever happened before and records its exit status;
+# each has a time cap within what is left of the budget):
+#   1. nvidia-smi
+#   2. source .device/gpu/env.sh (when present); cmake -DLL_CUDA=ON
+#      -DCMAKE_CUDA_ARCHITECTURES=90 -DLL_WERROR=ON; build with every core
+#   3. ctest -L gpu: op parity (tests/gpu/test_ops_cuda), one step of every
+#      method (test_step_cuda), attention, layer norm, smoke; then the
+#      300-update bf16 Bible test and the decode parity test (GPU vs CPU
+#      decoding of one fp32 model: % of differing lines, BLEU delta)
+#   4. configs/bible_gpu.cfg for GPU_CHECK_TRAIN_MIN minutes (default 1.5;
+#      bf16 when the build has train.precision), then the test books with
+#      beam 5 on the GPU: BLEU and chrF
+#   5. the CPU suite (ctest -LE gpu) in the time left
+# Environment: GPU_CHECK_BUDGET (s), GPU_CHECK_TRAIN_MIN, GPU_CHECK_BUILD
+# (build folder, default /tmp/ll-gpu-build), GPU_CHECK_TAR=0 keeps the logs
+# as files instead of logs.tar.gz.
+set -u
+OUTDIR=${1:?usage: scripts/gpu_check.sh OUTDIR}
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+mkdir -p "$OUTDIR/logs"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+L=$OUTDIR/logs
+S=$OUTDIR/summary.txt
+B=${GPU_CHECK_BUILD:-/tmp/ll-gpu-build}
+BUDGET=${GPU_CHECK_BUDGET:-540}
+TRAIN_MIN=${GPU_CHECK_TRAIN_MIN:-1.5}
+NPROC=$(nproc)
+T0=$(date +%s)
+: > "$S"
+say() { echo "$*" | tee -a "$S"; }
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
+
+# step NAME CAP_SECONDS COMMAND...: run with a time limit of min(CAP, time left - 30 s), log to $L/NAME.log
+step() {
+  local name=$1 cap=$2
+  shift 2
+  local lim
+  lim=$(($(left) - 30))
+  [ "$lim" -gt "$cap" ] && lim=$cap
+  if [ "$lim" -lt 10 ]; then
+    say "$(printf '%-14s SKIPPED: out of time (budget %s s)' "$name" "$BUDGET")"
+    return 124
+  fi
+  local t0 rc
+  t0=$(date +%s)
+  timeout --kill-after=10 "$lim" "$@" > "$L/$name.log" 2>&1
+  rc=$?
+  local what=ok
+  [ $rc -ne 0 ] && what=FAILED
+  [ $rc -eq 124 ] && what="TIMED OUT after $lim s"
+  say "$(printf '%-14s rc %-3s %4s s  %s' "$name" "$rc" "$(($(date +%s) - t0))" "$what")"
+  return $rc
+}
+
+say "gpu_check: $(git -C "$ROOT" log --oneline -1 2> /dev/null || echo 'no git') on $(hostname), $(date -u +%FT%TZ), $NPROC cores, budget $BUDGET s"
+git -C "$ROOT" status --short 2> /dev/null | head -20 > "$L/git_status.log"
+
+# 1. the GPU
+step nvidia-smi 30 bash -c 'nvidia-smi; echo; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv'
+say "  $(sed -n '/^name,/{n;p}' "$L/nvidia-smi.log" | head -1)"
+
+# 2. build
+if [ -f .device/gpu/env.sh ]; then
+  # shellcheck disable=SC1091
+  source .device/gpu/env.sh
+else
+  say "  no .device/gpu/env.sh: building with the system's libyaml/OpenBLAS/sentencepiece"
+fi
+step configure 120 cmake -S "$ROOT" -B "$B" -DLL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLL_WERROR=ON \
+  -DCMAKE_BUILD_TYPE=Release
+step build 300 cmake --build "$B" -j"$NPROC"
+built=$?
+grep -E "warning|error" "$L/build.log" | head -20 | sed 's/^/  /' | tee -a "$S"
+
+export LL_GPU_LOG_DIR=$L/tests
+if [ $built -eq 0 ]; then
+  "$B/lltrain" --devices 2>&1 | sed 's/^/  /' | tee -a "$S"
+  # 3. GPU tests: the quick ones, then the two Bible tests (each prepares data/bible/bin once, shared)
+  step ctest-gpu 150 ctest --test-dir "$B" -L gpu -E 'gpu_test_(bible300|decode_parity)' -V --timeout 140
+  grep -E '^[0-9]+: (FAIL|----)  |^[0-9]+: (ops|methods): ' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+  grep -E '(Passed|Failed|Not Run|\*\*\*)' "$L/ctest-gpu.log" | grep -E '^ *[0-9]+/[0-9]+ Test' | sed 's/^ */  /' | tee -a "$S"
+  step bible300 240 ctest --test-dir "$B" -R gpu_test_bible300 -V --timeout 230
+  grep -E '^[0-9]+: (bible300|note|FAIL)' "$L/bible300.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+  step decode-parity 200 ctest --test-dir "$B" -R gpu_test_decode_parity -V --timeout 190
+  grep -E '^[0-9]+: (decode-parity|FAIL)' "$L/decode-parity.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+  cat "$L/ctest-gpu.log" "$L/bible300.log" "$L/decode-parity.log" > "$OUTDIR/ctest_gpu.log" 2> /dev/null
+
+  # 4. the GPU quick start, shortened
+  prec=()
+  "$B/lltrain" --help-config | grep -q 'train\.precision' && prec=(--set train.precision=bf16)
+  W=/tmp/ll-gpu-check-run
+  rm -rf "$W"
+  if [ -s data/bible/raw/test.en ]; then
+    step train-bible 200 "$B/lltrain" --config configs/bible_gpu.cfg --set train.max_minutes="$TRAIN_MIN" \
+      --set train.valid_interval=100000 --set checkpoint.save_dir="$W" "${prec[@]}"
+    grep -E 'model:|peak|memory|max_minutes|^valid|done:' "$L/train-bible.log" | tail -6 | sed 's/^/  /' | tee -a "$S"
+    grep -E 'tok/s' "$L/train-bible.log" | tail -1 | sed 's/^/  last: /' | tee -a "$S"
+    model=$W/checkpoint_best.llm
+    [ -s "$model" ] || model=$W/checkpoint_last.llm
+    if [ -s "$model" ]; then
+      step decode-test 120 "$B/lldecode" --model "$model" --device cuda --beam 5 --lenpen 1.0 \
+        --input data/bible/raw/test.en --output "$L/test.hyp.es"
+      tail -1 "$L/decode-test.log" | sed 's/^/  /' | tee -a "$S"
+      if [ -s "$L/test.hyp.es" ]; then
+        say "  test books (en->es), beam 5, ${TRAIN_MIN} min of training: $("$B/lleval" --ref data/bible/raw/test.es \
+          --input "$L/test.hyp.es" --metrics bleu,chrf -b 2>&1 | tr '\n' ' ')(BLEU chrF)"
+      fi
+    fi
+    cp "$W/metrics.jsonl" "$L/train-bible.metrics.jsonl" 2> /dev/null
+  else
+    say "train-bible    SKIPPED: no data/bible/raw (carry it: see the header of scripts/gpu_check.sh)"
+  fi
+
+  # 5. the CPU suite in the time left
+  step ctest-cpu 600 ctest --test-dir "$B" -LE gpu -j"$NPROC" --timeout 200 --output-on-failure
+  grep -E 'tests passed|tests failed|\(Failed\)|\(Timeout\)|\*\*\*' "$L/ctest-cpu.log" | head -20 | sed 's/^/  /' | tee -a "$S"
+fi
+
+say "gpu_check: done in $(($(date +%s) - T0)) s"
+if [ "${GPU_CHECK_TAR:-1}" != 0 ]; then
+  tar -czf "$OUTDIR/logs.tar.gz" -C "$OUTDIR" logs && rm -rf "$L"
+fi
+echo "==== summary ($S)"
+cat "$S"

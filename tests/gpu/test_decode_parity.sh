@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 11's decoding check: one fp32 model (300 updates on the GPU, the
+# bible_quick model on bible_gpu.cfg's data; if GPU training fails, 150 on the
+# CPU, said in the log, so decoding is still compared) decodes the test books
+# with beam 5 on the GPU and on the CPU.  Passes when at most 2% of the lines
+# differ and BLEU differs by at most 0.2.  Skips (77) without a GPU; fails
+# without the corpus.
+source "$(dirname "$0")/lib.sh"
+gpu_or_skip
+bible_or_fail
+trained=gpu
+if ! bible_train model "$GPUDEV" fp32 "$UPD"; then
+  echo "decode-parity: GPU training failed ($(tail -1 "$T/model.log")): the model is trained on the CPU instead"
+  err "fp32 training on the GPU failed"
+  trained=cpu
+  bible_train model cpu fp32 $((UPD / 2)) || { err "CPU training failed too: $(tail -1 "$T/model.log")"; exit 1; }
+fi
+M=$T/model/checkpoint_last.llm
+declare -A secs
+for dev in "$GPUDEV" cpu; do
+  t0=$(date +%s.%N)
+  "$BIN/lldecode" --model "$M" --device "$dev" --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 \
+    --input "$RAW/test.en" --output "$T/test.$dev.es" 2> "$T/decode.$dev.log" ||
+    err "lldecode --device $dev failed: $(tail -1 "$T/decode.$dev.log")"
+  secs[$dev]=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+done
+if [ -s "$T/test.$GPUDEV.es" ] && [ -s "$T/test.cpu.es" ]; then
+  bg=$("$BIN/lleval" --ref "$RAW/test.es" --input "$T/test.$GPUDEV.es" --metrics bleu -b)
+  bc=$("$BIN/lleval" --ref "$RAW/test.es" --input "$T/test.cpu.es" --metrics bleu -b)
+  python3 - "$T/test.$GPUDEV.es" "$T/test.cpu.es" "$bg" "$bc" "$trained" "${secs[$GPUDEV]}" "${secs[cpu]}" <<'PY' || fail=1
+import sys
+a, b = open(sys.argv[1]).read().split("\n"), open(sys.argv[2]).read().split("\n")
+bg, bc, trained, sg, sc = float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
+n = max(len(a), len(b)) - 1
+diff = sum(1 for i in range(n) if (a[i] if i < len(a) else None) != (b[i] if i < len(b) else None))
+pct = 100.0 * diff / max(n, 1)
+ok = len(a) == len(b) and pct <= 2.0 and abs(bg - bc) <= 0.2
+print(f"decode-parity: {n} test lines, beam 5, fp32 model trained on the {trained}: {diff} lines differ ({pct:.2f}%), "
+      f"BLEU GPU {bg:.2f} vs CPU {bc:.2f} (delta {bg - bc:+.2f}); decode {sg} s on the GPU, {sc} s on the CPU "
+      f"({'PASS' if ok else 'FAIL'}: at most 2% of lines, |delta BLEU| <= 0.2)")
+sys.exit(0 if ok else 1)
+PY
+fi
+keep_logs decode_parity "$T"/*.log "$T"/test.*.es
+exit $fail
