@@ -45,6 +45,8 @@ T0=$(date +%s)
 : > "$S"
 say() { echo "$*" | tee -a "$S"; }
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
+# ctest's per-test result lines of a log, into the summary
+results() { grep -E '^ *[0-9]+/[0-9]+ Test' "$1" | sed 's/^ */  /' | tee -a "$S"; }
 
 # step NAME CAP_SECONDS COMMAND...: run with a time limit of min(CAP, time left - 30 s), log to $L/NAME.log
 step() {
@@ -93,12 +95,14 @@ if [ $built -eq 0 ]; then
   "$B/lltrain" --devices 2>&1 | sed 's/^/  /' | tee -a "$S"
   # 3. GPU tests: the quick ones, then the two Bible tests (each prepares data/bible/bin once, shared)
   step ctest-gpu 150 ctest --test-dir "$B" -L gpu -E 'gpu_test_(bible300|decode_parity)' -V --timeout 140
-  grep -E '^[0-9]+: (FAIL|----)  |^[0-9]+: (ops|methods): ' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
-  grep -E '(Passed|Failed|Not Run|\*\*\*)' "$L/ctest-gpu.log" | grep -E '^ *[0-9]+/[0-9]+ Test' | sed 's/^ */  /' | tee -a "$S"
+  grep -E '^[0-9]+: ((FAIL|----)  |(ops|methods): |PASS .*gradient tensors)' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+  results "$L/ctest-gpu.log"
   step bible300 240 ctest --test-dir "$B" -R gpu_test_bible300 -V --timeout 230
   grep -E '^[0-9]+: (bible300|note|FAIL)' "$L/bible300.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+  results "$L/bible300.log"
   step decode-parity 200 ctest --test-dir "$B" -R gpu_test_decode_parity -V --timeout 190
   grep -E '^[0-9]+: (decode-parity|FAIL)' "$L/decode-parity.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+  results "$L/decode-parity.log"
   cat "$L/ctest-gpu.log" "$L/bible300.log" "$L/decode-parity.log" > "$OUTDIR/ctest_gpu.log" 2> /dev/null
 
   # 4. the GPU quick start, shortened
@@ -109,7 +113,8 @@ if [ $built -eq 0 ]; then
   if [ -s data/bible/raw/test.en ]; then
     step train-bible 200 "$B/lltrain" --config configs/bible_gpu.cfg --set train.max_minutes="$TRAIN_MIN" \
       --set train.valid_interval=100000 --set checkpoint.save_dir="$W" "${prec[@]}"
-    grep -E 'model:|peak|memory|max_minutes|^valid|done:' "$L/train-bible.log" | tail -6 | sed 's/^/  /' | tee -a "$S"
+    grep -E 'device|model:|peak|memory|max_minutes|^valid|done:|error' "$L/train-bible.log" | tail -8 | sed 's/^/  /' |
+      tee -a "$S"
     grep -E 'tok/s' "$L/train-bible.log" | tail -1 | sed 's/^/  last: /' | tee -a "$S"
     model=$W/checkpoint_best.llm
     [ -s "$model" ] || model=$W/checkpoint_last.llm
