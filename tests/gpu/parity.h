@@ -15,12 +15,15 @@
  * O(1) error anywhere is).  NaN and Inf must match exactly. */
 #ifndef LL_TEST_PARITY_H
 #define LL_TEST_PARITY_H
+#define _POSIX_C_SOURCE 200809L /* fork, execv, waitpid, alarm */
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ll/backend.h"
 #include "ll/core.h"
@@ -51,8 +54,10 @@ static ll_backend *pb_be[2];
 static const char *pb_op = "?"; /* op under test, for messages */
 static double pb_worst;          /* worst error ratio (err / tol) of the current op */
 static int pb_selftest;
+static int pb_quiet; /* a child process (one case): no banners */
 
-static inline int pb_setup(void) {
+static inline int pb_setup(int quiet) {
+    pb_quiet = quiet;
     const char *st = getenv("LL_PARITY_SELFTEST");
     pb_selftest = st && *st && strcmp(st, "0");
     pb_be[REF] = ll_backend_cpu();
@@ -61,11 +66,11 @@ static inline int pb_setup(void) {
         twin = *ll_backend_cpu();
         twin.name = "cpu-twin";
         pb_be[DUT] = &twin;
-        printf("LL_PARITY_SELFTEST: the backend under test is a second CPU backend\n");
+        if (!quiet) printf("LL_PARITY_SELFTEST: the backend under test is a second CPU backend\n");
         return 0;
     }
     if (ll_cuda_device_count() == 0) {
-        printf("no CUDA device: skipping (LL_PARITY_SELFTEST=1 runs the harness CPU against CPU)\n");
+        if (!quiet) printf("no CUDA device: skipping (LL_PARITY_SELFTEST=1 runs the harness CPU against CPU)\n");
         return 77;
     }
     pb_be[DUT] = ll_backend_cuda(0);
@@ -205,6 +210,49 @@ static inline void pb_cmp_exact(const char *what, const pbuf *b) {
     free(g), free(f);
 }
 
+/* ---- one process per case ----
+ * Each op (method) runs in a child process (this program re-executed with
+ * `flag value`), so a kernel that faults -- a sticky CUDA error poisons the
+ * whole context -- or hangs fails its own case only, and the others are still
+ * reported.  The child exits 0 (pass), PB_CHECKS_FAILED (its checks failed;
+ * it printed why), anything else (ll_die: an error the backend stopped on,
+ * printed on stderr) or dies of SIGALRM after timeout_s.  On the CPU
+ * (LL_PARITY_SELFTEST) cases run in one process unless LL_PARITY_FORK=1. */
+static inline int pb_use_children(void) {
+    const char *f = getenv("LL_PARITY_FORK");
+    return !pb_selftest || (f && *f && strcmp(f, "0"));
+}
+#define PB_CHECKS_FAILED 10
+static inline int pb_child(const char *self, const char *flag, const char *value, unsigned timeout_s, char *why,
+                           size_t why_len) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, why_len, "fork failed");
+        return -1;
+    }
+    if (pid == 0) {
+        alarm(timeout_s);
+        char *args[] = {(char *)self, (char *)flag, (char *)value, NULL};
+        execv(self, args);
+        _exit(127);
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0) {
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == PB_CHECKS_FAILED) return 1;
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+        snprintf(why, why_len, "did not finish in %u s (a hung kernel?)", timeout_s);
+    else if (WIFSIGNALED(st))
+        snprintf(why, why_len, "the test process died of signal %d", WTERMSIG(st));
+    else
+        snprintf(why, why_len, "the test process stopped with exit status %d (the error is on stderr above)",
+                 WEXITSTATUS(st));
+    return -1;
+}
+
 /* ---- LL_PARITY_BREAK: wrong ops the harness must catch ---- */
 static ll_backend *g_real; /* the unbroken ops */
 static inline void brk_bias_bwd(ll_backend *be, real *db, const real *dy, int N, int C) {
@@ -230,6 +278,12 @@ static inline void brk_layernorm_fwd(ll_backend *be, real *out, real *mean, real
                               const real *b, int N, int C) {
     g_real->layernorm_fwd(be, out, mean, rstd, x, w, b, N > 1 ? N - 1 : N, C); /* misses the last row */
 }
+static inline void brk_embed_fwd(ll_backend *be, real *out, const int32_t *tok, const real *emb, const real *pos,
+                                 int pos_offset, real scale, int N, int T, int C, int pad) {
+    (void)be, (void)out, (void)tok, (void)emb, (void)pos, (void)pos_offset, (void)scale, (void)N, (void)T, (void)C,
+        (void)pad;
+    ll_die("CUDA error at kernels/embed.cu:1 (simulated by LL_PARITY_BREAK): an illegal memory access");
+}
 static inline void break_op(ll_backend *dut, const char *op) {
     static ll_backend real_ops;
     real_ops = *dut;
@@ -239,8 +293,9 @@ static inline void break_op(ll_backend *dut, const char *op) {
     else if (!strcmp(op, "gemm")) dut->gemm = brk_gemm;
     else if (!strcmp(op, "layernorm_fwd")) dut->layernorm_fwd = brk_layernorm_fwd;
     else if (!strcmp(op, "latent_kl")) dut->latent_kl = NULL; /* a missing op */
-    else ll_die("LL_PARITY_BREAK=%s: expected bias_bwd, dropout_fwd, gemm, layernorm_fwd or latent_kl", op);
-    printf("LL_PARITY_BREAK: %s of the backend under test is wrong on purpose: this run must fail\n", op);
+    else if (!strcmp(op, "embed_fwd")) dut->embed_fwd = brk_embed_fwd; /* stops the process (LL_PARITY_FORK=1) */
+    else ll_die("LL_PARITY_BREAK=%s: expected bias_bwd, dropout_fwd, gemm, layernorm_fwd, latent_kl or embed_fwd", op);
+    if (!pb_quiet) printf("LL_PARITY_BREAK: %s of the backend under test is wrong on purpose: this run must fail\n", op);
 }
 
 #endif

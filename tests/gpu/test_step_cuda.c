@@ -215,13 +215,20 @@ static int run_method(const method *me) {
     return ok;
 }
 
-int main(void) {
-    int rc = pb_setup();
-    if (rc) return rc;
+int main(int argc, char **argv) {
+    const int n = (int)(sizeof methods / sizeof methods[0]);
+    const int child = argc == 3 && !strcmp(argv[1], "--method");
+    int rc = pb_setup(child);
+    if (rc) return child ? 1 : rc;
     const char *brk = getenv("LL_PARITY_BREAK");
     if (brk && *brk) {
         if (!pb_selftest) ll_die("LL_PARITY_BREAK needs LL_PARITY_SELFTEST=1");
         break_op(pb_be[DUT], brk);
+    }
+    if (child) { /* one method, in its own process */
+        const int i = atoi(argv[2]);
+        if (i < 0 || i >= n) ll_die("--method %s: expected 0..%d", argv[2], n - 1);
+        return run_method(&methods[i]) ? 0 : PB_CHECKS_FAILED;
     }
     const char *missing = ll_backend_missing(pb_be[DUT]);
     if (missing) { /* ll_model_new would stop the process: say it as a test failure */
@@ -230,8 +237,17 @@ int main(void) {
         tu_failures++;
         return tu_finish("gpu_test_step_cuda");
     }
-    int pass = 0, n = (int)(sizeof methods / sizeof methods[0]);
-    for (int i = 0; i < n; i++) pass += run_method(&methods[i]);
+    const int fork_each = pb_use_children();
+    int pass = 0;
+    for (int i = 0; i < n; i++) {
+        char idx[16], why[160] = "";
+        snprintf(idx, sizeof idx, "%d", i);
+        const int r = fork_each ? pb_child(argv[0], "--method", idx, 300, why, sizeof why) : !run_method(&methods[i]);
+        if (r < 0) printf("FAIL  %-18s %s\n", methods[i].name, why);
+        pass += r == 0;
+    }
     printf("methods: %d of %d match (backend under test: %s)\n", pass, n, pb_be[DUT]->name);
+    if (fork_each) tu_failures += n - pass;
+    if (pass < n && !tu_failures) tu_failures = n - pass;
     return tu_finish(pb_selftest ? "parity_selftest_step" : "gpu_test_step_cuda");
 }
