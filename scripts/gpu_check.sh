@@ -14,7 +14,9 @@
 # $OUT comes back with summary.txt, logs.tar.gz (every log) and ctest_gpu.log.
 #
 # Steps (each runs whatever happened before and records its exit status;
-# each has a time cap within what is left of the budget):
+# each has a time cap within what is left of the budget; OUTDIR/logs.tar.gz
+# is refreshed after each, so a run cut off at the call's limit still returns
+# what it did):
 #   1. nvidia-smi
 #   2. source .device/gpu/env.sh (when present); cmake -DLL_CUDA=ON
 #      -DCMAKE_CUDA_ARCHITECTURES=90 -DLL_WERROR=ON; build with every core
@@ -27,15 +29,20 @@
 #      beam 5 on the GPU: BLEU and chrF
 #   5. the CPU suite (ctest -LE gpu) in the time left
 # Environment: GPU_CHECK_BUDGET (s), GPU_CHECK_TRAIN_MIN, GPU_CHECK_BUILD
-# (build folder, default /tmp/ll-gpu-build), GPU_CHECK_TAR=0 keeps the logs
-# as files instead of logs.tar.gz.
+# (build folder, default /tmp/ll-gpu-build), GPU_CHECK_TAR=0 writes the logs
+# to OUTDIR/logs instead of OUTDIR/logs.tar.gz.
 set -u
 OUTDIR=${1:?usage: scripts/gpu_check.sh OUTDIR}
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-mkdir -p "$OUTDIR/logs"
+mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
-L=$OUTDIR/logs
+# The logs live outside OUTDIR and are packed into OUTDIR/logs.tar.gz after
+# every step: what comes back from a device call is a few files (at most 8,
+# two folders deep), and a run cut off at the call's limit still returns them.
+TAR=${GPU_CHECK_TAR:-1}
+if [ "$TAR" != 0 ]; then L=/tmp/ll-gpu-check-logs; rm -rf "$L"; else L=$OUTDIR/logs; fi
+mkdir -p "$L"
 S=$OUTDIR/summary.txt
 B=${GPU_CHECK_BUILD:-/tmp/ll-gpu-build}
 BUDGET=${GPU_CHECK_BUDGET:-540}
@@ -45,6 +52,10 @@ T0=$(date +%s)
 : > "$S"
 say() { echo "$*" | tee -a "$S"; }
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
+pack() {
+  [ "$TAR" = 0 ] && return 0
+  tar -czf "$OUTDIR/logs.tar.gz.tmp" -C "$(dirname "$L")" "$(basename "$L")" && mv "$OUTDIR/logs.tar.gz.tmp" "$OUTDIR/logs.tar.gz"
+}
 # ctest's per-test result lines of a log, into the summary
 results() { grep -E '^ *[0-9]+/[0-9]+ Test' "$1" | sed 's/^ */  /' | tee -a "$S"; }
 
@@ -67,6 +78,7 @@ step() {
   [ $rc -ne 0 ] && what=FAILED
   [ $rc -eq 124 ] && what="TIMED OUT after $lim s"
   say "$(printf '%-14s rc %-3s %4s s  %s' "$name" "$rc" "$(($(date +%s) - t0))" "$what")"
+  pack
   return $rc
 }
 
@@ -134,12 +146,13 @@ if [ $built -eq 0 ]; then
 
   # 5. the CPU suite in the time left
   step ctest-cpu 600 ctest --test-dir "$B" -LE gpu -j"$NPROC" --timeout 200 --output-on-failure
-  grep -E 'tests passed|tests failed|\(Failed\)|\(Timeout\)|\*\*\*' "$L/ctest-cpu.log" | head -20 | sed 's/^/  /' | tee -a "$S"
+  say "  CPU tests that ran: $(grep -cE 'Test +#[0-9]+: .* Passed' "$L/ctest-cpu.log") passed, $(grep -cE \
+    'Test +#[0-9]+: .*(Failed|Timeout|Exception)' "$L/ctest-cpu.log") failed"
+  grep -E 'tests passed|tests failed|\(Failed\)|\(Timeout\)|\*\*\*Failed' "$L/ctest-cpu.log" | head -20 | sed 's/^/  /' |
+    tee -a "$S"
 fi
 
 say "gpu_check: done in $(($(date +%s) - T0)) s"
-if [ "${GPU_CHECK_TAR:-1}" != 0 ]; then
-  tar -czf "$OUTDIR/logs.tar.gz" -C "$OUTDIR" logs && rm -rf "$L"
-fi
+pack
 echo "==== summary ($S)"
 cat "$S"
