@@ -21,7 +21,8 @@
 #   2. source .device/gpu/env.sh (when present); cmake -DLL_CUDA=ON
 #      -DCMAKE_CUDA_ARCHITECTURES=90 -DLL_WERROR=ON; build with every core
 #   3. ctest -L gpu: op parity (tests/gpu/test_ops_cuda), one step of every
-#      method (test_step_cuda), attention, layer norm, smoke; then the
+#      method (test_step_cuda), attention, layer norm, smoke, deterministic
+#      --resume on the GPU (test_resume_cuda); then the
 #      300-update bf16 Bible test and the decode parity test (GPU vs CPU
 #      decoding of one fp32 model: % of differing lines, BLEU delta)
 #   4. configs/bible_gpu.cfg for GPU_CHECK_TRAIN_MIN minutes (default 1.5;
