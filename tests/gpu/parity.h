@@ -70,7 +70,7 @@ static inline int pb_setup(int quiet) {
         return 0;
     }
     if (ll_cuda_device_count() == 0) {
-        if (!quiet) printf("no CUDA device: skipping (LL_PARITY_SELFTEST=1 runs the harness CPU against CPU)\n");
+        printf("no CUDA device: skipping (LL_PARITY_SELFTEST=1 runs the harness CPU against CPU)\n");
         return 77;
     }
     pb_be[DUT] = ll_backend_cuda(0);
