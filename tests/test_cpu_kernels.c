@@ -201,11 +201,94 @@ static void test_optimizer_ops(void) {
     free(p), free(g), free(m), free(v), free(P), free(M), free(Vv);
 }
 
+/* beam_topk against a brute-force reference: every allowed candidate of a
+ * group, sorted by score (desc) then (row, token) (asc), first k.  Scores are
+ * quantised so ties are common; dead rows, NaN and -inf log-probs, and the
+ * three length modes are all exercised. */
+typedef struct {
+    double s;
+    int flat;
+} bt_cand;
+static int bt_cmp(const void *a, const void *b) {
+    const bt_cand *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    return (x->flat > y->flat) - (x->flat < y->flat);
+}
+
+static void test_beam_topk(void) {
+    ll_backend *be = ll_backend_cpu();
+    enum { G = 5, BEAM = 3, V = 23, K = 7, PAD = 1, BOS = 0, EOS = 2 };
+    real *logp = malloc(sizeof(real) * G * BEAM * V);
+    double cum[G * BEAM], score[G * K];
+    real lp[G * K];
+    int32_t flat[G * K];
+    uint8_t mode[G];
+    ll_philox r;
+    ll_philox_init(&r, 5, 6, 0);
+    for (int trial = 0; trial < 20; trial++) {
+        for (int i = 0; i < G * BEAM * V; i++) {
+            logp[i] = -(real)ll_philox_below(&r, (uint64_t)trial * 100000 + i, 8) / 4; /* ties */
+            if (ll_philox_below(&r, (uint64_t)trial * 100000 + 50000 + i, 50) == 0) logp[i] = NAN;
+            if (ll_philox_below(&r, (uint64_t)trial * 100000 + 70000 + i, 40) == 0) logp[i] = -INFINITY;
+        }
+        for (int i = 0; i < G * BEAM; i++)
+            cum[i] = ll_philox_below(&r, (uint64_t)trial * 1000 + i, 5) == 0 ? -INFINITY
+                                                                            : -(double)ll_philox_below(&r, (uint64_t)trial * 1000 + 500 + i, 4) / 2;
+        for (int g = 0; g < G; g++) mode[g] = (uint8_t)((g + trial) % 4 == 3 ? 3 : (g + trial) % 2); /* 0, 1, 3 */
+        be->beam_topk(be, score, lp, flat, logp, cum, mode, G, BEAM, V, K, PAD, BOS, EOS);
+        for (int g = 0; g < G; g++) {
+            bt_cand c[BEAM * V];
+            int n = 0;
+            for (int b = 0; b < BEAM; b++) {
+                const int row = g * BEAM + b;
+                if (cum[row] == -INFINITY) continue;
+                for (int v = 0; v < V; v++) {
+                    const double sc = cum[row] + (double)logp[(size_t)row * V + v];
+                    if (isnan(sc) || sc == -INFINITY || v == PAD || v == BOS) continue;
+                    if (v == EOS && !(mode[g] & 1)) continue;
+                    if ((mode[g] & 2) && v != EOS) continue;
+                    c[n++] = (bt_cand){sc, row * V + v};
+                }
+            }
+            qsort(c, n, sizeof *c, bt_cmp);
+            for (int q = 0; q < K; q++) {
+                const int i = g * K + q;
+                if (q < n) {
+                    CHECK(flat[i] == c[q].flat && score[i] == c[q].s);
+                    CHECK(lp[i] == logp[c[q].flat]);
+                } else {
+                    CHECK(flat[i] == -1 && score[i] == -INFINITY);
+                }
+            }
+        }
+    }
+    free(logp);
+}
+
+/* copy_rows / reorder_rows: strided copies and an in-place gather (rows may repeat). */
+static void test_row_ops(void) {
+    ll_backend *be = ll_backend_cpu();
+    enum { R = 6, N = 5, STRIDE = 9 };
+    real buf[R * STRIDE], orig[R * STRIDE], scratch[R * N], src[R * 4 * N];
+    for (int i = 0; i < R * STRIDE; i++) buf[i] = orig[i] = (real)i;
+    for (int i = 0; i < R * 4 * N; i++) src[i] = (real)(1000 + i);
+    const int from[R] = {2, 2, 0, 3, 5, 1};
+    be->reorder_rows(be, buf, scratch, from, R, N, STRIDE);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < STRIDE; j++)
+            CHECK(buf[r * STRIDE + j] == (j < N ? orig[from[r] * STRIDE + j] : orig[r * STRIDE + j]));
+    be->copy_rows(be, buf + 1, STRIDE, src + 2, 4 * N, R, 3);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 3; j++) CHECK(buf[r * STRIDE + 1 + j] == src[r * 4 * N + 2 + j]);
+}
+
 int main(void) {
     ll_set_threads(2);
     test_philox();
     test_dropout();
     test_xent();
     test_optimizer_ops();
+    test_beam_topk();
+    test_row_ops();
     return tu_finish("test_cpu_kernels");
 }

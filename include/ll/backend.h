@@ -230,6 +230,28 @@ struct ll_backend {
     /* log-softmax in place (inference). */
     void (*log_softmax)(ll_backend *be, real *x, int N, int V);
 
+    /* Incremental decoding (src/model/infer.c, src/decode/beam.c).
+     * copy_rows: rows x n elements, row i of src (stride src_stride elements)
+     *   to row i of dst (stride dst_stride): the KV-cache write of a step.
+     * reorder_rows: row r of buf (stride `stride` elements, the first n used)
+     *   becomes old row from[r], for r < rows (beam reorder, dropping finished
+     *   sentences); from [rows] in backend memory; scratch holds rows * n.
+     * beam_topk: rows are grouped `beam` per sentence, groups in a row.  For
+     *   each group, the k best candidates (row r, token v) by
+     *   cum[r] + logp[r, v] (in double), over rows with cum[r] > -inf: never
+     *   pad or bos; eos only when mode[g] & 1 (min length reached); only eos
+     *   when mode[g] & 2 (max length).  Best first, ties to the lower
+     *   (row, token); NaN never ranks.  Per group k slots: score[g*k + i],
+     *   the token's log-prob lp[..] and flat[..] = r * V + v (r the row
+     *   index in the whole batch); slots beyond the candidates get score -inf
+     *   and flat -1.  cum [groups*beam] and mode [groups] in backend memory. */
+    void (*copy_rows)(ll_backend *be, real *dst, size_t dst_stride, const real *src, size_t src_stride, int rows,
+                      size_t n);
+    void (*reorder_rows)(ll_backend *be, real *buf, real *scratch, const int *from, int rows, size_t n,
+                         size_t stride);
+    void (*beam_topk)(ll_backend *be, double *score, real *lp, int32_t *flat, const real *logp, const double *cum,
+                      const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
+
     /* fairseq Adam with decoupled weight decay (reference-spec §5.3) on the
      * gradient times stats[LL_ST_GMUL]; the 1-based step is stats[t_slot]; does
      * nothing when stats[LL_ST_SKIP] is set. */

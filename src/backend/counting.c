@@ -161,6 +161,14 @@ OPV(sym_kl,
      real al, double *acc),
     (((counting *)be)->inner, a, b, da, db, t, N, V, pad, al, acc))
 OPV(log_softmax, (ll_backend * be, real *x, int N, int V), (((counting *)be)->inner, x, N, V))
+OPV(copy_rows, (ll_backend * be, real *d, size_t ds, const real *s, size_t ss, int rows, size_t n),
+    (((counting *)be)->inner, d, ds, s, ss, rows, n))
+OPV(reorder_rows, (ll_backend * be, real *buf, real *scratch, const int *from, int rows, size_t n, size_t stride),
+    (((counting *)be)->inner, buf, scratch, from, rows, n, stride))
+OPV(beam_topk,
+    (ll_backend * be, double *score, real *lp, int32_t *flat, const real *logp, const double *cum,
+     const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos),
+    (((counting *)be)->inner, score, lp, flat, logp, cum, mode, groups, beam, V, k, pad, bos, eos))
 OPV(adam,
     (ll_backend * be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2, real eps, real wd,
      const double *st, int slot),
@@ -205,6 +213,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     SET(weighted_scatter), SET(dots_acc), SET(latent_sample), SET(latent_grad), SET(latent_kl), SET(latent_lk);
     SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish);
     SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(adam);
+    SET(copy_rows), SET(reorder_rows), SET(beam_topk);
     SET(linear_pack), SET(linear_packed), SET(linear_unpack);
     return &w->be;
 }
@@ -236,7 +245,7 @@ const char *ll_backend_op_name(size_t slot) {
         N(scale_gated), N(dot_acc), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
-        N(log_softmax), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
+        N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
 #undef N
     return slot < SLOTS && names[slot] ? names[slot] : "?";
 }

@@ -41,6 +41,17 @@ static uint8_t *mask_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->aren
 
 /* ---- sub-layers: s = Sub(in), in/s are [N, C] ---- */
 
+/* A sub-layer's linear map; in incremental decoding through the layer's
+ * packed weight when the backend packed one. */
+static void sub_linear(ll_model *m, const ll_pass *p, int layer, int slot, real *y, const real *x, int N, int in,
+                       int out, size_t w, size_t b) {
+    const void *pk = p->inc ? p->inc->packed[(size_t)layer * LL_DEC_PACKED + slot] : NULL;
+    if (pk)
+        m->be->linear_packed(m->be, y, out, x, in, pk, b ? m->params + b : NULL, N);
+    else
+        ll_linear_fwd(m, y, x, N, in, out, w, b);
+}
+
 static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const real *in, real *s) {
     ll_backend *be = m->be;
     const ll_hparams *hp = &m->hp;
@@ -51,32 +62,48 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
     switch (k->kind) {
     case SUB_SELF:
         k->qkv = ll_buf(m, (size_t)N * 3 * C);
-        ll_linear_fwd(m, k->qkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
+        sub_linear(m, p, layer, PK_QKV, k->qkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
         k->ctx = ll_buf(m, (size_t)N * C);
-        k->lse = ll_buf(m, (size_t)p->B * H * p->T);
-        ll_site_rng(&k->attn_rng, p, layer, SITE_SELF_PROBS);
-        be->attention_fwd(be, k->ctx, k->lse, k->qkv, 3 * C, k->qkv + C, k->qkv + 2 * C, 3 * C, p->self_len, p->B,
-                          p->T, p->T, H, Dh, p->stack == 1, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->T);
-        ll_linear_fwd(m, s, k->ctx, N, C, C, L->o_w, L->o_b);
+        if (p->inc) { /* append this position's keys/values, attend over the cache (no backward: no lse) */
+            const ll_inc *c = p->inc;
+            real *cache = c->self_kv[layer];
+            be->copy_rows(be, cache + (size_t)c->t * 2 * C, (size_t)c->max_T * 2 * C, k->qkv + C, 3 * C, N,
+                          2 * C);
+            be->attention_fwd(be, k->ctx, NULL, k->qkv, 3 * C, cache, cache + C, 2 * C, c->key_len, N, 1, c->max_T,
+                              H, Dh, 0, 0, NULL, 0);
+        } else {
+            k->lse = ll_buf(m, (size_t)p->B * H * p->T);
+            ll_site_rng(&k->attn_rng, p, layer, SITE_SELF_PROBS);
+            be->attention_fwd(be, k->ctx, k->lse, k->qkv, 3 * C, k->qkv + C, k->qkv + 2 * C, 3 * C, p->self_len,
+                              p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &k->attn_rng,
+                              (uint64_t)p->row0 * H * p->T * p->T);
+        }
+        sub_linear(m, p, layer, PK_O, s, k->ctx, N, C, C, L->o_w, L->o_b);
         break;
     case SUB_CROSS: {
-        const int Ns = p->B * p->S;
         k->q = ll_buf(m, (size_t)N * C);
-        ll_linear_fwd(m, k->q, in, N, C, C, L->cq_w, L->cq_b);
-        k->kv = ll_buf(m, (size_t)Ns * 2 * C);
-        ll_linear_fwd(m, k->kv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
+        sub_linear(m, p, layer, PK_CQ, k->q, in, N, C, C, L->cq_w, L->cq_b);
         k->ctx = ll_buf(m, (size_t)N * C);
-        k->lse = ll_buf(m, (size_t)p->B * H * p->T);
-        ll_site_rng(&k->attn_rng, p, layer, SITE_CROSS_PROBS);
-        be->attention_fwd(be, k->ctx, k->lse, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len, p->B, p->T, p->S, H, Dh,
-                          0, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->S);
-        ll_linear_fwd(m, s, k->ctx, N, C, C, L->co_w, L->co_b);
+        if (p->inc) { /* a sentence's beam rows are its queries, so its keys/values are read once */
+            const ll_inc *c = p->inc;
+            be->attention_fwd(be, k->ctx, NULL, k->q, C, c->cross_kv[layer], c->cross_kv[layer] + C, 2 * C,
+                              c->sent_src_len, c->sents, c->beam, p->S, H, Dh, 0, 0, NULL, 0);
+        } else {
+            const int Ns = p->B * p->S;
+            k->kv = ll_buf(m, (size_t)Ns * 2 * C);
+            ll_linear_fwd(m, k->kv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
+            k->lse = ll_buf(m, (size_t)p->B * H * p->T);
+            ll_site_rng(&k->attn_rng, p, layer, SITE_CROSS_PROBS);
+            be->attention_fwd(be, k->ctx, k->lse, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len, p->B, p->T, p->S,
+                              H, Dh, 0, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->S);
+        }
+        sub_linear(m, p, layer, PK_CO, s, k->ctx, N, C, C, L->co_w, L->co_b);
         break;
     }
     case SUB_FFN: {
         const int F = hp->F;
         k->h = ll_buf(m, (size_t)N * F);
-        ll_linear_fwd(m, k->h, in, N, C, F, L->fc1_w, L->fc1_b);
+        sub_linear(m, p, layer, PK_FC1, k->h, in, N, C, F, L->fc1_w, L->fc1_b);
         be->relu_fwd(be, k->h, (size_t)N * F);
         k->hd = k->h;
         k->amask = NULL;
@@ -87,7 +114,7 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
             ll_site_rng(&r, p, layer, SITE_ACT);
             be->dropout_fwd(be, k->hd, k->amask, (size_t)N * F, hp->act_dropout, &r, (uint64_t)p->row0 * p->T * F);
         }
-        ll_linear_fwd(m, s, k->hd, N, F, C, L->fc2_w, L->fc2_b);
+        sub_linear(m, p, layer, PK_FC2, s, k->hd, N, F, C, L->fc2_w, L->fc2_b);
         break;
     }
     }
@@ -235,5 +262,27 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx
                           k->rstd, N, C);
     } else {
         sub_bwd(m, k, p, k->x, ds, dx, 1);
+    }
+}
+
+/* One layer = its blocks in order (self-attention, [cross-attention,] FFN).
+ * Here, not in transformer.c, so that the stack drivers (transformer.c and
+ * dlcl.c) both call down into layers.c and never into each other. */
+real *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, real *x) {
+    for (int j = 0; j < r->per_layer; j++) {
+        ll_block *k = &r->blocks[l * r->per_layer + j];
+        k->x = x;
+        ll_block_fwd(m, k, &r->p, l);
+        x = k->y;
+    }
+    return x;
+}
+
+void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, real *dy, real *dx) {
+    const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
+    for (int j = r->per_layer - 1; j >= 0; j--) {
+        real *d = j == 0 ? dx : ll_buf(m, n);
+        ll_block_bwd(m, &r->blocks[l * r->per_layer + j], &r->p, dy, d, 1);
+        dy = d;
     }
 }

@@ -36,6 +36,22 @@ typedef struct {
     uint8_t *amask;
 } ll_block;
 
+/* Slots of a decoder layer's packed weights (ll_inc.packed). */
+enum { PK_QKV, PK_O, PK_CQ, PK_CO, PK_FC1, PK_FC2 };
+
+/* Incremental decoding (infer.c): the decoder runs one position per row,
+ * self-attention over a KV cache it appends to, cross-attention over keys and
+ * values projected once per sentence, linear layers through packed weights. */
+typedef struct {
+    void *const *packed;      /* [Ld * LL_DEC_PACKED + 1] handles (NULL entries: gemm) */
+    real *const *self_kv;     /* per layer [rows, max_T, 2C] */
+    real *const *cross_kv;    /* per layer [sentences, S, 2C] */
+    int max_T, t;             /* cache capacity; this step's position */
+    int sents, beam;          /* rows = sents * beam, grouped by sentence */
+    const int *key_len;       /* backend [rows]: t + 1 */
+    const int *sent_src_len;  /* backend [sents] */
+} ll_inc;
+
 /* Shape and context shared by the blocks of one forward pass. */
 typedef struct {
     int B, T;             /* batch, query length of this stack */
@@ -50,6 +66,7 @@ typedef struct {
     ll_layer_ctl *ctl;    /* decoder layer controls for this pass (NULL: the model's) */
     int row0;             /* first sentence of this batch slice in the whole batch: offsets
                              dropout draws so a slice gets the whole batch's masks */
+    const ll_inc *inc;    /* incremental decoding (T = 1 per row), else NULL */
 } ll_pass;
 
 /* One run of a stack (encoder or decoder) over one batch: embeddings, blocks,

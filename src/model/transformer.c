@@ -22,8 +22,9 @@ static real *embed(ll_model *m, ll_stack_run *r) {
     const int C = m->hp.C, N = p->B * p->T;
     const size_t emb = r->stack ? m->dec_emb : m->enc_emb;
     real *x = ll_buf(m, (size_t)N * C);
-    /* positions start at pad + 1 = 2, as in fairseq */
-    be->embed_fwd(be, x, r->tok, m->params + emb, m->pos_table, LL_PAD + 1, sqrt((real)C), N, p->T, C, LL_PAD);
+    /* positions start at pad + 1 = 2, as in fairseq (incremental decoding: the step's position) */
+    be->embed_fwd(be, x, r->tok, m->params + emb, m->pos_table, LL_PAD + 1 + (p->inc ? p->inc->t : 0),
+                  sqrt((real)C), N, p->T, C, LL_PAD);
     r->emb_mask = NULL;
     if (p->train && m->hp.dropout > 0) {
         ll_philox rng;
@@ -55,25 +56,6 @@ void ll_stack_run_init(ll_model *m, ll_stack_run *r, int stack, const ll_pass *p
                 .kind = SUB_CROSS, .ln_w = L->ln2_w, .ln_b = L->ln2_b, .L = L, .ctl = &ctl[l], .alpha = alpha};
         r->blocks[i++] =
             (ll_block){.kind = SUB_FFN, .ln_w = L->ln3_w, .ln_b = L->ln3_b, .L = L, .ctl = &ctl[l], .alpha = alpha};
-    }
-}
-
-real *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, real *x) {
-    for (int j = 0; j < r->per_layer; j++) {
-        ll_block *k = &r->blocks[l * r->per_layer + j];
-        k->x = x;
-        ll_block_fwd(m, k, &r->p, l);
-        x = k->y;
-    }
-    return x;
-}
-
-void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, real *dy, real *dx) {
-    const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
-    for (int j = r->per_layer - 1; j >= 0; j--) {
-        real *d = j == 0 ? dx : ll_buf(m, n);
-        ll_block_bwd(m, &r->blocks[l * r->per_layer + j], &r->p, dy, d, 1);
-        dy = d;
     }
 }
 

@@ -49,6 +49,13 @@ void cpu_ald_pool(ll_backend *be, real *G, const real *h, const int *len, int B,
 void cpu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, double w);
 void cpu_ald_unpool(ll_backend *be, real *dh, const real *dG, const int *len, int B, int T, int C);
 
+/* cpu_decode.c */
+void cpu_copy_rows(ll_backend *be, real *dst, size_t dst_stride, const real *src, size_t src_stride, int rows,
+                   size_t n);
+void cpu_reorder_rows(ll_backend *be, real *buf, real *scratch, const int *from, int rows, size_t n, size_t stride);
+void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const real *logp, const double *cum,
+                   const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
+
 void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K);
 void cpu_linear_packed(ll_backend *be, real *Y, int ldy, const real *X, int ldx, const void *packed,
                        const real *bias, int M);
