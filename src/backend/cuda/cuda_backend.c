@@ -214,6 +214,10 @@ static void cu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const
 cudaStream_t ll_cuda_stream(ll_backend *be) { return impl_of(be)->stream; }
 int ll_cuda_device(ll_backend *be) { return impl_of(be)->device; }
 
+void ll_cuda_check_launch(cudaError_t e, const char *op) {
+    if (e != cudaSuccess) ll_die("CUDA error in %s: %s", op, cudaGetErrorString(e));
+}
+
 void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const ll_philox *r, uint64_t offset) {
     cuda_impl *im = enter(be);
     CUDA_CHECK(ll_cuda_launch_philox_u32(im->stream, dev_out, n, *r, offset));
@@ -286,6 +290,7 @@ ll_backend *ll_backend_cuda(int device) {
     be->attention_bwd = cu_attention_bwd;
     /* The rest (embed, bias, relu, dropout, add/acc/scale/sumsq, xent,
      * log_softmax, adam) come with the next issue; NULL until then. */
+    ll_cuda_register_decode(be);
     g_backends[device] = be;
     return be;
 }
