@@ -7,26 +7,26 @@
 
 #include "model_internal.h"
 
-static void norm(ll_model *m, real *out, const real *x, size_t w, size_t b, int N) {
-    real *mean = ll_buf(m, N), *rstd = ll_buf(m, N);
+static void norm(ll_model *m, ll_act *out, const ll_act *x, size_t w, size_t b, int N) {
+    real *mean = ll_fbuf(m, N), *rstd = ll_fbuf(m, N);
     m->be->layernorm_fwd(m->be, out, mean, rstd, x, m->params + w, m->params + b, N, m->hp.C);
 }
 
 /* DLCL at one position (dlcl.c has the formulas): entry k and row r. */
-static real *dlcl_entry(ll_model *m, int k, real *y, int N) {
+static ll_act *dlcl_entry(ll_model *m, int k, ll_act *y, int N) {
     if (!(m->hp.dlcl_ln && !m->hp.post_norm && (k >= 1 || m->hp.dlcl_norm_embed))) return y;
-    real *e = ll_buf(m, (size_t)N * m->hp.C);
+    ll_act *e = ll_buf(m, (size_t)N * m->hp.C);
     norm(m, e, y, ll_dlcl_ln_w(m, 1, k), ll_dlcl_ln_b(m, 1, k), N);
     return e;
 }
 
-static real *dlcl_row(ll_model *m, int r, real **ent, int N) {
+static ll_act *dlcl_row(ll_model *m, int r, ll_act **ent, int N) {
     const size_t n = (size_t)N * m->hp.C;
-    real *c = ll_buf(m, n);
-    m->be->weighted_sum(m->be, c, (const real *const *)ent, ll_dlcl_weights(m, 1) + (size_t)r * (m->hp.Ld + 1), r + 1,
+    ll_act *c = ll_buf(m, n);
+    m->be->weighted_sum(m->be, c, (const ll_act *const *)ent, ll_dlcl_weights(m, 1) + (size_t)r * (m->hp.Ld + 1), r + 1,
                         n);
     if (!(m->hp.dlcl_ln && m->hp.post_norm && r >= 1)) return c;
-    real *z = ll_buf(m, n);
+    ll_act *z = ll_buf(m, n);
     norm(m, z, c, ll_dlcl_ln_w(m, 1, r), ll_dlcl_ln_b(m, 1, r), N);
     return z;
 }
@@ -34,11 +34,11 @@ static real *dlcl_row(ll_model *m, int r, real **ent, int N) {
 
 /* A decoder layer whose branches are off (z = 0): post-norm applies its three
  * layer norms, pre-norm and ReZero are the identity (layers.c, BLOCK_OFF). */
-static real *off_layer(ll_model *m, const ll_layer_offsets *L, real *x, int N) {
+static ll_act *off_layer(ll_model *m, const ll_layer_offsets *L, ll_act *x, int N) {
     if (!m->hp.post_norm) return x;
     const size_t w[3] = {L->ln1_w, L->ln2_w, L->ln3_w}, b[3] = {L->ln1_b, L->ln2_b, L->ln3_b};
     for (int i = 0; i < 3; i++) {
-        real *z = ll_buf(m, (size_t)N * m->hp.C);
+        ll_act *z = ll_buf(m, (size_t)N * m->hp.C);
         norm(m, z, x, w[i], b[i], N);
         x = z;
     }
@@ -90,13 +90,19 @@ void ll_decode_unpack(ll_model *m) {
 }
 
 /* y = x W^T + b through the packed weight when there is one. */
-static void dec_linear(ll_model *m, const void *packed, real *y, const real *x, int N, int in, int out, size_t w,
-                       size_t b) {
+static void dec_linear(ll_model *m, const void *packed, ll_act *y, const ll_act *x, int N, int in, int out, size_t w,
+                       size_t b, int relu) {
     if (!packed) {
-        ll_linear_fwd(m, y, x, N, in, out, w, b);
+        if (b)
+            ll_linear_fwd(m, y, x, N, in, out, w, b, relu);
+        else { /* the output projection: no bias */
+            const ll_gemm_desc g = ll_gemm_xwt(m, y, x, N, in, out, w);
+            m->be->gemm(m->be, &g);
+        }
         return;
     }
     m->be->linear_packed(m->be, y, out, x, in, packed, b ? m->params + b : NULL, N);
+    if (relu) m->be->relu_fwd(m->be, y, (size_t)N * out);
 }
 
 ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam,
@@ -109,8 +115,8 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     d->sent_src_len = ll_calloc(B, sizeof(int));
     d->key_len = ll_calloc(N, sizeof(int));
     memcpy(d->sent_src_len, src_len, sizeof(int) * B);
-    d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
-    d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
+    d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_act *));
+    d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_act *));
 
     /* encoder: the training forward (stack run) with train = 0 */
     ll_arena_reset(&m->arena);
@@ -118,17 +124,17 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     ll_stack_run er;
     ll_pass p = {.B = B, .T = S, .S = S, .self_len = src_len, .src_len = src_len, .train = 0, .stack = 0};
     ll_stack_run_init(m, &er, 0, &p, src);
-    real *enc_out = ll_stack_run_fwd(m, &er);
+    ll_act *enc_out = ll_stack_run_fwd(m, &er);
     /* cross-attention keys/values, projected once per sentence; a sentence's
      * beam rows attend to them together (queries [B, beam]), so they are read
      * once per step instead of once per row */
     for (int l = 0; l < hp->Ld; l++) {
         const ll_layer_offsets *L = &m->dec[l];
-        d->cross_kv[l] = be->alloc(be, (size_t)B * S * 2 * C * sizeof(real));
-        ll_linear_fwd(m, d->cross_kv[l], enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b);
-        d->self_kv[l] = be->alloc(be, (size_t)N * max_T * 2 * C * sizeof(real));
+        d->cross_kv[l] = be->alloc(be, ACT_BYTES(m, (size_t)B * S * 2 * C));
+        ll_linear_fwd(m, d->cross_kv[l], enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b, 0);
+        d->self_kv[l] = be->alloc(be, ACT_BYTES(m, (size_t)N * max_T * 2 * C));
     }
-    d->scratch_kv = be->alloc(be, (size_t)N * (max_T > S ? max_T : S) * 2 * C * sizeof(real));
+    d->scratch_kv = be->alloc(be, ACT_BYTES(m, (size_t)N * (max_T > S ? max_T : S) * 2 * C));
     d->packed = m->dec_packed ? m->dec_packed : (d->own_packed = 1, pack_decoder(m));
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
@@ -137,23 +143,24 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
 
 /* y = x + g Sub(LN(x)) (pre-norm), LN(x + g Sub(x)) (post-norm) or x + g Sub(x)
  * (ReZero, g[1] is alpha); g[] are backend scalars (NULL = 1); s holds Sub's output. */
-static real *residual(ll_model *m, const real *x, real *s, const real *const g[2], size_t ln_w, size_t ln_b, int N) {
-    real *y = ll_buf(m, (size_t)N * m->hp.C);
+static ll_act *residual(ll_model *m, const ll_act *x, ll_act *s, const real *const g[2], size_t ln_w, size_t ln_b,
+                        int N) {
+    ll_act *y = ll_buf(m, (size_t)N * m->hp.C);
     if (!g[0] && !g[1])
         m->be->add(m->be, y, x, s, (size_t)N * m->hp.C);
     else
         m->be->add_gated(m->be, y, x, s, g[0], g[1], (size_t)N * m->hp.C);
     if (m->hp.post_norm) {
-        real *z = ll_buf(m, (size_t)N * m->hp.C);
+        ll_act *z = ll_buf(m, (size_t)N * m->hp.C);
         norm(m, z, y, ln_w, ln_b, N);
         return z;
     }
     return y;
 }
 
-static const real *sub_input(ll_model *m, const real *x, size_t ln_w, size_t ln_b, int N) {
+static const ll_act *sub_input(ll_model *m, const ll_act *x, size_t ln_w, size_t ln_b, int N) {
     if (m->hp.post_norm || m->hp.rezero) return x;
-    real *u = ll_buf(m, (size_t)N * m->hp.C);
+    ll_act *u = ll_buf(m, (size_t)N * m->hp.C);
     norm(m, u, x, ln_w, ln_b, N);
     return u;
 }
@@ -166,13 +173,13 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     if (t + LL_PAD + 1 >= hp->max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
     for (int n = 0; n < N; n++) d->key_len[n] = t + 1;
-    real *x = ll_buf(m, (size_t)N * C);
-    be->embed_fwd(be, x, prev_tok, m->params + m->dec_emb, m->pos_table, LL_PAD + 1 + t, sqrt((real)C), N, 1, C,
+    ll_act *x = ll_buf(m, (size_t)N * C);
+    be->embed_fwd(be, x, prev_tok, ACT(m, m->wact, m->dec_emb), m->pos_table, LL_PAD + 1 + t, sqrt((real)C), N, 1, C,
                   LL_PAD);
-    real *qkv = ll_buf(m, (size_t)N * 3 * C), *ctx = ll_buf(m, (size_t)N * C), *s = ll_buf(m, (size_t)N * C);
+    ll_act *qkv = ll_buf(m, (size_t)N * 3 * C), *ctx = ll_buf(m, (size_t)N * C), *s = ll_buf(m, (size_t)N * C);
     /* DLCL: entries of this position and the combined input of each layer */
     const int dl = ll_dlcl_on(m, 1);
-    real **ent = dl ? ll_arena_alloc(&m->meta, sizeof(real *) * (hp->Ld + 1)) : NULL;
+    ll_act **ent = dl ? ll_arena_alloc(&m->meta, sizeof(ll_act *) * (hp->Ld + 1)) : NULL;
     if (dl) {
         ent[0] = dlcl_entry(m, 0, x, N);
         x = dlcl_row(m, 0, ent, N);
@@ -190,42 +197,41 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
             }
             continue;
         }
-        const real *x_in = x; /* the layer's input (DLCL entry gate) */
+        const ll_act *x_in = x; /* the layer's input (DLCL entry gate) */
         const real *const g[2] = {ctl->gate, hp->rezero ? m->params + m->rezero_alpha[1][l] : NULL};
         /* self-attention over the cache */
-        const real *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
-        dec_linear(m, pk[PK_QKV], qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b);
-        real *cache = d->self_kv[l];
+        const ll_act *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
+        dec_linear(m, pk[PK_QKV], qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b, 0);
+        ll_act *cache = d->self_kv[l];
         for (int n = 0; n < N; n++)
-            be->copy(be, cache + ((size_t)n * d->max_T + t) * 2 * C, qkv + (size_t)n * 3 * C + C,
-                       2 * C * sizeof(real));
+            be->copy(be, ACT(m, cache, ((size_t)n * d->max_T + t) * 2 * C), ACT(m, qkv, (size_t)n * 3 * C + C),
+                     ACT_BYTES(m, 2 * C));
         /* no backward follows: lse NULL */
-        be->attention_fwd(be, ctx, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H, Dh, 0,
-                          0, NULL, 0);
-        dec_linear(m, pk[PK_O], s, ctx, N, C, C, L->o_w, L->o_b);
+        be->attention_fwd(be, ctx, NULL, qkv, 3 * C, cache, ACT(m, cache, C), 2 * C, d->key_len, N, 1, d->max_T, H,
+                          Dh, 0, 0, NULL, 0);
+        dec_linear(m, pk[PK_O], s, ctx, N, C, C, L->o_w, L->o_b, 0);
         x = residual(m, x, s, g, L->ln1_w, L->ln1_b, N);
         /* cross-attention (branch off: pre-norm identity, post-norm LN(x)) */
         if (ctl->skip_cross) {
             if (hp->post_norm) {
-                real *z = ll_buf(m, (size_t)N * C);
+                ll_act *z = ll_buf(m, (size_t)N * C);
                 norm(m, z, x, L->ln2_w, L->ln2_b, N);
                 x = z;
             }
         } else {
             u = sub_input(m, x, L->ln2_w, L->ln2_b, N);
-            real *q = ll_buf(m, (size_t)N * C);
-            dec_linear(m, pk[PK_CQ], q, u, N, C, C, L->cq_w, L->cq_b);
-            be->attention_fwd(be, ctx, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->sent_src_len, d->B,
-                              d->beam, d->S, H, Dh, 0, 0, NULL, 0);
-            dec_linear(m, pk[PK_CO], s, ctx, N, C, C, L->co_w, L->co_b);
+            ll_act *q = ll_buf(m, (size_t)N * C);
+            dec_linear(m, pk[PK_CQ], q, u, N, C, C, L->cq_w, L->cq_b, 0);
+            be->attention_fwd(be, ctx, NULL, q, C, d->cross_kv[l], ACT(m, d->cross_kv[l], C), 2 * C,
+                              d->sent_src_len, d->B, d->beam, d->S, H, Dh, 0, 0, NULL, 0);
+            dec_linear(m, pk[PK_CO], s, ctx, N, C, C, L->co_w, L->co_b, 0);
             x = residual(m, x, s, g, L->ln2_w, L->ln2_b, N);
         }
         /* FFN */
         u = sub_input(m, x, L->ln3_w, L->ln3_b, N);
-        real *h = ll_buf(m, (size_t)N * hp->F);
-        dec_linear(m, pk[PK_FC1], h, u, N, C, hp->F, L->fc1_w, L->fc1_b);
-        be->relu_fwd(be, h, (size_t)N * hp->F);
-        dec_linear(m, pk[PK_FC2], s, h, N, hp->F, C, L->fc2_w, L->fc2_b);
+        ll_act *h = ll_buf(m, (size_t)N * hp->F);
+        dec_linear(m, pk[PK_FC1], h, u, N, C, hp->F, L->fc1_w, L->fc1_b, 1);
+        dec_linear(m, pk[PK_FC2], s, h, N, hp->F, C, L->fc2_w, L->fc2_b, 0);
         x = residual(m, x, s, g, L->ln3_w, L->ln3_b, N);
         if (dl) {
             ent[l + 1] = ll_dlcl_gate_entry(m, dlcl_entry(m, l + 1, x, N), x_in, ctl->gate, (size_t)N * C, NULL);
@@ -233,12 +239,16 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
         }
     }
     if (!hp->post_norm && !hp->rezero) {
-        real *z = ll_buf(m, (size_t)N * C);
+        ll_act *z = ll_buf(m, (size_t)N * C);
         norm(m, z, x, m->dec_ln_w, m->dec_ln_b, N);
         x = z;
     }
-    dec_linear(m, d->packed[(size_t)hp->Ld * LL_DEC_PACKED], logp, x, N, C, hp->V, m->out_proj, 0);
-    be->log_softmax(be, logp, N, hp->V);
+    /* activations in real's dtype: straight into logp; else in the arena, then converted */
+    const int direct = ll_act_is_real(be);
+    ll_act *lg = direct ? (ll_act *)logp : ll_buf(m, (size_t)N * hp->V);
+    dec_linear(m, d->packed[(size_t)hp->Ld * LL_DEC_PACKED], lg, x, N, C, hp->V, m->out_proj, 0, 0);
+    be->log_softmax(be, lg, N, hp->V);
+    if (!direct) be->convert(be, logp, LL_REAL_DTYPE, lg, be->act, (size_t)N * hp->V);
     d->t++;
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
@@ -250,16 +260,16 @@ void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
     for (int n = 0; n < d->N; n++)
         if (from[n] / d->beam != n / d->beam) ll_die("decode: reorder moves row %d across sentences", from[n]);
     const int C = m->hp.C;
-    const size_t row = (size_t)d->max_T * 2 * C, used = (size_t)d->t * 2 * C;
+    const size_t row = (size_t)d->max_T * 2 * C, used = ACT_BYTES(m, (size_t)d->t * 2 * C);
     /* Only rows that change are copied: first every source row that some moved
      * row reads (into scratch), then the moved rows from scratch. */
     for (int l = 0; l < m->hp.Ld; l++) {
         if (m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])) continue; /* no cache to keep */
-        real *c = d->self_kv[l];
+        ll_act *c = d->self_kv[l];
         for (int n = 0; n < d->N; n++)
-            if (from[n] != n) be->copy(be, d->scratch_kv + n * row, c + from[n] * row, used * sizeof(real));
+            if (from[n] != n) be->copy(be, ACT(m, d->scratch_kv, n * row), ACT(m, c, from[n] * row), used);
         for (int n = 0; n < d->N; n++)
-            if (from[n] != n) be->copy(be, c + n * row, d->scratch_kv + n * row, used * sizeof(real));
+            if (from[n] != n) be->copy(be, ACT(m, c, n * row), ACT(m, d->scratch_kv, n * row), used);
     }
 }
 
@@ -290,10 +300,10 @@ void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep
         /* ascending keep: destination rows lie below their sources, so each copy
          * reads a row that is not overwritten before it is read */
         for (int l = 0; l < m->hp.Ld; l++) {
-            be->copy(be, d->cross_kv[l] + j * crow, d->cross_kv[l] + b * crow, crow * sizeof(real));
+            be->copy(be, ACT(m, d->cross_kv[l], j * crow), ACT(m, d->cross_kv[l], b * crow), ACT_BYTES(m, crow));
             for (int r = 0; r < beam; r++)
-                be->copy(be, d->self_kv[l] + (j * beam + r) * srow, d->self_kv[l] + (b * beam + r) * srow,
-                         used * sizeof(real));
+                be->copy(be, ACT(m, d->self_kv[l], (j * beam + r) * srow), ACT(m, d->self_kv[l], (b * beam + r) * srow),
+                         ACT_BYTES(m, used));
         }
         d->sent_src_len[j] = d->sent_src_len[b];
     }
