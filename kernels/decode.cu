@@ -21,9 +21,9 @@
 /* ---- reorder_rows ---------------------------------------------------------------- */
 
 /* Moved rows only: pass 0 gathers the sources into scratch, pass 1 writes them back,
- * so a row overwritten early is still read correctly. */
-static __global__ void reorder_pass(float *__restrict__ buf, float *__restrict__ scratch, const int *__restrict__ from,
-                                    size_t n, size_t stride, int pass) {
+ * so a row overwritten early is still read correctly.  In bytes: any dtype. */
+static __global__ void reorder_pass(unsigned char *__restrict__ buf, unsigned char *__restrict__ scratch,
+                                    const int *__restrict__ from, size_t n, size_t stride, int pass) {
     const int r = blockIdx.y;
     const int f = from[r];
     if (f == r) return;
@@ -35,14 +35,14 @@ static __global__ void reorder_pass(float *__restrict__ buf, float *__restrict__
     }
 }
 
-extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, float *buf, float *scratch, const int *from, int rows,
+extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, const int *from, int rows,
                                             size_t n, size_t stride) {
     if (rows <= 0 || n == 0) return cudaSuccess;
     if (rows > 65535) return cudaErrorInvalidValue; /* grid.y limit */
     size_t bx = (n + 255) / 256;
     dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)rows);
     for (int pass = 0; pass < 2; pass++) {
-        reorder_pass<<<grid, 256, 0, stream>>>(buf, scratch, from, n, stride, pass);
+        reorder_pass<<<grid, 256, 0, stream>>>((unsigned char *)buf, (unsigned char *)scratch, from, n, stride, pass);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }

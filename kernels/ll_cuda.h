@@ -64,7 +64,8 @@ cudaError_t ll_cuda_launch_philox_uniform(cudaStream_t stream, float *out, size_
  * k = 2 * beam) and fewer than 2^31 candidates in all, else
  * cudaErrorInvalidValue. */
 #define LL_CUDA_TOPK_MAX 64
-cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, float *buf, float *scratch, const int *from, int rows,
+/* reorder_rows in bytes (n, stride: bytes per row used / row pitch), any dtype */
+cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, const int *from, int rows,
                                  size_t n, size_t stride);
 cudaError_t ll_cuda_beam_topk(cudaStream_t stream, double *score, float *lp, int32_t *flat, const float *logp,
                               const double *cum, const uint8_t *mode, int groups, int beam, int V, int k, int pad,

@@ -16,6 +16,8 @@
 #include "ll/backend.h"
 #include "util/testutil.h"
 
+#define A_(p) ((ll_act *)(p)) /* host test buffers in the activation dtype (real) */
+
 /* the CPU backend's mask-only draw (attention dropout, per tile), private to it */
 void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset);
 
@@ -65,7 +67,7 @@ static void test_dropout(void) {
             float *x = malloc(sizeof(float) * n);
             for (size_t i = 0; i < n; i++) x[i] = 1 + (float)(i % 5);
             mask2[n] = mask2[n + 1] = 0xAB;
-            be->dropout_fwd(be, x, mask, n, p, &r, off);
+            be->dropout_fwd(be, A_(x), mask, n, p, &r, off);
             size_t bad = 0, badx = 0, kept = 0;
             for (size_t i = 0; i < n; i++) {
                 const uint64_t h = off + i;
@@ -96,7 +98,7 @@ static void test_xent(void) {
     ll_philox_init(&r, 3, 4, 5);
     for (int i = 0; i < N * V; i++) ls[i] = x[i] = 12 * ll_philox_uniform(&r, i) - 6 + (i % V == 77 ? 20 : 0);
     double acc[2] = {0.25, 0}; /* the op adds to the slots */
-    be->xent_fwd_bwd(be, x, tgt, N, V, eps, pad, gs, acc);
+    be->xent_fwd_bwd(be, A_(x), tgt, N, V, eps, pad, gs, acc);
     const double L = acc[0] - 0.25, NL = acc[1];
     double RL = 0, RNL = 0, worst = 0;
     const double eps_i = eps / (V - 1.0);
@@ -125,7 +127,7 @@ static void test_xent(void) {
     CHECK_NEAR(NL, RNL, 1e-4 * fabs(RNL));
 
     memcpy(x, ls, sizeof(float) * N * V);
-    be->log_softmax(be, x, N, V);
+    be->log_softmax(be, A_(x), N, V);
     worst = 0;
     for (int n = 0; n < N; n++) {
         const float *z = ls + (size_t)n * V;
@@ -154,7 +156,7 @@ static void test_optimizer_ops(void) {
         for (size_t i = 0; i < n; i++) g[i] = (float)(0.1 * (2 * ll_philox_uniform(&r, t * n + i) - 1));
         st[LL_ST_ADAM_T] = (double)t;
         st[LL_ST_GMUL] = gm;
-        be->adam(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
+        be->adam(be, p, NULL, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
         const double step = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
         for (size_t i = 0; i < n; i++) {
             const double gi = gm * g[i];
@@ -169,7 +171,7 @@ static void test_optimizer_ops(void) {
     /* a skipped update changes nothing */
     float p0 = p[17], m0 = m[17], v0 = v[17];
     st[LL_ST_SKIP] = 1;
-    be->adam(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
+    be->adam(be, p, NULL, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
     CHECK(p[17] == p0 && m[17] == m0 && v[17] == v0);
     double ss = 0;
     for (size_t i = 0; i < n; i++) ss += (double)p[i] * p[i];
@@ -193,10 +195,14 @@ static void test_optimizer_ops(void) {
     be->grad_finish(be, s2, 1, 0, 0);
     CHECK(s2[LL_ST_SKIP] == 1);
 
+    /* gemm's bias epilogue with beta 0 starts from the bias (K = 0: C = bias exactly) */
     const int N = 5, C = 37;
-    float bias[37], y[5 * 37];
+    float bias[37], y[5 * 37], one = 0;
     for (int c = 0; c < C; c++) bias[c] = (float)c - 3.5f;
-    be->bias_set(be, y, bias, N, C);
+    const ll_gemm_desc gd = {.trans_b = 1, .M = N, .N = C, .K = 0, .alpha = 1, .A = &one, .a_type = LL_F32, .lda = 1,
+                             .B = &one, .b_type = LL_F32, .ldb = 1, .C = y, .c_type = LL_F32, .ldc = C,
+                             .epi = LL_EPI_BIAS, .bias = bias};
+    be->gemm(be, &gd);
     for (int i = 0; i < N * C; i++) CHECK(y[i] == bias[i % C]);
     free(p), free(g), free(m), free(v), free(P), free(M), free(Vv);
 }
@@ -235,7 +241,7 @@ static void test_beam_topk(void) {
             cum[i] = ll_philox_below(&r, (uint64_t)trial * 1000 + i, 5) == 0 ? -INFINITY
                                                                             : -(double)ll_philox_below(&r, (uint64_t)trial * 1000 + 500 + i, 4) / 2;
         for (int g = 0; g < G; g++) mode[g] = (uint8_t)((g + trial) % 4 == 3 ? 3 : (g + trial) % 2); /* 0, 1, 3 */
-        be->beam_topk(be, score, lp, flat, logp, cum, mode, G, BEAM, V, K, PAD, BOS, EOS);
+        be->beam_topk(be, score, lp, flat, (const ll_act *)logp, cum, mode, G, BEAM, V, K, PAD, BOS, EOS);
         for (int g = 0; g < G; g++) {
             bt_cand c[BEAM * V];
             int n = 0;
@@ -273,11 +279,11 @@ static void test_row_ops(void) {
     for (int i = 0; i < R * STRIDE; i++) buf[i] = orig[i] = (real)i;
     for (int i = 0; i < R * 4 * N; i++) src[i] = (real)(1000 + i);
     const int from[R] = {2, 2, 0, 3, 5, 1};
-    be->reorder_rows(be, buf, scratch, from, R, N, STRIDE);
+    be->reorder_rows(be, (ll_act *)buf, (ll_act *)scratch, from, R, N, STRIDE);
     for (int r = 0; r < R; r++)
         for (int j = 0; j < STRIDE; j++)
             CHECK(buf[r * STRIDE + j] == (j < N ? orig[from[r] * STRIDE + j] : orig[r * STRIDE + j]));
-    be->copy_rows(be, buf + 1, STRIDE, src + 2, 4 * N, R, 3);
+    be->copy_rows(be, (ll_act *)(buf + 1), STRIDE, (const ll_act *)(src + 2), 4 * N, R, 3);
     for (int r = 0; r < R; r++)
         for (int j = 0; j < 3; j++) CHECK(buf[r * STRIDE + 1 + j] == src[r * 4 * N + 2 + j]);
 }

@@ -6,9 +6,9 @@
 const char *ll_backend_missing(const ll_backend *be) {
 #define NEED(op) \
     if (!be->op) return #op;
-    NEED(alloc) NEED(free) NEED(upload) NEED(download) NEED(memset0) NEED(copy) NEED(sync) NEED(gemm)
-    NEED(layernorm_fwd) NEED(layernorm_bwd) NEED(embed_fwd) NEED(embed_bwd) NEED(bias_fwd) NEED(bias_bwd)
-    NEED(relu_fwd) NEED(relu_bwd) NEED(dropout_fwd) NEED(dropout_bwd) NEED(add) NEED(add_scaled) NEED(acc) NEED(scale)
+    NEED(alloc) NEED(free) NEED(upload) NEED(download) NEED(memset0) NEED(copy) NEED(sync) NEED(convert) NEED(gemm)
+    NEED(layernorm_fwd) NEED(layernorm_bwd) NEED(embed_fwd) NEED(embed_bwd)
+    NEED(relu_fwd) NEED(relu_bwd) NEED(dropout_fwd) NEED(dropout_bwd) NEED(add) NEED(add_scaled) NEED(acc)
     NEED(add_gated) NEED(scale_gated) NEED(dot_acc) NEED(weighted_sum) NEED(weighted_scatter) NEED(dots_acc)
     NEED(latent_sample) NEED(latent_grad) NEED(latent_kl) NEED(latent_lk) NEED(latent_depth) NEED(latent_q)
     NEED(ald_pool) NEED(ald_loss) NEED(ald_unpool) NEED(sumsq) NEED(grad_finish)

@@ -57,7 +57,6 @@ void ll_decode_unpack(ll_model *m) {
     m->dec_packed = NULL;
 }
 
-
 /* Host staging of a step's upload, laid out for alignment: doubles first. */
 static char *stage(ll_dec_state *d, size_t bytes) {
     if (d->stage_cap < bytes) {
@@ -77,11 +76,11 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     d->sent_src_len = ll_calloc(B, sizeof(int));
     memcpy(d->sent_src_len, src_len, sizeof(int) * B);
     d->from = ll_calloc(N, sizeof(int));
-    d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
-    d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
+    d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_act *));
+    d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_act *));
     d->dev_src_len = be->alloc(be, sizeof(int) * B);
     be->upload(be, d->dev_src_len, src_len, sizeof(int) * B);
-    d->logp = be->alloc(be, sizeof(real) * (size_t)N * hp->V);
+    d->logp = be->alloc(be, ACT_BYTES(m, (size_t)N * hp->V));
 
     /* encoder: the training forward (stack run) with train = 0 */
     ll_arena_reset(&m->arena);
@@ -92,17 +91,17 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     ll_pass p = {.B = B, .T = S, .S = S, .self_len = d->dev_src_len, .src_len = d->dev_src_len, .train = 0,
                  .stack = 0};
     ll_stack_run_init(m, &er, 0, &p, dsrc);
-    real *enc_out = ll_stack_run_fwd(m, &er);
+    ll_act *enc_out = ll_stack_run_fwd(m, &er);
     /* cross-attention keys/values, projected once per sentence; a sentence's
      * beam rows attend to them together (queries [B, beam]), so they are read
      * once per step instead of once per row */
     for (int l = 0; l < hp->Ld; l++) {
         const ll_layer_offsets *L = &m->dec[l];
-        d->cross_kv[l] = be->alloc(be, (size_t)B * S * 2 * C * sizeof(real));
-        ll_linear_fwd(m, d->cross_kv[l], enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b);
-        d->self_kv[l] = be->alloc(be, (size_t)N * max_T * 2 * C * sizeof(real));
+        d->cross_kv[l] = be->alloc(be, ACT_BYTES(m, (size_t)B * S * 2 * C));
+        ll_linear_fwd(m, d->cross_kv[l], enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b, 0);
+        d->self_kv[l] = be->alloc(be, ACT_BYTES(m, (size_t)N * max_T * 2 * C));
     }
-    d->scratch_kv = be->alloc(be, (size_t)N * (max_T > S ? max_T : S) * 2 * C * sizeof(real));
+    d->scratch_kv = be->alloc(be, ACT_BYTES(m, (size_t)N * (max_T > S ? max_T : S) * 2 * C));
     d->packed = m->dec_packed ? m->dec_packed : (d->own_packed = 1, pack_decoder(m));
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
@@ -153,17 +152,19 @@ static void step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const do
     ll_pass p = {.B = N, .T = 1, .S = d->S, .train = 0, .stack = 1, .inc = &inc};
     ll_stack_run r;
     ll_stack_run_init(m, &r, 1, &p, dt);
-    const real *x = ll_stack_run_fwd(m, &r);
+    const ll_act *x = ll_stack_run_fwd(m, &r);
     const void *pk = d->packed[(size_t)hp->Ld * LL_DEC_PACKED];
-    if (pk)
+    if (pk) {
         be->linear_packed(be, d->logp, hp->V, x, C, pk, NULL, N);
-    else
-        be->gemm(be, 0, 1, N, hp->V, C, 1, x, C, m->params + m->out_proj, C, 0, d->logp, hp->V);
+    } else { /* the output projection: no bias */
+        const ll_gemm_desc g = ll_gemm_xwt(m, d->logp, x, N, C, hp->V, m->out_proj);
+        be->gemm(be, &g);
+    }
     be->log_softmax(be, d->logp, N, hp->V);
     d->t++;
 }
 
-const real *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev_tok) {
+const ll_act *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev_tok) {
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
     step(m, d, prev_tok, NULL, NULL, NULL, NULL);
     ll_arena_release(&m->arena, mk);
@@ -172,8 +173,19 @@ const real *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev
 }
 
 void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real *logp) {
+    ll_backend *be = m->be;
     ll_decode_step_dev(m, d, prev_tok);
-    m->be->download(m->be, logp, d->logp, sizeof(real) * (size_t)d->N * m->hp.V);
+    const size_t n = (size_t)d->N * m->hp.V;
+    if (ll_act_is_real(be)) {
+        be->download(be, logp, d->logp, n * sizeof(real));
+        return;
+    }
+    /* converted on the backend, then read (arena memory, released at once) */
+    ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+    real *f = ll_fbuf(m, n);
+    be->convert(be, f, LL_REAL_DTYPE, d->logp, be->act, n);
+    be->download(be, logp, f, n * sizeof(real));
+    ll_arena_release(&m->arena, mk);
 }
 
 void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,

@@ -8,21 +8,25 @@
 
 #include "cpu_internal.h"
 
-void cpu_copy_rows(ll_backend *be, real *dst, size_t dst_stride, const real *src, size_t src_stride, int rows,
+/* Copies only: the same code serves every activation dtype (element size from be). */
+void cpu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
                    size_t n) {
-    (void)be;
-    for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * dst_stride, src + (size_t)i * src_stride, n * sizeof(real));
+    const size_t e = ll_act_size(be);
+    for (int i = 0; i < rows; i++)
+        memcpy((char *)dst + i * dst_stride * e, (const char *)src + i * src_stride * e, n * e);
 }
 
-void cpu_reorder_rows(ll_backend *be, real *buf, real *scratch, const int *from, int rows, size_t n, size_t stride) {
-    (void)be;
+void cpu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
+                      size_t stride) {
+    const size_t e = ll_act_size(be);
+    char *b = (char *)buf, *s = (char *)scratch;
     /* only rows that change are copied: first every source a moved row reads
      * (into scratch, so a row overwritten early is still read correctly), then
      * the moved rows from scratch */
     for (int r = 0; r < rows; r++)
-        if (from[r] != r) memcpy(scratch + (size_t)r * n, buf + (size_t)from[r] * stride, n * sizeof(real));
+        if (from[r] != r) memcpy(s + r * n * e, b + from[r] * stride * e, n * e);
     for (int r = 0; r < rows; r++)
-        if (from[r] != r) memcpy(buf + (size_t)r * stride, scratch + (size_t)r * n, n * sizeof(real));
+        if (from[r] != r) memcpy(b + r * stride * e, s + r * n * e, n * e);
 }
 
 /* One group: insertion into a sorted list of k, best first; a candidate
@@ -63,9 +67,10 @@ static void topk_group(double *score, real *lp, int32_t *flat, const real *logp,
     }
 }
 
-void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const real *logp, const double *cum,
+void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp_act, const double *cum,
                    const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos) {
     (void)be;
+    const real *logp = (const real *)logp_act;
 #pragma omp parallel for schedule(static) if (groups > 1 && (size_t)groups * beam * V > 200000)
     for (int g = 0; g < groups; g++)
         topk_group(score + (size_t)g * k, lp + (size_t)g * k, flat + (size_t)g * k, logp, cum, mode[g], g * beam,

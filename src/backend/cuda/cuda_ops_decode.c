@@ -6,23 +6,29 @@
 #include "ll/backend.h"
 #include "ll_cuda.h"
 
-static void cu_copy_rows(ll_backend *be, real *dst, size_t dst_stride, const real *src, size_t src_stride, int rows,
+/* A copy moves bytes: every activation dtype. */
+static void cu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
                          size_t n) {
     if (rows <= 0 || n == 0) return;
-    ll_cuda_check_launch(cudaMemcpy2DAsync(dst, dst_stride * sizeof(real), src, src_stride * sizeof(real),
-                                           n * sizeof(real), (size_t)rows, cudaMemcpyDeviceToDevice,
-                                           ll_cuda_stream(be)),
+    const size_t e = ll_act_size(be);
+    ll_cuda_check_launch(cudaMemcpy2DAsync(dst, dst_stride * e, src, src_stride * e, n * e, (size_t)rows,
+                                           cudaMemcpyDeviceToDevice, ll_cuda_stream(be)),
                          "copy_rows");
 }
 
-static void cu_reorder_rows(ll_backend *be, real *buf, real *scratch, const int *from, int rows, size_t n,
+static void cu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
                             size_t stride) {
-    ll_cuda_check_launch(ll_cuda_reorder_rows(ll_cuda_stream(be), buf, scratch, from, rows, n, stride),
+    ll_cuda_check_launch(ll_cuda_reorder_rows(ll_cuda_stream(be), buf, scratch, from, rows, n * ll_act_size(be),
+                                              stride * ll_act_size(be)),
                          "reorder_rows");
 }
 
-static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const real *logp, const double *cum,
-                         const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos) {
+static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp_act,
+                         const double *cum, const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos,
+                         int eos) {
+    if (be->act != LL_F32) ll_die("beam_topk: the CUDA kernel reads fp32 log-probabilities (activations are %s)",
+                                  ll_dtype_str(be->act));
+    const float *logp = (const float *)logp_act;
     if (k > LL_CUDA_TOPK_MAX) ll_die("beam_topk: k = %d candidates per sentence exceeds the CUDA limit %d (beam <= %d)", k,
                                      LL_CUDA_TOPK_MAX, LL_CUDA_TOPK_MAX / 2);
     ll_cuda_check_launch(
