@@ -58,6 +58,19 @@ cudaError_t ll_cuda_launch_philox_u32(cudaStream_t stream, uint32_t *out, size_t
 cudaError_t ll_cuda_launch_philox_uniform(cudaStream_t stream, float *out, size_t n, ll_philox r,
                                           uint64_t offset);
 
+/* ---- incremental decoding (kernels/decode.cu) ------------------------------------
+ * ll_backend.reorder_rows / beam_topk on device buffers (from, cum, mode on the
+ * device).  beam_topk takes k <= LL_CUDA_TOPK_MAX (beam <= 32 at fairseq's
+ * k = 2 * beam) and fewer than 2^31 candidates in all, else
+ * cudaErrorInvalidValue. */
+#define LL_CUDA_TOPK_MAX 64
+/* reorder_rows in bytes (n, stride: bytes per row used / row pitch), any dtype */
+cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, const int *from, int rows,
+                                 size_t n, size_t stride);
+cudaError_t ll_cuda_beam_topk(cudaStream_t stream, double *score, float *lp, int32_t *flat, const float *logp,
+                              const double *cum, const uint8_t *mode, int groups, int beam, int V, int k, int pad,
+                              int bos, int eos);
+
 /* ---- host helpers (src/backend/cuda/cuda_backend.c) ---------------------------
  * `be` must come from ll_backend_cuda(). */
 cudaStream_t ll_cuda_stream(ll_backend *be);
@@ -66,6 +79,10 @@ int ll_cuda_device(ll_backend *be);
  * at element `offset`, on the backend's stream (asynchronous; download syncs). */
 void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const ll_philox *r, uint64_t offset);
 void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const ll_philox *r, uint64_t offset);
+/* Die with the op's name and CUDA's message when a launcher failed. */
+void ll_cuda_check_launch(cudaError_t e, const char *op);
+/* src/backend/cuda/cuda_ops_decode.c: copy_rows, reorder_rows, beam_topk */
+void ll_cuda_register_decode(ll_backend *be);
 
 #ifdef __cplusplus
 }

@@ -8,13 +8,14 @@
 const char *ll_backend_missing(const ll_backend *be) {
 #define NEED(op) \
     if (!be->op) return #op;
-    NEED(alloc) NEED(free) NEED(upload) NEED(download) NEED(memset0) NEED(copy) NEED(sync) NEED(gemm)
-    NEED(layernorm_fwd) NEED(layernorm_bwd) NEED(embed_fwd) NEED(embed_bwd) NEED(bias_fwd) NEED(bias_bwd)
-    NEED(relu_fwd) NEED(relu_bwd) NEED(dropout_fwd) NEED(dropout_bwd) NEED(add) NEED(add_scaled) NEED(acc) NEED(scale)
+    NEED(alloc) NEED(free) NEED(upload) NEED(download) NEED(memset0) NEED(copy) NEED(sync) NEED(convert) NEED(gemm)
+    NEED(layernorm_fwd) NEED(layernorm_bwd) NEED(embed_fwd) NEED(embed_bwd)
+    NEED(relu_fwd) NEED(relu_bwd) NEED(dropout_fwd) NEED(dropout_bwd) NEED(add) NEED(add_scaled) NEED(acc)
     NEED(add_gated) NEED(scale_gated) NEED(dot_acc) NEED(weighted_sum) NEED(weighted_scatter) NEED(dots_acc)
     NEED(latent_sample) NEED(latent_grad) NEED(latent_kl) NEED(latent_lk) NEED(latent_depth) NEED(latent_q)
     NEED(ald_pool) NEED(ald_loss) NEED(ald_unpool) NEED(sumsq) NEED(grad_finish)
     NEED(attention_fwd) NEED(attention_bwd) NEED(xent_fwd_bwd) NEED(sym_kl) NEED(log_softmax) NEED(adam)
+    NEED(copy_rows) NEED(reorder_rows) NEED(beam_topk)
 #undef NEED
     return NULL;
 }
@@ -29,19 +30,35 @@ ll_backend *ll_backend_cuda(int device) {
 int ll_cuda_device_count(void) { return 0; }
 #endif
 
+#if !defined(LL_WITH_CUDA) || defined(LL_REAL_DOUBLE) || !defined(LL_CUDA_HAS_PRECISION)
+/* Stand-in until the CUDA backend defines ll_backend_cuda_precision (branch
+ * cuda, with LL_CUDA_HAS_PRECISION; see include/ll/backend.h): the one CUDA
+ * backend there is, when its activation dtype is the one asked for. */
+ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
+    ll_backend *cb = ll_backend_cuda(device);
+    if (cb && cb->act != act)
+        return ll_fail("the CUDA backend has %s activations only so far (the %s kernels come with the CUDA "
+                       "backend's precision support); use precision %s",
+                       ll_dtype_str(cb->act), ll_dtype_str(act), ll_dtype_str(cb->act)),
+               NULL;
+    return cb;
+}
+#endif
+
 /* train.device / lldecode --device: "cpu", "cuda" (device 0; an error when
- * there is none or the backend is incomplete) or "auto" (CUDA device 0 when
- * one is present and the backend has every op, else the CPU, saying why). */
-ll_backend *ll_backend_select(const char *device, const char *setting) {
-    if (!strcmp(device, "cpu")) return ll_backend_cpu();
+ * there is none, it lacks `act` activations or the backend is incomplete) or
+ * "auto" (CUDA device 0 when one is present and the backend has every op in
+ * `act`, else the CPU, saying why). */
+ll_backend *ll_backend_select(const char *device, ll_dtype act, const char *setting) {
+    if (!strcmp(device, "cpu")) return ll_backend_cpu_precision(act);
     const int automatic = !strcmp(device, "auto");
     if (!automatic && strcmp(device, "cuda"))
         return ll_fail("%s %s: expected auto, cpu or cuda", setting, device), NULL;
     const int n = ll_cuda_device_count();
-    ll_backend *cb = n > 0 ? ll_backend_cuda(0) : NULL;
+    ll_backend *cb = n > 0 ? ll_backend_cuda_precision(0, act) : NULL;
     const char *missing = cb ? ll_backend_missing(cb) : NULL;
     if (cb && !missing) {
-        ll_log("%s %s: CUDA device 0 (%d present)", setting, device, n);
+        ll_log("%s %s: CUDA device 0 (%d present), %s activations", setting, device, n, ll_dtype_str(act));
         return cb;
     }
     char why[512];
@@ -52,6 +69,6 @@ ll_backend *ll_backend_select(const char *device, const char *setting) {
     else
         snprintf(why, sizeof why, "the CUDA backend does not implement op '%s' yet", missing);
     if (!automatic) return ll_fail("%s cuda: %s; use cpu (or auto)", setting, why), NULL;
-    ll_log("%s auto: %s: using the CPU", setting, why);
-    return ll_backend_cpu();
+    ll_log("%s auto: %s: using the CPU (%s activations)", setting, why, ll_dtype_str(act));
+    return ll_backend_cpu_precision(act);
 }

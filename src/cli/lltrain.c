@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
             const int n = ll_cuda_device_count();
             printf("cuda devices: %d\n", n);
             ll_verbosity = 0; /* the choice is printed below, not logged */
-            ll_backend *be = ll_backend_select("auto", "auto");
+            ll_backend *be = ll_backend_select("auto", LL_REAL_DTYPE, "auto");
             printf("train.device auto: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
             return 0;
         } else if (!strcmp(argv[i], "--help-config")) {

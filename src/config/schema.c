@@ -129,6 +129,10 @@ const ll_cfg_key ll_cfg_keys[] = {
     ENUM("train.device", device, "cpu", "auto|cpu|cuda",
          "Where to train: cpu; cuda (GPU 0; an error when there is none); auto (GPU 0 when there is one and the "
          "CUDA backend has every op, else the CPU; the log says which)."),
+    ENUM("train.precision", precision, "fp32", "fp32|bf16",
+         "Activation dtype: bf16 stores activations, their gradients and the weight copy matmuls read in bf16 "
+         "(master weights, gradients, Adam moments, statistics and losses stay fp32). On the CPU bf16 is slower "
+         "(it exists to test mixed precision without a GPU); the CUDA backend will default to bf16."),
 
     /* checkpoint */
     STR("checkpoint.save_dir", save_dir, "checkpoints", 0,

@@ -203,7 +203,8 @@ static void repair_best(trainer *t) {
 static int setup(trainer *t, const ll_train_opts *o) {
     ll_config *cfg = t->cfg;
     char from[LL_PATH_MAX + 64] = "";
-    ll_backend *be = ll_backend_select(cfg->device, "train.device"); /* before data preparation: fail fast */
+    /* before data preparation: fail fast */
+    ll_backend *be = ll_backend_select(cfg->device, ll_config_act_dtype(cfg), "train.device");
     if (!be) return -1;
     if (!ll_data_is_prepared(cfg)) {
         ll_log("preparing data in %s ...", cfg->data_dir);
@@ -238,7 +239,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (cfg->ddr_alpha > 0) t->m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
     if (t->latent) ll_latent_ctx_init(&t->lat, cfg, t->m);
     ll_adam_init(&t->opt, t->m, cfg);
-    if (be == ll_backend_cpu()) /* after m->obj: replicas copy it */
+    if (ll_backend_is_cpu(be)) /* after m->obj: replicas copy it */
         t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);

@@ -1,21 +1,32 @@
-/* Every op of the backend table, CUDA against the CPU reference, in fp32, on
- * the same random inputs uploaded to each (tests/gpu/parity.h has the
- * harness and the tolerances; say which one an output uses and why).
+/* Every op of the backend table, CUDA against the CPU reference, on the same
+ * random inputs uploaded to each (tests/gpu/parity.h has the harness and the
+ * tolerances; say which one an output uses and why), in the activation dtype
+ * LL_PARITY_PRECISION names: fp32 (default; the CPU backend against the fp32
+ * CUDA backend) or bf16 (the bf16 CPU backend -- fp32 arithmetic on the same
+ * bf16 inputs -- against the bf16 CUDA backend, every float output within
+ * TOL_BF16 = 1e-2, exact ones exact).
  *
  * What it checks, op by op (one helper t_<op> each, so that a change of an
- * op's interface -- bf16 activations, a gemm descriptor -- stays local):
+ * op's interface stays local):
  *  - outputs within tolerance, odd sizes (N not a multiple of any block size,
  *    V = 32003, C = 1000, n = 2^20 + 3);
+ *  - gemm: every transpose pair with padded leading dimensions, each epilogue
+ *    (NONE, BIAS, BIAS_RELU, BGRAD over rows and over columns), beta 0 and 1,
+ *    activation-dtype C and fp32 C from activation-dtype A, B (weight
+ *    gradients); convert: fp32 <-> bf16 with ties, NaN, Inf, overflow;
  *  - random ops give identical bits: dropout masks, attention dropout (through
  *    the outputs: one flipped bit is an O(1) error), latent_sample's hard gates,
  *    all from the same Philox stream and offset;
  *  - accumulate vs overwrite: outputs that accumulate (every *_bwd, acc,
  *    stats slots, ...) start from random values, outputs that are overwritten
  *    start as NaN (an element left unwritten shows);
- *  - statistics slots are doubles in backend memory, accumulated (+=).
+ *  - statistics slots are doubles in backend memory, accumulated (+=);
+ *  - decoding ops (test_ops_cuda_decode.h): copy_rows, reorder_rows and
+ *    beam_topk exactly (tests/gpu/test_decode_cuda.c adds a whole beam search
+ *    and its own fp32 cases).
  * A table op the CUDA backend lacks (NULL) FAILS, and so does an op of the
  * table this file has no test for.  Optional ops (NULL allowed by the
- * contract: bias_set, linear_pack/packed/unpack) are reported as not offered.
+ * contract: linear_pack/packed/unpack) are reported as not offered.
  * Prints PASS/FAIL per op with the worst error / tolerance ratio.
  * Skips (77) without a GPU; LL_PARITY_SELFTEST=1 runs CPU against CPU and
  * LL_PARITY_BREAK=<op> breaks one op of the second CPU backend (must fail). */
@@ -52,23 +63,74 @@ static void t_copy(void) {
     pb_cmp_exact("device-to-device copy at odd offsets", &b);
     pb_free(&a), pb_free(&b);
 }
+/* fp32 -> bf16 (round to nearest even, NaN stays NaN, overflow to Inf) and
+ * back (exact), in every mode: the weight-copy refresh and logits to fp32 */
+static void t_convert(void) {
+    const size_t n = N1M;
+    float *h = ll_malloc(n * sizeof(float));
+    ll_philox r;
+    philox(&r, 60, 1);
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = ll_philox_u32(&r, i);
+        float f = (float)(ll_philox_uniform(&r, n + i) * 8 - 4) * ldexpf(1, (int)(u % 64) - 32);
+        if (i % 7 == 3) { /* exactly half-way between two bf16 values: ties to even */
+            uint32_t b;
+            memcpy(&b, &f, 4);
+            b = (b & 0xFFFF0000u) | 0x8000u;
+            memcpy(&f, &b, 4);
+        }
+        h[i] = f;
+    }
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 3.4e38f /* rounds to Inf */, 1e-40f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) h[i * 1001] = special[i];
+    pbuf f32 = pb_new(h, n * sizeof(float)), b16 = pb_new(NULL, n * sizeof(uint16_t));
+    b16.dt = LL_BF16;
+    BOTH BE->convert(BE, b16.d[s], LL_BF16, f32.d[s], LL_F32, n);
+    pb_cmp_exact("fp32 -> bf16 (bits)", &b16);
+    pbuf back = pb_poison(n);
+    back.dt = LL_F32;
+    BOTH BE->convert(BE, back.d[s], LL_F32, b16.d[s], LL_BF16, n - 1); /* the last element stays NaN */
+    pb_cmp_exact("bf16 -> fp32 (bits)", &back);
+    BOTH BE->convert(BE, F(back, s), LL_REAL_DTYPE, F(f32, s), LL_REAL_DTYPE, 1001); /* same dtype: a copy */
+    pb_cmp_exact("same dtype (a copy)", &back);
+    free(h), pb_free(&f32), pb_free(&b16), pb_free(&back);
+}
 
-/* ---- gemm: every transpose pair, padded leading dimensions, beta 0 and 1 ---- */
-static void gemm_case(int ta, int tb, int M, int N, int K, real alpha, real beta) {
+/* ---- gemm: every transpose pair, padded leading dimensions, beta 0 and 1, every epilogue ---- */
+static const char *epi_name[] = {"NONE", "BIAS", "BIAS_RELU", "BGRAD"};
+/* C in c_type (the activation dtype, or fp32 for a weight gradient); A, B in the activation dtype */
+static void gemm_case(int ta, int tb, int M, int N, int K, real alpha, real beta, ll_epilogue epi, ll_dtype c_type) {
     const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
     const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
-    pbuf A = pb_rand_buf(na, -1, 1), B = pb_rand_buf(nb, -1, 1), C = pb_rand_buf(nc, -1, 1);
-    BOTH BE->gemm(BE, ta, tb, M, N, K, alpha, F(A, s), lda, F(B, s), ldb, beta, F(C, s), ldc);
-    char what[96];
-    snprintf(what, sizeof what, "C (ta %d tb %d M %d N %d K %d beta %g)", ta, tb, M, N, K, (double)beta);
+    pbuf A = pb_rand_act(na, -1, 1), B = pb_rand_act(nb, -1, 1), bias = pb_rand_buf(N, -1, 1);
+    pbuf bg = pb_rand_buf(M, -1, 1);
+    real *hc = pb_rand(nc, -1, 1);
+    pbuf C = pb_new_dt(hc, nc, c_type);
+    BOTH {
+        const ll_gemm_desc g = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
+                                .A = A.d[s], .a_type = pb_act, .lda = lda, .B = B.d[s], .b_type = pb_act, .ldb = ldb,
+                                .C = C.d[s], .c_type = c_type, .ldc = ldc, .epi = epi, .bias = F(bias, s),
+                                .bgrad = F(bg, s)};
+        BE->gemm(BE, &g);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "C %s (ta %d tb %d M %d N %d K %d beta %g, %s)", ll_dtype_str(c_type), ta, tb, M, N, K,
+             (double)beta, epi_name[epi]);
     pb_cmp(what, &C, nc, TOL_RED); /* K-term dot products; the padding columns must be untouched */
-    pb_free(&A), pb_free(&B), pb_free(&C);
+    if (epi == LL_EPI_BGRAD) pb_cmp("bgrad (accumulated): sums of op(A) over K", &bg, M, TOL_RED);
+    free(hc), pb_free(&A), pb_free(&B), pb_free(&C), pb_free(&bias), pb_free(&bg);
 }
 static void t_gemm(void) {
     for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++) gemm_case(ta, tb, 37, 1000, 129, 0.7f, ta == tb ? 1 : 0);
-    gemm_case(0, 1, 1, 32003, 64, 1, 0);   /* one decoding row against the output projection */
-    gemm_case(1, 0, 64, 96, 4099, 1, 1);   /* a weight gradient: long K, accumulated */
+        for (int tb = 0; tb < 2; tb++) gemm_case(ta, tb, 37, 1000, 129, 0.7f, ta == tb ? 1 : 0, LL_EPI_NONE, pb_act);
+    gemm_case(0, 1, 1, 32003, 64, 1, 0, LL_EPI_NONE, pb_act); /* one decoding row against the output projection */
+    gemm_case(0, 1, 37, 1000, 129, 1, 0, LL_EPI_BIAS, pb_act);       /* linear forward: C = X W^T + b */
+    gemm_case(0, 1, 37, 1000, 129, 1, 1, LL_EPI_BIAS, pb_act);       /* accumulated: C += X W^T, then + b */
+    gemm_case(0, 1, 37, 999, 130, 1, 0, LL_EPI_BIAS_RELU, pb_act);   /* FFN fc1 */
+    gemm_case(1, 0, 64, 96, 4099, 1, 1, LL_EPI_NONE, LL_REAL_DTYPE); /* weight gradient: long K, fp32 C */
+    gemm_case(1, 0, 96, 64, 1001, 1, 1, LL_EPI_BGRAD, LL_REAL_DTYPE); /* dW = dY^T X with the bias gradient */
+    gemm_case(0, 0, 96, 64, 1001, 1, 1, LL_EPI_BGRAD, LL_REAL_DTYPE); /* BGRAD over rows of A */
+    gemm_case(1, 1, 33, 17, 257, 0.5f, 1, LL_EPI_BGRAD, LL_REAL_DTYPE);
 }
 
 /* ---- layer norm ---- */
@@ -76,10 +138,10 @@ static const int ln_sizes[][2] = {{333, 1000}, {64, 512}, {5, 7}};
 static void t_layernorm_fwd(void) {
     for (int k = 0; k < 3; k++) {
         const int N = ln_sizes[k][0], C = ln_sizes[k][1];
-        pbuf x = pb_rand_buf((size_t)N * C, 2, 4); /* an offset mean stresses the variance */
+        pbuf x = pb_rand_act((size_t)N * C, 2, 4); /* an offset mean stresses the variance */
         pbuf w = pb_rand_buf(C, 0.5, 1.5), b = pb_rand_buf(C, -0.5, 0.5);
-        pbuf out = pb_poison((size_t)N * C), mean = pb_poison(N), rstd = pb_poison(N);
-        BOTH BE->layernorm_fwd(BE, F(out, s), F(mean, s), F(rstd, s), F(x, s), F(w, s), F(b, s), N, C);
+        pbuf out = pb_poison_act((size_t)N * C), mean = pb_poison(N), rstd = pb_poison(N);
+        BOTH BE->layernorm_fwd(BE, A(out, s), F(mean, s), F(rstd, s), A(x, s), F(w, s), F(b, s), N, C);
         pb_cmp("out", &out, (size_t)N * C, TOL_RED); /* mean and variance: sums over C */
         pb_cmp("mean", &mean, N, TOL_RED);
         pb_cmp("rstd", &rstd, N, TOL_RED);
@@ -90,22 +152,20 @@ static void t_layernorm_bwd(void) {
     for (int k = 0; k < 3; k++) {
         const int N = ln_sizes[k][0], C = ln_sizes[k][1];
         const size_t nc = (size_t)N * C;
-        real *hx = pb_rand(nc, -2, 3), *hw = pb_rand(C, 0.5, 1.5), *hb = pb_rand(C, -1, 1);
-        real *ho = ll_malloc(nc * sizeof(real)), *hm = ll_malloc(N * sizeof(real)), *hr = ll_malloc(N * sizeof(real));
-        ll_backend *cpu = ll_backend_cpu(); /* the saved statistics, the same on both sides */
-        cpu->layernorm_fwd(cpu, ho, hm, hr, hx, hw, hb, N, C);
-        pbuf x = pb_new(hx, nc * sizeof(real)), w = pb_new(hw, C * sizeof(real));
-        pbuf mean = pb_new(hm, N * sizeof(real)), rstd = pb_new(hr, N * sizeof(real));
-        pbuf dout = pb_rand_buf(nc, -1, 1);
-        pbuf dx = pb_rand_buf(nc, -1, 1), dw = pb_rand_buf(C, -1, 1), db = pb_rand_buf(C, -1, 1); /* accumulate */
-        BOTH BE->layernorm_bwd(BE, F(dx, s), F(dw, s), F(db, s), F(dout, s), F(x, s), F(w, s), F(mean, s),
+        pbuf x = pb_rand_act(nc, -2, 3), w = pb_rand_buf(C, 0.5, 1.5), b = pb_rand_buf(C, -1, 1);
+        pbuf out = pb_new_act(NULL, nc), mean = pb_new(NULL, N * sizeof(real)), rstd = pb_new(NULL, N * sizeof(real));
+        ll_backend *ref = pb_be[REF]; /* the saved statistics: the reference's, the same on both sides */
+        ref->layernorm_fwd(ref, A(out, REF), F(mean, REF), F(rstd, REF), A(x, REF), F(w, REF), F(b, REF), N, C);
+        pb_from_ref(&mean), pb_from_ref(&rstd);
+        pbuf dout = pb_rand_act(nc, -1, 1);
+        pbuf dx = pb_rand_act(nc, -1, 1), dw = pb_rand_buf(C, -1, 1), db = pb_rand_buf(C, -1, 1); /* accumulate */
+        BOTH BE->layernorm_bwd(BE, A(dx, s), F(dw, s), F(db, s), A(dout, s), A(x, s), F(w, s), F(mean, s),
                                F(rstd, s), N, C);
         pb_cmp("dx (accumulated)", &dx, nc, TOL_RED); /* row sums over C */
         pb_cmp("dw (accumulated)", &dw, C, TOL_RED);  /* column sums over N */
         pb_cmp("db (accumulated)", &db, C, TOL_RED);
-        free(hx), free(hw), free(hb), free(ho), free(hm), free(hr);
-        pb_free(&x), pb_free(&w), pb_free(&mean), pb_free(&rstd), pb_free(&dout), pb_free(&dx), pb_free(&dw),
-            pb_free(&db);
+        pb_free(&x), pb_free(&w), pb_free(&b), pb_free(&out), pb_free(&mean), pb_free(&rstd), pb_free(&dout),
+            pb_free(&dx), pb_free(&dw), pb_free(&db);
     }
 }
 
@@ -119,13 +179,13 @@ static int32_t *tokens(int n, int V, int pad_every) {
 }
 static void t_embed_fwd(void) {
     const int V = 32003, C = 200, maxpos = 64;
-    pbuf emb = pb_rand_buf((size_t)V * C, -1, 1), pos = pb_rand_buf((size_t)(maxpos + 2) * C, -1, 1);
+    pbuf emb = pb_rand_act((size_t)V * C, -1, 1), pos = pb_rand_buf((size_t)(maxpos + 2) * C, -1, 1);
     const int shapes[2][3] = {{7, 13, 3}, {9, 1, 17}}; /* B, T, pos_offset: training; one decoding step */
     for (int k = 0; k < 2; k++) {
         const int N = shapes[k][0] * shapes[k][1], T = shapes[k][1], off = shapes[k][2];
         int32_t *ht = tokens(N, V, 5); /* every 5th row is pad (id 1): a zero row */
-        pbuf tok = pb_new(ht, N * sizeof(int32_t)), out = pb_poison((size_t)N * C);
-        BOTH BE->embed_fwd(BE, F(out, s), I32(tok, s), F(emb, s), F(pos, s), off, sqrtf((float)C), N, T, C, 1);
+        pbuf tok = pb_new(ht, N * sizeof(int32_t)), out = pb_poison_act((size_t)N * C);
+        BOTH BE->embed_fwd(BE, A(out, s), I32(tok, s), A(emb, s), F(pos, s), off, sqrtf((float)C), N, T, C, 1);
         pb_cmp("out", &out, (size_t)N * C, TOL_EW);
         free(ht), pb_free(&tok), pb_free(&out);
     }
@@ -134,46 +194,25 @@ static void t_embed_fwd(void) {
 static void t_embed_bwd(void) {
     const int V = 50, C = 1000, N = 501; /* ~10 rows per token: the scatter must add them all */
     int32_t *ht = tokens(N, V, 7);
-    pbuf tok = pb_new(ht, N * sizeof(int32_t)), dout = pb_rand_buf((size_t)N * C, -1, 1);
+    pbuf tok = pb_new(ht, N * sizeof(int32_t)), dout = pb_rand_act((size_t)N * C, -1, 1);
     pbuf demb = pb_rand_buf((size_t)V * C, -1, 1);
-    BOTH BE->embed_bwd(BE, F(demb, s), F(dout, s), I32(tok, s), 22.5f, N, C, 1);
+    BOTH BE->embed_bwd(BE, F(demb, s), A(dout, s), I32(tok, s), 22.5f, N, C, 1);
     pb_cmp("demb (accumulated)", &demb, (size_t)V * C, TOL_RED); /* a token's rows summed in another order (atomics) */
     free(ht), pb_free(&tok), pb_free(&dout), pb_free(&demb);
 }
 
-/* ---- bias, relu, dropout ---- */
-static void t_bias_fwd(void) {
-    const int N = 333, C = 1000;
-    pbuf y = pb_rand_buf((size_t)N * C, -1, 1), b = pb_rand_buf(C, -1, 1);
-    BOTH BE->bias_fwd(BE, F(y, s), F(b, s), N, C);
-    pb_cmp("y += b", &y, (size_t)N * C, TOL_EW);
-    pb_free(&y), pb_free(&b);
-}
-static void t_bias_bwd(void) {
-    const int N = 1001, C = 1000;
-    pbuf dy = pb_rand_buf((size_t)N * C, -1, 1), db = pb_rand_buf(C, -1, 1);
-    BOTH BE->bias_bwd(BE, F(db, s), F(dy, s), N, C);
-    pb_cmp("db (accumulated)", &db, C, TOL_RED); /* column sums over N rows */
-    pb_free(&dy), pb_free(&db);
-}
-static void t_bias_set(void) {
-    const int N = 333, C = 1000;
-    pbuf y = pb_poison((size_t)N * C), b = pb_rand_buf(C, -1, 1);
-    BOTH BE->bias_set(BE, F(y, s), F(b, s), N, C);
-    pb_cmp("y = b", &y, (size_t)N * C, 0);
-    pb_free(&y), pb_free(&b);
-}
+/* ---- relu, dropout ---- */
 static void t_relu_fwd(void) {
-    pbuf x = pb_rand_buf(N1M, -1, 1);
-    BOTH BE->relu_fwd(BE, F(x, s), N1M);
+    pbuf x = pb_rand_act(N1M, -1, 1);
+    BOTH BE->relu_fwd(BE, A(x, s), N1M);
     pb_cmp("x (in place)", &x, N1M, 0);
     pb_free(&x);
 }
 static void t_relu_bwd(void) {
     real *hy = pb_rand(N1M, -1, 1);
     for (size_t i = 0; i < N1M; i++) hy[i] = hy[i] > 0 ? hy[i] : 0;
-    pbuf y = pb_new(hy, N1M * sizeof(real)), dy = pb_rand_buf(N1M, -1, 1);
-    BOTH BE->relu_bwd(BE, F(dy, s), F(y, s), N1M);
+    pbuf y = pb_new_act(hy, N1M), dy = pb_rand_act(N1M, -1, 1);
+    BOTH BE->relu_bwd(BE, A(dy, s), A(y, s), N1M);
     pb_cmp("dy (in place)", &dy, N1M, 0);
     free(hy), pb_free(&y), pb_free(&dy);
 }
@@ -183,9 +222,9 @@ static void t_dropout_fwd(void) {
     for (int k = 0; k < 3; k++) {
         ll_philox rng;
         philox(&rng, LL_RNG_DROPOUT, 7 + k);
-        pbuf x = pb_rand_buf(N1M, -1, 1), mask = pb_new(NULL, N1M);
+        pbuf x = pb_rand_act(N1M, -1, 1), mask = pb_new(NULL, N1M);
         BOTH BE->memset0(BE, mask.d[s], N1M);
-        BOTH BE->dropout_fwd(BE, F(x, s), U8(mask, s), N1M, ps[k], &rng, offs[k]);
+        BOTH BE->dropout_fwd(BE, A(x, s), U8(mask, s), N1M, ps[k], &rng, offs[k]);
         char what[64];
         snprintf(what, sizeof what, "mask (p %g, offset %llu)", (double)ps[k], (unsigned long long)offs[k]);
         pb_cmp_exact(what, &mask);
@@ -198,64 +237,59 @@ static void t_dropout_bwd(void) {
     philox(&rng, LL_RNG_DROPOUT, 3);
     uint8_t *hm = ll_malloc(N1M);
     for (size_t i = 0; i < N1M; i++) hm[i] = (ll_philox_u32(&rng, i) & 7) != 0;
-    pbuf mask = pb_new(hm, N1M), dx = pb_rand_buf(N1M, -1, 1);
-    BOTH BE->dropout_bwd(BE, F(dx, s), U8(mask, s), N1M, 0.125f);
+    pbuf mask = pb_new(hm, N1M), dx = pb_rand_act(N1M, -1, 1);
+    BOTH BE->dropout_bwd(BE, A(dx, s), U8(mask, s), N1M, 0.125f);
     pb_cmp("dx (in place)", &dx, N1M, TOL_EW);
     free(hm), pb_free(&mask), pb_free(&dx);
 }
 
 /* ---- element-wise arithmetic ---- */
 static void t_add(void) {
-    pbuf a = pb_rand_buf(N1M, -1, 1), b = pb_rand_buf(N1M, -1, 1), y = pb_poison(N1M);
-    BOTH BE->add(BE, F(y, s), F(a, s), F(b, s), N1M);
+    pbuf a = pb_rand_act(N1M, -1, 1), b = pb_rand_act(N1M, -1, 1), y = pb_poison_act(N1M);
+    BOTH BE->add(BE, A(y, s), A(a, s), A(b, s), N1M);
     pb_cmp("y = a + b", &y, N1M, TOL_EW);
-    BOTH BE->add(BE, F(a, s), F(a, s), F(b, s), N1M);
+    BOTH BE->add(BE, A(a, s), A(a, s), A(b, s), N1M);
     pb_cmp("a = a + b (aliased)", &a, N1M, TOL_EW);
     pb_free(&a), pb_free(&b), pb_free(&y);
 }
 static void t_add_scaled(void) {
-    pbuf a = pb_rand_buf(N1M, -1, 1), b = pb_rand_buf(N1M, -1, 1), y = pb_poison(N1M);
-    BOTH BE->add_scaled(BE, F(y, s), F(a, s), F(b, s), -0.37f, N1M);
+    pbuf a = pb_rand_act(N1M, -1, 1), b = pb_rand_act(N1M, -1, 1), y = pb_poison_act(N1M);
+    BOTH BE->add_scaled(BE, A(y, s), A(a, s), A(b, s), -0.37f, N1M);
     pb_cmp("y = a + alpha b", &y, N1M, TOL_EW);
-    BOTH BE->add_scaled(BE, F(a, s), F(a, s), F(b, s), 2.5f, N1M);
+    BOTH BE->add_scaled(BE, A(a, s), A(a, s), A(b, s), 2.5f, N1M);
     pb_cmp("a += alpha b (aliased)", &a, N1M, TOL_EW);
     pb_free(&a), pb_free(&b), pb_free(&y);
 }
 static void t_acc(void) {
-    pbuf d = pb_rand_buf(N1M, -1, 1), x = pb_rand_buf(N1M, -1, 1);
-    BOTH BE->acc(BE, F(d, s), F(x, s), N1M);
+    pbuf d = pb_rand_act(N1M, -1, 1), x = pb_rand_act(N1M, -1, 1);
+    BOTH BE->acc(BE, A(d, s), A(x, s), N1M);
     pb_cmp("dst (accumulated)", &d, N1M, TOL_EW);
     pb_free(&d), pb_free(&x);
 }
-static void t_scale(void) {
-    pbuf x = pb_rand_buf(N1M, -1, 1);
-    BOTH BE->scale(BE, F(x, s), -1.75f, N1M);
-    pb_cmp("x (in place)", &x, N1M, TOL_EW);
-    pb_free(&x);
-}
 static void t_add_gated(void) {
-    pbuf g = pb_rand_buf(2, 0.2, 1.3), a = pb_rand_buf(N1M, -1, 1), b = pb_rand_buf(N1M, -1, 1), y = pb_poison(N1M);
-    BOTH BE->add_gated(BE, F(y, s), F(a, s), F(b, s), F(g, s), F(g, s) + 1, N1M);
+    pbuf g = pb_rand_buf(2, 0.2, 1.3), a = pb_rand_act(N1M, -1, 1), b = pb_rand_act(N1M, -1, 1);
+    pbuf y = pb_poison_act(N1M);
+    BOTH BE->add_gated(BE, A(y, s), A(a, s), A(b, s), F(g, s), F(g, s) + 1, N1M);
     pb_cmp("y = a + g1 g2 b", &y, N1M, TOL_EW);
-    BOTH BE->add_gated(BE, F(a, s), F(a, s), F(b, s), F(g, s), NULL, N1M);
+    BOTH BE->add_gated(BE, A(a, s), A(a, s), A(b, s), F(g, s), NULL, N1M);
     pb_cmp("a += g1 b (aliased, g2 NULL)", &a, N1M, TOL_EW);
-    BOTH BE->add_gated(BE, F(y, s), F(a, s), F(b, s), NULL, NULL, N1M);
+    BOTH BE->add_gated(BE, A(y, s), A(a, s), A(b, s), NULL, NULL, N1M);
     pb_cmp("y = a + b (both gates NULL)", &y, N1M, TOL_EW);
     pb_free(&g), pb_free(&a), pb_free(&b), pb_free(&y);
 }
 static void t_scale_gated(void) {
-    pbuf g = pb_rand_buf(2, 0.2, 1.3), x = pb_rand_buf(N1M, -1, 1);
-    BOTH BE->scale_gated(BE, F(x, s), F(g, s), F(g, s) + 1, N1M);
+    pbuf g = pb_rand_buf(2, 0.2, 1.3), x = pb_rand_act(N1M, -1, 1);
+    BOTH BE->scale_gated(BE, A(x, s), F(g, s), F(g, s) + 1, N1M);
     pb_cmp("x *= g1 g2", &x, N1M, TOL_EW);
-    BOTH BE->scale_gated(BE, F(x, s), NULL, F(g, s), N1M);
+    BOTH BE->scale_gated(BE, A(x, s), NULL, F(g, s), N1M);
     pb_cmp("x *= g2 (g1 NULL)", &x, N1M, TOL_EW);
     pb_free(&g), pb_free(&x);
 }
 static void t_dot_acc(void) {
-    pbuf a = pb_rand_buf(N1M, -1, 1), b = pb_rand_buf(N1M, -1, 1), mul = pb_rand_buf(1, 0.5, 2);
+    pbuf a = pb_rand_act(N1M, -1, 1), b = pb_rand_act(N1M, -1, 1), mul = pb_rand_buf(1, 0.5, 2);
     pbuf dst = pb_rand_buf(2, -1, 1);
-    BOTH BE->dot_acc(BE, F(dst, s), F(a, s), F(b, s), N1M, F(mul, s));
-    BOTH BE->dot_acc(BE, F(dst, s) + 1, F(a, s), F(a, s), N1M - 2, NULL);
+    BOTH BE->dot_acc(BE, F(dst, s), A(a, s), A(b, s), N1M, F(mul, s));
+    BOTH BE->dot_acc(BE, F(dst, s) + 1, A(a, s), A(a, s), N1M - 2, NULL);
     pb_cmp("dst += mul <a, b> (in double)", &dst, 2, TOL_EW);
     pb_free(&a), pb_free(&b), pb_free(&mul), pb_free(&dst);
 }
@@ -264,51 +298,52 @@ static void t_dot_acc(void) {
 #define DK 7
 #define DN ((size_t)100003)
 static void dlcl_entries(pbuf *e) {
-    for (int j = 0; j < DK; j++) e[j] = pb_rand_buf(DN, -1, 1);
+    for (int j = 0; j < DK; j++) e[j] = pb_rand_act(DN, -1, 1);
 }
 static void t_weighted_sum(void) {
-    pbuf e[DK], w = pb_rand_buf(DK, -1, 1), y = pb_poison(DN);
+    pbuf e[DK], w = pb_rand_buf(DK, -1, 1), y = pb_poison_act(DN);
     dlcl_entries(e);
     BOTH {
-        const real *xs[DK];
-        for (int j = 0; j < DK; j++) xs[j] = F(e[j], s);
-        BE->weighted_sum(BE, F(y, s), xs, F(w, s), DK, DN);
+        const ll_act *xs[DK];
+        for (int j = 0; j < DK; j++) xs[j] = A(e[j], s);
+        BE->weighted_sum(BE, A(y, s), xs, F(w, s), DK, DN);
     }
     pb_cmp("y = sum_j w_j x_j (overwritten)", &y, DN, TOL_EW);
     BOTH {
-        const real *xs[1] = {F(e[0], s)};
-        BE->weighted_sum(BE, F(y, s), xs, F(w, s), 1, DN);
+        const ll_act *xs[1] = {A(e[0], s)};
+        BE->weighted_sum(BE, A(y, s), xs, F(w, s), 1, DN);
     }
     pb_cmp("y = w_0 x_0 (k = 1)", &y, DN, TOL_EW);
     for (int j = 0; j < DK; j++) pb_free(&e[j]);
     pb_free(&w), pb_free(&y);
 }
 static void t_weighted_scatter(void) {
-    pbuf e[DK], w = pb_rand_buf(DK, -1, 1), x = pb_rand_buf(DN, -1, 1);
+    pbuf e[DK], w = pb_rand_buf(DK, -1, 1), x = pb_rand_act(DN, -1, 1);
     dlcl_entries(e);
     BOTH {
-        real *ys[DK];
-        for (int j = 0; j < DK; j++) ys[j] = F(e[j], s);
-        BE->weighted_scatter(BE, ys, F(w, s), F(x, s), DK, DN);
+        ll_act *ys[DK];
+        for (int j = 0; j < DK; j++) ys[j] = A(e[j], s);
+        BE->weighted_scatter(BE, ys, F(w, s), A(x, s), DK, DN);
     }
     for (int j = 0; j < DK; j++) pb_cmp("ys[j] += w_j x (accumulated)", &e[j], DN, TOL_EW);
     for (int j = 0; j < DK; j++) pb_free(&e[j]);
     pb_free(&w), pb_free(&x);
 }
 static void t_dots_acc(void) {
-    pbuf e[DK], dst = pb_rand_buf(DK, -1, 1), x = pb_rand_buf(DN, -1, 1);
+    pbuf e[DK], dst = pb_rand_buf(DK, -1, 1), x = pb_rand_act(DN, -1, 1);
     dlcl_entries(e);
     BOTH {
-        const real *ys[DK];
-        for (int j = 0; j < DK; j++) ys[j] = F(e[j], s);
-        BE->dots_acc(BE, F(dst, s), F(x, s), ys, DK, DN);
+        const ll_act *ys[DK];
+        for (int j = 0; j < DK; j++) ys[j] = A(e[j], s);
+        BE->dots_acc(BE, F(dst, s), A(x, s), ys, DK, DN);
     }
     pb_cmp("dst[j] += <x, ys[j]> (in double)", &dst, DK, TOL_EW);
     for (int j = 0; j < DK; j++) pb_free(&e[j]);
     pb_free(&dst), pb_free(&x);
 }
 
-#include "test_ops_cuda_more.h" /* latent depth, ALD, statistics, attention, losses, Adam, packed linear */
+#include "test_ops_cuda_more.h"   /* latent depth, ALD, statistics, attention, losses, Adam, packed linear */
+#include "test_ops_cuda_decode.h" /* copy_rows, reorder_rows, beam_topk */
 
 typedef struct {
     const char *name;
@@ -318,12 +353,11 @@ typedef struct {
 
 static const op_test tests[] = {
     {"alloc", t_memory, 0}, {"free", t_memory, 0}, {"upload", t_memory, 0}, {"download", t_memory, 0},
-    {"sync", t_memory, 0}, {"memset0", t_memset0, 0}, {"copy", t_copy, 0}, {"gemm", t_gemm, 0},
-    {"layernorm_fwd", t_layernorm_fwd, 0}, {"layernorm_bwd", t_layernorm_bwd, 0}, {"embed_fwd", t_embed_fwd, 0},
-    {"embed_bwd", t_embed_bwd, 0}, {"bias_fwd", t_bias_fwd, 0}, {"bias_bwd", t_bias_bwd, 0},
-    {"bias_set", t_bias_set, 1}, {"relu_fwd", t_relu_fwd, 0}, {"relu_bwd", t_relu_bwd, 0},
-    {"dropout_fwd", t_dropout_fwd, 0}, {"dropout_bwd", t_dropout_bwd, 0}, {"add", t_add, 0},
-    {"add_scaled", t_add_scaled, 0}, {"acc", t_acc, 0}, {"scale", t_scale, 0}, {"add_gated", t_add_gated, 0},
+    {"sync", t_memory, 0}, {"memset0", t_memset0, 0}, {"copy", t_copy, 0}, {"convert", t_convert, 0},
+    {"gemm", t_gemm, 0}, {"layernorm_fwd", t_layernorm_fwd, 0}, {"layernorm_bwd", t_layernorm_bwd, 0},
+    {"embed_fwd", t_embed_fwd, 0}, {"embed_bwd", t_embed_bwd, 0}, {"relu_fwd", t_relu_fwd, 0},
+    {"relu_bwd", t_relu_bwd, 0}, {"dropout_fwd", t_dropout_fwd, 0}, {"dropout_bwd", t_dropout_bwd, 0},
+    {"add", t_add, 0}, {"add_scaled", t_add_scaled, 0}, {"acc", t_acc, 0}, {"add_gated", t_add_gated, 0},
     {"scale_gated", t_scale_gated, 0}, {"dot_acc", t_dot_acc, 0}, {"weighted_sum", t_weighted_sum, 0},
     {"weighted_scatter", t_weighted_scatter, 0}, {"dots_acc", t_dots_acc, 0},
     {"latent_sample", t_latent_sample, 0}, {"latent_grad", t_latent_grad, 0}, {"latent_kl", t_latent_kl, 0},
@@ -331,7 +365,8 @@ static const op_test tests[] = {
     {"ald_pool", t_ald_pool, 0}, {"ald_loss", t_ald_loss, 0}, {"ald_unpool", t_ald_unpool, 0},
     {"sumsq", t_sumsq, 0}, {"grad_finish", t_grad_finish, 0}, {"attention_fwd", t_attention_fwd, 0},
     {"attention_bwd", t_attention_bwd, 0}, {"xent_fwd_bwd", t_xent_fwd_bwd, 0}, {"sym_kl", t_sym_kl, 0},
-    {"log_softmax", t_log_softmax, 0}, {"adam", t_adam, 0}, {"linear_pack", t_linear_packed, 1},
+    {"log_softmax", t_log_softmax, 0}, {"copy_rows", t_copy_rows, 0}, {"reorder_rows", t_reorder_rows, 0},
+    {"beam_topk", t_beam_topk, 0}, {"adam", t_adam, 0}, {"linear_pack", t_linear_packed, 1},
     {"linear_packed", t_linear_packed, 1}, {"linear_unpack", t_linear_packed, 1},
 };
 
@@ -403,8 +438,8 @@ int main(int argc, char **argv) {
         if (r < 0) printf("FAIL  %-18s %s\n", name, why);
         r == 0 ? pass++ : fail++;
     }
-    printf("ops: %d passed, %d failed, %d optional not offered (backend under test: %s)\n", pass, fail, opt,
-           pb_be[DUT]->name);
+    printf("ops: %d passed, %d failed, %d optional not offered (backend under test: %s, %s activations)\n", pass, fail,
+           opt, pb_be[DUT]->name, ll_dtype_str(pb_act));
     if (fork_each) tu_failures += fail; /* in one process the checks counted them already */
     if (fail && !tu_failures) tu_failures = fail;
     return tu_finish(pb_selftest ? "parity_selftest_ops" : "gpu_test_ops_cuda");

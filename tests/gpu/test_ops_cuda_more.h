@@ -1,6 +1,7 @@
 /* Second half of tests/gpu/test_ops_cuda.c (included once, there): latent
  * depth, ALD, the statistics ops, attention, the losses, Adam and the packed
- * linear layer. */
+ * linear layer.  Activations in pb_act (A(), pb_rand_act); statistics, gates,
+ * latent logits, pooled vectors and Adam's state in real (F()). */
 
 /* ---- latent depth ([rows, L] logits, samples and dz/da) ---- */
 #define LR 5
@@ -90,35 +91,35 @@ static void t_latent_q(void) {
 }
 
 /* ---- ALD ---- */
-#define AB 5
-#define AT 13
-#define AC 1000
-static const int ald_len[AB] = {13, 1, 7, 12, 4};
+#define ALD_B 5
+#define ALD_T 13
+#define ALD_C 1000
+static const int ald_len[ALD_B] = {13, 1, 7, 12, 4};
 static void t_ald_pool(void) {
-    pbuf h = pb_rand_buf((size_t)AB * AT * AC, -1, 1), G = pb_poison((size_t)AB * AC);
+    pbuf h = pb_rand_act((size_t)ALD_B * ALD_T * ALD_C, -1, 1), G = pb_poison((size_t)ALD_B * ALD_C);
     pbuf len = pb_new(ald_len, sizeof ald_len);
-    BOTH BE->ald_pool(BE, F(G, s), F(h, s), INT(len, s), AB, AT, AC);
-    pb_cmp("G (overwritten)", &G, (size_t)AB * AC, TOL_RED); /* means over up to T rows */
+    BOTH BE->ald_pool(BE, F(G, s), A(h, s), INT(len, s), ALD_B, ALD_T, ALD_C);
+    pb_cmp("G (overwritten)", &G, (size_t)ALD_B * ALD_C, TOL_RED); /* means over up to T rows */
     pb_free(&h), pb_free(&G), pb_free(&len);
 }
 static void t_ald_loss(void) {
-    const size_t n = (size_t)3 * AB * AC;
+    const size_t n = (size_t)3 * ALD_B * ALD_C;
     real *hg = pb_rand(n, -1, 1);
-    for (size_t i = (size_t)AB * AC; i < 2 * (size_t)AB * AC; i++) hg[i] = 0.7f * hg[i - AB * AC] + 0.3f * hg[i]; /* light close to clean */
+    for (size_t i = (size_t)ALD_B * ALD_C; i < 2 * (size_t)ALD_B * ALD_C; i++) hg[i] = 0.7f * hg[i - ALD_B * ALD_C] + 0.3f * hg[i]; /* light close to clean */
     pbuf G = pb_new(hg, n * sizeof(real)), dG = pb_poison(n);
     double hacc[2] = {0.5, 0.5};
     pbuf acc = pb_new(hacc, sizeof hacc);
-    BOTH BE->ald_loss(BE, F(dG, s), F64(acc, s), F(G, s), AB, AC, 0.1f, 0.8);
-    BOTH BE->ald_loss(BE, NULL, F64(acc, s) + 1, F(G, s), AB, AC, 0.5f, 2.0); /* dG NULL: loss only */
+    BOTH BE->ald_loss(BE, F(dG, s), F64(acc, s), F(G, s), ALD_B, ALD_C, 0.1f, 0.8);
+    BOTH BE->ald_loss(BE, NULL, F64(acc, s) + 1, F(G, s), ALD_B, ALD_C, 0.5f, 2.0); /* dG NULL: loss only */
     pb_cmp("dG (overwritten)", &dG, n, TOL_RED); /* cosines: dot products over C */
     pb_cmp_f64("stats slots (accumulated)", &acc, 2, TOL_RED, 1e-3);
     free(hg), pb_free(&G), pb_free(&dG), pb_free(&acc);
 }
 static void t_ald_unpool(void) {
-    pbuf dG = pb_rand_buf((size_t)AB * AC, -1, 1), dh = pb_poison((size_t)AB * AT * AC);
+    pbuf dG = pb_rand_buf((size_t)ALD_B * ALD_C, -1, 1), dh = pb_poison_act((size_t)ALD_B * ALD_T * ALD_C);
     pbuf len = pb_new(ald_len, sizeof ald_len);
-    BOTH BE->ald_unpool(BE, F(dh, s), F(dG, s), INT(len, s), AB, AT, AC);
-    pb_cmp("dh (overwritten; 0 past each length)", &dh, (size_t)AB * AT * AC, TOL_EW);
+    BOTH BE->ald_unpool(BE, A(dh, s), F(dG, s), INT(len, s), ALD_B, ALD_T, ALD_C);
+    pb_cmp("dh (overwritten; 0 past each length)", &dh, (size_t)ALD_B * ALD_T * ALD_C, TOL_EW);
     pb_free(&dG), pb_free(&dh), pb_free(&len);
 }
 
@@ -174,37 +175,33 @@ static void att_run(const att_case *c, int bwd) {
     ll_philox rng;
     philox(&rng, LL_RNG_DROPOUT, 17);
     const uint64_t off = (uint64_t)3 * c->H * c->Tq * c->Tk; /* a slice starting at sentence 3 */
-    pbuf q = pb_rand_buf(nq, -2, 2), kv = c->self ? q : pb_rand_buf(nkv, -2, 2);
+    pbuf q = pb_rand_act(nq, -2, 2), kv = c->self ? q : pb_rand_act(nkv, -2, 2);
     pbuf kl = pb_new(c->klen, sizeof(int) * c->B);
-    const real *K[2], *Vv[2];
-    BOTH K[s] = c->self ? F(q, s) + C : F(kv, s), Vv[s] = c->self ? F(q, s) + 2 * C : F(kv, s) + C;
+    const ll_act *K[2], *Vv[2];
+    BOTH K[s] = c->self ? AT(q, s, C) : A(kv, s), Vv[s] = c->self ? AT(q, s, 2 * C) : AT(kv, s, C);
+    pbuf out = pb_poison_act(no), lse = pb_poison(nl);
     if (!bwd) {
-        pbuf out = pb_poison(no), lse = pb_poison(nl);
-        BOTH BE->attention_fwd(BE, F(out, s), F(lse, s), F(q, s), qs, K[s], Vv[s], kvs, INT(kl, s), c->B, c->Tq,
+        BOTH BE->attention_fwd(BE, A(out, s), F(lse, s), A(q, s), qs, K[s], Vv[s], kvs, INT(kl, s), c->B, c->Tq,
                                c->Tk, c->H, c->Dh, c->causal, c->p, &rng, off);
         pb_cmp("out", &out, no, TOL_ATT); /* dropout: a flipped keep bit is an O(1) error */
         pb_cmp("lse", &lse, nl, TOL_ATT);
-        pb_free(&out), pb_free(&lse);
     } else {
-        /* the CPU's forward feeds both backwards */
-        ll_backend *cpu = ll_backend_cpu();
-        real *hq = pb_get(&q, REF), *hkv = c->self ? hq : pb_get(&kv, REF);
-        real *ho = ll_malloc(no * sizeof(real)), *hl = ll_malloc(nl * sizeof(real));
-        cpu->attention_fwd(cpu, ho, hl, hq, qs, c->self ? hq + C : hkv, c->self ? hq + 2 * C : hkv + C, kvs, c->klen,
-                           c->B, c->Tq, c->Tk, c->H, c->Dh, c->causal, c->p, &rng, off);
-        pbuf out = pb_new(ho, no * sizeof(real)), lse = pb_new(hl, nl * sizeof(real)), g = pb_rand_buf(no, -1, 1);
-        pbuf dq = pb_poison(nq), dkv = c->self ? dq : pb_poison(nkv); /* overwritten, every column */
-        BOTH BE->attention_bwd(BE, F(dq, s), c->self ? F(dq, s) + C : F(dkv, s),
-                               c->self ? F(dq, s) + 2 * C : F(dkv, s) + C, F(g, s), F(out, s), F(lse, s), F(q, s), qs,
+        /* the reference's forward feeds both backwards */
+        ll_backend *ref = pb_be[REF];
+        ref->attention_fwd(ref, A(out, REF), F(lse, REF), A(q, REF), qs, K[REF], Vv[REF], kvs, INT(kl, REF), c->B,
+                           c->Tq, c->Tk, c->H, c->Dh, c->causal, c->p, &rng, off);
+        pb_from_ref(&out), pb_from_ref(&lse);
+        pbuf g = pb_rand_act(no, -1, 1);
+        pbuf dq = pb_poison_act(nq), dkv = c->self ? dq : pb_poison_act(nkv); /* overwritten, every column */
+        BOTH BE->attention_bwd(BE, A(dq, s), c->self ? AT(dq, s, C) : A(dkv, s),
+                               c->self ? AT(dq, s, 2 * C) : AT(dkv, s, C), A(g, s), A(out, s), F(lse, s), A(q, s), qs,
                                K[s], Vv[s], kvs, INT(kl, s), c->B, c->Tq, c->Tk, c->H, c->Dh, c->causal, c->p, &rng,
                                off);
         pb_cmp(c->self ? "dqkv (overwritten)" : "dq (overwritten)", &dq, nq, TOL_ATT);
-        if (!c->self) pb_cmp("dkv (overwritten)", &dkv, nkv, TOL_ATT);
-        free(hq), free(ho), free(hl);
-        if (!c->self) free(hkv), pb_free(&dkv);
-        pb_free(&out), pb_free(&lse), pb_free(&g), pb_free(&dq);
+        if (!c->self) pb_cmp("dkv (overwritten)", &dkv, nkv, TOL_ATT), pb_free(&dkv);
+        pb_free(&g), pb_free(&dq);
     }
-    pb_free(&q), pb_free(&kl);
+    pb_free(&out), pb_free(&lse), pb_free(&q), pb_free(&kl);
     if (!c->self) pb_free(&kv);
 }
 static void t_attention_fwd(void) {
@@ -228,10 +225,10 @@ static void t_xent_fwd_bwd(void) {
     pbuf tgt = pb_new(ht, XN * sizeof(int32_t));
     const real eps[2] = {0.1f, 0};
     for (int k = 0; k < 2; k++) {
-        pbuf lg = pb_rand_buf(n, -6, 6);
+        pbuf lg = pb_rand_act(n, -6, 6);
         double hacc[3] = {1.0, 2.0, 3.0};
         pbuf acc = pb_new(hacc, sizeof hacc);
-        BOTH BE->xent_fwd_bwd(BE, F(lg, s), I32(tgt, s), XN, XV, eps[k], 1, 0.5f, F64(acc, s));
+        BOTH BE->xent_fwd_bwd(BE, A(lg, s), I32(tgt, s), XN, XV, eps[k], 1, 0.5f, F64(acc, s));
         pb_cmp("logits -> grad_scale (softmax - q); 0 on pad rows", &lg, n, TOL_RED); /* softmax: sums over V */
         pb_cmp_f64("stats slots loss, nll (accumulated; third untouched)", &acc, 3, TOL_RED, 1);
         pb_free(&lg), pb_free(&acc);
@@ -241,16 +238,17 @@ static void t_xent_fwd_bwd(void) {
 static void t_sym_kl(void) {
     const size_t n = (size_t)XN * XV;
     int32_t *ht = targets();
-    ll_backend *cpu = ll_backend_cpu();
     real *ha = pb_rand(n, -5, 5), *hb = pb_rand(n, -5, 5);
     for (size_t i = 0; i < n; i++) hb[i] = 0.6f * ha[i] + 0.4f * hb[i]; /* two passes of one model: close */
-    cpu->log_softmax(cpu, ha, XN, XV);
-    cpu->log_softmax(cpu, hb, XN, XV);
-    pbuf tgt = pb_new(ht, XN * sizeof(int32_t)), lpa = pb_new(ha, n * sizeof(real)), lpb = pb_new(hb, n * sizeof(real));
-    pbuf da = pb_rand_buf(n, -1e-4, 1e-4), db = pb_rand_buf(n, -1e-4, 1e-4);
+    pbuf tgt = pb_new(ht, XN * sizeof(int32_t)), lpa = pb_new_act(ha, n), lpb = pb_new_act(hb, n);
+    ll_backend *ref = pb_be[REF]; /* log-probabilities: the reference's, the same on both sides */
+    ref->log_softmax(ref, A(lpa, REF), XN, XV);
+    ref->log_softmax(ref, A(lpb, REF), XN, XV);
+    pb_from_ref(&lpa), pb_from_ref(&lpb);
+    pbuf da = pb_rand_act(n, -1e-4, 1e-4), db = pb_rand_act(n, -1e-4, 1e-4);
     double hacc = 0.125;
     pbuf acc = pb_new(&hacc, sizeof hacc);
-    BOTH BE->sym_kl(BE, F(lpa, s), F(lpb, s), F(da, s), F(db, s), I32(tgt, s), XN, XV, 1, 5.0f, F64(acc, s));
+    BOTH BE->sym_kl(BE, A(lpa, s), A(lpb, s), A(da, s), A(db, s), I32(tgt, s), XN, XV, 1, 5.0f, F64(acc, s));
     pb_cmp("da (accumulated)", &da, n, TOL_RED); /* the gradient's KL term is a sum over V */
     pb_cmp("db (accumulated)", &db, n, TOL_RED);
     pb_cmp_f64("stats slot (accumulated)", &acc, 1, TOL_RED, 1);
@@ -259,50 +257,57 @@ static void t_sym_kl(void) {
 }
 static void t_log_softmax(void) {
     const size_t n = (size_t)XN * XV;
-    pbuf x = pb_rand_buf(n, -20, 20);
-    BOTH BE->log_softmax(BE, F(x, s), XN, XV);
+    pbuf x = pb_rand_act(n, -20, 20);
+    BOTH BE->log_softmax(BE, A(x, s), XN, XV);
     pb_cmp("x (in place)", &x, n, TOL_RED); /* log-sum-exp over V */
     pb_free(&x);
 }
 
 /* ---- Adam ---- */
+/* p_act: the activation-dtype weight copy refreshed from the updated p (bf16
+ * mode; NULL in fp32, where the copy aliases the master) */
 static void t_adam(void) {
     for (int k = 0; k < 3; k++) { /* Theta's step; the logits' step count; a skipped update */
         pbuf p = pb_rand_buf(N1M, -1, 1), g = pb_rand_buf(N1M, -3, 3), m = pb_rand_buf(N1M, -0.1, 0.1);
         pbuf v = pb_rand_buf(N1M, 0, 0.01);
+        const int copy = pb_act != LL_REAL_DTYPE;
+        pbuf pa = copy ? pb_rand_act(N1M, -1, 1) : pb_new(NULL, 0);
         double h[LL_ST_N] = {0};
         h[LL_ST_GMUL] = 0.37, h[LL_ST_ADAM_T] = 7, h[LL_ST_ADAM_T_PHI] = 2, h[LL_ST_SKIP] = k == 2;
         pbuf st = pb_new(h, sizeof h);
-        BOTH BE->adam(BE, F(p, s), F(g, s), F(m, s), F(v, s), N1M, 1e-3f, 0.9f, 0.98f, 1e-8f, k ? 0 : 0.01f,
-                      F64(st, s), k == 1 ? LL_ST_ADAM_T_PHI : LL_ST_ADAM_T);
+        BOTH BE->adam(BE, F(p, s), copy ? A(pa, s) : NULL, F(g, s), F(m, s), F(v, s), N1M, 1e-3f, 0.9f, 0.98f, 1e-8f,
+                      k ? 0 : 0.01f, F64(st, s), k == 1 ? LL_ST_ADAM_T_PHI : LL_ST_ADAM_T);
         pb_cmp("p", &p, N1M, TOL_EW);
         pb_cmp("m", &m, N1M, TOL_EW);
         pb_cmp("v", &v, N1M, TOL_EW);
+        if (copy) pb_cmp("p_act (the weight copy)", &pa, N1M, TOL_EW);
         if (k == 2) { /* skipped: nothing moved */
             real *a = pb_get(&p, DUT), *b = pb_get(&p, REF);
             CHECK_MSG(!memcmp(a, b, N1M * sizeof(real)), "adam: a skipped update changed the parameters");
             free(a), free(b);
         }
-        pb_free(&p), pb_free(&g), pb_free(&m), pb_free(&v), pb_free(&st);
+        pb_free(&p), pb_free(&g), pb_free(&m), pb_free(&v), pb_free(&pa), pb_free(&st);
     }
 }
 
-/* ---- packed linear layer (optional): against gemm + bias on the CPU ---- */
+/* ---- packed linear layer (optional): against the reference's gemm with the BIAS epilogue ---- */
 static void t_linear_packed(void) {
     const int N = 1000, K = 129, M = 37, ldx = K + 3, ldy = N + 5;
-    pbuf W = pb_rand_buf((size_t)N * K, -1, 1), X = pb_rand_buf((size_t)M * ldx, -1, 1);
-    pbuf bias = pb_rand_buf(N, -1, 1), Y = pb_rand_buf((size_t)M * ldy, -1, 1);
-    ll_backend *cpu = pb_be[REF], *dut = pb_be[DUT];
-    cpu->gemm(cpu, 0, 1, M, N, K, 1, F(X, REF), ldx, F(W, REF), K, 0, F(Y, REF), ldy);
-    cpu->bias_fwd(cpu, F(Y, REF), F(bias, REF), 1, N); /* row 0 only: the rest below */
-    for (int r = 1; r < M; r++) cpu->bias_fwd(cpu, F(Y, REF) + (size_t)r * ldy, F(bias, REF), 1, N);
+    real *hw = pb_rand((size_t)N * K, -1, 1);
+    pbuf W = pb_new(hw, (size_t)N * K * sizeof(real)), Wa = pb_new_act(hw, (size_t)N * K);
+    pbuf X = pb_rand_act((size_t)M * ldx, -1, 1), bias = pb_rand_buf(N, -1, 1), Y = pb_rand_act((size_t)M * ldy, -1, 1);
+    ll_backend *ref = pb_be[REF], *dut = pb_be[DUT];
+    const ll_gemm_desc g = {.trans_b = 1, .M = M, .N = N, .K = K, .alpha = 1, .beta = 0, .A = X.d[REF],
+                            .a_type = pb_act, .lda = ldx, .B = Wa.d[REF], .b_type = pb_act, .ldb = K, .C = Y.d[REF],
+                            .c_type = pb_act, .ldc = ldy, .epi = LL_EPI_BIAS, .bias = F(bias, REF)};
+    ref->gemm(ref, &g);
     void *pk = dut->linear_pack(dut, F(W, DUT), N, K);
     if (pk) {
-        dut->linear_packed(dut, F(Y, DUT), ldy, F(X, DUT), ldx, pk, F(bias, DUT), M);
+        dut->linear_packed(dut, A(Y, DUT), ldy, A(X, DUT), ldx, pk, F(bias, DUT), M);
         dut->linear_unpack(dut, pk);
         pb_cmp("Y = X W^T + b (padding untouched)", &Y, (size_t)M * ldy, TOL_RED);
     } else {
         printf("(linear_pack returned NULL: no fast path for this shape; callers use gemm)\n");
     }
-    pb_free(&W), pb_free(&X), pb_free(&bias), pb_free(&Y);
+    free(hw), pb_free(&W), pb_free(&Wa), pb_free(&X), pb_free(&bias), pb_free(&Y);
 }

@@ -13,6 +13,16 @@
  * Dropout stays on (the configs' rates): its masks must be identical bits,
  * or the step differs by O(1).  1e-4 and not 1e-5: a step is ~10 layers of
  * reductions in another order, each adding ~1e-6.
+ * bf16 (LL_PARITY_PRECISION=bf16): the bf16 CUDA backend against the bf16
+ * CPU backend, both with bf16 activations and the same fp32 master weights.
+ * Each op's output may differ by one bf16 rounding step (2^-8 relative) where
+ * the two sides' fp32 values straddle a rounding boundary, and ~20 layers
+ * carry such differences on, so elementwise comparison is too strict:
+ *  - the loss statistics within TOL_STEP_BF16_LOSS = 2e-3 relative;
+ *  - every gradient tensor with relative L2 error ||g - g_cpu|| / max(||g_cpu||,
+ *    1e-7 sqrt(n)) < TOL_STEP_BF16_L2 = 2e-2 (tests/test_bf16.c allows 0.1
+ *    for bf16 against fp32, which differ by far more; a wrong op, stride or
+ *    mask gives O(1)).
  * The methods and toy shapes follow tests/cli/test_op_count.sh.  Skips (77)
  * without a GPU; LL_PARITY_SELFTEST=1 runs CPU against CPU (exact), and with
  * LL_PARITY_BREAK=<op> (tests/gpu/parity.h) it must fail. */
@@ -25,6 +35,8 @@
 #include "../gradcheck/gradcheck.h"
 
 #define TOL_STEP 1e-4
+#define TOL_STEP_BF16_LOSS 2e-3
+#define TOL_STEP_BF16_L2 2e-2
 
 typedef struct {
     const char *name, *cfg;
@@ -99,6 +111,7 @@ static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hp
         ll_philox_init(&r, 77, 0, 0);
         for (size_t i = 0; i < n; i++) a[i] = (real)(4 * ll_philox_uniform(&r, i) - 2);
         be->upload(be, m->params + m->phi_offset, a, sizeof(real) * n);
+        ll_model_refresh_weights(m); /* the activation-dtype weight copy (bf16) */
         free(a);
     }
     /* an update past the soft phase and the annealing: hard gates, KL and L_K weights on */
@@ -166,12 +179,14 @@ static int run_method(const method *me) {
     static const struct { int slot; const char *name; } slots[] = {
         {LL_ST_LOSS, "loss"}, {LL_ST_NLL, "nll"}, {LL_ST_CE2, "ce2 (DDR)"}, {LL_ST_NLL2, "nll2 (DDR)"},
         {LL_ST_DDR, "ddr"},   {LL_ST_ALD, "ald"}, {LL_ST_KL, "kl"},         {LL_ST_LK, "lk"}};
+    const int bf16 = pb_act == LL_BF16;
+    const double tol_loss = bf16 ? TOL_STEP_BF16_LOSS : TOL_STEP, tol_grad = bf16 ? TOL_STEP_BF16_L2 : TOL_STEP;
     double worst_loss = 0;
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         const double g = sd[DUT].st[slots[i].slot], f = sd[REF].st[slots[i].slot];
         const double e = fabs(g - f) / fmax(fabs(f), 1e-7);
         if (!(e <= worst_loss)) worst_loss = e;
-        if (!(e <= TOL_STEP)) {
+        if (!(e <= tol_loss)) {
             fprintf(stderr, "  %s: %s: %s %.9g, cpu %.9g (error %.3g)\n", me->name, slots[i].name, pb_be[DUT]->name, g,
                     f, e);
             tu_failures++;
@@ -186,15 +201,19 @@ static int run_method(const method *me) {
         double ss = 0;
         for (size_t i = 0; i < p->numel; i++) ss += (double)f[i] * f[i];
         const double den0 = fmax(sqrt(ss / (double)(p->numel ? p->numel : 1)), 1e-7);
-        double e = 0;
+        double e = 0, d2 = 0;
         size_t wi = 0;
         for (size_t i = 0; i < p->numel; i++) {
-            double ei = fabs((double)g[i] - f[i]) / fmax(fabs((double)f[i]), den0);
+            const double d = (double)g[i] - f[i];
+            double ei = fabs(d) / fmax(fabs((double)f[i]), den0);
             if (!(ei <= e)) e = ei, wi = i;
+            d2 += d * d;
         }
+        if (bf16) /* relative L2 error of the tensor (see above) */
+            e = sqrt(d2) / fmax(sqrt(ss), 1e-7 * sqrt((double)(p->numel ? p->numel : 1)));
         if (!(e <= worst)) worst = e, worst_name = p->name;
-        if (!(e <= TOL_STEP)) {
-            fprintf(stderr, "  %s: grad %s [%zu]: error %.3g (element %zu: %s %.9g, cpu %.9g)\n", me->name, p->name,
+        if (!(e <= tol_grad)) {
+            fprintf(stderr, "  %s: grad %s [%zu]: error %.3g (worst element %zu: %s %.9g, cpu %.9g)\n", me->name, p->name,
                     p->numel, e, wi, pb_be[DUT]->name, (double)g[wi], (double)f[wi]);
             tu_failures++;
         }
@@ -246,7 +265,8 @@ int main(int argc, char **argv) {
         if (r < 0) printf("FAIL  %-18s %s\n", methods[i].name, why);
         pass += r == 0;
     }
-    printf("methods: %d of %d match (backend under test: %s)\n", pass, n, pb_be[DUT]->name);
+    printf("methods: %d of %d match (backend under test: %s, %s activations)\n", pass, n, pb_be[DUT]->name,
+           ll_dtype_str(pb_act));
     if (fork_each) tu_failures += n - pass;
     if (pass < n && !tu_failures) tu_failures = n - pass;
     return tu_finish(pb_selftest ? "parity_selftest_step" : "gpu_test_step_cuda");

@@ -164,55 +164,87 @@ static float *scratch(cuda_impl *im, size_t bytes) {
  * Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C.  A row-major matrix
  * with leading dimension ld is, to column-major cuBLAS, its transpose with the
  * same ld, so we compute C^T = op(B)^T op(A)^T: swap the operands and M/N, keep
- * the transpose flags.  fp32 math (no TF32) until the mixed-precision issue. */
-static void cu_gemm(ll_backend *be, int trans_a, int trans_b, int M, int N, int K, real alpha, const real *A,
-                    int lda, const real *B, int ldb, real beta, real *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
-    cuda_impl *im = enter(be);
-    float a = (float)alpha, b = (float)beta;
-    CUBLAS_CHECK(cublasSgemm(im->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             N, M, K, &a, B, ldb, A, lda, &b, C, ldc));
+ * the transpose flags.  cublasGemmEx takes each operand's dtype (fp32 or bf16)
+ * and accumulates in fp32 (no TF32: the reference comparisons rely on exact
+ * fp32).  Epilogues need cuBLASLt (CUBLASLT_EPILOGUE_BIAS / RELU_BIAS /
+ * BGRADB with the operands swapped as above): the CUDA backend issue adds
+ * them; until then a descriptor with one stops here. */
+static cudaDataType cuda_type(ll_dtype t) {
+    if (t == LL_BF16) return CUDA_R_16BF;
+    if (t != LL_F32) ll_die("cuda gemm: no %s operands", ll_dtype_str(t));
+    return CUDA_R_32F;
 }
 
-/* ---- layer norm -------------------------------------------------------------- */
+static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
+    if (g->M <= 0 || g->N <= 0) return;
+    if (g->epi != LL_EPI_NONE)
+        ll_die("cuda gemm: epilogue %d (bias / bias+relu / bias gradient) needs cuBLASLt, which the CUDA backend "
+               "does not use yet",
+               (int)g->epi);
+    cuda_impl *im = enter(be);
+    float a = (float)g->alpha, b = (float)g->beta;
+    CUBLAS_CHECK(cublasGemmEx(im->cublas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              g->N, g->M, g->K, &a, g->B, cuda_type(g->b_type), g->ldb, g->A, cuda_type(g->a_type),
+                              g->lda, &b, g->C, cuda_type(g->c_type), g->ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+}
 
-static void cu_layernorm_fwd(ll_backend *be, real *out, real *mean, real *rstd, const real *x, const real *w,
+/* ---- layer norm (kernels/layernorm.cu: fp32 activations only so far) ------------ */
+
+static void need_f32(ll_backend *be, const char *op) {
+    if (be->act != LL_F32) ll_die("cuda %s: %s activations need the bf16 kernels (not written yet)", op,
+                                  ll_dtype_str(be->act));
+}
+
+static void cu_layernorm_fwd(ll_backend *be, ll_act *out, real *mean, real *rstd, const ll_act *x, const real *w,
                              const real *b, int N, int C) {
+    need_f32(be, "layernorm_fwd");
     cuda_impl *im = enter(be);
-    CUDA_CHECK(ll_cuda_layernorm_fwd(im->stream, out, mean, rstd, x, w, b, N, C));
+    CUDA_CHECK(ll_cuda_layernorm_fwd(im->stream, (float *)out, mean, rstd, (const float *)x, w, b, N, C));
 }
 
-static void cu_layernorm_bwd(ll_backend *be, real *dx, real *dw, real *db, const real *dout, const real *x,
+static void cu_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, const ll_act *dout, const ll_act *x,
                              const real *w, const real *mean, const real *rstd, int N, int C) {
+    need_f32(be, "layernorm_bwd");
     cuda_impl *im = enter(be);
     size_t nf = (dw || db) ? ll_cuda_layernorm_bwd_scratch_floats(N, C) : 0;
     float *s = nf ? scratch(im, nf * sizeof(float)) : NULL;
-    CUDA_CHECK(ll_cuda_layernorm_bwd(im->stream, dx, dw, db, s, dout, x, w, mean, rstd, N, C));
+    CUDA_CHECK(ll_cuda_layernorm_bwd(im->stream, (float *)dx, dw, db, s, (const float *)dout, (const float *)x, w,
+                                     mean, rstd, N, C));
 }
 
 /* ---- attention (kernels/attention.cu) ------------------------------------------ */
 
-static void cu_attention_fwd(ll_backend *be, real *out, real *lse, const real *q, int q_stride, const real *k,
-                             const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+static void cu_attention_fwd(ll_backend *be, ll_act *out, real *lse, const ll_act *q, int q_stride, const ll_act *k,
+                             const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                              int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
+    need_f32(be, "attention_fwd");
     cuda_impl *im = enter(be);
-    CUDA_CHECK(ll_cuda_attention_fwd(im->stream, out, lse, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk, H, Dh,
-                                     causal, attn_dropout, rng, rng_offset));
+    CUDA_CHECK(ll_cuda_attention_fwd(im->stream, (float *)out, lse, (const float *)q, q_stride, (const float *)k,
+                                     (const float *)v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, attn_dropout,
+                                     rng, rng_offset));
 }
 
-static void cu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *out,
-                             const real *lse, const real *q, int q_stride, const real *k, const real *v,
-                             int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
-                             real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
+static void cu_attention_bwd(ll_backend *be, ll_act *dq, ll_act *dk, ll_act *dv, const ll_act *dout,
+                             const ll_act *out, const real *lse, const ll_act *q, int q_stride, const ll_act *k,
+                             const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+                             int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
+    need_f32(be, "attention_bwd");
     cuda_impl *im = enter(be);
-    CUDA_CHECK(ll_cuda_attention_bwd(im->stream, dq, dk, dv, dout, out, lse, q, q_stride, k, v, kv_stride, key_len,
-                                     B, Tq, Tk, H, Dh, causal, attn_dropout, rng, rng_offset));
+    CUDA_CHECK(ll_cuda_attention_bwd(im->stream, (float *)dq, (float *)dk, (float *)dv, (const float *)dout,
+                                     (const float *)out, lse, (const float *)q, q_stride, (const float *)k,
+                                     (const float *)v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, attn_dropout,
+                                     rng, rng_offset));
 }
 
 /* ---- CUDA-only helpers (kernels/ll_cuda.h) ------------------------------------- */
 
 cudaStream_t ll_cuda_stream(ll_backend *be) { return impl_of(be)->stream; }
 int ll_cuda_device(ll_backend *be) { return impl_of(be)->device; }
+
+void ll_cuda_check_launch(cudaError_t e, const char *op) {
+    if (e != cudaSuccess) ll_die("CUDA error in %s: %s", op, cudaGetErrorString(e));
+}
 
 void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const ll_philox *r, uint64_t offset) {
     cuda_impl *im = enter(be);
@@ -272,6 +304,7 @@ ll_backend *ll_backend_cuda(int device) {
     ll_backend *be = ll_calloc(1, sizeof *be);
     be->name = "cuda";
     be->impl = im;
+    be->act = LL_F32; /* bf16 (the default for CUDA training) arrives with the bf16 kernels */
     be->alloc = cu_alloc;
     be->free = cu_free;
     be->upload = cu_upload;
@@ -284,8 +317,9 @@ ll_backend *ll_backend_cuda(int device) {
     be->layernorm_bwd = cu_layernorm_bwd;
     be->attention_fwd = cu_attention_fwd;
     be->attention_bwd = cu_attention_bwd;
-    /* The rest (embed, bias, relu, dropout, add/acc/scale/sumsq, xent,
-     * log_softmax, adam) come with the next issue; NULL until then. */
+    /* The rest (convert, embed, relu, dropout, add/acc/sumsq, xent,
+     * log_softmax, adam, gemm epilogues) come with the next issue; NULL until then. */
+    ll_cuda_register_decode(be);
     g_backends[device] = be;
     return be;
 }

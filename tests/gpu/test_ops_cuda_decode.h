@@ -1,0 +1,63 @@
+/* Decoding ops of tests/gpu/test_ops_cuda.c (included once, there), in the
+ * activation dtype, all compared exactly: copy_rows and reorder_rows move
+ * bytes, and beam_topk ranks the same values in double on both sides, so the
+ * candidates, their order, scores and log-probs must be identical.
+ * tests/gpu/test_decode_cuda.c covers the same ops in fp32 at other shapes
+ * (k = 64, many ties) plus a whole beam search CPU == CUDA. */
+
+static void t_copy_rows(void) {
+    const int rows = 37;
+    const size_t n = 301, ds = 517, ss = 3 * 301 + 2; /* the KV-cache write: k of a packed qkv row */
+    pbuf src = pb_rand_act(rows * ss, -1, 1), dst = pb_rand_act(rows * ds, -1, 1);
+    BOTH BE->copy_rows(BE, AT(dst, s, 7), ds, AT(src, s, n), ss, rows, n);
+    pb_cmp_exact("dst rows (the rest untouched)", &dst);
+    BOTH BE->copy_rows(BE, A(dst, s), ds, A(src, s), ss, 1, ds); /* one long row */
+    pb_cmp_exact("dst (one row)", &dst);
+    pb_free(&src), pb_free(&dst);
+}
+
+static void t_reorder_rows(void) {
+    const int total = 11, rows = 8;
+    const size_t n = 300, stride = 517;
+    const int from[8] = {3, 3, 0, 10, 4, 1, 2, 3}; /* rows repeat, some vanish; rows past 8 stay */
+    pbuf buf = pb_rand_act(total * stride, -1, 1), scratch = pb_new_act(NULL, rows * n);
+    pbuf f = pb_new(from, sizeof from);
+    BOTH BE->reorder_rows(BE, A(buf, s), A(scratch, s), INT(f, s), rows, n, stride);
+    pb_cmp_exact("buf (row r = old row from[r]; columns past n and rows past `rows` untouched)", &buf);
+    BOTH BE->reorder_rows(BE, A(buf, s), A(scratch, s), INT(f, s), 1, n, stride);
+    pb_cmp_exact("buf (one row)", &buf);
+    pb_free(&buf), pb_free(&scratch), pb_free(&f);
+}
+
+/* groups of `beam` rows over V = 32003: log-probs with ties (bf16 has many),
+ * NaN, -inf, dead rows (cum -inf), and the three length modes */
+static void topk_case(int groups, int beam, int V, int k) {
+    const int rows = groups * beam, pad = 1, bos = 0, eos = 2;
+    const size_t n = (size_t)rows * V;
+    real *hl = pb_rand(n, -12, -0.01);
+    for (size_t i = 0; i < n; i += 97) hl[i] = hl[i / 2]; /* exact ties */
+    for (size_t i = 5; i < n; i += 1009) hl[i] = NAN;
+    for (size_t i = 11; i < n; i += 2003) hl[i] = -INFINITY;
+    for (int r = 0; r < rows; r++) hl[(size_t)r * V + eos] = -0.5f; /* eos competitive */
+    double *cum = ll_malloc(sizeof(double) * rows);
+    uint8_t *mode = ll_malloc((size_t)groups);
+    for (int r = 0; r < rows; r++) cum[r] = r % 5 == 4 ? -INFINITY : -0.25 * (r % beam);
+    for (int g = 0; g < groups; g++) mode[g] = (uint8_t)(g % 3); /* 0: no eos; 1: eos allowed; 2: only eos */
+    pbuf logp = pb_new_act(hl, n), c = pb_new(cum, sizeof(double) * rows), md = pb_new(mode, (size_t)groups);
+    const size_t ns = (size_t)groups * k;
+    pbuf score = pb_new(NULL, ns * sizeof(double)), lp = pb_poison(ns), flat = pb_new(NULL, ns * sizeof(int32_t));
+    BOTH BE->beam_topk(BE, F64(score, s), F(lp, s), I32(flat, s), A(logp, s), F64(c, s), U8(md, s), groups, beam, V,
+                       k, pad, bos, eos);
+    char what[96];
+    snprintf(what, sizeof what, "flat (groups %d, beam %d, k %d)", groups, beam, k);
+    pb_cmp_exact(what, &flat);
+    pb_cmp_f64("score", &score, ns, 0, 1);
+    pb_cmp("lp", &lp, ns, 0);
+    free(hl), free(cum), free(mode);
+    pb_free(&logp), pb_free(&c), pb_free(&md), pb_free(&score), pb_free(&lp), pb_free(&flat);
+}
+static void t_beam_topk(void) {
+    topk_case(7, 5, 32003, 10); /* beam 5, 2 * beam candidates */
+    topk_case(3, 1, 32003, 64); /* one row per sentence, k 64 */
+    topk_case(2, 4, 17, 80);    /* fewer candidates than k: -inf / -1 slots */
+}
