@@ -20,13 +20,15 @@
 #   1. nvidia-smi
 #   2. source .device/gpu/env.sh (when present); cmake -DLL_CUDA=ON
 #      -DCMAKE_CUDA_ARCHITECTURES=90 -DLL_WERROR=ON; build with every core
-#   3. ctest -L gpu: op parity (tests/gpu/test_ops_cuda), one step of every
-#      method (test_step_cuda), attention, layer norm, smoke, deterministic
+#   3. ctest -L gpu: op parity (tests/gpu/test_ops_cuda) and one step of every
+#      method (test_step_cuda), each in fp32 and in bf16 (the _bf16 tests:
+#      LL_PARITY_PRECISION=bf16), attention, layer norm, decoding ops, smoke,
+#      deterministic bf16
 #      --resume on the GPU (test_resume_cuda); then the
 #      300-update bf16 Bible test and the decode parity test (GPU vs CPU
 #      decoding of one fp32 model: % of differing lines, BLEU delta)
-#   4. configs/bible_gpu.cfg for GPU_CHECK_TRAIN_MIN minutes (default 1.5;
-#      bf16 when the build has train.precision), then the test books with
+#   4. configs/bible_gpu.cfg (train.precision: bf16) for GPU_CHECK_TRAIN_MIN
+#      minutes (default 1.5), then the test books with
 #      beam 5 on the GPU: BLEU and chrF
 #   5. the CPU suite (ctest -LE gpu) in the time left
 # Environment: GPU_CHECK_BUDGET (s), GPU_CHECK_TRAIN_MIN, GPU_CHECK_BUILD
@@ -119,20 +121,18 @@ if [ $built -eq 0 ]; then
   cat "$L/ctest-gpu.log" "$L/bible300.log" "$L/decode-parity.log" > "$OUTDIR/ctest_gpu.log" 2> /dev/null
 
   # 4. the GPU quick start, shortened
-  prec=()
-  "$B/lltrain" --help-config | grep -q 'train\.precision' && prec=(--set train.precision=bf16)
   W=/tmp/ll-gpu-check-run
   rm -rf "$W"
   if [ -s data/bible/raw/test.en ]; then
     step train-bible 200 "$B/lltrain" --config configs/bible_gpu.cfg --set train.max_minutes="$TRAIN_MIN" \
-      --set train.valid_interval=100000 --set checkpoint.save_dir="$W" "${prec[@]}"
+      --set train.valid_interval=100000 --set checkpoint.save_dir="$W" --set train.precision=bf16
     grep -E 'device|model:|peak|memory|max_minutes|^valid|done:|error' "$L/train-bible.log" | tail -8 | sed 's/^/  /' |
       tee -a "$S"
     grep -E 'tok/s' "$L/train-bible.log" | tail -1 | sed 's/^/  last: /' | tee -a "$S"
     model=$W/checkpoint_best.llm
     [ -s "$model" ] || model=$W/checkpoint_last.llm
     if [ -s "$model" ]; then
-      step decode-test 120 "$B/lldecode" --model "$model" --device cuda --beam 5 --lenpen 1.0 \
+      step decode-test 120 "$B/lldecode" --model "$model" --device cuda --precision bf16 --beam 5 --lenpen 1.0 \
         --input data/bible/raw/test.en --output "$L/test.hyp.es"
       tail -1 "$L/decode-test.log" | sed 's/^/  /' | tee -a "$S"
       if [ -s "$L/test.hyp.es" ]; then

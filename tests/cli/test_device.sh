@@ -3,7 +3,8 @@
 # lldecode --device take auto|cpu|cuda (anything else: one line, status 1);
 # without a GPU, cuda is a one-line error before any work and auto trains and
 # decodes on the CPU, saying so, with the same output as cpu; with a GPU the
-# GPU tests (ctest -L gpu) cover the rest.  train.max_minutes stops a run
+# GPU tests (ctest -L gpu) cover the rest; the same with train.precision /
+# --precision bf16 (auto: the bf16 CPU backend).  train.max_minutes stops a run
 # early; --resume continues with a fresh budget.
 set -u
 SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -58,6 +59,25 @@ if [ $gpu = 0 ]; then
   "$BIN/lldecode" --model "$T/run/checkpoint_last.llm" --input "$T/in.en" --device cuda 2> "$T/e4" > /dev/null &&
     err "lldecode --device cuda decoded without a GPU"
   one_line "$T/e4" "no CUDA device"
+  # with train.precision / --precision bf16: auto is the bf16 CPU backend, cuda still one line
+  "$BIN/lldecode" --model "$T/run/checkpoint_last.llm" --input "$T/in.en" --output "$T/cpu16.out" --precision bf16 \
+    --quiet || err "lldecode --precision bf16 (cpu) failed"
+  "$BIN/lldecode" --model "$T/run/checkpoint_last.llm" --input "$T/in.en" --output "$T/auto16.out" --device auto \
+    --precision bf16 2> "$T/dauto16.log" || err "lldecode --device auto --precision bf16 failed"
+  grep -q -- "--device auto: .*using the CPU (bf16 activations)" "$T/dauto16.log" ||
+    err "lldecode --device auto --precision bf16: no word on the bf16 CPU pick: $(cat "$T/dauto16.log")"
+  cmp -s "$T/cpu16.out" "$T/auto16.out" || err "lldecode --device auto --precision bf16 differs from --device cpu"
+  "$BIN/lldecode" --model "$T/run/checkpoint_last.llm" --input "$T/in.en" --device cuda --precision bf16 \
+    2> "$T/e5" > /dev/null && err "lldecode --device cuda --precision bf16 decoded without a GPU"
+  one_line "$T/e5" "no CUDA device"
+  rm -rf "$T/run16"
+  "$BIN/lltrain" --config "$T/t.cfg" --set train.device=auto --set train.precision=bf16 \
+    --set checkpoint.save_dir="$T/run16" 2> "$T/auto16.log" || err "auto bf16: $(tail -1 "$T/auto16.log")"
+  grep -q "train.device auto: .*using the CPU (bf16 activations)" "$T/auto16.log" ||
+    err "auto bf16: the log does not say the bf16 CPU backend was picked"
+  "$BIN/lltrain" --config "$T/t.cfg" --set train.device=cuda --set train.precision=bf16 2> "$T/e6" &&
+    err "train.device=cuda train.precision=bf16 trained without a GPU"
+  one_line "$T/e6" "train.device cuda: no CUDA device"
 else
   echo "a GPU is present: the no-GPU checks are skipped (ctest -L gpu covers the device)"
 fi

@@ -41,12 +41,8 @@ bible_or_fail() {
     { echo "FAIL: llprep: $(tail -1 "$T/prep.log")" >&2; exit 1; }
 }
 
-# --set train.precision=P when this build has the key (mixed precision, issue 11), else nothing
-precision() {
-  if "$BIN/lltrain" --help-config 2> /dev/null | grep -q 'train\.precision'; then
-    echo "--set train.precision=$1"
-  fi
-}
+# --set train.precision=P (fp32|bf16: the activation dtype; bf16 = mixed precision, fp32 master weights)
+precision() { echo "--set train.precision=$1"; }
 
 # bible_train NAME DEVICE PRECISION UPDATES [--set ...]: the bible_quick model
 # (d 256, 3+3 layers) on bible_gpu.cfg's data, into $T/NAME

@@ -20,8 +20,7 @@ data:
 train: {seed: 1, lr: 3e-3, warmup_updates: 5, valid_interval: 5, log_interval: 5, device: $GPUDEV}
 checkpoint: {save_dir: $T/run}
 CFG
-# shellcheck disable=SC2046
-common=(--config "$T/t.cfg" $(precision bf16))
+common=(--config "$T/t.cfg" --set train.precision=bf16)
 "$BIN/lltrain" "${common[@]}" --set train.max_updates=30 2> "$T/straight.log" ||
   { err "straight run failed: $(tail -1 "$T/straight.log")"; exit 1; }
 mv "$T/run" "$T/straight"
