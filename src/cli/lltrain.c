@@ -22,7 +22,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet] [--op-stats] [--dry-run [--batch BxT]]\n"
             "       lltrain --help-config     print every config key with its type, default and meaning\n"
-            "       lltrain --devices         print 'cuda devices: N' (0 without a GPU or a CUDA build) and what auto picks\n"
+            "       lltrain --devices         print 'cuda devices: N' (0 without a GPU or a CUDA build) and what auto picks (fp32, bf16)\n"
             "  --resume    continue the run in checkpoint.save_dir from its newest usable checkpoint (bit for bit on CPU)\n"
             "  --threads N CPU threads (overrides train.threads; 0 = all cores)\n"
             "  --op-stats  count backend ops and host<->backend transfers per update (one worker) and print them\n"
@@ -81,6 +81,8 @@ int main(int argc, char **argv) {
             ll_verbosity = 0; /* the choice is printed below, not logged */
             ll_backend *be = ll_backend_select("auto", LL_REAL_DTYPE, "auto");
             printf("train.device auto: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
+            be = ll_backend_select("auto", LL_BF16, "auto");
+            printf("train.device auto, train.precision bf16: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
             return 0;
         } else if (!strcmp(argv[i], "--help-config")) {
             ll_config_print_help(stdout);
