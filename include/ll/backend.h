@@ -22,6 +22,7 @@
 #define LL_BACKEND_H
 
 #include <math.h>
+#include <stdio.h>
 
 #include "ll/core.h"
 
@@ -366,10 +367,16 @@ int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GP
 typedef struct {
     uint64_t calls, uploads, downloads;
     uint64_t per_op[sizeof(ll_backend) / sizeof(void *)]; /* by slot = field offset / sizeof(void *) */
+    uint64_t per_op_ns[sizeof(ll_backend) / sizeof(void *)]; /* ll_backend_timing: time inside each op */
     size_t mem_live, mem_peak; /* dry: backend bytes allocated now / at most */
 } ll_op_counts;
 ll_backend *ll_backend_counting(ll_backend *inner);
 ll_backend *ll_backend_dry(ll_backend *like);
+/* Counting, and each op timed between syncs of `inner` (a profile: slower
+ * than a real step, but it shows where the time goes).  The table, per op
+ * and per op class, goes to f with ll_backend_print_profile. */
+ll_backend *ll_backend_timing(ll_backend *inner);
+void ll_backend_print_profile(FILE *f, const ll_op_counts *c, double steps);
 void ll_backend_counting_free(ll_backend *counting_or_dry);
 ll_op_counts *ll_backend_counts(ll_backend *counting);
 const char *ll_backend_op_name(size_t slot);
