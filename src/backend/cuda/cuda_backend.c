@@ -18,6 +18,7 @@
 
 #include "ll/backend.h"
 #include "ll/core.h"
+#include "cuda_internal.h"
 #include "ll_cuda.h"
 
 #ifdef LL_REAL_DOUBLE
@@ -212,6 +213,8 @@ static void cu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const
 /* ---- CUDA-only helpers (kernels/ll_cuda.h) ------------------------------------- */
 
 cudaStream_t ll_cuda_stream(ll_backend *be) { return impl_of(be)->stream; }
+cudaStream_t ll_cuda_enter(ll_backend *be) { return enter(be)->stream; }
+void *ll_cuda_scratch(ll_backend *be, size_t bytes) { return scratch(impl_of(be), bytes); }
 int ll_cuda_device(ll_backend *be) { return impl_of(be)->device; }
 
 void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const ll_philox *r, uint64_t offset) {
@@ -284,8 +287,14 @@ ll_backend *ll_backend_cuda(int device) {
     be->layernorm_bwd = cu_layernorm_bwd;
     be->attention_fwd = cu_attention_fwd;
     be->attention_bwd = cu_attention_bwd;
-    /* The rest (embed, bias, relu, dropout, add/acc/scale/sumsq, xent,
-     * log_softmax, adam) come with the next issue; NULL until then. */
+    /* the other ops, one registration per file (cuda_ops_*.c); gemm_lt
+     * replaces the cublasSgemm gemm above with cuBLASLt */
+    ll_cuda_register_elementwise(be);
+    ll_cuda_register_embed(be);
+    ll_cuda_register_loss(be);
+    ll_cuda_register_step(be);
+    ll_cuda_register_latent(be);
+    if (ll_cuda_register_gemm_lt(be) != 0) return NULL; /* errbuf says why; the half-built backend is leaked */
     g_backends[device] = be;
     return be;
 }
