@@ -16,9 +16,12 @@
 
 /* ---- bias ------------------------------------------------------------------------------ */
 
-template <typename T> static __global__ void bias_fwd_kernel(T *y, const T *b, size_t total, int C, int set) {
+/* The bias is fp32 whatever y's type: bias vectors are small, so the kernels
+ * read the fp32 masters and need no bf16 copies of them. */
+template <typename T>
+static __global__ void bias_fwd_kernel(T *y, const float *__restrict__ b, size_t total, int C, int set) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        const float bv = ll_ld(b + i % (size_t)C);
+        const float bv = b[i % (size_t)C];
         ll_st(y + i, set ? bv : ll_ld(y + i) + bv);
     }
 }
@@ -63,19 +66,18 @@ extern "C" size_t ll_cuda_bias_bwd_scratch_bytes(int N, int C) {
     return (size_t)bb_chunks(N) * (size_t)C * sizeof(float);
 }
 
-static cudaError_t bias_fwd_common(cudaStream_t s, ll_cuda_dtype t, void *y, const void *b, int N, int C, int set) {
+static cudaError_t bias_fwd_common(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C, int set) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     const size_t total = (size_t)N * C;
-    LL_DISPATCH(t, T, bias_fwd_kernel<T><<<ll_grid(total, EW_THREADS), EW_THREADS, 0, s>>>((T *)y, (const T *)b,
-                                                                                           total, C, set);)
+    LL_DISPATCH(t, T, bias_fwd_kernel<T><<<ll_grid(total, EW_THREADS), EW_THREADS, 0, s>>>((T *)y, b, total, C, set);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
 
-extern "C" cudaError_t ll_cuda_bias_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, const void *b, int N, int C) {
+extern "C" cudaError_t ll_cuda_bias_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C) {
     return bias_fwd_common(s, t, y, b, N, C, 0);
 }
-extern "C" cudaError_t ll_cuda_bias_set(cudaStream_t s, ll_cuda_dtype t, void *y, const void *b, int N, int C) {
+extern "C" cudaError_t ll_cuda_bias_set(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C) {
     return bias_fwd_common(s, t, y, b, N, C, 1);
 }
 

@@ -21,6 +21,18 @@
 extern "C" {
 #endif
 
+/* ---- element types -------------------------------------------------------------
+ * The launchers below take activation tensors as void pointers plus an
+ * ll_cuda_dtype (fp32 or bf16): each kernel is a template over the element type
+ * with fp32 math inside, instantiated for both, so switching an op to bf16
+ * activations is a change of the dtype argument.  Parameters, their gradients,
+ * Adam moments, gates and statistics stay fp32 (double for the stats slots)
+ * whatever the activations' type; the exception are the embedding and
+ * position tables, which embed_fwd reads in the activations' type (a bf16
+ * copy, like the matmul weights).  The layer norm and attention launchers
+ * just below predate this and are fp32 (layer norm has _dt variants). */
+typedef enum { LL_CUDA_F32 = 0, LL_CUDA_BF16 = 1 } ll_cuda_dtype;
+
 /* ---- layernorm (kernels/layernorm.cu) ----------------------------------------
  * Same semantics as ll_backend.layernorm_fwd/bwd (eps 1e-5, biased variance,
  * fp32 statistics).  mean/rstd may be NULL in forward (inference); any of
@@ -34,6 +46,13 @@ size_t ll_cuda_layernorm_bwd_scratch_floats(int N, int C);
 cudaError_t ll_cuda_layernorm_bwd(cudaStream_t stream, float *dx, float *dw, float *db, float *scratch,
                                   const float *dout, const float *x, const float *w, const float *mean,
                                   const float *rstd, int N, int C);
+/* The same with activations (out, x; dx, dout) of type t: the kernels are
+ * templated; w, b, dw, db, mean, rstd stay fp32. */
+cudaError_t ll_cuda_layernorm_fwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *out, float *mean, float *rstd,
+                                     const void *x, const float *w, const float *b, int N, int C);
+cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dx, float *dw, float *db,
+                                     float *scratch, const void *dout, const void *x, const float *w,
+                                     const float *mean, const float *rstd, int N, int C);
 
 /* ---- attention (kernels/attention.cu) ------------------------------------------
  * ll_backend.attention_fwd/bwd on device buffers (key_len too: [B] ints on the
@@ -58,20 +77,13 @@ cudaError_t ll_cuda_launch_philox_u32(cudaStream_t stream, uint32_t *out, size_t
 cudaError_t ll_cuda_launch_philox_uniform(cudaStream_t stream, float *out, size_t n, ll_philox r,
                                           uint64_t offset);
 
-/* ---- element types -------------------------------------------------------------
- * The launchers below take activation tensors as void pointers plus an
- * ll_cuda_dtype (fp32 or bf16): each kernel is a template over the element type
- * with fp32 math inside, instantiated for both, so switching an op to bf16
- * activations is a change of the dtype argument.  Parameters, their gradients,
- * Adam moments, gates and statistics stay fp32 (double for the stats slots)
- * whatever the activations' type. */
-typedef enum { LL_CUDA_F32 = 0, LL_CUDA_BF16 = 1 } ll_cuda_dtype;
 
 /* ---- elementwise (kernels/elementwise.cu) ----------------------------------------
  * Semantics of the ll_backend ops of the same name; every pointer is device
  * memory; y may alias a.  Gates g1, g2 are fp32 device scalars (NULL reads as 1). */
-cudaError_t ll_cuda_bias_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, const void *b, int N, int C);
-cudaError_t ll_cuda_bias_set(cudaStream_t s, ll_cuda_dtype t, void *y, const void *b, int N, int C);
+/* y of type t; the bias b [C] is fp32 (small vectors read their fp32 masters) */
+cudaError_t ll_cuda_bias_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C);
+cudaError_t ll_cuda_bias_set(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C);
 /* db (fp32) += column sums of dy; deterministic two-stage reduction through
  * `scratch` (ll_cuda_bias_bwd_scratch_bytes(N, C) bytes of device memory). */
 size_t ll_cuda_bias_bwd_scratch_bytes(int N, int C);
