@@ -17,7 +17,7 @@
  * with smooth = V lse - sum_v x_v; grad = gs (softmax - q); pad rows: 0, no loss. */
 template <typename T>
 static __global__ void __launch_bounds__(LOSS_THREADS)
-    xent_kernel(T *__restrict__ logits, const int32_t *__restrict__ target, int N, int V, double eps, double eps_i,
+    xent_kernel(T *__restrict__ logits, const int32_t *__restrict__ target, int N, int V, double conf, double eps_i,
                 int pad, float grad_scale, double *__restrict__ rowloss) {
     __shared__ ll_msum shm[LL_WARP];
     __shared__ double shd[LL_WARP];
@@ -42,12 +42,12 @@ static __global__ void __launch_bounds__(LOSS_THREADS)
     if (threadIdx.x == 0) {
         const double lse = (double)st.m + log((double)st.s);
         const double nll = lse - (double)xy, smooth = (double)V * lse - sumx;
-        rowloss[row] = (1 - eps - eps_i) * nll + eps_i * smooth;
+        rowloss[row] = conf * nll + eps_i * smooth;
         rowloss[(size_t)N + row] = nll;
     }
     /* cpu: x = (gs / sum) e + (-gs eps_i); x[y] -= gs (1 - eps - eps_i) */
     const float a = grad_scale / st.s, b = -grad_scale * (float)eps_i;
-    const float cy = grad_scale * (float)(1 - eps - eps_i);
+    const float cy = grad_scale * (float)conf;
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
         float g = a * __expf(ll_ld(x + v) - st.m) + b;
         if (v == y) g -= cy;
@@ -74,9 +74,11 @@ extern "C" cudaError_t ll_cuda_xent_fwd_bwd(cudaStream_t s, ll_cuda_dtype t, voi
     if (N <= 0 || V <= 0) return cudaSuccess;
     if (!scratch) return cudaErrorInvalidValue;
     const double eps_i = V > 1 ? (double)eps / (V - 1) : 0.0;
+    /* the CPU's (1 - eps - eps_i): 1 - eps is a float subtraction there (eps is real) */
+    const double conf = (double)(1.0f - eps) - eps_i;
     double *rowloss = (double *)scratch;
-    LL_DISPATCH(t, T, xent_kernel<T><<<(unsigned)N, LOSS_THREADS, 0, s>>>((T *)logits, target, N, V, (double)eps,
-                                                                           eps_i, pad, grad_scale, rowloss);)
+    LL_DISPATCH(t, T, xent_kernel<T><<<(unsigned)N, LOSS_THREADS, 0, s>>>((T *)logits, target, N, V, conf, eps_i, pad,
+                                                                           grad_scale, rowloss);)
     LL_CHECK_LAUNCH();
     rows_finish<<<1, FIN_THREADS, 0, s>>>(rowloss, N, 2, 1.0, acc);
     LL_CHECK_LAUNCH();
