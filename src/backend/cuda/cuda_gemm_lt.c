@@ -156,7 +156,7 @@ static cublasStatus_t entry_build(lt_state *st, const lt_key *k, lt_entry *e) {
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     LT_TRY(cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, 1, &res, &nres));
-    if (nres < 1) {
+    if (nres < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
         status = CUBLAS_STATUS_NOT_SUPPORTED;
         goto fail;
     }
@@ -216,6 +216,9 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
     default: return CUBLAS_STATUS_INVALID_VALUE;
     }
     if (d->epilogue != LL_CUDA_EPI_NONE && !epi_ptr) return CUBLAS_STATUS_INVALID_VALUE;
+    /* the preferences cannot tell the heuristic the bias vector's alignment, and
+     * epilogue kernels load it in vectors: leave an odd one to the fallback */
+    if (epi_ptr && ptr_align(epi_ptr) < 16) return CUBLAS_STATUS_NOT_SUPPORTED;
 
     lt_key k;
     memset(&k, 0, sizeof k); /* hashed and compared bytewise */

@@ -44,7 +44,15 @@ static void cu_dots_acc(ll_backend *be, real *dst, const real *x, const real *co
     LL_CU(ll_cuda_dots_acc(s, LL_CUDA_F32, dst, x, (const void *const *)ys, k, n, sc));
 }
 
+/* Scratch reserved when the backend is built, so that the ops' temporary
+ * buffers (a few MB at NMT batch sizes: docs/cuda-backend.md, Scratch) never
+ * make it grow -- and allocate -- inside the training loop.  The scratch
+ * allocator rounds 16 MiB up to 24 MiB. */
+#define LL_CUDA_SCRATCH_RESERVE ((size_t)16 << 20)
+
 void ll_cuda_register_step(ll_backend *be) {
+    ll_cuda_enter(be);
+    (void)ll_cuda_scratch(be, LL_CUDA_SCRATCH_RESERVE);
     be->dot_acc = cu_dot_acc;
     be->sumsq = cu_sumsq;
     be->grad_finish = cu_grad_finish;
