@@ -136,7 +136,8 @@ extern "C" cudaError_t ll_cuda_sym_kl(cudaStream_t s, ll_cuda_dtype t, const voi
 }
 
 /* ---- log-softmax (decoding) ------------------------------------------------------------------ */
-template <typename T> static __global__ void __launch_bounds__(LOSS_THREADS) log_softmax_kernel(T *__restrict__ x, int V) {
+template <typename T>
+static __global__ void __launch_bounds__(LOSS_THREADS) log_softmax_kernel(T *__restrict__ x, int V) {
     __shared__ ll_msum shm[LL_WARP];
     T *xr = x + (size_t)blockIdx.x * V;
     ll_msum st = {-INFINITY, 0.0f};

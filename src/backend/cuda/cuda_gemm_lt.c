@@ -269,7 +269,10 @@ static void cu_gemm_lt(ll_backend *be, int trans_a, int trans_b, int M, int N, i
         cudaStream_t s = ll_cuda_enter(be);
         if (beta == 1) return;
         if (ldc != N) ll_die("gemm with K = 0 and ldc %d != N %d is not supported on CUDA", ldc, N);
-        LL_CU(ll_cuda_scale(s, LL_CUDA_F32, C, beta, (size_t)M * N));
+        if (beta == 0) /* BLAS: beta 0 does not read C (NaN * 0 must not survive) */
+            LL_CU(cudaMemsetAsync(C, 0, sizeof(real) * (size_t)M * N, s));
+        else
+            LL_CU(ll_cuda_scale(s, LL_CUDA_F32, C, beta, (size_t)M * N));
         return;
     }
     ll_cuda_gemm_desc d = {
