@@ -24,6 +24,7 @@
  * handle and the 32 MiB workspace (llm.c's size; enough for split-K on H100),
  * so no call allocates. */
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,8 @@ typedef struct {
     lt_entry *tab; /* LT_BUCKETS */
     int count;
     ll_cuda_math default_math; /* of the fp32 gemm op */
+    cublasHandle_t blas;       /* the fp32 op's fallback when cuBLASLt has no algorithm */
+    int warned;
 } lt_state;
 
 static lt_state *g_lt[LT_MAX_DEVICES];
@@ -258,7 +261,11 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
     return (int)status;
 }
 
-void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m) { state_of(be)->default_math = m; }
+void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m) {
+    lt_state *st = state_of(be);
+    st->default_math = m;
+    cublasSetMathMode(st->blas, m == LL_CUDA_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+}
 
 /* ---- the op: fp32, no epilogue --------------------------------------------------------- */
 
@@ -296,9 +303,21 @@ static void cu_gemm_lt(ll_backend *be, int trans_a, int trans_b, int M, int N, i
         .math = state_of(be)->default_math,
     };
     int s = ll_cuda_gemm_lt(be, &d);
-    if (s != 0)
+    if (s == 0) return;
+    if (s != CUBLAS_STATUS_NOT_SUPPORTED)
         ll_die("cuBLASLt gemm failed (status %d): trans %d/%d, M %d N %d K %d, ld %d/%d/%d", s, trans_a, trans_b, M, N,
                K, lda, ldb, ldc);
+    /* no cuBLASLt algorithm for this shape/alignment: cublasSgemm, same swapped operands */
+    lt_state *st = state_of(be);
+    if (!st->warned) {
+        st->warned = 1;
+        ll_warn("cuBLASLt has no algorithm for gemm M %d N %d K %d (ld %d/%d/%d); using cublasSgemm for such shapes", M,
+                N, K, lda, ldb, ldc);
+    }
+    float a = alpha, b = beta;
+    cublasStatus_t bs = cublasSgemm(st->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                    N, M, K, &a, B, ldb, A, lda, &b, C, ldc);
+    if (bs != CUBLAS_STATUS_SUCCESS) ll_die("cublasSgemm failed (status %d): M %d N %d K %d", (int)bs, M, N, K);
 }
 
 int ll_cuda_register_gemm_lt(ll_backend *be) {
@@ -320,6 +339,15 @@ int ll_cuda_register_gemm_lt(ll_backend *be) {
             return ll_fail("CUDA device %d: cannot allocate the 32 MiB cuBLASLt workspace: %s", dev,
                            cudaGetErrorString(e));
         }
+        s = cublasCreate(&st->blas);
+        if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(st->blas, ll_cuda_stream(be));
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            cudaFree(st->workspace);
+            cublasLtDestroy(st->lt);
+            free(st);
+            return ll_fail("cannot initialise cuBLAS on device %d (status %d)", dev, (int)s);
+        }
+        cublasSetMathMode(st->blas, CUBLAS_DEFAULT_MATH); /* exact fp32, like the cuBLASLt path */
         st->tab = ll_calloc(LT_BUCKETS, sizeof *st->tab);
         pthread_mutex_init(&st->mu, NULL);
         st->default_math = LL_CUDA_MATH_EXACT; /* parity with the CPU until a config asks for TF32 */
