@@ -29,8 +29,8 @@ extern "C" {
  * Adam moments, gates and statistics stay fp32 (double for the stats slots)
  * whatever the activations' type; the exception are the embedding and
  * position tables, which embed_fwd reads in the activations' type (a bf16
- * copy, like the matmul weights).  The layer norm and attention launchers
- * just below predate this and are fp32 (layer norm has _dt variants). */
+ * copy, like the matmul weights).  The fp32 layer norm and attention
+ * launchers just below predate this; their _dt variants take a dtype. */
 typedef enum { LL_CUDA_F32 = 0, LL_CUDA_BF16 = 1 } ll_cuda_dtype;
 
 /* ---- layernorm (kernels/layernorm.cu) ----------------------------------------
@@ -68,6 +68,17 @@ cudaError_t ll_cuda_attention_bwd(cudaStream_t stream, float *dq, float *dk, flo
                                   const float *out, const float *lse, const float *q, int q_stride, const float *k,
                                   const float *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H,
                                   int Dh, int causal, float p, const ll_philox *rng, uint64_t rng_offset);
+/* The same with q, k, v, out (dout, dq, dk, dv) of type t (lse fp32): the
+ * kernels are templated (fp32 shared memory and math, no tensor cores yet). */
+cudaError_t ll_cuda_attention_fwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *out, float *lse, const void *q,
+                                     int q_stride, const void *k, const void *v, int kv_stride, const int *key_len,
+                                     int B, int Tq, int Tk, int H, int Dh, int causal, float p, const ll_philox *rng,
+                                     uint64_t rng_offset);
+cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dq, void *dk, void *dv,
+                                     const void *dout, const void *out, const float *lse, const void *q, int q_stride,
+                                     const void *k, const void *v, int kv_stride, const int *key_len, int B, int Tq,
+                                     int Tk, int H, int Dh, int causal, float p, const ll_philox *rng,
+                                     uint64_t rng_offset);
 
 /* ---- Philox (kernels/philox.cu; device functions in kernels/philox.cuh) -------
  * out[i] = ll_philox_u32(r, offset + i) / ll_philox_uniform(r, offset + i),
