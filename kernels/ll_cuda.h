@@ -1,13 +1,17 @@
-/* C declarations of the CUDA kernel launchers (the .cu files in kernels/) and of the few
- * CUDA-only host helpers of src/backend/cuda/cuda_backend.c.
+/* C declarations of the CUDA kernel launchers (the .cu files in kernels/), of the
+ * cuBLASLt matmul (src/backend/cuda/cuda_gemm_lt.c) and of the few CUDA-only host
+ * helpers of src/backend/cuda/cuda_backend.c.
  *
  * Only code built into ll_cuda (and GPU tests, which link it through ll_model)
- * includes this header.  Everything here works on float: the CUDA backend is
- * never compiled into the double-precision (LL_REAL_DOUBLE) build.
+ * includes this header.  Activations are fp32 or bf16 (ll_cuda_dtype, per
+ * launcher); everything else is fp32 (double for the stats slots).  The CUDA
+ * backend is never compiled into the double-precision (LL_REAL_DOUBLE) build.
  *
- * Launchers enqueue work on `stream` and return cudaGetLastError() of the
- * launch (cudaSuccess when nothing was launched because the size is zero);
- * they never synchronise. */
+ * Launchers enqueue work on `stream` and return cudaGetLastError() of their
+ * launches (cudaSuccess when nothing was launched because the size is zero;
+ * cudaErrorInvalidValue for an unknown dtype or missing scratch); they never
+ * synchronise and never allocate: an op that needs temporary memory takes a
+ * `scratch` pointer of the size its *_scratch_bytes() function names. */
 #ifndef LL_CUDA_H
 #define LL_CUDA_H
 
