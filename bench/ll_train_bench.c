@@ -4,6 +4,7 @@
  * 128 pairs x 32 tokens (4096 target tokens).  Same shapes as torch_train_bench.py.
  * The step is lltrain's: ll_model_step_team with --batch-workers workers (default:
  * one per thread; 1 = one batch, every op threaded).
+ * --precision bf16: train.precision bf16 (bf16 activations and weight copy).
  * Prints: RESULT ll tokens_per_s=... step_s=... gflops=... workers=W */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,22 +24,23 @@ static double cpu_seconds(void) {
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
-    int steps = 10, threads = 2, B = 128, L = 32, workers = 0;
+    int steps = 10, threads = 2, B = 128, L = 32, workers = 0, bf16 = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--len")) L = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch-workers")) workers = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--precision")) bf16 = !strcmp(argv[i + 1], "bf16");
         else {
-            fprintf(stderr, "usage: %s [--steps N] [--threads N] [--batch B] [--len L] [--batch-workers W]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--steps N] [--threads N] [--batch B] [--len L] [--batch-workers W] [--precision fp32|bf16]\n", argv[0]);
             return 2;
         }
     }
     ll_set_threads(threads);
     ll_hparams hp = {.C = 256, .F = 1024, .H = 4, .Le = 6, .Ld = 6, .V = 8000, .max_pos = 1024, .share_all = 1,
                      .tie_output = 1, .dropout = 0.1, .label_smoothing = 0.1};
-    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+    ll_model *m = ll_model_new(&hp, ll_backend_cpu_precision(bf16 ? LL_BF16 : LL_F32));
     ll_model_init(m, 1);
     ll_config cfg;
     memset(&cfg, 0, sizeof cfg);

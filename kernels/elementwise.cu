@@ -1,99 +1,15 @@
-/* Pointwise ops: bias add/set and its gradient, ReLU, dropout, the residual
- * adds, scaling and the gated forms (cpu_backend.c / cpu_step.c semantics).
+/* Pointwise ops: ReLU, dropout, the residual adds and the gated forms
+ * (cpu_backend.c / cpu_step.c semantics).  The bias ops left the op table for
+ * gemm's epilogues; their fallback kernels are in gemm_epi.cu.
  *
  * Every kernel is a template over the activation type T (float, bf16) with
  * fp32 math, a grid-stride loop (any n, grids capped at LL_GRID_CAP blocks)
  * and size_t indices.  y may alias a (each element is read before it is
- * written by the same thread), so no __restrict__ on those pointers.
- *
- * bias_bwd reduces over rows without atomics (the layer norm dw/db scheme):
- * stage 1 sums a chunk of rows per block into partials [R, C], stage 2 adds
- * the R partials in a fixed order, so db is bit-reproducible. */
+ * written by the same thread), so no __restrict__ on those pointers. */
 #include "ll_cuda_common.cuh"
 #include "philox.cuh"
 
 #define EW_THREADS 256
-
-/* ---- bias ------------------------------------------------------------------------------ */
-
-/* The bias is fp32 whatever y's type: bias vectors are small, so the kernels
- * read the fp32 masters and need no bf16 copies of them. */
-template <typename T>
-static __global__ void bias_fwd_kernel(T *y, const float *__restrict__ b, size_t total, int C, int set) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        const float bv = b[i % (size_t)C];
-        ll_st(y + i, set ? bv : ll_ld(y + i) + bv);
-    }
-}
-
-#define BB_TY 8 /* row lanes of a stage-1 block (32 columns x 8 rows) */
-template <typename T>
-static __global__ void bias_bwd_partial(float *__restrict__ part, const T *__restrict__ dy, int N, int C,
-                                        int rows_per_chunk) {
-    __shared__ float sh[BB_TY][LL_WARP + 1];
-    const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * LL_WARP + tx, chunk = blockIdx.y;
-    const int r0 = chunk * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    float a = 0.0f;
-    if (col < C)
-        for (int r = r0 + ty; r < r1; r += BB_TY) a += ll_ld(dy + (size_t)r * C + col);
-    sh[ty][tx] = a;
-    __syncthreads();
-    if (ty == 0 && col < C) {
-        float t = 0.0f;
-#pragma unroll
-        for (int k = 0; k < BB_TY; k++) t += sh[k][tx];
-        part[(size_t)chunk * C + col] = t;
-    }
-}
-
-static __global__ void bias_bwd_final(float *__restrict__ db, const float *__restrict__ part, int R, int C) {
-    const int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= C) return;
-    float s = 0.0f;
-    for (int k = 0; k < R; k++) s += part[(size_t)k * C + col];
-    db[col] += s;
-}
-
-/* At least 64 rows per chunk, at most ~128 chunks (layernorm.cu's rule). */
-static int bb_rows_per_chunk(int N) {
-    const int rpc = (N + 127) / 128;
-    return rpc < 64 ? 64 : rpc;
-}
-static int bb_chunks(int N) { return (N + bb_rows_per_chunk(N) - 1) / bb_rows_per_chunk(N); }
-
-extern "C" size_t ll_cuda_bias_bwd_scratch_bytes(int N, int C) {
-    if (N <= 0 || C <= 0) return 0;
-    return (size_t)bb_chunks(N) * (size_t)C * sizeof(float);
-}
-
-static cudaError_t bias_fwd_common(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C, int set) {
-    if (N <= 0 || C <= 0) return cudaSuccess;
-    const size_t total = (size_t)N * C;
-    LL_DISPATCH(t, T, bias_fwd_kernel<T><<<ll_grid(total, EW_THREADS), EW_THREADS, 0, s>>>((T *)y, b, total, C, set);)
-    LL_CHECK_LAUNCH();
-    return cudaSuccess;
-}
-
-extern "C" cudaError_t ll_cuda_bias_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C) {
-    return bias_fwd_common(s, t, y, b, N, C, 0);
-}
-extern "C" cudaError_t ll_cuda_bias_set(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C) {
-    return bias_fwd_common(s, t, y, b, N, C, 1);
-}
-
-extern "C" cudaError_t ll_cuda_bias_bwd(cudaStream_t s, ll_cuda_dtype t, float *db, const void *dy, int N, int C,
-                                        void *scratch) {
-    if (N <= 0 || C <= 0) return cudaSuccess;
-    if (!scratch) return cudaErrorInvalidValue;
-    const int rpc = bb_rows_per_chunk(N), R = bb_chunks(N);
-    float *part = (float *)scratch;
-    dim3 g1((unsigned)((C + LL_WARP - 1) / LL_WARP), (unsigned)R), b1(LL_WARP, BB_TY);
-    LL_DISPATCH(t, T, bias_bwd_partial<T><<<g1, b1, 0, s>>>(part, (const T *)dy, N, C, rpc);)
-    LL_CHECK_LAUNCH();
-    bias_bwd_final<<<(unsigned)((C + 255) / 256), 256, 0, s>>>(db, part, R, C);
-    LL_CHECK_LAUNCH();
-    return cudaSuccess;
-}
 
 /* ---- ReLU -------------------------------------------------------------------------------- */
 
@@ -178,12 +94,12 @@ extern "C" cudaError_t ll_cuda_dropout_bwd(cudaStream_t s, ll_cuda_dtype t, void
     return cudaSuccess;
 }
 
-/* ---- adds, scaling, gates ------------------------------------------------------------------
+/* ---- adds, gates ------------------------------------------------------------------
  * One kernel: y = ca * a + cb * b with the gates read on the device.
  *   mode ADD:    y = a + alpha * b       (add: alpha 1; acc: y = a = dst)
  *   mode GATED:  y = a + (*g1)(*g2) * b  (NULL gate = 1)
- *   mode SCALE:  y = alpha * a, or (*g1)(*g2) * a with gates */
-enum { EW_ADD, EW_ADD_GATED, EW_SCALE, EW_SCALE_GATED };
+ *   mode SCALE_GATED: y = (*g1)(*g2) * a */
+enum { EW_ADD, EW_ADD_GATED, EW_SCALE_GATED };
 
 template <typename T>
 static __global__ void axpby_kernel(T *y, const T *a, const T *b, float alpha, const float *g1, const float *g2,
@@ -191,7 +107,7 @@ static __global__ void axpby_kernel(T *y, const T *a, const T *b, float alpha, c
     float g = alpha;
     if (mode == EW_ADD_GATED || mode == EW_SCALE_GATED) g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        if (mode == EW_SCALE || mode == EW_SCALE_GATED)
+        if (mode == EW_SCALE_GATED)
             ll_st(y + i, ll_ld(a + i) * g);
         else if (mode == EW_ADD && g == 1.0f)
             ll_st(y + i, ll_ld(a + i) + ll_ld(b + i)); /* plain add: no multiply, bit-equal to a + b */
@@ -218,9 +134,6 @@ extern "C" cudaError_t ll_cuda_add_scaled(cudaStream_t s, ll_cuda_dtype t, void 
 }
 extern "C" cudaError_t ll_cuda_acc(cudaStream_t s, ll_cuda_dtype t, void *dst, const void *src, size_t n) {
     return axpby(s, t, dst, dst, src, 1.0f, NULL, NULL, n, EW_ADD);
-}
-extern "C" cudaError_t ll_cuda_scale(cudaStream_t s, ll_cuda_dtype t, void *x, float alpha, size_t n) {
-    return axpby(s, t, x, x, NULL, alpha, NULL, NULL, n, EW_SCALE);
 }
 extern "C" cudaError_t ll_cuda_add_gated(cudaStream_t s, ll_cuda_dtype t, void *y, const void *a, const void *b,
                                          const float *g1, const float *g2, size_t n) {

@@ -1,7 +1,9 @@
 /* Token embedding with positions (forward) and its deterministic gradient.
  *
  * Forward: one thread per output element, out[r, c] = scale * emb[tok[r], c] +
- * pos[r % T + pos_offset, c], 0 for pad rows (cpu_embed_fwd).
+ * pos[r % T + pos_offset, c], 0 for pad rows (cpu_embed_fwd).  out and emb (the
+ * weight copy) are in the activation dtype; the sinusoids pos stay fp32, as in
+ * the op table (the bf16 CPU backend reads them in fp32 too).
  *
  * Backward, deterministic without float atomics (a resumed run must repeat
  * the bits): the op gets no vocabulary size, so instead of bucketing by token
@@ -22,7 +24,7 @@
 
 template <typename T>
 static __global__ void embed_fwd_kernel(T *__restrict__ out, const int32_t *__restrict__ tok, const T *__restrict__ emb,
-                                        const T *__restrict__ pos, int pos_offset, float scale, int N, int T_, int C,
+                                        const float *__restrict__ pos, int pos_offset, float scale, int N, int T_, int C,
                                         int pad) {
     const size_t total = (size_t)N * C;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -33,18 +35,18 @@ static __global__ void embed_fwd_kernel(T *__restrict__ out, const int32_t *__re
             continue;
         }
         const float e = ll_ld(emb + (size_t)t * C + c);
-        const float p = ll_ld(pos + (size_t)(r % T_ + pos_offset) * C + c);
+        const float p = pos[(size_t)(r % T_ + pos_offset) * C + c];
         ll_st(out + i, scale * e + p);
     }
 }
 
 extern "C" cudaError_t ll_cuda_embed_fwd(cudaStream_t s, ll_cuda_dtype t, void *out, const int32_t *tok,
-                                         const void *emb, const void *pos, int pos_offset, float scale, int N, int T,
+                                         const void *emb, const float *pos, int pos_offset, float scale, int N, int T,
                                          int C, int pad) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     if (T <= 0) return cudaErrorInvalidValue;
     LL_DISPATCH(t, E, embed_fwd_kernel<E><<<ll_grid((size_t)N * C, EMB_THREADS), EMB_THREADS, 0, s>>>(
-                          (E *)out, tok, (const E *)emb, (const E *)pos, pos_offset, scale, N, T, C, pad);)
+                          (E *)out, tok, (const E *)emb, pos, pos_offset, scale, N, T, C, pad);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

@@ -31,10 +31,11 @@ extern "C" {
  * with fp32 math inside, instantiated for both, so switching an op to bf16
  * activations is a change of the dtype argument.  Parameters, their gradients,
  * Adam moments, gates and statistics stay fp32 (double for the stats slots)
- * whatever the activations' type; the exception are the embedding and
- * position tables, which embed_fwd reads in the activations' type (a bf16
- * copy, like the matmul weights).  The fp32 layer norm and attention
- * launchers just below predate this; their _dt variants take a dtype. */
+ * whatever the activations' type; the exception is the embedding table,
+ * which embed_fwd reads in the activations' type (the weight copy, like the
+ * matmul weights; ll_backend's p_act).  The fp32 layer norm and attention
+ * launchers just below predate this; their _dt variants take a dtype (the op
+ * table uses those). */
 typedef enum { LL_CUDA_F32 = 0, LL_CUDA_BF16 = 1 } ll_cuda_dtype;
 
 /* ---- layernorm (kernels/layernorm.cu) ----------------------------------------
@@ -96,14 +97,6 @@ cudaError_t ll_cuda_launch_philox_uniform(cudaStream_t stream, float *out, size_
 /* ---- elementwise (kernels/elementwise.cu) ----------------------------------------
  * Semantics of the ll_backend ops of the same name; every pointer is device
  * memory; y may alias a.  Gates g1, g2 are fp32 device scalars (NULL reads as 1). */
-/* y of type t; the bias b [C] is fp32 (small vectors read their fp32 masters) */
-cudaError_t ll_cuda_bias_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C);
-cudaError_t ll_cuda_bias_set(cudaStream_t s, ll_cuda_dtype t, void *y, const float *b, int N, int C);
-/* db (fp32) += column sums of dy; deterministic two-stage reduction through
- * `scratch` (ll_cuda_bias_bwd_scratch_bytes(N, C) bytes of device memory). */
-size_t ll_cuda_bias_bwd_scratch_bytes(int N, int C);
-cudaError_t ll_cuda_bias_bwd(cudaStream_t s, ll_cuda_dtype t, float *db, const void *dy, int N, int C,
-                             void *scratch);
 cudaError_t ll_cuda_relu_fwd(cudaStream_t s, ll_cuda_dtype t, void *x, size_t n);
 cudaError_t ll_cuda_relu_bwd(cudaStream_t s, ll_cuda_dtype t, void *dy, const void *y, size_t n);
 /* Dropout with the CPU's half-word rule (cpu_backend.c): element i keeps iff
@@ -115,20 +108,38 @@ cudaError_t ll_cuda_add(cudaStream_t s, ll_cuda_dtype t, void *y, const void *a,
 cudaError_t ll_cuda_add_scaled(cudaStream_t s, ll_cuda_dtype t, void *y, const void *a, const void *b, float alpha,
                                size_t n);
 cudaError_t ll_cuda_acc(cudaStream_t s, ll_cuda_dtype t, void *dst, const void *src, size_t n);
-cudaError_t ll_cuda_scale(cudaStream_t s, ll_cuda_dtype t, void *x, float alpha, size_t n);
 cudaError_t ll_cuda_add_gated(cudaStream_t s, ll_cuda_dtype t, void *y, const void *a, const void *b,
                               const float *g1, const float *g2, size_t n);
 cudaError_t ll_cuda_scale_gated(cudaStream_t s, ll_cuda_dtype t, void *x, const float *g1, const float *g2,
                                 size_t n);
 
+/* ---- gemm epilogues as kernels (kernels/gemm_epi.cu) ------------------------------
+ * The fallback of the gemm op when cuBLASLt refuses an epilogue, and its K = 0
+ * case.  gemm_epilogue: C[m, n] = relu?(mul * C[m, n] + bias[n]) over M x N at
+ * row stride ldc (C of type t; bias fp32 [N] or NULL; mul 0 does not read C).
+ * bias_grad: by_cols ? bgrad[c] += sum_r X[r, c] (length cols)
+ *                    : bgrad[r] += sum_c X[r, c] (length rows)
+ * over X [rows, cols] of type t at row stride ld; bgrad fp32, accumulated,
+ * deterministic (no atomics); scratch: ll_cuda_bias_grad_scratch_bytes(). */
+cudaError_t ll_cuda_gemm_epilogue(cudaStream_t s, ll_cuda_dtype t, void *C, int ldc, int M, int N, float mul,
+                                  const float *bias, int relu);
+size_t ll_cuda_bias_grad_scratch_bytes(int rows, int cols, int by_cols);
+cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float *bgrad, const void *x, int ld, int rows, int cols,
+                              int by_cols, void *scratch);
+
+/* ---- conversions (kernels/convert.cu) ----------------------------------------------
+ * ll_backend.convert: dst[i] = src[i] for fp32, bf16 and fp64 in any pair,
+ * through fp32 like cpu_convert; same types: a device copy. */
+cudaError_t ll_cuda_convert(cudaStream_t s, void *dst, ll_dtype dt, const void *src, ll_dtype st, size_t n);
+
 /* ---- embeddings (kernels/embed.cu) -------------------------------------------------
  * embed_fwd: out[r] = scale * emb[tok[r]] + pos[r % T + pos_offset], pad rows 0
- * (out, emb, pos of type t).  embed_bwd: demb (fp32) [tok[r]] += scale * dout[r]
+ * (out, emb of type t; the sinusoids pos fp32).  embed_bwd: demb (fp32) [tok[r]] += scale * dout[r]
  * for non-pad rows, deterministic: a stable radix sort of the rows by token,
  * then one block per distinct token adds its rows in ascending row order (the
  * CPU's order).  scratch: ll_cuda_embed_bwd_scratch_bytes(N) bytes. */
 cudaError_t ll_cuda_embed_fwd(cudaStream_t s, ll_cuda_dtype t, void *out, const int32_t *tok, const void *emb,
-                              const void *pos, int pos_offset, float scale, int N, int T, int C, int pad);
+                              const float *pos, int pos_offset, float scale, int N, int T, int C, int pad);
 size_t ll_cuda_embed_bwd_scratch_bytes(int N);
 cudaError_t ll_cuda_embed_bwd(cudaStream_t s, ll_cuda_dtype t, float *demb, const void *dout, const int32_t *tok,
                               float scale, int N, int C, int pad, void *scratch, size_t scratch_bytes);
@@ -225,7 +236,8 @@ cudaError_t ll_cuda_ald_unpool(cudaStream_t s, ll_cuda_dtype t, void *dh, const 
  * cublasStatus_t of the failure: CUBLAS_STATUS_NOT_SUPPORTED (15) when
  * cuBLASLt has no algorithm for the combination (e.g. an epilogue with these
  * types/transposes), CUBLAS_STATUS_INVALID_VALUE (7) for a bad descriptor; the
- * caller then falls back (plain gemm + bias/relu/bias_bwd ops).  Enqueued on
+ * caller then falls back (the gemm op: plain matmul + the kernels of
+ * kernels/gemm_epi.cu).  Enqueued on
  * the backend's stream, never synchronises. */
 typedef enum {
     LL_CUDA_EPI_NONE = 0,
@@ -255,8 +267,23 @@ typedef struct {
     ll_cuda_math math;       /* fp32 operands only: EXACT (parity tests) or TF32 */
 } ll_cuda_gemm_desc;
 int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d);
-/* Math mode of the backend's fp32 gemm op (ll_backend.gemm): EXACT by default. */
+/* Math mode of the gemm op's fp32 products on this device (both dtypes'
+ * backends): EXACT by default. */
 void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m);
+
+/* ---- incremental decoding (kernels/decode.cu) ------------------------------------
+ * ll_backend.reorder_rows / beam_topk on device buffers (from, cum, mode on the
+ * device).  beam_topk takes k <= LL_CUDA_TOPK_MAX (beam <= 32 at fairseq's
+ * k = 2 * beam) and fewer than 2^31 candidates in all, else
+ * cudaErrorInvalidValue. */
+#define LL_CUDA_TOPK_MAX 64
+/* reorder_rows in bytes (n, stride: bytes per row used / row pitch), any dtype */
+cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, const int *from, int rows,
+                                 size_t n, size_t stride);
+/* logp [groups*beam, V] of type t (the activation dtype); score, lp, flat as the op */
+cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *score, float *lp, int32_t *flat,
+                              const void *logp, const double *cum, const uint8_t *mode, int groups, int beam, int V,
+                              int k, int pad, int bos, int eos);
 
 /* ---- host helpers (src/backend/cuda/cuda_backend.c) ---------------------------
  * `be` must come from ll_backend_cuda(). */
@@ -266,6 +293,10 @@ int ll_cuda_device(ll_backend *be);
  * at element `offset`, on the backend's stream (asynchronous; download syncs). */
 void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const ll_philox *r, uint64_t offset);
 void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const ll_philox *r, uint64_t offset);
+/* Die with the op's name and CUDA's message when a launcher failed. */
+void ll_cuda_check_launch(cudaError_t e, const char *op);
+/* src/backend/cuda/cuda_ops_decode.c: copy_rows, reorder_rows, beam_topk */
+void ll_cuda_register_decode(ll_backend *be);
 
 #ifdef __cplusplus
 }

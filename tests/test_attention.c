@@ -15,6 +15,8 @@
 #include "ll/backend.h"
 #include "util/testutil.h"
 
+#define A_(p) ((ll_act *)(p)) /* host test buffers in the activation dtype (real) */
+
 typedef struct {
     int B, Tq, Tk, H, Dh, causal;
     float p;
@@ -122,9 +124,10 @@ static void run(int Tq, int Tk, int causal, float p, const int *klen, int B) {
     double *ro = malloc(sizeof(double) * nq), *rl = malloc(sizeof(double) * B * H * Tq);
     double *rdq = malloc(sizeof(double) * nq), *rdk = malloc(sizeof(double) * nk), *rdv = malloc(sizeof(double) * nk);
 
-    be->attention_fwd(be, out, lse, q, 3 * C, kv, kv + C, 2 * C, klen, B, Tq, Tk, H, Dh, causal, p, &rng, s.off);
-    be->attention_bwd(be, dq, dkv, dkv + C, g, out, lse, q, 3 * C, kv, kv + C, 2 * C, klen, B, Tq, Tk, H, Dh, causal,
-                      p, &rng, s.off);
+    be->attention_fwd(be, A_(out), lse, A_(q), 3 * C, A_(kv), A_(kv + C), 2 * C, klen, B, Tq, Tk, H, Dh, causal, p,
+                      &rng, s.off);
+    be->attention_bwd(be, A_(dq), A_(dkv), A_(dkv + C), A_(g), A_(out), lse, A_(q), 3 * C, A_(kv), A_(kv + C), 2 * C,
+                      klen, B, Tq, Tk, H, Dh, causal, p, &rng, s.off);
     reference(&s, q, 3 * C, kv, kv + C, 2 * C, g, ro, rl, rdq, rdk, rdv);
 
     double el = 0;
@@ -138,13 +141,14 @@ static void run(int Tq, int Tk, int causal, float p, const int *klen, int B) {
 
     /* lse may be NULL (inference): same out */
     float *out2 = malloc(sizeof(float) * nq);
-    be->attention_fwd(be, out2, NULL, q, 3 * C, kv, kv + C, 2 * C, klen, B, Tq, Tk, H, Dh, causal, p, &rng, s.off);
+    be->attention_fwd(be, A_(out2), NULL, A_(q), 3 * C, A_(kv), A_(kv + C), 2 * C, klen, B, Tq, Tk, H, Dh, causal, p,
+                      &rng, s.off);
     CHECK(!memcmp(out, out2, sizeof(float) * nq));
     /* sentences 1.. alone, with their row offset, get the same bits */
     if (B > 1) {
         const uint64_t off1 = s.off + (uint64_t)H * Tq * Tk;
-        be->attention_fwd(be, out2, NULL, q + (size_t)Tq * 3 * C, 3 * C, kv + (size_t)Tk * 2 * C,
-                          kv + (size_t)Tk * 2 * C + C, 2 * C, klen ? klen + 1 : NULL, B - 1, Tq, Tk, H, Dh, causal, p,
+        be->attention_fwd(be, A_(out2), NULL, A_(q + (size_t)Tq * 3 * C), 3 * C, A_(kv + (size_t)Tk * 2 * C),
+                          A_(kv + (size_t)Tk * 2 * C + C), 2 * C, klen ? klen + 1 : NULL, B - 1, Tq, Tk, H, Dh, causal, p,
                           &rng, off1);
         CHECK_MSG(!memcmp(out + (size_t)Tq * C, out2, sizeof(float) * (B - 1) * Tq * C), "slice Tq=%d Tk=%d p=%g", Tq,
                   Tk, p);

@@ -16,6 +16,8 @@
 #include "ll/backend.h"
 #include "util/testutil.h"
 
+#define A_(p) ((ll_act *)(p)) /* host test buffers in the activation dtype (real) */
+
 /* the CPU backend's mask-only draw (attention dropout, per tile), private to it */
 void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uint64_t offset);
 
@@ -65,7 +67,7 @@ static void test_dropout(void) {
             float *x = malloc(sizeof(float) * n);
             for (size_t i = 0; i < n; i++) x[i] = 1 + (float)(i % 5);
             mask2[n] = mask2[n + 1] = 0xAB;
-            be->dropout_fwd(be, x, mask, n, p, &r, off);
+            be->dropout_fwd(be, A_(x), mask, n, p, &r, off);
             size_t bad = 0, badx = 0, kept = 0;
             for (size_t i = 0; i < n; i++) {
                 const uint64_t h = off + i;
@@ -96,7 +98,7 @@ static void test_xent(void) {
     ll_philox_init(&r, 3, 4, 5);
     for (int i = 0; i < N * V; i++) ls[i] = x[i] = 12 * ll_philox_uniform(&r, i) - 6 + (i % V == 77 ? 20 : 0);
     double acc[2] = {0.25, 0}; /* the op adds to the slots */
-    be->xent_fwd_bwd(be, x, tgt, N, V, eps, pad, gs, acc);
+    be->xent_fwd_bwd(be, A_(x), tgt, N, V, eps, pad, gs, acc);
     const double L = acc[0] - 0.25, NL = acc[1];
     double RL = 0, RNL = 0, worst = 0;
     const double eps_i = eps / (V - 1.0);
@@ -125,7 +127,7 @@ static void test_xent(void) {
     CHECK_NEAR(NL, RNL, 1e-4 * fabs(RNL));
 
     memcpy(x, ls, sizeof(float) * N * V);
-    be->log_softmax(be, x, N, V);
+    be->log_softmax(be, A_(x), N, V);
     worst = 0;
     for (int n = 0; n < N; n++) {
         const float *z = ls + (size_t)n * V;
@@ -154,7 +156,7 @@ static void test_optimizer_ops(void) {
         for (size_t i = 0; i < n; i++) g[i] = (float)(0.1 * (2 * ll_philox_uniform(&r, t * n + i) - 1));
         st[LL_ST_ADAM_T] = (double)t;
         st[LL_ST_GMUL] = gm;
-        be->adam(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
+        be->adam(be, p, NULL, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
         const double step = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
         for (size_t i = 0; i < n; i++) {
             const double gi = gm * g[i];
@@ -169,7 +171,7 @@ static void test_optimizer_ops(void) {
     /* a skipped update changes nothing */
     float p0 = p[17], m0 = m[17], v0 = v[17];
     st[LL_ST_SKIP] = 1;
-    be->adam(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
+    be->adam(be, p, NULL, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, st, LL_ST_ADAM_T);
     CHECK(p[17] == p0 && m[17] == m0 && v[17] == v0);
     double ss = 0;
     for (size_t i = 0; i < n; i++) ss += (double)p[i] * p[i];
@@ -193,12 +195,97 @@ static void test_optimizer_ops(void) {
     be->grad_finish(be, s2, 1, 0, 0);
     CHECK(s2[LL_ST_SKIP] == 1);
 
+    /* gemm's bias epilogue with beta 0 starts from the bias (K = 0: C = bias exactly) */
     const int N = 5, C = 37;
-    float bias[37], y[5 * 37];
+    float bias[37], y[5 * 37], one = 0;
     for (int c = 0; c < C; c++) bias[c] = (float)c - 3.5f;
-    be->bias_set(be, y, bias, N, C);
+    const ll_gemm_desc gd = {.trans_b = 1, .M = N, .N = C, .K = 0, .alpha = 1, .A = &one, .a_type = LL_F32, .lda = 1,
+                             .B = &one, .b_type = LL_F32, .ldb = 1, .C = y, .c_type = LL_F32, .ldc = C,
+                             .epi = LL_EPI_BIAS, .bias = bias};
+    be->gemm(be, &gd);
     for (int i = 0; i < N * C; i++) CHECK(y[i] == bias[i % C]);
     free(p), free(g), free(m), free(v), free(P), free(M), free(Vv);
+}
+
+/* beam_topk against a brute-force reference: every allowed candidate of a
+ * group, sorted by score (desc) then (row, token) (asc), first k.  Scores are
+ * quantised so ties are common; dead rows, NaN and -inf log-probs, and the
+ * three length modes are all exercised. */
+typedef struct {
+    double s;
+    int flat;
+} bt_cand;
+static int bt_cmp(const void *a, const void *b) {
+    const bt_cand *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    return (x->flat > y->flat) - (x->flat < y->flat);
+}
+
+static void test_beam_topk(void) {
+    ll_backend *be = ll_backend_cpu();
+    enum { G = 5, BEAM = 3, V = 23, K = 7, PAD = 1, BOS = 0, EOS = 2 };
+    real *logp = malloc(sizeof(real) * G * BEAM * V);
+    double cum[G * BEAM], score[G * K];
+    real lp[G * K];
+    int32_t flat[G * K];
+    uint8_t mode[G];
+    ll_philox r;
+    ll_philox_init(&r, 5, 6, 0);
+    for (int trial = 0; trial < 20; trial++) {
+        for (int i = 0; i < G * BEAM * V; i++) {
+            logp[i] = -(real)ll_philox_below(&r, (uint64_t)trial * 100000 + i, 8) / 4; /* ties */
+            if (ll_philox_below(&r, (uint64_t)trial * 100000 + 50000 + i, 50) == 0) logp[i] = NAN;
+            if (ll_philox_below(&r, (uint64_t)trial * 100000 + 70000 + i, 40) == 0) logp[i] = -INFINITY;
+        }
+        for (int i = 0; i < G * BEAM; i++)
+            cum[i] = ll_philox_below(&r, (uint64_t)trial * 1000 + i, 5) == 0 ? -INFINITY
+                                                                            : -(double)ll_philox_below(&r, (uint64_t)trial * 1000 + 500 + i, 4) / 2;
+        for (int g = 0; g < G; g++) mode[g] = (uint8_t)((g + trial) % 4 == 3 ? 3 : (g + trial) % 2); /* 0, 1, 3 */
+        be->beam_topk(be, score, lp, flat, (const ll_act *)logp, cum, mode, G, BEAM, V, K, PAD, BOS, EOS);
+        for (int g = 0; g < G; g++) {
+            bt_cand c[BEAM * V];
+            int n = 0;
+            for (int b = 0; b < BEAM; b++) {
+                const int row = g * BEAM + b;
+                if (cum[row] == -INFINITY) continue;
+                for (int v = 0; v < V; v++) {
+                    const double sc = cum[row] + (double)logp[(size_t)row * V + v];
+                    if (isnan(sc) || sc == -INFINITY || v == PAD || v == BOS) continue;
+                    if (v == EOS && !(mode[g] & 1)) continue;
+                    if ((mode[g] & 2) && v != EOS) continue;
+                    c[n++] = (bt_cand){sc, row * V + v};
+                }
+            }
+            qsort(c, n, sizeof *c, bt_cmp);
+            for (int q = 0; q < K; q++) {
+                const int i = g * K + q;
+                if (q < n) {
+                    CHECK(flat[i] == c[q].flat && score[i] == c[q].s);
+                    CHECK(lp[i] == logp[c[q].flat]);
+                } else {
+                    CHECK(flat[i] == -1 && score[i] == -INFINITY);
+                }
+            }
+        }
+    }
+    free(logp);
+}
+
+/* copy_rows / reorder_rows: strided copies and an in-place gather (rows may repeat). */
+static void test_row_ops(void) {
+    ll_backend *be = ll_backend_cpu();
+    enum { R = 6, N = 5, STRIDE = 9 };
+    real buf[R * STRIDE], orig[R * STRIDE], scratch[R * N], src[R * 4 * N];
+    for (int i = 0; i < R * STRIDE; i++) buf[i] = orig[i] = (real)i;
+    for (int i = 0; i < R * 4 * N; i++) src[i] = (real)(1000 + i);
+    const int from[R] = {2, 2, 0, 3, 5, 1};
+    be->reorder_rows(be, (ll_act *)buf, (ll_act *)scratch, from, R, N, STRIDE);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < STRIDE; j++)
+            CHECK(buf[r * STRIDE + j] == (j < N ? orig[from[r] * STRIDE + j] : orig[r * STRIDE + j]));
+    be->copy_rows(be, (ll_act *)(buf + 1), STRIDE, (const ll_act *)(src + 2), 4 * N, R, 3);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 3; j++) CHECK(buf[r * STRIDE + 1 + j] == src[r * 4 * N + 2 + j]);
 }
 
 int main(void) {
@@ -207,5 +294,7 @@ int main(void) {
     test_dropout();
     test_xent();
     test_optimizer_ops();
+    test_beam_topk();
+    test_row_ops();
     return tu_finish("test_cpu_kernels");
 }

@@ -11,6 +11,8 @@
 #include "ll/backend.h"
 #include "util/testutil.h"
 
+#define A_(p) ((ll_act *)(p)) /* host test buffers in the activation dtype (real) */
+
 static void check(int ta, int tb, int M, int N, int K, float beta) {
     ll_backend *be = ll_backend_cpu();
     int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
@@ -30,7 +32,10 @@ static void check(int ta, int tb, int M, int N, int K, float beta) {
                      (tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
             R[(size_t)i * ldc + j] = 0.5 * s + beta * R[(size_t)i * ldc + j];
         }
-    be->gemm(be, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, beta, C, ldc);
+    const ll_gemm_desc gd = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = 0.5f, .beta = beta,
+                             .A = A, .a_type = LL_F32, .lda = lda, .B = B, .b_type = LL_F32, .ldb = ldb, .C = C,
+                             .c_type = LL_F32, .ldc = ldc};
+    be->gemm(be, &gd);
     double worst = 0;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) worst = fmax(worst, fabs(C[(size_t)i * ldc + j] - R[(size_t)i * ldc + j]));
@@ -61,7 +66,7 @@ static void check_packed(int M, int N, int K, int with_bias) {
         free(X), free(W), free(bias), free(Y), free(Y1);
         return;
     }
-    be->linear_packed(be, Y, ldy, X, ldx, pk, with_bias ? bias : NULL, M);
+    be->linear_packed(be, A_(Y), ldy, A_(X), ldx, pk, with_bias ? bias : NULL, M);
     double worst = 0;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
@@ -75,7 +80,7 @@ static void check_packed(int M, int N, int K, int with_bias) {
         for (int j = N; j < ldy; j++) CHECK(Y[(size_t)i * ldy + j] == 7);
     /* each row alone gives the same bits as inside the batch */
     for (int i = 0; i < M; i += (M > 13 ? 5 : 1)) {
-        be->linear_packed(be, Y1, ldy, X + (size_t)i * ldx, ldx, pk, with_bias ? bias : NULL, 1);
+        be->linear_packed(be, A_(Y1), ldy, A_(X + (size_t)i * ldx), ldx, pk, with_bias ? bias : NULL, 1);
         CHECK_MSG(!memcmp(Y1, Y + (size_t)i * ldy, sizeof(float) * N), "linear_packed row %d of %d differs alone", i,
                   M);
     }

@@ -71,9 +71,77 @@ enum {
     LL_ST_N
 };
 
+/* ---- element types ----------------------------------------------------------
+ * Activations, activation gradients and the copy of the weights that matmuls
+ * read are in the backend's activation dtype (be->act): fp32 on the CPU by
+ * default, bf16 with train.precision: bf16 (CPU and CUDA), fp64 in the
+ * gradient-check build.  Everything else is `real`: master weights, weight
+ * gradients, Adam moments, saved statistics (layer-norm mean/rstd, attention
+ * lse), scalars in backend memory (gates, ReZero alphas, DLCL weights, latent
+ * logits and samples), ALD's pooled vectors; reductions go to double stats.
+ * ll_act is an incomplete type on purpose: an ll_act * cannot be indexed or
+ * mixed up with a real * without a cast, so model code that forgets which
+ * dtype a buffer has does not compile.  Address element i with ll_act_at. */
+typedef enum { LL_F32, LL_BF16, LL_F64 } ll_dtype;
+typedef struct ll_act ll_act;
+static inline size_t ll_dtype_bytes(ll_dtype t) { return t == LL_BF16 ? 2 : t == LL_F64 ? 8 : 4; }
+static inline const char *ll_dtype_str(ll_dtype t) { return t == LL_BF16 ? "bf16" : t == LL_F64 ? "fp64" : "fp32"; }
+#ifdef LL_REAL_DOUBLE
+#define LL_REAL_DTYPE LL_F64
+#else
+#define LL_REAL_DTYPE LL_F32
+#endif
+
+/* bf16 = the top 16 bits of an fp32; rounding to nearest even (NaN stays a quiet NaN). */
+static inline uint16_t ll_f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = {f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+    return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1)) >> 16);
+}
+static inline float ll_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
+/* gemm epilogues, one to one with cuBLASLt's (CUBLASLT_EPILOGUE_BIAS, _RELU_BIAS, _BGRADx). */
+typedef enum {
+    LL_EPI_NONE,
+    LL_EPI_BIAS,      /* C[m, n] += bias[n] after the product (linear layer forward) */
+    LL_EPI_BIAS_RELU, /* then C = max(C, 0) (FFN fc1) */
+    LL_EPI_BGRAD,     /* also bgrad[m] += sum_k op(A)[m, k]: with A = dY^T of a weight-gradient
+                       * gemm dW = dY^T X, the bias gradient (the column sums of dY) */
+} ll_epilogue;
+
+/* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, row-major, each operand with
+ * its own dtype and leading dimension (elements).  Supported combinations:
+ * all three in the activation dtype (activations x weight copy), and A, B in
+ * the activation dtype with C in `real` (weight gradients, beta 1).  Products
+ * accumulate in fp32 (or wider) whatever the operand types.  bias is `real`
+ * (the master copy: [N] values, small), bgrad is the fp32 bias gradient [M].
+ * In cuBLASLt terms (column-major): swap A/B and M/N, keep the transposes;
+ * BGRAD is then BGRADB. */
+typedef struct {
+    int trans_a, trans_b;
+    int M, N, K;
+    real alpha, beta;
+    const void *A;
+    ll_dtype a_type;
+    int lda;
+    const void *B;
+    ll_dtype b_type;
+    int ldb;
+    void *C;
+    ll_dtype c_type;
+    int ldc;
+    ll_epilogue epi;
+    const real *bias; /* BIAS, BIAS_RELU */
+    real *bgrad;      /* BGRAD (accumulated) */
+} ll_gemm_desc;
+
 struct ll_backend {
     const char *name; /* "cpu" or "cuda" */
     void *impl;       /* backend private state (CUDA: stream, cuBLAS handle) */
+    ll_dtype act;     /* activation dtype (see above) */
 
     /* memory */
     void *(*alloc)(ll_backend *be, size_t bytes); /* zeroed */
@@ -83,64 +151,59 @@ struct ll_backend {
     void (*memset0)(ll_backend *be, void *p, size_t bytes);
     void (*copy)(ll_backend *be, void *dst, const void *src, size_t bytes); /* device to device */
     void (*sync)(ll_backend *be);
+    /* dst[i] = src[i] converted (round to nearest even when narrowing); the
+     * master -> weight-copy refresh, logits to fp32 for the host, tests. */
+    void (*convert)(ll_backend *be, void *dst, ll_dtype dst_type, const void *src, ll_dtype src_type, size_t n);
 
-    /* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M,K]. */
-    void (*gemm)(ll_backend *be, int trans_a, int trans_b, int M, int N, int K, real alpha, const real *A,
-                 int lda, const real *B, int ldb, real beta, real *C, int ldc);
+    void (*gemm)(ll_backend *be, const ll_gemm_desc *g);
 
-    /* Layer norm over the last dim C (eps 1e-5); saves mean/rstd [N] for backward. */
-    void (*layernorm_fwd)(ll_backend *be, real *out, real *mean, real *rstd, const real *x, const real *w,
+    /* Layer norm over the last dim C (eps 1e-5); saves mean/rstd [N] for backward.
+     * w, b: the fp32 master gains/biases; statistics in fp32. */
+    void (*layernorm_fwd)(ll_backend *be, ll_act *out, real *mean, real *rstd, const ll_act *x, const real *w,
                           const real *b, int N, int C);
-    void (*layernorm_bwd)(ll_backend *be, real *dx, real *dw, real *db, const real *dout, const real *x,
+    void (*layernorm_bwd)(ll_backend *be, ll_act *dx, real *dw, real *db, const ll_act *dout, const ll_act *x,
                           const real *w, const real *mean, const real *rstd, int N, int C);
 
-    /* out[r] = scale * emb[tok[r]] + pos[(r % T) + pos_offset]; rows whose token is pad are zero. */
-    void (*embed_fwd)(ll_backend *be, real *out, const int32_t *tok, const real *emb, const real *pos,
+    /* out[r] = scale * emb[tok[r]] + pos[(r % T) + pos_offset]; rows whose token is pad are zero.
+     * emb: the weight copy (activation dtype); pos: fp32 sinusoids; demb: fp32 gradient. */
+    void (*embed_fwd)(ll_backend *be, ll_act *out, const int32_t *tok, const ll_act *emb, const real *pos,
                       int pos_offset, real scale, int N, int T, int C, int pad);
-    void (*embed_bwd)(ll_backend *be, real *demb, const real *dout, const int32_t *tok, real scale, int N, int C,
+    void (*embed_bwd)(ll_backend *be, real *demb, const ll_act *dout, const int32_t *tok, real scale, int N, int C,
                       int pad);
 
-    /* y[r,:] += b (bias add); db += column sums of dy. */
-    void (*bias_fwd)(ll_backend *be, real *y, const real *b, int N, int C);
-    void (*bias_bwd)(ll_backend *be, real *db, const real *dy, int N, int C);
-    /* Optional (NULL: gemm with beta 0, then bias_fwd): y[r,:] = b, so a linear
-     * layer's gemm can start from the bias with beta 1 -- one pass over y
-     * instead of BLAS zeroing it and a bias pass adding to it. */
-    void (*bias_set)(ll_backend *be, real *y, const real *b, int N, int C);
-
-    /* In place: x = relu(x).  Backward: dx = dy * (y > 0), in place on dy. */
-    void (*relu_fwd)(ll_backend *be, real *x, size_t n);
-    void (*relu_bwd)(ll_backend *be, real *dy, const real *y, size_t n);
+    /* In place: x = relu(x) (decoding's packed linear layers; training uses
+     * gemm's BIAS_RELU).  Backward: dx = dy * (y > 0), in place on dy. */
+    void (*relu_fwd)(ll_backend *be, ll_act *x, size_t n);
+    void (*relu_bwd)(ll_backend *be, ll_act *dy, const ll_act *y, size_t n);
 
     /* In place dropout with inverted scaling; mask[i] = kept.  p == 0 sets mask to all ones.
-     * Element i uses Philox word (offset + i). */
-    void (*dropout_fwd)(ll_backend *be, real *x, uint8_t *mask, size_t n, real p, const ll_philox *rng,
+     * Element i uses dropout half-word (offset + i): bits 16*(e & 1).. of Philox word e >> 1. */
+    void (*dropout_fwd)(ll_backend *be, ll_act *x, uint8_t *mask, size_t n, real p, const ll_philox *rng,
                         uint64_t offset);
-    void (*dropout_bwd)(ll_backend *be, real *dx, const uint8_t *mask, size_t n, real p); /* in place */
+    void (*dropout_bwd)(ll_backend *be, ll_act *dx, const uint8_t *mask, size_t n, real p); /* in place */
 
     /* y = a + b (may alias a); dst += src. */
-    void (*add)(ll_backend *be, real *y, const real *a, const real *b, size_t n);
+    void (*add)(ll_backend *be, ll_act *y, const ll_act *a, const ll_act *b, size_t n);
     /* y = a + alpha * b (may alias a). */
-    void (*add_scaled)(ll_backend *be, real *y, const real *a, const real *b, real alpha, size_t n);
-    void (*acc)(ll_backend *be, real *dst, const real *src, size_t n);
-    void (*scale)(ll_backend *be, real *x, real s, size_t n);
+    void (*add_scaled)(ll_backend *be, ll_act *y, const ll_act *a, const ll_act *b, real alpha, size_t n);
+    void (*acc)(ll_backend *be, ll_act *dst, const ll_act *src, size_t n);
     /* Scalars in backend memory (gates, ReZero alphas; NULL reads as 1), so a
      * gated residual needs no host round-trip:
      *   add_gated:   y = a + (*g1) (*g2) b   (y may alias a)
      *   scale_gated: x *= (*g1) (*g2)
      *   dot_acc:     *dst += (*mul) <a, b>   (the dot product in double) */
-    void (*add_gated)(ll_backend *be, real *y, const real *a, const real *b, const real *g1, const real *g2,
+    void (*add_gated)(ll_backend *be, ll_act *y, const ll_act *a, const ll_act *b, const real *g1, const real *g2,
                       size_t n);
-    void (*scale_gated)(ll_backend *be, real *x, const real *g1, const real *g2, size_t n);
-    void (*dot_acc)(ll_backend *be, real *dst, const real *a, const real *b, size_t n, const real *mul);
+    void (*scale_gated)(ll_backend *be, ll_act *x, const real *g1, const real *g2, size_t n);
+    void (*dot_acc)(ll_backend *be, real *dst, const ll_act *a, const ll_act *b, size_t n, const real *mul);
     /* DLCL, one op per row of W however long the row: xs/ys are host arrays
-     * of k backend pointers, w points at k backend scalars.
+     * of k backend pointers, w points at k backend scalars (fp32).
      *   weighted_sum:     y = sum_j w[j] xs[j]
      *   weighted_scatter: ys[j] += w[j] x
      *   dots_acc:         dst[j] += <x, ys[j]>  (in double) */
-    void (*weighted_sum)(ll_backend *be, real *y, const real *const *xs, const real *w, int k, size_t n);
-    void (*weighted_scatter)(ll_backend *be, real *const *ys, const real *w, const real *x, int k, size_t n);
-    void (*dots_acc)(ll_backend *be, real *dst, const real *x, const real *const *ys, int k, size_t n);
+    void (*weighted_sum)(ll_backend *be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n);
+    void (*weighted_scatter)(ll_backend *be, ll_act *const *ys, const real *w, const ll_act *x, int k, size_t n);
+    void (*dots_acc)(ll_backend *be, real *dst, const ll_act *x, const ll_act *const *ys, int k, size_t n);
     /* Latent depth (reference-spec §1.2-§1.5), one row of [rows, L] at a time.
      * latent_sample: z, dzda [L] from logits a [L]: soft = sigmoid((a + g1 - g2) / tau)
      *   with g = -log(-log u), u1, u2 = Philox uniforms 2l, 2l+1 of rng;
@@ -164,13 +227,14 @@ struct ll_backend {
     void (*latent_depth)(ll_backend *be, double *acc, const real *logits, const ll_latent_prior *pr);
     void (*latent_q)(ll_backend *be, real *q, const real *logits, int L);
     /* ALD (reference-spec §3.3); len [B] target lengths in backend memory.
+     * Pooled vectors G and their gradients are fp32 (reductions).
      * ald_pool:   G[b] = mean over t < len[b] of h[b, t]       (G [B, C], h [B*T, C])
      * ald_loss:   G [3, B, C] = clean, light, heavy; *acc += w * sum_b softplus((cos(G0,G2) - cos(G0,G1)) / tau);
      *             dG [3, B, C] = its gradient (overwritten; NULL: none)
      * ald_unpool: dh[b, t] = dG[b] / len[b] for t < len[b], else 0 (overwritten) */
-    void (*ald_pool)(ll_backend *be, real *G, const real *h, const int *len, int B, int T, int C);
+    void (*ald_pool)(ll_backend *be, real *G, const ll_act *h, const int *len, int B, int T, int C);
     void (*ald_loss)(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, double w);
-    void (*ald_unpool)(ll_backend *be, real *dh, const real *dG, const int *len, int B, int T, int C);
+    void (*ald_unpool)(ll_backend *be, ll_act *dh, const real *dG, const int *len, int B, int T, int C);
     /* *acc += sum of x^2 (a stats slot). */
     void (*sumsq)(ll_backend *be, double *acc, const real *x, size_t n);
     /* End of an update's backward, on stats: GNORM = grad_scale * sqrt(GSUMSQ);
@@ -208,11 +272,12 @@ struct ll_backend {
      * attention_bwd: given out, lse and dout, overwrites the heads' columns of
      * dq, dk and dv (zeros where no gradient flows), so they need not be
      * cleared; it uses D_i = rowsum(dout_i o out_i) for the softmax backward. */
-    void (*attention_fwd)(ll_backend *be, real *out, real *lse, const real *q, int q_stride, const real *k,
-                          const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+    void (*attention_fwd)(ll_backend *be, ll_act *out, real *lse, const ll_act *q, int q_stride, const ll_act *k,
+                          const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                           int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
-    void (*attention_bwd)(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *out,
-                          const real *lse, const real *q, int q_stride, const real *k, const real *v, int kv_stride,
+    void (*attention_bwd)(ll_backend *be, ll_act *dq, ll_act *dk, ll_act *dv, const ll_act *dout, const ll_act *out,
+                          const real *lse, const ll_act *q, int q_stride, const ll_act *k, const ll_act *v,
+                          int kv_stride,
                           const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal, real attn_dropout,
                           const ll_philox *rng, uint64_t rng_offset);
 
@@ -220,36 +285,82 @@ struct ll_backend {
      * q[y] = 1-eps, q[v != y] = eps/(V-1)).  logits [N,V] are overwritten with
      * grad_scale * (softmax - q) (0 for pad targets).  Adds the summed loss and
      * nll (natural log) over non-pad rows to acc[0] and acc[1] (stats slots). */
-    void (*xent_fwd_bwd)(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
+    void (*xent_fwd_bwd)(ll_backend *be, ll_act *logits, const int32_t *target, int N, int V, real eps, int pad,
                          real grad_scale, double *acc);
     /* DDR: given log-probabilities lpa, lpb [N,V] of two passes, add
      * alpha/2 * d[KL(pa||pb) + KL(pb||pa)]/d(logits) to da and db (rows with a
      * pad target are skipped) and add alpha/2 * the summed symmetric KL to *acc. */
-    void (*sym_kl)(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target,
+    void (*sym_kl)(ll_backend *be, const ll_act *lpa, const ll_act *lpb, ll_act *da, ll_act *db, const int32_t *target,
                    int N, int V, int pad, real alpha, double *acc);
     /* log-softmax in place (inference). */
-    void (*log_softmax)(ll_backend *be, real *x, int N, int V);
+    void (*log_softmax)(ll_backend *be, ll_act *x, int N, int V);
+
+    /* Incremental decoding (src/model/infer.c, src/decode/beam.c).
+     * copy_rows: rows x n elements, row i of src (stride src_stride elements)
+     *   to row i of dst (stride dst_stride): the KV-cache write of a step.
+     * reorder_rows: row r of buf (stride `stride` elements, the first n used)
+     *   becomes old row from[r], for r < rows (beam reorder, dropping finished
+     *   sentences); from [rows] in backend memory; scratch holds rows * n.
+     * beam_topk: rows are grouped `beam` per sentence, groups in a row.  For
+     *   each group, the k best candidates (row r, token v) by
+     *   cum[r] + logp[r, v] (in double), over rows with cum[r] > -inf: never
+     *   pad or bos; eos only when mode[g] & 1 (min length reached); only eos
+     *   when mode[g] & 2 (max length).  Best first, ties to the lower
+     *   (row, token); NaN never ranks.  Per group k slots: score[g*k + i],
+     *   the token's log-prob lp[..] and flat[..] = r * V + v (r the row
+     *   index in the whole batch); slots beyond the candidates get score -inf
+     *   and flat -1.  cum [groups*beam] and mode [groups] in backend memory.
+     *   Buffers and logp in the activation dtype; lp is real. */
+    void (*copy_rows)(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
+                      size_t n);
+    void (*reorder_rows)(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
+                         size_t stride);
+    void (*beam_topk)(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
+                      const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
 
     /* fairseq Adam with decoupled weight decay (reference-spec §5.3) on the
      * gradient times stats[LL_ST_GMUL]; the 1-based step is stats[t_slot]; does
-     * nothing when stats[LL_ST_SKIP] is set. */
-    void (*adam)(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
-                 real eps, real wd, const double *stats, int t_slot);
+     * nothing when stats[LL_ST_SKIP] is set.  p_act (NULL when the weight copy
+     * aliases the master, i.e. act is the dtype of real): the activation-dtype
+     * copy of p, refreshed from the updated p in the same pass. */
+    void (*adam)(ll_backend *be, real *p, ll_act *p_act, const real *g, real *m, real *v, size_t n, real lr, real b1,
+                 real b2, real eps, real wd, const double *stats, int t_slot);
 
     /* Optional (NULL = not offered): inference linear layers on weights packed
      * once into the backend's preferred layout.  linear_pack takes W [N,K]
-     * (y = x W^T) and returns a handle, or NULL when it has no fast path (the
-     * caller then uses gemm).  linear_packed: Y[M,N] = X[M,K] W^T + bias (bias
+     * (y = x W^T, the fp32 master) and returns a handle, or NULL when it has no
+     * fast path (the caller then uses gemm; the bf16 CPU backend has none).  linear_packed: Y[M,N] = X[M,K] W^T + bias (bias
      * may be NULL), rows of X and Y at strides ldx and ldy. */
     void *(*linear_pack)(ll_backend *be, const real *W, int N, int K);
-    void (*linear_packed)(ll_backend *be, real *Y, int ldy, const real *X, int ldx, const void *packed,
+    void (*linear_packed)(ll_backend *be, ll_act *Y, int ldy, const ll_act *X, int ldx, const void *packed,
                           const real *bias, int M);
     void (*linear_unpack)(ll_backend *be, void *packed);
 };
 
+
+/* Element i of an activation-dtype buffer (byte offset i * the dtype's size);
+ * const in, non-const out, like strchr. */
+static inline size_t ll_act_size(const ll_backend *be) { return ll_dtype_bytes(be->act); }
+static inline ll_act *ll_act_at(const ll_backend *be, const ll_act *p, size_t i) {
+    return (ll_act *)((char *)(uintptr_t)p + i * ll_act_size(be));
+}
+/* Does the activation dtype equal `real` (so an ll_act * may be read as a real *)? */
+static inline int ll_act_is_real(const ll_backend *be) { return be->act == LL_REAL_DTYPE; }
+
+/* The CPU backend with activations in the dtype of `real` (one shared instance). */
 ll_backend *ll_backend_cpu(void);
-/* NULL (with errbuf set) when CUDA was not built in or no device is present. */
+/* The CPU backend with activations in `act` (LL_BF16: ops convert to fp32
+ * scratch, compute as the fp32 backend does and round back; the dtype of real:
+ * ll_backend_cpu()).  One instance per dtype, so models of both coexist. */
+ll_backend *ll_backend_cpu_precision(ll_dtype act);
+/* 1 for the CPU backends above (not a counting wrapper of one). */
+int ll_backend_is_cpu(const ll_backend *be);
+/* NULL (with errbuf set) when CUDA was not built in or no device is present.
+ * ll_backend_cuda: fp32 activations.  ll_backend_cuda_precision: activations
+ * in `act` (LL_F32 or LL_BF16); one instance per (device, dtype), the two of
+ * a device sharing its stream, so models of both dtypes coexist. */
 ll_backend *ll_backend_cuda(int device);
+ll_backend *ll_backend_cuda_precision(int device, ll_dtype act);
 int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GPU */
 
 /* A backend that forwards every op to `inner` and counts the calls

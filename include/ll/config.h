@@ -65,6 +65,7 @@ typedef struct {
     int valid_interval, log_interval;
     char metrics_log[LL_PATH_MAX];
     char device[16];     /* "cpu" | "cuda" */
+    char precision[8];   /* "fp32" | "bf16": the activation dtype */
 
     /* checkpoint */
     char save_dir[LL_PATH_MAX];

@@ -84,14 +84,14 @@ enum {
 /* ---- arena: bump allocator for activations (reset per step) ----
  * Host memory by default; ll_arena_init_with takes the block allocator of a
  * backend (device memory), the descriptors staying on the host.  used_act
- * counts the bytes allocated in the activation dtype (ll_arena_alloc_act),
- * so peak_half is the peak the same step would have with 2-byte activations
- * (bf16), for memory reports. */
+ * counts the bytes allocated in the activation dtype (ll_arena_alloc_act).
+ * (The bf16 memory report is a measurement: lltrain --dry-run runs the step
+ * with bf16 activations, src/train/dryrun.c.) */
 typedef struct ll_arena_block ll_arena_block;
 typedef struct {
     ll_arena_block *top;
     size_t cap, used, peak;   /* bytes: all blocks, in use now, most in use at once */
-    size_t used_act, peak_half;
+    size_t used_act;
     size_t grown;             /* blocks chained because a step outgrew the arena */
     void *(*mem_alloc)(void *ctx, size_t bytes);
     void (*mem_free)(void *ctx, void *p);

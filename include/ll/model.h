@@ -92,7 +92,12 @@ typedef struct {
 typedef struct ll_model {
     ll_hparams hp;
     ll_backend *be;
-    real *params, *grads; /* device buffers, n_params each */
+    real *params, *grads; /* device buffers, n_params each: fp32 master weights and their gradients */
+    /* the weights in the activation dtype, same offsets as params: what
+     * matmuls and embeddings read.  Aliases params when the activation dtype
+     * is real's; else Adam refreshes it (ll_model_refresh_weights after
+     * anything else writes params). */
+    ll_act *wact;
     size_t n_params;
     ll_param *table;
     int n_table;
@@ -139,6 +144,10 @@ ll_model *ll_model_replica(const ll_model *m);
 void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size);
 /* fairseq initialisation (reference-spec §4), deterministic in seed. */
 void ll_model_init(ll_model *m, uint64_t seed);
+/* Refresh the activation-dtype weight copy from the fp32 master (a convert
+ * op; nothing when it aliases).  Call after writing m->params other than
+ * through Adam (loading a model or checkpoint, averaging, pruning). */
+void ll_model_refresh_weights(ll_model *m);
 const ll_param *ll_model_find(const ll_model *m, const char *name);
 /* Parameters proper (n_params also counts alignment padding). */
 size_t ll_model_count_params(const ll_model *m);
@@ -212,11 +221,16 @@ double ll_model_train_flops(const ll_hparams *hp, long src_tokens, long tgt_toke
 typedef struct {
     int N, B, S, beam;  /* rows, sentences, padded source length, rows per sentence */
     int max_T, t;       /* cache capacity and steps taken */
-    int *sent_src_len;  /* [B] source length of each sentence */
-    real **self_kv;     /* per decoder layer [N * max_T, 2C] */
-    real **cross_kv;    /* per decoder layer [B * S, 2C]: shared by a sentence's beam rows */
-    real *scratch_kv;   /* reorder buffer */
-    int *key_len;       /* [N] = t + 1 during a step */
+    int *sent_src_len;  /* host [B] source length of each sentence */
+    int *dev_src_len;   /* backend copy of it */
+    ll_act **self_kv;   /* per decoder layer, backend [N * max_T, 2C] (activation dtype) */
+    ll_act **cross_kv;  /* per decoder layer, backend [B * S, 2C]: shared by a sentence's beam rows */
+    ll_act *scratch_kv; /* backend reorder buffer */
+    ll_act *logp;       /* backend [N, V]: log-probabilities of the last step */
+    int *from;          /* host [N]: reorder applied by the next step (reorder_pending) */
+    int reorder_pending;
+    char *stage;        /* host staging of the step's upload */
+    size_t stage_cap;
     void **packed;      /* [Ld * LL_DEC_PACKED + 1] weights packed for the backend's
                            linear_packed (NULL entries: use gemm); last = output projection */
     int own_packed;     /* packed by ll_decode_begin (no ll_decode_pack in force) */
@@ -225,9 +239,20 @@ typedef struct {
 
 /* Encode B sentences (src [B*S], right-padded) and set up `beam` rows per sentence. */
 ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam, int max_T);
-/* Log-probabilities [N, V] of the next token given each row's previous token. */
+/* Log-probabilities [N, V] of the next token given each row's previous token
+ * (host prev_tok [N]): in backend memory in the activation dtype (d->logp,
+ * valid until the next step), or downloaded into a host logp (fp32 whatever
+ * the activation dtype: converted when it is not real's). */
+const ll_act *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev_tok);
 void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real *logp);
-/* Reorder rows: new row n takes old row from[n] (beam search). */
+/* A beam-search step: the step, then per sentence the k best candidates
+ * (row, token) by cum[row] + log p (the backend's beam_topk; mode [B]: bit 0
+ * eos allowed, bit 1 eos only), read into host score/lp/flat [B * k] (flat =
+ * row * V + token, -1 for an empty slot).  One upload, one download. */
+void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,
+                         const uint8_t *mode, int k, double *score, real *lp, int32_t *flat);
+/* Reorder rows: new row n takes old row from[n] (beam search); applied at the
+ * start of the next step.  Compact (if any) comes first. */
 void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from);
 void ll_decode_end(ll_model *m, ll_dec_state *d);
 /* Pack the decoder's weights once for many ll_decode_begin calls (and for
@@ -249,7 +274,8 @@ void ll_cad_sample(ll_layer_ctl *ctl, int L, real p_net, int drop_depth, real p_
 void ll_layerdrop_sample(ll_layer_ctl *ctl, int L, real p, uint64_t seed, uint64_t step, int stack, int pass);
 
 /* Teacher-forced log-probabilities [B*T, V] of a batch without dropout
- * (arena memory, valid until the next model call). */
+ * (arena memory, valid until the next model call; real, converted from the
+ * activation dtype when it differs). */
 real *ll_model_logprobs(ll_model *m, const ll_batch *b);
 
 #ifdef __cplusplus

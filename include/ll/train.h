@@ -125,6 +125,8 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B, int T
 /* Peak activation bytes of one step at the largest batch shape (dry run):
  * the trainer sizes the activation arena with it before the first step. */
 size_t ll_train_arena_bytes(const ll_config *cfg);
+/* The activation dtype train.precision asks for (fp32: the dtype of real). */
+ll_dtype ll_config_act_dtype(const ll_config *cfg);
 /* Runs training as configured.  SIGINT/SIGTERM/SIGHUP finish the current
  * update, write checkpoint_last and return 0; a second signal exits at once.
  * Returns 0, or -1 + errbuf. */

@@ -77,48 +77,45 @@ static void c_free(ll_backend *be, void *p) {
 OPV(memset0, (ll_backend * be, void *p, size_t n), (((counting *)be)->inner, p, n))
 OPV(copy, (ll_backend * be, void *d, const void *s, size_t n), (((counting *)be)->inner, d, s, n))
 OPV(sync, (ll_backend * be), (((counting *)be)->inner))
-OPV(gemm,
-    (ll_backend * be, int ta, int tb, int M, int N, int K, real al, const real *A, int lda, const real *B, int ldb,
-     real bt, real *C, int ldc),
-    (((counting *)be)->inner, ta, tb, M, N, K, al, A, lda, B, ldb, bt, C, ldc))
+OPV(convert, (ll_backend * be, void *d, ll_dtype dt, const void *s, ll_dtype st, size_t n),
+    (((counting *)be)->inner, d, dt, s, st, n))
+OPV(gemm, (ll_backend * be, const ll_gemm_desc *g), (((counting *)be)->inner, g))
 OPV(layernorm_fwd,
-    (ll_backend * be, real *o, real *mu, real *rs, const real *x, const real *w, const real *b, int N, int C),
+    (ll_backend * be, ll_act *o, real *mu, real *rs, const ll_act *x, const real *w, const real *b, int N, int C),
     (((counting *)be)->inner, o, mu, rs, x, w, b, N, C))
 OPV(layernorm_bwd,
-    (ll_backend * be, real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, const real *mu,
-     const real *rs, int N, int C),
+    (ll_backend * be, ll_act *dx, real *dw, real *db, const ll_act *dy, const ll_act *x, const real *w,
+     const real *mu, const real *rs, int N, int C),
     (((counting *)be)->inner, dx, dw, db, dy, x, w, mu, rs, N, C))
 OPV(embed_fwd,
-    (ll_backend * be, real *o, const int32_t *t, const real *e, const real *p, int po, real s, int N, int T, int C,
-     int pad),
+    (ll_backend * be, ll_act *o, const int32_t *t, const ll_act *e, const real *p, int po, real s, int N, int T,
+     int C, int pad),
     (((counting *)be)->inner, o, t, e, p, po, s, N, T, C, pad))
-OPV(embed_bwd, (ll_backend * be, real *de, const real *d, const int32_t *t, real s, int N, int C, int pad),
+OPV(embed_bwd, (ll_backend * be, real *de, const ll_act *d, const int32_t *t, real s, int N, int C, int pad),
     (((counting *)be)->inner, de, d, t, s, N, C, pad))
-OPV(bias_fwd, (ll_backend * be, real *y, const real *b, int N, int C), (((counting *)be)->inner, y, b, N, C))
-OPV(bias_bwd, (ll_backend * be, real *db, const real *dy, int N, int C), (((counting *)be)->inner, db, dy, N, C))
-OPV(bias_set, (ll_backend * be, real *y, const real *b, int N, int C), (((counting *)be)->inner, y, b, N, C))
-OPV(relu_fwd, (ll_backend * be, real *x, size_t n), (((counting *)be)->inner, x, n))
-OPV(relu_bwd, (ll_backend * be, real *dy, const real *y, size_t n), (((counting *)be)->inner, dy, y, n))
-OPV(dropout_fwd, (ll_backend * be, real *x, uint8_t *m, size_t n, real p, const ll_philox *r, uint64_t o),
+OPV(relu_fwd, (ll_backend * be, ll_act *x, size_t n), (((counting *)be)->inner, x, n))
+OPV(relu_bwd, (ll_backend * be, ll_act *dy, const ll_act *y, size_t n), (((counting *)be)->inner, dy, y, n))
+OPV(dropout_fwd, (ll_backend * be, ll_act *x, uint8_t *m, size_t n, real p, const ll_philox *r, uint64_t o),
     (((counting *)be)->inner, x, m, n, p, r, o))
-OPV(dropout_bwd, (ll_backend * be, real *dx, const uint8_t *m, size_t n, real p),
+OPV(dropout_bwd, (ll_backend * be, ll_act *dx, const uint8_t *m, size_t n, real p),
     (((counting *)be)->inner, dx, m, n, p))
-OPV(add, (ll_backend * be, real *y, const real *a, const real *b, size_t n), (((counting *)be)->inner, y, a, b, n))
-OPV(add_scaled, (ll_backend * be, real *y, const real *a, const real *b, real al, size_t n),
+OPV(add, (ll_backend * be, ll_act *y, const ll_act *a, const ll_act *b, size_t n),
+    (((counting *)be)->inner, y, a, b, n))
+OPV(add_scaled, (ll_backend * be, ll_act *y, const ll_act *a, const ll_act *b, real al, size_t n),
     (((counting *)be)->inner, y, a, b, al, n))
-OPV(acc, (ll_backend * be, real *d, const real *s, size_t n), (((counting *)be)->inner, d, s, n))
-OPV(scale, (ll_backend * be, real *x, real s, size_t n), (((counting *)be)->inner, x, s, n))
-OPV(add_gated, (ll_backend * be, real *y, const real *a, const real *b, const real *g1, const real *g2, size_t n),
+OPV(acc, (ll_backend * be, ll_act *d, const ll_act *s, size_t n), (((counting *)be)->inner, d, s, n))
+OPV(add_gated,
+    (ll_backend * be, ll_act *y, const ll_act *a, const ll_act *b, const real *g1, const real *g2, size_t n),
     (((counting *)be)->inner, y, a, b, g1, g2, n))
-OPV(scale_gated, (ll_backend * be, real *x, const real *g1, const real *g2, size_t n),
+OPV(scale_gated, (ll_backend * be, ll_act *x, const real *g1, const real *g2, size_t n),
     (((counting *)be)->inner, x, g1, g2, n))
-OPV(dot_acc, (ll_backend * be, real *d, const real *a, const real *b, size_t n, const real *mul),
+OPV(dot_acc, (ll_backend * be, real *d, const ll_act *a, const ll_act *b, size_t n, const real *mul),
     (((counting *)be)->inner, d, a, b, n, mul))
-OPV(weighted_sum, (ll_backend * be, real *y, const real *const *xs, const real *w, int k, size_t n),
+OPV(weighted_sum, (ll_backend * be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n),
     (((counting *)be)->inner, y, xs, w, k, n))
-OPV(weighted_scatter, (ll_backend * be, real *const *ys, const real *w, const real *x, int k, size_t n),
+OPV(weighted_scatter, (ll_backend * be, ll_act *const *ys, const real *w, const ll_act *x, int k, size_t n),
     (((counting *)be)->inner, ys, w, x, k, n))
-OPV(dots_acc, (ll_backend * be, real *d, const real *x, const real *const *ys, int k, size_t n),
+OPV(dots_acc, (ll_backend * be, real *d, const ll_act *x, const ll_act *const *ys, int k, size_t n),
     (((counting *)be)->inner, d, x, ys, k, n))
 OPV(latent_sample,
     (ll_backend * be, real *z, real *dz, const real *a, int L, const ll_philox *r, real tau, int hard),
@@ -136,41 +133,51 @@ OPV(latent_lk,
 OPV(latent_depth, (ll_backend * be, double *acc, const real *a, const ll_latent_prior *pr),
     (((counting *)be)->inner, acc, a, pr))
 OPV(latent_q, (ll_backend * be, real *q, const real *a, int L), (((counting *)be)->inner, q, a, L))
-OPV(ald_pool, (ll_backend * be, real *G, const real *h, const int *len, int B, int T, int C),
+OPV(ald_pool, (ll_backend * be, real *G, const ll_act *h, const int *len, int B, int T, int C),
     (((counting *)be)->inner, G, h, len, B, T, C))
 OPV(ald_loss, (ll_backend * be, real *dG, double *acc, const real *G, int B, int C, real tau, double w),
     (((counting *)be)->inner, dG, acc, G, B, C, tau, w))
-OPV(ald_unpool, (ll_backend * be, real *dh, const real *dG, const int *len, int B, int T, int C),
+OPV(ald_unpool, (ll_backend * be, ll_act *dh, const real *dG, const int *len, int B, int T, int C),
     (((counting *)be)->inner, dh, dG, len, B, T, C))
 OPV(sumsq, (ll_backend * be, double *acc, const real *x, size_t n), (((counting *)be)->inner, acc, x, n))
 OPV(grad_finish, (ll_backend * be, double *st, double gs, double clip, int phi),
     (((counting *)be)->inner, st, gs, clip, phi))
 OPV(attention_fwd,
-    (ll_backend * be, real *out, real *lse, const real *q, int qs, const real *k, const real *v, int kvs,
+    (ll_backend * be, ll_act *out, real *lse, const ll_act *q, int qs, const ll_act *k, const ll_act *v, int kvs,
      const int *kl, int B, int Tq, int Tk, int H, int Dh, int causal, real ad, const ll_philox *r, uint64_t ro),
     (((counting *)be)->inner, out, lse, q, qs, k, v, kvs, kl, B, Tq, Tk, H, Dh, causal, ad, r, ro))
 OPV(attention_bwd,
-    (ll_backend * be, real *dq, real *dk, real *dv, const real *dout, const real *out, const real *lse,
-     const real *q, int qs, const real *k, const real *v, int kvs, const int *kl, int B, int Tq, int Tk, int H,
+    (ll_backend * be, ll_act *dq, ll_act *dk, ll_act *dv, const ll_act *dout, const ll_act *out, const real *lse,
+     const ll_act *q, int qs, const ll_act *k, const ll_act *v, int kvs, const int *kl, int B, int Tq, int Tk, int H,
      int Dh, int causal, real ad, const ll_philox *r, uint64_t ro),
     (((counting *)be)->inner, dq, dk, dv, dout, out, lse, q, qs, k, v, kvs, kl, B, Tq, Tk, H, Dh, causal, ad, r, ro))
-OPV(xent_fwd_bwd, (ll_backend * be, real *x, const int32_t *t, int N, int V, real eps, int pad, real gs, double *acc),
+OPV(xent_fwd_bwd,
+    (ll_backend * be, ll_act *x, const int32_t *t, int N, int V, real eps, int pad, real gs, double *acc),
     (((counting *)be)->inner, x, t, N, V, eps, pad, gs, acc))
 OPV(sym_kl,
-    (ll_backend * be, const real *a, const real *b, real *da, real *db, const int32_t *t, int N, int V, int pad,
-     real al, double *acc),
+    (ll_backend * be, const ll_act *a, const ll_act *b, ll_act *da, ll_act *db, const int32_t *t, int N, int V,
+     int pad, real al, double *acc),
     (((counting *)be)->inner, a, b, da, db, t, N, V, pad, al, acc))
-OPV(log_softmax, (ll_backend * be, real *x, int N, int V), (((counting *)be)->inner, x, N, V))
+OPV(log_softmax, (ll_backend * be, ll_act *x, int N, int V), (((counting *)be)->inner, x, N, V))
+OPV(copy_rows, (ll_backend * be, ll_act *d, size_t ds, const ll_act *s, size_t ss, int rows, size_t n),
+    (((counting *)be)->inner, d, ds, s, ss, rows, n))
+OPV(reorder_rows,
+    (ll_backend * be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n, size_t stride),
+    (((counting *)be)->inner, buf, scratch, from, rows, n, stride))
+OPV(beam_topk,
+    (ll_backend * be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
+     const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos),
+    (((counting *)be)->inner, score, lp, flat, logp, cum, mode, groups, beam, V, k, pad, bos, eos))
 OPV(adam,
-    (ll_backend * be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2, real eps, real wd,
-     const double *st, int slot),
-    (((counting *)be)->inner, p, g, m, v, n, lr, b1, b2, eps, wd, st, slot))
+    (ll_backend * be, real *p, ll_act *pa, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
+     real eps, real wd, const double *st, int slot),
+    (((counting *)be)->inner, p, pa, g, m, v, n, lr, b1, b2, eps, wd, st, slot))
 static void *c_linear_pack(ll_backend *be, const real *W, int N, int K) {
     ll_backend *in = tick(be, offsetof(ll_backend, linear_pack));
     return in ? in->linear_pack(in, W, N, K) : NULL;
 }
 OPV(linear_packed,
-    (ll_backend * be, real *Y, int ldy, const real *X, int ldx, const void *pk, const real *bias, int M),
+    (ll_backend * be, ll_act *Y, int ldy, const ll_act *X, int ldx, const void *pk, const real *bias, int M),
     (((counting *)be)->inner, Y, ldy, X, ldx, pk, bias, M))
 OPV(linear_unpack, (ll_backend * be, void *pk), (((counting *)be)->inner, pk))
 
@@ -198,13 +205,15 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     w->inner = in;
     w->be.name = in->name; /* the same kind of memory: callers may treat it as the inner backend */
     w->be.impl = in->impl;
-    SET(alloc), SET(free), SET(upload), SET(download), SET(memset0), SET(copy), SET(sync), SET(gemm);
-    SET(layernorm_fwd), SET(layernorm_bwd), SET(embed_fwd), SET(embed_bwd), SET(bias_fwd), SET(bias_bwd);
-    SET(bias_set), SET(relu_fwd), SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled);
-    SET(acc), SET(scale), SET(add_gated), SET(scale_gated), SET(dot_acc), SET(weighted_sum);
+    w->be.act = in->act;
+    SET(alloc), SET(free), SET(upload), SET(download), SET(memset0), SET(copy), SET(sync), SET(convert), SET(gemm);
+    SET(layernorm_fwd), SET(layernorm_bwd), SET(embed_fwd), SET(embed_bwd);
+    SET(relu_fwd), SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled);
+    SET(acc), SET(add_gated), SET(scale_gated), SET(dot_acc), SET(weighted_sum);
     SET(weighted_scatter), SET(dots_acc), SET(latent_sample), SET(latent_grad), SET(latent_kl), SET(latent_lk);
     SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish);
     SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(adam);
+    SET(copy_rows), SET(reorder_rows), SET(beam_topk);
     SET(linear_pack), SET(linear_packed), SET(linear_unpack);
     return &w->be;
 }
@@ -230,13 +239,13 @@ const char *ll_backend_op_name(size_t slot) {
     /* the op names in struct order (slot = offset / sizeof(void *)) */
 #define N(name) [offsetof(ll_backend, name) / sizeof(void *)] = #name
     static const char *names[SLOTS] = {
-        N(alloc), N(free), N(upload), N(download), N(memset0), N(copy), N(sync), N(gemm), N(layernorm_fwd),
-        N(layernorm_bwd), N(embed_fwd), N(embed_bwd), N(bias_fwd), N(bias_bwd), N(bias_set), N(relu_fwd),
-        N(relu_bwd), N(dropout_fwd), N(dropout_bwd), N(add), N(add_scaled), N(acc), N(scale), N(add_gated),
+        N(alloc), N(free), N(upload), N(download), N(memset0), N(copy), N(sync), N(convert), N(gemm),
+        N(layernorm_fwd), N(layernorm_bwd), N(embed_fwd), N(embed_bwd), N(relu_fwd),
+        N(relu_bwd), N(dropout_fwd), N(dropout_bwd), N(add), N(add_scaled), N(acc), N(add_gated),
         N(scale_gated), N(dot_acc), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
-        N(log_softmax), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
+        N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
 #undef N
     return slot < SLOTS && names[slot] ? names[slot] : "?";
 }

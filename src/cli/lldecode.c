@@ -2,7 +2,7 @@
  *
  *   lldecode --model M [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
  *            [--max-len-a A] [--max-len-b B] [--min-len L] [--max-tokens T] [--max-sentences S]
- *            [--format text|fairseq] [--raw-ids] [--target-lang L] [--threads N]
+ *            [--format text|fairseq] [--raw-ids] [--target-lang L] [--precision fp32|bf16] [--threads N]
  *            [--inter-threads W] [--quiet]
  *
  * One output line per input line in text format (docs/decoding.md has the
@@ -44,6 +44,7 @@ static void usage(FILE *out) {
             "  --target-lang L    target language (models with language tags)\n"
             "  --source-lang L    source language (multilingual latent-depth models)\n"
             "  --latent-inference hard|soft|sample   override latent.inference; --threshold Q overrides latent.threshold\n"
+            "  --precision P      activation dtype: fp32 (default) or bf16 (as train.precision)\n"
             "  --threads N        CPU threads (default: all cores)\n"
             "  --inter-threads W  batches decoded at once, one thread each (at most --threads;\n"
             "                     default = threads; 1 = one batch at a time, ops threaded)\n"
@@ -80,6 +81,7 @@ typedef struct {
     const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode;
     double threshold;
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
+    int bf16; /* --precision bf16 */
     double lenpen, max_len_a;
     int raw_ids, quiet;
 } opts;
@@ -259,6 +261,9 @@ int main(int argc, char **argv) {
             o.max_tokens = parse_int(a, v, 1, 1L << 30);
         } else if (!strcmp(a, "--max-sentences")) {
             o.max_sents = parse_int(a, v, 1, 1L << 20);
+        } else if (!strcmp(a, "--precision")) {
+            if (strcmp(v, "fp32") && strcmp(v, "bf16")) ll_die("--precision takes fp32 or bf16, not '%s'", v);
+            o.bf16 = !strcmp(v, "bf16");
         } else if (!strcmp(a, "--threads")) {
             o.threads = parse_int(a, v, 0, 4096);
         } else if (!strcmp(a, "--inter-threads")) {
@@ -275,7 +280,7 @@ int main(int argc, char **argv) {
     ll_ckpt *k = ll_ckpt_open(o.model);
     if (!k) ll_die("%s", ll_errbuf());
     ll_config cfg;
-    ll_model *m = ll_model_from_file(k, o.model, ll_backend_cpu(), &cfg);
+    ll_model *m = ll_model_from_file(k, o.model, ll_backend_cpu_precision(o.bf16 ? LL_BF16 : LL_REAL_DTYPE), &cfg);
     if (!m) ll_die("%s", ll_errbuf());
     size_t vlen = 0;
     const void *vocab = ll_ckpt_vocab(k, &vlen);

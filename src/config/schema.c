@@ -123,6 +123,10 @@ const ll_cfg_key ll_cfg_keys[] = {
     STR("train.metrics_log", metrics_log, "", 0,
         "JSON-lines metrics file; empty = <checkpoint.save_dir>/metrics.jsonl.  Relative to the working directory."),
     ENUM("train.device", device, "cpu", "cpu|cuda", "Where to train."),
+    ENUM("train.precision", precision, "fp32", "fp32|bf16",
+         "Activation dtype: bf16 stores activations, their gradients and the weight copy matmuls read in bf16 "
+         "(master weights, gradients, Adam moments, statistics and losses stay fp32). On the CPU bf16 is slower "
+         "(it exists to test mixed precision without a GPU); the CUDA backend will default to bf16."),
 
     /* checkpoint */
     STR("checkpoint.save_dir", save_dir, "checkpoints", 0,

@@ -62,16 +62,11 @@ static void *alloc(ll_arena *a, size_t bytes) {
     return b->mem + off;
 }
 
-void *ll_arena_alloc(ll_arena *a, size_t bytes) {
-    void *p = alloc(a, bytes);
-    if (a->used - a->used_act / 2 > a->peak_half) a->peak_half = a->used - a->used_act / 2;
-    return p;
-}
+void *ll_arena_alloc(ll_arena *a, size_t bytes) { return alloc(a, bytes); }
 
 void *ll_arena_alloc_act(ll_arena *a, size_t bytes) {
     void *p = alloc(a, bytes);
     a->used_act += bytes;
-    if (a->used - a->used_act / 2 > a->peak_half) a->peak_half = a->used - a->used_act / 2;
     return p;
 }
 

@@ -1,6 +1,6 @@
 /* Beam search as fairseq's SequenceGenerator + BeamSearch (reference-spec §7).
  *
- * Every step feeds one token per hypothesis row to ll_decode_step.  Per
+ * Every step feeds one token per hypothesis row to ll_decode_step_topk.  Per
  * sentence, the top k = 2*beam candidates over beam x V are ranked by
  * cumulative raw log-probability; those ending in EOS within the first `beam`
  * ranks are finalized with score sum/len^lenpen, and the first `beam`
@@ -53,34 +53,13 @@ typedef struct {
     ll_hypo *fin; /* [beam], in order of finalization */
 } sent;
 
-/* The top k candidates of one sentence (rows base..base+beam), best first;
- * ties go to the lower (row, token) index, as a stable top-k would.  Pad and
- * BOS are never chosen, EOS not before min_len and nothing else at max_len;
- * NaN and -inf never pass the threshold test. */
-static int top_candidates(const real *logp, const double *cum, int base, int beam, int V, int step, const sent *s,
-                          int k, cand *c) {
+/* Candidates of one sentence from the backend's beam_topk (best first;
+ * ties to the lower (row, token) index, as a stable top-k would; pad and BOS
+ * never, EOS not before min_len and nothing else at max_len). */
+static int take_candidates(const double *score, const real *lp, const int32_t *flat, int V, int k, cand *c) {
     int n = 0;
-    double thresh = -INFINITY; /* score of the k-th candidate once there are k */
-    const int eos_only = step >= s->max_len, eos_ok = step >= s->min_len;
-    for (int b = 0; b < beam; b++) {
-        const int r = base + b;
-        const double cs = cum[r];
-        if (cs == -INFINITY) continue; /* dead row */
-        const real *lp = logp + (size_t)r * V;
-        const int v0 = eos_only ? LL_EOS : 0, v1 = eos_only ? LL_EOS + 1 : V;
-        for (int v = v0; v < v1; v++) {
-            const double sc = cs + (double)lp[v];
-            if (!(sc > thresh)) continue;
-            if (v == LL_PAD || v == LL_BOS || (v == LL_EOS && !eos_ok)) continue;
-            int pos = n < k ? n++ : k - 1;
-            while (pos > 0 && c[pos - 1].s < sc) {
-                c[pos] = c[pos - 1];
-                pos--;
-            }
-            c[pos] = (cand){.s = sc, .lp = (float)lp[v], .row = r, .tok = v};
-            if (n == k) thresh = c[k - 1].s;
-        }
-    }
+    for (int q = 0; q < k && flat[q] >= 0; q++, n++)
+        c[q] = (cand){.s = score[q], .lp = (float)lp[q], .row = flat[q] / V, .tok = flat[q] % V};
     return n;
 }
 
@@ -128,7 +107,12 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     float *ps = ll_malloc(sizeof(float) * N * T), *ps2 = ll_malloc(sizeof(float) * N * T);
     double *cum = ll_malloc(sizeof(double) * N), *cum2 = ll_malloc(sizeof(double) * N);
     int32_t *prev = ll_malloc(sizeof(int32_t) * N);
-    real *logp = ll_malloc(sizeof(real) * N * (size_t)V);
+    /* per step, per sentence: k candidates from the backend (the [N, V]
+     * log-probabilities stay there) */
+    double *score = ll_malloc(sizeof(double) * (size_t)B * k);
+    real *lp = ll_malloc(sizeof(real) * (size_t)B * k);
+    int32_t *flat = ll_malloc(sizeof(int32_t) * (size_t)B * k);
+    uint8_t *mode = ll_malloc(B);
     int *from = ll_malloc(sizeof(int) * N), *act = ll_malloc(sizeof(int) * B), *keep = ll_malloc(sizeof(int) * B);
     cand *c = ll_malloc(sizeof(cand) * k);
     /* step 0 expands only row 0 of each sentence (all rows are identical) */
@@ -139,12 +123,14 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     for (int step = 0; nact > 0; step++) {
         const int n = nact * beam;
         for (int r = 0; r < n; r++) prev[r] = step ? tok[(size_t)r * T + step - 1] : o->bos;
-        ll_decode_step(m, d, prev, logp);
+        for (int j = 0; j < nact; j++)
+            mode[j] = (uint8_t)((step >= ss[act[j]].min_len) | (step >= ss[act[j]].max_len) << 1);
+        ll_decode_step_topk(m, d, prev, cum, mode, k, score, lp, flat);
         int n_keep = 0;
         for (int j = 0; j < nact; j++) {
             sent *s = &ss[act[j]];
             const int base = j * beam;
-            const int nc = top_candidates(logp, cum, base, beam, V, step, s, k, c);
+            const int nc = take_candidates(score + (size_t)j * k, lp + (size_t)j * k, flat + (size_t)j * k, V, k, c);
             /* EOS within the first `beam` ranks: finalized (up to beam per sentence) */
             for (int q = 0; q < nc && q < beam; q++) {
                 if (c[q].tok != LL_EOS || s->n_fin == beam) continue;
@@ -218,7 +204,10 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     free(cum);
     free(cum2);
     free(prev);
-    free(logp);
+    free(score);
+    free(lp);
+    free(flat);
+    free(mode);
     free(from);
     free(act);
     free(keep);

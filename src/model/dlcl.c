@@ -27,16 +27,16 @@ static int entry_ln(const ll_model *m, int k) {
 }
 static int row_ln(const ll_model *m, int r) { return m->hp.dlcl_ln && m->hp.post_norm && r >= 1; }
 
-static real *norm_fwd(ll_model *m, ll_stack_run *r, int k, const real *x, int N) {
-    real *y = ll_buf(m, (size_t)N * m->hp.C);
-    r->ln_mean[k] = ll_buf(m, N);
-    r->ln_rstd[k] = ll_buf(m, N);
+static ll_act *norm_fwd(ll_model *m, ll_stack_run *r, int k, const ll_act *x, int N) {
+    ll_act *y = ll_buf(m, (size_t)N * m->hp.C);
+    r->ln_mean[k] = ll_fbuf(m, N);
+    r->ln_rstd[k] = ll_fbuf(m, N);
     m->be->layernorm_fwd(m->be, y, r->ln_mean[k], r->ln_rstd[k], x, m->params + ll_dlcl_ln_w(m, r->stack, k),
                          m->params + ll_dlcl_ln_b(m, r->stack, k), N, m->hp.C);
     return y;
 }
 
-static void norm_bwd(ll_model *m, ll_stack_run *r, int k, real *dx, const real *dy, const real *x, int N) {
+static void norm_bwd(ll_model *m, ll_stack_run *r, int k, ll_act *dx, const ll_act *dy, const ll_act *x, int N) {
     const int s = r->stack;
     m->be->layernorm_bwd(m->be, dx, m->grads + ll_dlcl_ln_w(m, s, k), m->grads + ll_dlcl_ln_b(m, s, k), dy, x,
                          m->params + ll_dlcl_ln_w(m, s, k), r->ln_mean[k], r->ln_rstd[k], N, m->hp.C);
@@ -48,45 +48,45 @@ static void norm_bwd(ll_model *m, ll_stack_run *r, int k, real *dx, const real *
  * entry and llprune can fold it into the weights exactly (docs/methods.md). */
 static const ll_layer_ctl *layer_ctl(const ll_stack_run *r, int l) { return r->blocks[l * r->per_layer].ctl; }
 
-real *ll_dlcl_gate_entry(ll_model *m, real *e, const real *in, const real *gate, size_t n, real **diff) {
+ll_act *ll_dlcl_gate_entry(ll_model *m, ll_act *e, const ll_act *in, const real *gate, size_t n, ll_act **diff) {
     if (diff) *diff = NULL;
     if (!gate && !diff) return e;
-    real *d = ll_buf(m, n);
+    ll_act *d = ll_buf(m, n);
     m->be->add_scaled(m->be, d, e, in, -1, n); /* E(y) - in */
     if (diff) *diff = d;
     if (!gate) return e; /* z = 1, but dL/dz is wanted */
-    real *out = ll_buf(m, n);
+    ll_act *out = ll_buf(m, n);
     m->be->add_gated(m->be, out, in, d, gate, NULL, n); /* in + z (E(y) - in) */
     return out;
 }
 
 /* ent[l+1] from the layer output E(y) (e) and its input (gent: E(y) - in when
  * the gate or its gradient is in play). */
-static void gated_entry(ll_model *m, ll_stack_run *r, int l, real *e, size_t n) {
+static void gated_entry(ll_model *m, ll_stack_run *r, int l, ll_act *e, size_t n) {
     const ll_layer_ctl *c = layer_ctl(r, l);
     const int grad = c && c->dgate && r->p.train;
     r->ent[l + 1] = ll_dlcl_gate_entry(m, e, r->in[l], c ? c->gate : NULL, n, grad ? &r->gent[l + 1] : NULL);
     if (!grad) r->gent[l + 1] = NULL;
 }
 
-real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
+ll_act *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
     ll_backend *be = m->be;
     const int L = r->L, N = r->p.B * r->p.T, C = m->hp.C;
     const size_t n = (size_t)N * C;
     /* pointer lists: host metadata */
-    r->ent = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
-    r->raw = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
-    r->comb = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
-    r->in = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->ent = ll_arena_alloc(&m->meta, sizeof(ll_act *) * (L + 1));
+    r->raw = ll_arena_alloc(&m->meta, sizeof(ll_act *) * (L + 1));
+    r->comb = ll_arena_alloc(&m->meta, sizeof(ll_act *) * (L + 1));
+    r->in = ll_arena_alloc(&m->meta, sizeof(ll_act *) * (L + 1));
     r->ln_mean = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
     r->ln_rstd = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
-    r->gent = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    r->gent = ll_arena_alloc(&m->meta, sizeof(ll_act *) * (L + 1));
     r->raw[0] = r->x0;
     r->ent[0] = entry_ln(m, 0) ? norm_fwd(m, r, 0, r->x0, N) : r->x0;
     const real *W = ll_dlcl_weights(m, r->stack);
     for (int row = 0; row <= L; row++) { /* one op per row, reading W[row] on the backend */
-        real *c = r->comb[row] = ll_buf(m, n);
-        be->weighted_sum(be, c, (const real *const *)r->ent, W + (size_t)row * (L + 1), row + 1, n);
+        ll_act *c = r->comb[row] = ll_buf(m, n);
+        be->weighted_sum(be, c, (const ll_act *const *)r->ent, W + (size_t)row * (L + 1), row + 1, n);
         r->in[row] = row_ln(m, row) ? norm_fwd(m, r, row, c, N) : c;
         if (row < L && ll_layer_off(layer_ctl(r, row))) { /* latent z = 0 at inference: not computed */
             r->raw[row + 1] = r->ent[row + 1] = r->in[row];
@@ -100,16 +100,16 @@ real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
     return r->in[L];
 }
 
-void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0) {
+void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, ll_act *dtop, ll_act *dx0) {
     ll_backend *be = m->be;
     const int L = r->L, N = r->p.B * r->p.T, C = m->hp.C, s = r->stack;
     const size_t n = (size_t)N * C;
-    real **dent = ll_arena_alloc(&m->meta, sizeof(real *) * (L + 1));
+    ll_act **dent = ll_arena_alloc(&m->meta, sizeof(ll_act *) * (L + 1));
     for (int k = 0; k <= L; k++) dent[k] = ll_zeros(m, n);
-    real *din = dtop;
+    ll_act *din = dtop;
     const real *W = ll_dlcl_weights(m, s);
     for (int row = L; row >= 0; row--) {
-        real *dcomb = din;
+        ll_act *dcomb = din;
         if (row_ln(m, row)) {
             dcomb = ll_zeros(m, n);
             norm_bwd(m, r, row, dcomb, din, r->comb[row], N);
@@ -117,19 +117,19 @@ void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0) {
         /* d e_k += W[row][k] dcomb;  dW[row][k] += <dcomb, e_k> */
         be->weighted_scatter(be, dent, W + (size_t)row * (L + 1), dcomb, row + 1, n);
         if (m->dlcl_w[s])
-            be->dots_acc(be, m->grads + m->dlcl_w[s] + (size_t)row * (L + 1), dcomb, (const real *const *)r->ent,
+            be->dots_acc(be, m->grads + m->dlcl_w[s] + (size_t)row * (L + 1), dcomb, (const ll_act *const *)r->ent,
                          row + 1, n);
         if (row >= 1 && ll_layer_off(layer_ctl(r, row - 1))) { /* the entry was the input itself */
             din = dent[row];
         } else if (row >= 1) {
             const real *z = layer_ctl(r, row - 1) ? layer_ctl(r, row - 1)->gate : NULL;
-            real *de = dent[row]; /* d E(y) = z d e (entry gate) */
+            ll_act *de = dent[row]; /* d E(y) = z d e (entry gate) */
             if (z) {
                 de = ll_buf(m, n);
-                be->copy(be, de, dent[row], n * sizeof(real));
+                be->copy(be, de, dent[row], ACT_BYTES(m, n));
                 be->scale_gated(be, de, z, NULL, n);
             }
-            real *dy = de;
+            ll_act *dy = de;
             if (entry_ln(m, row)) {
                 dy = ll_zeros(m, n);
                 norm_bwd(m, r, row, dy, de, r->raw[row], N);

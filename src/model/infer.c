@@ -1,54 +1,22 @@
-/* Incremental decoding with a key/value cache (fairseq's incremental_state):
- * the same math as the training forward with dropout off, one position at a
- * time.  tests/test_decode_cache.c checks it against full recomputation. */
+/* Incremental decoding with a key/value cache (fairseq's incremental_state).
+ * A step runs the training code itself -- the same stack, blocks and DLCL
+ * (transformer.c, layers.c, dlcl.c) with dropout off -- on one position per
+ * row, with an ll_inc in the pass: self-attention appends to the cache and
+ * attends over it, cross-attention reads keys/values projected once per
+ * sentence, and linear layers use weights packed once per decode.
+ * tests/gradcheck/test_decode_cache.c checks it against full recomputation.
+ *
+ * Host <-> backend per step: one upload (tokens, key lengths, a pending beam
+ * reorder, and for ll_decode_step_topk the row scores and length modes) and
+ * one download (the log-probabilities, or only k candidates per sentence). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model_internal.h"
 
-static void norm(ll_model *m, real *out, const real *x, size_t w, size_t b, int N) {
-    real *mean = ll_buf(m, N), *rstd = ll_buf(m, N);
-    m->be->layernorm_fwd(m->be, out, mean, rstd, x, m->params + w, m->params + b, N, m->hp.C);
-}
-
-/* DLCL at one position (dlcl.c has the formulas): entry k and row r. */
-static real *dlcl_entry(ll_model *m, int k, real *y, int N) {
-    if (!(m->hp.dlcl_ln && !m->hp.post_norm && (k >= 1 || m->hp.dlcl_norm_embed))) return y;
-    real *e = ll_buf(m, (size_t)N * m->hp.C);
-    norm(m, e, y, ll_dlcl_ln_w(m, 1, k), ll_dlcl_ln_b(m, 1, k), N);
-    return e;
-}
-
-static real *dlcl_row(ll_model *m, int r, real **ent, int N) {
-    const size_t n = (size_t)N * m->hp.C;
-    real *c = ll_buf(m, n);
-    m->be->weighted_sum(m->be, c, (const real *const *)ent, ll_dlcl_weights(m, 1) + (size_t)r * (m->hp.Ld + 1), r + 1,
-                        n);
-    if (!(m->hp.dlcl_ln && m->hp.post_norm && r >= 1)) return c;
-    real *z = ll_buf(m, n);
-    norm(m, z, c, ll_dlcl_ln_w(m, 1, r), ll_dlcl_ln_b(m, 1, r), N);
-    return z;
-}
-
-
-/* A decoder layer whose branches are off (z = 0): post-norm applies its three
- * layer norms, pre-norm and ReZero are the identity (layers.c, BLOCK_OFF). */
-static real *off_layer(ll_model *m, const ll_layer_offsets *L, real *x, int N) {
-    if (!m->hp.post_norm) return x;
-    const size_t w[3] = {L->ln1_w, L->ln2_w, L->ln3_w}, b[3] = {L->ln1_b, L->ln2_b, L->ln3_b};
-    for (int i = 0; i < 3; i++) {
-        real *z = ll_buf(m, (size_t)N * m->hp.C);
-        norm(m, z, x, w[i], b[i], N);
-        x = z;
-    }
-    return x;
-}
-
 /* Decoder weights packed once per decode: every step multiplies a few rows
  * by all of them (cpu_linear_packed.c explains why this pays). */
-enum { PK_QKV, PK_O, PK_CQ, PK_CO, PK_FC1, PK_FC2 };
-
 static void **pack_decoder(ll_model *m) {
     const ll_hparams *hp = &m->hp;
     const int C = hp->C, n = hp->Ld * LL_DEC_PACKED + 1;
@@ -89,14 +57,13 @@ void ll_decode_unpack(ll_model *m) {
     m->dec_packed = NULL;
 }
 
-/* y = x W^T + b through the packed weight when there is one. */
-static void dec_linear(ll_model *m, const void *packed, real *y, const real *x, int N, int in, int out, size_t w,
-                       size_t b) {
-    if (!packed) {
-        ll_linear_fwd(m, y, x, N, in, out, w, b);
-        return;
+/* Host staging of a step's upload, laid out for alignment: doubles first. */
+static char *stage(ll_dec_state *d, size_t bytes) {
+    if (d->stage_cap < bytes) {
+        d->stage = ll_realloc(d->stage, bytes);
+        d->stage_cap = bytes;
     }
-    m->be->linear_packed(m->be, y, out, x, in, packed, b ? m->params + b : NULL, N);
+    return d->stage;
 }
 
 ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam,
@@ -107,160 +74,151 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     ll_dec_state *d = ll_calloc(1, sizeof *d);
     *d = (ll_dec_state){.N = N, .B = B, .S = S, .beam = beam, .max_T = max_T, .t = 0};
     d->sent_src_len = ll_calloc(B, sizeof(int));
-    d->key_len = ll_calloc(N, sizeof(int));
     memcpy(d->sent_src_len, src_len, sizeof(int) * B);
-    d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
-    d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(real *));
+    d->from = ll_calloc(N, sizeof(int));
+    d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_act *));
+    d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_act *));
+    d->dev_src_len = be->alloc(be, sizeof(int) * B);
+    be->upload(be, d->dev_src_len, src_len, sizeof(int) * B);
+    d->logp = be->alloc(be, ACT_BYTES(m, (size_t)N * hp->V));
 
     /* encoder: the training forward (stack run) with train = 0 */
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
+    int32_t *dsrc = ll_arena_alloc(&m->arena, sizeof(int32_t) * (size_t)B * S);
+    be->upload(be, dsrc, src, sizeof(int32_t) * (size_t)B * S);
     ll_stack_run er;
-    ll_pass p = {.B = B, .T = S, .S = S, .self_len = src_len, .src_len = src_len, .train = 0, .stack = 0};
-    ll_stack_run_init(m, &er, 0, &p, src);
-    real *enc_out = ll_stack_run_fwd(m, &er);
+    ll_pass p = {.B = B, .T = S, .S = S, .self_len = d->dev_src_len, .src_len = d->dev_src_len, .train = 0,
+                 .stack = 0};
+    ll_stack_run_init(m, &er, 0, &p, dsrc);
+    ll_act *enc_out = ll_stack_run_fwd(m, &er);
     /* cross-attention keys/values, projected once per sentence; a sentence's
      * beam rows attend to them together (queries [B, beam]), so they are read
      * once per step instead of once per row */
     for (int l = 0; l < hp->Ld; l++) {
         const ll_layer_offsets *L = &m->dec[l];
-        d->cross_kv[l] = be->alloc(be, (size_t)B * S * 2 * C * sizeof(real));
-        ll_linear_fwd(m, d->cross_kv[l], enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b);
-        d->self_kv[l] = be->alloc(be, (size_t)N * max_T * 2 * C * sizeof(real));
+        d->cross_kv[l] = be->alloc(be, ACT_BYTES(m, (size_t)B * S * 2 * C));
+        ll_linear_fwd(m, d->cross_kv[l], enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b, 0);
+        d->self_kv[l] = be->alloc(be, ACT_BYTES(m, (size_t)N * max_T * 2 * C));
     }
-    d->scratch_kv = be->alloc(be, (size_t)N * (max_T > S ? max_T : S) * 2 * C * sizeof(real));
+    d->scratch_kv = be->alloc(be, ACT_BYTES(m, (size_t)N * (max_T > S ? max_T : S) * 2 * C));
     d->packed = m->dec_packed ? m->dec_packed : (d->own_packed = 1, pack_decoder(m));
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
     return d;
 }
 
-/* y = x + g Sub(LN(x)) (pre-norm), LN(x + g Sub(x)) (post-norm) or x + g Sub(x)
- * (ReZero, g[1] is alpha); g[] are backend scalars (NULL = 1); s holds Sub's output. */
-static real *residual(ll_model *m, const real *x, real *s, const real *const g[2], size_t ln_w, size_t ln_b, int N) {
-    real *y = ll_buf(m, (size_t)N * m->hp.C);
-    if (!g[0] && !g[1])
-        m->be->add(m->be, y, x, s, (size_t)N * m->hp.C);
-    else
-        m->be->add_gated(m->be, y, x, s, g[0], g[1], (size_t)N * m->hp.C);
-    if (m->hp.post_norm) {
-        real *z = ll_buf(m, (size_t)N * m->hp.C);
-        norm(m, z, y, ln_w, ln_b, N);
-        return z;
+/* The rows' self-attention caches take old row from[r] (backend indices). */
+static void apply_reorder(ll_model *m, ll_dec_state *d, const int *dev_from) {
+    const size_t used = (size_t)d->t * 2 * m->hp.C, stride = (size_t)d->max_T * 2 * m->hp.C;
+    for (int l = 0; l < m->hp.Ld; l++) {
+        if (m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])) continue; /* no cache to keep */
+        m->be->reorder_rows(m->be, d->self_kv[l], d->scratch_kv, dev_from, d->N, used, stride);
     }
-    return y;
 }
 
-static const real *sub_input(ll_model *m, const real *x, size_t ln_w, size_t ln_b, int N) {
-    if (m->hp.post_norm || m->hp.rezero) return x;
-    real *u = ll_buf(m, (size_t)N * m->hp.C);
-    norm(m, u, x, ln_w, ln_b, N);
-    return u;
+/* The step proper: uploads prev_tok (+ the pending reorder, + cum/mode when
+ * given), runs the decoder on one position per row and leaves the
+ * log-probabilities in d->logp.  The caller releases the arena marks. */
+static void step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum, const uint8_t *mode,
+                 const double **dev_cum, const uint8_t **dev_mode) {
+    ll_backend *be = m->be;
+    const ll_hparams *hp = &m->hp;
+    const int C = hp->C, N = d->N, t = d->t;
+    if (t >= d->max_T) ll_die("decode: step %d exceeds the cache capacity %d", t, d->max_T);
+    if (t + LL_PAD + 1 >= hp->max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
+    /* one upload: [cum N doubles][tok N][key_len N][from N][mode B bytes] */
+    const size_t nc = cum ? (size_t)N : 0, bytes = sizeof(double) * nc + sizeof(int32_t) * 3 * (size_t)N + d->B;
+    char *h = stage(d, bytes);
+    double *hc = (double *)h;
+    int32_t *ht = (int32_t *)(hc + nc);
+    int *hk = (int *)(ht + N), *hf = hk + N;
+    if (cum) memcpy(hc, cum, sizeof(double) * N);
+    memcpy(ht, prev_tok, sizeof(int32_t) * N);
+    for (int n = 0; n < N; n++) hk[n] = t + 1;
+    memcpy(hf, d->from, sizeof(int) * N);
+    if (mode) memcpy(hf + N, mode, d->B);
+    char *dev = ll_arena_alloc(&m->arena, bytes);
+    be->upload(be, dev, h, bytes);
+    const int32_t *dt = (const int32_t *)(dev + sizeof(double) * nc);
+    const int *dk = (const int *)(dt + N), *df = dk + N;
+    if (dev_cum) *dev_cum = (const double *)dev;
+    if (dev_mode) *dev_mode = (const uint8_t *)(df + N);
+    if (d->reorder_pending) apply_reorder(m, d, df);
+    d->reorder_pending = 0;
+
+    ll_inc inc = {.packed = d->packed, .self_kv = d->self_kv, .cross_kv = d->cross_kv, .max_T = d->max_T, .t = t,
+                  .sents = d->B, .beam = d->beam, .key_len = dk, .sent_src_len = d->dev_src_len};
+    ll_pass p = {.B = N, .T = 1, .S = d->S, .train = 0, .stack = 1, .inc = &inc};
+    ll_stack_run r;
+    ll_stack_run_init(m, &r, 1, &p, dt);
+    const ll_act *x = ll_stack_run_fwd(m, &r);
+    const void *pk = d->packed[(size_t)hp->Ld * LL_DEC_PACKED];
+    if (pk) {
+        be->linear_packed(be, d->logp, hp->V, x, C, pk, NULL, N);
+    } else { /* the output projection: no bias */
+        const ll_gemm_desc g = ll_gemm_xwt(m, d->logp, x, N, C, hp->V, m->out_proj);
+        be->gemm(be, &g);
+    }
+    be->log_softmax(be, d->logp, N, hp->V);
+    d->t++;
+}
+
+const ll_act *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev_tok) {
+    ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
+    step(m, d, prev_tok, NULL, NULL, NULL, NULL);
+    ll_arena_release(&m->arena, mk);
+    ll_arena_release(&m->meta, mk_meta);
+    return d->logp;
 }
 
 void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real *logp) {
     ll_backend *be = m->be;
-    const ll_hparams *hp = &m->hp;
-    const int C = hp->C, H = hp->H, Dh = C / H, N = d->N, t = d->t;
-    if (t >= d->max_T) ll_die("decode: step %d exceeds the cache capacity %d", t, d->max_T);
-    if (t + LL_PAD + 1 >= hp->max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
+    ll_decode_step_dev(m, d, prev_tok);
+    const size_t n = (size_t)d->N * m->hp.V;
+    if (ll_act_is_real(be)) {
+        be->download(be, logp, d->logp, n * sizeof(real));
+        return;
+    }
+    /* converted on the backend, then read (arena memory, released at once) */
+    ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+    real *f = ll_fbuf(m, n);
+    be->convert(be, f, LL_REAL_DTYPE, d->logp, be->act, n);
+    be->download(be, logp, f, n * sizeof(real));
+    ll_arena_release(&m->arena, mk);
+}
+
+void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,
+                         const uint8_t *mode, int k, double *score, real *lp, int32_t *flat) {
+    ll_backend *be = m->be;
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
-    for (int n = 0; n < N; n++) d->key_len[n] = t + 1;
-    real *x = ll_buf(m, (size_t)N * C);
-    be->embed_fwd(be, x, prev_tok, m->params + m->dec_emb, m->pos_table, LL_PAD + 1 + t, sqrt((real)C), N, 1, C,
-                  LL_PAD);
-    real *qkv = ll_buf(m, (size_t)N * 3 * C), *ctx = ll_buf(m, (size_t)N * C), *s = ll_buf(m, (size_t)N * C);
-    /* DLCL: entries of this position and the combined input of each layer */
-    const int dl = ll_dlcl_on(m, 1);
-    real **ent = dl ? ll_arena_alloc(&m->meta, sizeof(real *) * (hp->Ld + 1)) : NULL;
-    if (dl) {
-        ent[0] = dlcl_entry(m, 0, x, N);
-        x = dlcl_row(m, 0, ent, N);
-    }
-    for (int l = 0; l < hp->Ld; l++) {
-        const ll_layer_offsets *L = &m->dec[l];
-        const ll_layer_ctl *ctl = &m->dec_ctl[l];
-        void *const *pk = d->packed + (size_t)l * LL_DEC_PACKED;
-        if (ctl->skip || ll_layer_off(ctl)) { /* not computed; its cache stays unused */
-            if (dl) { /* LayerDrop: identity, entry E(x); latent z = 0: the entry is the input */
-                ent[l + 1] = ctl->skip ? dlcl_entry(m, l + 1, x, N) : x;
-                x = dlcl_row(m, l + 1, ent, N);
-            } else if (!ctl->skip) { /* latent z = 0 as training computes it */
-                x = off_layer(m, L, x, N);
-            }
-            continue;
-        }
-        const real *x_in = x; /* the layer's input (DLCL entry gate) */
-        const real *const g[2] = {ctl->gate, hp->rezero ? m->params + m->rezero_alpha[1][l] : NULL};
-        /* self-attention over the cache */
-        const real *u = sub_input(m, x, L->ln1_w, L->ln1_b, N);
-        dec_linear(m, pk[PK_QKV], qkv, u, N, C, 3 * C, L->qkv_w, L->qkv_b);
-        real *cache = d->self_kv[l];
-        for (int n = 0; n < N; n++)
-            be->copy(be, cache + ((size_t)n * d->max_T + t) * 2 * C, qkv + (size_t)n * 3 * C + C,
-                       2 * C * sizeof(real));
-        /* no backward follows: lse NULL */
-        be->attention_fwd(be, ctx, NULL, qkv, 3 * C, cache, cache + C, 2 * C, d->key_len, N, 1, d->max_T, H, Dh, 0,
-                          0, NULL, 0);
-        dec_linear(m, pk[PK_O], s, ctx, N, C, C, L->o_w, L->o_b);
-        x = residual(m, x, s, g, L->ln1_w, L->ln1_b, N);
-        /* cross-attention (branch off: pre-norm identity, post-norm LN(x)) */
-        if (ctl->skip_cross) {
-            if (hp->post_norm) {
-                real *z = ll_buf(m, (size_t)N * C);
-                norm(m, z, x, L->ln2_w, L->ln2_b, N);
-                x = z;
-            }
-        } else {
-            u = sub_input(m, x, L->ln2_w, L->ln2_b, N);
-            real *q = ll_buf(m, (size_t)N * C);
-            dec_linear(m, pk[PK_CQ], q, u, N, C, C, L->cq_w, L->cq_b);
-            be->attention_fwd(be, ctx, NULL, q, C, d->cross_kv[l], d->cross_kv[l] + C, 2 * C, d->sent_src_len, d->B,
-                              d->beam, d->S, H, Dh, 0, 0, NULL, 0);
-            dec_linear(m, pk[PK_CO], s, ctx, N, C, C, L->co_w, L->co_b);
-            x = residual(m, x, s, g, L->ln2_w, L->ln2_b, N);
-        }
-        /* FFN */
-        u = sub_input(m, x, L->ln3_w, L->ln3_b, N);
-        real *h = ll_buf(m, (size_t)N * hp->F);
-        dec_linear(m, pk[PK_FC1], h, u, N, C, hp->F, L->fc1_w, L->fc1_b);
-        be->relu_fwd(be, h, (size_t)N * hp->F);
-        dec_linear(m, pk[PK_FC2], s, h, N, hp->F, C, L->fc2_w, L->fc2_b);
-        x = residual(m, x, s, g, L->ln3_w, L->ln3_b, N);
-        if (dl) {
-            ent[l + 1] = ll_dlcl_gate_entry(m, dlcl_entry(m, l + 1, x, N), x_in, ctl->gate, (size_t)N * C, NULL);
-            x = dlcl_row(m, l + 1, ent, N);
-        }
-    }
-    if (!hp->post_norm && !hp->rezero) {
-        real *z = ll_buf(m, (size_t)N * C);
-        norm(m, z, x, m->dec_ln_w, m->dec_ln_b, N);
-        x = z;
-    }
-    dec_linear(m, d->packed[(size_t)hp->Ld * LL_DEC_PACKED], logp, x, N, C, hp->V, m->out_proj, 0);
-    be->log_softmax(be, logp, N, hp->V);
-    d->t++;
+    const double *dc;
+    const uint8_t *dm;
+    step(m, d, prev_tok, cum, mode, &dc, &dm);
+    /* results in one block, read in one download: [score][flat][lp] */
+    const size_t nk = (size_t)d->B * k;
+    const size_t bytes = nk * (sizeof(double) + sizeof(int32_t) + sizeof(real));
+    char *out = ll_arena_alloc(&m->arena, bytes);
+    be->beam_topk(be, (double *)out, (real *)(out + nk * (sizeof(double) + sizeof(int32_t))),
+                  (int32_t *)(out + nk * sizeof(double)), d->logp, dc, dm, d->B, d->beam, m->hp.V, k, LL_PAD, LL_BOS,
+                  LL_EOS);
+    char *h = stage(d, bytes);
+    be->download(be, h, out, bytes);
+    memcpy(score, h, nk * sizeof(double));
+    memcpy(flat, h + nk * sizeof(double), nk * sizeof(int32_t));
+    memcpy(lp, h + nk * (sizeof(double) + sizeof(int32_t)), nk * sizeof(real));
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
 }
 
 void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
-    ll_backend *be = m->be;
+    (void)m;
     /* cross K/V are per sentence, so rows may only move within their sentence */
     for (int n = 0; n < d->N; n++)
         if (from[n] / d->beam != n / d->beam) ll_die("decode: reorder moves row %d across sentences", from[n]);
-    const int C = m->hp.C;
-    const size_t row = (size_t)d->max_T * 2 * C, used = (size_t)d->t * 2 * C;
-    /* Only rows that change are copied: first every source row that some moved
-     * row reads (into scratch), then the moved rows from scratch. */
-    for (int l = 0; l < m->hp.Ld; l++) {
-        if (m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])) continue; /* no cache to keep */
-        real *c = d->self_kv[l];
-        for (int n = 0; n < d->N; n++)
-            if (from[n] != n) be->copy(be, d->scratch_kv + n * row, c + from[n] * row, used * sizeof(real));
-        for (int n = 0; n < d->N; n++)
-            if (from[n] != n) be->copy(be, c + n * row, d->scratch_kv + n * row, used * sizeof(real));
-    }
+    /* applied by the next step, whose upload carries it */
+    memcpy(d->from, from, sizeof(int) * d->N);
+    d->reorder_pending = 1;
 }
 
 void ll_decode_end(ll_model *m, ll_dec_state *d) {
@@ -270,33 +228,46 @@ void ll_decode_end(ll_model *m, ll_dec_state *d) {
         m->be->free(m->be, d->cross_kv[l]);
     }
     m->be->free(m->be, d->scratch_kv);
+    m->be->free(m->be, d->logp);
+    m->be->free(m->be, d->dev_src_len);
     if (d->own_packed) unpack_decoder(m, d->packed);
     free(d->self_kv);
     free(d->cross_kv);
     free(d->sent_src_len);
-    free(d->key_len);
+    free(d->from);
+    free(d->stage);
     free(d);
 }
 
 void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep) {
     ll_backend *be = m->be;
     const int C = m->hp.C, beam = d->beam;
-    const size_t srow = (size_t)d->max_T * 2 * C, crow = (size_t)d->S * 2 * C, used = (size_t)d->t * 2 * C;
     for (int j = 0; j < n_keep; j++) {
         const int b = keep[j];
         if (b >= d->B || (j > 0 && b <= keep[j - 1]) || b < j)
             ll_die("decode: compact needs ascending sentence indices below %d", d->B);
-        if (b == j) continue;
-        /* ascending keep: destination rows lie below their sources, so each copy
-         * reads a row that is not overwritten before it is read */
-        for (int l = 0; l < m->hp.Ld; l++) {
-            be->copy(be, d->cross_kv[l] + j * crow, d->cross_kv[l] + b * crow, crow * sizeof(real));
-            for (int r = 0; r < beam; r++)
-                be->copy(be, d->self_kv[l] + (j * beam + r) * srow, d->self_kv[l] + (b * beam + r) * srow,
-                         used * sizeof(real));
-        }
-        d->sent_src_len[j] = d->sent_src_len[b];
     }
+    if (d->reorder_pending) ll_die("decode: compact with a reorder pending (compact first, then reorder)");
+    /* the moves as reorders: sentences (cross K/V, source lengths), then rows (self K/V) */
+    const size_t nrow = (size_t)n_keep * beam;
+    int *h = (int *)stage(d, sizeof(int) * (n_keep + nrow + n_keep));
+    for (int j = 0; j < n_keep; j++) {
+        h[j] = keep[j];
+        for (int r = 0; r < beam; r++) h[n_keep + (size_t)j * beam + r] = keep[j] * beam + r;
+        h[n_keep + nrow + j] = d->sent_src_len[keep[j]];
+    }
+    ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+    int *dev = ll_arena_alloc(&m->arena, sizeof(int) * (n_keep + nrow));
+    be->upload(be, dev, h, sizeof(int) * (n_keep + nrow));
+    const size_t srow = (size_t)d->max_T * 2 * C, crow = (size_t)d->S * 2 * C, used = (size_t)d->t * 2 * C;
+    for (int l = 0; l < m->hp.Ld; l++) {
+        be->reorder_rows(be, d->cross_kv[l], d->scratch_kv, dev, n_keep, crow, crow);
+        if (!(m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])))
+            be->reorder_rows(be, d->self_kv[l], d->scratch_kv, dev + n_keep, (int)nrow, used, srow);
+    }
+    ll_arena_release(&m->arena, mk);
+    for (int j = 0; j < n_keep; j++) d->sent_src_len[j] = h[n_keep + nrow + j];
+    be->upload(be, d->dev_src_len, d->sent_src_len, sizeof(int) * n_keep);
     d->B = n_keep;
     d->N = n_keep * beam;
 }

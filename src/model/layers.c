@@ -5,11 +5,12 @@
 
 #include "model_internal.h"
 
-real *ll_buf(ll_model *m, size_t n) { return ll_arena_alloc_act(&m->arena, n * sizeof(real)); }
+ll_act *ll_buf(ll_model *m, size_t n) { return ll_arena_alloc_act(&m->arena, ACT_BYTES(m, n)); }
+real *ll_fbuf(ll_model *m, size_t n) { return ll_arena_alloc(&m->arena, n * sizeof(real)); }
 
-real *ll_zeros(ll_model *m, size_t n) {
-    real *p = ll_buf(m, n);
-    m->be->memset0(m->be, p, n * sizeof(real));
+ll_act *ll_zeros(ll_model *m, size_t n) {
+    ll_act *p = ll_buf(m, n);
+    m->be->memset0(m->be, p, ACT_BYTES(m, n));
     return p;
 }
 
@@ -18,30 +19,58 @@ void ll_site_rng(ll_philox *r, const ll_pass *p, int layer, int site) {
     ll_philox_init(r, p->seed, LL_RNG_DROPOUT | (id << 4), (uint32_t)p->rng_step);
 }
 
-void ll_linear_fwd(ll_model *m, real *y, const real *x, int N, int in, int out, size_t w, size_t b) {
-    ll_backend *be = m->be;
-    if (b && be->bias_set) {
-        be->bias_set(be, y, m->params + b, N, out);
-        be->gemm(be, 0, 1, N, out, in, 1, x, in, m->params + w, in, 1, y, out);
-        return;
-    }
-    be->gemm(be, 0, 1, N, out, in, 1, x, in, m->params + w, in, 0, y, out);
-    if (b) be->bias_fwd(be, y, m->params + b, N, out);
+ll_gemm_desc ll_gemm_xwt(const ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w) {
+    const ll_dtype t = m->be->act;
+    return (ll_gemm_desc){.trans_b = 1, .M = N, .N = out, .K = in, .alpha = 1, .A = x, .a_type = t, .lda = in,
+                          .B = ACT(m, m->wact, w), .b_type = t, .ldb = in, .C = y, .c_type = t, .ldc = out};
 }
 
-void ll_linear_bwd(ll_model *m, real *dx, real dx_beta, const real *dy, const real *x, int N, int in, int out,
+void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu) {
+    ll_gemm_desc g = ll_gemm_xwt(m, y, x, N, in, out, w);
+    if (b) {
+        g.epi = relu ? LL_EPI_BIAS_RELU : LL_EPI_BIAS;
+        g.bias = m->params + b; /* fp32 master bias */
+    } else if (relu) {
+        ll_die("linear layer: ReLU without a bias");
+    }
+    m->be->gemm(m->be, &g);
+}
+
+void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in, int out,
                    size_t w, size_t b) {
     ll_backend *be = m->be;
-    if (dx) be->gemm(be, 0, 0, N, in, out, 1, dy, out, m->params + w, in, dx_beta, dx, in);
-    be->gemm(be, 1, 0, out, in, N, 1, dy, out, x, in, 1, m->grads + w, in);
-    if (b) be->bias_bwd(be, m->grads + b, dy, N, out);
+    const ll_dtype t = be->act;
+    if (dx) { /* dx[N,in] = dy[N,out] W[out,in] */
+        const ll_gemm_desc g = {.M = N, .N = in, .K = out, .alpha = 1, .beta = dx_beta, .A = dy, .a_type = t,
+                                .lda = out, .B = ACT(m, m->wact, w), .b_type = t, .ldb = in, .C = dx, .c_type = t,
+                                .ldc = in};
+        be->gemm(be, &g);
+    }
+    /* dW[out,in] += dy^T x in fp32; the bias gradient (column sums of dy) in the epilogue */
+    const ll_gemm_desc g = {.trans_a = 1, .M = out, .N = in, .K = N, .alpha = 1, .beta = 1, .A = dy, .a_type = t,
+                            .lda = out, .B = x, .b_type = t, .ldb = in, .C = m->grads + w, .c_type = LL_REAL_DTYPE,
+                            .ldc = in, .epi = b ? LL_EPI_BGRAD : LL_EPI_NONE, .bgrad = b ? m->grads + b : NULL};
+    be->gemm(be, &g);
 }
 
 static uint8_t *mask_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->arena, n); }
 
 /* ---- sub-layers: s = Sub(in), in/s are [N, C] ---- */
 
-static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const real *in, real *s) {
+/* A sub-layer's linear map (relu: then ReLU); in incremental decoding through
+ * the layer's packed weight when the backend packed one. */
+static void sub_linear(ll_model *m, const ll_pass *p, int layer, int slot, ll_act *y, const ll_act *x, int N, int in,
+                       int out, size_t w, size_t b, int relu) {
+    const void *pk = p->inc ? p->inc->packed[(size_t)layer * LL_DEC_PACKED + slot] : NULL;
+    if (!pk) {
+        ll_linear_fwd(m, y, x, N, in, out, w, b, relu);
+        return;
+    }
+    m->be->linear_packed(m->be, y, out, x, in, pk, b ? m->params + b : NULL, N);
+    if (relu) m->be->relu_fwd(m->be, y, (size_t)N * out);
+}
+
+static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const ll_act *in, ll_act *s) {
     ll_backend *be = m->be;
     const ll_hparams *hp = &m->hp;
     const int C = hp->C, H = hp->H, Dh = C / H, N = p->B * p->T;
@@ -51,50 +80,66 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
     switch (k->kind) {
     case SUB_SELF:
         k->qkv = ll_buf(m, (size_t)N * 3 * C);
-        ll_linear_fwd(m, k->qkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
+        sub_linear(m, p, layer, PK_QKV, k->qkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b, 0);
         k->ctx = ll_buf(m, (size_t)N * C);
-        k->lse = ll_buf(m, (size_t)p->B * H * p->T);
-        ll_site_rng(&k->attn_rng, p, layer, SITE_SELF_PROBS);
-        be->attention_fwd(be, k->ctx, k->lse, k->qkv, 3 * C, k->qkv + C, k->qkv + 2 * C, 3 * C, p->self_len, p->B,
-                          p->T, p->T, H, Dh, p->stack == 1, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->T);
-        ll_linear_fwd(m, s, k->ctx, N, C, C, L->o_w, L->o_b);
+        if (p->inc) { /* append this position's keys/values, attend over the cache (no backward: no lse) */
+            const ll_inc *c = p->inc;
+            ll_act *cache = c->self_kv[layer];
+            be->copy_rows(be, ACT(m, cache, (size_t)c->t * 2 * C), (size_t)c->max_T * 2 * C, ACT(m, k->qkv, C),
+                          3 * C, N, 2 * C);
+            be->attention_fwd(be, k->ctx, NULL, k->qkv, 3 * C, cache, ACT(m, cache, C), 2 * C, c->key_len, N, 1,
+                              c->max_T, H, Dh, 0, 0, NULL, 0);
+        } else {
+            k->lse = ll_fbuf(m, (size_t)p->B * H * p->T);
+            ll_site_rng(&k->attn_rng, p, layer, SITE_SELF_PROBS);
+            be->attention_fwd(be, k->ctx, k->lse, k->qkv, 3 * C, ACT(m, k->qkv, C), ACT(m, k->qkv, 2 * C), 3 * C,
+                              p->self_len, p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &k->attn_rng,
+                              (uint64_t)p->row0 * H * p->T * p->T);
+        }
+        sub_linear(m, p, layer, PK_O, s, k->ctx, N, C, C, L->o_w, L->o_b, 0);
         break;
     case SUB_CROSS: {
-        const int Ns = p->B * p->S;
         k->q = ll_buf(m, (size_t)N * C);
-        ll_linear_fwd(m, k->q, in, N, C, C, L->cq_w, L->cq_b);
-        k->kv = ll_buf(m, (size_t)Ns * 2 * C);
-        ll_linear_fwd(m, k->kv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
+        sub_linear(m, p, layer, PK_CQ, k->q, in, N, C, C, L->cq_w, L->cq_b, 0);
         k->ctx = ll_buf(m, (size_t)N * C);
-        k->lse = ll_buf(m, (size_t)p->B * H * p->T);
-        ll_site_rng(&k->attn_rng, p, layer, SITE_CROSS_PROBS);
-        be->attention_fwd(be, k->ctx, k->lse, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len, p->B, p->T, p->S, H, Dh,
-                          0, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->S);
-        ll_linear_fwd(m, s, k->ctx, N, C, C, L->co_w, L->co_b);
+        if (p->inc) { /* a sentence's beam rows are its queries, so its keys/values are read once */
+            const ll_inc *c = p->inc;
+            be->attention_fwd(be, k->ctx, NULL, k->q, C, c->cross_kv[layer], ACT(m, c->cross_kv[layer], C), 2 * C,
+                              c->sent_src_len, c->sents, c->beam, p->S, H, Dh, 0, 0, NULL, 0);
+        } else {
+            const int Ns = p->B * p->S;
+            k->kv = ll_buf(m, (size_t)Ns * 2 * C);
+            ll_linear_fwd(m, k->kv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b, 0);
+            k->lse = ll_fbuf(m, (size_t)p->B * H * p->T);
+            ll_site_rng(&k->attn_rng, p, layer, SITE_CROSS_PROBS);
+            be->attention_fwd(be, k->ctx, k->lse, k->q, C, k->kv, ACT(m, k->kv, C), 2 * C, p->src_len, p->B, p->T,
+                              p->S, H, Dh, 0, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->S);
+        }
+        sub_linear(m, p, layer, PK_CO, s, k->ctx, N, C, C, L->co_w, L->co_b, 0);
         break;
     }
     case SUB_FFN: {
         const int F = hp->F;
         k->h = ll_buf(m, (size_t)N * F);
-        ll_linear_fwd(m, k->h, in, N, C, F, L->fc1_w, L->fc1_b);
-        be->relu_fwd(be, k->h, (size_t)N * F);
+        sub_linear(m, p, layer, PK_FC1, k->h, in, N, C, F, L->fc1_w, L->fc1_b, 1); /* bias + ReLU epilogue */
         k->hd = k->h;
         k->amask = NULL;
         if (p->train && hp->act_dropout > 0) {
             k->hd = ll_buf(m, (size_t)N * F);
-            be->copy(be, k->hd, k->h, (size_t)N * F * sizeof(real));
+            be->copy(be, k->hd, k->h, ACT_BYTES(m, (size_t)N * F));
             k->amask = mask_buf(m, (size_t)N * F);
             ll_site_rng(&r, p, layer, SITE_ACT);
             be->dropout_fwd(be, k->hd, k->amask, (size_t)N * F, hp->act_dropout, &r, (uint64_t)p->row0 * p->T * F);
         }
-        ll_linear_fwd(m, s, k->hd, N, F, C, L->fc2_w, L->fc2_b);
+        sub_linear(m, p, layer, PK_FC2, s, k->hd, N, F, C, L->fc2_w, L->fc2_b, 0);
         break;
     }
     }
 }
 
 /* din = din_beta * din + dSub/din^T ds (ds may be clobbered). */
-static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, real *ds, real *din, real din_beta) {
+static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const ll_act *in, ll_act *ds, ll_act *din,
+                    real din_beta) {
     ll_backend *be = m->be;
     const ll_hparams *hp = &m->hp;
     const int C = hp->C, H = hp->H, Dh = C / H, N = p->B * p->T;
@@ -102,29 +147,30 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const real *in, 
     const ll_layer_offsets *L = k->L;
     switch (k->kind) {
     case SUB_SELF: {
-        real *dctx = ll_buf(m, (size_t)N * C);
+        ll_act *dctx = ll_buf(m, (size_t)N * C);
         ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->o_w, L->o_b);
-        real *dqkv = ll_buf(m, (size_t)N * 3 * C); /* attention_bwd overwrites */
-        be->attention_bwd(be, dqkv, dqkv + C, dqkv + 2 * C, dctx, k->ctx, k->lse, k->qkv, 3 * C, k->qkv + C,
-                          k->qkv + 2 * C, 3 * C, p->self_len, p->B, p->T, p->T, H, Dh, p->stack == 1, ad, &k->attn_rng,
-                          (uint64_t)p->row0 * H * p->T * p->T);
+        ll_act *dqkv = ll_buf(m, (size_t)N * 3 * C); /* attention_bwd overwrites */
+        be->attention_bwd(be, dqkv, ACT(m, dqkv, C), ACT(m, dqkv, 2 * C), dctx, k->ctx, k->lse, k->qkv, 3 * C,
+                          ACT(m, k->qkv, C), ACT(m, k->qkv, 2 * C), 3 * C, p->self_len, p->B, p->T, p->T, H, Dh,
+                          p->stack == 1, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->T);
         ll_linear_bwd(m, din, din_beta, dqkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
         break;
     }
     case SUB_CROSS: {
         const int Ns = p->B * p->S;
-        real *dctx = ll_buf(m, (size_t)N * C);
+        ll_act *dctx = ll_buf(m, (size_t)N * C);
         ll_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->co_w, L->co_b);
-        real *dq = ll_buf(m, (size_t)N * C), *dkv = ll_buf(m, (size_t)Ns * 2 * C);
-        be->attention_bwd(be, dq, dkv, dkv + C, dctx, k->ctx, k->lse, k->q, C, k->kv, k->kv + C, 2 * C, p->src_len,
-                          p->B, p->T, p->S, H, Dh, 0, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->S);
+        ll_act *dq = ll_buf(m, (size_t)N * C), *dkv = ll_buf(m, (size_t)Ns * 2 * C);
+        be->attention_bwd(be, dq, dkv, ACT(m, dkv, C), dctx, k->ctx, k->lse, k->q, C, k->kv, ACT(m, k->kv, C), 2 * C,
+                          p->src_len, p->B, p->T, p->S, H, Dh, 0, ad, &k->attn_rng,
+                          (uint64_t)p->row0 * H * p->T * p->S);
         ll_linear_bwd(m, din, din_beta, dq, in, N, C, C, L->cq_w, L->cq_b);
         ll_linear_bwd(m, p->d_enc_out, 1, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
         break;
     }
     case SUB_FFN: {
         const int F = hp->F;
-        real *dh = ll_buf(m, (size_t)N * F);
+        ll_act *dh = ll_buf(m, (size_t)N * F);
         ll_linear_bwd(m, dh, 0, ds, k->hd, N, F, C, L->fc2_w, L->fc2_b);
         if (k->amask) be->dropout_bwd(be, dh, k->amask, (size_t)N * F, hp->act_dropout);
         be->relu_bwd(be, dh, k->h, (size_t)N * F);
@@ -150,18 +196,18 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     k->mode = BLOCK_RUN;
     if (ctl && ctl->skip) { /* the whole layer is the identity (LayerDrop, pruned latent layer) */
         k->mode = BLOCK_IDENTITY;
-        k->y = (real *)k->x;
+        k->y = (ll_act *)k->x;
         return;
     }
-    k->mean = ll_buf(m, N);
-    k->rstd = ll_buf(m, N);
+    k->mean = ll_fbuf(m, N);
+    k->rstd = ll_fbuf(m, N);
     /* branch off (CAD, or a latent z = 0 at inference): pre/ReZero y = x, post y = LN(x) */
     if (ll_layer_off(ctl) || (ctl && ctl->skip_cross && k->kind == SUB_CROSS)) {
         k->mode = BLOCK_OFF;
         if (!post) {
-            k->y = (real *)k->x;
+            k->y = (ll_act *)k->x;
         } else {
-            k->a = (real *)k->x;
+            k->a = (ll_act *)k->x;
             k->y = ll_buf(m, n);
             be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
         }
@@ -169,13 +215,13 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     }
     const real *gate = gate_ptr(k), *alpha = alpha_ptr(m, k);
     k->y = ll_buf(m, n);
-    real *s = k->s = ll_buf(m, n);
+    ll_act *s = k->s = ll_buf(m, n);
     if (!post && !rezero) {
         k->u = ll_buf(m, n);
         be->layernorm_fwd(be, k->u, k->mean, k->rstd, k->x, m->params + k->ln_w, m->params + k->ln_b, N, C);
         sub_fwd(m, k, p, layer, k->u, s);
     } else {
-        k->u = (real *)k->x;
+        k->u = (ll_act *)k->x;
         sub_fwd(m, k, p, layer, k->x, s);
     }
     k->mask = NULL;
@@ -185,7 +231,7 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         k->mask = mask_buf(m, n);
         be->dropout_fwd(be, s, k->mask, n, m->hp.dropout, &r, (uint64_t)p->row0 * p->T * m->hp.C);
     }
-    real *sum = post ? (k->a = ll_buf(m, n)) : k->y;
+    ll_act *sum = post ? (k->a = ll_buf(m, n)) : k->y;
     if (!gate && !alpha)
         be->add(be, sum, k->x, s, n);
     else
@@ -193,25 +239,25 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     if (post) be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
 }
 
-void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx, int dx_fresh) {
+void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, ll_act *dy, ll_act *dx, int dx_fresh) {
     ll_backend *be = m->be;
     const int C = m->hp.C, N = p->B * p->T;
     const size_t n = (size_t)N * C;
     ll_layer_ctl *ctl = k->ctl;
     const int post = m->hp.post_norm, rezero = k->alpha != 0;
     /* dx_fresh: dx holds garbage, so the first contribution is a copy (saves a memset) */
-#define FIRST(dst, src) (dx_fresh ? be->copy(be, dst, src, n * sizeof(real)) : be->acc(be, dst, src, n))
+#define FIRST(dst, src) (dx_fresh ? be->copy(be, dst, src, ACT_BYTES(m, n)) : be->acc(be, dst, src, n))
     if (k->mode == BLOCK_IDENTITY || (k->mode == BLOCK_OFF && !post)) {
         FIRST(dx, dy);
         return;
     }
     if (k->mode == BLOCK_OFF) {
-        if (dx_fresh) be->memset0(be, dx, n * sizeof(real));
+        if (dx_fresh) be->memset0(be, dx, ACT_BYTES(m, n));
         be->layernorm_bwd(be, dx, m->grads + k->ln_w, m->grads + k->ln_b, dy, k->a, m->params + k->ln_w, k->mean,
                           k->rstd, N, C);
         return;
     }
-    real *ds; /* gradient of the residual sum x + gate * s */
+    ll_act *ds; /* gradient of the residual sum x + gate * s */
     if (!post) {
         FIRST(dx, dy); /* residual path */
         ds = dy;
@@ -229,11 +275,33 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, real *dy, real *dx
     if (gate || alpha) be->scale_gated(be, ds, gate, alpha, n);
     if (k->mask) be->dropout_bwd(be, ds, k->mask, n, m->hp.dropout);
     if (!post && !rezero) {
-        real *du = ll_buf(m, n);
+        ll_act *du = ll_buf(m, n);
         sub_bwd(m, k, p, k->u, ds, du, 0);
         be->layernorm_bwd(be, dx, m->grads + k->ln_w, m->grads + k->ln_b, du, k->x, m->params + k->ln_w, k->mean,
                           k->rstd, N, C);
     } else {
         sub_bwd(m, k, p, k->x, ds, dx, 1);
+    }
+}
+
+/* One layer = its blocks in order (self-attention, [cross-attention,] FFN).
+ * Here, not in transformer.c, so that the stack drivers (transformer.c and
+ * dlcl.c) both call down into layers.c and never into each other. */
+ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x) {
+    for (int j = 0; j < r->per_layer; j++) {
+        ll_block *k = &r->blocks[l * r->per_layer + j];
+        k->x = x;
+        ll_block_fwd(m, k, &r->p, l);
+        x = k->y;
+    }
+    return x;
+}
+
+void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, ll_act *dy, ll_act *dx) {
+    const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
+    for (int j = r->per_layer - 1; j >= 0; j--) {
+        ll_act *d = j == 0 ? dx : ll_buf(m, n);
+        ll_block_bwd(m, &r->blocks[l * r->per_layer + j], &r->p, dy, d, 1);
+        dy = d;
     }
 }

@@ -200,6 +200,8 @@ void ll_model_alloc(ll_model *m) {
     m->stats = be->alloc(be, LL_ST_N * sizeof(double) + snap);
     m->params = be->alloc(be, m->n_params * sizeof(real));
     m->grads = be->alloc(be, m->n_params * sizeof(real));
+    /* the weight copy matmuls read: the master itself when the dtypes agree */
+    m->wact = ll_act_is_real(be) ? (ll_act *)m->params : be->alloc(be, m->n_params * ll_act_size(be));
 
     /* fairseq sinusoids: [sin(pos f_i), cos(pos f_i)] concatenated, f_i = 10000^(-i/(half-1)). */
     int rows = hp->max_pos + 2, half = C / 2;
@@ -329,6 +331,7 @@ void ll_model_free(ll_model *m) {
         if (m->dlcl_fixed[s]) m->be->free(m->be, m->dlcl_fixed[s]);
         free(m->rezero_alpha[s]);
     }
+    if (m->wact && m->wact != (ll_act *)m->params) m->be->free(m->be, m->wact);
     m->be->free(m->be, m->params);
     m->be->free(m->be, m->grads);
     m->be->free(m->be, m->pos_table);
@@ -403,7 +406,13 @@ void ll_model_init(ll_model *m, uint64_t seed) {
     }
     m->be->upload(m->be, m->params, host, m->n_params * sizeof(real));
     m->be->memset0(m->be, m->grads, m->n_params * sizeof(real));
+    ll_model_refresh_weights(m);
     free(host);
+}
+
+void ll_model_refresh_weights(ll_model *m) {
+    if (m->wact && m->wact != (ll_act *)m->params)
+        m->be->convert(m->be, m->wact, m->be->act, m->params, LL_REAL_DTYPE, m->n_params);
 }
 
 double ll_model_train_flops(const ll_hparams *hp, long src_tokens, long tgt_tokens, long B, int S, int T) {

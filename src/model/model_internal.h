@@ -19,22 +19,40 @@ typedef struct {
     ll_layer_ctl *ctl; /* the layer's gate/skip (shared by its blocks) */
     size_t alpha;      /* ReZero: offset of the layer's learnable scale (0 = none, and then LN as usual) */
     int mode;          /* set by forward: BLOCK_RUN, BLOCK_IDENTITY (layer skipped), BLOCK_OFF (branch off) */
-    real *s;           /* sub-layer output after dropout (for dgate) */
-    const real *x; /* input (owned by the previous block) */
-    real *u;       /* pre-norm: LN(x), the sub-layer input */
-    real *a;       /* post-norm: x + drop(s), the LN input */
-    real *y;       /* output */
+    /* activations (ll_act: the backend's activation dtype); statistics are real */
+    ll_act *s;       /* sub-layer output after dropout (for dgate) */
+    const ll_act *x; /* input (owned by the previous block) */
+    ll_act *u;       /* pre-norm: LN(x), the sub-layer input */
+    ll_act *a;       /* post-norm: x + drop(s), the LN input */
+    ll_act *y;       /* output */
     real *mean, *rstd;
     uint8_t *mask; /* dropout of the sub-layer output (NULL: none) */
     /* attention: ctx is its output, lse its softmax statistics [B, H, T]
      * (backward recomputes the probabilities and redraws the dropout mask
      * from attn_rng) */
-    real *qkv, *q, *kv, *ctx, *lse;
+    ll_act *qkv, *q, *kv, *ctx;
+    real *lse;
     ll_philox attn_rng;
     /* FFN */
-    real *h, *hd;
+    ll_act *h, *hd; /* fc1 output after ReLU, and after activation dropout */
     uint8_t *amask;
 } ll_block;
+
+/* Slots of a decoder layer's packed weights (ll_inc.packed). */
+enum { PK_QKV, PK_O, PK_CQ, PK_CO, PK_FC1, PK_FC2 };
+
+/* Incremental decoding (infer.c): the decoder runs one position per row,
+ * self-attention over a KV cache it appends to, cross-attention over keys and
+ * values projected once per sentence, linear layers through packed weights. */
+typedef struct {
+    void *const *packed;      /* [Ld * LL_DEC_PACKED + 1] handles (NULL entries: gemm) */
+    ll_act *const *self_kv;   /* per layer [rows, max_T, 2C] */
+    ll_act *const *cross_kv;  /* per layer [sentences, S, 2C] */
+    int max_T, t;             /* cache capacity; this step's position */
+    int sents, beam;          /* rows = sents * beam, grouped by sentence */
+    const int *key_len;       /* backend [rows]: t + 1 */
+    const int *sent_src_len;  /* backend [sents] */
+} ll_inc;
 
 /* Shape and context shared by the blocks of one forward pass. */
 typedef struct {
@@ -42,14 +60,15 @@ typedef struct {
     int S;                /* source length (cross-attention keys) */
     const int *self_len;  /* key lengths for self-attention */
     const int *src_len;   /* key lengths for cross-attention */
-    const real *enc_out;  /* [B*S, C] (decoder) */
-    real *d_enc_out;      /* gradient of enc_out (decoder backward) */
+    const ll_act *enc_out; /* [B*S, C] (decoder) */
+    ll_act *d_enc_out;     /* gradient of enc_out (decoder backward) */
     int train;
     uint64_t seed, rng_step;
     int stack;            /* 0 encoder, 1 decoder */
     ll_layer_ctl *ctl;    /* decoder layer controls for this pass (NULL: the model's) */
     int row0;             /* first sentence of this batch slice in the whole batch: offsets
                              dropout draws so a slice gets the whole batch's masks */
+    const ll_inc *inc;    /* incremental decoding (T = 1 per row), else NULL */
 } ll_pass;
 
 /* One run of a stack (encoder or decoder) over one batch: embeddings, blocks,
@@ -60,21 +79,21 @@ typedef struct {
     ll_block *blocks;           /* L * per_layer */
     int per_layer;
     const int32_t *tok;
-    real *x0;                   /* embedding output (after dropout) */
+    ll_act *x0;                 /* embedding output (after dropout) */
     uint8_t *emb_mask;
     /* DLCL (src/model/dlcl.c): entries e_k (k = 0..L), row inputs in_r, LN stats */
-    real **ent, **raw, **comb, **in;
-    real **gent;                /* latent-gated layers: E(y_k) before the entry gate (else NULL) */
+    ll_act **ent, **raw, **comb, **in;
+    ll_act **gent;              /* latent-gated layers: E(y_k) before the entry gate (else NULL) */
     real **ln_mean, **ln_rstd;
-    real *top;                  /* stack output before the final LN */
-    real *out;                  /* after the final LN (pre-norm) or == top */
+    ll_act *top;                /* stack output before the final LN */
+    ll_act *out;                /* after the final LN (pre-norm) or == top */
     real *mean, *rstd;
 } ll_stack_run;
 
 #define LL_MAX_RUNS 4
 typedef struct ll_fwd_state {
     ll_stack_run enc[LL_MAX_RUNS], dec[LL_MAX_RUNS];
-    real *logits[2];            /* [B*T, V] of the clean and the DDR pass, then their gradients */
+    ll_act *logits[2];          /* [B*T, V] of the clean and the DDR pass, then their gradients */
     char *stage;                /* host staging buffer of the batch upload */
     size_t stage_cap;
 } ll_fwd_state;
@@ -93,13 +112,13 @@ ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t s
 /* Set up a run; tok are the input tokens ([B*T]), lens the key lengths. */
 void ll_stack_run_init(ll_model *m, ll_stack_run *r, int stack, const ll_pass *p, const int32_t *tok);
 /* Forward; returns r->out.  enc_out (decoder) is the encoder output it attends to. */
-real *ll_stack_run_fwd(ll_model *m, ll_stack_run *r);
+ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r);
 /* Backward from d(out); accumulates parameter gradients (and d enc_out via p.d_enc_out). */
-void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout);
+void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, ll_act *dout);
 
 /* One layer's blocks, forward (returns y) and backward (dx = ..., overwritten). */
-real *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, real *x);
-void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, real *dy, real *dx);
+ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x);
+void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, ll_act *dy, ll_act *dx);
 
 /* ---- objectives (objectives.c) ---- */
 /* ALD sources (host, into light/heavy [B*S]): a fraction gamma (light) and
@@ -109,18 +128,18 @@ void ll_unk_corrupt(const ll_model *m, const ll_batch *b, uint64_t seed, uint64_
 /* ALD loss from the top decoder states of the clean, light and heavy passes
  * (hs[0..2], [B*T, C]), on the backend: weight * ntokens * mean_b J_b into
  * LL_ST_ALD and, if dh is non-NULL, the gradients dh[0..2] (arena). */
-void ll_ald_loss(ll_model *m, const ll_batch *b, const ll_dev_batch *db, real *const *hs, real **dh);
+void ll_ald_loss(ll_model *m, const ll_batch *b, const ll_dev_batch *db, ll_act *const *hs, ll_act **dh);
 
 /* ---- DLCL (dlcl.c) ---- */
 int ll_dlcl_on(const ll_model *m, int stack);
 /* Latent gate of a DLCL entry: e' = in + z (e - in) (z a backend scalar;
  * NULL = 1: e itself); *diff (if non-NULL) gets e - in for the backward. */
-real *ll_dlcl_gate_entry(ll_model *m, real *e, const real *in, const real *gate, size_t n, real **diff);
+ll_act *ll_dlcl_gate_entry(ll_model *m, ll_act *e, const ll_act *in, const real *gate, size_t n, ll_act **diff);
 /* W [L+1, L+1] of a stack in backend memory (the fixed variants included). */
 const real *ll_dlcl_weights(const ll_model *m, int stack);
 /* Forward of a layered stack with DLCL; x0 = embedding output.  Returns top. */
-real *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r);
-void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, real *dtop, real *dx0);
+ll_act *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r);
+void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, ll_act *dtop, ll_act *dx0);
 /* Offsets of entry/row k's layer norm. */
 size_t ll_dlcl_ln_w(const ll_model *m, int stack, int k);
 size_t ll_dlcl_ln_b(const ll_model *m, int stack, int k);
@@ -130,15 +149,26 @@ void ll_site_rng(ll_philox *r, const ll_pass *p, int layer, int site);
 
 void ll_block_fwd(ll_model *m, ll_block *blk, const ll_pass *p, int layer);
 /* dx += d(block)/dx^T dy (dx_fresh: dx = ..., its content is ignored).  dy may be overwritten. */
-void ll_block_bwd(ll_model *m, ll_block *blk, const ll_pass *p, real *dy, real *dx, int dx_fresh);
+void ll_block_bwd(ll_model *m, ll_block *blk, const ll_pass *p, ll_act *dy, ll_act *dx, int dx_fresh);
 
-/* y[N,out] = x[N,in] W^T + b ; backward accumulates dW, db and dx (if non-NULL):
- * dx = dx_beta * dx + dy W, so dx_beta = 0 writes a fresh (uninitialised) buffer. */
-void ll_linear_fwd(ll_model *m, real *y, const real *x, int N, int in, int out, size_t w, size_t b);
-void ll_linear_bwd(ll_model *m, real *dx, real dx_beta, const real *dy, const real *x, int N, int in, int out,
+/* y[N,out] = x[N,in] W^T + b (relu: then max(., 0)), one gemm with a bias
+ * epilogue reading the weight copy; backward accumulates dW and db (one gemm
+ * with the BGRAD epilogue, fp32) and dx (if non-NULL): dx = dx_beta * dx + dy W,
+ * so dx_beta = 0 writes a fresh (uninitialised) buffer. */
+void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu);
+void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in, int out,
                    size_t w, size_t b);
+/* The descriptor of y[N,out] (+)= x[N,in] W^T with W the weight copy at offset w. */
+ll_gemm_desc ll_gemm_xwt(const ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w);
 
-real *ll_zeros(ll_model *m, size_t n); /* zeroed arena buffer */
-real *ll_buf(ll_model *m, size_t n);   /* uninitialised arena buffer */
+/* Arena buffers of n elements: activation dtype (ll_zeros: zeroed), and real
+ * (statistics: layer-norm mean/rstd, attention lse, ALD's pooled vectors). */
+ll_act *ll_zeros(ll_model *m, size_t n);
+ll_act *ll_buf(ll_model *m, size_t n);
+real *ll_fbuf(ll_model *m, size_t n);
+/* n activation elements starting at element i of p */
+#define ACT(m, p, i) ll_act_at((m)->be, (p), (i))
+/* bytes of n activation elements */
+#define ACT_BYTES(m, n) ((size_t)(n) * ll_act_size((m)->be))
 
 #endif

@@ -30,7 +30,7 @@ int ll_step_team_supported(const ll_model *m) {
 
 ll_step_team *ll_step_team_new(ll_model *m, int workers) {
     /* CPU threads only: the workers' statistics are summed on the host */
-    if (workers < 2 || !ll_step_team_supported(m) || strcmp(m->be->name, "cpu") != 0) return NULL;
+    if (workers < 2 || !ll_step_team_supported(m) || !ll_backend_is_cpu(m->be)) return NULL;
     ll_step_team *t = ll_calloc(1, sizeof *t);
     t->n = workers;
     t->rep = ll_calloc(workers, sizeof(ll_model *));
@@ -108,12 +108,17 @@ void ll_model_step_team(ll_model *m, ll_step_team *t, const ll_batch *b, uint64_
     }
     ll_workers_end(saved);
     ll_backend *be = m->be;
+    /* the team runs on the CPU backends only: gradients, dgates and stats are
+     * host memory, in real whatever the activation dtype */
     for (int w = 1; w < n; w++) {
         ll_model *r = t->rep[w];
-        be->acc(be, m->grads, r->grads, m->n_params);
+        real *g = m->grads;
+        const real *rg = r->grads;
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < m->n_params; i++) g[i] += rg[i];
         be->memset0(be, r->grads, m->n_params * sizeof(real));
-        for (int s = 0; s < 2; s++) be->acc(be, m->dgate_buf[s], r->dgate_buf[s], (s ? m->hp.Ld : m->hp.Le) + 1);
-        /* the team runs on the CPU backend only: its stats buffers are host memory */
+        for (int s = 0; s < 2; s++)
+            for (int l = 0; l <= (s ? m->hp.Ld : m->hp.Le); l++) m->dgate_buf[s][l] += r->dgate_buf[s][l];
         for (int k = 0; k < LL_ST_ADAM_T; k++) m->stats[k] += r->stats[k];
     }
     if (out) {

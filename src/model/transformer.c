@@ -16,14 +16,15 @@
 
 /* ---- stacks ---- */
 
-static real *embed(ll_model *m, ll_stack_run *r) {
+static ll_act *embed(ll_model *m, ll_stack_run *r) {
     ll_backend *be = m->be;
     const ll_pass *p = &r->p;
     const int C = m->hp.C, N = p->B * p->T;
     const size_t emb = r->stack ? m->dec_emb : m->enc_emb;
-    real *x = ll_buf(m, (size_t)N * C);
-    /* positions start at pad + 1 = 2, as in fairseq */
-    be->embed_fwd(be, x, r->tok, m->params + emb, m->pos_table, LL_PAD + 1, sqrt((real)C), N, p->T, C, LL_PAD);
+    ll_act *x = ll_buf(m, (size_t)N * C);
+    /* positions start at pad + 1 = 2, as in fairseq (incremental decoding: the step's position) */
+    be->embed_fwd(be, x, r->tok, ACT(m, m->wact, emb), m->pos_table, LL_PAD + 1 + (p->inc ? p->inc->t : 0),
+                  sqrt((real)C), N, p->T, C, LL_PAD);
     r->emb_mask = NULL;
     if (p->train && m->hp.dropout > 0) {
         ll_philox rng;
@@ -58,34 +59,15 @@ void ll_stack_run_init(ll_model *m, ll_stack_run *r, int stack, const ll_pass *p
     }
 }
 
-real *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, real *x) {
-    for (int j = 0; j < r->per_layer; j++) {
-        ll_block *k = &r->blocks[l * r->per_layer + j];
-        k->x = x;
-        ll_block_fwd(m, k, &r->p, l);
-        x = k->y;
-    }
-    return x;
-}
-
-void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, real *dy, real *dx) {
-    const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
-    for (int j = r->per_layer - 1; j >= 0; j--) {
-        real *d = j == 0 ? dx : ll_buf(m, n);
-        ll_block_bwd(m, &r->blocks[l * r->per_layer + j], &r->p, dy, d, 1);
-        dy = d;
-    }
-}
-
 static int has_final_ln(const ll_model *m) { return !m->hp.post_norm && !m->hp.rezero; }
 
-real *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
+ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
     const int C = m->hp.C, N = r->p.B * r->p.T;
     r->x0 = embed(m, r);
     if (ll_dlcl_on(m, r->stack)) {
         r->top = ll_dlcl_stack_fwd(m, r);
     } else {
-        real *x = r->x0;
+        ll_act *x = r->x0;
         for (int l = 0; l < r->L; l++) x = ll_layer_fwd(m, r, l, x);
         r->top = x;
     }
@@ -93,24 +75,24 @@ real *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
     if (has_final_ln(m)) {
         size_t w = r->stack ? m->dec_ln_w : m->enc_ln_w, b = r->stack ? m->dec_ln_b : m->enc_ln_b;
         r->out = ll_buf(m, (size_t)N * C);
-        r->mean = ll_buf(m, N);
-        r->rstd = ll_buf(m, N);
+        r->mean = ll_fbuf(m, N);
+        r->rstd = ll_fbuf(m, N);
         m->be->layernorm_fwd(m->be, r->out, r->mean, r->rstd, r->top, m->params + w, m->params + b, N, C);
     }
     return r->out;
 }
 
-void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout) {
+void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, ll_act *dout) {
     ll_backend *be = m->be;
     const int C = m->hp.C, N = r->p.B * r->p.T;
     const size_t n = (size_t)N * C;
-    real *dtop = dout;
+    ll_act *dtop = dout;
     if (has_final_ln(m)) {
         size_t w = r->stack ? m->dec_ln_w : m->enc_ln_w, b = r->stack ? m->dec_ln_b : m->enc_ln_b;
         dtop = ll_zeros(m, n);
         be->layernorm_bwd(be, dtop, m->grads + w, m->grads + b, dout, r->top, m->params + w, r->mean, r->rstd, N, C);
     }
-    real *dx0;
+    ll_act *dx0;
     if (ll_dlcl_on(m, r->stack)) {
         dx0 = ll_zeros(m, n);
         ll_dlcl_stack_bwd(m, r, dtop, dx0);
@@ -118,16 +100,16 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, real *dout) {
         dx0 = ll_buf(m, n);
         /* the gradient between layers alternates between two buffers, and each
          * layer's backward temporaries are released when it is done */
-        real *pp[2] = {ll_buf(m, n), r->L > 1 ? ll_buf(m, n) : NULL};
-        real *dy = dtop;
+        ll_act *pp[2] = {ll_buf(m, n), r->L > 1 ? ll_buf(m, n) : NULL};
+        ll_act *dy = dtop;
         for (int l = r->L - 1; l >= 0; l--) {
-            real *dx = l == 0 ? dx0 : pp[l & 1];
+            ll_act *dx = l == 0 ? dx0 : pp[l & 1];
             const ll_arena_mark mk = ll_arena_get_mark(&m->arena);
             ll_layer_bwd(m, r, l, dy, dx); /* overwrites dx */
             ll_arena_release(&m->arena, mk);
             dy = dx;
         }
-        if (r->L == 0) be->copy(be, dx0, dtop, n * sizeof(real));
+        if (r->L == 0) be->copy(be, dx0, dtop, ACT_BYTES(m, n));
     }
     if (r->emb_mask) be->dropout_bwd(be, dx0, r->emb_mask, n, m->hp.dropout);
     be->embed_bwd(be, m->grads + (r->stack ? m->dec_emb : m->enc_emb), dx0, r->tok, sqrt((real)C), N, C, LL_PAD);
@@ -141,7 +123,7 @@ static ll_pass enc_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed
 }
 
 static ll_pass dec_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed, uint64_t step, int train,
-                        const real *enc_out) {
+                        const ll_act *enc_out) {
     return (ll_pass){.B = b->B, .T = b->T, .S = b->S, .self_len = db->tgt_len, .src_len = db->src_len,
                      .enc_out = enc_out, .train = train, .seed = seed, .rng_step = step, .stack = 1,
                      .row0 = b->row0};
@@ -174,20 +156,18 @@ ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t s
                           .src_len = l, .tgt_len = l + b->B};
 }
 
-static real *project(ll_model *m, const real *h, int N) {
-    real *logits = ll_buf(m, (size_t)N * m->hp.V);
-    m->be->gemm(m->be, 0, 1, N, m->hp.V, m->hp.C, 1, h, m->hp.C, m->params + m->out_proj, m->hp.C, 0, logits,
-                m->hp.V);
+static ll_act *project(ll_model *m, const ll_act *h, int N) {
+    ll_act *logits = ll_buf(m, (size_t)N * m->hp.V);
+    const ll_gemm_desc g = ll_gemm_xwt(m, logits, h, N, m->hp.C, m->hp.V, m->out_proj);
+    m->be->gemm(m->be, &g);
     return logits;
 }
 
 /* d h = dlogits E; dE += dlogits^T h.  Returns d h (fresh buffer). */
-static real *project_bwd(ll_model *m, const real *dlogits, const real *h, int N) {
-    ll_backend *be = m->be;
+static ll_act *project_bwd(ll_model *m, const ll_act *dlogits, const ll_act *h, int N) {
     const int C = m->hp.C, V = m->hp.V;
-    real *dh = ll_buf(m, (size_t)N * C);
-    be->gemm(be, 0, 0, N, C, V, 1, dlogits, V, m->params + m->out_proj, C, 0, dh, C);
-    be->gemm(be, 1, 0, V, C, N, 1, dlogits, V, h, C, 1, m->grads + m->out_proj, C);
+    ll_act *dh = ll_buf(m, (size_t)N * C);
+    ll_linear_bwd(m, dh, 0, dlogits, h, N, C, V, m->out_proj, 0);
     return dh;
 }
 
@@ -215,12 +195,12 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     /* clean pass */
     ll_pass pe = enc_pass(b, &db, seed, step, train);
     ll_stack_run_init(m, &st->enc[0], 0, &pe, db.src);
-    real *enc_out = ll_stack_run_fwd(m, &st->enc[0]);
+    ll_act *enc_out = ll_stack_run_fwd(m, &st->enc[0]);
     ll_pass pd = dec_pass(b, &db, seed, step, train, enc_out);
     ll_stack_run_init(m, &st->dec[0], 1, &pd, db.tgt_in);
-    real *h0 = ll_stack_run_fwd(m, &st->dec[0]);
-    real *lg0 = st->logits[0] = project(m, h0, Nt);
-    real *lp0 = NULL, *lp1 = NULL, *h1 = NULL, *lg1 = NULL;
+    ll_act *h0 = ll_stack_run_fwd(m, &st->dec[0]);
+    ll_act *lg0 = st->logits[0] = project(m, h0, Nt);
+    ll_act *lp0 = NULL, *lp1 = NULL, *h1 = NULL, *lg1 = NULL;
     if (ddr) {
         ll_pass pd1 = dec_pass(b, &db, seed ^ SEED_DDR, step, train, enc_out);
         pd1.ctl = m->obj.ddr_dec_ctl;
@@ -229,8 +209,8 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         lg1 = st->logits[1] = project(m, h1, Nt);
         lp0 = ll_buf(m, (size_t)Nt * V);
         lp1 = ll_buf(m, (size_t)Nt * V);
-        be->copy(be, lp0, lg0, sizeof(real) * Nt * V);
-        be->copy(be, lp1, lg1, sizeof(real) * Nt * V);
+        be->copy(be, lp0, lg0, ACT_BYTES(m, (size_t)Nt * V));
+        be->copy(be, lp1, lg1, ACT_BYTES(m, (size_t)Nt * V));
         be->log_softmax(be, lp0, Nt, V);
         be->log_softmax(be, lp1, Nt, V);
     }
@@ -239,15 +219,15 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         be->xent_fwd_bwd(be, lg1, db.tgt_out, Nt, V, m->hp.label_smoothing, LL_PAD, 1, m->stats + LL_ST_CE2);
         be->sym_kl(be, lp0, lp1, lg0, lg1, db.tgt_out, Nt, V, LL_PAD, m->obj.ddr_alpha, m->stats + LL_ST_DDR);
     }
-    real *dh_ald[3] = {NULL, NULL, NULL};
+    ll_act *dh_ald[3] = {NULL, NULL, NULL};
     if (ald) {
         /* corrupted sources (uploaded with the batch): light (gamma) and heavy (1 - gamma) UNK replacement */
-        real *hs[3] = {h0, NULL, NULL};
+        ll_act *hs[3] = {h0, NULL, NULL};
         const uint64_t seeds[2] = {seed ^ SEED_ALD_POS, seed ^ SEED_ALD_NEG};
         for (int i = 0; i < 2; i++) {
             ll_pass e = enc_pass(b, &db, seeds[i], step, train);
             ll_stack_run_init(m, &st->enc[1 + i], 0, &e, db.ald_src[i]);
-            real *eo = ll_stack_run_fwd(m, &st->enc[1 + i]);
+            ll_act *eo = ll_stack_run_fwd(m, &st->enc[1 + i]);
             ll_pass d = dec_pass(b, &db, seeds[i], step, train, eo);
             ll_stack_run_init(m, &st->dec[2 + i], 1, &d, db.tgt_in);
             hs[1 + i] = ll_stack_run_fwd(m, &st->dec[2 + i]);
@@ -257,19 +237,19 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     if (!do_backward) return;
 
     zero_dgates(m);
-    real *d_enc = ll_zeros(m, (size_t)b->B * b->S * C);
-    real *dh = project_bwd(m, lg0, h0, Nt);
+    ll_act *d_enc = ll_zeros(m, (size_t)b->B * b->S * C);
+    ll_act *dh = project_bwd(m, lg0, h0, Nt);
     if (dh_ald[0]) be->acc(be, dh, dh_ald[0], (size_t)Nt * C);
     st->dec[0].p.d_enc_out = d_enc;
     ll_stack_run_bwd(m, &st->dec[0], dh);
     if (ddr) {
-        real *dh1 = project_bwd(m, lg1, h1, Nt);
+        ll_act *dh1 = project_bwd(m, lg1, h1, Nt);
         st->dec[1].p.d_enc_out = d_enc;
         ll_stack_run_bwd(m, &st->dec[1], dh1);
     }
     ll_stack_run_bwd(m, &st->enc[0], d_enc);
     for (int i = 0; ald && i < 2; i++) {
-        real *de = ll_zeros(m, (size_t)b->B * b->S * C);
+        ll_act *de = ll_zeros(m, (size_t)b->B * b->S * C);
         st->dec[2 + i].p.d_enc_out = de;
         ll_stack_run_bwd(m, &st->dec[2 + i], dh_ald[1 + i]);
         ll_stack_run_bwd(m, &st->enc[1 + i], de);
@@ -307,11 +287,15 @@ real *ll_model_logprobs(ll_model *m, const ll_batch *b) {
     const ll_dev_batch db = ll_batch_upload(m, b, 0, 0, 0);
     ll_pass pe = enc_pass(b, &db, 0, 0, 0);
     ll_stack_run_init(m, &st->enc[0], 0, &pe, db.src);
-    real *enc_out = ll_stack_run_fwd(m, &st->enc[0]);
+    ll_act *enc_out = ll_stack_run_fwd(m, &st->enc[0]);
     ll_pass pd = dec_pass(b, &db, 0, 0, 0, enc_out);
     ll_stack_run_init(m, &st->dec[0], 1, &pd, db.tgt_in);
-    real *h = ll_stack_run_fwd(m, &st->dec[0]);
-    real *logits = project(m, h, b->B * b->T);
+    ll_act *h = ll_stack_run_fwd(m, &st->dec[0]);
+    const size_t n = (size_t)b->B * b->T * m->hp.V;
+    ll_act *logits = project(m, h, b->B * b->T);
     m->be->log_softmax(m->be, logits, b->B * b->T, m->hp.V);
-    return logits;
+    if (ll_act_is_real(m->be)) return (real *)logits;
+    real *lp = ll_fbuf(m, n); /* the caller reads reals */
+    m->be->convert(m->be, lp, LL_REAL_DTYPE, logits, m->be->act, n);
+    return lp;
 }

@@ -2,9 +2,10 @@
  * backend, measured by running one full step (forward, backward, Adam) at the
  * largest batch shape on the dry backend, which counts and sizes everything
  * and computes nothing: a 64+64-layer model at 8192 tokens is measured in a
- * second on any machine.  fp32 is what the step uses now; bf16 is the same
- * step with activations (and the weight copy matmuls read) in 2 bytes and
- * fp32 master weights, gradients and Adam moments. */
+ * second on any machine.  The step runs twice, with fp32 and with bf16
+ * activations (train.precision), so both columns are measurements: bf16 has
+ * activations and the weight copy matmuls read in 2 bytes, and fp32 master
+ * weights, gradients, Adam moments and statistics. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,10 +23,10 @@ typedef struct {
 } dry_step;
 
 /* One training step of cfg at B x T (<= 0: the largest shape) on the dry backend. */
-static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt) {
+static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt, ll_dtype act) {
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, cfg->vocab_size);
-    ll_backend *be = d->be = ll_backend_dry(ll_backend_cpu());
+    ll_backend *be = d->be = ll_backend_dry(ll_backend_cpu_precision(act));
     ll_model *m = d->m = ll_model_new(&hp, be); /* not initialised: values are never computed */
     m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
                             .ald_tau = cfg->ald_tau};
@@ -62,44 +63,51 @@ static void dry_free(dry_step *d) {
     ll_backend_counting_free(d->be);
 }
 
+ll_dtype ll_config_act_dtype(const ll_config *cfg) {
+    return !strcmp(cfg->precision, "bf16") ? LL_BF16 : LL_REAL_DTYPE;
+}
+
 size_t ll_train_arena_bytes(const ll_config *cfg) {
     dry_step d;
-    dry_run_step(&d, cfg, 0, 0);
+    dry_run_step(&d, cfg, 0, 0, ll_config_act_dtype(cfg));
     size_t peak = d.m->arena.peak;
     dry_free(&d);
     return peak;
 }
 
 int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, int T_opt) {
-    dry_step d;
-    dry_run_step(&d, cfg, B_opt, T_opt);
+    dry_step d, h;
+    dry_run_step(&d, cfg, B_opt, T_opt, LL_REAL_DTYPE);
+    dry_run_step(&h, cfg, B_opt, T_opt, LL_BF16);
     ll_model *m = d.m;
     const ll_hparams hp = m->hp;
     const int B = d.B, T = d.T;
-    const size_t before_step = d.before_step;
     const ll_op_counts *c = ll_backend_counts(d.be);
 
-    const double P = (double)m->n_params;
-    const double act32 = (double)m->arena.peak, act16 = (double)m->arena.peak_half;
-    const double other = (double)before_step - 4 * P * 4; /* buffers beside params, grads, moments */
+    const double P = (double)m->n_params, R = (double)sizeof(real);
+    const double act32 = (double)m->arena.peak, act16 = (double)h.m->arena.peak;
+    const double copy16 = 2 * P; /* the bf16 weight copy; in fp32 it is the master itself */
+    /* buffers beside params, grads, moments (and the bf16 copy) */
+    const double other32 = (double)d.before_step - 4 * P * R, other16 = (double)h.before_step - 4 * P * R - copy16;
     /* what the trainer allocates: everything before the step, plus one arena block of the peak */
-    const double tot32 = (double)before_step + act32, tot16 = (double)before_step + 2 * P + act16;
+    const double tot32 = (double)d.before_step + act32, tot16 = (double)h.before_step + act16;
     printf("dry run of %s: %d+%d layers, d=%d, ffn %d, heads %d, vocab %d%s%s%s\n", config_path, hp.Le, hp.Ld, hp.C, hp.F,
            hp.H, hp.V, hp.latent_enc || hp.latent_dec ? ", latent depth" : "", hp.dlcl_enc || hp.dlcl_dec ? ", DLCL" : "",
            cfg->ddr_alpha > 0 || cfg->ald_weight > 0 ? ", DDR/ALD passes" : "");
     printf("%s batch: %d sentences x %d tokens (%d tokens per side), one step: %llu backend ops\n", B_opt > 0 ? "the" : "largest", B, T, B * T,
            (unsigned long long)c->calls);
     printf("parameters: %zu\n", ll_model_count_params(m));
-    printf("%-34s %12s %12s\n", "backend memory (GiB)", "fp32", "bf16");
-    printf("%-34s %12.3f %12.3f\n", "master weights (fp32)", gib(4 * P), gib(4 * P));
-    printf("%-34s %12s %12.3f\n", "weight copy for matmuls (bf16)", "-", gib(2 * P));
-    printf("%-34s %12.3f %12.3f\n", "gradients (fp32)", gib(4 * P), gib(4 * P));
-    printf("%-34s %12.3f %12.3f\n", "Adam moments (fp32)", gib(8 * P), gib(8 * P));
+    printf("%-34s %12s %12s\n", "backend memory (GiB), measured", "fp32", "bf16");
+    printf("%-34s %12.3f %12.3f\n", "master weights (fp32)", gib(R * P), gib(R * P));
+    printf("%-34s %12s %12.3f\n", "weight copy for matmuls (bf16)", "-", gib(copy16));
+    printf("%-34s %12.3f %12.3f\n", "gradients (fp32)", gib(R * P), gib(R * P));
+    printf("%-34s %12.3f %12.3f\n", "Adam moments (fp32)", gib(2 * R * P), gib(2 * R * P));
     printf("%-34s %12.3f %12.3f\n", "activations, peak of the step", gib(act32), gib(act16));
-    printf("%-34s %12.3f %12.3f\n", "other (tables, stats, samples)", gib(other), gib(other));
+    printf("%-34s %12.3f %12.3f\n", "other (tables, stats, samples)", gib(other32), gib(other16));
     printf("%-34s %12.3f %12.3f\n", "total at the peak", gib(tot32), gib(tot16));
     printf("fits one 80 GB GPU (74.5 GiB usable): fp32 %s, bf16 %s\n", tot32 < 74.5 * (1 << 30) ? "yes" : "no",
            tot16 < 74.5 * (1 << 30) ? "yes" : "no");
     dry_free(&d);
+    dry_free(&h);
     return 0;
 }

@@ -138,6 +138,7 @@ int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path) {
             return ll_fail("%s: tensor '%s' is not part of the model its config describes (%d+%d layers, d=%d)", path,
                            name, m->hp.Le, m->hp.Ld, m->hp.C);
     }
+    ll_model_refresh_weights(m); /* the activation-dtype copy follows the loaded master */
     return 0;
 }
 

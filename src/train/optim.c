@@ -56,11 +56,13 @@ void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double 
      * backend (grad_finish); Adam reads them from the stats buffer */
     be->sumsq(be, model->stats + LL_ST_GSUMSQ, model->grads, n);
     be->grad_finish(be, model->stats, grad_scale, clip_norm, phi_step);
-    be->adam(be, model->params, model->grads, o->m, o->v, phi, (real)lr, o->b1, o->b2, o->eps, o->wd, model->stats,
-             LL_ST_ADAM_T);
+    /* Adam refreshes the activation-dtype weight copy too (NULL: it aliases the master) */
+    ll_act *wa = model->wact != (ll_act *)model->params ? model->wact : NULL;
+    be->adam(be, model->params, wa, model->grads, o->m, o->v, phi, (real)lr, o->b1, o->b2, o->eps, o->wd,
+             model->stats, LL_ST_ADAM_T);
     if (phi_step)
-        be->adam(be, model->params + phi, model->grads + phi, o->m + phi, o->v + phi, n - phi, (real)lr_phi, o->b1,
-                 o->b2, o->eps, 0, model->stats, LL_ST_ADAM_T_PHI);
+        be->adam(be, model->params + phi, wa ? ll_act_at(be, wa, phi) : NULL, model->grads + phi, o->m + phi,
+                 o->v + phi, n - phi, (real)lr_phi, o->b1, o->b2, o->eps, 0, model->stats, LL_ST_ADAM_T_PHI);
 }
 
 void ll_adam_sync(ll_adam *o, const double *stats) {

@@ -223,9 +223,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
 
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, ll_spm_vocab_size(t->spm));
-    ll_backend *be = ll_backend_cpu();
+    const ll_dtype act_type = ll_config_act_dtype(cfg);
+    ll_backend *be = ll_backend_cpu_precision(act_type);
     if (!strcmp(cfg->device, "cuda")) {
-        ll_backend *cb = ll_backend_cuda(0);
+        ll_backend *cb = ll_backend_cuda_precision(0, act_type); /* fp32 or bf16 kernels */
         if (!cb) return -1;
         const char *missing = ll_backend_missing(cb);
         if (missing)
@@ -247,7 +248,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (cfg->ddr_alpha > 0) t->m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
     if (t->latent) ll_latent_ctx_init(&t->lat, cfg, t->m);
     ll_adam_init(&t->opt, t->m, cfg);
-    if (be == ll_backend_cpu()) /* after m->obj: replicas copy it */
+    if (ll_backend_is_cpu(be)) /* after m->obj: replicas copy it */
         t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);

@@ -69,6 +69,9 @@ check cad_ddr_ald deep_decoder_15_15 1 2
 check layerdrop tiny_test 1 4 --set model.enc_layerdrop=0.2 --set model.dec_layerdrop=0.2 --set train.max_updates=8
 check rezero tiny_test 1 2 --set model.norm=rezero
 check latent_dlcl_cad latent_dlcl_cad 1 2
+# bf16 activations (train.precision): the same single read per update and linear op counts
+check plain_bf16 tiny_test 1 2 --set train.precision=bf16
+check latent_dlcl_cad_bf16 latent_dlcl_cad 1 2 --set train.precision=bf16
 # the paper's 64+64 latent model, full depth, toy width
 mkcfg "$SRC/configs/wmt16_ende_ll64.cfg" "$T/ll64.cfg" 1
 "$BIN/lltrain" --config "$T/ll64.cfg" --op-stats --quiet --set model.d_model=16 --set model.ffn_dim=32 \

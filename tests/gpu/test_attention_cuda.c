@@ -16,6 +16,8 @@
 #include "ll_cuda.h"
 #include "../util/testutil.h"
 
+#define A_(p) ((ll_act *)(p)) /* fp32 activations */
+
 #define TOL 1e-4
 
 static float *put(ll_backend *be, const void *host, size_t bytes) {
@@ -67,9 +69,10 @@ static void run(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, 
     /* CPU reference (host memory) */
     float *out = ll_malloc(no * sizeof(float)), *lse = ll_malloc((size_t)B * H * Tq * sizeof(float));
     float *dq = ll_malloc(nq * sizeof(float)), *dkv = ll_malloc(nkv * sizeof(float));
-    cpu->attention_fwd(cpu, out, lse, q, 3 * C, kv, kv + C, 2 * C, klen, B, Tq, Tk, H, Dh, causal, p, &rng, off);
-    cpu->attention_bwd(cpu, dq, dkv, dkv + C, g, out, lse, q, 3 * C, kv, kv + C, 2 * C, klen, B, Tq, Tk, H, Dh,
-                       causal, p, &rng, off);
+    cpu->attention_fwd(cpu, A_(out), lse, A_(q), 3 * C, A_(kv), A_(kv + C), 2 * C, klen, B, Tq, Tk, H, Dh, causal, p,
+                       &rng, off);
+    cpu->attention_bwd(cpu, A_(dq), A_(dkv), A_(dkv + C), A_(g), A_(out), lse, A_(q), 3 * C, A_(kv), A_(kv + C),
+                       2 * C, klen, B, Tq, Tk, H, Dh, causal, p, &rng, off);
 
     /* GPU: every buffer, key_len included, on the device */
     float *Q = put(gpu, q, nq * sizeof(float)), *KV = put(gpu, kv, nkv * sizeof(float));
@@ -77,9 +80,10 @@ static void run(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, 
     float *L = gpu->alloc(gpu, (size_t)B * H * Tq * sizeof(float));
     float *DQ = put(gpu, garbage_q, nq * sizeof(float)), *DKV = put(gpu, garbage_kv, nkv * sizeof(float));
     int *KL = klen ? (int *)put(gpu, klen, B * sizeof(int)) : NULL;
-    gpu->attention_fwd(gpu, O, L, Q, 3 * C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p, &rng, off);
-    gpu->attention_bwd(gpu, DQ, DKV, DKV + C, G, O, L, Q, 3 * C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p,
-                       &rng, off);
+    gpu->attention_fwd(gpu, A_(O), L, A_(Q), 3 * C, A_(KV), A_(KV + C), 2 * C, KL, B, Tq, Tk, H, Dh, causal, p, &rng,
+                       off);
+    gpu->attention_bwd(gpu, A_(DQ), A_(DKV), A_(DKV + C), A_(G), A_(O), L, A_(Q), 3 * C, A_(KV), A_(KV + C), 2 * C, KL,
+                       B, Tq, Tk, H, Dh, causal, p, &rng, off);
     float *o = get(gpu, O, no), *l = get(gpu, L, (size_t)B * H * Tq), *gq = get(gpu, DQ, nq),
           *gkv = get(gpu, DKV, nkv);
     double e[5] = {rel_err(o, out, (size_t)B * Tq, C, C), rel_err(l, lse, (size_t)B * H * Tq, 1, 1), 0, 0, 0};
@@ -92,11 +96,12 @@ static void run(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, 
               "attention B=%d Tq=%d Tk=%d H=%d Dh=%d causal=%d p=%g: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g", B, Tq,
               Tk, H, Dh, causal, p, e[0], e[1], e[2], e[3], e[4]);
     /* deterministic backward; lse may be NULL in forward */
-    gpu->attention_bwd(gpu, DQ, DKV, DKV + C, G, O, L, Q, 3 * C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p,
-                       &rng, off);
+    gpu->attention_bwd(gpu, A_(DQ), A_(DKV), A_(DKV + C), A_(G), A_(O), L, A_(Q), 3 * C, A_(KV), A_(KV + C), 2 * C, KL,
+                       B, Tq, Tk, H, Dh, causal, p, &rng, off);
     float *gq2 = get(gpu, DQ, nq), *gkv2 = get(gpu, DKV, nkv);
     CHECK(!memcmp(gq, gq2, nq * sizeof(float)) && !memcmp(gkv, gkv2, nkv * sizeof(float)));
-    gpu->attention_fwd(gpu, O, NULL, Q, 3 * C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p, &rng, off);
+    gpu->attention_fwd(gpu, A_(O), NULL, A_(Q), 3 * C, A_(KV), A_(KV + C), 2 * C, KL, B, Tq, Tk, H, Dh, causal, p, &rng,
+                       off);
     float *o2 = get(gpu, O, no);
     CHECK(!memcmp(o, o2, no * sizeof(float)));
 

@@ -14,6 +14,8 @@
 #include "ll_cuda.h"
 #include "../util/testutil.h"
 
+#define A_(p) ((ll_act *)(p)) /* fp32 activations */
+
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 static float frand(void) { /* uniform [-1, 1) */
     rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -90,8 +92,8 @@ static void test_layernorm(ll_backend *cpu, ll_backend *gpu, int N, int C) {
         dx[k] = put(e, dx0, nx); /* nonzero: backward must accumulate */
         dw[k] = put(e, dw0, C);
         db[k] = put(e, db0, C);
-        e->layernorm_fwd(e, out[k], mean[k], rstd[k], X[k], W[k], B[k], N, C);
-        e->layernorm_bwd(e, dx[k], dw[k], db[k], DOUT[k], X[k], W[k], mean[k], rstd[k], N, C);
+        e->layernorm_fwd(e, A_(out[k]), mean[k], rstd[k], A_(X[k]), W[k], B[k], N, C);
+        e->layernorm_bwd(e, A_(dx[k]), dw[k], db[k], A_(DOUT[k]), A_(X[k]), W[k], mean[k], rstd[k], N, C);
         e->sync(e);
     }
     compare("layernorm out", N, C, cpu, out[0], gpu, out[1], nx);
@@ -105,7 +107,7 @@ static void test_layernorm(ll_backend *cpu, ll_backend *gpu, int N, int C) {
      * from the same start gives the same bits. */
     {
         real *dw2 = put(gpu, dw0, C), *db2 = put(gpu, db0, C), *dx2 = gpu->alloc(gpu, nx * sizeof(real));
-        gpu->layernorm_bwd(gpu, dx2, dw2, db2, DOUT[1], X[1], W[1], mean[1], rstd[1], N, C);
+        gpu->layernorm_bwd(gpu, A_(dx2), dw2, db2, A_(DOUT[1]), A_(X[1]), W[1], mean[1], rstd[1], N, C);
         float *a = get(gpu, dw[1], C), *a2 = get(gpu, dw2, C);
         float *c = get(gpu, db[1], C), *c2 = get(gpu, db2, C);
         CHECK_MSG(!memcmp(a, a2, C * sizeof(float)) && !memcmp(c, c2, C * sizeof(float)),
@@ -138,7 +140,10 @@ static void test_gemm(ll_backend *cpu, ll_backend *gpu, int ta, int tb, int M, i
         A[k] = put(be[k], a, na);
         B[k] = put(be[k], b, nb);
         Cm[k] = put(be[k], c, nc);
-        be[k]->gemm(be[k], ta, tb, M, N, K, alpha, A[k], lda, B[k], ldb, beta, Cm[k], ldc);
+        const ll_gemm_desc g = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
+                                .A = A[k], .a_type = LL_F32, .lda = lda, .B = B[k], .b_type = LL_F32, .ldb = ldb,
+                                .C = Cm[k], .c_type = LL_F32, .ldc = ldc};
+        be[k]->gemm(be[k], &g);
     }
     float *rc = get(cpu, Cm[0], nc), *gc = get(gpu, Cm[1], nc);
     /* compare only the M x N logical part; the padding must be untouched */

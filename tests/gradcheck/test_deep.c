@@ -146,7 +146,7 @@ static void test_ddr_zero(void) {
 }
 
 /* The ALD op's value (stats slot; host memory on the CPU backend). */
-static double ald(ll_model *m, const ll_batch *b, const ll_dev_batch *db, real *const *hs, real **dh) {
+static double ald(ll_model *m, const ll_batch *b, const ll_dev_batch *db, ll_act *const *hs, ll_act **dh) {
     m->stats[LL_ST_ALD] = 0;
     ll_ald_loss(m, b, db, hs, dh);
     return m->stats[LL_ST_ALD];
@@ -166,8 +166,9 @@ static void test_ald_hand(void) {
     ll_batch b = {.B = 1, .S = 1, .T = 1, .tgt_len = len, .src_len = len, .src = tok, .tgt_in = tok, .tgt_out = tok,
                   .n_tgt_tokens = 1};
     real h0[2] = {1, 0}, hp_[2] = {1, 1}, hn[2] = {0, 1};
-    real *hs[3] = {h0, hp_, hn};
-    real *dh[3];
+    ll_act *hs[3] = {(ll_act *)h0, (ll_act *)hp_, (ll_act *)hn}; /* act is real here */
+    ll_act *dh[3];
+    real *hr[3] = {h0, hp_, hn};
     ll_arena_reset(&m->arena);
     const ll_dev_batch db = ll_batch_upload(m, &b, 0, 0, 0);
     double J = ald(m, &b, &db, hs, dh);
@@ -177,13 +178,13 @@ static void test_ald_hand(void) {
     /* gradient against finite differences */
     for (int i = 0; i < 3; i++)
         for (int c = 0; c < 2; c++) {
-            real s = hs[i][c], h = 1e-6;
-            hs[i][c] = s + h;
+            real s = hr[i][c], h = 1e-6;
+            hr[i][c] = s + h;
             double lp = ald(m, &b, &db, hs, NULL);
-            hs[i][c] = s - h;
+            hr[i][c] = s - h;
             double lm = ald(m, &b, &db, hs, NULL);
-            hs[i][c] = s;
-            CHECK_NEAR(dh[i][c], (lp - lm) / (2 * h), 1e-7);
+            hr[i][c] = s;
+            CHECK_NEAR(((real *)dh[i])[c], (lp - lm) / (2 * h), 1e-7);
         }
     ll_model_free(m);
 }

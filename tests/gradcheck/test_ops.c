@@ -12,6 +12,9 @@
 #include "gradcheck.h"
 #include "ll/backend.h"
 
+#define A_(p) ((ll_act *)(p)) /* host test buffers: act is real's dtype here */
+#define T_ LL_REAL_DTYPE
+
 static ll_backend *be;
 
 /* The test's buffers live until the end; they are tracked and freed there so
@@ -67,7 +70,7 @@ typedef struct {
 } ln_ctx;
 static double ln_loss(void *p) {
     ln_ctx *c = p;
-    be->layernorm_fwd(be, c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
+    be->layernorm_fwd(be, A_(c->out), c->mean, c->rstd, A_(c->x), c->w, c->b, c->N, c->C);
     return dot(c->out, c->r, (size_t)c->N * c->C);
 }
 static void test_layernorm(void) {
@@ -77,14 +80,14 @@ static void test_layernorm(void) {
     c.out = calloc(n, sizeof(real)), c.mean = calloc(c.N, sizeof(real)), c.rstd = calloc(c.N, sizeof(real));
     real *dx = calloc(n, sizeof(real)), *dw = calloc(c.C, sizeof(real)), *db = calloc(c.C, sizeof(real));
     ln_loss(&c);
-    be->layernorm_bwd(be, dx, dw, db, c.r, c.x, c.w, c.mean, c.rstd, c.N, c.C);
+    be->layernorm_bwd(be, A_(dx), dw, db, A_(c.r), A_(c.x), c.w, c.mean, c.rstd, c.N, c.C);
     fd_check("layernorm dx", ln_loss, &c, c.x, dx, n);
     fd_check("layernorm dw", ln_loss, &c, c.w, dw, c.C);
     fd_check("layernorm db", ln_loss, &c, c.b, db, c.C);
     /* accumulation: a second backward doubles the gradients */
     real *dx2 = calloc(n, sizeof(real));
     memcpy(dx2, dx, n * sizeof(real));
-    be->layernorm_bwd(be, dx2, dw, db, c.r, c.x, c.w, c.mean, c.rstd, c.N, c.C);
+    be->layernorm_bwd(be, A_(dx2), dw, db, A_(c.r), A_(c.x), c.w, c.mean, c.rstd, c.N, c.C);
     CHECK_NEAR(dx2[3], 2 * dx[3], 1e-12);
 }
 
@@ -104,7 +107,7 @@ typedef struct {
 static double at_loss(void *p) {
     at_ctx *c = p;
     int C = c->H * c->Dh;
-    be->attention_fwd(be, c->out, c->lse, c->q, C, c->k, c->v, C, c->klen, c->B, c->Tq, c->Tk, c->H, c->Dh,
+    be->attention_fwd(be, A_(c->out), c->lse, A_(c->q), C, A_(c->k), A_(c->v), C, c->klen, c->B, c->Tq, c->Tk, c->H, c->Dh,
                       c->causal, c->p, &c->rng, c->off);
     return dot(c->out, c->r, (size_t)c->B * c->Tq * C);
 }
@@ -120,7 +123,7 @@ static void test_attention(int causal, int Tq, int Tk, real p, const char *label
     ll_philox_init(&c.rng, 3, 77, 1);
     at_loss(&c);
     real *dq = rnd(nq, 14), *dk = rnd(nk, 15), *dv = rnd(nk, 16); /* garbage: backward must overwrite */
-    be->attention_bwd(be, dq, dk, dv, c.r, c.out, c.lse, c.q, C, c.k, c.v, C, c.klen, c.B, Tq, Tk, c.H, c.Dh,
+    be->attention_bwd(be, A_(dq), A_(dk), A_(dv), A_(c.r), A_(c.out), c.lse, A_(c.q), C, A_(c.k), A_(c.v), C, c.klen, c.B, Tq, Tk, c.H, c.Dh,
                       causal, p, &c.rng, c.off);
     char name[64];
     snprintf(name, sizeof name, "attn %s dq", label);
@@ -160,7 +163,7 @@ static double ce_loss(void *p) {
     ce_ctx *c = p;
     memcpy(c->work, c->x, sizeof(real) * c->N * c->V);
     double acc[2] = {0, 0};
-    be->xent_fwd_bwd(be, c->work, c->y, c->N, c->V, c->eps, LL_PAD, 1, acc);
+    be->xent_fwd_bwd(be, A_(c->work), c->y, c->N, c->V, c->eps, LL_PAD, 1, acc);
     return acc[0];
 }
 static void test_xent(void) {
@@ -185,7 +188,7 @@ static void test_xent(void) {
     double acc[2] = {0, 0};
     real *w = calloc(c.V, sizeof(real));
     memcpy(w, c.x, c.V * sizeof(real));
-    be->xent_fwd_bwd(be, w, y, 1, c.V, 0.1, LL_PAD, 1, acc);
+    be->xent_fwd_bwd(be, A_(w), y, 1, c.V, 0.1, LL_PAD, 1, acc);
     CHECK_NEAR(acc[0], want0, 1e-12);
     CHECK_NEAR(acc[1], nll, 1e-12);
 }
@@ -200,11 +203,13 @@ typedef struct {
 } ch_ctx;
 static double ch_loss(void *p) {
     ch_ctx *c = p;
-    be->embed_fwd(be, c->x, c->tok, c->emb, c->pos, 2, 1.7, c->N, c->T, c->C, LL_PAD);
-    be->gemm(be, 0, 1, c->N, c->O, c->C, 1, c->x, c->C, c->w, c->C, 0, c->y, c->O);
-    be->bias_fwd(be, c->y, c->bias, c->N, c->O);
-    be->relu_fwd(be, c->y, (size_t)c->N * c->O);
-    be->dropout_fwd(be, c->y, c->mask, (size_t)c->N * c->O, 0.3, &c->rng, 5);
+    be->embed_fwd(be, A_(c->x), c->tok, A_(c->emb), c->pos, 2, 1.7, c->N, c->T, c->C, LL_PAD);
+    /* y = relu(x W^T + b): gemm with the bias+ReLU epilogue */
+    const ll_gemm_desc g = {.trans_b = 1, .M = c->N, .N = c->O, .K = c->C, .alpha = 1, .A = c->x, .a_type = T_,
+                            .lda = c->C, .B = c->w, .b_type = T_, .ldb = c->C, .C = c->y, .c_type = T_, .ldc = c->O,
+                            .epi = LL_EPI_BIAS_RELU, .bias = c->bias};
+    be->gemm(be, &g);
+    be->dropout_fwd(be, A_(c->y), c->mask, (size_t)c->N * c->O, 0.3, &c->rng, 5);
     return dot(c->y, c->r, (size_t)c->N * c->O);
 }
 static void test_chain(void) {
@@ -222,12 +227,17 @@ static void test_chain(void) {
     real *dw = calloc((size_t)c.O * c.C, sizeof(real)), *db = calloc(c.O, sizeof(real));
     real *demb = calloc((size_t)c.V * c.C, sizeof(real));
     memcpy(dy, c.r, ny * sizeof(real));
-    be->dropout_bwd(be, dy, c.mask, ny, 0.3);
-    be->relu_bwd(be, dy, c.y, ny);
-    be->bias_bwd(be, db, dy, c.N, c.O);
-    be->gemm(be, 1, 0, c.O, c.C, c.N, 1, dy, c.O, c.x, c.C, 1, dw, c.C);
-    be->gemm(be, 0, 0, c.N, c.C, c.O, 1, dy, c.O, c.w, c.C, 1, dx, c.C);
-    be->embed_bwd(be, demb, dx, tok, 1.7, c.N, c.C, LL_PAD);
+    be->dropout_bwd(be, A_(dy), c.mask, ny, 0.3);
+    be->relu_bwd(be, A_(dy), A_(c.y), ny);
+    /* dW += dy^T x with the bias gradient in the BGRAD epilogue; dx += dy W */
+    const ll_gemm_desc gw = {.trans_a = 1, .M = c.O, .N = c.C, .K = c.N, .alpha = 1, .beta = 1, .A = dy, .a_type = T_,
+                             .lda = c.O, .B = c.x, .b_type = T_, .ldb = c.C, .C = dw, .c_type = T_, .ldc = c.C,
+                             .epi = LL_EPI_BGRAD, .bgrad = db};
+    be->gemm(be, &gw);
+    const ll_gemm_desc gx = {.M = c.N, .N = c.C, .K = c.O, .alpha = 1, .beta = 1, .A = dy, .a_type = T_, .lda = c.O,
+                             .B = c.w, .b_type = T_, .ldb = c.C, .C = dx, .c_type = T_, .ldc = c.C};
+    be->gemm(be, &gx);
+    be->embed_bwd(be, demb, A_(dx), tok, 1.7, c.N, c.C, LL_PAD);
     fd_check("linear dW", ch_loss, &c, c.w, dw, (size_t)c.O * c.C);
     fd_check("linear db", ch_loss, &c, c.bias, db, c.O);
     fd_check("embedding dE", ch_loss, &c, c.emb, demb, (size_t)c.V * c.C);
@@ -236,8 +246,8 @@ static void test_chain(void) {
     size_t big = 100000, kept = 0;
     uint8_t *m1 = malloc(big), *m2 = malloc(big);
     real *ones = calloc(big, sizeof(real));
-    be->dropout_fwd(be, ones, m1, big, 0.3, &c.rng, 0);
-    be->dropout_fwd(be, ones, m2, big, 0.3, &c.rng, 0);
+    be->dropout_fwd(be, A_(ones), m1, big, 0.3, &c.rng, 0);
+    be->dropout_fwd(be, A_(ones), m2, big, 0.3, &c.rng, 0);
     for (size_t i = 0; i < big; i++) kept += m1[i];
     CHECK(memcmp(m1, m2, big) == 0);
     CHECK_NEAR((double)kept / big, 0.7, 0.01);

@@ -6,8 +6,9 @@
 
 #include "cpu_internal.h"
 
-void cpu_ald_pool(ll_backend *be, real *G, const real *h, const int *len, int B, int T, int C) {
+void cpu_ald_pool(ll_backend *be, real *G, const ll_act *h_, const int *len, int B, int T, int C) {
     (void)be;
+    const real *h = (const real *)h_;
 #pragma omp parallel for schedule(static)
     for (int s = 0; s < B; s++) {
         real *g = G + (size_t)s * C;
@@ -57,8 +58,9 @@ void cpu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, i
     *acc += w * total;
 }
 
-void cpu_ald_unpool(ll_backend *be, real *dh, const real *dG, const int *len, int B, int T, int C) {
+void cpu_ald_unpool(ll_backend *be, ll_act *dh_, const real *dG, const int *len, int B, int T, int C) {
     (void)be;
+    real *dh = (real *)dh_;
 #pragma omp parallel for schedule(static)
     for (int s = 0; s < B; s++) {
         const int n = len[s];

@@ -79,10 +79,12 @@ static void attention_one_query(real *out, real *lse, const real *q, int q_strid
     }
 }
 
-void cpu_attention_fwd(ll_backend *be, real *out, real *lse, const real *q, int q_stride, const real *k,
-                       const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+void cpu_attention_fwd(ll_backend *be, ll_act *out_, real *lse, const ll_act *q_, int q_stride, const ll_act *k_,
+                       const ll_act *v_, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                        int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
     (void)be;
+    real *out = (real *)out_;
+    const real *q = (const real *)q_, *k = (const real *)k_, *v = (const real *)v_;
     if (Tq == 1 && attn_dropout <= 0) { /* causal is moot with one query at the end */
         attention_one_query(out, lse, q, q_stride, k, v, kv_stride, key_len, B, Tk, H, Dh);
         return;
@@ -146,11 +148,14 @@ typedef struct {
     uint8_t *M;
 } bwd_scratch;
 
-void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *out,
-                       const real *lse, const real *q, int q_stride, const real *k, const real *v, int kv_stride,
-                       const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal, real attn_dropout,
-                       const ll_philox *rng, uint64_t rng_offset) {
+void cpu_attention_bwd(ll_backend *be, ll_act *dq_, ll_act *dk_, ll_act *dv_, const ll_act *dout_,
+                       const ll_act *out_, const real *lse, const ll_act *q_, int q_stride, const ll_act *k_,
+                       const ll_act *v_, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+                       int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
     (void)be;
+    real *dq = (real *)dq_, *dk = (real *)dk_, *dv = (real *)dv_;
+    const real *dout = (const real *)dout_, *out = (const real *)out_;
+    const real *q = (const real *)q_, *k = (const real *)k_, *v = (const real *)v_;
     const real scale = 1 / sqrt((real)Dh);
     const int C = H * Dh, qt = Tq < QT ? Tq : QT;
     const size_t tile = (size_t)qt * (Tk > 0 ? Tk : 1);

@@ -102,9 +102,9 @@ static void gemm_split_k(int nt, int ta, int tb, int M, int N, int K, real alpha
     }
 }
 
-static void cpu_gemm(ll_backend *be, int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda,
-                     const real *B, int ldb, real beta, real *C, int ldc) {
-    (void)be;
+/* C = alpha op(A) op(B) + beta C on real operands, split over our threads. */
+static void gemm_real(int ta, int tb, int M, int N, int K, real alpha, const real *A, int lda, const real *B, int ldb,
+                      real beta, real *C, int ldc) {
     if (M == 0 || N == 0) return;
     int nt = ll_threads_here(); /* 1 inside a batch worker: one call, one packing */
     if (nt <= 1 || (double)M * N * K < 1e6) {
@@ -138,9 +138,11 @@ static void cpu_gemm(ll_backend *be, int ta, int tb, int M, int N, int K, real a
     }
 }
 
-static void cpu_embed_fwd(ll_backend *be, real *out, const int32_t *tok, const real *emb, const real *pos,
+static void cpu_embed_fwd(ll_backend *be, ll_act *out_, const int32_t *tok, const ll_act *emb_, const real *pos,
                           int pos_offset, real scale, int N, int T, int C, int pad) {
     (void)be;
+    real *out = (real *)out_;
+    const real *emb = (const real *)emb_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) {
         real *o = out + (size_t)r * C;
@@ -154,9 +156,10 @@ static void cpu_embed_fwd(ll_backend *be, real *out, const int32_t *tok, const r
     }
 }
 
-static void cpu_embed_bwd(ll_backend *be, real *demb, const real *dout, const int32_t *tok, real scale, int N,
+static void cpu_embed_bwd(ll_backend *be, real *demb, const ll_act *dout_, const int32_t *tok, real scale, int N,
                           int C, int pad) {
     (void)be;
+    const real *dout = (const real *)dout_;
     /* Rows may share a token: parallelise over columns to avoid races. */
 #pragma omp parallel
     {
@@ -171,42 +174,97 @@ static void cpu_embed_bwd(ll_backend *be, real *demb, const real *dout, const in
     }
 }
 
-static void cpu_bias_fwd(ll_backend *be, real *y, const real *b, int N, int C) {
-    (void)be;
+/* gemm epilogues on real C (the bf16 backend runs them on its fp32 scratch). */
+static void bias_add(real *y, int ldy, const real *b, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) {
-        real *yr = y + (size_t)r * C;
+        real *yr = y + (size_t)r * ldy;
         for (int c = 0; c < C; c++) yr[c] += b[c];
     }
 }
 
-static void cpu_bias_set(ll_backend *be, real *y, const real *b, int N, int C) {
-    (void)be;
+static void bias_set(real *y, int ldy, const real *b, int N, int C) {
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < N; r++) memcpy(y + (size_t)r * C, b, sizeof(real) * C);
+    for (int r = 0; r < N; r++) memcpy(y + (size_t)r * ldy, b, sizeof(real) * C);
 }
 
-static void cpu_bias_bwd(ll_backend *be, real *db, const real *dy, int N, int C) {
-    (void)be;
+/* db[c] += sum_r dy[r, c] (dy [N, C] at row stride ld) */
+static void col_sums(real *db, const real *dy, int ld, int N, int C) {
 #pragma omp parallel
     {
         int c0, c1;
         thread_slice(C, &c0, &c1);
         for (int r = 0; r < N; r++) {
-            const real *g = dy + (size_t)r * C;
+            const real *g = dy + (size_t)r * ld;
             for (int c = c0; c < c1; c++) db[c] += g[c];
         }
     }
 }
 
-static void cpu_relu_fwd(ll_backend *be, real *x, size_t n) {
+/* db[r] += sum_c x[r, c] (x [N, C] at row stride ld) */
+static void row_sums(real *db, const real *x, int ld, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        const real *g = x + (size_t)r * ld;
+        real s = 0;
+        for (int c = 0; c < C; c++) s += g[c];
+        db[r] += s;
+    }
+}
+
+static void relu_strided(real *y, int ldy, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        real *yr = y + (size_t)r * ldy;
+        for (int c = 0; c < C; c++) yr[c] = yr[c] > 0 ? yr[c] : 0;
+    }
+}
+
+/* The gemm op on real operands (the bf16 backend converts to real first and
+ * calls this).  BIAS with beta 0 starts C from the bias and multiplies with
+ * beta 1: one pass over C instead of BLAS zeroing it and a bias pass adding. */
+void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, real *C) {
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU;
+    real beta = g->beta;
+    if (bias && beta == 0) {
+        bias_set(C, g->ldc, g->bias, g->M, g->N);
+        beta = 1;
+    } else if (bias) {
+        /* accumulating into C: product first, then the bias (and relu) on the sum */
+        gemm_real(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->lda, B, g->ldb, beta, C, g->ldc);
+        bias_add(C, g->ldc, g->bias, g->M, g->N);
+        if (g->epi == LL_EPI_BIAS_RELU) relu_strided(C, g->ldc, g->M, g->N);
+        return;
+    }
+    gemm_real(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->lda, B, g->ldb, beta, C, g->ldc);
+    if (g->epi == LL_EPI_BIAS_RELU) relu_strided(C, g->ldc, g->M, g->N);
+    if (g->epi == LL_EPI_BGRAD) { /* bgrad[m] += sum_k op(A)[m, k] */
+        if (g->trans_a)
+            col_sums(g->bgrad, A, g->lda, g->K, g->M); /* A is [K, M] */
+        else
+            row_sums(g->bgrad, A, g->lda, g->M, g->K);
+    }
+}
+
+static void cpu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     (void)be;
+    if (g->a_type != LL_REAL_DTYPE || g->b_type != LL_REAL_DTYPE || g->c_type != LL_REAL_DTYPE)
+        ll_die("cpu gemm: operands %s x %s -> %s on the %s backend", ll_dtype_str(g->a_type),
+               ll_dtype_str(g->b_type), ll_dtype_str(g->c_type), ll_dtype_str(be->act));
+    cpu_gemm_real(g, g->A, g->B, g->C);
+}
+
+static void cpu_relu_fwd(ll_backend *be, ll_act *x_, size_t n) {
+    (void)be;
+    real *x = (real *)x_;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] = x[i] > 0 ? x[i] : 0;
 }
 
-static void cpu_relu_bwd(ll_backend *be, real *dy, const real *y, size_t n) {
+static void cpu_relu_bwd(ll_backend *be, ll_act *dy_, const ll_act *y_, size_t n) {
     (void)be;
+    real *dy = (real *)dy_;
+    const real *y = (const real *)y_;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) dy[i] = y[i] > 0 ? dy[i] : 0;
 }
@@ -257,9 +315,10 @@ void cpu_dropout_mask(uint8_t *mask, size_t n, real p, const ll_philox *rng, uin
         dropout_chunk(c, NULL, mask, n, thr, 0, rng, offset);
 }
 
-static void cpu_dropout_fwd(ll_backend *be, real *x, uint8_t *mask, size_t n, real p, const ll_philox *rng,
+static void cpu_dropout_fwd(ll_backend *be, ll_act *x_, uint8_t *mask, size_t n, real p, const ll_philox *rng,
                             uint64_t offset) {
     (void)be;
+    real *x = (real *)x_;
     if (p <= 0) {
         memset(mask, 1, n);
         return;
@@ -267,37 +326,64 @@ static void cpu_dropout_fwd(ll_backend *be, real *x, uint8_t *mask, size_t n, re
     dropout_apply(x, mask, n, p, rng, offset);
 }
 
-static void cpu_dropout_bwd(ll_backend *be, real *dx, const uint8_t *mask, size_t n, real p) {
+static void cpu_dropout_bwd(ll_backend *be, ll_act *dx_, const uint8_t *mask, size_t n, real p) {
     (void)be;
+    real *dx = (real *)dx_;
     if (p <= 0) return;
     real s = 1 / (1 - p);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) dx[i] = mask[i] ? dx[i] * s : 0;
 }
 
-static void cpu_add(ll_backend *be, real *y, const real *a, const real *b, size_t n) {
+static void cpu_add(ll_backend *be, ll_act *y_, const ll_act *a_, const ll_act *b_, size_t n) {
     (void)be;
+    real *y = (real *)y_;
+    const real *a = (const real *)a_, *b = (const real *)b_;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
-static void cpu_add_scaled(ll_backend *be, real *y, const real *a, const real *b, real alpha, size_t n) {
+static void cpu_add_scaled(ll_backend *be, ll_act *y_, const ll_act *a_, const ll_act *b_, real alpha, size_t n) {
     (void)be;
+    real *y = (real *)y_;
+    const real *a = (const real *)a_, *b = (const real *)b_;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + alpha * b[i];
 }
-static void cpu_acc(ll_backend *be, real *dst, const real *src, size_t n) {
+static void cpu_acc(ll_backend *be, ll_act *dst_, const ll_act *src_, size_t n) {
     (void)be;
+    real *dst = (real *)dst_;
+    const real *src = (const real *)src_;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
-static void cpu_scale(ll_backend *be, real *x, real s, size_t n) {
+/* Conversions between dtypes, in parallel when large. */
+void cpu_convert(ll_backend *be, void *dst, ll_dtype dt, const void *src, ll_dtype st, size_t n) {
     (void)be;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
+    if (dt == st) {
+        if (n && dst != src) memcpy(dst, src, n * ll_dtype_bytes(dt));
+        return;
+    }
+    const int nt = n >= (1u << 16) ? ll_threads_here() : 1;
+#define CONV(DT, ST, EXPR)                                                          \
+    if (dt == DT && st == ST) {                                                     \
+        _Pragma("omp parallel for schedule(static) num_threads(nt)")                \
+        for (size_t i = 0; i < n; i++) EXPR;                                        \
+        return;                                                                     \
+    }
+    CONV(LL_BF16, LL_F32, ((uint16_t *)dst)[i] = ll_f32_to_bf16(((const float *)src)[i]))
+    CONV(LL_F32, LL_BF16, ((float *)dst)[i] = ll_bf16_to_f32(((const uint16_t *)src)[i]))
+    CONV(LL_BF16, LL_F64, ((uint16_t *)dst)[i] = ll_f32_to_bf16((float)((const double *)src)[i]))
+    CONV(LL_F64, LL_BF16, ((double *)dst)[i] = ll_bf16_to_f32(((const uint16_t *)src)[i]))
+    CONV(LL_F32, LL_F64, ((float *)dst)[i] = (float)((const double *)src)[i])
+    CONV(LL_F64, LL_F32, ((double *)dst)[i] = ((const float *)src)[i])
+#undef CONV
+    ll_die("convert: %s to %s", ll_dtype_str(st), ll_dtype_str(dt));
 }
 
 static ll_backend g_cpu = {
     .name = "cpu",
+    .act = LL_REAL_DTYPE,
+    .convert = cpu_convert,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
@@ -310,9 +396,6 @@ static ll_backend g_cpu = {
     .layernorm_bwd = cpu_layernorm_bwd,
     .embed_fwd = cpu_embed_fwd,
     .embed_bwd = cpu_embed_bwd,
-    .bias_fwd = cpu_bias_fwd,
-    .bias_bwd = cpu_bias_bwd,
-    .bias_set = cpu_bias_set,
     .relu_fwd = cpu_relu_fwd,
     .relu_bwd = cpu_relu_bwd,
     .dropout_fwd = cpu_dropout_fwd,
@@ -336,13 +419,15 @@ static ll_backend g_cpu = {
     .ald_loss = cpu_ald_loss,
     .ald_unpool = cpu_ald_unpool,
     .acc = cpu_acc,
-    .scale = cpu_scale,
     .sumsq = cpu_sumsq,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
     .xent_fwd_bwd = cpu_xent_fwd_bwd,
     .sym_kl = cpu_sym_kl,
     .log_softmax = cpu_log_softmax,
+    .copy_rows = cpu_copy_rows,
+    .reorder_rows = cpu_reorder_rows,
+    .beam_topk = cpu_beam_topk,
     .adam = cpu_adam,
     .linear_pack = cpu_linear_pack,
     .linear_packed = cpu_linear_packed,

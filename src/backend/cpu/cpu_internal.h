@@ -4,34 +4,39 @@
 
 #include "ll/backend.h"
 
-void cpu_layernorm_fwd(ll_backend *be, real *out, real *mean, real *rstd, const real *x, const real *w,
+void cpu_layernorm_fwd(ll_backend *be, ll_act *out, real *mean, real *rstd, const ll_act *x, const real *w,
                        const real *b, int N, int C);
-void cpu_layernorm_bwd(ll_backend *be, real *dx, real *dw, real *db, const real *dout, const real *x,
+void cpu_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, const ll_act *dout, const ll_act *x,
                        const real *w, const real *mean, const real *rstd, int N, int C);
-void cpu_attention_fwd(ll_backend *be, real *out, real *lse, const real *q, int q_stride, const real *k,
-                       const real *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+void cpu_attention_fwd(ll_backend *be, ll_act *out, real *lse, const ll_act *q, int q_stride, const ll_act *k,
+                       const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                        int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
-void cpu_attention_bwd(ll_backend *be, real *dq, real *dk, real *dv, const real *dout, const real *out,
-                       const real *lse, const real *q, int q_stride, const real *k, const real *v, int kv_stride,
-                       const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal, real attn_dropout,
-                       const ll_philox *rng, uint64_t rng_offset);
-void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
+void cpu_attention_bwd(ll_backend *be, ll_act *dq, ll_act *dk, ll_act *dv, const ll_act *dout, const ll_act *out,
+                       const real *lse, const ll_act *q, int q_stride, const ll_act *k, const ll_act *v,
+                       int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
+                       real attn_dropout, const ll_philox *rng, uint64_t rng_offset);
+void cpu_xent_fwd_bwd(ll_backend *be, ll_act *logits, const int32_t *target, int N, int V, real eps, int pad,
                       real grad_scale, double *acc);
-void cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target, int N,
-                int V, int pad, real alpha, double *acc);
-void cpu_log_softmax(ll_backend *be, real *x, int N, int V);
+void cpu_sym_kl(ll_backend *be, const ll_act *lpa, const ll_act *lpb, ll_act *da, ll_act *db, const int32_t *target,
+                int N, int V, int pad, real alpha, double *acc);
+void cpu_log_softmax(ll_backend *be, ll_act *x, int N, int V);
+
+/* cpu_backend.c: the real-dtype gemm (epilogues included) and conversions */
+void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, real *C);
+void cpu_convert(ll_backend *be, void *dst, ll_dtype dt, const void *src, ll_dtype st, size_t n);
 
 /* cpu_step.c: gated residual scalars, reductions into stats, gradient norm, Adam */
-void cpu_add_gated(ll_backend *be, real *y, const real *a, const real *b, const real *g1, const real *g2, size_t n);
-void cpu_scale_gated(ll_backend *be, real *x, const real *g1, const real *g2, size_t n);
-void cpu_dot_acc(ll_backend *be, real *dst, const real *a, const real *b, size_t n, const real *mul);
+void cpu_add_gated(ll_backend *be, ll_act *y, const ll_act *a, const ll_act *b, const real *g1, const real *g2,
+                   size_t n);
+void cpu_scale_gated(ll_backend *be, ll_act *x, const real *g1, const real *g2, size_t n);
+void cpu_dot_acc(ll_backend *be, real *dst, const ll_act *a, const ll_act *b, size_t n, const real *mul);
 void cpu_sumsq(ll_backend *be, double *acc, const real *x, size_t n);
-void cpu_weighted_sum(ll_backend *be, real *y, const real *const *xs, const real *w, int k, size_t n);
-void cpu_weighted_scatter(ll_backend *be, real *const *ys, const real *w, const real *x, int k, size_t n);
-void cpu_dots_acc(ll_backend *be, real *dst, const real *x, const real *const *ys, int k, size_t n);
+void cpu_weighted_sum(ll_backend *be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n);
+void cpu_weighted_scatter(ll_backend *be, ll_act *const *ys, const real *w, const ll_act *x, int k, size_t n);
+void cpu_dots_acc(ll_backend *be, real *dst, const ll_act *x, const ll_act *const *ys, int k, size_t n);
 void cpu_grad_finish(ll_backend *be, double *stats, double grad_scale, double clip_norm, int phi_step);
-void cpu_adam(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
-              real eps, real wd, const double *stats, int t_slot);
+void cpu_adam(ll_backend *be, real *p, ll_act *p_act, const real *g, real *m, real *v, size_t n, real lr, real b1,
+              real b2, real eps, real wd, const double *stats, int t_slot);
 
 /* cpu_latent.c */
 void cpu_latent_sample(ll_backend *be, real *z, real *dzda, const real *a, int L, const ll_philox *rng, real tau,
@@ -45,12 +50,20 @@ void cpu_latent_depth(ll_backend *be, double *acc, const real *logits, const ll_
 void cpu_latent_q(ll_backend *be, real *q, const real *logits, int L);
 
 /* cpu_ald.c */
-void cpu_ald_pool(ll_backend *be, real *G, const real *h, const int *len, int B, int T, int C);
+void cpu_ald_pool(ll_backend *be, real *G, const ll_act *h, const int *len, int B, int T, int C);
 void cpu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, double w);
-void cpu_ald_unpool(ll_backend *be, real *dh, const real *dG, const int *len, int B, int T, int C);
+void cpu_ald_unpool(ll_backend *be, ll_act *dh, const real *dG, const int *len, int B, int T, int C);
+
+/* cpu_decode.c */
+void cpu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
+                   size_t n);
+void cpu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
+                      size_t stride);
+void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
+                   const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
 
 void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K);
-void cpu_linear_packed(ll_backend *be, real *Y, int ldy, const real *X, int ldx, const void *packed,
+void cpu_linear_packed(ll_backend *be, ll_act *Y, int ldy, const ll_act *X, int ldx, const void *packed,
                        const real *bias, int M);
 void cpu_linear_unpack(ll_backend *be, void *packed);
 

@@ -10,9 +10,11 @@
 
 #define LN_EPS 1e-5
 
-void cpu_layernorm_fwd(ll_backend *be, real *out, real *mean, real *rstd, const real *x, const real *w,
+void cpu_layernorm_fwd(ll_backend *be, ll_act *out_, real *mean, real *rstd, const ll_act *x_, const real *w,
                        const real *b, int N, int C) {
     (void)be;
+    real *out = (real *)out_;
+    const real *x = (const real *)x_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) {
         const real *xr = x + (size_t)r * C;
@@ -35,9 +37,11 @@ void cpu_layernorm_fwd(ll_backend *be, real *out, real *mean, real *rstd, const 
     }
 }
 
-void cpu_layernorm_bwd(ll_backend *be, real *dx, real *dw, real *db, const real *dout, const real *x,
+void cpu_layernorm_bwd(ll_backend *be, ll_act *dx_, real *dw, real *db, const ll_act *dout_, const ll_act *x_,
                        const real *w, const real *mean, const real *rstd, int N, int C) {
     (void)be;
+    real *dx = (real *)dx_;
+    const real *dout = (const real *)dout_, *x = (const real *)x_;
 #pragma omp parallel
     {
         /* Per-thread partial sums for dw/db, reduced at the end. */

@@ -93,9 +93,11 @@ void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K) {
 #endif
 }
 
-void cpu_linear_packed(ll_backend *be, real *Y, int ldy, const real *X, int ldx, const void *packed,
+void cpu_linear_packed(ll_backend *be, ll_act *Y_, int ldy, const ll_act *X_, int ldx, const void *packed,
                        const real *bias, int M) {
     (void)be;
+    real *Y = (real *)Y_;
+    const real *X = (const real *)X_;
 #ifdef HAVE_KERNEL
     const packed_weight *p = packed;
     if (M <= 0) return;

@@ -4,9 +4,10 @@
 #include "cpu_internal.h"
 #include "vecmath.h"
 
-void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N, int V, real eps, int pad,
+void cpu_xent_fwd_bwd(ll_backend *be, ll_act *logits_, const int32_t *target, int N, int V, real eps, int pad,
                       real grad_scale, double *acc) {
     (void)be;
+    real *logits = (real *)logits_;
     /* fairseq (since 791ab7c2): loss = (1-eps-eps_i)*nll + eps_i*smooth, eps_i = eps/(V-1),
      * i.e. cross-entropy against q[y] = 1-eps, q[v!=y] = eps_i.  Gradient = softmax - q. */
     const double eps_i = V > 1 ? (double)eps / (V - 1) : 0;
@@ -36,9 +37,11 @@ void cpu_xent_fwd_bwd(ll_backend *be, real *logits, const int32_t *target, int N
     acc[1] += NL;
 }
 
-void cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real *db, const int32_t *target, int N,
-                int V, int pad, real alpha, double *acc) {
+void cpu_sym_kl(ll_backend *be, const ll_act *lpa_, const ll_act *lpb_, ll_act *da_, ll_act *db_,
+                const int32_t *target, int N, int V, int pad, real alpha, double *acc) {
     (void)be;
+    const real *lpa = (const real *)lpa_, *lpb = (const real *)lpb_;
+    real *da = (real *)da_, *db = (real *)db_;
     /* d KL(p||q)/dz_p = p (log p - log q - KL(p||q)); d KL(q||p)/dz_p = p - q. */
     double total = 0;
     const real h = alpha / 2;
@@ -63,8 +66,9 @@ void cpu_sym_kl(ll_backend *be, const real *lpa, const real *lpb, real *da, real
     *acc += h * total;
 }
 
-void cpu_log_softmax(ll_backend *be, real *x, int N, int V) {
+void cpu_log_softmax(ll_backend *be, ll_act *x_, int N, int V) {
     (void)be;
+    real *x = (real *)x_;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < N; r++) {
         real *xr = x + (size_t)r * V;

@@ -8,23 +8,28 @@
 
 static real gate_of(const real *g1, const real *g2) { return (g1 ? *g1 : 1) * (g2 ? *g2 : 1); }
 
-void cpu_add_gated(ll_backend *be, real *y, const real *a, const real *b, const real *g1, const real *g2, size_t n) {
+void cpu_add_gated(ll_backend *be, ll_act *y_, const ll_act *a_, const ll_act *b_, const real *g1, const real *g2,
+                   size_t n) {
     (void)be;
+    real *y = (real *)y_;
+    const real *a = (const real *)a_, *b = (const real *)b_;
     const real g = gate_of(g1, g2);
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) y[i] = a[i] + g * b[i];
 }
 
-void cpu_scale_gated(ll_backend *be, real *x, const real *g1, const real *g2, size_t n) {
+void cpu_scale_gated(ll_backend *be, ll_act *x_, const real *g1, const real *g2, size_t n) {
     (void)be;
+    real *x = (real *)x_;
     const real g = gate_of(g1, g2);
     if (g == 1) return;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= g;
 }
 
-void cpu_dot_acc(ll_backend *be, real *dst, const real *a, const real *b, size_t n, const real *mul) {
+void cpu_dot_acc(ll_backend *be, real *dst, const ll_act *a_, const ll_act *b_, size_t n, const real *mul) {
     (void)be;
+    const real *a = (const real *)a_, *b = (const real *)b_;
     double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
     for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
@@ -59,9 +64,8 @@ void cpu_grad_finish(ll_backend *be, double *st, double grad_scale, double clip_
     if (phi_step) st[LL_ST_ADAM_T_PHI] += 1;
 }
 
-void cpu_adam(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
-              real eps, real wd, const double *stats, int t_slot) {
-    (void)be;
+void cpu_adam(ll_backend *be, real *p, ll_act *p_act, const real *g, real *m, real *v, size_t n, real lr, real b1,
+              real b2, real eps, real wd, const double *stats, int t_slot) {
     if (stats[LL_ST_SKIP] != 0) return;
     const double t = stats[t_slot];
     /* fairseq adam: decoupled weight decay, eps added to the uncorrected sqrt(v). */
@@ -77,14 +81,19 @@ void cpu_adam(ll_backend *be, real *p, const real *g, real *m, real *v, size_t n
         const real pi = p[i] - decay * p[i];
         p[i] = pi - step * mi / (rsqrt_(vi) + eps);
     }
+    /* the activation-dtype copy, when it is not p itself (bf16: a second pass;
+     * fusing it into the loop above would keep the fp32 loop from vectorising as well) */
+    if (p_act) cpu_convert(be, p_act, be->act, p, LL_REAL_DTYPE, n);
 }
 
 /* ---- DLCL: combinations of many entries ---- */
 
 #define CHUNK 2048 /* elements per task: the entries' slices stay in L1/L2 */
 
-void cpu_weighted_sum(ll_backend *be, real *y, const real *const *xs, const real *w, int k, size_t n) {
+void cpu_weighted_sum(ll_backend *be, ll_act *y_, const ll_act *const *xs_, const real *w, int k, size_t n) {
     (void)be;
+    real *y = (real *)y_;
+    const real *const *xs = (const real *const *)xs_;
 #pragma omp parallel for schedule(static)
     for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
         const size_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
@@ -101,8 +110,10 @@ void cpu_weighted_sum(ll_backend *be, real *y, const real *const *xs, const real
     }
 }
 
-void cpu_weighted_scatter(ll_backend *be, real *const *ys, const real *w, const real *x, int k, size_t n) {
+void cpu_weighted_scatter(ll_backend *be, ll_act *const *ys_, const real *w, const ll_act *x_, int k, size_t n) {
     (void)be;
+    real *const *ys = (real *const *)ys_;
+    const real *x = (const real *)x_;
 #pragma omp parallel for schedule(static)
     for (size_t i0 = 0; i0 < n; i0 += CHUNK) {
         const size_t i1 = i0 + CHUNK < n ? i0 + CHUNK : n;
@@ -115,8 +126,10 @@ void cpu_weighted_scatter(ll_backend *be, real *const *ys, const real *w, const 
     }
 }
 
-void cpu_dots_acc(ll_backend *be, real *dst, const real *x, const real *const *ys, int k, size_t n) {
+void cpu_dots_acc(ll_backend *be, real *dst, const ll_act *x_, const ll_act *const *ys_, int k, size_t n) {
     (void)be;
+    const real *x = (const real *)x_;
+    const real *const *ys = (const real *const *)ys_;
     for (int j = 0; j < k; j++) {
         const real *yj = ys[j];
         double s = 0;

@@ -1,5 +1,6 @@
 /* Matmuls through cuBLASLt: ll_cuda_gemm_lt (kernels/ll_cuda.h has the
- * contract) and the backend's fp32 gemm op on top of it.
+ * contract) and the backend's gemm op (fp32 and bf16 operands, epilogues) on
+ * top of it.
  *
  * Row-major to column-major.  A row-major matrix with leading dimension ld is,
  * to column-major cuBLASLt, its transpose with the same ld.  So for the
@@ -58,8 +59,8 @@ typedef struct {
     lt_entry *tab; /* LT_BUCKETS */
     int count;
     ll_cuda_math default_math; /* of the fp32 gemm op */
-    cublasHandle_t blas;       /* the fp32 op's fallback when cuBLASLt has no algorithm */
-    int warned;
+    cublasHandle_t blas;       /* the op's fallback when cuBLASLt has no algorithm */
+    int warned, warned_epi;    /* warn once per device: no algorithm / an epilogue refused */
 } lt_state;
 
 static lt_state *g_lt[LT_MAX_DEVICES];
@@ -267,57 +268,110 @@ void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m) {
     cublasSetMathMode(st->blas, m == LL_CUDA_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
 }
 
-/* ---- the op: fp32, no epilogue --------------------------------------------------------- */
+/* ---- the op ---------------------------------------------------------------------------
+ * ll_gemm_desc maps one to one onto ll_cuda_gemm_desc (both row-major; the
+ * swap to column-major happens in entry_build): operand dtypes fp32/bf16,
+ * BIAS/BIAS_RELU with the fp32 master bias, BGRAD as BGRAD_A (cuBLASLt's
+ * BGRADB).  Two differences need care:
+ *  - cuBLASLt OVERWRITES the bias gradient, the op ACCUMULATES (bgrad +=):
+ *    the epilogue writes an fp32 [M] vector in scratch, an fp32 acc adds it;
+ *  - cuBLASLt may refuse a combination (bias pointer under 16-byte alignment,
+ *    an epilogue without a kernel for these types/transposes, K = 0): then a
+ *    plain matmul (cuBLASLt, else cublasGemmEx) and the epilogue as kernels
+ *    (kernels/gemm_epi.cu), so the op is always correct; warned once. */
 
-static void cu_gemm_lt(ll_backend *be, int trans_a, int trans_b, int M, int N, int K, real alpha, const real *A,
-                       int lda, const real *B, int ldb, real beta, real *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) { /* C = beta C: no cuBLASLt kernel for K = 0 */
-        cudaStream_t s = ll_cuda_enter(be);
-        if (beta == 1) return;
-        if (ldc != N) ll_die("gemm with K = 0 and ldc %d != N %d is not supported on CUDA", ldc, N);
-        if (beta == 0) /* BLAS: beta 0 does not read C (NaN * 0 must not survive) */
-            LL_CU(cudaMemsetAsync(C, 0, sizeof(real) * (size_t)M * N, s));
-        else
-            LL_CU(ll_cuda_scale(s, LL_CUDA_F32, C, beta, (size_t)M * N));
+static ll_cuda_dtype op_type(ll_dtype t, const char *which) {
+    if (t == LL_F32) return LL_CUDA_F32;
+    if (t == LL_BF16) return LL_CUDA_BF16;
+    ll_die("cuda gemm: operand %s is %s (fp32 or bf16 only)", which, ll_dtype_str(t));
+}
+
+/* The plain product through cuBLAS (no cuBLASLt algorithm): same swapped
+ * operands; cublasGemmEx takes fp32 or bf16 A/B with fp32 or bf16 C, fp32 accumulation. */
+static void blas_gemm(lt_state *st, const ll_cuda_gemm_desc *d, int lt_status) {
+    if (!st->warned) {
+        st->warned = 1;
+        ll_warn("cuBLASLt has no algorithm for gemm M %d N %d K %d (ld %d/%d/%d, status %d); using cublasGemmEx for "
+                "such shapes",
+                d->M, d->N, d->K, d->lda, d->ldb, d->ldc, lt_status);
+    }
+    const float a = d->alpha, b = d->beta;
+    cublasStatus_t bs = cublasGemmEx(st->blas, d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, d->N, d->M, d->K, &a, d->B,
+                                     cuda_type(d->b_type), d->ldb, d->A, cuda_type(d->a_type), d->lda, &b, d->C,
+                                     cuda_type(d->c_type), d->ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        ll_die("cublasGemmEx failed (status %d; cuBLASLt status %d): trans %d/%d, M %d N %d K %d, ld %d/%d/%d", (int)bs,
+               lt_status, d->trans_a, d->trans_b, d->M, d->N, d->K, d->lda, d->ldb, d->ldc);
+}
+
+static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
+    if (g->M <= 0 || g->N <= 0) return;
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU, relu = g->epi == LL_EPI_BIAS_RELU;
+    const int bgrad = g->epi == LL_EPI_BGRAD;
+    if (bias && !g->bias) ll_die("cuda gemm: a bias epilogue without a bias");
+    if (bgrad && !g->bgrad) ll_die("cuda gemm: a BGRAD epilogue without bgrad");
+    const ll_cuda_dtype at = op_type(g->a_type, "A"), bt = op_type(g->b_type, "B"), ct = op_type(g->c_type, "C");
+    if (at != bt) ll_die("cuda gemm: A is %s but B is %s (one operand dtype)", ll_dtype_str(g->a_type),
+                         ll_dtype_str(g->b_type));
+    cudaStream_t s = ll_cuda_enter(be);
+    lt_state *st = state_of(be);
+    if (g->K <= 0) { /* C = relu?(beta C + bias), bgrad += 0: no product, no cuBLASLt kernel */
+        if (g->beta != 1 || bias)
+            LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, g->beta, bias ? g->bias : NULL, relu));
         return;
     }
     ll_cuda_gemm_desc d = {
-        .trans_a = trans_a,
-        .trans_b = trans_b,
-        .M = M,
-        .N = N,
-        .K = K,
-        .alpha = alpha,
-        .beta = beta,
-        .A = A,
-        .a_type = LL_CUDA_F32,
-        .lda = lda,
-        .B = B,
-        .b_type = LL_CUDA_F32,
-        .ldb = ldb,
-        .C = C,
-        .c_type = LL_CUDA_F32,
-        .ldc = ldc,
-        .epilogue = LL_CUDA_EPI_NONE,
-        .math = state_of(be)->default_math,
+        .trans_a = g->trans_a,
+        .trans_b = g->trans_b,
+        .M = g->M,
+        .N = g->N,
+        .K = g->K,
+        .alpha = g->alpha,
+        .beta = g->beta,
+        .A = g->A,
+        .a_type = at,
+        .lda = g->lda,
+        .B = g->B,
+        .b_type = bt,
+        .ldb = g->ldb,
+        .C = g->C,
+        .c_type = ct,
+        .ldc = g->ldc,
+        .epilogue = bias ? (relu ? LL_CUDA_EPI_BIAS_RELU : LL_CUDA_EPI_BIAS)
+                         : bgrad ? LL_CUDA_EPI_BGRAD_A : LL_CUDA_EPI_NONE,
+        .bias = bias ? g->bias : NULL,
+        .bias_type = LL_CUDA_F32,
+        .math = st->default_math,
     };
-    int s = ll_cuda_gemm_lt(be, &d);
-    if (s == 0) return;
-    if (s != CUBLAS_STATUS_NOT_SUPPORTED)
-        ll_die("cuBLASLt gemm failed (status %d): trans %d/%d, M %d N %d K %d, ld %d/%d/%d", s, trans_a, trans_b, M, N,
-               K, lda, ldb, ldc);
-    /* no cuBLASLt algorithm for this shape/alignment: cublasSgemm, same swapped operands */
-    lt_state *st = state_of(be);
-    if (!st->warned) {
-        st->warned = 1;
-        ll_warn("cuBLASLt has no algorithm for gemm M %d N %d K %d (ld %d/%d/%d); using cublasSgemm for such shapes", M,
-                N, K, lda, ldb, ldc);
+    float *bg_tmp = NULL;
+    if (bgrad) d.bgrad = bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M);
+    int rc = ll_cuda_gemm_lt(be, &d);
+    if (rc == 0) {
+        if (bgrad) LL_CU(ll_cuda_acc(s, LL_CUDA_F32, g->bgrad, bg_tmp, (size_t)g->M));
+        return;
     }
-    float a = alpha, b = beta;
-    cublasStatus_t bs = cublasSgemm(st->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    N, M, K, &a, B, ldb, A, lda, &b, C, ldc);
-    if (bs != CUBLAS_STATUS_SUCCESS) ll_die("cublasSgemm failed (status %d): M %d N %d K %d", (int)bs, M, N, K);
+    if (d.epilogue != LL_CUDA_EPI_NONE) { /* refused with the epilogue: plain product, epilogue kernels after */
+        if (!st->warned_epi) {
+            st->warned_epi = 1;
+            ll_warn("cuBLASLt refused gemm epilogue %d (M %d N %d K %d, %s x %s -> %s, status %d); using a separate "
+                    "kernel for such calls",
+                    (int)g->epi, g->M, g->N, g->K, ll_dtype_str(g->a_type), ll_dtype_str(g->b_type),
+                    ll_dtype_str(g->c_type), rc);
+        }
+        d.epilogue = LL_CUDA_EPI_NONE;
+        d.bias = NULL;
+        d.bgrad = NULL;
+        rc = ll_cuda_gemm_lt(be, &d);
+    }
+    if (rc != 0) blas_gemm(st, &d, rc);
+    if (bias) LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, 1.0f, g->bias, relu));
+    if (bgrad) { /* bgrad[m] += sum_k op(A)[m, k]: A stored [K, M] (trans_a: column sums) or [M, K] (row sums) */
+        const int by_cols = !!g->trans_a, rows = by_cols ? g->K : g->M, cols = by_cols ? g->M : g->K;
+        const size_t nb = ll_cuda_bias_grad_scratch_bytes(rows, cols, by_cols);
+        LL_CU(ll_cuda_bias_grad(s, at, g->bgrad, g->A, g->lda, rows, cols, by_cols,
+                                nb ? ll_cuda_scratch(be, nb) : NULL));
+    }
 }
 
 int ll_cuda_register_gemm_lt(ll_backend *be) {
@@ -353,6 +407,6 @@ int ll_cuda_register_gemm_lt(ll_backend *be) {
         st->default_math = LL_CUDA_MATH_EXACT; /* parity with the CPU until a config asks for TF32 */
         g_lt[dev] = st;
     }
-    be->gemm = cu_gemm_lt;
+    be->gemm = cu_gemm;
     return 0;
 }

@@ -10,6 +10,12 @@
 #include "ll/core.h"
 #include "ll_cuda.h"
 
+/* The kernels' element type for the backend's activations: the backends are
+ * built for fp32 and bf16 only (ll_backend_cuda_precision). */
+static inline ll_cuda_dtype ll_cuda_act(const ll_backend *be) {
+    return be->act == LL_BF16 ? LL_CUDA_BF16 : LL_CUDA_F32;
+}
+
 /* Make the backend's device current (every op starts here) and return its stream. */
 cudaStream_t ll_cuda_enter(ll_backend *be);
 /* The backend's grow-only device scratch, at least `bytes`, 256-byte aligned,
@@ -30,8 +36,8 @@ void ll_cuda_register_embed(ll_backend *be);       /* cuda_ops_embed.c */
 void ll_cuda_register_loss(ll_backend *be);        /* cuda_ops_loss.c */
 void ll_cuda_register_step(ll_backend *be);        /* cuda_ops_step.c */
 void ll_cuda_register_latent(ll_backend *be);      /* cuda_ops_latent.c */
-/* cuda_gemm_lt.c: the cuBLASLt handle and workspace; replaces the gemm op.
- * 0, or -1 with ll_errbuf() set. */
+/* cuda_gemm_lt.c: the cuBLASLt handle and workspace (once per device) and the
+ * gemm op.  0, or -1 with ll_errbuf() set. */
 int ll_cuda_register_gemm_lt(ll_backend *be);
 
 #endif

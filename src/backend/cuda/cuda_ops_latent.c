@@ -1,6 +1,8 @@
 /* Op-table wrappers for the latent-depth ops (kernels/latent.cu) and ALD
  * (kernels/ald.cu).  The prior is a host struct: the launchers pass it to the
- * kernels by value.  Scratch: ALD's per-sentence losses (B doubles). */
+ * kernels by value.  Latent-depth tensors are all fp32; ALD reads/writes the
+ * hidden states (h, dh) in the activation dtype, G and dG in fp32.  Scratch:
+ * ALD's per-sentence losses (B doubles). */
 #include "cuda_internal.h"
 
 static void cu_latent_sample(ll_backend *be, real *z, real *dzda, const real *logits, int L, const ll_philox *rng,
@@ -32,8 +34,8 @@ static void cu_latent_q(ll_backend *be, real *q, const real *logits, int L) {
     LL_CU(ll_cuda_latent_q(ll_cuda_enter(be), q, logits, L));
 }
 
-static void cu_ald_pool(ll_backend *be, real *G, const real *h, const int *len, int B, int T, int C) {
-    LL_CU(ll_cuda_ald_pool(ll_cuda_enter(be), LL_CUDA_F32, G, h, len, B, T, C));
+static void cu_ald_pool(ll_backend *be, real *G, const ll_act *h, const int *len, int B, int T, int C) {
+    LL_CU(ll_cuda_ald_pool(ll_cuda_enter(be), ll_cuda_act(be), G, h, len, B, T, C));
 }
 
 static void cu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, double w) {
@@ -42,8 +44,8 @@ static void cu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, in
     LL_CU(ll_cuda_ald_loss(s, dG, acc, G, B, C, tau, w, ll_cuda_scratch(be, ll_cuda_ald_scratch_bytes(B))));
 }
 
-static void cu_ald_unpool(ll_backend *be, real *dh, const real *dG, const int *len, int B, int T, int C) {
-    LL_CU(ll_cuda_ald_unpool(ll_cuda_enter(be), LL_CUDA_F32, dh, dG, len, B, T, C));
+static void cu_ald_unpool(ll_backend *be, ll_act *dh, const real *dG, const int *len, int B, int T, int C) {
+    LL_CU(ll_cuda_ald_unpool(ll_cuda_enter(be), ll_cuda_act(be), dh, dG, len, B, T, C));
 }
 
 void ll_cuda_register_latent(ll_backend *be) {

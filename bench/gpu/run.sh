@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# ll against a PyTorch peer on one GPU, side by side in one run (issue 15).
+#
+#   bench/gpu/run.sh BUILD_DIR OUTDIR [--quick]
+#
+# BUILD_DIR: a CUDA build of ll (cmake -DLL_CUDA=ON); OUTDIR: where the logs and
+# summary.txt go.  For each model (ll64, base, deep30) it runs PyTorch eager, PyTorch
+# with each layer compiled (base and deep30; ll64 too unless --quick) and ll, all at
+# 256 sentences x 32 + 32 tokens, vocabulary 32,000; then beam-5 and greedy decoding of
+# the base model (128 sentences x 32 tokens).  The bf16 matmul peak is measured once
+# (bench/gpu/torch_gpu_peer.py) and every MFU is against it.  ll's per-op-class time
+# breakdown comes from `ll_gpu_bench --profile` (each op timed between stream syncs:
+# slower than the real step, but it shows where the time goes).
+#
+# On the GPU machine (see ../shared/gpu/README.md and scripts/gpu_check.sh):
+#   source .device/gpu/env.sh && cmake -S . -B /tmp/b -DLL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+#     -DCMAKE_BUILD_TYPE=Release && cmake --build /tmp/b -j16 && bench/gpu/run.sh /tmp/b "$OUT/bench"
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:?usage: bench/gpu/run.sh BUILD_DIR OUTDIR [--quick]}
+OUT=${2:?usage: bench/gpu/run.sh BUILD_DIR OUTDIR [--quick]}
+QUICK=${3:-}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+SUM="$OUT/summary.txt"
+: >"$SUM"
+say() { echo "$*" | tee -a "$SUM"; }
+
+say "# ll GPU benchmark, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/# gpu: /' | tee -a "$SUM"
+$PY -c "import torch; print('# torch', torch.__version__, 'cuda', torch.version.cuda)" 2>&1 | tee -a "$SUM"
+
+# bf16 peak, once
+$PY bench/gpu/torch_gpu_peer.py --model base --steps 1 --warmup 1 >"$OUT/peak.log" 2>&1
+PEAK=$(sed -n 's/^RESULT torch_gpu_peak bf16_tflops=\([0-9.]*\).*/\1/p' "$OUT/peak.log")
+PEAK=${PEAK:-784}
+say "bf16 matmul peak: $PEAK TFLOP/s (8192^3)"
+
+field() { sed -n "s/.*$2=\([^ ]*\).*/\1/p" "$1" | tail -1; }
+
+say ""
+say "| model | torch eager tok/s | torch compiled tok/s | ll tok/s | ll / eager | ll / compiled | ll MFU | ll peak GiB | torch peak GiB |"
+say "|---|---|---|---|---|---|---|---|---|"
+for model in ll64 base deep30; do
+  $PY bench/gpu/torch_gpu_peer.py --model "$model" --peak-tflops "$PEAK" >"$OUT/torch_${model}_eager.log" 2>&1
+  te=$(field "$OUT/torch_${model}_eager.log" tok_s)
+  tm=$(field "$OUT/torch_${model}_eager.log" peak_mem_gib)
+  tc=""
+  if [ "$model" != ll64 ] || [ "$QUICK" != --quick ]; then
+    $PY bench/gpu/torch_gpu_peer.py --model "$model" --compile --peak-tflops "$PEAK" >"$OUT/torch_${model}_compile.log" 2>&1
+    tc=$(field "$OUT/torch_${model}_compile.log" tok_s)
+  fi
+  "$BUILD/ll_gpu_bench" --model "$model" --device cuda --peak-tflops "$PEAK" >"$OUT/ll_${model}.log" 2>&1
+  l=$(field "$OUT/ll_${model}.log" tok_s)
+  lm=$(field "$OUT/ll_${model}.log" peak_mem_gib)
+  mfu=$(field "$OUT/ll_${model}.log" mfu)
+  ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+  say "| $model | ${te:-fail} | ${tc:--} | ${l:-fail} | $(ratio "$l" "$te") | $(ratio "$l" "$tc") | ${mfu:-} | ${lm:-} | ${tm:-} |"
+  "$BUILD/ll_gpu_bench" --model "$model" --device cuda --steps 3 --profile >"$OUT/ll_${model}_profile.log" 2>&1
+done
+
+say ""
+say "| decoding (base, 128 x 32) | torch sent/s | ll sent/s | ll / torch |"
+say "|---|---|---|---|"
+$PY bench/gpu/torch_gpu_peer.py --model base --decode 5,1 >"$OUT/torch_decode.log" 2>&1
+"$BUILD/ll_decode_bench" --device cuda --model base --beams 5,1 >"$OUT/ll_decode.log" 2>&1
+for beam in 5 1; do
+  t=$(grep "beam=$beam " "$OUT/torch_decode.log" | sed -n 's/.*sent_s=\([0-9.]*\).*/\1/p')
+  l=$(grep "beam=$beam " "$OUT/ll_decode.log" | sed -n 's/.*sent_per_s=\([0-9.]*\).*/\1/p')
+  r=$([ -n "$t" ] && [ -n "$l" ] && awk -v a="$l" -v b="$t" 'BEGIN { printf "%.2fx", a / b }')
+  say "| beam $beam | ${t:-fail} | ${l:-fail} | ${r:-} |"
+done
+say ""
+say "ll per-op-class breakdown: $OUT/ll_*_profile.log"

@@ -1,0 +1,133 @@
+/* Incremental-decoding kernels: the beam reorder of KV-cache rows and the beam
+ * search's top-k over the vocabulary (contracts: include/ll/backend.h,
+ * copy_rows / reorder_rows / beam_topk; the CPU reference is
+ * src/backend/cpu/cpu_decode.c).  copy_rows needs no kernel: it is one
+ * cudaMemcpy2DAsync (src/backend/cuda/cuda_ops_decode.c).
+ *
+ * beam_topk: one block per sentence.  Each thread scans a strided share of the
+ * sentence's beam x V candidates in increasing (row, token) order and keeps
+ * its own sorted top k; then k rounds of a block-wide arg-max over the
+ * threads' heads, ranked by (score desc, flat index asc), pop the winners in
+ * order.  The result is exactly the CPU's stable top-k (ties to the lower
+ * index), with no atomics.  The log-probabilities are fp32 or bf16 (template
+ * T, the activation dtype); scores are double and lp fp32 in both, so a bf16
+ * model ranks the widened bf16 values exactly as the CPU's bf16 backend. */
+#include <limits.h>
+#include <math.h>
+
+#include "ll_cuda_common.cuh"
+
+#define TOPK_THREADS 256
+#define WARP 32
+
+/* ---- reorder_rows ---------------------------------------------------------------- */
+
+/* Moved rows only: pass 0 gathers the sources into scratch, pass 1 writes them back,
+ * so a row overwritten early is still read correctly.  In bytes: any dtype. */
+static __global__ void reorder_pass(unsigned char *__restrict__ buf, unsigned char *__restrict__ scratch,
+                                    const int *__restrict__ from, size_t n, size_t stride, int pass) {
+    const int r = blockIdx.y;
+    const int f = from[r];
+    if (f == r) return;
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (size_t)gridDim.x * blockDim.x) {
+        if (pass == 0)
+            scratch[(size_t)r * n + j] = buf[(size_t)f * stride + j];
+        else
+            buf[(size_t)r * stride + j] = scratch[(size_t)r * n + j];
+    }
+}
+
+extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, const int *from, int rows,
+                                            size_t n, size_t stride) {
+    if (rows <= 0 || n == 0) return cudaSuccess;
+    if (rows > 65535) return cudaErrorInvalidValue; /* grid.y limit */
+    size_t bx = (n + 255) / 256;
+    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)rows);
+    for (int pass = 0; pass < 2; pass++) {
+        reorder_pass<<<grid, 256, 0, stream>>>((unsigned char *)buf, (unsigned char *)scratch, from, n, stride, pass);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+/* ---- beam_topk ------------------------------------------------------------------- */
+
+/* a ranks before b */
+static __device__ __forceinline__ bool better(double sa, int fa, double sb, int fb) {
+    return sa > sb || (sa == sb && fa < fb);
+}
+
+template <typename T>
+static __global__ void beam_topk_kernel(double *__restrict__ score, float *__restrict__ lp_out,
+                                        int32_t *__restrict__ flat_out, const T *__restrict__ logp,
+                                        const double *__restrict__ cum, const uint8_t *__restrict__ mode, int beam,
+                                        int V, int k, int pad, int bos, int eos) {
+    const int g = blockIdx.x, tid = threadIdx.x;
+    const uint8_t md = mode[g];
+    const bool eos_ok = md & 1, eos_only = md & 2;
+    double ls[LL_CUDA_TOPK_MAX];
+    int lf[LL_CUDA_TOPK_MAX];
+    int n = 0;
+    const size_t total = (size_t)beam * V;
+    for (size_t i = tid; i < total; i += blockDim.x) {
+        const int b = (int)(i / V), v = (int)(i % V);
+        if (v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos)) continue;
+        const int r = g * beam + b;
+        const double cs = cum[r];
+        if (cs == -INFINITY) continue;
+        const double sc = cs + (double)ll_ld(logp + (size_t)r * V + v);
+        if (!(sc > -INFINITY)) continue; /* NaN, -inf */
+        if (n == k && !(sc > ls[k - 1])) continue;
+        int pos = n < k ? n++ : k - 1;
+        while (pos > 0 && ls[pos - 1] < sc) { /* strict: earlier (lower index) stays ahead on ties */
+            ls[pos] = ls[pos - 1];
+            lf[pos] = lf[pos - 1];
+            pos--;
+        }
+        ls[pos] = sc;
+        lf[pos] = r * V + v;
+    }
+    __shared__ double ws[TOPK_THREADS / WARP];
+    __shared__ int wf[TOPK_THREADS / WARP];
+    __shared__ int win_f;
+    int head = 0;
+    const int lane = tid % WARP, warp = tid / WARP, nwarps = blockDim.x / WARP;
+    for (int q = 0; q < k; q++) {
+        double s = head < n ? ls[head] : -INFINITY;
+        int f = head < n ? lf[head] : INT_MAX;
+        for (int o = WARP / 2; o > 0; o >>= 1) {
+            const double s2 = __shfl_down_sync(0xffffffffu, s, o);
+            const int f2 = __shfl_down_sync(0xffffffffu, f, o);
+            if (better(s2, f2, s, f)) s = s2, f = f2;
+        }
+        if (lane == 0) ws[warp] = s, wf[warp] = f;
+        __syncthreads();
+        if (tid == 0) {
+            double bs = ws[0];
+            int bf = wf[0];
+            for (int w = 1; w < nwarps; w++)
+                if (better(ws[w], wf[w], bs, bf)) bs = ws[w], bf = wf[w];
+            win_f = bf;
+            const size_t o = (size_t)g * k + q;
+            if (bf == INT_MAX) {
+                score[o] = -INFINITY, lp_out[o] = 0.0f, flat_out[o] = -1;
+            } else {
+                score[o] = bs, lp_out[o] = ll_ld(logp + (size_t)bf), flat_out[o] = bf;
+            }
+        }
+        __syncthreads();
+        if (head < n && lf[head] == win_f && win_f != INT_MAX) head++; /* flat indices are unique */
+        __syncthreads();                                                /* win_* is rewritten next round */
+    }
+}
+
+extern "C" cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *score, float *lp,
+                                         int32_t *flat, const void *logp, const double *cum, const uint8_t *mode,
+                                         int groups, int beam, int V, int k, int pad, int bos, int eos) {
+    if (groups <= 0 || k <= 0) return cudaSuccess;
+    if (k > LL_CUDA_TOPK_MAX || (size_t)groups * beam * V > (size_t)INT_MAX) return cudaErrorInvalidValue;
+    LL_DISPATCH(t, T, beam_topk_kernel<T><<<groups, TOPK_THREADS, 0, stream>>>(score, lp, flat, (const T *)logp, cum,
+                                                                              mode, beam, V, k, pad, bos, eos);)
+    return cudaGetLastError();
+}

@@ -1,0 +1,78 @@
+/* Incremental-decoding ops on the CPU: the KV-cache write, the beam reorder
+ * and the beam search's top-k over the vocabulary (contracts in
+ * include/ll/backend.h).  They are ops, not host code in the decoder, so that
+ * the CUDA backend keeps the cache and the [rows, V] log-probabilities on the
+ * device and the host reads only k candidates per sentence. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_internal.h"
+
+/* Copies only: the same code serves every activation dtype (element size from be). */
+void cpu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
+                   size_t n) {
+    const size_t e = ll_act_size(be);
+    for (int i = 0; i < rows; i++)
+        memcpy((char *)dst + i * dst_stride * e, (const char *)src + i * src_stride * e, n * e);
+}
+
+void cpu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
+                      size_t stride) {
+    const size_t e = ll_act_size(be);
+    char *b = (char *)buf, *s = (char *)scratch;
+    /* only rows that change are copied: first every source a moved row reads
+     * (into scratch, so a row overwritten early is still read correctly), then
+     * the moved rows from scratch */
+    for (int r = 0; r < rows; r++)
+        if (from[r] != r) memcpy(s + r * n * e, b + from[r] * stride * e, n * e);
+    for (int r = 0; r < rows; r++)
+        if (from[r] != r) memcpy(b + r * stride * e, s + r * n * e, n * e);
+}
+
+/* One group: insertion into a sorted list of k, best first; a candidate
+ * replaces the worst only when strictly better, so among equal scores the
+ * earlier (lower row, token) stays ahead: a stable top-k. */
+static void topk_group(double *score, real *lp, int32_t *flat, const real *logp, const double *cum, uint8_t mode,
+                       int row0, int beam, int V, int k, int pad, int bos, int eos) {
+    int n = 0;
+    double thresh = -INFINITY; /* score of the k-th candidate once there are k */
+    const int eos_only = mode & 2, eos_ok = mode & 1;
+    for (int b = 0; b < beam; b++) {
+        const int r = row0 + b;
+        const double cs = cum[r];
+        if (cs == -INFINITY) continue; /* dead row */
+        const real *l = logp + (size_t)r * V;
+        const int v0 = eos_only ? eos : 0, v1 = eos_only ? eos + 1 : V;
+        for (int v = v0; v < v1; v++) {
+            const double sc = cs + (double)l[v];
+            if (!(sc > thresh)) continue; /* also drops NaN and -inf */
+            if (v == pad || v == bos || (v == eos && !eos_ok)) continue;
+            int pos = n < k ? n++ : k - 1;
+            while (pos > 0 && score[pos - 1] < sc) {
+                score[pos] = score[pos - 1];
+                lp[pos] = lp[pos - 1];
+                flat[pos] = flat[pos - 1];
+                pos--;
+            }
+            score[pos] = sc;
+            lp[pos] = l[v];
+            flat[pos] = (int32_t)((size_t)r * V + v);
+            if (n == k) thresh = score[k - 1];
+        }
+    }
+    for (int i = n; i < k; i++) {
+        score[i] = -INFINITY;
+        lp[i] = 0;
+        flat[i] = -1;
+    }
+}
+
+void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp_act, const double *cum,
+                   const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos) {
+    (void)be;
+    const real *logp = (const real *)logp_act;
+#pragma omp parallel for schedule(static) if (groups > 1 && (size_t)groups * beam * V > 200000)
+    for (int g = 0; g < groups; g++)
+        topk_group(score + (size_t)g * k, lp + (size_t)g * k, flat + (size_t)g * k, logp, cum, mode[g], g * beam,
+                   beam, V, k, pad, bos, eos);
+}

@@ -1,0 +1,41 @@
+/* CUDA host wrappers of the incremental-decoding ops (kernels/decode.cu):
+ * the KV-cache write is one strided cudaMemcpy2DAsync, the reorder and the
+ * beam top-k are kernels.  Nothing here synchronises. */
+#include <cuda_runtime_api.h>
+
+#include "cuda_internal.h"
+
+/* A copy moves bytes: every activation dtype. */
+static void cu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
+                         size_t n) {
+    if (rows <= 0 || n == 0) return;
+    const size_t e = ll_act_size(be);
+    ll_cuda_check_launch(cudaMemcpy2DAsync(dst, dst_stride * e, src, src_stride * e, n * e, (size_t)rows,
+                                           cudaMemcpyDeviceToDevice, ll_cuda_enter(be)),
+                         "copy_rows");
+}
+
+static void cu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
+                            size_t stride) {
+    ll_cuda_check_launch(ll_cuda_reorder_rows(ll_cuda_enter(be), buf, scratch, from, rows, n * ll_act_size(be),
+                                              stride * ll_act_size(be)),
+                         "reorder_rows");
+}
+
+/* logp in the activation dtype: the kernel is templated (fp32 or bf16 loads,
+ * double scores), so both backends decode on the GPU. */
+static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp,
+                         const double *cum, const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos,
+                         int eos) {
+    if (k > LL_CUDA_TOPK_MAX) ll_die("beam_topk: k = %d candidates per sentence exceeds the CUDA limit %d (beam <= %d)", k,
+                                     LL_CUDA_TOPK_MAX, LL_CUDA_TOPK_MAX / 2);
+    ll_cuda_check_launch(ll_cuda_beam_topk(ll_cuda_enter(be), ll_cuda_act(be), score, lp, flat, logp, cum, mode, groups,
+                                           beam, V, k, pad, bos, eos),
+                         "beam_topk");
+}
+
+void ll_cuda_register_decode(ll_backend *be) {
+    be->copy_rows = cu_copy_rows;
+    be->reorder_rows = cu_reorder_rows;
+    be->beam_topk = cu_beam_topk;
+}

@@ -1,0 +1,139 @@
+/* The decoding ops on CUDA against the CPU backend: copy_rows (strided KV-cache
+ * write), reorder_rows (moved rows only, rows may repeat) and beam_topk
+ * (exactly the same candidates, scores and order, with ties, NaN, -inf, dead
+ * rows and the three length modes, at V = 32003 and at k = 64); then a whole
+ * beam search on a random model gives the same hypotheses on both backends.
+ * Skips (77) without a GPU. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/backend.h"
+#include "ll/core.h"
+#include "ll/decode.h"
+#include "ll/model.h"
+#include "ll_cuda.h"
+#include "../util/testutil.h"
+
+static void *put(ll_backend *be, const void *host, size_t bytes) {
+    void *p = be->alloc(be, bytes);
+    be->upload(be, p, host, bytes);
+    return p;
+}
+
+static void test_rows(ll_backend *cpu, ll_backend *gpu) {
+    enum { R = 7, N = 300, STRIDE = 517 };
+    const size_t nb = (size_t)R * STRIDE;
+    float *buf = ll_malloc(nb * sizeof(float)), *scratch = ll_malloc((size_t)R * N * sizeof(float));
+    float *got = ll_malloc(nb * sizeof(float));
+    for (size_t i = 0; i < nb; i++) buf[i] = (float)i * 0.5f;
+    const int from[R] = {3, 3, 0, 6, 4, 1, 2};
+    float *B = put(gpu, buf, nb * sizeof(float)), *S = gpu->alloc(gpu, (size_t)R * N * sizeof(float));
+    int *F = put(gpu, from, sizeof from);
+    cpu->reorder_rows(cpu, (ll_act *)buf, (ll_act *)scratch, from, R, N, STRIDE);
+    gpu->reorder_rows(gpu, (ll_act *)B, (ll_act *)S, F, R, N, STRIDE);
+    gpu->download(gpu, got, B, nb * sizeof(float));
+    CHECK_MSG(!memcmp(got, buf, nb * sizeof(float)), "reorder_rows differs from the CPU");
+    float *src = ll_malloc((size_t)R * 3 * N * sizeof(float));
+    for (size_t i = 0; i < (size_t)R * 3 * N; i++) src[i] = -(float)i;
+    float *SRC = put(gpu, src, (size_t)R * 3 * N * sizeof(float));
+    cpu->copy_rows(cpu, (ll_act *)(buf + 5), STRIDE, (const ll_act *)(src + N), 3 * N, R, 2 * N / 3);
+    gpu->copy_rows(gpu, (ll_act *)(B + 5), STRIDE, (const ll_act *)(SRC + N), 3 * N, R, 2 * N / 3);
+    gpu->download(gpu, got, B, nb * sizeof(float));
+    CHECK_MSG(!memcmp(got, buf, nb * sizeof(float)), "copy_rows differs from the CPU");
+    gpu->free(gpu, B), gpu->free(gpu, S), gpu->free(gpu, F), gpu->free(gpu, SRC);
+    free(buf), free(scratch), free(got), free(src);
+}
+
+static void test_topk(ll_backend *cpu, ll_backend *gpu, int G, int beam, int V, int k) {
+    const size_t nl = (size_t)G * beam * V, nk = (size_t)G * k;
+    float *logp = ll_malloc(nl * sizeof(float));
+    double *cum = ll_malloc((size_t)G * beam * sizeof(double));
+    uint8_t *mode = ll_malloc(G);
+    ll_philox r;
+    ll_philox_init(&r, 9, 10, (uint32_t)(V + k));
+    for (size_t i = 0; i < nl; i++) {
+        logp[i] = -(float)ll_philox_below(&r, i, 64) / 8; /* many ties */
+        if (ll_philox_below(&r, nl + i, 997) == 0) logp[i] = NAN;
+        if (ll_philox_below(&r, 2 * nl + i, 991) == 0) logp[i] = -INFINITY;
+    }
+    for (int i = 0; i < G * beam; i++) cum[i] = i % 5 == 4 ? -INFINITY : -(double)ll_philox_below(&r, 3 * nl + i, 7) / 3;
+    for (int g = 0; g < G; g++) mode[g] = (uint8_t)(g % 3 == 2 ? 3 : g % 2);
+    double *s_cpu = ll_malloc(nk * sizeof(double)), *s_gpu = ll_malloc(nk * sizeof(double));
+    float *l_cpu = ll_malloc(nk * sizeof(float)), *l_gpu = ll_malloc(nk * sizeof(float));
+    int32_t *f_cpu = ll_malloc(nk * sizeof(int32_t)), *f_gpu = ll_malloc(nk * sizeof(int32_t));
+    cpu->beam_topk(cpu, s_cpu, l_cpu, f_cpu, (const ll_act *)logp, cum, mode, G, beam, V, k, LL_PAD, LL_BOS, LL_EOS);
+    float *LP = put(gpu, logp, nl * sizeof(float));
+    double *CUM = put(gpu, cum, (size_t)G * beam * sizeof(double)), *S = gpu->alloc(gpu, nk * sizeof(double));
+    uint8_t *MODE = put(gpu, mode, G);
+    float *L = gpu->alloc(gpu, nk * sizeof(float));
+    int32_t *F = gpu->alloc(gpu, nk * sizeof(int32_t));
+    gpu->beam_topk(gpu, S, L, F, (const ll_act *)LP, CUM, MODE, G, beam, V, k, LL_PAD, LL_BOS, LL_EOS);
+    gpu->download(gpu, s_gpu, S, nk * sizeof(double));
+    gpu->download(gpu, l_gpu, L, nk * sizeof(float));
+    gpu->download(gpu, f_gpu, F, nk * sizeof(int32_t));
+    CHECK_MSG(!memcmp(f_cpu, f_gpu, nk * sizeof(int32_t)) && !memcmp(s_cpu, s_gpu, nk * sizeof(double)) &&
+                  !memcmp(l_cpu, l_gpu, nk * sizeof(float)),
+              "beam_topk G=%d beam=%d V=%d k=%d differs from the CPU", G, beam, V, k);
+    gpu->free(gpu, LP), gpu->free(gpu, CUM), gpu->free(gpu, S), gpu->free(gpu, MODE), gpu->free(gpu, L);
+    gpu->free(gpu, F);
+    free(logp), free(cum), free(mode), free(s_cpu), free(s_gpu), free(l_cpu), free(l_gpu), free(f_cpu), free(f_gpu);
+}
+
+/* A whole search: same weights on both backends, same n-best lists. */
+static void test_search(ll_backend *cpu, ll_backend *gpu) {
+    ll_hparams hp = {.C = 32, .F = 64, .H = 4, .Le = 2, .Ld = 2, .V = 97, .max_pos = 64, .share_all = 1,
+                     .tie_output = 1};
+    ll_model *mc = ll_model_new(&hp, cpu), *mg = ll_model_new(&hp, gpu);
+    ll_model_init(mc, 4);
+    ll_model_init(mg, 4);
+    enum { B = 5, S = 9 };
+    int32_t src[B * S];
+    int len[B];
+    ll_philox r;
+    ll_philox_init(&r, 2, 3, 0);
+    for (int b = 0; b < B; b++) {
+        len[b] = 3 + b;
+        for (int t = 0; t < S; t++)
+            src[b * S + t] = t < len[b] - 1 ? 4 + (int)ll_philox_below(&r, b * S + t, hp.V - 4) : t == len[b] - 1 ? LL_EOS : LL_PAD;
+    }
+    ll_search_opts o;
+    ll_search_opts_default(&o);
+    o.beam = 4;
+    o.nbest = 2;
+    o.max_len_b = 12;
+    ll_nbest oc[B], og[B];
+    memset(oc, 0, sizeof oc), memset(og, 0, sizeof og);
+    ll_beam_search(mc, src, len, B, S, &o, oc);
+    ll_beam_search(mg, src, len, B, S, &o, og);
+    int same = 1;
+    for (int b = 0; b < B; b++) {
+        same &= oc[b].n == og[b].n;
+        for (int i = 0; same && i < oc[b].n; i++)
+            same &= oc[b].h[i].len == og[b].h[i].len &&
+                    !memcmp(oc[b].h[i].tokens, og[b].h[i].tokens, sizeof(int32_t) * oc[b].h[i].len) &&
+                    fabs(oc[b].h[i].score - og[b].h[i].score) < 1e-4;
+        ll_nbest_free(&oc[b]), ll_nbest_free(&og[b]);
+    }
+    CHECK_MSG(same, "beam search on CUDA gives other hypotheses than on the CPU");
+    ll_model_free(mc), ll_model_free(mg);
+}
+
+int main(void) {
+    if (ll_cuda_device_count() == 0) {
+        printf("no CUDA device: skipping\n");
+        return 77;
+    }
+    ll_backend *cpu = ll_backend_cpu(), *gpu = ll_backend_cuda(0);
+    CHECK_MSG(gpu != NULL, "ll_backend_cuda(0): %s", ll_errbuf());
+    if (!gpu) return tu_finish("gpu_test_decode_cuda");
+    test_rows(cpu, gpu);
+    test_topk(cpu, gpu, 6, 5, 32003, 10);
+    test_topk(cpu, gpu, 3, 1, 1000, 1);
+    test_topk(cpu, gpu, 2, 32, 301, 64);
+    const char *miss = ll_backend_missing(gpu);
+    CHECK_MSG(!miss, "the CUDA backend lacks '%s'", miss ? miss : "");
+    if (!miss) test_search(cpu, gpu);
+    return tu_finish("gpu_test_decode_cuda");
+}
