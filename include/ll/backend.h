@@ -356,8 +356,12 @@ ll_backend *ll_backend_cpu(void);
 ll_backend *ll_backend_cpu_precision(ll_dtype act);
 /* 1 for the CPU backends above (not a counting wrapper of one). */
 int ll_backend_is_cpu(const ll_backend *be);
-/* NULL (with errbuf set) when CUDA was not built in or no device is present. */
+/* NULL (with errbuf set) when CUDA was not built in or no device is present.
+ * ll_backend_cuda: fp32 activations.  ll_backend_cuda_precision: activations
+ * in `act` (LL_F32 or LL_BF16); one instance per (device, dtype), the two of
+ * a device sharing its stream, so models of both dtypes coexist. */
 ll_backend *ll_backend_cuda(int device);
+ll_backend *ll_backend_cuda_precision(int device, ll_dtype act);
 int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GPU */
 
 /* A backend that forwards every op to `inner` and counts the calls

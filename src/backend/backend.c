@@ -25,5 +25,9 @@ ll_backend *ll_backend_cuda(int device) {
     ll_fail("this build of ll has no CUDA backend (configure with -DLL_CUDA=ON on a machine with nvcc)");
     return NULL;
 }
+ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
+    (void)act;
+    return ll_backend_cuda(device);
+}
 int ll_cuda_device_count(void) { return 0; }
 #endif

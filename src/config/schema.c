@@ -126,7 +126,8 @@ const ll_cfg_key ll_cfg_keys[] = {
     ENUM("train.precision", precision, "fp32", "fp32|bf16",
          "Activation dtype: bf16 stores activations, their gradients and the weight copy matmuls read in bf16 "
          "(master weights, gradients, Adam moments, statistics and losses stay fp32). On the CPU bf16 is slower "
-         "(it exists to test mixed precision without a GPU); the CUDA backend will default to bf16."),
+         "(it exists to test mixed precision without a GPU); train.device=cuda runs both, and the default stays fp32 "
+         "on every device until bf16 GPU training is validated against it."),
 
     /* checkpoint */
     STR("checkpoint.save_dir", save_dir, "checkpoints", 0,

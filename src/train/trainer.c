@@ -226,12 +226,8 @@ static int setup(trainer *t, const ll_train_opts *o) {
     const ll_dtype act_type = ll_config_act_dtype(cfg);
     ll_backend *be = ll_backend_cpu_precision(act_type);
     if (!strcmp(cfg->device, "cuda")) {
-        ll_backend *cb = ll_backend_cuda(0);
+        ll_backend *cb = ll_backend_cuda_precision(0, act_type); /* fp32 or bf16 kernels */
         if (!cb) return -1;
-        if (cb->act != act_type) /* the bf16 kernels come with the CUDA backend issue */
-            return ll_fail("train.precision=%s: the CUDA backend has %s activations only so far; use "
-                           "train.precision=%s",
-                           cfg->precision, ll_dtype_str(cb->act), ll_dtype_str(cb->act));
         const char *missing = ll_backend_missing(cb);
         if (missing)
             return ll_fail("train.device=cuda: the CUDA backend does not implement '%s' yet (full CUDA training is "
