@@ -15,9 +15,6 @@
 #include "ll/model.h"
 #include "ll/train.h"
 
-#ifdef ll_backend_cuda_precision
-static ll_backend *ll_tmp_cuda_prec(int d, ll_dtype a) { (void)a; return ll_backend_cuda(d); }
-#endif
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);

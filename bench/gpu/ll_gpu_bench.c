@@ -35,9 +35,6 @@ static void usage(const char *argv0) {
     exit(2);
 }
 
-#ifdef ll_backend_cuda_precision
-static ll_backend *ll_tmp_cuda_prec(int d, ll_dtype a) { (void)a; return ll_backend_cuda(d); }
-#endif
 static ll_backend *pick_backend(const char *device, ll_dtype act) {
     if (!strcmp(device, "cpu")) return ll_backend_cpu_precision(act);
     if (strcmp(device, "cuda")) ll_die("ll_gpu_bench: --device %s: cuda or cpu", device);
