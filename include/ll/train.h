@@ -117,6 +117,7 @@ typedef struct {
     const char *config_path;
     int op_stats;      /* count backend ops and host transfers per update (one worker), print at the end */
     const char *resume_command; /* printed after a graceful stop (SIGINT/SIGTERM/SIGHUP); NULL: generic hint */
+    struct ll_dist *dist;       /* the job's ranks (ll_dist_start); NULL: one process */
 } ll_train_opts;
 /* Prints the backend memory one training step of cfg needs (fp32 and bf16),
  * measured on the dry backend at the largest batch shape, or B x T sentences

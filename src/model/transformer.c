@@ -267,13 +267,16 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         st->dec[1].p.d_enc_out = d_enc;
         ll_stack_run_bwd(m, &st->dec[1], dh1);
     }
+    if (!ald && m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_DEC); /* the last decoder pass is done */
     ll_stack_run_bwd(m, &st->enc[0], d_enc);
     for (int i = 0; ald && i < 2; i++) {
         real *de = ll_zeros(m, (size_t)b->B * b->S * C);
         st->dec[2 + i].p.d_enc_out = de;
         ll_stack_run_bwd(m, &st->dec[2 + i], dh_ald[1 + i]);
+        if (i == 1 && m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_DEC);
         ll_stack_run_bwd(m, &st->enc[1 + i], de);
     }
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_ENC);
 }
 
 void ll_loss_from_stats(const double *st, long ntokens, ll_loss_stats *out) {
