@@ -219,9 +219,19 @@ static void repair_best(trainer *t) {
 static int setup(trainer *t, const ll_train_opts *o) {
     ll_config *cfg = t->cfg;
     char from[LL_PATH_MAX + 64] = "";
-    if (!ll_data_is_prepared(cfg)) {
+    ll_dist *host = o->dist ? o->dist : ll_dist_single();
+    t->rank = host->rank;
+    t->world = host->world;
+    t->uf = cfg->update_freq * t->world;
+    if (t->rank == 0 && !ll_data_is_prepared(cfg)) { /* several ranks: rank 0 prepares, the others wait */
         ll_log("preparing data in %s ...", cfg->data_dir);
         if (ll_prepare_data(cfg)) return -1;
+    }
+    if (t->world > 1) { /* however long preparing takes: no watchdog here */
+        const double to = host->timeout_s;
+        host->timeout_s = 0;
+        host->barrier(host);
+        host->timeout_s = to;
     }
     char spm_path[LL_PATH_MAX + 32];
     snprintf(spm_path, sizeof spm_path, "%s/spm.model", cfg->data_dir);
@@ -239,10 +249,6 @@ static int setup(trainer *t, const ll_train_opts *o) {
 
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, ll_spm_vocab_size(t->spm));
-    ll_dist *host = o->dist ? o->dist : ll_dist_single();
-    t->rank = host->rank;
-    t->world = host->world;
-    t->uf = cfg->update_freq * t->world;
     ll_backend *be = ll_backend_cpu();
     if (!strcmp(cfg->device, "cuda")) {
         ll_backend *cb = ll_backend_cuda(host->local_rank); /* one rank per GPU */
@@ -601,6 +607,7 @@ static void log_latent_json(trainer *t, const real *snap, const double *st) {
 
 /* ---- interruption: SIGINT/SIGTERM/SIGHUP finish the update, checkpoint, exit 0 ---- */
 static volatile sig_atomic_t g_signal;
+static volatile sig_atomic_t g_ranks = 1; /* the job's world size, for the message */
 
 static void on_signal(int sig) {
     static const char again[] = "\nlltrain: second signal: exiting now, without a checkpoint\n";
@@ -612,6 +619,12 @@ static void on_signal(int sig) {
         _exit(128 + sig);
     }
     g_signal = sig;
+    if (g_ranks > 1) { /* mpirun also sends SIGTERM when another rank has died: its message follows */
+        static const char ranks[] = "\nlltrain: signal received: all ranks finish this update and write a checkpoint "
+                                    "(if another rank died, mpirun stops this one too)\n";
+        w = write(STDERR_FILENO, ranks, sizeof ranks - 1);
+        return;
+    }
     w = write(STDERR_FILENO, first, sizeof first - 1);
     (void)w;
 }
@@ -687,6 +700,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     int stop = 0;
     int stop_sig = 0; /* several ranks: the signal all ranks agreed on (a rank may see g_signal earlier) */
     struct sigaction old_sa[3];
+    g_ranks = t.world;
     catch_signals(old_sa);
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
@@ -756,7 +770,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
              * that at any time): the run is diverging (nll can even read 0 then: all
              * mass on one token while the smoothing term explodes) */
             const double uniform = log2(t.m->hp.V);
-            if (!(L <= 2 * uniform) || (t.ts.update > cfg->warmup_updates && L > uniform + 1))
+            if (t.rank == 0 && (!(L <= 2 * uniform) || (t.ts.update > cfg->warmup_updates && L > uniform + 1)))
                 ll_warn("update %ld: loss %.4g bits/token is above log2(vocabulary) = %.2f, a uniform guess: training "
                         "is diverging; lower train.lr or set train.clip_norm",
                         t.ts.update, L, uniform);

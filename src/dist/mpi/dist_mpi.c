@@ -107,14 +107,17 @@ static void nap(long ns) {
 static void mpi_wait(ll_dist *d, ll_dist_req r) {
     mpi_impl *p = d->impl;
     if (r < 0 || r >= MAX_REQS || !p->what[r]) return;
-    const double t0 = ll_now();
+    double t0 = ll_now(), last = t0;
     long polls = 0;
     for (;;) {
         int done = 0;
         check(d, MPI_Test(&p->req[r], &done, MPI_STATUS_IGNORE), p->what[r]);
         if (done) break;
         if (++polls > 2000) nap(polls > 20000 ? 200000 : 20000); /* spin briefly, then sleep between polls */
-        if (d->timeout_s > 0 && ll_now() - t0 > d->timeout_s) {
+        const double now = ll_now();
+        if (now - last > 1.0 && now - last > d->timeout_s / 4) t0 += now - last; /* this rank itself was stopped */
+        last = now;
+        if (d->timeout_s > 0 && now - t0 > d->timeout_s) {
             char msg[512], who[64];
             if (d->world == 2)
                 snprintf(who, sizeof who, "rank %d", 1 - d->rank);
