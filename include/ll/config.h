@@ -119,7 +119,7 @@ typedef struct {
     float enc_layerdrop, dec_layerdrop;
 
     /* multi-process training (docs/distributed.md) */
-    char dist_backend[8]; /* "auto" | "single" | "mpi" */
+    char dist_backend[8]; /* "auto" | "single" | "mpi" | "nccl" */
     float dist_bucket_mb, dist_timeout_s;
     int dist_zero;
 

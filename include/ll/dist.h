@@ -61,7 +61,8 @@ struct ll_dist {
 
 /* The collectives for this process: MPI when launched by mpirun (or a PMI
  * launcher) with more than one rank, or when force is "mpi"; else single.
- * force: "auto" | "single" | "mpi".  Never NULL (exits with one line when
+ * force: "auto" | "single" | "mpi" | "nccl" (as auto; the trainer then puts
+ * NCCL on the CUDA backend, ll/dist_train.h).  Never NULL (exits with one line when
  * MPI was asked for and is not built in). */
 ll_dist *ll_dist_start(const char *force, double timeout_s);
 /* The single-process collectives (world size 1). */

@@ -25,9 +25,10 @@ extern "C" {
 typedef struct ll_dist_train ll_dist_train;
 
 /* The collectives on be's memory: NCCL over host's ranks for the CUDA
- * backend when built with NCCL, host itself for the CPU.  NULL + errbuf when
- * be cannot take part (CUDA with several ranks and no NCCL). */
-ll_dist *ll_dist_for_backend(ll_dist *host, ll_backend *be);
+ * backend when built with NCCL (nccl = 1: even with one rank), host itself
+ * for the CPU.  NULL + errbuf when be cannot take part (CUDA with several
+ * ranks and no NCCL). */
+ll_dist *ll_dist_for_backend(ll_dist *host, ll_backend *be, int nccl);
 /* Buckets of the model's gradient (cfg dist.bucket_mb) and, with dist.zero,
  * the Adam moments moved into this rank's shards (opt->m, opt->v freed).
  * Broadcasts rank 0's parameters and moments first, so every rank starts

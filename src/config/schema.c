@@ -216,9 +216,10 @@ const ll_cfg_key ll_cfg_keys[] = {
     FLT("deep.ald_p", ald_p, "0.3", 0, 0.5, OPEN_MIN | OPEN_MAX, "gamma ~ U[0, p_ALD), p_ALD < 0.5."),
     FLT("deep.ald_tau", ald_tau, "0.1", 0, 100, OPEN_MIN, "Temperature of the ALD cosine similarities."),
     /* multi-process training */
-    ENUM("dist.backend", dist_backend, "auto", "auto|single|mpi",
+    ENUM("dist.backend", dist_backend, "auto", "auto|single|mpi|nccl",
          "auto: MPI ranks when started by mpirun with more than one rank (NCCL between GPUs when built with it), "
-         "else one process; single: ignore mpirun; mpi: always MPI (even with one rank)."),
+         "else one process; single: ignore mpirun; mpi: always MPI (even with one rank); nccl: NCCL on the GPU "
+         "even with one rank (train.device=cuda)."),
     FLT("dist.bucket_mb", dist_bucket_mb, "25", 0, 65536, OPEN_MIN,
         "Gradient bucket size (MiB of fp32): each bucket is all-reduced as soon as the backward that writes it "
         "last has run."),

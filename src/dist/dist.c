@@ -57,7 +57,8 @@ ll_dist *ll_dist_start(const char *force, double timeout_s) {
     g_single.timeout_s = timeout_s;
     if (!force || !*force) force = "auto";
     if (!strcmp(force, "single")) return &g_single;
-    if (strcmp(force, "mpi") && strcmp(force, "auto")) ll_die("dist.backend %s: expected auto, single or mpi", force);
+    if (!strcmp(force, "nccl")) force = "auto"; /* the ranks as launched; NCCL comes with the CUDA backend */
+    if (strcmp(force, "mpi") && strcmp(force, "auto")) ll_die("dist.backend %s: expected auto, single, mpi or nccl", force);
     const int want = !strcmp(force, "mpi") || launched_by_mpi();
     if (!want) return &g_single;
     if (!ll_dist_mpi_built()) {

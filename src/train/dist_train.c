@@ -25,6 +25,7 @@ typedef struct {
 
 struct ll_dist_train {
     ll_dist *d;
+    int on;           /* collectives other than the single-process ones (even one rank: dist.backend mpi / nccl) */
     ll_model *m;
     ll_adam *opt;
     int zero;
@@ -40,13 +41,17 @@ struct ll_dist_train {
 
 static ll_dist_dtype real_type(void) { return sizeof(real) == sizeof(double) ? LL_DIST_F64 : LL_DIST_F32; }
 
-ll_dist *ll_dist_for_backend(ll_dist *host, ll_backend *be) {
-    if (!strcmp(be->name, "cpu") || !strcmp(be->name, "counting") || host->world == 1) return host;
+ll_dist *ll_dist_for_backend(ll_dist *host, ll_backend *be, int nccl) {
+    if (!nccl && (!strcmp(be->name, "cpu") || host->world == 1)) return host;
 #ifdef LL_WITH_NCCL
     if (!strcmp(be->name, "cuda")) return ll_dist_nccl_new(host, be);
 #endif
-    ll_fail("train.device=%s with %d ranks needs NCCL: rebuild with CUDA and NCCL (docs/distributed.md)", be->name,
-            host->world);
+    if (nccl && strcmp(be->name, "cuda")) {
+        ll_fail("dist.backend nccl needs train.device=cuda");
+        return NULL;
+    }
+    ll_fail("train.device=%s %s needs NCCL: rebuild with CUDA and NCCL (docs/distributed.md)", be->name,
+            nccl ? "with dist.backend nccl" : "with several ranks");
     return NULL;
 }
 
@@ -119,7 +124,8 @@ ll_dist_train *ll_dist_train_new(ll_dist *d, ll_model *m, ll_adam *opt, const ll
     dt->m = m;
     dt->opt = opt;
     dt->stats_req = -1;
-    if (d->world == 1) return dt;
+    dt->on = strcmp(d->name, "single") != 0;
+    if (!dt->on) return dt;
     ll_backend *be = m->be;
     const size_t n = m->n_params, phi = m->phi_offset;
     /* one starting state: rank 0's parameters and moments */
@@ -189,7 +195,7 @@ static void start_bucket(ll_dist_train *dt, bucket *b) {
 }
 
 void ll_dist_train_ready(ll_dist_train *dt, int what) {
-    if (!dt || dt->d->world == 1) return;
+    if (!dt || !dt->on) return;
     for (int i = dt->nb - 1; i >= 0; i--) /* the order the backward wrote them */
         if (dt->b[i].cls & what) start_bucket(dt, &dt->b[i]);
     dt->d->poke(dt->d);
@@ -198,13 +204,13 @@ void ll_dist_train_ready(ll_dist_train *dt, int what) {
 static void hook(void *ctx, int what) { ll_dist_train_ready(ctx, what); }
 
 void ll_dist_train_arm(ll_dist_train *dt, int on) {
-    if (!dt || dt->d->world == 1) return;
+    if (!dt || !dt->on) return;
     dt->m->grad_hook = on ? hook : NULL;
     dt->m->grad_hook_ctx = on ? dt : NULL;
 }
 
 int ll_dist_train_sync(ll_dist_train *dt, long own_tokens, long global_tokens, int *signal) {
-    if (!dt || dt->d->world == 1) return 0;
+    if (!dt || !dt->on) return 0;
     double v[2] = {(double)own_tokens, (double)*signal};
     ll_dist *h = dt->d->host;
     h->update = dt->d->update;
@@ -230,7 +236,7 @@ static void wait_all(ll_dist_train *dt) {
 
 void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad_scale, double clip_norm) {
     ll_model *m = dt->m;
-    if (dt->d->world == 1) {
+    if (!dt->on) {
         ll_adam_step(dt->opt, m, lr, lr_phi, grad_scale, clip_norm);
         return;
     }

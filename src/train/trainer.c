@@ -261,7 +261,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         be = cb;
     }
     if (o->op_stats) t->counted = be = ll_backend_counting(be); /* no CPU team: it is not ll_backend_cpu() */
-    if (!(t->dist = ll_dist_for_backend(host, be))) return -1;
+    if (!(t->dist = ll_dist_for_backend(host, be, !strcmp(cfg->dist_backend, "nccl")))) return -1;
     t->m = ll_model_new(&hp, be);
     ll_model_init(t->m, (uint64_t)cfg->seed);
     /* activations: one arena block sized by a dry run at the largest batch (+ slack for
