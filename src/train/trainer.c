@@ -21,6 +21,7 @@
 #include "ll/dist_train.h"
 #include "ll/latent.h"
 #include "ll/train.h"
+#include "signals.h"
 
 /* --op-stats: what crosses between host and backend per update. */
 typedef struct {
@@ -605,46 +606,6 @@ static void log_latent_json(trainer *t, const real *snap, const double *st) {
     fputc('}', t->metrics);
 }
 
-/* ---- interruption: SIGINT/SIGTERM/SIGHUP finish the update, checkpoint, exit 0 ---- */
-static volatile sig_atomic_t g_signal;
-static volatile sig_atomic_t g_ranks = 1; /* the job's world size, for the message */
-
-static void on_signal(int sig) {
-    static const char again[] = "\nlltrain: second signal: exiting now, without a checkpoint\n";
-    static const char first[] = "\nlltrain: signal received: finishing this update and writing a checkpoint "
-                                "(send it again to exit at once)\n";
-    ssize_t w;
-    if (g_signal) {
-        w = write(STDERR_FILENO, again, sizeof again - 1);
-        _exit(128 + sig);
-    }
-    g_signal = sig;
-    if (g_ranks > 1) { /* mpirun also sends SIGTERM when another rank has died: its message follows */
-        static const char ranks[] = "\nlltrain: signal received: all ranks finish this update and write a checkpoint "
-                                    "(if another rank died, mpirun stops this one too)\n";
-        w = write(STDERR_FILENO, ranks, sizeof ranks - 1);
-        return;
-    }
-    w = write(STDERR_FILENO, first, sizeof first - 1);
-    (void)w;
-}
-
-static const int k_signals[3] = {SIGINT, SIGTERM, SIGHUP};
-
-static void catch_signals(struct sigaction old[3]) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    g_signal = 0;
-    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &sa, &old[i]);
-}
-
-static void restore_signals(const struct sigaction old[3]) {
-    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &old[i], NULL);
-}
-
 /* ---- non-finite updates ----
  * The one place that decides what a bad update does.  The update was not
  * applied (a non-finite loss never reaches Adam; ll_adam_step refuses a
@@ -699,12 +660,11 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     int64_t epoch, pos;
     int stop = 0;
     int stop_sig = 0; /* several ranks: the signal all ranks agreed on (a rank may see g_signal earlier) */
-    struct sigaction old_sa[3];
-    g_ranks = t.world;
-    catch_signals(old_sa);
+    ll_train_signals sigs;
+    ll_train_signals_catch(&sigs, t.world);
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
-        if ((t.world > 1 ? stop_sig : g_signal) || stop || (max_updates && t.ts.update >= max_updates)) break;
+        if ((t.world > 1 ? stop_sig : ll_train_signal()) || stop || (max_updates && t.ts.update >= max_updates)) break;
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         double lr = ll_schedule_lr(&t.sched, t.ts.update);
         if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
@@ -714,9 +674,9 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         t.dist->update = t.ts.update;
         if ((rc = accumulate(&t, &b, &ntok, &own))) goto out;
         /* every rank learns of a signal at the same update, so all stop together */
-        int sig = g_signal;
+        int sig = ll_train_signal();
         if ((rc = ll_dist_train_sync(t.dt, own, ntok, &sig))) goto out;
-        if (sig && !g_signal) g_signal = sig;
+        if (sig) ll_train_signal_raise(sig);
         if (t.world > 1) stop_sig = sig;
         /* the logits take a step every I updates, from this update's gradient only */
         double lr_phi = -1;
@@ -811,10 +771,10 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         /* not during a run of skipped updates: if it ends the run, the last good checkpoint stays as it was */
         if (t.bad_streak == 0 && (numbered || validated) && (rc = checkpoint(&t, numbered))) goto out;
     }
-    if (t.world > 1 ? stop_sig : g_signal) {
+    if (t.world > 1 ? stop_sig : ll_train_signal()) {
         if (t.saved_update != t.ts.update && (rc = checkpoint(&t, 0))) goto out;
         fprintf(stderr, "lltrain: stopped by signal %d after update %ld; %s/checkpoint_last.llm holds it. To resume:\n  %s\n",
-                (int)g_signal, t.ts.update, cfg->save_dir,
+                ll_train_signal(), t.ts.update, cfg->save_dir,
                 o->resume_command ? o->resume_command : "lltrain --config <the same config and --set options> --resume");
         goto out;
     }
@@ -827,7 +787,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     if (!rc && t.counted) print_op_stats(&t);
 out:
     free(snap);
-    restore_signals(old_sa);
+    ll_train_signals_restore(&sigs);
     ll_batch_free(&b);
     teardown(&t);
     return rc;
