@@ -56,6 +56,10 @@ void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad
  * checkpoint (every rank takes part), on = 0 frees them again.  No-op without
  * ZeRO. */
 void ll_dist_train_full_moments(ll_dist_train *dt, int on);
+/* Seconds this rank spent waiting for collectives (token counts, the
+ * gradient buckets' and statistics' completion, ZeRO's all-gathers): the
+ * communication the backward did not hide, plus waiting for slower ranks. */
+double ll_dist_train_wait_seconds(const ll_dist_train *dt);
 /* Adam moment bytes saved on this rank by ZeRO-1 (0 without it). */
 size_t ll_dist_train_saved_bytes(const ll_dist_train *dt);
 

@@ -37,6 +37,7 @@ struct ll_dist_train {
     real *m_sh, *v_sh, *g_sh, *m_phi, *v_phi;
     size_t shard_n;
     size_t saved;
+    double wait_s; /* seconds spent waiting for collectives (the exposed communication) */
 };
 
 static ll_dist_dtype real_type(void) { return sizeof(real) == sizeof(double) ? LL_DIST_F64 : LL_DIST_F32; }
@@ -214,7 +215,9 @@ int ll_dist_train_sync(ll_dist_train *dt, long own_tokens, long global_tokens, i
     double v[2] = {(double)own_tokens, (double)*signal};
     ll_dist *h = dt->d->host;
     h->update = dt->d->update;
+    const double t0 = ll_now();
     ll_dist_allreduce_wait(h, v, 2, LL_DIST_F64, 0, "all-reduce of token counts");
+    dt->wait_s += ll_now() - t0;
     *signal = v[1] > 0 ? (int)(v[1] / 1) : 0;
     if ((long)v[0] != global_tokens)
         return ll_fail("the %d ranks trained %.0f target tokens in update %ld, but the update has %ld: the ranks read "
@@ -224,6 +227,7 @@ int ll_dist_train_sync(ll_dist_train *dt, long own_tokens, long global_tokens, i
 }
 
 static void wait_all(ll_dist_train *dt) {
+    const double t0 = ll_now();
     for (int i = 0; i < dt->nb; i++) {
         bucket *b = &dt->b[i];
         if (b->started) dt->d->wait(dt->d, b->req);
@@ -232,7 +236,10 @@ static void wait_all(ll_dist_train *dt) {
     }
     if (dt->stats_req >= 0) dt->d->wait(dt->d, dt->stats_req);
     dt->stats_req = -1;
+    dt->wait_s += ll_now() - t0;
 }
+
+double ll_dist_train_wait_seconds(const ll_dist_train *dt) { return dt ? dt->wait_s : 0; }
 
 void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad_scale, double clip_norm) {
     ll_model *m = dt->m;

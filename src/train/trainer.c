@@ -784,6 +784,9 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     t.ts.finished = 1;
     if (!rc) rc = checkpoint(&t, 0);
     if (!rc) ll_log("done: %ld updates; checkpoints in %s", t.ts.update, cfg->save_dir);
+    if (!rc && t.world > 1)
+        ll_log("rank 0 waited %.2f s for collectives (%.1f%% of %.1f s of training)", ll_dist_train_wait_seconds(t.dt),
+               100 * ll_dist_train_wait_seconds(t.dt) / (ll_now() - t_start), ll_now() - t_start);
     if (!rc && t.counted) print_op_stats(&t);
 out:
     free(snap);
