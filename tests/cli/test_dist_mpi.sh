@@ -54,6 +54,13 @@ grep -q "ZeRO-1: Adam moments sharded over 2 ranks: .* MiB of optimizer state sa
   err "zero: no memory-saved line"
 "$BIN/ll_ckpt_diff" "$T/zero.1/checkpoint_last.llm" "$T/zero.2/checkpoint_last.llm" optim. | tee "$T/zero.moments"
 awk '{exit !($2 < 1e-5)}' "$T/zero.moments" || err "zero: gathered Adam moments differ"
+# ZeRO-1 through a checkpoint: 5 updates, --resume to 10 == the uninterrupted run
+Z=(--config "$TINY" "${D[@]}" "${BASE[@]}" --set checkpoint.save_dir="$T/zres" --set train.update_freq=2 --set dist.zero=1
+   --set dist.bucket_mb=0.02 --set train.clip_norm=0.5)
+mpirun2 "$BIN/lltrain" "${Z[@]}" --set train.max_updates=5 > "$T/zres.log" 2>&1 &&
+  mpirun2 "$BIN/lltrain" "${Z[@]}" --resume >> "$T/zres.log" 2>&1 || err "zero resume: $(grep lltrain "$T/zres.log" | tail -2)"
+"$BIN/ll_ckpt_diff" "$T/zres/checkpoint_last.llm" "$T/zero.2/checkpoint_last.llm" | tee "$T/zres.diff"
+awk '{exit !($2 < 1e-6)}' "$T/zres.diff" || err "zero resume: differs from the uninterrupted run"
 METHODS=(--set deep.ddr_alpha=1 --set deep.ald_weight=0.5 --set deep.p_net=0.3 --set deep.drop_depth=1
          --set model.enc_layerdrop=0.2 --set model.dec_layerdrop=0.2 --set model.dec_layers=3)
 compare deep "$TINY" 4 2 "${D[@]}" "${METHODS[@]}" --set dist.bucket_mb=0.01
