@@ -69,6 +69,8 @@ typedef struct {
     real *top;                  /* stack output before the final LN */
     real *out;                  /* after the final LN (pre-norm) or == top */
     real *mean, *rstd;
+    int last_pass;              /* the update's last backward over this stack: each layer's gradient is
+                                   final after its backward (m->grad_hook, per layer; not with DLCL) */
 } ll_stack_run;
 
 #define LL_MAX_RUNS 4

@@ -1,5 +1,6 @@
 /* Data-parallel training (ll/dist_train.h): gradient buckets started from the
  * backward, the statistics reduction, and ZeRO-1 sharding of Adam. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,14 +9,25 @@
 #include "../dist/nccl/dist_nccl.h"
 #endif
 
-/* When a bucket's gradients are final: after the decoder's last backward
- * pass, after the encoder's (which also writes a shared embedding), or at the
- * end of the update (latent logits: gates' gradients, KL, L_K). */
-enum { CLS_DEC = LL_GRAD_DEC, CLS_ENC = LL_GRAD_ENC, CLS_PHI = 4 };
+/* When gradients are final: after a layer's backward in the last pass over
+ * its stack (a layer class), after the decoder's last backward pass (the
+ * decoder's other tensors), after the encoder's (which also writes a shared
+ * embedding), or at the end of the update (latent logits: the gates'
+ * gradients, KL, L_K). */
+enum { CLS_DEC = LL_GRAD_DEC, CLS_ENC = LL_GRAD_ENC, CLS_PHI = 4, CLS_LAYER = 8 };
+#define LAYER_CLS(stack, l) (CLS_LAYER + (stack) * 65536 + (l))
+
+/* A run of tensors of one class in the flat buffer. */
+typedef struct {
+    size_t lo, hi;
+    int cls, ready;
+    int b0, b1; /* the buckets it overlaps: [b0, b1] */
+} segment;
 
 typedef struct {
     size_t lo, n;     /* elements [lo, lo + n) of the flat gradient */
-    int cls;
+    int phi;          /* the latent logits (never sharded) */
+    int segs, pending; /* segments it overlaps; those not final yet this update */
     size_t *counts;   /* ZeRO: [world] block sizes */
     size_t own_lo;    /* ZeRO: this rank's block: [lo + own_lo, + own_n) */
     size_t own_n, shard_off; /* its place in the shard buffers */
@@ -31,6 +43,8 @@ struct ll_dist_train {
     int zero;
     bucket *b;
     int nb;
+    segment *seg;
+    int nseg;
     ll_dist_req stats_req;
     /* ZeRO-1: this rank's moments and reduced gradient, packed over its blocks;
      * the logits' [phi, n) moments are kept whole on every rank */
@@ -56,48 +70,59 @@ ll_dist *ll_dist_for_backend(ll_dist *host, ll_backend *be, int nccl) {
     return NULL;
 }
 
+static int stack_of(int cls) { return cls >= CLS_LAYER ? (cls - CLS_LAYER) / 65536 : cls == CLS_DEC; }
+
 static int class_of(const ll_model *m, size_t off, const char *name) {
     if (off >= m->phi_offset) return CLS_PHI;
-    return !strncmp(name, "dec.", 4) ? CLS_DEC : CLS_ENC;
+    const int dec = !strncmp(name, "dec.", 4);
+    int l;
+    /* a layer's own tensors (not in a DLCL stack: its weights are written by every layer) */
+    if (sscanf(name + 4, "layers.%d.", &l) == 1 && !(dec ? m->hp.dlcl_dec : m->hp.dlcl_enc)) return LAYER_CLS(dec, l);
+    return dec ? CLS_DEC : CLS_ENC;
 }
 
-/* Buckets over [0, n_params): maximal runs of one class cut into pieces of
- * at most `cap` elements (padding between tensors goes with the next one). */
+/* Segments: maximal runs of one class over [0, n_params) (padding between
+ * tensors goes with the next one).  Buckets: consecutive pieces of at most
+ * `cap` elements, never mixing the latent logits with the rest; a bucket is
+ * reduced once every segment it overlaps is final. */
 static void make_buckets(ll_dist_train *dt, size_t cap) {
     const ll_model *m = dt->m;
     const size_t n = m->n_params;
-    int *cls = ll_malloc(sizeof(int) * (size_t)(m->n_table + 1));
-    size_t *start = ll_malloc(sizeof(size_t) * (size_t)(m->n_table + 1));
-    int k = 0;
+    dt->seg = ll_calloc((size_t)m->n_table + 2, sizeof(segment));
     for (int i = 0; i < m->n_table; i++) {
         int c = class_of(m, m->table[i].offset, m->table[i].name);
-        if (k && cls[k - 1] == c) continue;
-        cls[k] = c;
-        start[k] = k == 0 ? 0 : m->table[i].offset;
-        k++;
+        if (dt->nseg && dt->seg[dt->nseg - 1].cls == c) continue;
+        dt->seg[dt->nseg] = (segment){.lo = dt->nseg == 0 ? 0 : m->table[i].offset, .cls = c};
+        dt->nseg++;
     }
-    if (k == 0) {
-        cls[0] = CLS_ENC;
-        start[k++] = 0;
-    }
-    if (m->phi_offset < n && cls[k - 1] != CLS_PHI) { /* the logits run starts exactly at phi_offset */
-        cls[k] = CLS_PHI;
-        start[k++] = m->phi_offset;
-    }
+    if (dt->nseg == 0) dt->seg[dt->nseg++] = (segment){.lo = 0, .cls = CLS_ENC};
+    if (m->phi_offset < n && dt->seg[dt->nseg - 1].cls != CLS_PHI)
+        dt->seg[dt->nseg++] = (segment){.lo = m->phi_offset, .cls = CLS_PHI};
+    for (int k = 0; k < dt->nseg; k++) dt->seg[k].hi = k + 1 < dt->nseg ? dt->seg[k + 1].lo : n;
     int cap_b = 16;
     dt->b = ll_calloc((size_t)cap_b, sizeof(bucket));
-    for (int r = 0; r < k; r++) {
-        size_t lo = r == 0 ? 0 : start[r], hi = r + 1 < k ? start[r + 1] : n;
-        for (size_t a = lo; a < hi; a += cap) {
-            if (dt->nb == cap_b) {
-                dt->b = realloc(dt->b, sizeof(bucket) * (size_t)(cap_b *= 2));
-                if (!dt->b) ll_die("out of memory");
-            }
-            dt->b[dt->nb++] = (bucket){.lo = a, .n = hi - a < cap ? hi - a : cap, .cls = cls[r], .req = -1};
+    for (size_t a = 0; a < n;) {
+        const int phi = a >= m->phi_offset;
+        size_t hi = phi ? n : m->phi_offset < n ? m->phi_offset : n;
+        if (hi - a > cap) hi = a + cap;
+        if (dt->nb == cap_b) {
+            dt->b = realloc(dt->b, sizeof(bucket) * (size_t)(cap_b *= 2));
+            if (!dt->b) ll_die("out of memory");
         }
+        dt->b[dt->nb++] = (bucket){.lo = a, .n = hi - a, .phi = phi, .req = -1};
+        a = hi;
     }
-    free(cls);
-    free(start);
+    for (int k = 0; k < dt->nseg; k++) {
+        segment *g = &dt->seg[k];
+        g->b0 = -1;
+        for (int i = 0; i < dt->nb; i++)
+            if (dt->b[i].lo < g->hi && g->lo < dt->b[i].lo + dt->b[i].n) {
+                if (g->b0 < 0) g->b0 = i;
+                g->b1 = i;
+                dt->b[i].segs++;
+            }
+    }
+    for (int i = 0; i < dt->nb; i++) dt->b[i].pending = dt->b[i].segs;
 }
 
 /* ZeRO-1 blocks: bucket b's block r has n/world (+1 for the first n % world ranks) elements. */
@@ -105,7 +130,7 @@ static void make_shards(ll_dist_train *dt) {
     const int W = dt->d->world, R = dt->d->rank;
     for (int i = 0; i < dt->nb; i++) {
         bucket *b = &dt->b[i];
-        if (b->cls == CLS_PHI) continue;
+        if (b->phi) continue;
         b->counts = ll_calloc((size_t)W, sizeof(size_t));
         size_t off = 0;
         for (int r = 0; r < W; r++) {
@@ -146,7 +171,7 @@ ll_dist_train *ll_dist_train_new(ll_dist *d, ll_model *m, ll_adam *opt, const ll
     dt->v_phi = be->alloc(be, (np ? np : 1) * sizeof(real));
     for (int i = 0; i < dt->nb; i++) {
         const bucket *b = &dt->b[i];
-        if (b->cls == CLS_PHI || !b->own_n) continue;
+        if (b->phi || !b->own_n) continue;
         be->copy(be, dt->m_sh + b->shard_off, opt->m + b->lo + b->own_lo, b->own_n * sizeof(real));
         be->copy(be, dt->v_sh + b->shard_off, opt->v + b->lo + b->own_lo, b->own_n * sizeof(real));
     }
@@ -174,6 +199,7 @@ void ll_dist_train_free(ll_dist_train *dt) {
     }
     for (int i = 0; i < dt->nb; i++) free(dt->b[i].counts);
     free(dt->b);
+    free(dt->seg);
     free(dt);
 }
 
@@ -188,21 +214,44 @@ static void start_bucket(ll_dist_train *dt, bucket *b) {
     if (b->started) return;
     b->started = 1;
     real *g = dt->m->grads + b->lo;
-    if (dt->zero && b->cls != CLS_PHI)
+    if (dt->zero && !b->phi)
         b->req = dt->d->reduce_scatter(dt->d, g, dt->g_sh + b->shard_off, b->counts, real_type(),
                                        "reduce-scatter of gradients");
     else
         b->req = dt->d->allreduce(dt->d, g, b->n, real_type(), 0, "all-reduce of gradients");
 }
 
+/* Segments of class cls (cls < 0: every segment of stack -cls - 1; CLS_PHI:
+ * all) are final: start the buckets that wait for nothing else, last first. */
+static void mark(ll_dist_train *dt, int cls) {
+    for (int k = dt->nseg - 1; k >= 0; k--) {
+        segment *g = &dt->seg[k];
+        if (g->ready) continue;
+        const int hit = cls == CLS_PHI || (cls < 0 ? g->cls != CLS_PHI && stack_of(g->cls) == -cls - 1 : g->cls == cls);
+        if (!hit) continue;
+        g->ready = 1;
+        for (int i = g->b1; g->b0 >= 0 && i >= g->b0; i--)
+            if (--dt->b[i].pending == 0) start_bucket(dt, &dt->b[i]);
+    }
+}
+
 void ll_dist_train_ready(ll_dist_train *dt, int what) {
     if (!dt || !dt->on) return;
-    for (int i = dt->nb - 1; i >= 0; i--) /* the order the backward wrote them */
-        if (dt->b[i].cls & what) start_bucket(dt, &dt->b[i]);
+    if (what & CLS_DEC) mark(dt, -2);
+    if (what & CLS_ENC) mark(dt, -1);
+    if (what & CLS_PHI) mark(dt, CLS_PHI);
     dt->d->poke(dt->d);
 }
 
-static void hook(void *ctx, int what) { ll_dist_train_ready(ctx, what); }
+static void hook(void *ctx, int what, int stack, int layer) {
+    ll_dist_train *dt = ctx;
+    if (what == LL_GRAD_LAYER) {
+        mark(dt, LAYER_CLS(stack, layer));
+        dt->d->poke(dt->d); /* MPI: lets started reductions advance between layers */
+    } else {
+        ll_dist_train_ready(dt, what);
+    }
+}
 
 void ll_dist_train_arm(ll_dist_train *dt, int on) {
     if (!dt || !dt->on) return;
@@ -236,6 +285,8 @@ static void wait_all(ll_dist_train *dt) {
     }
     if (dt->stats_req >= 0) dt->d->wait(dt->d, dt->stats_req);
     dt->stats_req = -1;
+    for (int k = 0; k < dt->nseg; k++) dt->seg[k].ready = 0; /* the next update starts again */
+    for (int i = 0; i < dt->nb; i++) dt->b[i].pending = dt->b[i].segs;
     dt->wait_s += ll_now() - t0;
 }
 
@@ -270,7 +321,7 @@ void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad
     be->grad_finish(be, m->stats, grad_scale, clip_norm, phi_step);
     for (int i = 0; i < dt->nb; i++) {
         const bucket *b = &dt->b[i];
-        if (b->cls == CLS_PHI || !b->own_n) continue;
+        if (b->phi || !b->own_n) continue;
         be->adam(be, m->params + b->lo + b->own_lo, dt->g_sh + b->shard_off, dt->m_sh + b->shard_off,
                  dt->v_sh + b->shard_off, b->own_n, (real)lr, o->b1, o->b2, o->eps, o->wd, m->stats, LL_ST_ADAM_T);
     }
@@ -279,7 +330,7 @@ void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad
                  o->eps, 0, m->stats, LL_ST_ADAM_T_PHI);
     for (int i = 0; i < dt->nb; i++) {
         bucket *b = &dt->b[i];
-        if (b->cls == CLS_PHI) continue;
+        if (b->phi) continue;
         b->req = d->allgather(d, m->params + b->lo, b->counts, real_type(), "all-gather of parameters");
         b->started = 1;
     }
@@ -303,7 +354,7 @@ void ll_dist_train_full_moments(ll_dist_train *dt, int on) {
     for (int k = 0; k < 2; k++) {
         for (int i = 0; i < dt->nb; i++) {
             bucket *b = &dt->b[i];
-            if (b->cls == CLS_PHI) continue;
+            if (b->phi) continue;
             if (b->own_n) be->copy(be, full[k] + b->lo + b->own_lo, sh[k] + b->shard_off, b->own_n * sizeof(real));
             b->req = dt->d->allgather(dt->d, full[k] + b->lo, b->counts, real_type(), "all-gather of Adam moments");
             b->started = 1;
