@@ -447,7 +447,7 @@ static void teardown(trainer *t) {
 static int run_validation(trainer *t, double elapsed, int *stop) {
     if (!t->have_valid) return 0;
     ll_valid_result r;
-    if (ll_validate(t->m, t->cfg, &t->valid, t->spm, &r)) return -1;
+    if (ll_validate_ranks(t->m, t->cfg, &t->valid, t->spm, &r, t->dist)) return -1; /* sharded over the ranks */
     int by_bleu = !strcmp(t->cfg->best_metric, "bleu");
     double metric = by_bleu ? -r.bleu : r.loss; /* lower is better */
     int best = metric < t->ts.best_valid;

@@ -33,9 +33,19 @@ compare() {
   d=$(echo "$out" | awk '{print $2}')
   echo "$name: $out"
   python3 -c "import sys; sys.exit(0 if float('$d') < 1e-5 else 1)" || err "$name: parameters differ by $d (>= 1e-5)"
-  # the logged loss is global: the same records
-  cmp -s <(grep -o '"loss":[^,]*,"nll":[^,]*' "$T/$name.1/metrics.jsonl") \
-         <(grep -o '"loss":[^,]*,"nll":[^,]*' "$T/$name.2/metrics.jsonl") || err "$name: logged losses differ"
+  # the logged loss is global: the same training records; validation (sharded over the ranks, then
+  # summed) the same up to summation order, BLEU/chrF (summed n-gram counts) exactly
+  cmp -s <(grep '"type":"train"' "$T/$name.1/metrics.jsonl" | grep -o '"loss":[^,]*,"nll":[^,]*') \
+         <(grep '"type":"train"' "$T/$name.2/metrics.jsonl" | grep -o '"loss":[^,]*,"nll":[^,]*') ||
+    err "$name: logged training losses differ"
+  python3 - "$T/$name.1/metrics.jsonl" "$T/$name.2/metrics.jsonl" <<'PY' || err "$name: validation records differ"
+import json, sys
+a, b = ([r for r in map(json.loads, open(f)) if r["type"] == "valid"] for f in sys.argv[1:])
+assert len(a) == len(b) and a, (len(a), len(b))
+for x, y in zip(a, b):
+    assert abs(x["loss"] - y["loss"]) < 1e-4 and abs(x["nll"] - y["nll"]) < 1e-4, (x, y)
+    assert x.get("bleu") == y.get("bleu") and x.get("chrf") == y.get("chrf"), (x, y)
+PY
 }
 
 TINY=$SRC/configs/tiny_test.cfg
@@ -47,7 +57,7 @@ if grep -q "this build has no MPI" "$T/prep.log"; then echo "SKIP: lltrain built
 [ -e "$T/prep/checkpoint_last.llm" ] || { err "mpirun -np 2 on fresh data failed: $(tail -3 "$T/prep.log")"; exit 1; }
 grep -q "2 ranks (mpi collectives" "$T/prep.log" || err "rank 0 did not log the 2 ranks"
 
-compare plain "$TINY" 2 1 "${D[@]}" --set train.clip_norm=0.5
+compare plain "$TINY" 2 1 "${D[@]}" --set train.clip_norm=0.5 --set train.valid_bleu=true --set train.valid_interval=5
 compare uf "$TINY" 4 2 "${D[@]}" --set dist.bucket_mb=0.05
 compare zero "$TINY" 4 2 "${D[@]}" --set dist.zero=1 --set dist.bucket_mb=0.02 --set train.clip_norm=0.5
 grep -q "ZeRO-1: Adam moments sharded over 2 ranks: .* MiB of optimizer state saved per rank" "$T/zero.2.log" ||
