@@ -55,7 +55,6 @@ struct ll_dist {
     void (*bcast)(ll_dist *d, void *buf, size_t bytes, int root); /* blocking */
     void (*barrier)(ll_dist *d);                                  /* blocking */
     void (*finalize)(ll_dist *d);                                 /* frees d */
-    const char *what_now; /* for the watchdog's message: the operation being waited on */
     long update;          /* the training update in progress (for messages) */
 };
 

@@ -131,6 +131,12 @@ int main(int argc, char **argv) {
         }
     }
     char *resume = resume_command(argc, argv);
+    if (dist->world > 1) { /* the same launch again */
+        char *r = ll_malloc(strlen(resume) + 32);
+        sprintf(r, "mpirun -np %d %s", dist->world, resume);
+        free(resume);
+        resume = r;
+    }
     opts.resume_command = resume;
     int rc = ll_train(&cfg, &opts);
     free(resume);

@@ -261,13 +261,13 @@ void ll_dist_train_arm(ll_dist_train *dt, int on) {
 
 int ll_dist_train_sync(ll_dist_train *dt, long own_tokens, long global_tokens, int *signal) {
     if (!dt || !dt->on) return 0;
-    double v[2] = {(double)own_tokens, (double)*signal};
+    double v[3] = {(double)own_tokens, *signal != 0, (double)*signal};
     ll_dist *h = dt->d->host;
     h->update = dt->d->update;
     const double t0 = ll_now();
-    ll_dist_allreduce_wait(h, v, 2, LL_DIST_F64, 0, "all-reduce of token counts");
+    ll_dist_allreduce_wait(h, v, 3, LL_DIST_F64, 0, "all-reduce of token counts");
     dt->wait_s += ll_now() - t0;
-    *signal = v[1] > 0 ? (int)(v[1] / 1) : 0;
+    if (!*signal && v[1] > 0) *signal = (int)(v[2] / v[1] + 0.5); /* another rank's (mpirun sends the same to all) */
     if ((long)v[0] != global_tokens)
         return ll_fail("the %d ranks trained %.0f target tokens in update %ld, but the update has %ld: the ranks read "
                        "different data (the same data.dir, config and checkpoint on every node?)",

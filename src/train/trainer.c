@@ -773,7 +773,8 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     }
     if (t.world > 1 ? stop_sig : ll_train_signal()) {
         if (t.saved_update != t.ts.update && (rc = checkpoint(&t, 0))) goto out;
-        fprintf(stderr, "lltrain: stopped by signal %d after update %ld; %s/checkpoint_last.llm holds it. To resume:\n  %s\n",
+        if (t.rank == 0) /* the same on every rank: once */
+            fprintf(stderr, "lltrain: stopped by signal %d after update %ld; %s/checkpoint_last.llm holds it. To resume:\n  %s\n",
                 ll_train_signal(), t.ts.update, cfg->save_dir,
                 o->resume_command ? o->resume_command : "lltrain --config <the same config and --set options> --resume");
         goto out;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # A rank that dies or hangs stops the whole job (docs/distributed.md):
+#  0. SIGTERM to rank 1 alone: all ranks stop after the same update, exit 0;
 #  1. SIGKILL rank 1 of `mpirun -np 2 lltrain`: mpirun exits non-zero within
 #     dist.timeout_s, naming rank 1;
 #  2. --resume continues from the last checkpoint with two ranks; SIGSTOP rank 1
@@ -55,6 +56,19 @@ expect_stop() {
   [ "$rc" -ne 0 ] || err "$what: the job exited 0"
   [ "$took" -le $((TIMEOUT + 15)) ] || err "$what: took $took s (dist.timeout_s $TIMEOUT)"
 }
+
+# 0. SIGTERM to one rank: every rank finishes the same update, rank 0 checkpoints, exit 0
+launch 3 || exit 1
+p1=$(rank_pid 1)
+[ -n "$p1" ] || { err "rank 1 not found"; exit 1; }
+kill -TERM "$p1"
+wait "$MP"; rc=$?
+MP=
+[ "$rc" -eq 0 ] || err "SIGTERM to rank 1: the job exited $rc: $(tail -3 "$T/run.log")"
+[ "$(grep -c 'stopped by signal 15 after update' "$T/run.log")" -eq 1 ] || err "SIGTERM: no single stop message"
+grep -q "To resume:" -A1 "$T/run.log" && grep -A1 "To resume:" "$T/run.log" | grep -q "mpirun -np 2 .*--resume" ||
+  err "SIGTERM: the resume hint is not an mpirun command"
+rm -rf "$T/ck"
 
 # 1. a rank dies
 launch 5 || exit 1
