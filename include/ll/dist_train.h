@@ -60,6 +60,8 @@ void ll_dist_train_full_moments(ll_dist_train *dt, int on);
  * gradient buckets' and statistics' completion, ZeRO's all-gathers): the
  * communication the backward did not hide, plus waiting for slower ranks. */
 double ll_dist_train_wait_seconds(const ll_dist_train *dt);
+/* The log lines that say how the job is split (ranks, buckets, ZeRO-1 savings). */
+void ll_dist_train_describe(const ll_dist_train *dt, const ll_config *cfg, int micro_steps);
 /* Adam moment bytes saved on this rank by ZeRO-1 (0 without it). */
 size_t ll_dist_train_saved_bytes(const ll_dist_train *dt);
 

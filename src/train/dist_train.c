@@ -159,7 +159,13 @@ ll_dist_train *ll_dist_train_new(ll_dist *d, ll_model *m, ll_adam *opt, const ll
     d->bcast(d, opt->m, n * sizeof(real), 0);
     d->bcast(d, opt->v, n * sizeof(real), 0);
     size_t cap = (size_t)((double)cfg->dist_bucket_mb * 1048576.0 / sizeof(float));
-    make_buckets(dt, cap < 1 ? 1 : cap);
+    const size_t min_cap = (n + 2047) / 2048; /* at most ~2048 buckets: requests in flight stay bounded */
+    if (cap < min_cap) {
+        ll_log("dist.bucket_mb %g would cut %zu parameters into more than 2048 buckets: buckets of %zu parameters",
+               (double)cfg->dist_bucket_mb, n, min_cap);
+        cap = min_cap;
+    }
+    make_buckets(dt, cap);
     dt->zero = cfg->dist_zero;
     if (!dt->zero) return dt;
     make_shards(dt);
@@ -365,4 +371,16 @@ void ll_dist_train_full_moments(ll_dist_train *dt, int on) {
         be->copy(be, o->m + phi, dt->m_phi, (n - phi) * sizeof(real));
         be->copy(be, o->v + phi, dt->v_phi, (n - phi) * sizeof(real));
     }
+}
+
+void ll_dist_train_describe(const ll_dist_train *dt, const ll_config *cfg, int micro_steps) {
+    if (dt->d->world > 1)
+        ll_log("%d ranks (%s collectives, %s), gradient buckets of %g MiB, jobs dealt round-robin; each global "
+               "update is %d micro-step(s)", dt->d->world, dt->d->name, dt->zero ? "ZeRO-1" : "replicated Adam",
+               (double)cfg->dist_bucket_mb, micro_steps);
+    if (dt->zero)
+        ll_log("ZeRO-1: Adam moments sharded over %d ranks: %.1f MiB of optimizer state saved per rank", dt->d->world,
+               dt->saved / 1048576.0);
+    else if (cfg->dist_zero && !dt->on)
+        ll_log("dist.zero 1 has no effect in one process (start several ranks with mpirun)");
 }

@@ -363,14 +363,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
            hp.latent_dec ? ", latent decoder" : "", ll_model_count_params(t->m), ll_get_threads(), ll_step_team_size(t->team),
            ll_blas_core());
     t->dt = ll_dist_train_new(t->dist, t->m, &t->opt, cfg); /* after the resume: rank 0's state goes to all */
-    if (t->world > 1) {
-        ll_log("%d ranks (%s collectives, %s), gradient buckets of %.1f MiB, jobs dealt round-robin; each global "
-               "update is %d micro-step(s)", t->world, t->dist->name, cfg->dist_zero ? "ZeRO-1" : "replicated Adam",
-               (double)cfg->dist_bucket_mb, t->uf);
-        if (cfg->dist_zero)
-            ll_log("ZeRO-1: Adam moments sharded over %d ranks: %.1f MiB of optimizer state saved per rank", t->world,
-                   ll_dist_train_saved_bytes(t->dt) / 1048576.0);
-    }
+    ll_dist_train_describe(t->dt, cfg, t->uf);
     /* what one update sees, so that runs can be matched at equal data (docs/methods.md) */
     if (t->every_pair)
         ll_log("data per update: one batch of each of the %d pairs x update_freq %d (data.sampling every_pair)",
