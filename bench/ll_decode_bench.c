@@ -13,25 +13,50 @@
 
 #include "ll/decode.h"
 #include "ll/model.h"
+#include "ll/train.h"
+
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0;
-    const char *beams = "1,5";
+    const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--beams")) beams = argv[i + 1];
         else if (!strcmp(argv[i], "--inter-threads")) inter = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--model")) model = argv[i + 1];
+        else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
+        else if (!strcmp(argv[i], "--precision")) prec = argv[i + 1];
+        else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--src-len")) S = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--len")) T = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
+                    "          [--model base (bench/gpu/base.cfg, 128 x 32 -> 32)] [--device cpu|cuda]\n"
+                    "          [--precision fp32|bf16] [--batch B] [--src-len S] [--len T]\n",
+                    argv[0]);
             return 2;
         }
     }
     ll_set_threads(threads);
+    /* default: the CPU bench model (d 256, 6+6, 8k vocabulary); --model base:
+     * the GPU benchmark's Transformer-base, vocabulary 32,000 */
     ll_hparams hp = {.C = 256, .F = 1024, .H = 4, .Le = 6, .Ld = 6, .V = 8000, .max_pos = 1024, .share_all = 1,
                      .tie_output = 1};
-    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+    if (model) {
+        if (strcmp(model, "base")) ll_die("ll_decode_bench: --model %s: only base", model);
+        ll_config cfg;
+        if (ll_config_load(&cfg, "bench/gpu/base.cfg")) ll_die("%s", ll_errbuf());
+        ll_hparams_from_config(&hp, &cfg, 32000);
+        ll_config_free(&cfg);
+    }
+    if (!prec) prec = strcmp(device, "cuda") ? "fp32" : "bf16";
+    const ll_dtype act = strcmp(prec, "bf16") ? LL_REAL_DTYPE : LL_BF16;
+    ll_backend *be = strcmp(device, "cuda") ? ll_backend_cpu_precision(act) : ll_backend_cuda_precision(0, act);
+    if (!be) ll_die("ll_decode_bench: %s", ll_errbuf());
+    ll_model *m = ll_model_new(&hp, be);
     ll_model_init(m, 1);
     int32_t *src = malloc(sizeof(int32_t) * B * S);
     int *len = malloc(sizeof(int) * B);
@@ -43,8 +68,8 @@ int main(int argc, char **argv) {
         for (int t = 0; t < S; t++) src[b * S + t] = t == S - 1 ? LL_EOS : 4 + (int)ll_philox_below(&r, b * S + t, hp.V - 4);
         len[b] = S;
     }
-    fprintf(stderr, "ll decode bench: %d sentences x %d tokens -> %d tokens, %d threads, BLAS core %s\n", B, S, T,
-            threads, ll_blas_core());
+    fprintf(stderr, "ll decode bench: %d sentences x %d tokens -> %d tokens, %s %s, %d threads, BLAS core %s\n", B,
+            S, T, be->name, ll_dtype_str(be->act), threads, ll_blas_core());
     for (const char *p = beams; *p;) {
         int beam = atoi(p);
         ll_search_opts o;

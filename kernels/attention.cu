@@ -1,4 +1,5 @@
-/* Flash-style multi-head attention, fp32, forward and backward.
+/* Flash-style multi-head attention, forward and backward (fp32 math; fp32 or
+ * bf16 inputs and outputs through the _dt launchers).
  *
  * Same contract as ll_backend.attention_fwd/bwd (include/ll/backend.h): masks
  * by key_len and causal position, lse [B, H, Tq] saved instead of the
@@ -19,7 +20,7 @@
  * Row strides: q rows q_stride, k/v rows kv_stride, out/dout rows H*Dh. */
 #include <math.h>
 
-#include "ll_cuda.h"
+#include "ll_cuda_common.cuh"
 #include "philox.cuh"
 
 #define WARP 32
@@ -29,8 +30,10 @@
 #define DQ_ROWS_PER_WARP 2
 #define DKV_KEYS_PER_WARP 2
 
+/* q, k, v (and out, dout, dq, dk, dv) are of the kernels' element type T
+ * (fp32 or bf16: loaded into fp32 shared memory, fp32 math); lse is fp32. */
 struct attn_args {
-    const float *q, *k, *v;
+    const void *q, *k, *v;
     int q_stride, kv_stride;
     const int *key_len; /* device, [B]; NULL: all keys */
     int B, Tq, Tk, H, Dh, causal;
@@ -71,17 +74,19 @@ static __device__ __forceinline__ bool keep_bit(const attn_args &a, int b, int h
 
 /* Stage rows r0..r0+n-1 (n <= rows) of a [*, stride] matrix, columns col..col+Dh,
  * into s[rows][ld]; rows past n are zero. */
-static __device__ __forceinline__ void stage(float *s, int ld, int rows, const float *g, int stride, int r0, int n,
+template <typename T>
+static __device__ __forceinline__ void stage(float *s, int ld, int rows, const T *g, int stride, int r0, int n,
                                              int Dh) {
     for (int e = threadIdx.x; e < rows * Dh; e += blockDim.x) {
         const int r = e / Dh, d = e % Dh;
-        s[r * ld + d] = r < n ? g[(size_t)(r0 + r) * stride + d] : 0.0f;
+        s[r * ld + d] = r < n ? ll_ld(g + (size_t)(r0 + r) * stride + d) : 0.0f;
     }
 }
 
 /* ---- forward ------------------------------------------------------------------ */
 
-static __global__ void attention_fwd_kernel(attn_args a, float *__restrict__ out, float *__restrict__ lse) {
+template <typename T>
+static __global__ void attention_fwd_kernel(attn_args a, T *__restrict__ out, float *__restrict__ lse) {
     extern __shared__ float sm[];
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BQ = WARPS * FWD_ROWS_PER_WARP;
@@ -90,7 +95,7 @@ static __global__ void attention_fwd_kernel(attn_args a, float *__restrict__ out
     const int lim = key_limit(a, b);
     const int qn = min(BQ, a.Tq - q0);
     const int kmax = row_limit(a, lim, q0 + qn - 1); /* the block's widest row */
-    stage(sQ, Dh, BQ, a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, q0, qn, Dh);
+    stage(sQ, Dh, BQ, (const T *)a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, q0, qn, Dh);
 
     float m[FWD_ROWS_PER_WARP], l[FWD_ROWS_PER_WARP], o[FWD_ROWS_PER_WARP][MAX_SLOTS];
 #pragma unroll
@@ -100,8 +105,8 @@ static __global__ void attention_fwd_kernel(attn_args a, float *__restrict__ out
 #pragma unroll
         for (int c = 0; c < MAX_SLOTS; c++) o[r][c] = 0.0f;
     }
-    const float *kb = a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
-    const float *vb = a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    const T *kb = (const T *)a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    const T *vb = (const T *)a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
     for (int kt = 0; kt < kmax; kt += WARP) {
         __syncthreads(); /* previous tile consumed (and sQ staged) */
         stage(sK, Dh + 1, WARP, kb, a.kv_stride, kt, min(WARP, kmax - kt), Dh);
@@ -145,11 +150,11 @@ static __global__ void attention_fwd_kernel(attn_args a, float *__restrict__ out
         const int i = q0 + warp * FWD_ROWS_PER_WARP + r;
         if (i >= a.Tq) break;
         const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* no visible key: out 0 */
-        float *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
+        T *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
 #pragma unroll
         for (int c = 0; c < MAX_SLOTS; c++) {
             const int d = lane + WARP * c;
-            if (d < Dh) orow[d] = o[r][c] * inv;
+            if (d < Dh) ll_st(orow + d, o[r][c] * inv);
         }
         if (lse && lane == 0) lse[((size_t)b * a.H + h) * a.Tq + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
     }
@@ -157,8 +162,9 @@ static __global__ void attention_fwd_kernel(attn_args a, float *__restrict__ out
 
 /* ---- backward: dq ------------------------------------------------------------- */
 
-static __global__ void attention_dq_kernel(attn_args a, float *__restrict__ dq, const float *__restrict__ out,
-                                           const float *__restrict__ dout, const float *__restrict__ lse) {
+template <typename T>
+static __global__ void attention_dq_kernel(attn_args a, T *__restrict__ dq, const T *__restrict__ out,
+                                           const T *__restrict__ dout, const float *__restrict__ lse) {
     extern __shared__ float sm[];
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BQ = WARPS * DQ_ROWS_PER_WARP;
@@ -167,7 +173,7 @@ static __global__ void attention_dq_kernel(attn_args a, float *__restrict__ dq, 
     const int lim = key_limit(a, b);
     const int qn = min(BQ, a.Tq - q0);
     const int kmax = row_limit(a, lim, q0 + qn - 1);
-    stage(sQ, Dh, BQ, a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, q0, qn, Dh);
+    stage(sQ, Dh, BQ, (const T *)a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, q0, qn, Dh);
     stage(sG, Dh, BQ, dout + (size_t)b * a.Tq * C + h * Dh, C, q0, qn, Dh);
 
     float D[DQ_ROWS_PER_WARP], L[DQ_ROWS_PER_WARP], acc[DQ_ROWS_PER_WARP][MAX_SLOTS];
@@ -177,17 +183,17 @@ static __global__ void attention_dq_kernel(attn_args a, float *__restrict__ dq, 
         float t = 0.0f;
         L[r] = 0.0f;
         if (i < a.Tq) {
-            const float *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
-            const float *grow = dout + ((size_t)b * a.Tq + i) * C + h * Dh;
-            for (int d = lane; d < Dh; d += WARP) t += grow[d] * orow[d];
+            const T *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
+            const T *grow = dout + ((size_t)b * a.Tq + i) * C + h * Dh;
+            for (int d = lane; d < Dh; d += WARP) t += ll_ld(grow + d) * ll_ld(orow + d);
             L[r] = lse[((size_t)b * a.H + h) * a.Tq + i];
         }
         D[r] = warp_sum(t); /* rowsum(dO o O): O already holds the dropped probabilities */
 #pragma unroll
         for (int c = 0; c < MAX_SLOTS; c++) acc[r][c] = 0.0f;
     }
-    const float *kb = a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
-    const float *vb = a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    const T *kb = (const T *)a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    const T *vb = (const T *)a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
     for (int kt = 0; kt < kmax; kt += WARP) {
         __syncthreads();
         stage(sK, Dh + 1, WARP, kb, a.kv_stride, kt, min(WARP, kmax - kt), Dh);
@@ -226,19 +232,20 @@ static __global__ void attention_dq_kernel(attn_args a, float *__restrict__ dq, 
     for (int r = 0; r < DQ_ROWS_PER_WARP; r++) {
         const int i = q0 + warp * DQ_ROWS_PER_WARP + r;
         if (i >= a.Tq) break;
-        float *row = dq + ((size_t)b * a.Tq + i) * a.q_stride + h * Dh; /* overwrite; 0 without keys */
+        T *row = dq + ((size_t)b * a.Tq + i) * a.q_stride + h * Dh; /* overwrite; 0 without keys */
 #pragma unroll
         for (int c = 0; c < MAX_SLOTS; c++) {
             const int d = lane + WARP * c;
-            if (d < Dh) row[d] = acc[r][c];
+            if (d < Dh) ll_st(row + d, acc[r][c]);
         }
     }
 }
 
 /* ---- backward: dk, dv --------------------------------------------------------- */
 
-static __global__ void attention_dkv_kernel(attn_args a, float *__restrict__ dk, float *__restrict__ dv,
-                                            const float *__restrict__ out, const float *__restrict__ dout,
+template <typename T>
+static __global__ void attention_dkv_kernel(attn_args a, T *__restrict__ dk, T *__restrict__ dv,
+                                            const T *__restrict__ out, const T *__restrict__ dout,
                                             const float *__restrict__ lse) {
     extern __shared__ float sm[];
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
@@ -249,8 +256,8 @@ static __global__ void attention_dkv_kernel(attn_args a, float *__restrict__ dk,
     int *sN = (int *)(sD + WARP);
     const int lim = key_limit(a, b);
     const int kn = min(BK, a.Tk - j0);
-    stage(sK, Dh, BK, a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, j0, kn, Dh);
-    stage(sV, Dh, BK, a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, j0, kn, Dh);
+    stage(sK, Dh, BK, (const T *)a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, j0, kn, Dh);
+    stage(sV, Dh, BK, (const T *)a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, j0, kn, Dh);
 
     float gk[DKV_KEYS_PER_WARP][MAX_SLOTS], gv[DKV_KEYS_PER_WARP][MAX_SLOTS];
 #pragma unroll
@@ -260,8 +267,8 @@ static __global__ void attention_dkv_kernel(attn_args a, float *__restrict__ dk,
     /* causal: query i sees key j0 only from i = j0 - (Tk - Tq) on */
     const int qs = a.causal ? max(0, j0 - (a.Tk - a.Tq)) : 0;
     const int qend = j0 < lim ? a.Tq : 0; /* keys past the padding get no gradient */
-    const float *qb = a.q + (size_t)b * a.Tq * a.q_stride + h * Dh;
-    const float *gb = dout + (size_t)b * a.Tq * C + h * Dh;
+    const T *qb = (const T *)a.q + (size_t)b * a.Tq * a.q_stride + h * Dh;
+    const T *gb = dout + (size_t)b * a.Tq * C + h * Dh;
     for (int it = qs; it < qend; it += WARP) {
         const int qn = min(WARP, a.Tq - it);
         __syncthreads();
@@ -271,8 +278,8 @@ static __global__ void attention_dkv_kernel(attn_args a, float *__restrict__ dk,
             const int i = it + ii;
             float t = 0.0f;
             if (i < a.Tq) {
-                const float *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
-                for (int d = lane; d < Dh; d += WARP) t += gb[(size_t)i * C + d] * orow[d];
+                const T *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
+                for (int d = lane; d < Dh; d += WARP) t += ll_ld(gb + (size_t)i * C + d) * ll_ld(orow + d);
             }
             t = warp_sum(t);
             if (lane == 0) {
@@ -320,14 +327,14 @@ static __global__ void attention_dkv_kernel(attn_args a, float *__restrict__ dk,
     for (int r = 0; r < DKV_KEYS_PER_WARP; r++) {
         const int j = j0 + warp * DKV_KEYS_PER_WARP + r;
         if (j >= a.Tk) break;
-        float *kr = dk + ((size_t)b * a.Tk + j) * a.kv_stride + h * Dh; /* overwrite; 0 past the padding */
-        float *vr = dv + ((size_t)b * a.Tk + j) * a.kv_stride + h * Dh;
+        T *kr = dk + ((size_t)b * a.Tk + j) * a.kv_stride + h * Dh; /* overwrite; 0 past the padding */
+        T *vr = dv + ((size_t)b * a.Tk + j) * a.kv_stride + h * Dh;
 #pragma unroll
         for (int c = 0; c < MAX_SLOTS; c++) {
             const int d = lane + WARP * c;
             if (d < Dh) {
-                kr[d] = gk[r][c];
-                vr[d] = gv[r][c];
+                ll_st(kr + d, gk[r][c]);
+                ll_st(vr + d, gv[r][c]);
             }
         }
     }
@@ -335,7 +342,7 @@ static __global__ void attention_dkv_kernel(attn_args a, float *__restrict__ dk,
 
 /* ---- launchers ------------------------------------------------------------------ */
 
-static cudaError_t make_args(attn_args *a, const float *q, int q_stride, const float *k, const float *v,
+static cudaError_t make_args(attn_args *a, const void *q, int q_stride, const void *k, const void *v,
                              int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
                              float p, const ll_philox *rng, uint64_t rng_offset) {
     if (Dh < 1 || Dh > WARP * MAX_SLOTS || p < 0 || p >= 1 || (p > 0 && !rng)) return cudaErrorInvalidValue;
@@ -351,10 +358,11 @@ static cudaError_t make_args(attn_args *a, const float *q, int q_stride, const f
     return cudaSuccess;
 }
 
-extern "C" cudaError_t ll_cuda_attention_fwd(cudaStream_t stream, float *out, float *lse, const float *q,
-                                             int q_stride, const float *k, const float *v, int kv_stride,
-                                             const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
-                                             float p, const ll_philox *rng, uint64_t rng_offset) {
+extern "C" cudaError_t ll_cuda_attention_fwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *out, float *lse,
+                                                const void *q, int q_stride, const void *k, const void *v,
+                                                int kv_stride, const int *key_len, int B, int Tq, int Tk, int H,
+                                                int Dh, int causal, float p, const ll_philox *rng,
+                                                uint64_t rng_offset) {
     if (B <= 0 || Tq <= 0 || H <= 0) return cudaSuccess;
     attn_args a;
     cudaError_t e = make_args(&a, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, p, rng,
@@ -363,15 +371,15 @@ extern "C" cudaError_t ll_cuda_attention_fwd(cudaStream_t stream, float *out, fl
     const int BQ = WARPS * FWD_ROWS_PER_WARP;
     const size_t smem = sizeof(float) * ((size_t)BQ * Dh + WARP * (Dh + 1) + WARP * Dh);
     const dim3 grid((Tq + BQ - 1) / BQ, H, B);
-    attention_fwd_kernel<<<grid, WARPS * WARP, smem, stream>>>(a, out, lse);
+    LL_DISPATCH(t, T, attention_fwd_kernel<T><<<grid, WARPS * WARP, smem, stream>>>(a, (T *)out, lse);)
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t ll_cuda_attention_bwd(cudaStream_t stream, float *dq, float *dk, float *dv,
-                                             const float *dout, const float *out, const float *lse, const float *q,
-                                             int q_stride, const float *k, const float *v, int kv_stride,
-                                             const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
-                                             float p, const ll_philox *rng, uint64_t rng_offset) {
+extern "C" cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dq, void *dk, void *dv,
+                                                const void *dout, const void *out, const float *lse, const void *q,
+                                                int q_stride, const void *k, const void *v, int kv_stride,
+                                                const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
+                                                float p, const ll_philox *rng, uint64_t rng_offset) {
     if (B <= 0 || H <= 0) return cudaSuccess;
     attn_args a;
     cudaError_t e = make_args(&a, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, p, rng,
@@ -380,15 +388,34 @@ extern "C" cudaError_t ll_cuda_attention_bwd(cudaStream_t stream, float *dq, flo
     if (Tq > 0) {
         const int BQ = WARPS * DQ_ROWS_PER_WARP;
         const size_t smem = sizeof(float) * (2 * (size_t)BQ * Dh + 2 * WARP * (Dh + 1));
-        attention_dq_kernel<<<dim3((Tq + BQ - 1) / BQ, H, B), WARPS * WARP, smem, stream>>>(a, dq, out, dout, lse);
+        LL_DISPATCH(t, T, attention_dq_kernel<T><<<dim3((Tq + BQ - 1) / BQ, H, B), WARPS * WARP, smem, stream>>>(
+                              a, (T *)dq, (const T *)out, (const T *)dout, lse);)
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     if (Tk > 0) {
         const int BK = WARPS * DKV_KEYS_PER_WARP;
         const size_t smem = sizeof(float) * (2 * (size_t)BK * Dh + 2 * WARP * (Dh + 1) + 3 * WARP);
-        attention_dkv_kernel<<<dim3((Tk + BK - 1) / BK, H, B), WARPS * WARP, smem, stream>>>(a, dk, dv, out, dout,
-                                                                                              lse);
+        LL_DISPATCH(t, T, attention_dkv_kernel<T><<<dim3((Tk + BK - 1) / BK, H, B), WARPS * WARP, smem, stream>>>(
+                              a, (T *)dk, (T *)dv, (const T *)out, (const T *)dout, lse);)
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     return cudaSuccess;
+}
+
+/* The fp32 entry points the op table uses today. */
+extern "C" cudaError_t ll_cuda_attention_fwd(cudaStream_t stream, float *out, float *lse, const float *q,
+                                             int q_stride, const float *k, const float *v, int kv_stride,
+                                             const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
+                                             float p, const ll_philox *rng, uint64_t rng_offset) {
+    return ll_cuda_attention_fwd_dt(stream, LL_CUDA_F32, out, lse, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk,
+                                    H, Dh, causal, p, rng, rng_offset);
+}
+
+extern "C" cudaError_t ll_cuda_attention_bwd(cudaStream_t stream, float *dq, float *dk, float *dv,
+                                             const float *dout, const float *out, const float *lse, const float *q,
+                                             int q_stride, const float *k, const float *v, int kv_stride,
+                                             const int *key_len, int B, int Tq, int Tk, int H, int Dh, int causal,
+                                             float p, const ll_philox *rng, uint64_t rng_offset) {
+    return ll_cuda_attention_bwd_dt(stream, LL_CUDA_F32, dq, dk, dv, dout, out, lse, q, q_stride, k, v, kv_stride,
+                                    key_len, B, Tq, Tk, H, Dh, causal, p, rng, rng_offset);
 }

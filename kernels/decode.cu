@@ -9,11 +9,13 @@
  * its own sorted top k; then k rounds of a block-wide arg-max over the
  * threads' heads, ranked by (score desc, flat index asc), pop the winners in
  * order.  The result is exactly the CPU's stable top-k (ties to the lower
- * index), with no atomics. */
+ * index), with no atomics.  The log-probabilities are fp32 or bf16 (template
+ * T, the activation dtype); scores are double and lp fp32 in both, so a bf16
+ * model ranks the widened bf16 values exactly as the CPU's bf16 backend. */
 #include <limits.h>
 #include <math.h>
 
-#include "ll_cuda.h"
+#include "ll_cuda_common.cuh"
 
 #define TOPK_THREADS 256
 #define WARP 32
@@ -56,8 +58,9 @@ static __device__ __forceinline__ bool better(double sa, int fa, double sb, int 
     return sa > sb || (sa == sb && fa < fb);
 }
 
+template <typename T>
 static __global__ void beam_topk_kernel(double *__restrict__ score, float *__restrict__ lp_out,
-                                        int32_t *__restrict__ flat_out, const float *__restrict__ logp,
+                                        int32_t *__restrict__ flat_out, const T *__restrict__ logp,
                                         const double *__restrict__ cum, const uint8_t *__restrict__ mode, int beam,
                                         int V, int k, int pad, int bos, int eos) {
     const int g = blockIdx.x, tid = threadIdx.x;
@@ -73,7 +76,7 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
         const int r = g * beam + b;
         const double cs = cum[r];
         if (cs == -INFINITY) continue;
-        const double sc = cs + (double)logp[(size_t)r * V + v];
+        const double sc = cs + (double)ll_ld(logp + (size_t)r * V + v);
         if (!(sc > -INFINITY)) continue; /* NaN, -inf */
         if (n == k && !(sc > ls[k - 1])) continue;
         int pos = n < k ? n++ : k - 1;
@@ -110,7 +113,7 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
             if (bf == INT_MAX) {
                 score[o] = -INFINITY, lp_out[o] = 0.0f, flat_out[o] = -1;
             } else {
-                score[o] = bs, lp_out[o] = logp[(size_t)(bf / V) * V + bf % V], flat_out[o] = bf;
+                score[o] = bs, lp_out[o] = ll_ld(logp + (size_t)bf), flat_out[o] = bf;
             }
         }
         __syncthreads();
@@ -119,12 +122,12 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
     }
 }
 
-extern "C" cudaError_t ll_cuda_beam_topk(cudaStream_t stream, double *score, float *lp, int32_t *flat,
-                                         const float *logp, const double *cum, const uint8_t *mode, int groups,
-                                         int beam, int V, int k, int pad, int bos, int eos) {
+extern "C" cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *score, float *lp,
+                                         int32_t *flat, const void *logp, const double *cum, const uint8_t *mode,
+                                         int groups, int beam, int V, int k, int pad, int bos, int eos) {
     if (groups <= 0 || k <= 0) return cudaSuccess;
     if (k > LL_CUDA_TOPK_MAX || (size_t)groups * beam * V > (size_t)INT_MAX) return cudaErrorInvalidValue;
-    beam_topk_kernel<<<groups, TOPK_THREADS, 0, stream>>>(score, lp, flat, logp, cum, mode, beam, V, k, pad, bos,
-                                                           eos);
+    LL_DISPATCH(t, T, beam_topk_kernel<T><<<groups, TOPK_THREADS, 0, stream>>>(score, lp, flat, (const T *)logp, cum,
+                                                                              mode, beam, V, k, pad, bos, eos);)
     return cudaGetLastError();
 }

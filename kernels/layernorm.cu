@@ -10,62 +10,65 @@
  * Forward and dx: one warp per row (lanes stride over C, any C works).
  * dw/db: a deterministic two-stage column reduction (no atomics), so results
  * are bit-reproducible run to run: stage 1 sums a chunk of rows per block into
- * a partial [R, C] in scratch, stage 2 adds the R partials in a fixed order. */
-#include "ll_cuda.h"
+ * a partial [R, C] in scratch, stage 2 adds the R partials in a fixed order.
+ *
+ * Templated over the activation type (fp32, bf16) like the other kernel
+ * files; ll_cuda_layernorm_fwd/bwd are the fp32 instances. */
+#include "ll_cuda_common.cuh"
 
 #define LN_EPS 1e-5f
 #define WARP 32
 #define ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
 
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+/* Activations (x, out, dout, dx) are of type T (fp32 or bf16); the parameters
+ * w, b, their gradients and mean/rstd stay fp32, the math is fp32. */
+static __device__ __forceinline__ float warp_sum(float v) { return ll_warp_sum(v); }
 
-static __global__ void layernorm_fwd_kernel(float *__restrict__ out, float *__restrict__ mean,
-                                            float *__restrict__ rstd, const float *__restrict__ x,
+template <typename T>
+static __global__ void layernorm_fwd_kernel(T *__restrict__ out, float *__restrict__ mean,
+                                            float *__restrict__ rstd, const T *__restrict__ x,
                                             const float *__restrict__ w, const float *__restrict__ b, int N,
                                             int C) {
     int lane = threadIdx.x % WARP;
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
     if (row >= N) return; /* whole warp leaves together */
-    const float *xr = x + (size_t)row * C;
-    float *outr = out + (size_t)row * C;
+    const T *xr = x + (size_t)row * C;
+    T *outr = out + (size_t)row * C;
 
     float s = 0.0f;
-    for (int c = lane; c < C; c += WARP) s += xr[c];
+    for (int c = lane; c < C; c += WARP) s += ll_ld(xr + c);
     float m = warp_sum(s) / (float)C;
 
     float v = 0.0f;
     for (int c = lane; c < C; c += WARP) {
-        float d = xr[c] - m;
+        float d = ll_ld(xr + c) - m;
         v += d * d;
     }
     float rs = rsqrtf(warp_sum(v) / (float)C + LN_EPS);
 
-    for (int c = lane; c < C; c += WARP) outr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    for (int c = lane; c < C; c += WARP) ll_st(outr + c, (ll_ld(xr + c) - m) * rs * w[c] + b[c]);
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = rs;
     }
 }
 
-static __global__ void layernorm_bwd_dx_kernel(float *__restrict__ dx, const float *__restrict__ dout,
-                                               const float *__restrict__ x, const float *__restrict__ w,
+template <typename T>
+static __global__ void layernorm_bwd_dx_kernel(T *__restrict__ dx, const T *__restrict__ dout,
+                                               const T *__restrict__ x, const float *__restrict__ w,
                                                const float *__restrict__ mean, const float *__restrict__ rstd,
                                                int N, int C) {
     int lane = threadIdx.x % WARP;
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
     if (row >= N) return;
-    const float *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
-    float *dxr = dx + (size_t)row * C;
+    const T *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
+    T *dxr = dx + (size_t)row * C;
     float m = mean[row], rs = rstd[row];
 
     float s1 = 0.0f, s2 = 0.0f; /* sum(dnorm), sum(dnorm * norm) */
     for (int c = lane; c < C; c += WARP) {
-        float norm = (xr[c] - m) * rs;
-        float dn = w[c] * dr[c];
+        float norm = (ll_ld(xr + c) - m) * rs;
+        float dn = w[c] * ll_ld(dr + c);
         s1 += dn;
         s2 += dn * norm;
     }
@@ -73,9 +76,9 @@ static __global__ void layernorm_bwd_dx_kernel(float *__restrict__ dx, const flo
     float dnn_mean = warp_sum(s2) / (float)C;
 
     for (int c = lane; c < C; c += WARP) {
-        float norm = (xr[c] - m) * rs;
-        float dn = w[c] * dr[c];
-        dxr[c] += (dn - dn_mean - norm * dnn_mean) * rs;
+        float norm = (ll_ld(xr + c) - m) * rs;
+        float dn = w[c] * ll_ld(dr + c);
+        ll_st(dxr + c, ll_ld(dxr + c) + (dn - dn_mean - norm * dnn_mean) * rs);
     }
 }
 
@@ -83,8 +86,9 @@ static __global__ void layernorm_bwd_dx_kernel(float *__restrict__ dx, const flo
  * y strides over the rows of chunk blockIdx.y.  Writes partial sums
  * pw/pb[chunk * C + col]. */
 #define DWDB_TY 8
+template <typename T>
 static __global__ void layernorm_bwd_dwdb_partial(float *__restrict__ pw, float *__restrict__ pb,
-                                                  const float *__restrict__ dout, const float *__restrict__ x,
+                                                  const T *__restrict__ dout, const T *__restrict__ x,
                                                   const float *__restrict__ mean, const float *__restrict__ rstd,
                                                   int N, int C, int rows_per_chunk) {
     __shared__ float sw[DWDB_TY][WARP + 1], sb[DWDB_TY][WARP + 1];
@@ -97,8 +101,8 @@ static __global__ void layernorm_bwd_dwdb_partial(float *__restrict__ pw, float 
     if (col < C) {
         for (int r = r0 + ty; r < r1; r += DWDB_TY) {
             size_t i = (size_t)r * C + col;
-            float d = dout[i];
-            aw += d * ((x[i] - mean[r]) * rstd[r]);
+            float d = ll_ld(dout + i);
+            aw += d * ((ll_ld(x + i) - mean[r]) * rstd[r]);
             ab += d;
         }
     }
@@ -151,21 +155,25 @@ extern "C" size_t ll_cuda_layernorm_bwd_scratch_floats(int N, int C) {
     return 2 * (size_t)dwdb_chunks(N) * (size_t)C;
 }
 
-extern "C" cudaError_t ll_cuda_layernorm_fwd(cudaStream_t stream, float *out, float *mean, float *rstd,
-                                             const float *x, const float *w, const float *b, int N, int C) {
+extern "C" cudaError_t ll_cuda_layernorm_fwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *out, float *mean,
+                                                float *rstd, const void *x, const float *w, const float *b, int N,
+                                                int C) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-    layernorm_fwd_kernel<<<grid, ROWS_PER_BLOCK * WARP, 0, stream>>>(out, mean, rstd, x, w, b, N, C);
+    LL_DISPATCH(t, T, layernorm_fwd_kernel<T><<<grid, ROWS_PER_BLOCK * WARP, 0, stream>>>((T *)out, mean, rstd,
+                                                                                         (const T *)x, w, b, N, C);)
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t ll_cuda_layernorm_bwd(cudaStream_t stream, float *dx, float *dw, float *db, float *scratch,
-                                             const float *dout, const float *x, const float *w, const float *mean,
-                                             const float *rstd, int N, int C) {
+extern "C" cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dx, float *dw,
+                                                float *db, float *scratch, const void *dout, const void *x,
+                                                const float *w, const float *mean, const float *rstd, int N,
+                                                int C) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     if (dx) {
         unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-        layernorm_bwd_dx_kernel<<<grid, ROWS_PER_BLOCK * WARP, 0, stream>>>(dx, dout, x, w, mean, rstd, N, C);
+        LL_DISPATCH(t, T, layernorm_bwd_dx_kernel<T><<<grid, ROWS_PER_BLOCK * WARP, 0, stream>>>(
+                              (T *)dx, (const T *)dout, (const T *)x, w, mean, rstd, N, C);)
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -174,11 +182,24 @@ extern "C" cudaError_t ll_cuda_layernorm_bwd(cudaStream_t stream, float *dx, flo
         int rpc = dwdb_rows_per_chunk(N), R = dwdb_chunks(N);
         float *pw = dw ? scratch : NULL, *pb = db ? scratch + (size_t)R * C : NULL;
         dim3 g1((unsigned)((C + WARP - 1) / WARP), (unsigned)R), b1(WARP, DWDB_TY);
-        layernorm_bwd_dwdb_partial<<<g1, b1, 0, stream>>>(pw, pb, dout, x, mean, rstd, N, C, rpc);
+        LL_DISPATCH(t, T, layernorm_bwd_dwdb_partial<T><<<g1, b1, 0, stream>>>(pw, pb, (const T *)dout, (const T *)x,
+                                                                              mean, rstd, N, C, rpc);)
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
         layernorm_bwd_dwdb_final<<<(unsigned)((C + 255) / 256), 256, 0, stream>>>(dw, db, pw, pb, R, C);
         return cudaGetLastError();
     }
     return cudaSuccess;
+}
+
+/* The fp32 entry points the op table uses today. */
+extern "C" cudaError_t ll_cuda_layernorm_fwd(cudaStream_t stream, float *out, float *mean, float *rstd,
+                                             const float *x, const float *w, const float *b, int N, int C) {
+    return ll_cuda_layernorm_fwd_dt(stream, LL_CUDA_F32, out, mean, rstd, x, w, b, N, C);
+}
+
+extern "C" cudaError_t ll_cuda_layernorm_bwd(cudaStream_t stream, float *dx, float *dw, float *db, float *scratch,
+                                             const float *dout, const float *x, const float *w, const float *mean,
+                                             const float *rstd, int N, int C) {
+    return ll_cuda_layernorm_bwd_dt(stream, LL_CUDA_F32, dx, dw, db, scratch, dout, x, w, mean, rstd, N, C);
 }

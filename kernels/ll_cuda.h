@@ -1,13 +1,17 @@
-/* C declarations of the CUDA kernel launchers (the .cu files in kernels/) and of the few
- * CUDA-only host helpers of src/backend/cuda/cuda_backend.c.
+/* C declarations of the CUDA kernel launchers (the .cu files in kernels/), of the
+ * cuBLASLt matmul (src/backend/cuda/cuda_gemm_lt.c) and of the few CUDA-only host
+ * helpers of src/backend/cuda/cuda_backend.c.
  *
  * Only code built into ll_cuda (and GPU tests, which link it through ll_model)
- * includes this header.  Everything here works on float: the CUDA backend is
- * never compiled into the double-precision (LL_REAL_DOUBLE) build.
+ * includes this header.  Activations are fp32 or bf16 (ll_cuda_dtype, per
+ * launcher); everything else is fp32 (double for the stats slots).  The CUDA
+ * backend is never compiled into the double-precision (LL_REAL_DOUBLE) build.
  *
- * Launchers enqueue work on `stream` and return cudaGetLastError() of the
- * launch (cudaSuccess when nothing was launched because the size is zero);
- * they never synchronise. */
+ * Launchers enqueue work on `stream` and return cudaGetLastError() of their
+ * launches (cudaSuccess when nothing was launched because the size is zero;
+ * cudaErrorInvalidValue for an unknown dtype or missing scratch); they never
+ * synchronise and never allocate: an op that needs temporary memory takes a
+ * `scratch` pointer of the size its *_scratch_bytes() function names. */
 #ifndef LL_CUDA_H
 #define LL_CUDA_H
 
@@ -20,6 +24,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- element types -------------------------------------------------------------
+ * The launchers below take activation tensors as void pointers plus an
+ * ll_cuda_dtype (fp32 or bf16): each kernel is a template over the element type
+ * with fp32 math inside, instantiated for both, so switching an op to bf16
+ * activations is a change of the dtype argument.  Parameters, their gradients,
+ * Adam moments, gates and statistics stay fp32 (double for the stats slots)
+ * whatever the activations' type; the exception is the embedding table,
+ * which embed_fwd reads in the activations' type (the weight copy, like the
+ * matmul weights; ll_backend's p_act).  The fp32 layer norm and attention
+ * launchers just below predate this; their _dt variants take a dtype (the op
+ * table uses those). */
+typedef enum { LL_CUDA_F32 = 0, LL_CUDA_BF16 = 1 } ll_cuda_dtype;
 
 /* ---- layernorm (kernels/layernorm.cu) ----------------------------------------
  * Same semantics as ll_backend.layernorm_fwd/bwd (eps 1e-5, biased variance,
@@ -34,6 +51,13 @@ size_t ll_cuda_layernorm_bwd_scratch_floats(int N, int C);
 cudaError_t ll_cuda_layernorm_bwd(cudaStream_t stream, float *dx, float *dw, float *db, float *scratch,
                                   const float *dout, const float *x, const float *w, const float *mean,
                                   const float *rstd, int N, int C);
+/* The same with activations (out, x; dx, dout) of type t: the kernels are
+ * templated; w, b, dw, db, mean, rstd stay fp32. */
+cudaError_t ll_cuda_layernorm_fwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *out, float *mean, float *rstd,
+                                     const void *x, const float *w, const float *b, int N, int C);
+cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dx, float *dw, float *db,
+                                     float *scratch, const void *dout, const void *x, const float *w,
+                                     const float *mean, const float *rstd, int N, int C);
 
 /* ---- attention (kernels/attention.cu) ------------------------------------------
  * ll_backend.attention_fwd/bwd on device buffers (key_len too: [B] ints on the
@@ -49,6 +73,17 @@ cudaError_t ll_cuda_attention_bwd(cudaStream_t stream, float *dq, float *dk, flo
                                   const float *out, const float *lse, const float *q, int q_stride, const float *k,
                                   const float *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H,
                                   int Dh, int causal, float p, const ll_philox *rng, uint64_t rng_offset);
+/* The same with q, k, v, out (dout, dq, dk, dv) of type t (lse fp32): the
+ * kernels are templated (fp32 shared memory and math, no tensor cores yet). */
+cudaError_t ll_cuda_attention_fwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *out, float *lse, const void *q,
+                                     int q_stride, const void *k, const void *v, int kv_stride, const int *key_len,
+                                     int B, int Tq, int Tk, int H, int Dh, int causal, float p, const ll_philox *rng,
+                                     uint64_t rng_offset);
+cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dq, void *dk, void *dv,
+                                     const void *dout, const void *out, const float *lse, const void *q, int q_stride,
+                                     const void *k, const void *v, int kv_stride, const int *key_len, int B, int Tq,
+                                     int Tk, int H, int Dh, int causal, float p, const ll_philox *rng,
+                                     uint64_t rng_offset);
 
 /* ---- Philox (kernels/philox.cu; device functions in kernels/philox.cuh) -------
  * out[i] = ll_philox_u32(r, offset + i) / ll_philox_uniform(r, offset + i),
@@ -57,6 +92,184 @@ cudaError_t ll_cuda_launch_philox_u32(cudaStream_t stream, uint32_t *out, size_t
                                       uint64_t offset);
 cudaError_t ll_cuda_launch_philox_uniform(cudaStream_t stream, float *out, size_t n, ll_philox r,
                                           uint64_t offset);
+
+
+/* ---- elementwise (kernels/elementwise.cu) ----------------------------------------
+ * Semantics of the ll_backend ops of the same name; every pointer is device
+ * memory; y may alias a.  Gates g1, g2 are fp32 device scalars (NULL reads as 1). */
+cudaError_t ll_cuda_relu_fwd(cudaStream_t s, ll_cuda_dtype t, void *x, size_t n);
+cudaError_t ll_cuda_relu_bwd(cudaStream_t s, ll_cuda_dtype t, void *dy, const void *y, size_t n);
+/* Dropout with the CPU's half-word rule (cpu_backend.c): element i keeps iff
+ * half-word offset + i of rng (bits 16*(h & 1).. of word h >> 1) is >= round(p * 65536). */
+cudaError_t ll_cuda_dropout_fwd(cudaStream_t s, ll_cuda_dtype t, void *x, uint8_t *mask, size_t n, float p,
+                                ll_philox rng, uint64_t offset);
+cudaError_t ll_cuda_dropout_bwd(cudaStream_t s, ll_cuda_dtype t, void *dx, const uint8_t *mask, size_t n, float p);
+cudaError_t ll_cuda_add(cudaStream_t s, ll_cuda_dtype t, void *y, const void *a, const void *b, size_t n);
+cudaError_t ll_cuda_add_scaled(cudaStream_t s, ll_cuda_dtype t, void *y, const void *a, const void *b, float alpha,
+                               size_t n);
+cudaError_t ll_cuda_acc(cudaStream_t s, ll_cuda_dtype t, void *dst, const void *src, size_t n);
+cudaError_t ll_cuda_add_gated(cudaStream_t s, ll_cuda_dtype t, void *y, const void *a, const void *b,
+                              const float *g1, const float *g2, size_t n);
+cudaError_t ll_cuda_scale_gated(cudaStream_t s, ll_cuda_dtype t, void *x, const float *g1, const float *g2,
+                                size_t n);
+
+/* ---- gemm epilogues as kernels (kernels/gemm_epi.cu) ------------------------------
+ * The fallback of the gemm op when cuBLASLt refuses an epilogue, and its K = 0
+ * case.  gemm_epilogue: C[m, n] = relu?(mul * C[m, n] + bias[n]) over M x N at
+ * row stride ldc (C of type t; bias fp32 [N] or NULL; mul 0 does not read C).
+ * bias_grad: by_cols ? bgrad[c] += sum_r X[r, c] (length cols)
+ *                    : bgrad[r] += sum_c X[r, c] (length rows)
+ * over X [rows, cols] of type t at row stride ld; bgrad fp32, accumulated,
+ * deterministic (no atomics); scratch: ll_cuda_bias_grad_scratch_bytes(). */
+cudaError_t ll_cuda_gemm_epilogue(cudaStream_t s, ll_cuda_dtype t, void *C, int ldc, int M, int N, float mul,
+                                  const float *bias, int relu);
+size_t ll_cuda_bias_grad_scratch_bytes(int rows, int cols, int by_cols);
+cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float *bgrad, const void *x, int ld, int rows, int cols,
+                              int by_cols, void *scratch);
+
+/* ---- conversions (kernels/convert.cu) ----------------------------------------------
+ * ll_backend.convert: dst[i] = src[i] for fp32, bf16 and fp64 in any pair,
+ * through fp32 like cpu_convert; same types: a device copy. */
+cudaError_t ll_cuda_convert(cudaStream_t s, void *dst, ll_dtype dt, const void *src, ll_dtype st, size_t n);
+
+/* ---- embeddings (kernels/embed.cu) -------------------------------------------------
+ * embed_fwd: out[r] = scale * emb[tok[r]] + pos[r % T + pos_offset], pad rows 0
+ * (out, emb of type t; the sinusoids pos fp32).  embed_bwd: demb (fp32) [tok[r]] += scale * dout[r]
+ * for non-pad rows, deterministic: a stable radix sort of the rows by token,
+ * then one block per distinct token adds its rows in ascending row order (the
+ * CPU's order).  scratch: ll_cuda_embed_bwd_scratch_bytes(N) bytes. */
+cudaError_t ll_cuda_embed_fwd(cudaStream_t s, ll_cuda_dtype t, void *out, const int32_t *tok, const void *emb,
+                              const float *pos, int pos_offset, float scale, int N, int T, int C, int pad);
+size_t ll_cuda_embed_bwd_scratch_bytes(int N);
+cudaError_t ll_cuda_embed_bwd(cudaStream_t s, ll_cuda_dtype t, float *demb, const void *dout, const int32_t *tok,
+                              float scale, int N, int C, int pad, void *scratch, size_t scratch_bytes);
+
+/* ---- reductions into backend scalars (kernels/reduce.cu) ----------------------------
+ * Grid-wide sums in double, deterministic: a fixed number of block partials
+ * (a function of n only) in `scratch`, then one block adds them in order.
+ * scratch: ll_cuda_reduce_scratch_bytes(k) bytes for k simultaneous sums. */
+size_t ll_cuda_reduce_scratch_bytes(int k);
+/* *acc += sum x^2 (x of type t) */
+cudaError_t ll_cuda_sumsq(cudaStream_t s, ll_cuda_dtype t, double *acc, const void *x, size_t n, void *scratch);
+/* *dst += (float)((mul ? *mul : 1) * sum a*b), the dot product in double */
+cudaError_t ll_cuda_dot_acc(cudaStream_t s, ll_cuda_dtype t, float *dst, const void *a, const void *b, size_t n,
+                            const float *mul, void *scratch);
+/* grad_finish on the stats buffer (one thread; backend.h has the formulas) */
+cudaError_t ll_cuda_grad_finish(cudaStream_t s, double *stats, double grad_scale, double clip_norm, int phi_step);
+
+/* ---- DLCL (kernels/dlcl.cu) --------------------------------------------------------
+ * xs/ys are HOST arrays of k device pointers; they travel to the kernel by
+ * value in its parameter block (LL_CUDA_DLCL_CHUNK pointers per launch, longer
+ * lists in several launches), so there is no upload and no sync.  w: k fp32
+ * device scalars.  Summation order per element is the CPU's (j ascending).
+ * dots_acc: dst[j] += (float)<x, ys[j]> in double; scratch:
+ * ll_cuda_reduce_scratch_bytes(min(k, LL_CUDA_DLCL_CHUNK)). */
+#define LL_CUDA_DLCL_CHUNK 64
+cudaError_t ll_cuda_weighted_sum(cudaStream_t s, ll_cuda_dtype t, void *y, const void *const *xs, const float *w,
+                                 int k, size_t n);
+cudaError_t ll_cuda_weighted_scatter(cudaStream_t s, ll_cuda_dtype t, void *const *ys, const float *w,
+                                     const void *x, int k, size_t n);
+cudaError_t ll_cuda_dots_acc(cudaStream_t s, ll_cuda_dtype t, float *dst, const void *x, const void *const *ys,
+                             int k, size_t n, void *scratch);
+
+/* ---- losses (kernels/losses.cu) -----------------------------------------------------
+ * One block per row of V logits (online max and sum of exponentials); the
+ * per-row loss terms go to `scratch` and one block adds them in row order into
+ * the double slots (deterministic).  scratch: ll_cuda_loss_scratch_bytes(N). */
+size_t ll_cuda_loss_scratch_bytes(int N);
+cudaError_t ll_cuda_xent_fwd_bwd(cudaStream_t s, ll_cuda_dtype t, void *logits, const int32_t *target, int N, int V,
+                                 float eps, int pad, float grad_scale, double *acc, void *scratch);
+cudaError_t ll_cuda_sym_kl(cudaStream_t s, ll_cuda_dtype t, const void *lpa, const void *lpb, void *da, void *db,
+                           const int32_t *target, int N, int V, int pad, float alpha, double *acc, void *scratch);
+cudaError_t ll_cuda_log_softmax(cudaStream_t s, ll_cuda_dtype t, void *x, int N, int V);
+
+/* ---- optimizer (kernels/adam.cu) -------------------------------------------------------
+ * fairseq Adam on fp32 masters (cpu_adam's arithmetic), reading GMUL, SKIP
+ * and the step from the stats buffer on the device.  p_bf16 (may be NULL):
+ * also write the updated parameters rounded to bf16 (the bf16 weight copy,
+ * as raw __nv_bfloat16 bits). */
+cudaError_t ll_cuda_adam(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                         float b2, float eps, float wd, const double *stats, int t_slot, uint16_t *p_bf16);
+
+/* ---- latent depth (kernels/latent.cu) ------------------------------------------------
+ * cpu_latent.c's arithmetic (double where it is double), one small block per
+ * op; the prior struct is passed by value. */
+cudaError_t ll_cuda_latent_sample(cudaStream_t s, float *z, float *dzda, const float *logits, int L, ll_philox rng,
+                                  float tau, int hard);
+cudaError_t ll_cuda_latent_grad(cudaStream_t s, float *dlogits, const float *dgate, const float *dzda, int L);
+cudaError_t ll_cuda_latent_kl(cudaStream_t s, float *dlogits, double *acc, const float *logits, const float *z,
+                              const float *dzda, const ll_latent_prior *pr, int row, int reference, double weight);
+cudaError_t ll_cuda_latent_lk(cudaStream_t s, float *dlogits, double *acc, const float *z, const float *dzda,
+                              const ll_latent_prior *pr, int K, int squared, double weight);
+cudaError_t ll_cuda_latent_depth(cudaStream_t s, double *acc, const float *logits, const ll_latent_prior *pr);
+cudaError_t ll_cuda_latent_q(cudaStream_t s, float *q, const float *logits, int L);
+
+/* ---- ALD (kernels/ald.cu) ----------------------------------------------------------------
+ * h/dh of type t; G, dG fp32 [*, B, C]; len [B] device ints.  ald_loss: one
+ * block per sentence, per-sentence losses summed in order (scratch:
+ * ll_cuda_reduce_scratch_bytes(1) + B doubles, see ll_cuda_ald_scratch_bytes). */
+size_t ll_cuda_ald_scratch_bytes(int B);
+cudaError_t ll_cuda_ald_pool(cudaStream_t s, ll_cuda_dtype t, float *G, const void *h, const int *len, int B, int T,
+                             int C);
+cudaError_t ll_cuda_ald_loss(cudaStream_t s, float *dG, double *acc, const float *G, int B, int C, float tau, double w,
+                             void *scratch);
+cudaError_t ll_cuda_ald_unpool(cudaStream_t s, ll_cuda_dtype t, void *dh, const float *dG, const int *len, int B,
+                               int T, int C);
+
+/* ---- matmul through cuBLASLt (src/backend/cuda/cuda_gemm_lt.c) --------------------------
+ * Row-major, ll's convention:
+ *   C[M,N] = epilogue(alpha op(A)[M,K] op(B)[K,N] + beta C)
+ * op(X) = X^T when trans_x; A is stored [M,K] (trans_a: [K,M]) with leading
+ * dimension lda, likewise B ([K,N] / [N,K]) and C [M,N] (ldc >= N).
+ * Operands: A and B both fp32 or both bf16; C fp32 or bf16; accumulation is
+ * fp32 (CUBLAS_COMPUTE_32F; math = TF32 lets fp32 operands use TF32 tensor
+ * cores).  Epilogues:
+ *   BIAS       C = alpha AB + beta C + bias[n] (bias [N], bias_type)
+ *   BIAS_RELU  C = relu(alpha AB + beta C + bias[n])
+ *   BGRAD_A    also bgrad[m] = sum_k op(A)[m,k] (fp32 [M], OVERWRITTEN): the
+ *              bias gradient of a linear layer when the gemm is dW = dY^T X
+ *              (A = dY, trans_a) -- db = column sums of dY
+ *   BGRAD_B    also bgrad[n] = sum_k op(B)[k,n] (fp32 [N], overwritten)
+ * Descriptors, layouts and the heuristic's algorithm are cached per shape,
+ * types, epilogue and pointer alignment; the 32 MiB workspace is allocated
+ * once when the backend is built.  Returns 0 (CUBLAS_STATUS_SUCCESS) or the
+ * cublasStatus_t of the failure: CUBLAS_STATUS_NOT_SUPPORTED (15) when
+ * cuBLASLt has no algorithm for the combination (e.g. an epilogue with these
+ * types/transposes), CUBLAS_STATUS_INVALID_VALUE (7) for a bad descriptor; the
+ * caller then falls back (the gemm op: plain matmul + the kernels of
+ * kernels/gemm_epi.cu).  Enqueued on
+ * the backend's stream, never synchronises. */
+typedef enum {
+    LL_CUDA_EPI_NONE = 0,
+    LL_CUDA_EPI_BIAS,
+    LL_CUDA_EPI_BIAS_RELU,
+    LL_CUDA_EPI_BGRAD_A,
+    LL_CUDA_EPI_BGRAD_B
+} ll_cuda_epilogue;
+typedef enum { LL_CUDA_MATH_EXACT = 0, LL_CUDA_MATH_TF32 = 1 } ll_cuda_math;
+typedef struct {
+    int trans_a, trans_b;
+    int M, N, K;
+    float alpha, beta;
+    const void *A;
+    ll_cuda_dtype a_type;
+    int lda;
+    const void *B;
+    ll_cuda_dtype b_type;
+    int ldb;
+    void *C;
+    ll_cuda_dtype c_type;
+    int ldc;
+    ll_cuda_epilogue epilogue;
+    const void *bias;        /* BIAS, BIAS_RELU: [N] */
+    ll_cuda_dtype bias_type; /* fp32, or bf16 with bf16 C */
+    float *bgrad;            /* BGRAD_A: [M]; BGRAD_B: [N] */
+    ll_cuda_math math;       /* fp32 operands only: EXACT (parity tests) or TF32 */
+} ll_cuda_gemm_desc;
+int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d);
+/* Math mode of the gemm op's fp32 products on this device (both dtypes'
+ * backends): EXACT by default. */
+void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m);
 
 /* ---- incremental decoding (kernels/decode.cu) ------------------------------------
  * ll_backend.reorder_rows / beam_topk on device buffers (from, cum, mode on the
@@ -67,9 +280,10 @@ cudaError_t ll_cuda_launch_philox_uniform(cudaStream_t stream, float *out, size_
 /* reorder_rows in bytes (n, stride: bytes per row used / row pitch), any dtype */
 cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, const int *from, int rows,
                                  size_t n, size_t stride);
-cudaError_t ll_cuda_beam_topk(cudaStream_t stream, double *score, float *lp, int32_t *flat, const float *logp,
-                              const double *cum, const uint8_t *mode, int groups, int beam, int V, int k, int pad,
-                              int bos, int eos);
+/* logp [groups*beam, V] of type t (the activation dtype); score, lp, flat as the op */
+cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *score, float *lp, int32_t *flat,
+                              const void *logp, const double *cum, const uint8_t *mode, int groups, int beam, int V,
+                              int k, int pad, int bos, int eos);
 
 /* ---- host helpers (src/backend/cuda/cuda_backend.c) ---------------------------
  * `be` must come from ll_backend_cuda(). */

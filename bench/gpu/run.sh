@@ -63,7 +63,7 @@ say ""
 say "| decoding (base, 128 x 32) | torch sent/s | ll sent/s | ll / torch |"
 say "|---|---|---|---|"
 $PY bench/gpu/torch_gpu_peer.py --model base --decode 5,1 >"$OUT/torch_decode.log" 2>&1
-"$BUILD/ll_decode_bench" --device cuda --model base --beams 5,1 >"$OUT/ll_decode.log" 2>&1
+"$BUILD/ll_decode_bench" --device cuda --model base --batch 128 --src-len 32 --len 32 --beams 5,1 >"$OUT/ll_decode.log" 2>&1
 for beam in 5 1; do
   t=$(grep "beam=$beam " "$OUT/torch_decode.log" | sed -n 's/.*sent_s=\([0-9.]*\).*/\1/p')
   l=$(grep "beam=$beam " "$OUT/ll_decode.log" | sed -n 's/.*sent_per_s=\([0-9.]*\).*/\1/p')

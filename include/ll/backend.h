@@ -22,6 +22,7 @@
 #define LL_BACKEND_H
 
 #include <math.h>
+#include <stdio.h>
 
 #include "ll/core.h"
 
@@ -355,26 +356,21 @@ ll_backend *ll_backend_cpu(void);
 ll_backend *ll_backend_cpu_precision(ll_dtype act);
 /* 1 for the CPU backends above (not a counting wrapper of one). */
 int ll_backend_is_cpu(const ll_backend *be);
-/* NULL (with errbuf set) when CUDA was not built in or no device is present. */
+/* NULL (with errbuf set) when CUDA was not built in or no device is present.
+ * ll_backend_cuda: fp32 activations.  ll_backend_cuda_precision: activations
+ * in `act` (LL_F32 or LL_BF16); one instance per (device, dtype), the two of
+ * a device sharing its stream, so models of both dtypes coexist. */
 ll_backend *ll_backend_cuda(int device);
-int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GPU */
-/* The CUDA backend of `device` with activations in `act` (LL_F32 or LL_BF16);
- * NULL + errbuf when there is none of that dtype.  THE one entry point for a
- * CUDA backend of a given precision: ll_backend_select, lldecode and the GPU
- * tests (tests/gpu/parity.h) call it.  Branch `cuda` (the bf16 kernels) is
- * expected to define it in src/backend/cuda and add the compile definition
- * LL_CUDA_HAS_PRECISION to ll_model; until then src/backend/backend.c has a
- * stand-in that returns ll_backend_cuda(device) when its dtype is `act`
- * (fp32 so far) and fails for bf16. */
 ll_backend *ll_backend_cuda_precision(int device, ll_dtype act);
+int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GPU */
 /* The backend a setting names (train.device, lldecode --device) with
  * activations in `act` (train.precision, lldecode --precision): "cpu"
- * (ll_backend_cpu_precision(act)); "cuda" (device 0; NULL + errbuf
- * "<setting> cuda: ..." when there is none, it has no `act` activations or it
- * lacks an op); "auto" (CUDA device 0 when present, of dtype `act` and
- * complete, else the CPU).  Logs the choice (ll_log).  Anything else: NULL +
- * errbuf. */
-ll_backend *ll_backend_select(const char *device, ll_dtype act, const char *setting);
+ * (ll_backend_cpu_precision(act)); "cuda" (GPU `gpu`, e.g. a rank's local
+ * rank: ll_backend_cuda_precision(gpu, act); NULL + errbuf "<setting> cuda:
+ * ..." when there is none or it lacks an op); "auto" (that GPU when present
+ * and complete, else the CPU).  Logs the choice (ll_log).  Anything else:
+ * NULL + errbuf. */
+ll_backend *ll_backend_select(const char *device, ll_dtype act, int gpu, const char *setting);
 
 /* A backend that forwards every op to `inner` and counts the calls
  * (src/backend/counting.c; lltrain --op-stats).  ll_backend_dry counts ops
@@ -383,10 +379,16 @@ ll_backend *ll_backend_select(const char *device, ll_dtype act, const char *sett
 typedef struct {
     uint64_t calls, uploads, downloads;
     uint64_t per_op[sizeof(ll_backend) / sizeof(void *)]; /* by slot = field offset / sizeof(void *) */
+    uint64_t per_op_ns[sizeof(ll_backend) / sizeof(void *)]; /* ll_backend_timing: time inside each op */
     size_t mem_live, mem_peak; /* dry: backend bytes allocated now / at most */
 } ll_op_counts;
 ll_backend *ll_backend_counting(ll_backend *inner);
 ll_backend *ll_backend_dry(ll_backend *like);
+/* Counting, and each op timed between syncs of `inner` (a profile: slower
+ * than a real step, but it shows where the time goes).  The table, per op
+ * and per op class, goes to f with ll_backend_print_profile. */
+ll_backend *ll_backend_timing(ll_backend *inner);
+void ll_backend_print_profile(FILE *f, const ll_op_counts *c, double steps);
 void ll_backend_counting_free(ll_backend *counting_or_dry);
 ll_op_counts *ll_backend_counts(ll_backend *counting);
 const char *ll_backend_op_name(size_t slot);

@@ -120,6 +120,11 @@ typedef struct {
     /* LayerDrop (Fan et al. 2019) */
     float enc_layerdrop, dec_layerdrop;
 
+    /* multi-process training (docs/distributed.md) */
+    char dist_backend[8]; /* "auto" | "single" | "mpi" | "nccl" */
+    float dist_bucket_mb, dist_timeout_s;
+    int dist_zero;
+
     /* the original text (stored in checkpoints) and where it came from */
     char *text;
     char source[LL_PATH_MAX];

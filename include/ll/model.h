@@ -127,7 +127,18 @@ typedef struct ll_model {
     struct ll_fwd_state *st;
     const struct ll_model *replica_of; /* set on replicas (ll_model_replica) */
     void **dec_packed;                 /* ll_decode_pack: shared packed decoder weights */
+    /* Data parallelism (src/train/dist_train.c): when set, a training backward
+     * calls it as soon as gradients are final, so their reduction can start
+     * while the rest of the backward runs: (LL_GRAD_LAYER, stack, l) after
+     * layer l's backward in the last pass over that stack (not in a DLCL
+     * stack, whose weights every layer writes), (LL_GRAD_DEC, 1, -1) after the
+     * last decoder pass (decoder, output projection), (LL_GRAD_ENC, 0, -1)
+     * after the last encoder pass (encoder; a shared embedding).  DDR's second
+     * decoder pass and ALD's extra passes are before the calls they concern. */
+    void (*grad_hook)(void *ctx, int what, int stack, int layer);
+    void *grad_hook_ctx;
 } ll_model;
+enum { LL_GRAD_DEC = 1, LL_GRAD_ENC = 2, LL_GRAD_LAYER = 8 };
 
 ll_model *ll_model_new(const ll_hparams *hp, ll_backend *be);
 /* ll_model_new in two steps: the parameter table alone (no parameter,

@@ -11,6 +11,8 @@
 extern "C" {
 #endif
 
+struct ll_dist; /* ll/dist.h */
+
 /* ---- learning-rate schedules (reference-spec §5.2) ---- */
 typedef struct {
     int kind; /* 0 inverse_sqrt, 1 polynomial */
@@ -106,6 +108,12 @@ typedef struct {
 /* Loss on `valid` and (train.valid_bleu) BLEU/chrF of decoding the raw
  * data.valid sources with train.valid_beam.  -1 + errbuf. */
 int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm, ll_valid_result *r);
+/* The same over several ranks (d: the collectives on the model's memory;
+ * NULL: one process): each rank takes every world-th batch and sentence, the
+ * sums (losses, tokens, BLEU/chrF n-gram counts) are all-reduced, and every
+ * rank gets the global result. */
+int ll_validate_ranks(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm,
+                      ll_valid_result *r, struct ll_dist *d);
 /* Inference-time latent gates for a language pair (config language indices;
  * no-op without latent layers).  -1 + errbuf when a latent stack has no row
  * for the pair (an unknown language, or a pair per_pair rows do not cover). */
@@ -117,6 +125,7 @@ typedef struct {
     const char *config_path;
     int op_stats;      /* count backend ops and host transfers per update (one worker), print at the end */
     const char *resume_command; /* printed after a graceful stop (SIGINT/SIGTERM/SIGHUP); NULL: generic hint */
+    struct ll_dist *dist;       /* the job's ranks (ll_dist_start); NULL: one process */
 } ll_train_opts;
 /* Prints the backend memory one training step of cfg needs (fp32 and bf16),
  * measured on the dry backend at the largest batch shape, or B x T sentences

@@ -27,48 +27,39 @@ ll_backend *ll_backend_cuda(int device) {
     ll_fail("this build of ll has no CUDA backend (configure with -DLL_CUDA=ON on a machine with nvcc)");
     return NULL;
 }
+ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
+    (void)act;
+    return ll_backend_cuda(device);
+}
 int ll_cuda_device_count(void) { return 0; }
 #endif
 
-#if !defined(LL_WITH_CUDA) || defined(LL_REAL_DOUBLE) || !defined(LL_CUDA_HAS_PRECISION)
-/* Stand-in until the CUDA backend defines ll_backend_cuda_precision (branch
- * cuda, with LL_CUDA_HAS_PRECISION; see include/ll/backend.h): the one CUDA
- * backend there is, when its activation dtype is the one asked for. */
-ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
-    ll_backend *cb = ll_backend_cuda(device);
-    if (cb && cb->act != act)
-        return ll_fail("the CUDA backend has %s activations only so far (the %s kernels come with the CUDA "
-                       "backend's precision support); use precision %s",
-                       ll_dtype_str(cb->act), ll_dtype_str(act), ll_dtype_str(cb->act)),
-               NULL;
-    return cb;
-}
-#endif
-
-/* train.device / lldecode --device: "cpu", "cuda" (device 0; an error when
- * there is none, it lacks `act` activations or the backend is incomplete) or
- * "auto" (CUDA device 0 when one is present and the backend has every op in
- * `act`, else the CPU, saying why). */
-ll_backend *ll_backend_select(const char *device, ll_dtype act, const char *setting) {
+/* train.device / lldecode --device: "cpu", "cuda" (GPU `gpu`; an error when
+ * there is none or the backend of dtype `act` is incomplete) or "auto" (that
+ * GPU when present and complete, else the CPU, saying why). */
+ll_backend *ll_backend_select(const char *device, ll_dtype act, int gpu, const char *setting) {
     if (!strcmp(device, "cpu")) return ll_backend_cpu_precision(act);
     const int automatic = !strcmp(device, "auto");
     if (!automatic && strcmp(device, "cuda"))
         return ll_fail("%s %s: expected auto, cpu or cuda", setting, device), NULL;
     const int n = ll_cuda_device_count();
-    ll_backend *cb = n > 0 ? ll_backend_cuda_precision(0, act) : NULL;
+    ll_backend *cb = n > gpu ? ll_backend_cuda_precision(gpu, act) : NULL;
     const char *missing = cb ? ll_backend_missing(cb) : NULL;
     if (cb && !missing) {
-        ll_log("%s %s: CUDA device 0 (%d present), %s activations", setting, device, n, ll_dtype_str(act));
+        ll_log("%s %s: CUDA device %d (%d present), %s activations", setting, device, gpu, n, ll_dtype_str(act));
         return cb;
     }
     char why[512];
     if (n == 0)
         snprintf(why, sizeof why, "no CUDA device is available (no GPU, no NVIDIA driver, or ll was built without CUDA)");
+    else if (n <= gpu)
+        snprintf(why, sizeof why, "no CUDA device %d (%d present: one rank per GPU)", gpu, n);
     else if (!cb)
         snprintf(why, sizeof why, "%s", ll_errbuf());
     else
-        snprintf(why, sizeof why, "the CUDA backend does not implement op '%s' yet", missing);
-    if (!automatic) return ll_fail("%s cuda: %s; use cpu (or auto)", setting, why), NULL;
+        snprintf(why, sizeof why, "the %s CUDA backend does not implement op '%s'", ll_dtype_str(act), missing);
+    if (!automatic || (n > 0 && n <= gpu)) /* auto with too few GPUs: no rank on the CPU beside GPU ranks */
+        return ll_fail("%s %s: %s; use cpu%s", setting, device, why, automatic ? "" : " (or auto)"), NULL;
     ll_log("%s auto: %s: using the CPU (%s activations)", setting, why, ll_dtype_str(act));
     return ll_backend_cpu_precision(act);
 }

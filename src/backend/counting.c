@@ -7,6 +7,7 @@
  * share the backend. */
 #include <stddef.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ll/backend.h"
@@ -25,6 +26,7 @@ typedef struct {
     ll_op_counts c;
     /* dry mode: ops are counted, not run; alloc hands out address space only */
     int dry;
+    int timing; /* ll_backend_timing: each op timed between syncs of the inner backend */
     uintptr_t next;
     dry_alloc *live;
     size_t n_live, cap_live;
@@ -38,10 +40,28 @@ static ll_backend *tick(ll_backend *be, size_t off) {
     return k->dry ? NULL : k->inner;
 }
 
+/* Timing: the inner backend is synchronised before and after the op, so the
+ * interval is the op's own execution (slower than a real step, where the
+ * device overlaps launches, but it shows where the time goes). */
+static double op_start(counting *k, ll_backend *in) {
+    if (!k->timing) return 0;
+    if (in->sync) in->sync(in);
+    return ll_now();
+}
+static void op_end(counting *k, ll_backend *in, size_t off, double t0) {
+    if (!k->timing) return;
+    if (in->sync) in->sync(in);
+    __atomic_fetch_add(&k->c.per_op_ns[off / sizeof(void *)], (uint64_t)((ll_now() - t0) * 1e9), __ATOMIC_RELAXED);
+}
+
 #define OPV(name, params, args)                                       \
     static void c_##name params {                                     \
         ll_backend *in_ = tick(be, offsetof(ll_backend, name));       \
-        if (in_) in_->name args;                                      \
+        if (!in_) return;                                             \
+        counting *k_ = (counting *)be;                                \
+        const double t0_ = op_start(k_, in_);                         \
+        in_->name args;                                               \
+        op_end(k_, in_, offsetof(ll_backend, name), t0_);             \
     }
 
 /* alloc/free: in dry mode, addresses that are never touched, and the bytes live and at peak */
@@ -225,6 +245,50 @@ ll_backend *ll_backend_dry(ll_backend *like) {
     k->dry = 1;
     k->next = (uintptr_t)1 << 44; /* far from any host mapping: never dereferenced */
     return &k->be;
+}
+
+ll_backend *ll_backend_timing(ll_backend *inner) {
+    counting *k = (counting *)ll_backend_counting(inner);
+    if (!k) return NULL;
+    k->timing = 1;
+    return &k->be;
+}
+
+/* Op classes of the profile (what an optimisation would target). */
+static const char *op_class(const char *op) {
+    static const struct { const char *prefix, *cls; } t[] = {
+        {"gemm", "matmul"}, {"linear_", "matmul"}, {"attention", "attention"}, {"layernorm", "layer norm"},
+        {"xent", "loss"}, {"sym_kl", "loss"}, {"log_softmax", "loss"}, {"ald_", "loss"}, {"adam", "optimizer"},
+        {"sumsq", "optimizer"}, {"grad_finish", "optimizer"}, {"latent_", "latent depth"}, {"weighted_", "DLCL"},
+        {"dots_acc", "DLCL"}, {"embed", "embedding"}, {"upload", "host transfer"}, {"download", "host transfer"},
+        {"copy_rows", "decoding"}, {"reorder_rows", "decoding"}, {"beam_topk", "decoding"}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strncmp(op, t[i].prefix, strlen(t[i].prefix))) return t[i].cls;
+    return "element-wise"; /* add, acc, dropout, relu, gates, copies, memset, convert */
+}
+
+void ll_backend_print_profile(FILE *f, const ll_op_counts *c, double steps) {
+    double total = 0, cls_s[32] = {0};
+    const char *cls[32];
+    int ncls = 0;
+    for (size_t i = 0; i < SLOTS; i++) total += c->per_op_ns[i] * 1e-9;
+    if (steps <= 0) steps = 1;
+    fprintf(f, "%-16s %8s %10s %7s\n", "op", "calls", "ms/step", "share");
+    for (size_t i = 0; i < SLOTS; i++) {
+        if (!c->per_op[i]) continue;
+        const double s = c->per_op_ns[i] * 1e-9;
+        const char *name = ll_backend_op_name(i), *k = op_class(name);
+        fprintf(f, "%-16s %8.0f %10.3f %6.1f%%\n", name, c->per_op[i] / steps, 1e3 * s / steps,
+                total > 0 ? 100 * s / total : 0);
+        int j = 0;
+        while (j < ncls && strcmp(cls[j], k)) j++;
+        if (j == ncls && ncls < 32) cls[ncls++] = k;
+        if (j < 32) cls_s[j] += s;
+    }
+    fprintf(f, "%-16s %19s\n", "class", "ms/step   share");
+    for (int j = 0; j < ncls; j++)
+        fprintf(f, "%-16s %10.3f %6.1f%%\n", cls[j], 1e3 * cls_s[j] / steps, total > 0 ? 100 * cls_s[j] / total : 0);
+    fprintf(f, "%-16s %10.3f (ops timed between syncs)\n", "total", 1e3 * total / steps);
 }
 
 void ll_backend_counting_free(ll_backend *be) {

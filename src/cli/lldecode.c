@@ -284,7 +284,7 @@ int main(int argc, char **argv) {
     if (o.quiet) ll_verbosity = 0;
     ll_set_threads(o.threads > 0 ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 
-    ll_backend *be = ll_backend_select(o.device, o.bf16 ? LL_BF16 : LL_REAL_DTYPE, "--device");
+    ll_backend *be = ll_backend_select(o.device, o.bf16 ? LL_BF16 : LL_REAL_DTYPE, 0, "--device");
     if (!be) ll_die("%s", ll_errbuf());
     ll_ckpt *k = ll_ckpt_open(o.model);
     if (!k) ll_die("%s", ll_errbuf());

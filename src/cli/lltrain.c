@@ -16,6 +16,7 @@
 #include "ll/backend.h"
 #include "ll/config.h"
 #include "ll/core.h"
+#include "ll/dist.h"
 #include "ll/train.h"
 
 static void usage(FILE *out) {
@@ -79,9 +80,9 @@ int main(int argc, char **argv) {
             const int n = ll_cuda_device_count();
             printf("cuda devices: %d\n", n);
             ll_verbosity = 0; /* the choice is printed below, not logged */
-            ll_backend *be = ll_backend_select("auto", LL_REAL_DTYPE, "auto");
+            ll_backend *be = ll_backend_select("auto", LL_REAL_DTYPE, 0, "auto");
             printf("train.device auto: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
-            be = ll_backend_select("auto", LL_BF16, "auto");
+            be = ll_backend_select("auto", LL_BF16, 0, "auto");
             printf("train.device auto, train.precision bf16: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
             return 0;
         } else if (!strcmp(argv[i], "--help-config")) {
@@ -131,11 +132,29 @@ int main(int argc, char **argv) {
         ll_config_free(&cfg);
         return drc ? 1 : 0;
     }
+    /* mpirun -np N: one rank per process (docs/distributed.md); rank 0 alone logs */
+    ll_dist *dist = ll_dist_start(cfg.dist_backend, cfg.dist_timeout_s);
+    opts.dist = dist;
+    if (dist->world > 1) {
+        if (dist->rank != 0) ll_verbosity = 0;
+        if (cfg.threads == 0) { /* all cores, shared by this node's ranks */
+            int per = nt / (dist->local_size > 0 ? dist->local_size : 1);
+            ll_set_threads(per > 0 ? per : 1);
+        }
+    }
     char *resume = resume_command(argc, argv);
+    if (dist->world > 1) { /* the same launch again */
+        char *r = ll_malloc(strlen(resume) + 32);
+        sprintf(r, "mpirun -np %d %s", dist->world, resume);
+        free(resume);
+        resume = r;
+    }
     opts.resume_command = resume;
     int rc = ll_train(&cfg, &opts);
     free(resume);
     ll_config_free(&cfg);
+    if (rc && dist->world > 1) ll_dist_abort(dist, ll_errbuf()); /* stops the other ranks too */
     if (rc) ll_die("%s", ll_errbuf());
+    dist->finalize(dist);
     return 0;
 }

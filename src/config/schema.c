@@ -43,6 +43,7 @@ const ll_cfg_section ll_cfg_sections[] = {
     {"latent", "Latent depth (Li et al. 2020): Gumbel-gated layers, priors, KL, target depth, llprune."},
     {"dlcl", "Dynamic linear combination of layers (Wang et al. 2019)."},
     {"deep", "Deep decoder (Li et al. 2022): cross-attention drop (CAD) and the DDR/ALD losses (CRT)."},
+    {"dist", "Multi-process data parallelism: mpirun -np N lltrain ... (docs/distributed.md)."},
 };
 const int ll_cfg_nsections = (int)(sizeof ll_cfg_sections / sizeof ll_cfg_sections[0]);
 
@@ -132,7 +133,8 @@ const ll_cfg_key ll_cfg_keys[] = {
     ENUM("train.precision", precision, "fp32", "fp32|bf16",
          "Activation dtype: bf16 stores activations, their gradients and the weight copy matmuls read in bf16 "
          "(master weights, gradients, Adam moments, statistics and losses stay fp32). On the CPU bf16 is slower "
-         "(it exists to test mixed precision without a GPU); the CUDA backend will default to bf16."),
+         "(it exists to test mixed precision without a GPU); train.device=cuda runs both, and the default stays fp32 "
+         "on every device until bf16 GPU training is validated against it."),
 
     /* checkpoint */
     STR("checkpoint.save_dir", save_dir, "checkpoints", 0,
@@ -224,6 +226,20 @@ const ll_cfg_key ll_cfg_keys[] = {
         "ALD weight: contrastive loss of the clean source vs. light (gamma) and heavy (1-gamma) UNK corruption."),
     FLT("deep.ald_p", ald_p, "0.3", 0, 0.5, OPEN_MIN | OPEN_MAX, "gamma ~ U[0, p_ALD), p_ALD < 0.5."),
     FLT("deep.ald_tau", ald_tau, "0.1", 0, 100, OPEN_MIN, "Temperature of the ALD cosine similarities."),
+    /* multi-process training */
+    ENUM("dist.backend", dist_backend, "auto", "auto|single|mpi|nccl",
+         "auto: MPI ranks when started by mpirun with more than one rank (NCCL between GPUs when built with it), "
+         "else one process; single: ignore mpirun; mpi: always MPI (even with one rank); nccl: NCCL on the GPU "
+         "even with one rank (train.device=cuda)."),
+    FLT("dist.bucket_mb", dist_bucket_mb, "25", 0, 65536, OPEN_MIN,
+        "Gradient bucket size (MiB of fp32): each bucket is all-reduced as soon as the backward that writes it "
+        "last has run."),
+    INT("dist.zero", dist_zero, "0", 0, 1,
+        "1: ZeRO-1, Adam moments sharded across ranks (reduce-scatter gradients, each rank updates its shard, "
+        "all-gather the weights)."),
+    FLT("dist.timeout_s", dist_timeout_s, "300", 0, 1e7, 0,
+        "A collective waiting longer than this for another rank stops the whole job with a message naming "
+        "the rank (0 = wait forever)."),
 };
 const int ll_cfg_nkeys = (int)(sizeof ll_cfg_keys / sizeof ll_cfg_keys[0]);
 

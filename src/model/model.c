@@ -290,6 +290,7 @@ ll_model *ll_model_replica(const ll_model *m) {
     *r = *m; /* shares params, tables and host arrays (read-only while replicas live) */
     r->replica_of = m;
     r->grads = NULL;
+    r->grad_hook = NULL; /* only the model whose gradients are reduced calls it */
     r->stats = m->be->alloc(m->be, LL_ST_N * sizeof(double) + m->snap_bytes);
     for (int s = 0; s < 2; s++) /* its own dL/dgate; the gates themselves are shared */
         r->dgate_buf[s] = m->be->alloc(m->be, (size_t)((s ? m->hp.Ld : m->hp.Le) + 1) * sizeof(real));

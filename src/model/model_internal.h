@@ -88,6 +88,8 @@ typedef struct {
     ll_act *top;                /* stack output before the final LN */
     ll_act *out;                /* after the final LN (pre-norm) or == top */
     real *mean, *rstd;
+    int last_pass;              /* the update's last backward over this stack: each layer's gradient is
+                                   final after its backward (m->grad_hook, per layer; not with DLCL) */
 } ll_stack_run;
 
 #define LL_MAX_RUNS 4

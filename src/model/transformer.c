@@ -107,6 +107,7 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, ll_act *dout) {
             const ll_arena_mark mk = ll_arena_get_mark(&m->arena);
             ll_layer_bwd(m, r, l, dy, dx); /* overwrites dx */
             ll_arena_release(&m->arena, mk);
+            if (r->last_pass && m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_LAYER, r->stack, l);
             dy = dx;
         }
         if (r->L == 0) be->copy(be, dx0, dtop, ACT_BYTES(m, n));
@@ -237,6 +238,8 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     if (!do_backward) return;
 
     zero_dgates(m);
+    for (int i = 0; i < 4; i++) st->dec[i].last_pass = i == (ald ? 3 : ddr ? 1 : 0); /* per-layer grad hooks */
+    for (int i = 0; i < 3; i++) st->enc[i].last_pass = i == (ald ? 2 : 0);
     ll_act *d_enc = ll_zeros(m, (size_t)b->B * b->S * C);
     ll_act *dh = project_bwd(m, lg0, h0, Nt);
     if (dh_ald[0]) be->acc(be, dh, dh_ald[0], (size_t)Nt * C);
@@ -247,13 +250,16 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         st->dec[1].p.d_enc_out = d_enc;
         ll_stack_run_bwd(m, &st->dec[1], dh1);
     }
+    if (!ald && m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_DEC, 1, -1); /* the last decoder pass is done */
     ll_stack_run_bwd(m, &st->enc[0], d_enc);
     for (int i = 0; ald && i < 2; i++) {
         ll_act *de = ll_zeros(m, (size_t)b->B * b->S * C);
         st->dec[2 + i].p.d_enc_out = de;
         ll_stack_run_bwd(m, &st->dec[2 + i], dh_ald[1 + i]);
+        if (i == 1 && m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_DEC, 1, -1);
         ll_stack_run_bwd(m, &st->enc[1 + i], de);
     }
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_ENC, 0, -1);
 }
 
 void ll_loss_from_stats(const double *st, long ntokens, ll_loss_stats *out) {

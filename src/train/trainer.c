@@ -18,8 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ll/dist_train.h"
 #include "ll/latent.h"
 #include "ll/train.h"
+#include "signals.h"
 
 /* --op-stats: what crosses between host and backend per update. */
 typedef struct {
@@ -65,6 +67,11 @@ typedef struct {
     int n_langs;
     ll_backend *counted; /* --op-stats: the counting backend */
     op_tally tally;
+    /* multi-process training (src/train/dist_train.c): rank 0 alone writes */
+    ll_dist *dist;     /* collectives on the backend's memory */
+    ll_dist_train *dt;
+    int rank, world;
+    int uf;            /* micro-steps of a global update: update_freq x world */
 } trainer;
 
 static const char *save_path(trainer *t, const char *name) {
@@ -105,6 +112,7 @@ static int save(trainer *t, const char *name) {
     const double la[LL_LOG_ACC] = {(double)t->acc.ntok, t->acc.loss, t->acc.nll, t->acc.kl, t->acc.lk, t->acc.ddr,
                                    t->acc.ald, t->log_gnorm, (double)t->log_updates, (double)t->log_tokens};
     memcpy(t->ts.log_acc, la, sizeof la);
+    if (t->rank != 0) return 0; /* rank 0 alone writes (the state is the same on every rank) */
     if (t->metrics) fflush(t->metrics); /* ts.metrics_records counts them: a resume cuts the log back to those */
     if (ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts)) return -1;
     crash_point(t, name);
@@ -139,7 +147,16 @@ static int link_over(const char *src, const char *dst) {
 /* checkpoint_last, and with `numbered` checkpoint_<update> first, last being a
  * hard link to it (same bytes, written once).  Every save writes last, so a
  * killed run resumes from its newest save whatever the validation schedule. */
+static int checkpoint_rank0(trainer *t, int numbered);
 static int checkpoint(trainer *t, int numbered) {
+    ll_dist_train_full_moments(t->dt, 1); /* ZeRO-1: every rank sends its moment shards */
+    int rc = t->rank == 0 ? checkpoint_rank0(t, numbered) : 0;
+    ll_dist_train_full_moments(t->dt, 0);
+    if (!rc) t->saved_update = t->ts.update;
+    return rc;
+}
+
+static int checkpoint_rank0(trainer *t, int numbered) {
     char last[LL_PATH_MAX + 64];
     snprintf(last, sizeof last, "%s", save_path(t, "checkpoint_last.llm"));
     if (numbered) {
@@ -203,12 +220,22 @@ static void repair_best(trainer *t) {
 static int setup(trainer *t, const ll_train_opts *o) {
     ll_config *cfg = t->cfg;
     char from[LL_PATH_MAX + 64] = "";
-    /* before data preparation: fail fast */
-    ll_backend *be = ll_backend_select(cfg->device, ll_config_act_dtype(cfg), "train.device");
+    ll_dist *host = o->dist ? o->dist : ll_dist_single();
+    t->rank = host->rank;
+    t->world = host->world;
+    t->uf = cfg->update_freq * t->world;
+    /* before data preparation: fail fast (one rank per GPU; fp32 or bf16) */
+    ll_backend *be = ll_backend_select(cfg->device, ll_config_act_dtype(cfg), host->local_rank, "train.device");
     if (!be) return -1;
-    if (!ll_data_is_prepared(cfg)) {
+    if (t->rank == 0 && !ll_data_is_prepared(cfg)) { /* several ranks: rank 0 prepares, the others wait */
         ll_log("preparing data in %s ...", cfg->data_dir);
         if (ll_prepare_data(cfg)) return -1;
+    }
+    if (t->world > 1) { /* however long preparing takes: no watchdog here */
+        const double to = host->timeout_s;
+        host->timeout_s = 0;
+        host->barrier(host);
+        host->timeout_s = to;
     }
     char spm_path[LL_PATH_MAX + 32];
     snprintf(spm_path, sizeof spm_path, "%s/spm.model", cfg->data_dir);
@@ -227,6 +254,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, ll_spm_vocab_size(t->spm));
     if (o->op_stats) t->counted = be = ll_backend_counting(be); /* no CPU team: it is not ll_backend_cpu() */
+    if (!(t->dist = ll_dist_for_backend(host, be, !strcmp(cfg->dist_backend, "nccl")))) return -1;
     t->m = ll_model_new(&hp, be);
     ll_model_init(t->m, (uint64_t)cfg->seed);
     /* activations: one arena block sized by a dry run at the largest batch (+ slack for
@@ -294,7 +322,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
                        "checkpoint.save_dir", cfg->save_dir);
     }
     if (mkdir_p(cfg->save_dir)) return -1;
-    int stale = ll_ckpt_clean_stale_temps(cfg->save_dir); /* left by killed runs */
+    int stale = t->rank == 0 ? ll_ckpt_clean_stale_temps(cfg->save_dir) : 0; /* left by killed runs */
     if (stale < 0) return -1;
     if (stale > 0) ll_log("removed %d stale temporary file(s) from %s", stale, cfg->save_dir);
     char mpath[LL_PATH_MAX + 64];
@@ -302,14 +330,15 @@ static int setup(trainer *t, const ll_train_opts *o) {
         snprintf(mpath, sizeof mpath, "%s", cfg->metrics_log);
     else
         snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->save_dir);
-    if (o->resume) {
+    if (o->resume && t->rank == 0) {
         repair_best(t);
         int kept = ll_metrics_truncate(mpath, t->ts.update, t->ts.metrics_records); /* written after the state */
         if (kept < 0) return -1;
         t->ts.metrics_records = kept;
     }
     t->ts.finished = 0;
-    t->metrics = fopen(mpath, o->resume ? "a" : "w");
+    if (t->rank != 0) snprintf(mpath, sizeof mpath, "/dev/null"); /* rank 0 alone logs */
+    t->metrics = fopen(mpath, o->resume && t->rank == 0 ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
     if (o->resume) { /* resumed from best or a numbered one: checkpoint_last (and the numbered one due at this
                       * update, if it never got written) as the interrupted run would have left them */
@@ -325,15 +354,19 @@ static int setup(trainer *t, const ll_train_opts *o) {
            hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", hp.latent_enc ? ", latent encoder" : "",
            hp.latent_dec ? ", latent decoder" : "", ll_model_count_params(t->m), ll_get_threads(), ll_step_team_size(t->team),
            ll_blas_core());
+    t->dt = ll_dist_train_new(t->dist, t->m, &t->opt, cfg); /* after the resume: rank 0's state goes to all */
+    ll_dist_train_describe(t->dt, cfg, t->uf);
     /* what one update sees, so that runs can be matched at equal data (docs/methods.md) */
     if (t->every_pair)
         ll_log("data per update: one batch of each of the %d pairs x update_freq %d (data.sampling every_pair)",
-               t->n_streams, cfg->update_freq);
+               t->n_streams, t->uf);
     else
-        ll_log("data per update: %d batch(es) drawn across %d pair(s) (data.sampling %s)", cfg->update_freq,
+        ll_log("data per update: %d batch(es) drawn across %d pair(s) (data.sampling %s)", t->uf,
                t->train.n_pairs, !strcmp(cfg->sampling, "auto") ? "temperature" : cfg->sampling);
     return 0;
 }
+
+static int o_host_differs(const trainer *t) { return t->dist->host != t->dist; }
 
 static void tally_update(trainer *t) {
     const ll_op_counts *c = ll_backend_counts(t->counted), *b = &t->tally.before;
@@ -375,6 +408,8 @@ static void print_op_stats(const trainer *t) {
 
 static void teardown(trainer *t) {
     if (t->metrics) fclose(t->metrics);
+    ll_dist_train_free(t->dt);
+    if (t->dist && o_host_differs(t)) t->dist->finalize(t->dist); /* NCCL over the host's ranks */
     for (int i = 0; i < t->n_streams; i++)
         if (t->its[i]) ll_batcher_free(t->its[i]);
     ll_step_team_free(t->team);
@@ -397,7 +432,7 @@ static void teardown(trainer *t) {
 static int run_validation(trainer *t, double elapsed, int *stop) {
     if (!t->have_valid) return 0;
     ll_valid_result r;
-    if (ll_validate(t->m, t->cfg, &t->valid, t->spm, &r)) return -1;
+    if (ll_validate_ranks(t->m, t->cfg, &t->valid, t->spm, &r, t->dist)) return -1; /* sharded over the ranks */
     int by_bleu = !strcmp(t->cfg->best_metric, "bleu");
     double metric = by_bleu ? -r.bleu : r.loss; /* lower is better */
     int best = metric < t->ts.best_valid;
@@ -421,7 +456,12 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     t->ts.metrics_records++;
     fflush(t->metrics);
     crash_point(t, "valid");
-    if (best && save(t, "checkpoint_best.llm")) return -1;
+    if (best) {
+        ll_dist_train_full_moments(t->dt, 1); /* ZeRO-1: every rank sends its shards; rank 0 writes */
+        int rc = save(t, "checkpoint_best.llm");
+        ll_dist_train_full_moments(t->dt, 0);
+        if (rc) return -1;
+    }
     if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
         ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
                t->cfg->best_metric);
@@ -468,8 +508,11 @@ static void draw_structure(trainer *t, uint64_t step) {
 
 /* Forward/backward of everything in one update; gradients and losses
  * accumulate on the backend (nothing is read here); *ntok gets the update's
- * target tokens (known on the host from the batches). */
-static int accumulate(trainer *t, ll_batch *b, long *ntok) {
+ * target tokens (known on the host from the batches), *own those this rank
+ * trained.  With several ranks, job j (a micro-step's batch, or one pair's)
+ * is trained by rank j % world; every rank reads every job's batch and
+ * replays its latent draws (ll/dist_train.h). */
+static int accumulate(trainer *t, ll_batch *b, long *ntok, long *own) {
     const ll_config *cfg = t->cfg;
     const long upd = t->ts.update;
     const int per = t->every_pair ? t->n_streams : 1;
@@ -479,25 +522,41 @@ static int accumulate(trainer *t, ll_batch *b, long *ntok) {
         double f = upd >= cfg->latent_tau_anneal_updates ? 1.0 : (double)upd / cfg->latent_tau_anneal_updates;
         tau = cfg->latent_tau * pow(cfg->latent_tau_final / cfg->latent_tau, f);
     }
-    for (int k = 0; k < cfg->update_freq; k++)
-        for (int p = 0; p < per; p++) {
-            if (next_batch(t, t->every_pair ? p : 0, b)) return -1;
-            uint64_t step = ((uint64_t)upd * cfg->update_freq + k) * per + p; /* keys dropout and Gumbel noise */
-            int rows[2] = {ll_latent_pair_row(&t->m->hp, cfg, 0, b->src_lang, b->tgt_lang),
-                           ll_latent_pair_row(&t->m->hp, cfg, 1, b->src_lang, b->tgt_lang)};
+    const long jobs = (long)t->uf * per;
+    long last_mine = -1;
+    for (long j = 0; j < jobs; j++)
+        if (ll_dist_train_owns(t->dt, j)) last_mine = j;
+    for (long j = 0; j < jobs; j++) {
+        const int k = (int)(j / per), p = (int)(j % per);
+        if (next_batch(t, t->every_pair ? p : 0, b)) return -1;
+        uint64_t step = ((uint64_t)upd * t->uf + k) * per + p; /* keys dropout and Gumbel noise */
+        int rows[2] = {ll_latent_pair_row(&t->m->hp, cfg, 0, b->src_lang, b->tgt_lang),
+                       ll_latent_pair_row(&t->m->hp, cfg, 1, b->src_lang, b->tgt_lang)};
+        for (int s = 0; s < 2; s++)
+            if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, (real)tau, hard);
+        *ntok += b->n_tgt_tokens;
+        if (!ll_dist_train_owns(t->dt, j)) { /* another rank's job: its draws are replayed, nothing else */
             for (int s = 0; s < 2; s++)
-                if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, (real)tau, hard);
-            draw_structure(t, step);
-            /* the gates' gradients (the DDR pass shares the accumulators) go to the logits */
-            ll_model_step_team(t->m, t->team, b, (uint64_t)cfg->seed, step, NULL);
-            for (int s = 0; s < 2; s++)
-                if (ll_latent_on(t->m, s)) {
-                    ll_latent_backward(t->m, s, rows[s]);
-                    ll_latent_kl(t->m, &t->lat, s, rows[s], upd, b->n_tgt_tokens);
-                }
-            *ntok += b->n_tgt_tokens;
+                if (ll_latent_on(t->m, s)) t->lat.sampled[s][rows[s]] = 1;
+            continue;
         }
-    for (int s = 0; s < 2 && t->latent; s++) ll_latent_lk(t->m, &t->lat, s, upd, *ntok);
+        draw_structure(t, step);
+        /* the last job starts the gradient buckets from inside its backward (not
+         * with a thread team: its workers' gradients are summed after the backward) */
+        if (j == last_mine && !t->team) ll_dist_train_arm(t->dt, 1);
+        /* the gates' gradients (the DDR pass shares the accumulators) go to the logits */
+        ll_model_step_team(t->m, t->team, b, (uint64_t)cfg->seed, step, NULL);
+        ll_dist_train_arm(t->dt, 0);
+        if (j == last_mine) ll_dist_train_ready(t->dt, LL_GRAD_DEC | LL_GRAD_ENC);
+        for (int s = 0; s < 2; s++)
+            if (ll_latent_on(t->m, s)) {
+                ll_latent_backward(t->m, s, rows[s]);
+                ll_latent_kl(t->m, &t->lat, s, rows[s], upd, b->n_tgt_tokens);
+            }
+        *own += b->n_tgt_tokens;
+    }
+    /* L_K once per global update, from the samples every rank holds: rank 0 adds it */
+    for (int s = 0; s < 2 && t->latent && t->rank == 0; s++) ll_latent_lk(t->m, &t->lat, s, upd, *ntok);
     return 0;
 }
 
@@ -530,39 +589,6 @@ static void log_latent_json(trainer *t, const real *snap, const double *st) {
         fprintf(t->metrics, "],\"expected_depth\":%.4f}", st[s ? LL_ST_DEPTH_DEC : LL_ST_DEPTH_ENC]);
     }
     fputc('}', t->metrics);
-}
-
-/* ---- interruption: SIGINT/SIGTERM/SIGHUP finish the update, checkpoint, exit 0 ---- */
-static volatile sig_atomic_t g_signal;
-
-static void on_signal(int sig) {
-    static const char again[] = "\nlltrain: second signal: exiting now, without a checkpoint\n";
-    static const char first[] = "\nlltrain: signal received: finishing this update and writing a checkpoint "
-                                "(send it again to exit at once)\n";
-    ssize_t w;
-    if (g_signal) {
-        w = write(STDERR_FILENO, again, sizeof again - 1);
-        _exit(128 + sig);
-    }
-    g_signal = sig;
-    w = write(STDERR_FILENO, first, sizeof first - 1);
-    (void)w;
-}
-
-static const int k_signals[3] = {SIGINT, SIGTERM, SIGHUP};
-
-static void catch_signals(struct sigaction old[3]) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    g_signal = 0;
-    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &sa, &old[i]);
-}
-
-static void restore_signals(const struct sigaction old[3]) {
-    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &old[i], NULL);
 }
 
 /* ---- non-finite updates ----
@@ -618,12 +644,14 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     real *snap = t.latent ? ll_malloc(t.m->snap_bytes) : NULL; /* host copy of the latent snapshot */
     int64_t epoch, pos;
     int stop = 0;
-    struct sigaction old_sa[3];
-    catch_signals(old_sa);
+    int stop_sig = 0; /* several ranks: the signal all ranks agreed on (a rank may see g_signal earlier) */
+    int out_of_time = 0; /* train.max_minutes passed (on any rank), after this update */
+    ll_train_signals sigs;
+    ll_train_signals_catch(&sigs, t.world);
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
-        if (g_signal || stop || (max_updates && t.ts.update >= max_updates)) break;
-        if (cfg->max_minutes > 0 && ll_now() - t_start >= 60.0 * cfg->max_minutes) {
+        if ((t.world > 1 ? stop_sig : ll_train_signal()) || stop || (max_updates && t.ts.update >= max_updates)) break;
+        if (out_of_time) {
             ll_log("train.max_minutes %g reached after %ld updates", (double)cfg->max_minutes, t.ts.update);
             break;
         }
@@ -632,13 +660,21 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
         t.m->be->memset0(t.m->be, t.m->grads, t.m->n_params * sizeof(real));
         ll_model_stats_zero(t.m);
-        long ntok = 0;
-        if ((rc = accumulate(&t, &b, &ntok))) goto out;
+        long ntok = 0, own = 0;
+        t.dist->update = t.ts.update;
+        if ((rc = accumulate(&t, &b, &ntok, &own))) goto out;
+        /* every rank learns of a signal, and of any rank's clock passing
+         * train.max_minutes, at the same update, so all stop together */
+        int sig = ll_train_signal();
+        out_of_time = cfg->max_minutes > 0 && ll_now() - t_start >= 60.0 * cfg->max_minutes;
+        if ((rc = ll_dist_train_sync(t.dt, own, ntok, &sig, &out_of_time))) goto out;
+        if (sig) ll_train_signal_raise(sig);
+        if (t.world > 1) stop_sig = sig;
         /* the logits take a step every I updates, from this update's gradient only */
         double lr_phi = -1;
         if (t.latent && (t.ts.update + 1) % I == 0)
             lr_phi = cfg->latent_logits_lr > 0 ? lr * cfg->latent_logits_lr / cfg->lr : lr;
-        ll_adam_step(&t.opt, t.m, lr, lr_phi, 1.0 / (ntok ? ntok : 1), cfg->clip_norm);
+        ll_dist_train_step(t.dt, lr, lr_phi, 1.0 / (ntok ? ntok : 1), cfg->clip_norm); /* sums the ranks' gradients */
         const int log_now = (t.ts.update + 1) % cfg->log_interval == 0 || (max_updates && t.ts.update + 1 == max_updates);
         if (t.latent && log_now) { /* E[L] and the logits/samples ride along with the stats */
             ll_latent_depth(t.m, &t.lat);
@@ -671,7 +707,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             if (max_updates)
                 remaining = (max_updates - t.ts.update) * per_update;
             else if (max_epochs)
-                remaining = ((max_epochs - epoch) * (double)nb + nb - pos) / cfg->update_freq * per_update;
+                remaining = ((max_epochs - epoch) * (double)nb + nb - pos) / t.uf * per_update;
             if (cfg->max_minutes > 0) { /* the time budget may end the run first */
                 const double left = 60.0 * cfg->max_minutes - (now - t_start);
                 if (remaining < 0 || left < remaining) remaining = left > 0 ? left : 0;
@@ -690,7 +726,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
              * that at any time): the run is diverging (nll can even read 0 then: all
              * mass on one token while the smoothing term explodes) */
             const double uniform = log2(t.m->hp.V);
-            if (!(L <= 2 * uniform) || (t.ts.update > cfg->warmup_updates && L > uniform + 1))
+            if (t.rank == 0 && (!(L <= 2 * uniform) || (t.ts.update > cfg->warmup_updates && L > uniform + 1)))
                 ll_warn("update %ld: loss %.4g bits/token is above log2(vocabulary) = %.2f, a uniform guess: training "
                         "is diverging; lower train.lr or set train.clip_norm",
                         t.ts.update, L, uniform);
@@ -731,10 +767,11 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         /* not during a run of skipped updates: if it ends the run, the last good checkpoint stays as it was */
         if (t.bad_streak == 0 && (numbered || validated) && (rc = checkpoint(&t, numbered))) goto out;
     }
-    if (g_signal) {
+    if (t.world > 1 ? stop_sig : ll_train_signal()) {
         if (t.saved_update != t.ts.update && (rc = checkpoint(&t, 0))) goto out;
-        fprintf(stderr, "lltrain: stopped by signal %d after update %ld; %s/checkpoint_last.llm holds it. To resume:\n  %s\n",
-                (int)g_signal, t.ts.update, cfg->save_dir,
+        if (t.rank == 0) /* the same on every rank: once */
+            fprintf(stderr, "lltrain: stopped by signal %d after update %ld; %s/checkpoint_last.llm holds it. To resume:\n  %s\n",
+                ll_train_signal(), t.ts.update, cfg->save_dir,
                 o->resume_command ? o->resume_command : "lltrain --config <the same config and --set options> --resume");
         goto out;
     }
@@ -744,10 +781,13 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     t.ts.finished = 1;
     if (!rc) rc = checkpoint(&t, 0);
     if (!rc) ll_log("done: %ld updates; checkpoints in %s", t.ts.update, cfg->save_dir);
+    if (!rc && t.world > 1)
+        ll_log("rank 0 waited %.2f s for collectives (%.1f%% of %.1f s of training)", ll_dist_train_wait_seconds(t.dt),
+               100 * ll_dist_train_wait_seconds(t.dt) / (ll_now() - t_start), ll_now() - t_start);
     if (!rc && t.counted) print_op_stats(&t);
 out:
     free(snap);
-    restore_signals(old_sa);
+    ll_train_signals_restore(&sigs);
     ll_batch_free(&b);
     teardown(&t);
     return rc;

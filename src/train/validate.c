@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ll/decode.h"
+#include "ll/dist.h"
 #include "ll/eval.h"
 #include "ll/latent.h"
 #include "ll/train.h"
@@ -28,13 +29,16 @@ int ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int t
     return 0;
 }
 
-static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *valid, ll_valid_result *r) {
+/* Several ranks (d->world > 1): rank r computes batch i iff i % world == r and
+ * the sums are all-reduced, so every rank gets the same global result. */
+static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *valid, ll_valid_result *r, ll_dist *d) {
     ll_batcher *vb = ll_batcher_new(valid, cfg->max_tokens, cfg->seed, 0);
     ll_batch b;
     memset(&b, 0, sizeof b);
     long ntok = 0;
     ll_model_stats_zero(m);
     for (uint64_t i = 0; ll_batcher_next(vb, &b); i++) { /* losses accumulate on the backend; one read at the end */
+        if (i % (uint64_t)d->world != (uint64_t)d->rank) continue;
         ll_set_pair_inference(m, cfg, b.src_lang, b.tgt_lang); /* rows exist: ll_config_validate */
         ll_latent_inference_draw(m, i);                          /* sample mode: one draw per batch */
         ll_model_step(m, &b, cfg->seed, 0, 0, NULL);
@@ -42,6 +46,10 @@ static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *vali
     }
     ll_batch_free(&b);
     ll_batcher_free(vb);
+    if (d->world > 1) {
+        ll_dist_allreduce_wait(d, m->stats, LL_ST_NLL + 1, LL_DIST_F64, 0, "all-reduce of the validation loss");
+        ntok = (long)ll_dist_sum_host(d, (double)ntok, "all-reduce of validation tokens");
+    }
     double st[LL_ST_N];
     ll_model_stats_read(m, st, NULL);
     r->loss = st[LL_ST_LOSS] / (ntok ? ntok : 1) / M_LN2;
@@ -76,7 +84,26 @@ static void free_lines(char **l, int n) {
     free(l);
 }
 
-static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_valid_result *r) {
+/* The n-gram statistics of every rank's sentences, summed (exact: counts). */
+static void sum_scores(ll_dist *d, ll_bleu_stats *bs, ll_chrf_stats *cs) {
+    enum { NB = 3 + 2 * LL_BLEU_ORDER, NC = 3 * LL_CHRF_MAX_ORDER + 1 };
+    double v[NB + NC];
+    int k = 0;
+    v[k++] = (double)bs->sys_len, v[k++] = (double)bs->ref_len, v[k++] = (double)bs->n_sents;
+    for (int i = 0; i < LL_BLEU_ORDER; i++) v[k++] = (double)bs->correct[i], v[k++] = (double)bs->total[i];
+    for (int i = 0; i < 3 * LL_CHRF_MAX_ORDER; i++) v[k++] = (double)cs->stats[i];
+    v[k++] = (double)cs->n_sents;
+    ll_dist_allreduce_wait(d->host, v, (size_t)k, LL_DIST_F64, 0, "all-reduce of validation BLEU statistics");
+    k = 0;
+    bs->sys_len = (int64_t)v[k++], bs->ref_len = (int64_t)v[k++], bs->n_sents = (int64_t)v[k++];
+    for (int i = 0; i < LL_BLEU_ORDER; i++) bs->correct[i] = (int64_t)v[k++], bs->total[i] = (int64_t)v[k++];
+    for (int i = 0; i < 3 * LL_CHRF_MAX_ORDER; i++) cs->stats[i] = (int64_t)v[k++];
+    cs->n_sents = (int64_t)v[k++];
+    if (bs->n_sents > 0 && bs->nrefs == 0) bs->nrefs = 1; /* a rank that decoded nothing */
+    if (cs->n_sents > 0 && cs->nrefs == 0) cs->nrefs = 1;
+}
+
+static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_valid_result *r, ll_dist *d) {
     ll_bleu_stats bs;
     ll_chrf_stats cs;
     ll_bleu_init(&bs, NULL);
@@ -103,20 +130,27 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
             return -1;
         }
         ll_set_pair_inference(m, cfg, ll_config_lang_index(cfg, c->src_lang), ll_config_lang_index(cfg, c->tgt_lang));
+        /* several ranks: this rank's lines i % world == rank (the others' are NULL, skipped below) */
+        int mine = 0;
+        for (int i = 0; i < ns; i++)
+            if (i % d->world == d->rank) src[mine] = src[i], ref[mine++] = ref[i];
+            else free(src[i]), free(ref[i]);
         ll_translation t;
-        int rc = ll_translate_lines(m, spm, (const char *const *)src, ns, &o, &t);
+        int rc = ll_translate_lines(m, spm, (const char *const *)src, mine, &o, &t);
         if (!rc)
-            for (int i = 0; i < ns; i++) {
+            for (int i = 0; i < mine; i++) {
                 if (!src[i][0] && !ref[i][0]) continue; /* empty pairs carry nothing */
                 const char *refs[1] = {ref[i]};
                 ll_bleu_add(&bs, t.best[i], refs, 1);
                 ll_chrf_add(&cs, t.best[i], refs, 1);
             }
+        ns = nt = mine;
         if (!rc) ll_translation_free(&t);
         free_lines(src, ns);
         free_lines(ref, nt);
         if (rc) return -1;
     }
+    if (d->world > 1) sum_scores(d, &bs, &cs);
     ll_bleu_result br;
     ll_chrf_result cr;
     ll_bleu_compute(&bs, &br);
@@ -128,10 +162,16 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
 }
 
 int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm, ll_valid_result *r) {
+    return ll_validate_ranks(m, cfg, valid, spm, r, NULL);
+}
+
+int ll_validate_ranks(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm,
+                      ll_valid_result *r, struct ll_dist *d) {
+    if (!d) d = ll_dist_single();
     memset(r, 0, sizeof *r);
     ll_model_reset_ctl(m); /* inference: no LayerDrop, every cross-attention */
-    valid_loss(m, cfg, valid, r);
-    int rc = cfg->valid_bleu ? valid_bleu(m, cfg, spm, r) : 0;
+    valid_loss(m, cfg, valid, r, d);
+    int rc = cfg->valid_bleu ? valid_bleu(m, cfg, spm, r, d) : 0;
     ll_model_reset_ctl(m);
     return rc;
 }

@@ -13,7 +13,7 @@
  * dtype of both sides.  bf16: side 0 is the bf16 CPU backend
  * (ll_backend_cpu_precision(LL_BF16): fp32 arithmetic on bf16-rounded inputs,
  * outputs rounded to bf16 -- the fp32 reference of a bf16 kernel), side 1
- * the bf16 CUDA backend (pb_cuda_backend below) or, in the self-test, a
+ * the bf16 CUDA backend (ll_backend_cuda_precision(0, LL_BF16)) or, in the self-test, a
  * second bf16 CPU backend.  Every float comparison then uses TOL_BF16.
  *
  * Error measure of a float comparison: max_i |got_i - ref_i| / max(|ref_i|,
@@ -76,21 +76,6 @@ static double pb_worst;          /* worst error ratio (err / tol) of the current
 static int pb_selftest;
 static int pb_quiet; /* a child process (one case): no banners */
 
-/* The CUDA backend under test with activations in `act`: the one hook for
- * it, ll_backend_cuda_precision (include/ll/backend.h).  Until branch cuda
- * (the bf16 kernels) is merged and defines it with LL_CUDA_HAS_PRECISION,
- * src/backend/backend.c's stand-in serves fp32 only, and a bf16 run skips
- * (77) saying so instead of failing; after the merge a missing bf16 backend
- * fails. */
-static inline ll_backend *pb_cuda_backend(ll_dtype act, int *skip) {
-    *skip = 0;
-    ll_backend *be = ll_backend_cuda_precision(0, act);
-#ifndef LL_CUDA_HAS_PRECISION
-    if (!be && act != LL_F32) *skip = 1;
-#endif
-    return be;
-}
-
 static inline int pb_setup(int quiet) {
     pb_quiet = quiet;
     const char *st = getenv("LL_PARITY_SELFTEST"), *pr = getenv("LL_PARITY_PRECISION");
@@ -113,12 +98,7 @@ static inline int pb_setup(int quiet) {
         printf("no CUDA device: skipping (LL_PARITY_SELFTEST=1 runs the harness CPU against CPU)\n");
         return 77;
     }
-    int skip;
-    pb_be[DUT] = pb_cuda_backend(pb_act, &skip);
-    if (!pb_be[DUT] && skip) {
-        printf("skipping: no %s CUDA backend in this build (%s)\n", ll_dtype_str(pb_act), ll_errbuf());
-        return 77;
-    }
+    pb_be[DUT] = ll_backend_cuda_precision(0, pb_act); /* the CUDA backend with activations in pb_act */
     if (!pb_be[DUT]) {
         fprintf(stderr, "FAIL: ll_backend_cuda_precision(0, %s): %s\n", ll_dtype_str(pb_act), ll_errbuf());
         return 1;

@@ -1,23 +1,27 @@
 /* The CUDA backend, host side: an ll_backend whose buffers are device memory
- * and whose ops are enqueued on one stream per backend.
+ * and whose ops are enqueued on one stream per device.
  *
- * impl holds the device id, a non-blocking cudaStream_t, a cuBLAS handle bound
- * to that stream, and a grow-only device scratch buffer for ops that need
- * temporary space (the layernorm dw/db reduction).  All work is ordered on the
- * stream; download() and sync() are the only points where the host waits
+ * impl holds the device id, a non-blocking cudaStream_t and a grow-only device
+ * scratch buffer for ops that need temporary space.  All work is ordered on
+ * the stream; download() and sync() are the only points where the host waits
  * (upload() also waits, so the caller may reuse its host buffer at once).
  *
- * Ops not written yet stay NULL, so ll_backend_missing() names the first one
- * the model would need.  Compiled only into ll_cuda (float build with
- * LL_WITH_CUDA); src/backend/backend.c stubs ll_backend_cuda and
- * ll_cuda_device_count in builds without CUDA. */
-#include <cublas_v2.h>
+ * Two backend objects per device, one per activation dtype (fp32, bf16), share
+ * that impl: models of both dtypes coexist in a process (the tests compare
+ * them), and sharing the stream keeps their work ordered and the scratch safe.
+ * Every op dispatches on be->act to the fp32 or bf16 instance of its kernel.
+ *
+ * This file has the memory ops, convert, layer norm and attention; the other
+ * ops are registered from cuda_ops_*.c and cuda_gemm_lt.c.  Compiled only into
+ * ll_cuda (float build with LL_WITH_CUDA); src/backend/backend.c stubs
+ * ll_backend_cuda* and ll_cuda_device_count in builds without CUDA. */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ll/backend.h"
 #include "ll/core.h"
+#include "cuda_internal.h"
 #include "ll_cuda.h"
 
 #ifdef LL_REAL_DOUBLE
@@ -30,7 +34,6 @@ _Static_assert(sizeof(real) == sizeof(float), "CUDA backend expects real == floa
 typedef struct {
     int device;
     cudaStream_t stream;
-    cublasHandle_t cublas;
     float *scratch; /* device, grow-only */
     size_t scratch_bytes;
 } cuda_impl;
@@ -39,27 +42,6 @@ static void cuda_check(cudaError_t e, const char *what, const char *file, int li
     if (e != cudaSuccess) ll_die("CUDA error at %s:%d (%s): %s", file, line, what, cudaGetErrorString(e));
 }
 #define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
-
-static const char *cublas_status_name(cublasStatus_t s) {
-    switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-    default: return "unknown cuBLAS status";
-    }
-}
-static void cublas_check(cublasStatus_t s, const char *what, const char *file, int line) {
-    if (s != CUBLAS_STATUS_SUCCESS)
-        ll_die("cuBLAS error at %s:%d (%s): %s (%d)", file, line, what, cublas_status_name(s), (int)s);
-}
-#define CUBLAS_CHECK(call) cublas_check((call), #call, __FILE__, __LINE__)
 
 static cuda_impl *impl_of(ll_backend *be) { return (cuda_impl *)be->impl; }
 
@@ -160,57 +142,27 @@ static float *scratch(cuda_impl *im, size_t bytes) {
     return im->scratch;
 }
 
-/* ---- gemm -----------------------------------------------------------------------
- * Row-major C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C.  A row-major matrix
- * with leading dimension ld is, to column-major cuBLAS, its transpose with the
- * same ld, so we compute C^T = op(B)^T op(A)^T: swap the operands and M/N, keep
- * the transpose flags.  cublasGemmEx takes each operand's dtype (fp32 or bf16)
- * and accumulates in fp32 (no TF32: the reference comparisons rely on exact
- * fp32).  Epilogues need cuBLASLt (CUBLASLT_EPILOGUE_BIAS / RELU_BIAS /
- * BGRADB with the operands swapped as above): the CUDA backend issue adds
- * them; until then a descriptor with one stops here. */
-static cudaDataType cuda_type(ll_dtype t) {
-    if (t == LL_BF16) return CUDA_R_16BF;
-    if (t != LL_F32) ll_die("cuda gemm: no %s operands", ll_dtype_str(t));
-    return CUDA_R_32F;
-}
+/* ---- convert (kernels/convert.cu) ---------------------------------------------- */
 
-static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
-    if (g->M <= 0 || g->N <= 0) return;
-    if (g->epi != LL_EPI_NONE)
-        ll_die("cuda gemm: epilogue %d (bias / bias+relu / bias gradient) needs cuBLASLt, which the CUDA backend "
-               "does not use yet",
-               (int)g->epi);
+static void cu_convert(ll_backend *be, void *dst, ll_dtype dt, const void *src, ll_dtype st, size_t n) {
     cuda_impl *im = enter(be);
-    float a = (float)g->alpha, b = (float)g->beta;
-    CUBLAS_CHECK(cublasGemmEx(im->cublas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              g->N, g->M, g->K, &a, g->B, cuda_type(g->b_type), g->ldb, g->A, cuda_type(g->a_type),
-                              g->lda, &b, g->C, cuda_type(g->c_type), g->ldc, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+    CUDA_CHECK(ll_cuda_convert(im->stream, dst, dt, src, st, n));
 }
 
-/* ---- layer norm (kernels/layernorm.cu: fp32 activations only so far) ------------ */
-
-static void need_f32(ll_backend *be, const char *op) {
-    if (be->act != LL_F32) ll_die("cuda %s: %s activations need the bf16 kernels (not written yet)", op,
-                                  ll_dtype_str(be->act));
-}
+/* ---- layer norm (kernels/layernorm.cu) ------------------------------------------ */
 
 static void cu_layernorm_fwd(ll_backend *be, ll_act *out, real *mean, real *rstd, const ll_act *x, const real *w,
                              const real *b, int N, int C) {
-    need_f32(be, "layernorm_fwd");
     cuda_impl *im = enter(be);
-    CUDA_CHECK(ll_cuda_layernorm_fwd(im->stream, (float *)out, mean, rstd, (const float *)x, w, b, N, C));
+    CUDA_CHECK(ll_cuda_layernorm_fwd_dt(im->stream, ll_cuda_act(be), out, mean, rstd, x, w, b, N, C));
 }
 
 static void cu_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, const ll_act *dout, const ll_act *x,
                              const real *w, const real *mean, const real *rstd, int N, int C) {
-    need_f32(be, "layernorm_bwd");
     cuda_impl *im = enter(be);
     size_t nf = (dw || db) ? ll_cuda_layernorm_bwd_scratch_floats(N, C) : 0;
     float *s = nf ? scratch(im, nf * sizeof(float)) : NULL;
-    CUDA_CHECK(ll_cuda_layernorm_bwd(im->stream, (float *)dx, dw, db, s, (const float *)dout, (const float *)x, w,
-                                     mean, rstd, N, C));
+    CUDA_CHECK(ll_cuda_layernorm_bwd_dt(im->stream, ll_cuda_act(be), dx, dw, db, s, dout, x, w, mean, rstd, N, C));
 }
 
 /* ---- attention (kernels/attention.cu) ------------------------------------------ */
@@ -218,28 +170,26 @@ static void cu_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, con
 static void cu_attention_fwd(ll_backend *be, ll_act *out, real *lse, const ll_act *q, int q_stride, const ll_act *k,
                              const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                              int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
-    need_f32(be, "attention_fwd");
     cuda_impl *im = enter(be);
-    CUDA_CHECK(ll_cuda_attention_fwd(im->stream, (float *)out, lse, (const float *)q, q_stride, (const float *)k,
-                                     (const float *)v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, attn_dropout,
-                                     rng, rng_offset));
+    CUDA_CHECK(ll_cuda_attention_fwd_dt(im->stream, ll_cuda_act(be), out, lse, q, q_stride, k, v, kv_stride, key_len,
+                                        B, Tq, Tk, H, Dh, causal, attn_dropout, rng, rng_offset));
 }
 
 static void cu_attention_bwd(ll_backend *be, ll_act *dq, ll_act *dk, ll_act *dv, const ll_act *dout,
                              const ll_act *out, const real *lse, const ll_act *q, int q_stride, const ll_act *k,
                              const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                              int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
-    need_f32(be, "attention_bwd");
     cuda_impl *im = enter(be);
-    CUDA_CHECK(ll_cuda_attention_bwd(im->stream, (float *)dq, (float *)dk, (float *)dv, (const float *)dout,
-                                     (const float *)out, lse, (const float *)q, q_stride, (const float *)k,
-                                     (const float *)v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, attn_dropout,
-                                     rng, rng_offset));
+    CUDA_CHECK(ll_cuda_attention_bwd_dt(im->stream, ll_cuda_act(be), dq, dk, dv, dout, out, lse, q, q_stride, k, v,
+                                        kv_stride, key_len, B, Tq, Tk, H, Dh, causal, attn_dropout, rng,
+                                        rng_offset));
 }
 
 /* ---- CUDA-only helpers (kernels/ll_cuda.h) ------------------------------------- */
 
 cudaStream_t ll_cuda_stream(ll_backend *be) { return impl_of(be)->stream; }
+cudaStream_t ll_cuda_enter(ll_backend *be) { return enter(be)->stream; }
+void *ll_cuda_scratch(ll_backend *be, size_t bytes) { return scratch(impl_of(be), bytes); }
 int ll_cuda_device(ll_backend *be) { return impl_of(be)->device; }
 
 void ll_cuda_check_launch(cudaError_t e, const char *op) {
@@ -258,23 +208,14 @@ void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const
 }
 
 /* ---- construction ---------------------------------------------------------------
- * One backend per device, created on first use and kept for the life of the
- * process (like ll_backend_cpu()'s single instance). */
+ * One impl (stream, scratch) per device and one backend per (device, dtype),
+ * created on first use and kept for the life of the process (like
+ * ll_backend_cpu_precision()'s instances). */
 
-static ll_backend *g_backends[LL_CUDA_MAX_DEVICES];
+static cuda_impl *g_impls[LL_CUDA_MAX_DEVICES];
+static ll_backend *g_backends[LL_CUDA_MAX_DEVICES][2]; /* [device][0: fp32, 1: bf16] */
 
-ll_backend *ll_backend_cuda(int device) {
-    int n = ll_cuda_device_count();
-    if (n == 0) {
-        ll_fail("no CUDA device is available (no GPU, or no NVIDIA driver)");
-        return NULL;
-    }
-    if (device < 0 || device >= n || device >= LL_CUDA_MAX_DEVICES) {
-        ll_fail("CUDA device %d does not exist (%d device%s present)", device, n, n == 1 ? "" : "s");
-        return NULL;
-    }
-    if (g_backends[device]) return g_backends[device];
-
+static cuda_impl *impl_new(int device) {
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -290,21 +231,31 @@ ll_backend *ll_backend_cuda(int device) {
         ll_fail("cannot create a CUDA stream on device %d: %s", device, cudaGetErrorString(e));
         return NULL;
     }
-    cublasStatus_t s = cublasCreate(&im->cublas);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        cudaStreamDestroy(im->stream);
-        free(im);
-        ll_fail("cannot initialise cuBLAS on device %d: %s", device, cublas_status_name(s));
+    return im;
+}
+
+ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
+    if (act != LL_F32 && act != LL_BF16) {
+        ll_fail("the CUDA backend has fp32 or bf16 activations, not %s", ll_dtype_str(act));
         return NULL;
     }
-    CUBLAS_CHECK(cublasSetStream(im->cublas, im->stream));
-    /* exact fp32 for now: the reference comparisons with the CPU backend rely on it */
-    CUBLAS_CHECK(cublasSetMathMode(im->cublas, CUBLAS_DEFAULT_MATH));
+    int n = ll_cuda_device_count();
+    if (n == 0) {
+        ll_fail("no CUDA device is available (no GPU, or no NVIDIA driver)");
+        return NULL;
+    }
+    if (device < 0 || device >= n || device >= LL_CUDA_MAX_DEVICES) {
+        ll_fail("CUDA device %d does not exist (%d device%s present)", device, n, n == 1 ? "" : "s");
+        return NULL;
+    }
+    const int slot = act == LL_BF16;
+    if (g_backends[device][slot]) return g_backends[device][slot];
+    if (!g_impls[device] && !(g_impls[device] = impl_new(device))) return NULL;
 
     ll_backend *be = ll_calloc(1, sizeof *be);
     be->name = "cuda";
-    be->impl = im;
-    be->act = LL_F32; /* bf16 (the default for CUDA training) arrives with the bf16 kernels */
+    be->impl = g_impls[device];
+    be->act = act;
     be->alloc = cu_alloc;
     be->free = cu_free;
     be->upload = cu_upload;
@@ -312,14 +263,25 @@ ll_backend *ll_backend_cuda(int device) {
     be->memset0 = cu_memset0;
     be->copy = cu_copy;
     be->sync = cu_sync;
-    be->gemm = cu_gemm;
+    be->convert = cu_convert;
     be->layernorm_fwd = cu_layernorm_fwd;
     be->layernorm_bwd = cu_layernorm_bwd;
     be->attention_fwd = cu_attention_fwd;
     be->attention_bwd = cu_attention_bwd;
-    /* The rest (convert, embed, relu, dropout, add/acc/sumsq, xent,
-     * log_softmax, adam, gemm epilogues) come with the next issue; NULL until then. */
+    /* the other ops, one registration per file (cuda_ops_*.c, cuda_gemm_lt.c) */
+    ll_cuda_register_elementwise(be);
+    ll_cuda_register_embed(be);
+    ll_cuda_register_loss(be);
+    ll_cuda_register_step(be);
+    ll_cuda_register_latent(be);
     ll_cuda_register_decode(be);
-    g_backends[device] = be;
+    if (ll_cuda_register_gemm_lt(be) != 0) { /* errbuf says why */
+        free(be);
+        return NULL;
+    }
+    g_backends[device][slot] = be;
     return be;
 }
+
+/* fp32 activations: the parity reference against the CPU backend. */
+ll_backend *ll_backend_cuda(int device) { return ll_backend_cuda_precision(device, LL_F32); }

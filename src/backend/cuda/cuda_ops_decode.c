@@ -3,8 +3,7 @@
  * beam top-k are kernels.  Nothing here synchronises. */
 #include <cuda_runtime_api.h>
 
-#include "ll/backend.h"
-#include "ll_cuda.h"
+#include "cuda_internal.h"
 
 /* A copy moves bytes: every activation dtype. */
 static void cu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
@@ -12,28 +11,27 @@ static void cu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const l
     if (rows <= 0 || n == 0) return;
     const size_t e = ll_act_size(be);
     ll_cuda_check_launch(cudaMemcpy2DAsync(dst, dst_stride * e, src, src_stride * e, n * e, (size_t)rows,
-                                           cudaMemcpyDeviceToDevice, ll_cuda_stream(be)),
+                                           cudaMemcpyDeviceToDevice, ll_cuda_enter(be)),
                          "copy_rows");
 }
 
 static void cu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
                             size_t stride) {
-    ll_cuda_check_launch(ll_cuda_reorder_rows(ll_cuda_stream(be), buf, scratch, from, rows, n * ll_act_size(be),
+    ll_cuda_check_launch(ll_cuda_reorder_rows(ll_cuda_enter(be), buf, scratch, from, rows, n * ll_act_size(be),
                                               stride * ll_act_size(be)),
                          "reorder_rows");
 }
 
-static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp_act,
+/* logp in the activation dtype: the kernel is templated (fp32 or bf16 loads,
+ * double scores), so both backends decode on the GPU. */
+static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp,
                          const double *cum, const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos,
                          int eos) {
-    if (be->act != LL_F32) ll_die("beam_topk: the CUDA kernel reads fp32 log-probabilities (activations are %s)",
-                                  ll_dtype_str(be->act));
-    const float *logp = (const float *)logp_act;
     if (k > LL_CUDA_TOPK_MAX) ll_die("beam_topk: k = %d candidates per sentence exceeds the CUDA limit %d (beam <= %d)", k,
                                      LL_CUDA_TOPK_MAX, LL_CUDA_TOPK_MAX / 2);
-    ll_cuda_check_launch(
-        ll_cuda_beam_topk(ll_cuda_stream(be), score, lp, flat, logp, cum, mode, groups, beam, V, k, pad, bos, eos),
-        "beam_topk");
+    ll_cuda_check_launch(ll_cuda_beam_topk(ll_cuda_enter(be), ll_cuda_act(be), score, lp, flat, logp, cum, mode, groups,
+                                           beam, V, k, pad, bos, eos),
+                         "beam_topk");
 }
 
 void ll_cuda_register_decode(ll_backend *be) {

@@ -1,0 +1,170 @@
+/* ll's side of the GPU benchmark (bench/gpu/run.sh; issue 15): training steps
+ * of a model given by a config file on random batches, the same update the
+ * trainer runs (latent-depth gates sampled and their KL when the config has
+ * latent layers, label-smoothed CE, backward, clipping, Adam), one stats read
+ * per update.  The peer is bench/gpu/torch_gpu_peer.py.
+ *
+ *   ll_gpu_bench --model ll64|base|deep30 | --config FILE  [--device cuda|cpu]
+ *                [--precision bf16|fp32] [--batch 256] [--len 32] [--vocab 32000]
+ *                [--steps 20] [--warmup 5] [--peak-tflops P] [--profile]
+ *
+ * --profile times every op between syncs (ll_backend_timing) and prints ms per
+ * step by op and by op class: slower than the real step, but it shows where
+ * the time goes.  Prints
+ *   RESULT ll_gpu_train model=M device=D precision=P tok_s=... step_s=... tflops=... mfu=... peak_mem_gib=... */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/latent.h"
+#include "ll/model.h"
+#include "ll/train.h"
+
+static const char *model_config(const char *name) {
+    if (!strcmp(name, "ll64")) return "configs/wmt16_ende_ll64.cfg";
+    if (!strcmp(name, "base")) return "bench/gpu/base.cfg";
+    if (!strcmp(name, "deep30")) return "bench/gpu/deep30.cfg";
+    ll_die("ll_gpu_bench: unknown model '%s' (ll64, base, deep30, or --config FILE)", name);
+}
+
+static void usage(const char *argv0) {
+    fprintf(stderr,
+            "usage: %s --model ll64|base|deep30 | --config FILE [--device cuda|cpu] [--precision bf16|fp32]\n"
+            "          [--batch B] [--len L] [--vocab V] [--steps N] [--warmup N] [--peak-tflops P] [--profile]\n",
+            argv0);
+    exit(2);
+}
+
+static ll_backend *pick_backend(const char *device, ll_dtype act) {
+    if (!strcmp(device, "cpu")) return ll_backend_cpu_precision(act);
+    if (strcmp(device, "cuda")) ll_die("ll_gpu_bench: --device %s: cuda or cpu", device);
+    ll_backend *be = ll_backend_cuda_precision(0, act);
+    if (!be) ll_die("ll_gpu_bench: %s", ll_errbuf());
+    return be;
+}
+
+int main(int argc, char **argv) {
+    ll_cpu_setup(argv);
+    const char *model = "base", *cfg_path = NULL, *device = "cuda", *prec = NULL;
+    int B = 256, L = 32, V = 32000, steps = 20, warmup = 5, profile = 0;
+    double peak = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--profile")) profile = 1;
+        else if (!v) usage(argv[0]);
+        else if (!strcmp(a, "--model")) model = v, i++;
+        else if (!strcmp(a, "--config")) cfg_path = v, i++;
+        else if (!strcmp(a, "--device")) device = v, i++;
+        else if (!strcmp(a, "--precision")) prec = v, i++;
+        else if (!strcmp(a, "--batch")) B = atoi(v), i++;
+        else if (!strcmp(a, "--len")) L = atoi(v), i++;
+        else if (!strcmp(a, "--vocab")) V = atoi(v), i++;
+        else if (!strcmp(a, "--steps")) steps = atoi(v), i++;
+        else if (!strcmp(a, "--warmup")) warmup = atoi(v), i++;
+        else if (!strcmp(a, "--peak-tflops")) peak = atof(v), i++;
+        else usage(argv[0]);
+    }
+    if (B < 1 || L < 2 || V < 8 || steps < 1 || warmup < 0) usage(argv[0]);
+    if (!cfg_path) cfg_path = model_config(model);
+    if (!prec) prec = strcmp(device, "cuda") ? "fp32" : "bf16";
+    const ll_dtype act = !strcmp(prec, "bf16") ? LL_BF16 : !strcmp(prec, "fp32") ? LL_REAL_DTYPE : (ll_dtype)-1;
+    if ((int)act < 0) ll_die("ll_gpu_bench: --precision %s: bf16 or fp32", prec);
+
+    ll_config cfg;
+    if (ll_config_load(&cfg, cfg_path)) ll_die("%s", ll_errbuf());
+    ll_hparams hp;
+    ll_hparams_from_config(&hp, &cfg, V);
+    ll_backend *be = pick_backend(device, act), *timed = NULL;
+    if (profile) be = timed = ll_backend_timing(be);
+    ll_model *m = ll_model_new(&hp, be);
+    ll_model_init(m, 1);
+    ll_adam opt;
+    ll_adam_init(&opt, m, &cfg);
+    ll_latent_ctx lat;
+    const int latent = ll_latent_on(m, 0) || ll_latent_on(m, 1);
+    if (latent) ll_latent_ctx_init(&lat, &cfg, m);
+
+    /* random batches, no padding (as the PyTorch peer): 4 of them, in turn */
+    enum { NB = 4 };
+    ll_batch b[NB];
+    ll_philox r;
+    ll_philox_init(&r, 42, 1000, 0);
+    for (int k = 0; k < NB; k++) {
+        b[k] = (ll_batch){.B = B, .S = L, .T = L};
+        b[k].src = malloc(sizeof(int32_t) * B * L);
+        b[k].tgt_in = malloc(sizeof(int32_t) * B * L);
+        b[k].tgt_out = malloc(sizeof(int32_t) * B * L);
+        b[k].src_len = malloc(sizeof(int) * B);
+        b[k].tgt_len = malloc(sizeof(int) * B);
+        for (int i = 0; i < B; i++) {
+            for (int t = 0; t < L; t++) {
+                const uint64_t e = ((uint64_t)k * B + i) * L + t;
+                b[k].src[i * L + t] = t == L - 1 ? LL_EOS : 4 + (int)ll_philox_below(&r, 2 * e, hp.V - 4);
+                b[k].tgt_out[i * L + t] = t == L - 1 ? LL_EOS : 4 + (int)ll_philox_below(&r, 2 * e + 1, hp.V - 4);
+            }
+            for (int t = 0; t < L; t++) b[k].tgt_in[i * L + t] = t == 0 ? LL_EOS : b[k].tgt_out[i * L + t - 1];
+            b[k].src_len[i] = b[k].tgt_len[i] = L;
+        }
+        b[k].n_src_tokens = b[k].n_tgt_tokens = B * L;
+    }
+    const double flops = ll_model_train_flops(&hp, (long)B * L, (long)B * L, B, L, L);
+    fprintf(stderr, "ll_gpu_bench: %s (%s), %zu parameters, %s %s, batch %d x %d+%d, %.2f TFLOP per step%s\n",
+            cfg_path, model, ll_model_count_params(m), be->name, ll_dtype_str(be->act), B, L, L, flops / 1e12,
+            latent ? ", latent gates" : "");
+
+    const long ntok = (long)B * L;
+    double t0 = 0, st[LL_ST_N];
+    if (profile) warmup = 1, steps = steps < 3 ? steps : 3;
+    for (int s = 0; s < warmup + steps; s++) {
+        if (s == warmup) {
+            be->sync(be);
+            if (timed) memset(ll_backend_counts(timed)->per_op_ns, 0, sizeof ll_backend_counts(timed)->per_op_ns);
+            if (timed) memset(ll_backend_counts(timed)->per_op, 0, sizeof ll_backend_counts(timed)->per_op);
+            t0 = ll_now();
+        }
+        const ll_batch *bk = &b[s % NB];
+        be->memset0(be, m->grads, m->n_params * sizeof(real));
+        ll_model_stats_zero(m);
+        if (latent)
+            for (int k = 0; k < 2; k++)
+                if (ll_latent_on(m, k)) ll_latent_sample(m, k, 0, 1, (uint64_t)s, (real)cfg.latent_tau, 0);
+        ll_model_step(m, bk, 1, (uint64_t)s, 1, NULL);
+        if (latent) {
+            for (int k = 0; k < 2; k++)
+                if (ll_latent_on(m, k)) {
+                    ll_latent_backward(m, k, 0);
+                    ll_latent_kl(m, &lat, k, 0, s, ntok);
+                }
+            for (int k = 0; k < 2; k++) ll_latent_lk(m, &lat, k, s, ntok);
+        }
+        ll_adam_step(&opt, m, 5e-4, 5e-4, 1.0 / ntok, cfg.clip_norm);
+        ll_model_stats_read(m, st, NULL); /* the trainer's one read per update */
+        if (s < warmup || s == warmup + steps - 1)
+            fprintf(stderr, "step %d: loss %.4f grad norm %.3f\n", s, st[LL_ST_LOSS] / ntok, st[LL_ST_GNORM]);
+    }
+    const double dt = (ll_now() - t0) / steps;
+    const double tflops = flops / dt / 1e12;
+    /* backend memory ll holds: master weights, gradients, Adam moments, the
+     * activation-dtype weight copy (when it is not the master) and the arena */
+    const size_t np = m->n_params;
+    const double mem = (double)np * 4 * sizeof(real) +
+                       ((void *)m->wact != (void *)m->params ? (double)np * ll_dtype_bytes(be->act) : 0) +
+                       (double)m->arena.peak;
+    if (profile) {
+        printf("profile (%d steps, ops timed between syncs; the real step is %.1f ms without --profile):\n", steps,
+               1e3 * dt);
+        ll_backend_print_profile(stdout, ll_backend_counts(timed), steps);
+    }
+    printf("RESULT ll_gpu_train model=%s device=%s precision=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
+           "peak_mem_gib=%.2f\n",
+           model, device, ll_dtype_str(be->act), ntok / dt, dt, tflops, peak > 0 ? tflops / peak : 0,
+           mem / (1 << 30));
+    for (int k = 0; k < NB; k++) {
+        free(b[k].src), free(b[k].tgt_in), free(b[k].tgt_out), free(b[k].src_len), free(b[k].tgt_len);
+    }
+    ll_adam_free(&opt, m);
+    ll_model_free(m);
+    if (timed) ll_backend_counting_free(timed);
+    ll_config_free(&cfg);
+    return 0;
+}

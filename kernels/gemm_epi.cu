@@ -1,0 +1,123 @@
+/* The gemm op's epilogues as separate kernels: the fallback for when cuBLASLt
+ * refuses an epilogue (a bias pointer it cannot take, a type/transpose
+ * combination without an epilogue kernel) and the K = 0 case, which cuBLASLt
+ * does not run at all.  src/backend/cuda/cuda_gemm_lt.c decides when.
+ *
+ * Both kernels are templates over the element type of the matrix they read
+ * (fp32 or bf16) with fp32 math; bias and bias gradient are fp32 (the masters).
+ *
+ * bias_grad reduces without atomics, so a resumed run repeats the bits:
+ *  - column sums (bgrad[c] += sum_r X[r, c]; the weight-gradient gemm with
+ *    trans_a, A = dY^T stored as dY [K, M]): layernorm.cu's dw/db scheme,
+ *    stage 1 sums a chunk of rows per block into partials [R, cols], stage 2
+ *    adds the R partials in a fixed order;
+ *  - row sums (bgrad[r] += sum_c X[r, c]; A stored [M, K]): one warp per row,
+ *    lanes stride over the columns, then the warp tree. */
+#include "ll_cuda_common.cuh"
+
+#define EPI_THREADS 256
+
+/* C[m, n] = relu?(mul * C[m, n] + bias[n]) for m < M, n < N, rows at stride ldc.
+ * mul == 0 does not read C (BLAS: beta 0 ignores C, so a NaN there must not
+ * survive); mul == 1 is exact (1 * x == x). */
+template <typename T>
+static __global__ void gemm_epi_kernel(T *C, int ldc, int M, int N, float mul, const float *__restrict__ bias,
+                                       int relu) {
+    const size_t total = (size_t)M * N;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const int m = (int)(i / (size_t)N), n = (int)(i % (size_t)N);
+        T *p = C + (size_t)m * ldc + n;
+        float v = mul == 0.0f ? 0.0f : mul * ll_ld(p);
+        if (bias) v += bias[n];
+        if (relu) v = v > 0.0f ? v : 0.0f;
+        ll_st(p, v);
+    }
+}
+
+extern "C" cudaError_t ll_cuda_gemm_epilogue(cudaStream_t s, ll_cuda_dtype t, void *C, int ldc, int M, int N,
+                                             float mul, const float *bias, int relu) {
+    if (M <= 0 || N <= 0) return cudaSuccess;
+    if (ldc < N) return cudaErrorInvalidValue;
+    const size_t total = (size_t)M * N;
+    LL_DISPATCH(t, T, gemm_epi_kernel<T><<<ll_grid(total, EPI_THREADS), EPI_THREADS, 0, s>>>((T *)C, ldc, M, N, mul,
+                                                                                            bias, relu);)
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}
+
+/* ---- bias gradient ------------------------------------------------------------------- */
+
+#define BG_TY 8 /* row lanes of a column-sum stage-1 block (32 columns x 8 rows) */
+
+template <typename T>
+static __global__ void col_sum_partial(float *__restrict__ part, const T *__restrict__ x, int ld, int rows, int cols,
+                                       int rows_per_chunk) {
+    __shared__ float sh[BG_TY][LL_WARP + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * LL_WARP + tx, chunk = blockIdx.y;
+    const int r0 = chunk * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+    float a = 0.0f;
+    if (col < cols)
+        for (int r = r0 + ty; r < r1; r += BG_TY) a += ll_ld(x + (size_t)r * ld + col);
+    sh[ty][tx] = a;
+    __syncthreads();
+    if (ty == 0 && col < cols) {
+        float t = 0.0f;
+#pragma unroll
+        for (int k = 0; k < BG_TY; k++) t += sh[k][tx];
+        part[(size_t)chunk * cols + col] = t;
+    }
+}
+
+static __global__ void col_sum_final(float *__restrict__ db, const float *__restrict__ part, int R, int cols) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    float s = 0.0f;
+    for (int k = 0; k < R; k++) s += part[(size_t)k * cols + col];
+    db[col] += s;
+}
+
+template <typename T>
+static __global__ void row_sum_kernel(float *__restrict__ db, const T *__restrict__ x, int ld, int rows, int cols) {
+    const int lane = threadIdx.x & (LL_WARP - 1);
+    const int r = blockIdx.x * (blockDim.x / LL_WARP) + threadIdx.x / LL_WARP;
+    if (r >= rows) return; /* whole warps exit together: the shuffle below sees full warps */
+    const T *xr = x + (size_t)r * ld;
+    float a = 0.0f;
+    for (int c = lane; c < cols; c += LL_WARP) a += ll_ld(xr + c);
+    a = ll_warp_sum(a);
+    if (lane == 0) db[r] += a;
+}
+
+/* At least 64 rows per chunk, at most ~128 chunks (layernorm.cu's rule). */
+static int bg_rows_per_chunk(int rows) {
+    const int rpc = (rows + 127) / 128;
+    return rpc < 64 ? 64 : rpc;
+}
+static int bg_chunks(int rows) { return (rows + bg_rows_per_chunk(rows) - 1) / bg_rows_per_chunk(rows); }
+
+extern "C" size_t ll_cuda_bias_grad_scratch_bytes(int rows, int cols, int by_cols) {
+    if (!by_cols || rows <= 0 || cols <= 0) return 0;
+    return (size_t)bg_chunks(rows) * (size_t)cols * sizeof(float);
+}
+
+extern "C" cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float *bgrad, const void *x, int ld,
+                                         int rows, int cols, int by_cols, void *scratch) {
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    if (ld < cols) return cudaErrorInvalidValue;
+    if (!by_cols) {
+        const int wpb = EPI_THREADS / LL_WARP;
+        LL_DISPATCH(t, T, row_sum_kernel<T><<<(unsigned)((rows + wpb - 1) / wpb), EPI_THREADS, 0, s>>>(
+                              bgrad, (const T *)x, ld, rows, cols);)
+        LL_CHECK_LAUNCH();
+        return cudaSuccess;
+    }
+    if (!scratch) return cudaErrorInvalidValue;
+    const int rpc = bg_rows_per_chunk(rows), R = bg_chunks(rows);
+    float *part = (float *)scratch;
+    dim3 g1((unsigned)((cols + LL_WARP - 1) / LL_WARP), (unsigned)R), b1(LL_WARP, BG_TY);
+    LL_DISPATCH(t, T, col_sum_partial<T><<<g1, b1, 0, s>>>(part, (const T *)x, ld, rows, cols, rpc);)
+    LL_CHECK_LAUNCH();
+    col_sum_final<<<(unsigned)((cols + 255) / 256), 256, 0, s>>>(bgrad, part, R, cols);
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}

@@ -1,0 +1,149 @@
+/* Device helpers shared by the kernel files (C++ only, never seen by the C host code).
+ *
+ * Element types.  Activation kernels are templates over the element type T
+ * (float or __nv_bfloat16); they load through ll_ld() into fp32, do their math
+ * in fp32 (statistics and reductions in fp32 or double) and store through
+ * ll_st().  The C launchers take an ll_cuda_dtype and dispatch with
+ * LL_DISPATCH, so moving an op to bf16 activations is a change of the dtype
+ * its host wrapper passes, nothing else.
+ *
+ * Reductions.  Every reduction here is deterministic: a warp tree of
+ * __shfl_xor_sync, then the warps' partials in shared memory summed by warp 0
+ * in a fixed order.  For a fixed blockDim (every launcher uses a compile-time
+ * block size) the bits depend only on the inputs, so a resumed run repeats
+ * them.  Grid-wide sums write one partial per block and a second kernel adds
+ * the partials in index order (no float atomics anywhere). */
+#ifndef LL_CUDA_COMMON_CUH
+#define LL_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "ll_cuda.h"
+
+#define LL_WARP 32
+
+/* Return the launch error from a launcher (the convention of ll_cuda.h). */
+#define LL_CHECK_LAUNCH()                                                                                            \
+    do {                                                                                                             \
+        cudaError_t ll_e_ = cudaGetLastError();                                                                      \
+        if (ll_e_ != cudaSuccess) return ll_e_;                                                                      \
+    } while (0)
+
+/* Instantiate BODY with T = the element type of dtype `dt` (a typedef inside each
+ * case); an unknown dtype is an invalid value. */
+#define LL_DISPATCH(dt, T, ...)                                                                                      \
+    switch (dt) {                                                                                                    \
+    case LL_CUDA_F32: {                                                                                              \
+        typedef float T;                                                                                             \
+        __VA_ARGS__                                                                                                  \
+    } break;                                                                                                         \
+    case LL_CUDA_BF16: {                                                                                             \
+        typedef __nv_bfloat16 T;                                                                                     \
+        __VA_ARGS__                                                                                                  \
+    } break;                                                                                                         \
+    default: return cudaErrorInvalidValue;                                                                           \
+    }
+
+static __device__ __forceinline__ float ll_ld(const float *p) { return *p; }
+static __device__ __forceinline__ float ll_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+static __device__ __forceinline__ void ll_st(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void ll_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* Grid for a grid-stride loop over n items: one item per thread up to a cap,
+ * so any n (> 2^31 included) is covered and small n launch few blocks. */
+#define LL_GRID_CAP 65536u
+static inline unsigned ll_grid(size_t n, unsigned threads) {
+    size_t g = (n + threads - 1) / threads;
+    if (g > LL_GRID_CAP) g = LL_GRID_CAP;
+    return g ? (unsigned)g : 1u;
+}
+
+template <typename F> static __device__ __forceinline__ F ll_warp_sum(F v) {
+#pragma unroll
+    for (int o = LL_WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float ll_warp_max(float v) {
+#pragma unroll
+    for (int o = LL_WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024), returned to
+ * every thread.  sh: shared scratch of 32 F.  Must be called by all threads. */
+template <typename F> static __device__ __forceinline__ F ll_block_sum(F v, F *sh) {
+    const int lane = threadIdx.x & (LL_WARP - 1), w = threadIdx.x / LL_WARP, nw = blockDim.x / LL_WARP;
+    v = ll_warp_sum(v);
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        F t = lane < nw ? sh[lane] : (F)0;
+        t = ll_warp_sum(t);
+        if (lane == 0) sh[0] = t;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+/* Online softmax state: running max m and sum s of exp(x - m). */
+struct ll_msum {
+    float m, s;
+};
+static __device__ __forceinline__ ll_msum ll_msum_add(ll_msum a, float x) {
+    if (x > a.m) {
+        a.s = a.s * __expf(a.m - x) + 1.0f; /* a.m = -inf: exp(-inf) = 0 */
+        a.m = x;
+    } else if (x != -INFINITY) { /* a masked logit adds nothing (and -inf - -inf would be NaN) */
+        a.s += __expf(x - a.m);
+    }
+    return a;
+}
+static __device__ __forceinline__ ll_msum ll_msum_merge(ll_msum a, ll_msum b) {
+    const float m = fmaxf(a.m, b.m);
+    if (m == -INFINITY) return a; /* both empty: avoid exp(-inf - -inf) = NaN */
+    ll_msum r;
+    r.m = m;
+    r.s = a.s * __expf(a.m - m) + b.s * __expf(b.m - m);
+    return r;
+}
+/* Merge over the block (same rules as ll_block_sum); sh: 32 entries. */
+static __device__ __forceinline__ ll_msum ll_block_msum(ll_msum v, ll_msum *sh) {
+    const int lane = threadIdx.x & (LL_WARP - 1), w = threadIdx.x / LL_WARP, nw = blockDim.x / LL_WARP;
+#pragma unroll
+    for (int o = LL_WARP / 2; o > 0; o >>= 1) {
+        ll_msum u;
+        u.m = __shfl_xor_sync(0xffffffffu, v.m, o);
+        u.s = __shfl_xor_sync(0xffffffffu, v.s, o);
+        v = ll_msum_merge(v, u);
+    }
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        ll_msum t = {-INFINITY, 0.0f};
+        if (lane < nw) t = sh[lane];
+#pragma unroll
+        for (int o = LL_WARP / 2; o > 0; o >>= 1) {
+            ll_msum u;
+            u.m = __shfl_xor_sync(0xffffffffu, t.m, o);
+            u.s = __shfl_xor_sync(0xffffffffu, t.s, o);
+            t = ll_msum_merge(t, u);
+        }
+        if (lane == 0) sh[0] = t;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+/* Fixed-order sum of n doubles by one block (blockDim.x threads, strided
+ * partials then a block tree): the second stage of the grid-wide reductions. */
+static __device__ __forceinline__ double ll_block_sum_array(const double *p, int n, double *sh) {
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += p[i];
+    return ll_block_sum(s, sh);
+}
+
+#endif

@@ -1,0 +1,412 @@
+/* Matmuls through cuBLASLt: ll_cuda_gemm_lt (kernels/ll_cuda.h has the
+ * contract) and the backend's gemm op (fp32 and bf16 operands, epilogues) on
+ * top of it.
+ *
+ * Row-major to column-major.  A row-major matrix with leading dimension ld is,
+ * to column-major cuBLASLt, its transpose with the same ld.  So for the
+ * row-major C = op(A) op(B) we ask cuBLASLt for C^T = op(B)^T op(A)^T: its
+ * "A" is our B (transposed iff trans_b), its "B" is our A (iff trans_a), its
+ * D is [N rows, M columns] with ld ldc.  In that frame a bias of length N is
+ * cuBLASLt's per-row bias (broadcast over its columns = our rows), our BGRAD_A
+ * (sum of op(A) over K, length M) is its BGRADB, and our BGRAD_B its BGRADA.
+ *
+ * Cache.  Building a matmul descriptor, three layouts and running the
+ * heuristic costs tens of microseconds, so the result is kept per key (shape,
+ * transposes, leading dimensions, types, epilogue, math mode and the pointers'
+ * alignment, which the heuristic's algorithm choice depends on).  Training
+ * meets a bounded set of shapes (bucketed batches); past LT_CACHE_MAX entries
+ * the cache is flushed and refilled.  The heuristic is deterministic for a key,
+ * so the same shapes run the same algorithms and a resumed run on the same GPU
+ * type repeats the bits.  A mutex guards the cache and the per-call pointer
+ * attribute (bias) of a cached descriptor.
+ *
+ * State lives per device (the backend is one per device for the process), set
+ * up by ll_cuda_register_gemm_lt() when the backend is built: the cuBLASLt
+ * handle and the 32 MiB workspace (llm.c's size; enough for split-K on H100),
+ * so no call allocates. */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define LT_MAX_DEVICES 64
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define LT_CACHE_MAX 4096
+#define LT_BUCKETS 8192 /* power of two, > LT_CACHE_MAX: open addressing stays short */
+
+typedef struct {
+    int ta, tb, M, N, K, lda, ldb, ldc;
+    int at, bt, ct, bias_t, epi, math;
+    int align_a, align_b, align_c, align_bias;
+} lt_key;
+
+typedef struct {
+    int used;
+    cublasStatus_t status; /* not SUCCESS: a remembered failure (no algorithm), no handles */
+    lt_key key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc; /* C and D share lc (same type and shape) */
+    cublasLtMatmulAlgo_t algo;
+} lt_entry;
+
+typedef struct {
+    cublasLtHandle_t lt;
+    void *workspace;
+    pthread_mutex_t mu;
+    lt_entry *tab; /* LT_BUCKETS */
+    int count;
+    ll_cuda_math default_math; /* of the fp32 gemm op */
+    cublasHandle_t blas;       /* the op's fallback when cuBLASLt has no algorithm */
+    int warned, warned_epi;    /* warn once per device: no algorithm / an epilogue refused */
+} lt_state;
+
+static lt_state *g_lt[LT_MAX_DEVICES];
+
+static lt_state *state_of(ll_backend *be) {
+    int dev = ll_cuda_device(be);
+    if (dev < 0 || dev >= LT_MAX_DEVICES || !g_lt[dev]) ll_die("cuBLASLt is not set up for CUDA device %d", dev);
+    return g_lt[dev];
+}
+
+static cudaDataType_t cuda_type(ll_cuda_dtype t) { return t == LL_CUDA_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+/* Largest power of two (<= 256) dividing the address: what the heuristic is told. */
+static int ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && (a & (uintptr_t)(al - 1))) al >>= 1;
+    return al;
+}
+
+static uint64_t key_hash(const lt_key *k) {
+    const unsigned char *b = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void entry_destroy(lt_entry *e) {
+    if (!e->used || e->status != CUBLAS_STATUS_SUCCESS) {
+        memset(e, 0, sizeof *e);
+        return;
+    }
+    cublasLtMatrixLayoutDestroy(e->la);
+    cublasLtMatrixLayoutDestroy(e->lb);
+    cublasLtMatrixLayoutDestroy(e->lc);
+    cublasLtMatmulDescDestroy(e->op);
+    memset(e, 0, sizeof *e);
+}
+
+static void cache_flush(lt_state *st) {
+    for (int i = 0; i < LT_BUCKETS; i++) entry_destroy(&st->tab[i]);
+    st->count = 0;
+}
+
+#define LT_TRY(call)                                                                                                 \
+    do {                                                                                                             \
+        cublasStatus_t s_ = (call);                                                                                  \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                           \
+            status = s_;                                                                                             \
+            goto fail;                                                                                               \
+        }                                                                                                            \
+    } while (0)
+
+/* Build descriptor, layouts and algorithm for key k into e (e->used on success). */
+static cublasStatus_t entry_build(lt_state *st, const lt_key *k, lt_entry *e) {
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreference_t pref = NULL;
+    memset(e, 0, sizeof *e);
+    const int bf16 = k->at == LL_CUDA_BF16;
+    const cublasComputeType_t ct =
+        (!bf16 && k->math == LL_CUDA_MATH_TF32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    LT_TRY(cublasLtMatmulDescCreate(&e->op, ct, CUDA_R_32F));
+    const cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLASLt's A is our B */
+    const cublasOperation_t opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    switch (k->epi) {
+    case LL_CUDA_EPI_BIAS: epi = CUBLASLT_EPILOGUE_BIAS; break;
+    case LL_CUDA_EPI_BIAS_RELU: epi = CUBLASLT_EPILOGUE_RELU_BIAS; break;
+    case LL_CUDA_EPI_BGRAD_A: epi = CUBLASLT_EPILOGUE_BGRADB; break; /* our A is its B */
+    case LL_CUDA_EPI_BGRAD_B: epi = CUBLASLT_EPILOGUE_BGRADA; break;
+    default: break;
+    }
+    LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (k->epi != LL_CUDA_EPI_NONE) {
+        const cudaDataType_t bt = cuda_type((ll_cuda_dtype)k->bias_t);
+        LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    /* column-major layouts of the swapped problem (see the top comment) */
+    LT_TRY(cublasLtMatrixLayoutCreate(&e->la, cuda_type((ll_cuda_dtype)k->bt), (uint64_t)(k->tb ? k->K : k->N),
+                                      (uint64_t)(k->tb ? k->N : k->K), (int64_t)k->ldb));
+    LT_TRY(cublasLtMatrixLayoutCreate(&e->lb, cuda_type((ll_cuda_dtype)k->at), (uint64_t)(k->ta ? k->M : k->K),
+                                      (uint64_t)(k->ta ? k->K : k->M), (int64_t)k->lda));
+    LT_TRY(cublasLtMatrixLayoutCreate(&e->lc, cuda_type((ll_cuda_dtype)k->ct), (uint64_t)k->N, (uint64_t)k->M,
+                                      (int64_t)k->ldc));
+
+    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = LT_WORKSPACE_BYTES;
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* swapped: its A is our B, its B our A */
+    const uint32_t al_a = (uint32_t)k->align_b, al_b = (uint32_t)k->align_a, al_c = (uint32_t)k->align_c;
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    LT_TRY(cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, 1, &res, &nres));
+    if (nres < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+        status = CUBLAS_STATUS_NOT_SUPPORTED;
+        goto fail;
+    }
+    e->algo = res.algo;
+    e->key = *k;
+    e->used = 1;
+    cublasLtMatmulPreferenceDestroy(pref);
+    return CUBLAS_STATUS_SUCCESS;
+fail:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (e->la) cublasLtMatrixLayoutDestroy(e->la);
+    if (e->lb) cublasLtMatrixLayoutDestroy(e->lb);
+    if (e->lc) cublasLtMatrixLayoutDestroy(e->lc);
+    if (e->op) cublasLtMatmulDescDestroy(e->op);
+    memset(e, 0, sizeof *e);
+    return status;
+}
+
+/* The cached entry for k, built on a miss; NULL with *status on failure.
+ * Called with st->mu held. */
+static lt_entry *cache_get(lt_state *st, const lt_key *k, cublasStatus_t *status) {
+    if (st->count >= LT_CACHE_MAX) cache_flush(st);
+    size_t i = (size_t)(key_hash(k) & (LT_BUCKETS - 1));
+    lt_entry *e;
+    while ((e = &st->tab[i])->used) {
+        if (!memcmp(&e->key, k, sizeof *k)) {
+            *status = e->status;
+            return e->status == CUBLAS_STATUS_SUCCESS ? e : NULL;
+        }
+        i = (i + 1) & (LT_BUCKETS - 1);
+    }
+    *status = entry_build(st, k, e);
+    st->count++;
+    if (*status == CUBLAS_STATUS_SUCCESS) return e;
+    /* remember "no algorithm" so a caller's fallback path does not rerun the heuristic every call */
+    e->used = 1;
+    e->status = *status;
+    e->key = *k;
+    return NULL;
+}
+
+int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
+    cudaStream_t stream = ll_cuda_enter(be);
+    if (d->M < 0 || d->N < 0 || d->K < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (d->M == 0 || d->N == 0) return CUBLAS_STATUS_SUCCESS;
+    /* K == 0 (C = beta C) and mixed operand types have no cuBLASLt kernel: the caller handles them */
+    if (d->K == 0 || d->a_type != d->b_type) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->lda < (d->trans_a ? d->M : d->K) || d->ldb < (d->trans_b ? d->K : d->N) || d->ldc < d->N)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const void *epi_ptr = NULL;
+    switch (d->epilogue) {
+    case LL_CUDA_EPI_NONE: break;
+    case LL_CUDA_EPI_BIAS:
+    case LL_CUDA_EPI_BIAS_RELU: epi_ptr = d->bias; break;
+    case LL_CUDA_EPI_BGRAD_A:
+    case LL_CUDA_EPI_BGRAD_B: epi_ptr = d->bgrad; break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (d->epilogue != LL_CUDA_EPI_NONE && !epi_ptr) return CUBLAS_STATUS_INVALID_VALUE;
+    /* the preferences cannot tell the heuristic the bias vector's alignment, and
+     * epilogue kernels load it in vectors: leave an odd one to the fallback */
+    if (epi_ptr && ptr_align(epi_ptr) < 16) return CUBLAS_STATUS_NOT_SUPPORTED;
+
+    lt_key k;
+    memset(&k, 0, sizeof k); /* hashed and compared bytewise */
+    k.ta = !!d->trans_a;
+    k.tb = !!d->trans_b;
+    k.M = d->M;
+    k.N = d->N;
+    k.K = d->K;
+    k.lda = d->lda;
+    k.ldb = d->ldb;
+    k.ldc = d->ldc;
+    k.at = d->a_type;
+    k.bt = d->b_type;
+    k.ct = d->c_type;
+    k.epi = d->epilogue;
+    k.bias_t = d->epilogue == LL_CUDA_EPI_NONE                                           ? 0
+               : (d->epilogue == LL_CUDA_EPI_BGRAD_A || d->epilogue == LL_CUDA_EPI_BGRAD_B) ? LL_CUDA_F32
+                                                                                           : d->bias_type;
+    k.math = d->a_type == LL_CUDA_F32 ? d->math : LL_CUDA_MATH_EXACT;
+    k.align_a = ptr_align(d->A);
+    k.align_b = ptr_align(d->B);
+    k.align_c = ptr_align(d->C);
+    k.align_bias = epi_ptr ? ptr_align(epi_ptr) : 0;
+
+    lt_state *st = state_of(be);
+    pthread_mutex_lock(&st->mu);
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    lt_entry *e = cache_get(st, &k, &status);
+    if (e) {
+        if (epi_ptr)
+            status = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr, sizeof epi_ptr);
+        if (status == CUBLAS_STATUS_SUCCESS)
+            status = cublasLtMatmul(st->lt, e->op, &d->alpha, d->B, e->la, d->A, e->lb, &d->beta, d->C, e->lc, d->C,
+                                    e->lc, &e->algo, st->workspace, LT_WORKSPACE_BYTES, stream);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return (int)status;
+}
+
+void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m) {
+    lt_state *st = state_of(be);
+    st->default_math = m;
+    cublasSetMathMode(st->blas, m == LL_CUDA_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+}
+
+/* ---- the op ---------------------------------------------------------------------------
+ * ll_gemm_desc maps one to one onto ll_cuda_gemm_desc (both row-major; the
+ * swap to column-major happens in entry_build): operand dtypes fp32/bf16,
+ * BIAS/BIAS_RELU with the fp32 master bias, BGRAD as BGRAD_A (cuBLASLt's
+ * BGRADB).  Two differences need care:
+ *  - cuBLASLt OVERWRITES the bias gradient, the op ACCUMULATES (bgrad +=):
+ *    the epilogue writes an fp32 [M] vector in scratch, an fp32 acc adds it;
+ *  - cuBLASLt may refuse a combination (bias pointer under 16-byte alignment,
+ *    an epilogue without a kernel for these types/transposes, K = 0): then a
+ *    plain matmul (cuBLASLt, else cublasGemmEx) and the epilogue as kernels
+ *    (kernels/gemm_epi.cu), so the op is always correct; warned once. */
+
+static ll_cuda_dtype op_type(ll_dtype t, const char *which) {
+    if (t == LL_F32) return LL_CUDA_F32;
+    if (t == LL_BF16) return LL_CUDA_BF16;
+    ll_die("cuda gemm: operand %s is %s (fp32 or bf16 only)", which, ll_dtype_str(t));
+}
+
+/* The plain product through cuBLAS (no cuBLASLt algorithm): same swapped
+ * operands; cublasGemmEx takes fp32 or bf16 A/B with fp32 or bf16 C, fp32 accumulation. */
+static void blas_gemm(lt_state *st, const ll_cuda_gemm_desc *d, int lt_status) {
+    if (!st->warned) {
+        st->warned = 1;
+        ll_warn("cuBLASLt has no algorithm for gemm M %d N %d K %d (ld %d/%d/%d, status %d); using cublasGemmEx for "
+                "such shapes",
+                d->M, d->N, d->K, d->lda, d->ldb, d->ldc, lt_status);
+    }
+    const float a = d->alpha, b = d->beta;
+    cublasStatus_t bs = cublasGemmEx(st->blas, d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, d->N, d->M, d->K, &a, d->B,
+                                     cuda_type(d->b_type), d->ldb, d->A, cuda_type(d->a_type), d->lda, &b, d->C,
+                                     cuda_type(d->c_type), d->ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        ll_die("cublasGemmEx failed (status %d; cuBLASLt status %d): trans %d/%d, M %d N %d K %d, ld %d/%d/%d", (int)bs,
+               lt_status, d->trans_a, d->trans_b, d->M, d->N, d->K, d->lda, d->ldb, d->ldc);
+}
+
+static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
+    if (g->M <= 0 || g->N <= 0) return;
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU, relu = g->epi == LL_EPI_BIAS_RELU;
+    const int bgrad = g->epi == LL_EPI_BGRAD;
+    if (bias && !g->bias) ll_die("cuda gemm: a bias epilogue without a bias");
+    if (bgrad && !g->bgrad) ll_die("cuda gemm: a BGRAD epilogue without bgrad");
+    const ll_cuda_dtype at = op_type(g->a_type, "A"), bt = op_type(g->b_type, "B"), ct = op_type(g->c_type, "C");
+    if (at != bt) ll_die("cuda gemm: A is %s but B is %s (one operand dtype)", ll_dtype_str(g->a_type),
+                         ll_dtype_str(g->b_type));
+    cudaStream_t s = ll_cuda_enter(be);
+    lt_state *st = state_of(be);
+    if (g->K <= 0) { /* C = relu?(beta C + bias), bgrad += 0: no product, no cuBLASLt kernel */
+        if (g->beta != 1 || bias)
+            LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, g->beta, bias ? g->bias : NULL, relu));
+        return;
+    }
+    ll_cuda_gemm_desc d = {
+        .trans_a = g->trans_a,
+        .trans_b = g->trans_b,
+        .M = g->M,
+        .N = g->N,
+        .K = g->K,
+        .alpha = g->alpha,
+        .beta = g->beta,
+        .A = g->A,
+        .a_type = at,
+        .lda = g->lda,
+        .B = g->B,
+        .b_type = bt,
+        .ldb = g->ldb,
+        .C = g->C,
+        .c_type = ct,
+        .ldc = g->ldc,
+        .epilogue = bias ? (relu ? LL_CUDA_EPI_BIAS_RELU : LL_CUDA_EPI_BIAS)
+                         : bgrad ? LL_CUDA_EPI_BGRAD_A : LL_CUDA_EPI_NONE,
+        .bias = bias ? g->bias : NULL,
+        .bias_type = LL_CUDA_F32,
+        .math = st->default_math,
+    };
+    float *bg_tmp = NULL;
+    if (bgrad) d.bgrad = bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M);
+    int rc = ll_cuda_gemm_lt(be, &d);
+    if (rc == 0) {
+        if (bgrad) LL_CU(ll_cuda_acc(s, LL_CUDA_F32, g->bgrad, bg_tmp, (size_t)g->M));
+        return;
+    }
+    if (d.epilogue != LL_CUDA_EPI_NONE) { /* refused with the epilogue: plain product, epilogue kernels after */
+        if (!st->warned_epi) {
+            st->warned_epi = 1;
+            ll_warn("cuBLASLt refused gemm epilogue %d (M %d N %d K %d, %s x %s -> %s, status %d); using a separate "
+                    "kernel for such calls",
+                    (int)g->epi, g->M, g->N, g->K, ll_dtype_str(g->a_type), ll_dtype_str(g->b_type),
+                    ll_dtype_str(g->c_type), rc);
+        }
+        d.epilogue = LL_CUDA_EPI_NONE;
+        d.bias = NULL;
+        d.bgrad = NULL;
+        rc = ll_cuda_gemm_lt(be, &d);
+    }
+    if (rc != 0) blas_gemm(st, &d, rc);
+    if (bias) LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, 1.0f, g->bias, relu));
+    if (bgrad) { /* bgrad[m] += sum_k op(A)[m, k]: A stored [K, M] (trans_a: column sums) or [M, K] (row sums) */
+        const int by_cols = !!g->trans_a, rows = by_cols ? g->K : g->M, cols = by_cols ? g->M : g->K;
+        const size_t nb = ll_cuda_bias_grad_scratch_bytes(rows, cols, by_cols);
+        LL_CU(ll_cuda_bias_grad(s, at, g->bgrad, g->A, g->lda, rows, cols, by_cols,
+                                nb ? ll_cuda_scratch(be, nb) : NULL));
+    }
+}
+
+int ll_cuda_register_gemm_lt(ll_backend *be) {
+    int dev = ll_cuda_device(be);
+    if (dev < 0 || dev >= LT_MAX_DEVICES) return ll_fail("CUDA device %d: too many devices for cuBLASLt", dev);
+    ll_cuda_enter(be);
+    if (!g_lt[dev]) {
+        lt_state *st = ll_calloc(1, sizeof *st);
+        cublasStatus_t s = cublasLtCreate(&st->lt);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            free(st);
+            return ll_fail("cannot initialise cuBLASLt on device %d (status %d)", dev, (int)s);
+        }
+        cudaError_t e = cudaMalloc(&st->workspace, LT_WORKSPACE_BYTES);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            cublasLtDestroy(st->lt);
+            free(st);
+            return ll_fail("CUDA device %d: cannot allocate the 32 MiB cuBLASLt workspace: %s", dev,
+                           cudaGetErrorString(e));
+        }
+        s = cublasCreate(&st->blas);
+        if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(st->blas, ll_cuda_stream(be));
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            cudaFree(st->workspace);
+            cublasLtDestroy(st->lt);
+            free(st);
+            return ll_fail("cannot initialise cuBLAS on device %d (status %d)", dev, (int)s);
+        }
+        cublasSetMathMode(st->blas, CUBLAS_DEFAULT_MATH); /* exact fp32, like the cuBLASLt path */
+        st->tab = ll_calloc(LT_BUCKETS, sizeof *st->tab);
+        pthread_mutex_init(&st->mu, NULL);
+        st->default_math = LL_CUDA_MATH_EXACT; /* parity with the CPU until a config asks for TF32 */
+        g_lt[dev] = st;
+    }
+    be->gemm = cu_gemm;
+    return 0;
+}

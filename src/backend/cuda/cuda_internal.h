@@ -1,0 +1,43 @@
+/* Private declarations shared by the CUDA backend's host files
+ * (cuda_backend.c and the cuda_ops_*.c wrappers that adapt the op table's
+ * signatures to the kernel launchers of kernels/ll_cuda.h). */
+#ifndef LL_CUDA_INTERNAL_H
+#define LL_CUDA_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+
+#include "ll/backend.h"
+#include "ll/core.h"
+#include "ll_cuda.h"
+
+/* The kernels' element type for the backend's activations: the backends are
+ * built for fp32 and bf16 only (ll_backend_cuda_precision). */
+static inline ll_cuda_dtype ll_cuda_act(const ll_backend *be) {
+    return be->act == LL_BF16 ? LL_CUDA_BF16 : LL_CUDA_F32;
+}
+
+/* Make the backend's device current (every op starts here) and return its stream. */
+cudaStream_t ll_cuda_enter(ll_backend *be);
+/* The backend's grow-only device scratch, at least `bytes`, 256-byte aligned,
+ * valid until the next op (all ops are ordered on the one stream).  Growing
+ * synchronises and reallocates: it happens while the first steps meet their
+ * largest shapes, then never again (docs/cuda-backend.md lists the users). */
+void *ll_cuda_scratch(ll_backend *be, size_t bytes);
+
+static inline void ll_cuda_check_at(cudaError_t e, const char *what, const char *file, int line) {
+    if (e != cudaSuccess) ll_die("CUDA error at %s:%d (%s): %s", file, line, what, cudaGetErrorString(e));
+}
+/* Every launcher returns cudaGetLastError() of its launches: checked here. */
+#define LL_CU(call) ll_cuda_check_at((call), #call, __FILE__, __LINE__)
+
+/* One registration per file: fills the op table entries the file implements. */
+void ll_cuda_register_elementwise(ll_backend *be); /* cuda_ops_elementwise.c */
+void ll_cuda_register_embed(ll_backend *be);       /* cuda_ops_embed.c */
+void ll_cuda_register_loss(ll_backend *be);        /* cuda_ops_loss.c */
+void ll_cuda_register_step(ll_backend *be);        /* cuda_ops_step.c */
+void ll_cuda_register_latent(ll_backend *be);      /* cuda_ops_latent.c */
+/* cuda_gemm_lt.c: the cuBLASLt handle and workspace (once per device) and the
+ * gemm op.  0, or -1 with ll_errbuf() set. */
+int ll_cuda_register_gemm_lt(ll_backend *be);
+
+#endif

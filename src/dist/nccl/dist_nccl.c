@@ -1,0 +1,192 @@
+/* ll/dist.h on NCCL: device buffers of the CUDA backend.  The communicator's
+ * id goes from rank 0 to the others through MPI (the host collectives); the
+ * reductions run on a stream of their own, after an event recorded on the
+ * backend's stream (so a bucket is reduced only once the backward that wrote
+ * it has run), and wait() makes the backend's stream wait for them.  Uneven
+ * reduce-scatter / all-gather (ZeRO-1 shards) are grouped ncclReduce /
+ * ncclBroadcast calls, one per rank.  Built only with CUDA and NCCL. */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ll/core.h"
+#include "ll_cuda.h"
+#include "../dist_internal.h"
+
+#define MAX_REQS 1024
+
+typedef struct {
+    ncclComm_t comm;
+    cudaStream_t stream, be_stream;
+    cudaEvent_t ready, done[MAX_REQS];
+    const char *what[MAX_REQS];
+    int next;
+    ll_dist *host;
+} nccl_impl;
+
+static ncclDataType_t nccl_type(ll_dist_dtype t) { return t == LL_DIST_F64 ? ncclFloat64 : ncclFloat32; }
+
+static void check_nccl(ll_dist *d, ncclResult_t r, const char *what) {
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    char msg[512];
+    snprintf(msg, sizeof msg, "NCCL error in %s at update %ld: %s", what, d->update, ncclGetErrorString(r));
+    ll_dist_abort(d, msg);
+}
+
+static void check_cuda(ll_dist *d, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return;
+    char msg[512];
+    snprintf(msg, sizeof msg, "CUDA error in %s at update %ld: %s", what, d->update, cudaGetErrorString(e));
+    ll_dist_abort(d, msg);
+}
+
+/* A free slot; its reduction starts after everything queued so far on the backend's stream. */
+static int start(ll_dist *d, const char *what) {
+    nccl_impl *p = d->impl;
+    for (int k = 0; k < MAX_REQS; k++) {
+        int i = (p->next + k) % MAX_REQS;
+        if (!p->what[i]) {
+            p->next = (i + 1) % MAX_REQS;
+            p->what[i] = what ? what : "collective";
+            check_cuda(d, cudaEventRecord(p->ready, p->be_stream), what);
+            check_cuda(d, cudaStreamWaitEvent(p->stream, p->ready, 0), what);
+            return i;
+        }
+    }
+    ll_dist_abort(d, "more than 1024 NCCL collectives in flight (dist.bucket_mb too small?)");
+}
+
+static ll_dist_req finish_start(ll_dist *d, int i) {
+    nccl_impl *p = d->impl;
+    check_cuda(d, cudaEventRecord(p->done[i], p->stream), p->what[i]);
+    return i;
+}
+
+static ll_dist_req nccl_allreduce(ll_dist *d, void *buf, size_t n, ll_dist_dtype t, int avg, const char *what) {
+    nccl_impl *p = d->impl;
+    int i = start(d, what);
+    check_nccl(d, ncclAllReduce(buf, buf, n, nccl_type(t), avg ? ncclAvg : ncclSum, p->comm, p->stream), what);
+    return finish_start(d, i);
+}
+
+static ll_dist_req nccl_reduce_scatter(ll_dist *d, const void *send, void *recv, const size_t *counts,
+                                       ll_dist_dtype t, const char *what) {
+    nccl_impl *p = d->impl;
+    int i = start(d, what);
+    const size_t es = ll_dist_dtype_size(t);
+    size_t off = 0;
+    check_nccl(d, ncclGroupStart(), what);
+    for (int r = 0; r < d->world; r++) {
+        check_nccl(d, ncclReduce((const char *)send + off * es, recv, counts[r], nccl_type(t), ncclSum, r, p->comm,
+                                 p->stream), what);
+        off += counts[r];
+    }
+    check_nccl(d, ncclGroupEnd(), what);
+    return finish_start(d, i);
+}
+
+static ll_dist_req nccl_allgather(ll_dist *d, void *buf, const size_t *counts, ll_dist_dtype t, const char *what) {
+    nccl_impl *p = d->impl;
+    int i = start(d, what);
+    const size_t es = ll_dist_dtype_size(t);
+    size_t off = 0;
+    check_nccl(d, ncclGroupStart(), what);
+    for (int r = 0; r < d->world; r++) {
+        char *b = (char *)buf + off * es;
+        check_nccl(d, ncclBroadcast(b, b, counts[r], nccl_type(t), r, p->comm, p->stream), what);
+        off += counts[r];
+    }
+    check_nccl(d, ncclGroupEnd(), what);
+    return finish_start(d, i);
+}
+
+/* The watchdog: poll the completion event; a communicator error or
+ * timeout_s without completion aborts the communicator and the job. */
+static void nccl_wait(ll_dist *d, ll_dist_req r) {
+    nccl_impl *p = d->impl;
+    if (r < 0 || r >= MAX_REQS || !p->what[r]) return;
+    const double t0 = ll_now();
+    for (long polls = 0;; polls++) {
+        cudaError_t e = cudaEventQuery(p->done[r]);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) check_cuda(d, e, p->what[r]);
+        ncclResult_t ae = ncclSuccess;
+        ncclCommGetAsyncError(p->comm, &ae);
+        if (ae != ncclSuccess && ae != ncclInProgress) {
+            ncclCommAbort(p->comm);
+            check_nccl(d, ae, p->what[r]);
+        }
+        if (d->timeout_s > 0 && ll_now() - t0 > d->timeout_s) {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "%s: NCCL reduction not done after %.0f s (dist.timeout_s) at update %ld: another rank died or "
+                     "hangs; stopping the job (restart it with --resume)", p->what[r], d->timeout_s, d->update);
+            ncclCommAbort(p->comm);
+            ll_dist_abort(d, msg);
+        }
+        if (polls > 1000) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    check_cuda(d, cudaStreamWaitEvent(p->be_stream, p->done[r], 0), p->what[r]);
+    p->what[r] = NULL;
+}
+
+static void nccl_poke(ll_dist *d) { (void)d; }
+
+static void nccl_bcast(ll_dist *d, void *buf, size_t bytes, int root) {
+    nccl_impl *p = d->impl;
+    int i = start(d, "broadcast");
+    check_nccl(d, ncclBroadcast(buf, buf, bytes, ncclUint8, root, p->comm, p->stream), "broadcast");
+    nccl_wait(d, finish_start(d, i));
+}
+
+static void nccl_barrier(ll_dist *d) {
+    nccl_impl *p = d->impl;
+    p->host->barrier(p->host);
+}
+
+static void nccl_finalize(ll_dist *d) {
+    nccl_impl *p = d->impl;
+    cudaStreamSynchronize(p->stream);
+    ncclCommDestroy(p->comm);
+    for (int i = 0; i < MAX_REQS; i++) cudaEventDestroy(p->done[i]);
+    cudaEventDestroy(p->ready);
+    cudaStreamDestroy(p->stream);
+    free(p);
+    free(d);
+}
+
+ll_dist *ll_dist_nccl_new(ll_dist *host, ll_backend *be) {
+    ll_dist *d = ll_calloc(1, sizeof *d);
+    nccl_impl *p = ll_calloc(1, sizeof *p);
+    *d = *host;
+    d->name = "nccl";
+    d->impl = p;
+    d->host = host;
+    d->device_buffers = 1;
+    p->host = host;
+    p->be_stream = ll_cuda_stream(be);
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (host->rank == 0) check_nccl(d, ncclGetUniqueId(&id), "ncclGetUniqueId");
+    if (host->world > 1) ll_dist_mpi_bcast_host(host, &id, sizeof id, 0);
+    check_nccl(d, ncclCommInitRank(&p->comm, host->world, id, host->rank), "ncclCommInitRank");
+    check_cuda(d, cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(d, cudaEventCreateWithFlags(&p->ready, cudaEventDisableTiming), "cudaEventCreate");
+    for (int i = 0; i < MAX_REQS; i++)
+        check_cuda(d, cudaEventCreateWithFlags(&p->done[i], cudaEventDisableTiming), "cudaEventCreate");
+    d->allreduce = nccl_allreduce;
+    d->reduce_scatter = nccl_reduce_scatter;
+    d->allgather = nccl_allgather;
+    d->wait = nccl_wait;
+    d->poke = nccl_poke;
+    d->bcast = nccl_bcast;
+    d->barrier = nccl_barrier;
+    d->finalize = nccl_finalize;
+    return d;
+}

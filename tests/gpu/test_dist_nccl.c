@@ -1,0 +1,64 @@
+/* The NCCL collectives (src/dist/nccl) with one rank on the GPU: all-reduce
+ * (sum, avg, f32, f64), reduce-scatter and all-gather leave the data as one
+ * rank holds it, and they are ordered against the backend's stream: a scale
+ * queued before a reduction is seen by it, one queued after its wait sees its
+ * result.  Skips (77) without a device or without NCCL in the build. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ll/backend.h"
+#include "ll/core.h"
+#include "ll/dist_train.h"
+#include "ll_cuda.h"
+#include "../util/testutil.h"
+
+int main(void) {
+    if (ll_cuda_device_count() <= 0) {
+        printf("no CUDA device: skipping\n");
+        return 77;
+    }
+    ll_backend *be = ll_backend_cuda(0);
+    CHECK_MSG(be != NULL, "ll_backend_cuda(0): %s", ll_errbuf());
+    if (!be) return tu_finish("gpu_test_dist_nccl");
+    ll_dist *d = ll_dist_for_backend(ll_dist_single(), be, 1);
+    if (!d) {
+        printf("%s: skipping\n", ll_errbuf());
+        return 77;
+    }
+    CHECK(!strcmp(d->name, "nccl") && d->world == 1 && d->device_buffers);
+    enum { N = 100003 };
+    float *h = ll_malloc(N * sizeof(float)), *g = ll_malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++) h[i] = (float)(i % 97) - 48.5f;
+    float *x = be->alloc(be, N * sizeof(float)), *y = be->alloc(be, N * sizeof(float));
+    be->upload(be, x, h, N * sizeof(float));
+    be->add(be, (ll_act *)x, (ll_act *)x, (ll_act *)x, N); /* x *= 2, queued before: the reduction must see it */
+    d->wait(d, d->allreduce(d, x, N, LL_DIST_F32, 0, "test sum"));
+    d->wait(d, d->allreduce(d, x, N, LL_DIST_F32, 1, "test avg"));
+    be->add_scaled(be, (ll_act *)x, (ll_act *)x, (ll_act *)x, -0.5f, N); /* x /= 2, queued after the wait: sees the result */
+    be->download(be, g, x, N * sizeof(float));
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += g[i] != h[i];
+    CHECK_MSG(bad == 0, "%d elements changed by all-reduce", bad);
+    size_t counts[1] = {N};
+    d->wait(d, d->reduce_scatter(d, x, y, counts, LL_DIST_F32, "test reduce-scatter"));
+    d->wait(d, d->allgather(d, y, counts, LL_DIST_F32, "test all-gather"));
+    be->download(be, g, y, N * sizeof(float));
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += g[i] != h[i];
+    CHECK_MSG(bad == 0, "%d elements wrong after reduce-scatter + all-gather", bad);
+    double st[3] = {1.5, -2, 1e300}, got[3];
+    double *ds = be->alloc(be, sizeof st);
+    be->upload(be, ds, st, sizeof st);
+    d->wait(d, d->allreduce(d, ds, 3, LL_DIST_F64, 0, "test f64"));
+    d->bcast(d, ds, sizeof st, 0);
+    be->download(be, got, ds, sizeof st);
+    CHECK(!memcmp(got, st, sizeof st));
+    be->free(be, x);
+    be->free(be, y);
+    be->free(be, ds);
+    free(h);
+    free(g);
+    d->finalize(d);
+    return tu_finish("gpu_test_dist_nccl");
+}
