@@ -6,6 +6,7 @@
 # with DDR + ALD + cross-attention drop + LayerDrop, with DLCL + ReZero, and a
 # multilingual latent-depth model whose ranks hold different language pairs
 # in each update (reference KL with the aggregated-posterior prior, L_K).
+# Then train.max_minutes with two ranks: all stop after the same update.
 # adam_eps 1e-6: the attention key biases have a gradient that is zero in
 # exact arithmetic; Adam with eps 1e-8 turns its rounding noise (which
 # depends on summation order) into lr-sized steps (docs/distributed.md).
@@ -88,5 +89,14 @@ grep -q '"lk":0.0[0-9]*[1-9]' "$T/latent.2/metrics.jsonl" || err "latent: L_K ne
 "$BIN/lltrain" --config "$TINY" "${D[@]}" "${BASE[@]}" --set checkpoint.save_dir="$T/half" 2> /dev/null
 d=$("$BIN/ll_ckpt_diff" "$T/half/checkpoint_last.llm" "$T/plain.2/checkpoint_last.llm" | awk '{print $2}')
 python3 -c "import sys; sys.exit(0 if float('$d') > 1e-4 else 1)" || err "control: a different batch gave a diff of only $d"
+# train.max_minutes with two ranks: rank 1 gets no budget (an MPMD launch), as if its clock ran
+# late; without agreeing on the update (ll_dist_train_sync) rank 0 would leave the loop while
+# rank 1 waits in a collective; both must stop after the same update and the job must end
+BUDGET=("$BIN/lltrain" --config "$TINY" "${D[@]}" --set train.threads=1 --set train.valid_interval=0
+        --set train.max_updates=100000 --set checkpoint.save_dir="$T/budget")
+timeout 120 "$MPIRUN" --oversubscribe --allow-run-as-root -np 1 "${BUDGET[@]}" --set train.max_minutes=0.004 \
+  : -np 1 "${BUDGET[@]}" --set train.max_minutes=0 > "$T/budget.log" 2>&1 ||
+  err "max_minutes with 2 ranks: exit status not 0 (124: a rank hung): $(grep lltrain "$T/budget.log" | tail -2)"
+grep -q "train.max_minutes 0.004 reached after" "$T/budget.log" || err "max_minutes with 2 ranks: no budget line"
 echo "dist equivalence tests: $((SECONDS - start)) s"
 exit $fail
