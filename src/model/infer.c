@@ -195,18 +195,19 @@ void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, 
     const double *dc;
     const uint8_t *dm;
     step(m, d, prev_tok, cum, mode, &dc, &dm);
-    /* results in one block, read in one download: [score][flat][lp] */
+    /* results in one block, read in one download: [score][lp][flat], widest
+     * first so each array is aligned (real is double in the gradient-check build) */
     const size_t nk = (size_t)d->B * k;
-    const size_t bytes = nk * (sizeof(double) + sizeof(int32_t) + sizeof(real));
+    const size_t o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
+    const size_t bytes = o_flat + nk * sizeof(int32_t);
     char *out = ll_arena_alloc(&m->arena, bytes);
-    be->beam_topk(be, (double *)out, (real *)(out + nk * (sizeof(double) + sizeof(int32_t))),
-                  (int32_t *)(out + nk * sizeof(double)), d->logp, dc, dm, d->B, d->beam, m->hp.V, k, LL_PAD, LL_BOS,
-                  LL_EOS);
+    be->beam_topk(be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, dc, dm, d->B, d->beam,
+                  m->hp.V, k, LL_PAD, LL_BOS, LL_EOS);
     char *h = stage(d, bytes);
     be->download(be, h, out, bytes);
     memcpy(score, h, nk * sizeof(double));
-    memcpy(flat, h + nk * sizeof(double), nk * sizeof(int32_t));
-    memcpy(lp, h + nk * (sizeof(double) + sizeof(int32_t)), nk * sizeof(real));
+    memcpy(lp, h + o_lp, nk * sizeof(real));
+    memcpy(flat, h + o_flat, nk * sizeof(int32_t));
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
 }
