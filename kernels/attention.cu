@@ -39,7 +39,8 @@ struct attn_args {
     int B, Tq, Tk, H, Dh, causal;
     float scale;     /* 1 / sqrt(Dh) */
     float keep_scale; /* 1 / (1 - p) */
-    uint32_t thr;    /* keep iff half-word >= thr; 0: no dropout */
+    uint32_t thr;    /* keep iff half-word >= thr */
+    int drop;        /* p > 0 (as the CPU): thr may round to 0 for tiny p, keep_scale still applies */
     ll_philox rng;
     uint64_t rng_offset;
 };
@@ -131,7 +132,7 @@ static __global__ void attention_fwd_kernel(attn_args a, T *__restrict__ out, fl
             l[r] = l[r] * alpha + warp_sum(p);
             m[r] = mn;
             float pd = p;
-            if (a.thr && j < n) pd = keep_bit(a, b, h, i, j) ? p * a.keep_scale : 0.0f;
+            if (a.drop && j < n) pd = keep_bit(a, b, h, i, j) ? p * a.keep_scale : 0.0f;
 #pragma unroll
             for (int c = 0; c < MAX_SLOTS; c++) o[r][c] *= alpha;
             const int jn = min(WARP, n - kt);
@@ -214,7 +215,7 @@ static __global__ void attention_dq_kernel(attn_args a, T *__restrict__ dq, cons
                     dp += sG[ri * Dh + e] * sV[lane * (Dh + 1) + e];
                 }
                 const float p = __expf(s * a.scale - L[r]);
-                if (a.thr) dp = keep_bit(a, b, h, i, j) ? dp * a.keep_scale : 0.0f;
+                if (a.drop) dp = keep_bit(a, b, h, i, j) ? dp * a.keep_scale : 0.0f;
                 ds = p * (dp - D[r]) * a.scale;
             }
             const int jn = min(WARP, n - kt);
@@ -303,7 +304,7 @@ static __global__ void attention_dkv_kernel(attn_args a, T *__restrict__ dk, T *
                 }
                 const float p = __expf(s * a.scale - sL[lane]);
                 pd = p;
-                if (a.thr) {
+                if (a.drop) {
                     const float ks = keep_bit(a, b, h, i, j) ? a.keep_scale : 0.0f;
                     pd = p * ks;
                     dp *= ks;
@@ -352,6 +353,7 @@ static cudaError_t make_args(attn_args *a, const void *q, int q_stride, const vo
     a->scale = 1.0f / sqrtf((float)Dh);
     /* the CPU's threshold: round(p * 65536) (lround on a double) */
     a->thr = p > 0 ? (uint32_t)llround((double)p * 65536.0) : 0;
+    a->drop = p > 0;
     a->keep_scale = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
     if (rng) a->rng = *rng;
     a->rng_offset = rng_offset;
