@@ -103,7 +103,7 @@ step configure 120 cmake -S "$ROOT" -B "$B" -DLL_CUDA=ON -DCMAKE_CUDA_ARCHITECTU
   -DCMAKE_BUILD_TYPE=Release
 step build 300 cmake --build "$B" -j"$NPROC"
 built=$?
-grep -E "warning|error" "$L/build.log" | head -20 | sed 's/^/  /' | tee -a "$S"
+grep -E "warning:|error:|Error [0-9]" "$L/build.log" | head -20 | sed 's/^/  /' | tee -a "$S"
 if [ $built -ne 0 ] && grep -q "Werror\|\[-W" "$L/build.log"; then
   # the GPU machine's gcc 13 may warn where CI's gcc 12 does not: a warning must not cost
   # the GPU session its tests, so build again without -Werror (the summary keeps the failure)
