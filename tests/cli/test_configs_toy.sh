@@ -3,13 +3,7 @@
 # own method settings (depth, DLCL, latent layers, CAD/DDR/ALD) with the
 # width shrunk and the data section replaced by the tiny test corpus; then
 # the checkpoint decodes.
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
+source "$(dirname "$0")/lib.sh"
 
 for c in dlcl30 deep_decoder_15_15 latent_dlcl_cad wmt16_ende_ll64; do
   # the config with its data: section swapped for the tiny corpus

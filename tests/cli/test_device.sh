@@ -6,13 +6,7 @@
 # GPU tests (ctest -L gpu) cover the rest; the same with train.precision /
 # --precision bf16 (auto: the bf16 CPU backend).  train.max_minutes stops a run
 # early; --resume continues with a fresh budget.
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
+source "$(dirname "$0")/lib.sh"
 one_line() { # log expected-substring
   [ "$(wc -l < "$1")" -eq 1 ] || err "$1: expected one line, got: $(cat "$1")"
   grep -q -- "$2" "$1" || err "$1: no '$2' in: $(cat "$1")"
@@ -20,15 +14,7 @@ one_line() { # log expected-substring
 
 cat > "$T/t.cfg" <<CFG
 model: {d_model: 32, ffn_dim: 64, heads: 2, enc_layers: 1, dec_layers: 1, max_positions: 128}
-data:
-  dir: $T/bin
-  vocab_size: 80
-  train:
-    - {src: $SRC/tests/data/tiny/overfit32.en, tgt: $SRC/tests/data/tiny/overfit32.es, src_lang: en, tgt_lang: es}
-  valid:
-    - {src: $SRC/tests/data/tiny/valid.en, tgt: $SRC/tests/data/tiny/valid.es, src_lang: en, tgt_lang: es}
-  max_tokens: 512
-  max_len: 64
+$(tiny_data "$T/bin" 512)
 train: {seed: 1, threads: 1, warmup_updates: 2, max_updates: 4, log_interval: 2, valid_interval: 100}
 checkpoint: {save_dir: $T/run}
 CFG

@@ -10,14 +10,8 @@
 # adam_eps 1e-6: the attention key biases have a gradient that is zero in
 # exact arithmetic; Adam with eps 1e-8 turns its rounding noise (which
 # depends on summation order) into lr-sized steps (docs/distributed.md).
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
+source "$(dirname "$0")/lib.sh"
 . "$SRC/tests/cli/dist_env.sh"
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
 start=$SECONDS
 
 BASE=(--set train.max_updates=10 --set train.threads=1 --set train.valid_interval=0 --set train.warmup_updates=3

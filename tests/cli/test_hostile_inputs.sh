@@ -4,14 +4,8 @@
 # their tensors or that hold non-finite weights, forged training state.  Each
 # must fail with one line naming the file, a non-zero exit and nothing
 # clobbered -- or, for FIFOs and devices, be written to directly.
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
+source "$(dirname "$0")/lib.sh"
 export PYTHONPATH=$SRC/scripts
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
 CFG=$SRC/configs/tiny_test.cfg
 base=(--config "$CFG" --quiet --set data.dir="$T/bin" --set train.max_updates=6 --set checkpoint.save_interval=3
       --set train.valid_interval=6 --set train.log_interval=3)

@@ -3,13 +3,7 @@
 # English -> es and -> xx) trains, decodes each language with its own
 # posterior, and prunes; the pruned model's output equals the hard-gated full
 # model's, token for token, for one language (--lang) and for the union.
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
+source "$(dirname "$0")/lib.sh"
 
 "$BIN/lltrain" --config "$SRC/configs/tiny_latent.cfg" --set data.dir="$T/bin" --set checkpoint.save_dir="$T/ck" \
   --set latent.logits_lr=0.05 --set train.max_updates=60 --quiet 2> "$T/train.log" || { err "training failed: $(tail -1 "$T/train.log")"; exit 1; }

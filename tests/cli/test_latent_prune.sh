@@ -4,13 +4,7 @@
 # entry is folded into the kept rows' weights, and the pruned model decodes
 # like the hard-gated full model (same tokens, same log-probs up to float
 # rounding).  Post-norm latent layers and DLCL layers-to-keep are refused.
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
+source "$(dirname "$0")/lib.sh"
 IN=$T/in.en
 head -12 "$SRC/tests/data/tiny/test.en" > "$IN"
 

@@ -4,16 +4,10 @@
 # line count (empty lines included) with beam 1 and 5; the fairseq and n-best
 # formats are well formed and agree with the text output; bad input fails with
 # one line on stderr and leaves no output file.
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
+source "$(dirname "$0")/lib.sh"
 LLTRAIN=$BIN/lltrain
 LLDECODE=$BIN/lldecode
 DATA=$SRC/tests/data/tiny
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
 
 cat > "$T/tiny.cfg" <<CFG
 model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}

@@ -2,26 +2,12 @@
 # lltrain end to end on real files: a tiny model overfits 32 sentence pairs,
 # --resume continues bit for bit, and bad input fails with one line and leaves
 # nothing behind.
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
+source "$(dirname "$0")/lib.sh"
 LLTRAIN=$BIN/lltrain
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
 
 cat > "$T/overfit.cfg" <<CFG
 model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
-data:
-  dir: $T/bin
-  vocab_size: 80
-  train:
-    - {src: $SRC/tests/data/tiny/overfit32.en, tgt: $SRC/tests/data/tiny/overfit32.es, src_lang: en, tgt_lang: es}
-  valid:
-    - {src: $SRC/tests/data/tiny/valid.en, tgt: $SRC/tests/data/tiny/valid.es, src_lang: en, tgt_lang: es}
-  max_tokens: 2048
-  max_len: 64
+$(tiny_data "$T/bin" 2048)
 train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, label_smoothing: 0.0, max_updates: 200, log_interval: 10, valid_interval: 100}
 checkpoint: {save_dir: $T/overfit}
 CFG

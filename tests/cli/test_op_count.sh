@@ -5,13 +5,7 @@
 # depth (DLCL is one op per row of W, not one per weight).  Depths L, 2L, 3L:
 # the two increments of ops per update must agree (an O(L^2) op count would
 # make the second larger by the first's size).
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
+source "$(dirname "$0")/lib.sh"
 
 # config with its data: section swapped for the tiny corpus (one pair, or two for latent one-to-many)
 mkcfg() { # src dst pairs

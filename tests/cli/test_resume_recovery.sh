@@ -5,14 +5,8 @@
 # architecture is refused, non-finite updates are skipped and too many in a
 # row stop the run without touching the last checkpoint, a diverging run is
 # warned about, and valgrind can run the tools (no self re-exec).
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
+source "$(dirname "$0")/lib.sh"
 export PYTHONPATH=$SRC/scripts
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
 R=$T/run
 A=("$BIN/lltrain" --config "$SRC/configs/tiny_test.cfg" --quiet --set data.dir="$T/bin" --set checkpoint.save_dir="$R"
    --set train.valid_interval=10 --set checkpoint.save_interval=5 --set checkpoint.keep_last=0)

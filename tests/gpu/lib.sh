@@ -1,13 +1,8 @@
 # Helpers of the shell-level GPU tests (tests/gpu/test_*.sh source this).
 # Exit 77 (skip) only when there is no GPU; with a GPU, a missing corpus is a
 # failure (the check was not done), with the recipe to provide it.
-set -u
-SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-BIN=${LL_BINARY_DIR:-$SRC/build}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*" >&2; fail=1; }
+# SRC, BIN, the scratch directory T, err() and tiny_data()
+source "$(dirname "${BASH_SOURCE[0]}")/../cli/lib.sh"
 # prepared Bible data: shared with the quick starts (the same data section)
 BIBLE_BIN=${LL_BIBLE_BIN:-$SRC/data/bible/bin}
 RAW=$SRC/data/bible/raw

@@ -8,15 +8,7 @@ source "$(dirname "$0")/lib.sh"
 gpu_or_skip
 cat > "$T/t.cfg" <<CFG
 model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.1, attn_dropout: 0.1}
-data:
-  dir: $T/bin
-  vocab_size: 80
-  train:
-    - {src: $SRC/tests/data/tiny/overfit32.en, tgt: $SRC/tests/data/tiny/overfit32.es, src_lang: en, tgt_lang: es}
-  valid:
-    - {src: $SRC/tests/data/tiny/valid.en, tgt: $SRC/tests/data/tiny/valid.es, src_lang: en, tgt_lang: es}
-  max_tokens: 2048
-  max_len: 64
+$(tiny_data "$T/bin" 2048)
 train: {seed: 1, lr: 3e-3, warmup_updates: 5, valid_interval: 5, log_interval: 5, device: $GPUDEV}
 checkpoint: {save_dir: $T/run}
 CFG

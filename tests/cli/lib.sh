@@ -1,0 +1,26 @@
+# Shared by the shell tests (tests/cli/test_*.sh, tests/gpu/lib.sh): where the
+# sources and binaries are, a scratch directory removed on exit, and err(),
+# which records a failure and goes on (each script ends with `exit $fail`).
+set -u
+SRC=${LL_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+BIN=${LL_BINARY_DIR:-$SRC/build}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+err() { echo "FAIL: $*" >&2; fail=1; }
+
+# The data: section of a config over the tiny corpus (tests/data/tiny: 32
+# training pairs en-es), binarised into DIR:  tiny_data DIR MAX_TOKENS
+tiny_data() {
+  cat <<CFG
+data:
+  dir: $1
+  vocab_size: 80
+  train:
+    - {src: $SRC/tests/data/tiny/overfit32.en, tgt: $SRC/tests/data/tiny/overfit32.es, src_lang: en, tgt_lang: es}
+  valid:
+    - {src: $SRC/tests/data/tiny/valid.en, tgt: $SRC/tests/data/tiny/valid.es, src_lang: en, tgt_lang: es}
+  max_tokens: $2
+  max_len: 64
+CFG
+}
