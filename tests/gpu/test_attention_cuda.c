@@ -15,6 +15,7 @@
 #include "ll/core.h"
 #include "ll_cuda.h"
 #include "../util/testutil.h"
+#include "gpu_util.h"
 
 #define A_(p) ((ll_act *)(p)) /* fp32 activations */
 
@@ -112,10 +113,7 @@ static void run(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, 
 }
 
 int main(void) {
-    if (ll_cuda_device_count() == 0) {
-        printf("no CUDA device: skipping\n");
-        return 77;
-    }
+    gpu_or_skip();
     ll_backend *cpu = ll_backend_cpu();
     ll_backend *gpu = ll_backend_cuda(0);
     CHECK_MSG(gpu != NULL, "ll_backend_cuda(0): %s", ll_errbuf());

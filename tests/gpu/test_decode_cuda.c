@@ -15,6 +15,7 @@
 #include "ll/model.h"
 #include "ll_cuda.h"
 #include "../util/testutil.h"
+#include "gpu_util.h"
 
 static void *put(ll_backend *be, const void *host, size_t bytes) {
     void *p = be->alloc(be, bytes);
@@ -121,10 +122,7 @@ static void test_search(ll_backend *cpu, ll_backend *gpu) {
 }
 
 int main(void) {
-    if (ll_cuda_device_count() == 0) {
-        printf("no CUDA device: skipping\n");
-        return 77;
-    }
+    gpu_or_skip();
     ll_backend *cpu = ll_backend_cpu(), *gpu = ll_backend_cuda(0);
     CHECK_MSG(gpu != NULL, "ll_backend_cuda(0): %s", ll_errbuf());
     if (!gpu) return tu_finish("gpu_test_decode_cuda");

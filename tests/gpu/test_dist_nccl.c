@@ -12,12 +12,10 @@
 #include "ll/dist_train.h"
 #include "ll_cuda.h"
 #include "../util/testutil.h"
+#include "gpu_util.h"
 
 int main(void) {
-    if (ll_cuda_device_count() <= 0) {
-        printf("no CUDA device: skipping\n");
-        return 77;
-    }
+    gpu_or_skip();
     ll_backend *be = ll_backend_cuda(0);
     CHECK_MSG(be != NULL, "ll_backend_cuda(0): %s", ll_errbuf());
     if (!be) return tu_finish("gpu_test_dist_nccl");

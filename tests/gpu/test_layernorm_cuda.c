@@ -13,6 +13,7 @@
 #include "ll/core.h"
 #include "ll_cuda.h"
 #include "../util/testutil.h"
+#include "gpu_util.h"
 
 #define A_(p) ((ll_act *)(p)) /* fp32 activations */
 
@@ -39,27 +40,12 @@ static float *get(ll_backend *be, const real *p, size_t n) {
     return h;
 }
 
-/* Max over i of |got - ref| / (|ref| + scale), scale = max(1, rms(ref)): a
- * relative error that does not blow up where a long sum cancels to ~0. */
-static double rel_err(const float *got, const float *ref, size_t n) {
-    double ss = 0;
-    for (size_t i = 0; i < n; i++) ss += (double)ref[i] * ref[i];
-    double scale = n ? sqrt(ss / (double)n) : 0.0;
-    if (scale < 1.0) scale = 1.0;
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)got[i] - ref[i]) / (fabs(ref[i]) + scale);
-        if (!(e <= worst)) worst = e; /* NaN propagates */
-    }
-    return worst;
-}
-
 #define TOL 1e-4
 
 static void compare(const char *what, int N, int C, ll_backend *cpu, const real *pc, ll_backend *gpu,
                     const real *pg, size_t n) {
     float *a = get(cpu, pc, n), *b = get(gpu, pg, n);
-    double e = rel_err(b, a, n);
+    double e = gpu_rel_err(b, a, n);
     CHECK_MSG(e <= TOL, "%s (N=%d C=%d): relative error %.3g > %.1g", what, N, C, e, TOL);
     if (ll_verbosity > 1) fprintf(stderr, "  %s N=%d C=%d err %.3g\n", what, N, C, e);
     free(a);
@@ -154,7 +140,7 @@ static void test_gemm(ll_backend *cpu, ll_backend *gpu, int ta, int tb, int M, i
         memcpy(g2 + (size_t)i * N, gc + (size_t)i * ldc, N * sizeof(float));
         for (int j = N; j < ldc; j++) pad_ok &= gc[(size_t)i * ldc + j] == c[(size_t)i * ldc + j];
     }
-    double e = rel_err(g2, r2, (size_t)M * N);
+    double e = gpu_rel_err(g2, r2, (size_t)M * N);
     CHECK_MSG(e <= TOL, "gemm ta=%d tb=%d M=%d N=%d K=%d pad=%d: relative error %.3g", ta, tb, M, N, K, pad, e);
     CHECK_MSG(pad_ok, "gemm ta=%d tb=%d wrote into the padding of C", ta, tb);
     if (ll_verbosity > 1) fprintf(stderr, "  gemm ta=%d tb=%d M=%d N=%d K=%d err %.3g\n", ta, tb, M, N, K, e);
@@ -198,10 +184,7 @@ static void test_philox(ll_backend *gpu, uint64_t seed, uint32_t sa, uint32_t sb
 }
 
 int main(void) {
-    if (ll_cuda_device_count() == 0) {
-        printf("no CUDA device: skipping\n");
-        return 77;
-    }
+    gpu_or_skip();
     ll_backend *cpu = ll_backend_cpu();
     ll_backend *gpu = ll_backend_cuda(0);
     CHECK_MSG(gpu != NULL, "ll_backend_cuda(0): %s", ll_errbuf());

@@ -18,6 +18,7 @@
 #include "ll/core.h"
 #include "ll_cuda.h"
 #include "../util/testutil.h"
+#include "gpu_util.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 static float frand(void) { /* uniform [-1, 1) */
@@ -56,20 +57,6 @@ static float *get(ll_backend *be, ll_dtype t, const void *p, size_t n) {
     return h;
 }
 
-/* max |got - ref| / (|ref| + max(1, rms(ref))) */
-static double rel_err(const float *got, const float *ref, size_t n) {
-    double ss = 0;
-    for (size_t i = 0; i < n; i++) ss += (double)ref[i] * ref[i];
-    double scale = n ? sqrt(ss / (double)n) : 0.0;
-    if (scale < 1.0) scale = 1.0;
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)got[i] - ref[i]) / (fabs(ref[i]) + scale);
-        if (!(e <= worst)) worst = e;
-    }
-    return worst;
-}
-
 /* One gemm on the CPU and the CUDA backend of dtype `act`, C of type ct.
  * misalign: bias and bgrad one float past a 16-byte boundary. */
 static void test_gemm(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int tb, int M, int N, int K, int pad,
@@ -95,7 +82,7 @@ static void test_gemm(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int tb
     }
     /* bf16 C: one or two bf16 roundings apart (the fallback rounds after the product and after the bias) */
     const double tol = ct == LL_BF16 ? 1.6e-2 : 1e-4;
-    double e = rel_err(rc[1], rc[0], nc);
+    double e = gpu_rel_err(rc[1], rc[0], nc);
     int pad_ok = 1;
     for (int i = 0; i < M; i++)
         for (int j = N; j < ldc; j++) pad_ok &= rc[1][(size_t)i * ldc + j] == rc[0][(size_t)i * ldc + j];
@@ -103,7 +90,7 @@ static void test_gemm(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int tb
               ll_dtype_str(act), ll_dtype_str(act), ll_dtype_str(ct), (int)epi, ta, tb, M, N, K, pad, (double)beta,
               misalign, e);
     CHECK_MSG(pad_ok, "gemm epi %d wrote into the padding of C", (int)epi);
-    double eg = rel_err(rg[1], rg[0], (size_t)M + 1);
+    double eg = gpu_rel_err(rg[1], rg[0], (size_t)M + 1);
     CHECK_MSG(eg <= 1e-4, "gemm bgrad %s epi %d ta %d M %d K %d misalign %d: error %.3g", ll_dtype_str(act), (int)epi,
               ta, M, K, misalign, eg);
     free(a), free(b), free(c), free(bias), free(bg);
@@ -207,10 +194,7 @@ static void test_topk_bf16(void) {
 }
 
 int main(void) {
-    if (ll_cuda_device_count() == 0) {
-        printf("no CUDA device: skipping\n");
-        return 77;
-    }
+    gpu_or_skip();
     ll_backend *f32 = ll_backend_cuda_precision(0, LL_F32), *b16 = ll_backend_cuda_precision(0, LL_BF16);
     CHECK_MSG(f32 && b16, "ll_backend_cuda_precision: %s", ll_errbuf());
     if (!f32 || !b16) return tu_finish("gpu_test_typed_cuda");
