@@ -1,100 +1,145 @@
 #!/usr/bin/env bash
 # Small-scale CPU experiments behind docs/experiments.md.  Each run trains a
-# small model with lltrain, decodes a held-out set greedily, and appends one
-# row to runs/experiments/results.tsv:
-#   name  updates  valid_loss  valid_ppl  BLEU  chrF  BLEU_unk_source  E[L]_dec  kept_dec  seconds
+# small model with lltrain, translates the held-out test set with beam 5,
+# scores it, and appends one row to $OUT/results.tsv (columns: see HEADER).
 #
-#   scripts/experiments.sh [GROUP ...]     groups: deep dlcl ll_deep ll_k ll_beta ll_inner (default: all)
+#   scripts/experiments.sh [GROUP ...]        groups: depth latent deep (default: depth latent)
 #
-# Needs the Bible corpus (scripts/make_bible_corpus.py) and, for the ll_*
-# multilingual groups, the locale corpus (scripts/make_locale_corpus.py).
+#   UPDATES=2000  SEEDS="1 2"  JOBS=2 (runs at once, THREADS=1 thread each)
+#   TOKENS=1024 (Bible batch) PAIR_TOKENS=256 (locale: one batch per language per update)
+#   OUT=runs/experiments
+#
+# Needs the Bible corpus (scripts/make_bible_corpus.py; data/bible/bin from
+# `llprep --config configs/bible_quick.cfg`) and, for `latent`, the locale
+# corpus (scripts/make_locale_corpus.py; `llprep --config configs/locale_o2m_ll.cfg`).
+# A finished run (its row in results.tsv) is skipped, so the script resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build
-OUT=runs/experiments
+B=${B:-build}
+OUT=${OUT:-runs/experiments}
+UPDATES=${UPDATES:-2000}
+SEEDS=${SEEDS:-1 2}
+JOBS=${JOBS:-2}
+THREADS=${THREADS:-1}
+TOKENS=${TOKENS:-1024}
+PAIR_TOKENS=${PAIR_TOKENS:-256}
+TEST_LINES=${TEST_LINES:-0}   # > 0: score only the first N test sentences (a quick check of the script)
 mkdir -p "$OUT"
 RES=$OUT/results.tsv
-[ -f "$RES" ] || printf 'name\tupdates\tvalid_loss\tvalid_ppl\tbleu\tchrf\tbleu_unk_src\tEL_dec\tkept_dec\tseconds\n' > "$RES"
-UPDATES=${UPDATES:-200}
+HEADER='name\tseed\tupdates\tvalid_loss\tbleu\tchrf\tbleu_unk_src\tEL_dec\tkept_dec\tbleu_soft\tbleu_pruned\ttrain_s\tdecode_s\tdecode_pruned_s\n'
+[ -f "$RES" ] || printf "$HEADER" > "$RES"
 
-# Common small setting on the Bible corpus (reuses data/bible/bin of the quick start).
-bible=(--config configs/bible_quick.cfg --set model.d_model=128 --set model.ffn_dim=512 --set model.heads=4
-       --set data.max_tokens=2048 --set train.max_updates=$UPDATES --set train.warmup_updates=100 --set train.lr=2e-3
-       --set train.valid_interval=$UPDATES --set train.valid_bleu=false --set train.best_metric=loss
-       --set train.log_interval=50 --set train.threads=2 --set checkpoint.keep_last=1)
-locale=(--config configs/locale_o2m_ll.cfg --set model.d_model=128 --set model.ffn_dim=512 --set model.heads=4
-        --set model.enc_layers=2 --set model.dec_layers=8 --set data.max_tokens=1024 --set train.max_updates=$UPDATES
-        --set train.warmup_updates=100 --set train.lr=2e-3 --set train.valid_interval=$UPDATES --set train.log_interval=50
-        --set train.threads=2 --set latent.soft_update=50 --set latent.anneal_updates=100 --set checkpoint.keep_last=1)
+# d = 128 Transformers; validation loss every 250 updates for the learning curves.
+common=(--set model.d_model=128 --set model.ffn_dim=512 --set model.heads=4 --set model.enc_layers=2
+        --set train.max_updates=$UPDATES --set train.warmup_updates=200 --set train.lr=2e-3
+        --set train.valid_interval=250 --set train.valid_bleu=false --set train.best_metric=loss
+        --set train.log_interval=50 --set train.threads=$THREADS --set checkpoint.keep_last=1)
+bible=(--config configs/bible_quick.cfg "${common[@]}" --set data.max_tokens=$TOKENS)
+locale=(--config configs/locale_o2m_ll.cfg "${common[@]}" --set data.max_tokens=$PAIR_TOKENS
+        --set model.dec_layers=8 --set latent.soft_update=200 --set latent.anneal_updates=500)
+# latent runs: the layer logits learn at 10x train.lr, so that their step budget
+# over the run is several units (at train.lr every q(z) stays near 0.5).
+fast_logits=(--set latent.logits_lr=0.02)
 
-# run NAME CORPUS(bible|locale) LANG [--set ...]: train, decode the test set, score, append a row.
+# decode MODEL SRC OUTPUT LANG [lldecode options]: beam 5, prints the seconds it took
+decode() {
+  local model=$1 src=$2 out=$3 lang=$4; shift 4
+  local t0; t0=$(date +%s.%N)
+  "$B/lldecode" --model "$model" --beam 5 --lenpen 1.0 --threads "$THREADS" --target-lang "$lang" \
+    --input "$src" --output "$out" --quiet "$@"
+  python3 -c "import sys; print('%.1f' % ($(date +%s.%N) - $t0))"
+}
+bleu_of() { "$B/lleval" --ref "$1" --input "$2" --metrics bleu --score-only; }
+
+# run NAME SEED CORPUS(bible|locale) LANG [--set ...]: train, decode, score, append a row.
 run() {
-  local name=$1 corpus=$2 lang=$3; shift 3
-  local dir=$OUT/$name
-  if grep -q "^$name	" "$RES"; then echo "skip $name (done)"; return; fi
-  local t0=$SECONDS
+  local name=$1 seed=$2 corpus=$3 lang=$4; shift 4
+  local dir=$OUT/$name.s$seed
+  if grep -q "^$name	$seed	" "$RES"; then echo "skip $name seed $seed (done)"; return; fi
   local base=("${bible[@]}")
   [ "$corpus" = locale ] && base=("${locale[@]}")
-  if ! grep -q '"type":"valid","update":'"$UPDATES" "$dir/metrics.jsonl" 2>/dev/null; then  # (re)train unless finished
-    rm -rf "$dir"
-    "$B/lltrain" "${base[@]}" --set checkpoint.save_dir="$dir" "$@" 2> "$dir.log" || { echo "$name: training failed" >&2; tail -2 "$dir.log" >&2; return; }
+  local t0=$SECONDS
+  if ! grep -q '"type":"valid","update":'"$UPDATES," "$dir/metrics.jsonl" 2>/dev/null; then  # (re)train unless finished
+    rm -rf "$dir"; mkdir -p "$dir"
+    "$B/lltrain" "${base[@]}" --set train.seed="$seed" --set checkpoint.save_dir="$dir" "$@" 2> "$dir/train.log" ||
+      { echo "$name seed $seed: training failed: $(tail -1 "$dir/train.log")" >&2; return; }
   fi
-  local secs=$((SECONDS - t0))
+  local train_s=$((SECONDS - t0))
   local model=$dir/checkpoint_last.llm src ref spm
   if [ "$corpus" = bible ]; then
     src=data/bible/raw/test.en; ref=data/bible/raw/test.es; spm=data/bible/bin/spm.model
   else
     src=data/locale/raw/test.en-$lang.en; ref=data/locale/raw/test.en-$lang.$lang; spm=data/locale/bin/spm.model
   fi
-  "$B/lldecode" --model "$model" --beam 1 --max-len-a 1.2 --max-len-b 10 --target-lang "$lang" --input "$src" --output "$dir/test.hyp" --quiet
-  local scores bleu chrf
+  if [ "$TEST_LINES" -gt 0 ]; then
+    head -n "$TEST_LINES" "$src" > "$dir/test.src"; head -n "$TEST_LINES" "$ref" > "$dir/test.ref"
+    src=$dir/test.src ref=$dir/test.ref
+  fi
+  local decode_s bleu chrf scores
+  decode_s=$(decode "$model" "$src" "$dir/test.hyp" "$lang")
   scores=$("$B/lleval" --ref "$ref" --input "$dir/test.hyp" --metrics bleu,chrf --score-only)
   bleu=$(echo "$scores" | sed -n 1p); chrf=$(echo "$scores" | sed -n 2p)
-  # the same model with every source token replaced by UNK: how much does it still "translate"?
+  # the same model with every source token replaced by UNK (id 3): how much does it still "translate"?
   spm_encode --model "$spm" --output_format id < "$src" | awk '{for (i = 1; i <= NF; i++) $i = 3; print}' > "$dir/src.unk"
-  "$B/lldecode" --model "$model" --beam 1 --max-len-a 1.2 --max-len-b 10 --target-lang "$lang" --raw-ids --input "$dir/src.unk" --output "$dir/unk.ids" --quiet
+  decode "$model" "$dir/src.unk" "$dir/unk.ids" "$lang" --raw-ids > /dev/null
   spm_decode --model "$spm" --input_format id < "$dir/unk.ids" > "$dir/unk.hyp"
-  local bleu_unk
-  bleu_unk=$("$B/lleval" --ref "$ref" --input "$dir/unk.hyp" --metrics bleu --score-only)
-  local vl el kept
+  local bleu_unk; bleu_unk=$(bleu_of "$ref" "$dir/unk.hyp")
+  local vl el=- kept=- bleu_soft=- bleu_pruned=- decode_pruned_s=-
   vl=$(grep '"type":"valid"' "$dir/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
-  el=$(grep '"expected_depth"' "$dir/metrics.jsonl" | tail -1 | sed 's/.*"dec":{.*"expected_depth":\([0-9.]*\).*/\1/' || true)
-  kept=-
-  if grep -q latent_logits < <(python3 scripts/llmodel.py "$model" 2>/dev/null); then
-    kept=$("$B/llprune" --model "$model" --output "$dir/pruned.llm" ${PRUNE_LANG:+--lang $lang} 2>/dev/null | awk '/^decoder: keep/ {print $3 "/" $5}')
+  if grep -q '"expected_depth"' "$dir/metrics.jsonl"; then
+    el=$(grep '"expected_depth"' "$dir/metrics.jsonl" | tail -1 | sed 's/.*"dec":{.*"expected_depth":\([0-9.]*\).*/\1/')
+    # soft inference (z = q) against the default hard inference (layer used iff q >= 0.5)
+    decode "$model" "$src" "$dir/test.soft.hyp" "$lang" --latent-inference soft > /dev/null
+    bleu_soft=$(bleu_of "$ref" "$dir/test.soft.hyp")
+    # the pruned model: llprune keeps the layers with q >= 0.5 for this language
+    local plang=(); [ "$corpus" = locale ] && plang=(--lang "$lang")
+    if kept=$("$B/llprune" --model "$model" --output "$dir/pruned.llm" "${plang[@]}" 2>"$dir/prune.log" |
+              awk '/^decoder: keep/ {print $3 "/" $5}') && [ -f "$dir/pruned.llm" ]; then
+      decode_pruned_s=$(decode "$dir/pruned.llm" "$src" "$dir/test.pruned.hyp" "$lang")
+      bleu_pruned=$(bleu_of "$ref" "$dir/test.pruned.hyp")
+    else
+      kept="refused"
+    fi
   fi
-  printf '%s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$UPDATES" "$vl" "$(python3 -c "print(2**$vl)")" \
-    "$bleu" "$chrf" "$bleu_unk" "${el:--}" "$kept" "$secs" | tee -a "$RES"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$seed" "$UPDATES" "$vl" "$bleu" "$chrf" \
+    "$bleu_unk" "$el" "${kept:--}" "$bleu_soft" "$bleu_pruned" "$train_s" "$decode_s" "$decode_pruned_s" | tee -a "$RES"
 }
 
-groups=${*:-deep dlcl ll_deep ll_k ll_beta ll_inner}
+# queue NAME CORPUS LANG [--set ...]: one run per seed, at most JOBS at once
+queue() {
+  local seed
+  for seed in $SEEDS; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    run "$1" "$seed" "${@:2}" &
+  done
+}
+
+groups=${*:-depth latent}
 for g in $groups; do
   case $g in
-  deep) # a deep decoder without and with CAD + DDR + ALD (Li et al. 2022), pre-norm 2+12
-    run deep_plain bible es --set model.enc_layers=2 --set model.dec_layers=12
-    run deep_cad_crt bible es --set model.enc_layers=2 --set model.dec_layers=12 --set deep.p_net=0.5 \
-      --set deep.drop_depth=8 --set deep.ddr_alpha=1 --set deep.ald_weight=1 ;;
-  dlcl) # DLCL vs plain pre-norm at the same depth (12-layer encoder)
-    run prenorm_e12 bible es --set model.enc_layers=12 --set model.dec_layers=2
-    run dlcl_e12 bible es --set model.enc_layers=12 --set model.dec_layers=2 --set dlcl.encoder=true --set dlcl.decoder=true ;;
-  ll_deep) # a deep post-norm decoder: static vs latent of the same depth
-    run static_post_d16 bible es --set model.norm=post --set model.enc_layers=2 --set model.dec_layers=16
-    run latent_post_d16 bible es --set model.norm=post --set model.enc_layers=2 --set model.dec_layers=16 \
-      --set latent.decoder=true --set latent.soft_update=50 --set latent.anneal_updates=100 ;;
-  ll_k) # latent L=24, K=12 vs static 12 decoder layers
-    run static_d12 bible es --set model.enc_layers=2 --set model.dec_layers=12
-    run latent_d24_k12 bible es --set model.enc_layers=2 --set model.dec_layers=24 --set latent.decoder=true \
-      --set latent.target_layers_dec=12 --set latent.soft_update=50 --set latent.anneal_updates=50 \
-      --set latent.lk_anneal_updates=50 ;;
-  ll_beta) # one-to-many (en -> de, fr, es, it): beta and the aggregated posterior vs sparsity
-    run o2m_beta0 locale de --set latent.beta=0
-    run o2m_beta1 locale de --set latent.beta=1
-    run o2m_agg_beta1 locale de --set latent.beta=1 --set latent.prior=agged_posterior ;;
-  ll_inner) # Algorithm 2's inner steps
-    run o2m_I1 locale de --set latent.inner_steps=1 --set latent.target_layers_dec=4
-    run o2m_I2 locale de --set latent.inner_steps=2 --set latent.target_layers_dec=4
-    run o2m_I5 locale de --set latent.inner_steps=5 --set latent.target_layers_dec=4 ;;
+  depth) # a 20-layer decoder: does post-norm fail at this depth, and do DLCL and latent depth fix it?
+    d20=(--set model.dec_layers=20)
+    queue post_d20 bible es "${d20[@]}" --set model.norm=post
+    queue pre_d20 bible es "${d20[@]}" --set model.norm=pre
+    queue dlcl_post_d20 bible es "${d20[@]}" --set model.norm=post --set dlcl.encoder=true --set dlcl.decoder=true
+    queue ll_post_d20 bible es "${d20[@]}" --set model.norm=post --set latent.decoder=true \
+      --set latent.soft_update=200 --set latent.anneal_updates=500 "${fast_logits[@]}" ;;
+  latent) # one-to-many en -> {de, fr, es, it}, 8 latent decoder layers, target depth K = 3
+    k3=(--set latent.target_layers_dec=3 --set latent.lk_anneal_updates=500)
+    queue o2m_beta0 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=0
+    queue o2m_beta1 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=1
+    queue o2m_agg locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=1 --set latent.prior=agged_posterior
+    queue o2m_beta1_I2 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=1 --set latent.inner_steps=2
+    queue o2m_beta1_I5 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=1 --set latent.inner_steps=5 ;;
+  deep) # the deep-decoder methods (Li et al. 2022) on a 20-layer pre-norm decoder, each removed in turn
+    d20=(--set model.dec_layers=20 --set model.norm=pre)
+    crt=(--set deep.p_net=0.5 --set deep.drop_depth=12 --set deep.ddr_alpha=1 --set deep.ald_weight=1)
+    queue deep_all bible es "${d20[@]}" "${crt[@]}"
+    queue deep_no_cad bible es "${d20[@]}" "${crt[@]}" --set deep.p_net=0
+    queue deep_no_ddr bible es "${d20[@]}" "${crt[@]}" --set deep.ddr_alpha=0
+    queue deep_no_ald bible es "${d20[@]}" "${crt[@]}" --set deep.ald_weight=0 ;;
   *) echo "unknown group $g" >&2; exit 2 ;;
   esac
 done
+wait
 column -t -s $'\t' "$RES"
