@@ -41,11 +41,12 @@ locale=(--config configs/locale_o2m_ll.cfg "${common[@]}" --set data.max_tokens=
 # over the run is several units (at train.lr every q(z) stays near 0.5).
 fast_logits=(--set latent.logits_lr=0.02)
 
-# decode MODEL SRC OUTPUT LANG [lldecode options]: beam 5, prints the seconds it took
+# decode MODEL SRC OUTPUT LANG [lldecode options]: beam 5, prints the seconds it took.  Outputs are
+# capped at 1.5 x source + 10 tokens: a diverged model would otherwise run every sentence to 200.
 decode() {
   local model=$1 src=$2 out=$3 lang=$4; shift 4
   local t0; t0=$(date +%s.%N)
-  "$B/lldecode" --model "$model" --beam 5 --lenpen 1.0 --threads "$THREADS" --target-lang "$lang" \
+  "$B/lldecode" --model "$model" --beam 5 --lenpen 1.0 --max-len-a 1.5 --max-len-b 10 --threads "$THREADS" --target-lang "$lang" \
     --input "$src" --output "$out" --quiet "$@"
   python3 -c "import sys; print('%.1f' % ($(date +%s.%N) - $t0))"
 }

@@ -63,8 +63,9 @@ def num(v):
 def cell(vals, digits):
     """'mean (a / b)' over the seeds; non-numeric columns joined with '/'."""
     if digits is None or any(num(v) is None for v in vals):
-        shown = sorted(set(vals))
-        return " / ".join(shown) if shown != ["-"] else "—"
+        if all(v == vals[0] for v in vals):
+            return vals[0] if vals[0] != "-" else "—"
+        return " / ".join(vals)   # seed order
     xs = [num(v) for v in vals]
     f = "%%.%df" % digits
     if len(xs) == 1:
@@ -178,6 +179,10 @@ def main(argv=None):
         print("|---|---|" + "---|" * len(COLUMNS))
         for name in names:
             rs = [r for r in rows if r["name"] == name]
+            for r in rs:   # training time from the run's own log (a resumed script does not see it)
+                _, valid = plot.load_metrics(os.path.join(args.runs, "%s.s%s" % (name, r["seed"]), "metrics.jsonl"))
+                if valid and isinstance(valid[-1].get("wall"), (int, float)):
+                    r["train_s"] = "%.0f" % valid[-1]["wall"]
             print("| %s | %s | " % (name, ",".join(r["seed"] for r in rs)) +
                   " | ".join(cell([r[c[0]] for r in rs], c[2]) for c in COLUMNS) + " |")
         print()
