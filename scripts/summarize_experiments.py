@@ -178,7 +178,7 @@ def main(argv=None):
         print("| model | seeds | " + " | ".join(c[1] for c in COLUMNS) + " |")
         print("|---|---|" + "---|" * len(COLUMNS))
         for name in names:
-            rs = [r for r in rows if r["name"] == name]
+            rs = sorted((r for r in rows if r["name"] == name), key=lambda r: int(r["seed"]))
             for r in rs:   # training time from the run's own log (a resumed script does not see it)
                 _, valid = plot.load_metrics(os.path.join(args.runs, "%s.s%s" % (name, r["seed"]), "metrics.jsonl"))
                 if valid and isinstance(valid[-1].get("wall"), (int, float)):
@@ -199,7 +199,7 @@ def main(argv=None):
                     cmd = [os.path.join(HERE, "plot"), "--out", os.path.join(args.out, name), "--what", what]
                     cmd += [os.path.join(run, "metrics.jsonl")] if what == "latent" else \
                         ["--model", os.path.join(run, "checkpoint_last.llm")]
-                    subprocess.run(cmd, check=True)
+                    subprocess.run(cmd, check=True, stdout=sys.stderr)
     return 0
 
 
