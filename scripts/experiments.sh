@@ -7,7 +7,7 @@
 #
 #   UPDATES=2000  SEEDS="1 2"  JOBS=2 (runs at once, THREADS=1 thread each)
 #   TOKENS=1024 (Bible batch) PAIR_TOKENS=256 (locale: one batch per language per update)
-#   OUT=runs/experiments
+#   OUT=runs/experiments  RUNS="name ..." (only these runs; default: every run of the groups)
 #
 # Needs the Bible corpus (scripts/make_bible_corpus.py; data/bible/bin from
 # `llprep --config configs/bible_quick.cfg`) and, for `latent`, the locale
@@ -109,6 +109,7 @@ run() {
 # queue NAME CORPUS LANG [--set ...]: one run per seed, at most JOBS at once
 queue() {
   local seed
+  if [ -n "${RUNS:-}" ] && [[ " $RUNS " != *" $1 "* ]]; then return; fi
   for seed in $SEEDS; do
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
     run "$1" "$seed" "${@:2}" &
@@ -130,15 +131,17 @@ for g in $groups; do
     queue o2m_beta0 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=0
     queue o2m_beta1 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=1
     queue o2m_agg locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=1 --set latent.prior=agged_posterior
-    queue o2m_beta1_I2 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=1 --set latent.inner_steps=2
-    queue o2m_beta1_I5 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=1 --set latent.inner_steps=5 ;;
-  deep) # the deep-decoder methods (Li et al. 2022) on a 20-layer pre-norm decoder, each removed in turn
-    d20=(--set model.dec_layers=20 --set model.norm=pre)
+    # the inner loop at beta = 0, where the logits move (at beta = 1 every q(z) stays at 0.5)
+    queue o2m_beta0_I2 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=0 --set latent.inner_steps=2
+    queue o2m_beta0_I5 locale de "${k3[@]}" "${fast_logits[@]}" --set latent.beta=0 --set latent.inner_steps=5 ;;
+  deep) # the deep-decoder methods (Li et al. 2022), each removed in turn, on the 20-layer decoder that
+    # fails at this scale: post-norm (the pre-norm one does not collapse; see the depth group)
+    d20=(--set model.dec_layers=20 --set model.norm=post)
     crt=(--set deep.p_net=0.5 --set deep.drop_depth=12 --set deep.ddr_alpha=1 --set deep.ald_weight=1)
-    queue deep_all bible es "${d20[@]}" "${crt[@]}"
-    queue deep_no_cad bible es "${d20[@]}" "${crt[@]}" --set deep.p_net=0
-    queue deep_no_ddr bible es "${d20[@]}" "${crt[@]}" --set deep.ddr_alpha=0
-    queue deep_no_ald bible es "${d20[@]}" "${crt[@]}" --set deep.ald_weight=0 ;;
+    queue deep_post_all bible es "${d20[@]}" "${crt[@]}"
+    queue deep_post_no_ddr bible es "${d20[@]}" "${crt[@]}" --set deep.ddr_alpha=0
+    queue deep_post_no_cad bible es "${d20[@]}" "${crt[@]}" --set deep.p_net=0
+    queue deep_post_no_ald bible es "${d20[@]}" "${crt[@]}" --set deep.ald_weight=0 ;;
   *) echo "unknown group $g" >&2; exit 2 ;;
   esac
 done
