@@ -391,5 +391,12 @@ static inline void break_op(ll_backend *dut, const char *op) {
     else ll_die("LL_PARITY_BREAK=%s: expected acc, dropout_fwd, gemm, layernorm_fwd, latent_kl or embed_fwd", op);
     if (!pb_quiet) printf("LL_PARITY_BREAK: %s of the backend under test is wrong on purpose: this run must fail\n", op);
 }
+/* LL_PARITY_BREAK=<op> (only with LL_PARITY_SELFTEST=1): break that op of the backend under test */
+static inline void pb_break_from_env(void) {
+    const char *brk = getenv("LL_PARITY_BREAK");
+    if (!brk || !*brk) return;
+    if (!pb_selftest) ll_die("LL_PARITY_BREAK needs LL_PARITY_SELFTEST=1");
+    break_op(pb_be[DUT], brk);
+}
 
 #endif

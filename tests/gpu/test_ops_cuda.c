@@ -397,11 +397,7 @@ int main(int argc, char **argv) {
     const int child = argc == 3 && !strcmp(argv[1], "--op");
     int rc = pb_setup(child);
     if (rc) return child ? 1 : rc;
-    const char *brk = getenv("LL_PARITY_BREAK");
-    if (brk && *brk) {
-        if (!pb_selftest) ll_die("LL_PARITY_BREAK needs LL_PARITY_SELFTEST=1");
-        break_op(pb_be[DUT], brk);
-    }
+    pb_break_from_env();
     if (child) return run_one(argv[2]);
     const int fork_each = pb_use_children();
     const size_t nslots = sizeof(ll_backend) / sizeof(void *);

@@ -239,11 +239,7 @@ int main(int argc, char **argv) {
     const int child = argc == 3 && !strcmp(argv[1], "--method");
     int rc = pb_setup(child);
     if (rc) return child ? 1 : rc;
-    const char *brk = getenv("LL_PARITY_BREAK");
-    if (brk && *brk) {
-        if (!pb_selftest) ll_die("LL_PARITY_BREAK needs LL_PARITY_SELFTEST=1");
-        break_op(pb_be[DUT], brk);
-    }
+    pb_break_from_env();
     if (child) { /* one method, in its own process */
         const int i = atoi(argv[2]);
         if (i < 0 || i >= n) ll_die("--method %s: expected 0..%d", argv[2], n - 1);
