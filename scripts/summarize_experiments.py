@@ -2,16 +2,22 @@
 """Summarise the runs of scripts/experiments.sh: tables over seeds and plots.
 
     scripts/summarize_experiments.py [--runs runs/experiments] [--out docs/img/experiments]
+                                     [--archive docs/experiments-runs] [--keep]
 
 Reads RUNS/results.tsv (one row per run and seed) and each run's
-metrics.jsonl (RUNS/NAME.sSEED/metrics.jsonl) and writes
+metrics.jsonl (RUNS/NAME.sSEED/metrics.jsonl, else the archived copy
+ARCHIVE/NAME.sSEED.metrics.jsonl; --keep first copies each run directory's
+metrics.jsonl there, so the raw numbers outlive runs/) and writes
   - to stdout, one Markdown table per group: every metric as the mean over the
     seeds followed by the per-seed values, so that the spread is visible;
   - OUT/GROUP_valid.png: validation loss against update, one colour per
     model, one line per seed;
-  - OUT/latent_depth.png (latent runs): the expected depth E[L] = sum_l q(z_l)
+  - OUT/GROUP_depth.png (latent groups): the expected depth E[L] = sum_l q(z_l)
     per target language against update, one panel per model (seed 1 solid,
     other seeds dashed);
+  A run whose metrics are in neither place is left out of the plots (with a
+  warning) and keeps its results.tsv numbers; a plot none of whose runs has
+  metrics is not rewritten, so an earlier image stays.
   - OUT/NAME/... : scripts/plot's per-run plots of seed 1 (q(z_l) over time
     and at the end for latent runs, the learned DLCL weights for DLCL runs).
 Needs python3-matplotlib for the plots (the tables need nothing).
@@ -23,6 +29,7 @@ import importlib.machinery
 import importlib.util
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,7 +49,11 @@ def load_plot_module():
 
 GROUPS = {
     "depth": ["post_d20", "pre_d20", "dlcl_post_d20", "ll_post_d20"],
-    "latent": ["o2m_beta0", "o2m_beta0_I2", "o2m_beta0_I5", "o2m_beta1", "o2m_agg"],
+    "latent": ["o2m_beta0", "o2m_beta1"],
+    # the aggregated-posterior prior against the Beta(1,1) prior at the same beta
+    "latent_prior": ["o2m_beta1", "o2m_agg"],
+    # the inner loop: I = 1, 2, 5 inner updates of the logits per outer step (beta 0)
+    "latent_inner": ["o2m_beta0", "o2m_beta0_I2", "o2m_beta0_I5"],
     # the deep-decoder methods on the decoder that fails here, next to that failing baseline
     "deep": ["post_d20", "deep_post_all", "deep_post_no_ddr", "deep_post_no_cad", "deep_post_no_ald"],
 }
@@ -51,6 +62,29 @@ COLUMNS = [("valid_loss", "valid loss", 3), ("bleu", "BLEU", 2), ("chrf", "chrF"
            ("kept_dec", "kept (q>=0.5)", None), ("bleu_soft", "BLEU soft", 2),
            ("bleu_pruned", "BLEU pruned", 2), ("train_s", "train s", 0),
            ("decode_s", "decode s", 1), ("decode_pruned_s", "decode pruned s", 1)]
+
+
+class Metrics:
+    """Finds and reads a run's metrics.jsonl: the run directory first, then the archive."""
+
+    def __init__(self, plot, runs, archive):
+        self.plot, self.runs, self.archive, self.warned = plot, runs, archive, set()
+
+    def path(self, name, seed):
+        for p in (os.path.join(self.runs, "%s.s%s" % (name, seed), "metrics.jsonl"),
+                  os.path.join(self.archive, "%s.s%s.metrics.jsonl" % (name, seed)) if self.archive else None):
+            if p and os.path.isfile(p):
+                return p
+        if (name, seed) not in self.warned:
+            self.warned.add((name, seed))
+            print("summarize_experiments: no metrics.jsonl for %s seed %s (neither %s/%s.s%s/ nor the archive): "
+                  "left out of the plots" % (name, seed, self.runs, name, seed), file=sys.stderr)
+        return None
+
+    def load(self, name, seed):
+        """(train, valid) records, or ([], []) when the run's metrics are missing."""
+        p = self.path(name, seed)
+        return self.plot.load_metrics(p) if p else ([], [])
 
 
 def num(v):
@@ -74,16 +108,16 @@ def cell(vals, digits):
     return (f % statistics.mean(xs)) + " (" + " / ".join(f % x for x in xs) + ")"
 
 
-def latent_final(plot, metrics):
+def latent_final(metrics, name, seed):
     """Per-language q of the last logged update of the decoder: {lang: [q_l]}."""
-    train, _ = plot.load_metrics(metrics)
-    st = plot.latent_stacks(train).get("dec")
+    train, _ = metrics.load(name, seed)
+    st = metrics.plot.latent_stacks(train).get("dec")
     if not st:
         return None, None
     return st, {lang: st["q"][lang][-1] for lang in st["langs"]}
 
 
-def latent_table(plot, runs, names, rows):
+def latent_table(metrics, names, rows):
     """Per model and seed: E[L] per language, layers kept per language, the
     spread of q across languages (agreement) and its range (sparsity)."""
     out = ["| model | seed | E[L] per language | kept per language | mean std of q across languages | q range |",
@@ -92,8 +126,9 @@ def latent_table(plot, runs, names, rows):
         for r in rows:
             if r["name"] != name:
                 continue
-            st, q = latent_final(plot, os.path.join(runs, "%s.s%s" % (name, r["seed"]), "metrics.jsonl"))
+            st, q = latent_final(metrics, name, r["seed"])
             if not q:
+                out.append("| %s | %s | (metrics not kept) | | | |" % (name, r["seed"]))
                 continue
             langs = st["langs"]
             el = " / ".join("%s %.2f" % (lg, sum(q[lg])) for lg in langs)
@@ -107,13 +142,16 @@ def latent_table(plot, runs, names, rows):
     return "\n".join(out)
 
 
-def plot_valid(plt, plot, runs, group, names, rows, out):
+def plot_valid(plt, metrics, group, names, rows, out):
+    plot = metrics.plot
     fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, name in enumerate(names):
         seeds = [r["seed"] for r in rows if r["name"] == name]
         for j, seed in enumerate(seeds):
-            _, valid = plot.load_metrics(os.path.join(runs, "%s.s%s" % (name, seed), "metrics.jsonl"))
+            _, valid = metrics.load(name, seed)
+            if not valid:
+                continue
             xs, ys = plot.series(valid, "loss")
             ax.plot(xs, ys, "o-" if j == 0 else "s--", color=colours[i % len(colours)], markersize=3,
                     linewidth=1.2, label=name if j == 0 else None)
@@ -125,7 +163,8 @@ def plot_valid(plt, plot, runs, group, names, rows, out):
     return plot.save(fig, out, "%s_valid.png" % group, plt)
 
 
-def plot_latent_depth(plt, plot, runs, names, rows, out):
+def plot_latent_depth(plt, metrics, group, names, rows, out):
+    plot = metrics.plot
     names = [n for n in names if any(r["name"] == n for r in rows)]
     if not names:
         return None
@@ -135,7 +174,7 @@ def plot_latent_depth(plt, plot, runs, names, rows, out):
     for ax, name in zip(axes[0], names):
         seeds = [r["seed"] for r in rows if r["name"] == name]
         for j, seed in enumerate(seeds):
-            train, _ = plot.load_metrics(os.path.join(runs, "%s.s%s" % (name, seed), "metrics.jsonl"))
+            train, _ = metrics.load(name, seed)
             st = plot.latent_stacks(train).get("dec")
             if not st:
                 continue
@@ -148,13 +187,17 @@ def plot_latent_depth(plt, plot, runs, names, rows, out):
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("E[L] = sum_l q(z_l)")
     axes[0][0].legend(fontsize=7)
-    return plot.save(fig, out, "latent_depth.png", plt)
+    return plot.save(fig, out, "%s_depth.png" % group, plt)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", default="runs/experiments")
     ap.add_argument("--out", default="docs/img/experiments")
+    ap.add_argument("--archive", default="docs/experiments-runs",
+                    help="where archived NAME.sSEED.metrics.jsonl files are looked for when a run directory is gone")
+    ap.add_argument("--keep", action="store_true",
+                    help="first copy each run directory's metrics.jsonl into the archive (raw numbers kept with the docs)")
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
     if not args.no_plots and importlib.util.find_spec("matplotlib") is None and \
@@ -168,6 +211,13 @@ def main(argv=None):
             rows = list(csv.DictReader(f, delimiter="\t"))
     except OSError as e:
         sys.exit("summarize_experiments: %s: %s" % (path, e.strerror))
+    if args.keep:
+        os.makedirs(args.archive, exist_ok=True)
+        for r in rows:
+            src = os.path.join(args.runs, "%s.s%s" % (r["name"], r["seed"]), "metrics.jsonl")
+            if os.path.isfile(src):
+                shutil.copyfile(src, os.path.join(args.archive, "%s.s%s.metrics.jsonl" % (r["name"], r["seed"])))
+    metrics = Metrics(plot, args.runs, args.archive)
     plt = None if args.no_plots else plot.import_pyplot()
     if plt:
         os.makedirs(args.out, exist_ok=True)
@@ -181,26 +231,32 @@ def main(argv=None):
         for name in names:
             rs = sorted((r for r in rows if r["name"] == name), key=lambda r: int(r["seed"]))
             for r in rs:   # training time from the run's own log (a resumed script does not see it)
-                _, valid = plot.load_metrics(os.path.join(args.runs, "%s.s%s" % (name, r["seed"]), "metrics.jsonl"))
+                _, valid = metrics.load(name, r["seed"])
                 if valid and isinstance(valid[-1].get("wall"), (int, float)):
                     r["train_s"] = "%.0f" % valid[-1]["wall"]
             print("| %s | %s | " % (name, ",".join(r["seed"] for r in rs)) +
                   " | ".join(cell([r[c[0]] for r in rs], c[2]) for c in COLUMNS) + " |")
         print()
-        if group == "latent":
-            print(latent_table(plot, args.runs, names, rows) + "\n")
-        if plt:
-            plot_valid(plt, plot, args.runs, group, names, rows, args.out)
-            if group == "latent":
-                plot_latent_depth(plt, plot, args.runs, names, rows, args.out)
-            for name in names:   # scripts/plot's own per-run figures, seed 1
-                run = os.path.join(args.runs, name + ".s1")
+        latent = group.startswith("latent")
+        if latent:
+            print(latent_table(metrics, names, rows) + "\n")
+        have = [n for n in names if any(metrics.path(n, r["seed"]) for r in rows if r["name"] == n)]
+        if plt and have:   # a plot without any run's metrics would only erase an earlier image
+            plot_valid(plt, metrics, group, have, rows, args.out)
+            if latent:
+                plot_latent_depth(plt, metrics, group, have, rows, args.out)
+            for name in have:   # scripts/plot's own per-run figures, seed 1
                 what = "latent" if "o2m" in name or name.startswith("ll_") else "dlcl" if "dlcl" in name else None
-                if what and os.path.isdir(run):
-                    cmd = [os.path.join(HERE, "plot"), "--out", os.path.join(args.out, name), "--what", what]
-                    cmd += [os.path.join(run, "metrics.jsonl")] if what == "latent" else \
-                        ["--model", os.path.join(run, "checkpoint_last.llm")]
-                    subprocess.run(cmd, check=True, stdout=sys.stderr)
+                path = metrics.path(name, "1")
+                model = os.path.join(args.runs, name + ".s1", "checkpoint_last.llm")
+                if what == "latent" and path:
+                    arg = [path]
+                elif what == "dlcl" and os.path.isfile(model):
+                    arg = ["--model", model]
+                else:
+                    continue
+                cmd = [os.path.join(HERE, "plot"), "--out", os.path.join(args.out, name), "--what", what] + arg
+                subprocess.run(cmd, check=True, stdout=sys.stderr)
     return 0
 
 

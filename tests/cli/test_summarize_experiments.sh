@@ -34,7 +34,17 @@ cat > "$R/o2m_beta1.s2/metrics.jsonl" <<'EOF'
 {"type":"valid","update":2000,"loss":6.0,"wall":500.0}
 EOF
 
-out=$(python3 "$S" --runs "$R" --no-plots) || fail "summarize exited $?"
+# o2m_agg: seed 1's run directory is gone but its metrics are archived; seed 2's are lost
+printf 'o2m_agg\t1\t2000\t5.5\t11.00\t31.0\t1.00\t2.0\t2/3\t10.00\t11.00\t77\t4.0\t3.0\n' >> "$R/results.tsv"
+printf 'o2m_agg\t2\t2000\t5.7\t11.50\t31.5\t1.00\t2.0\t2/3\t10.00\t11.00\t88\t4.0\t3.0\n' >> "$R/results.tsv"
+A=$TMP/archive
+mkdir -p "$A"
+cat > "$A/o2m_agg.s1.metrics.jsonl" <<'EOF'
+{"type":"train","update":2000,"loss":6.0,"latent":{"dec":{"q":{"de":[0.9,0.9,0.1],"fr":[0.9,0.9,0.1]},"u":[1,1,0],"expected_depth":1.9}}}
+{"type":"valid","update":2000,"loss":5.5,"wall":400.0}
+EOF
+
+out=$(python3 "$S" --runs "$R" --archive "$A" --no-plots 2>"$TMP/err") || fail "summarize exited $?"
 echo "$out"
 grep -qF '| post_d20 | 1,2 | 14.500 (14.000 / 15.000) | 0.25 (0.00 / 0.50) |' <<<"$out" || fail "depth row: mean and seeds"
 grep -qF '| 150 (100 / 200) |' <<<"$out" || fail "training seconds from metrics.jsonl wall"
@@ -42,14 +52,29 @@ grep -qF '| 3/3 / 2/3 |' <<<"$out" || fail "kept column joins the seeds' values"
 grep -qF '| o2m_beta1 | 1 | de 1.80 / fr 1.80 | 2 / 2 | 0.2667 | 0.100–0.900 |' <<<"$out" || fail "latent seed 1: E[L], kept, spread, range"
 grep -qF '| o2m_beta1 | 2 | de 1.70 / fr 1.70 | 2 / 2 | 0.0000 | 0.200–0.900 |' <<<"$out" || fail "latent seed 2: full agreement"
 grep -q '^### depth' <<<"$out" && grep -q '^### latent' <<<"$out" || fail "group headings"
+grep -qF '| o2m_agg | 1,2 | 5.600 (5.500 / 5.700) |' <<<"$out" || fail "o2m_agg row from results.tsv"
+grep -qF '| 244 (400 / 88) |' <<<"$out" || fail "train s: archived wall for seed 1, results.tsv for seed 2"
+grep -qF '| o2m_agg | 1 | de 1.90 / fr 1.90 | 2 / 2 |' <<<"$out" || fail "latent table from the archived metrics"
+grep -qF '| o2m_agg | 2 | (metrics not kept) |' <<<"$out" || fail "a run without metrics keeps a row"
+grep -q 'no metrics.jsonl for o2m_agg seed 2' "$TMP/err" || fail "warning for the lost metrics: $(cat "$TMP/err")"
 
+python3 "$S" --runs "$R" --archive "$A" --no-plots --keep >/dev/null 2>&1 || fail "--keep exited $?"
+cmp -s "$R/o2m_beta1.s2/metrics.jsonl" "$A/o2m_beta1.s2.metrics.jsonl" || fail "--keep copies metrics.jsonl into the archive"
+[ -s "$A/o2m_agg.s1.metrics.jsonl" ] || fail "--keep keeps archived metrics of a gone run"
 err=$(python3 "$S" --runs "$TMP/none" --no-plots 2>&1) && fail "a missing results.tsv must fail"
 grep -q "results.tsv" <<<"$err" || fail "error names the file: $err"
 
 if python3 -c 'import matplotlib' 2>/dev/null || /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
-  python3 "$S" --runs "$R" --out "$TMP/img" > /dev/null 2>&1 || fail "plots: exit $?"
-  for f in depth_valid.png latent_valid.png latent_depth.png o2m_beta1/latent_final.png; do
+  python3 "$S" --runs "$R" --archive "$A" --out "$TMP/img" > /dev/null 2>&1 || fail "plots: exit $?"
+  for f in depth_valid.png latent_valid.png latent_depth.png latent_prior_depth.png o2m_beta1/latent_final.png \
+           o2m_agg/latent_final.png; do
     [ -s "$TMP/img/$f" ] || fail "plot $f not written"
   done
+  # no run of a group has metrics: its plot is not rewritten (an earlier image stays)
+  mkdir -p "$TMP/img2" && echo old > "$TMP/img2/depth_valid.png"
+  mv "$R/post_d20.s1" "$R/post_d20.s2" "$TMP/"
+  python3 "$S" --runs "$R" --archive "$A" --out "$TMP/img2" > /dev/null 2>&1 || fail "plots without depth metrics: exit $?"
+  [ "$(cat "$TMP/img2/depth_valid.png")" = old ] || fail "depth_valid.png rewritten without any depth metrics"
+  [ -s "$TMP/img2/latent_valid.png" ] || fail "latent plots still written"
 fi
 echo "OK"
