@@ -58,9 +58,10 @@ grep -qF '| o2m_agg | 1 | de 1.90 / fr 1.90 | 2 / 2 |' <<<"$out" || fail "latent
 grep -qF '| o2m_agg | 2 | (metrics not kept) |' <<<"$out" || fail "a run without metrics keeps a row"
 grep -q 'no metrics.jsonl for o2m_agg seed 2' "$TMP/err" || fail "warning for the lost metrics: $(cat "$TMP/err")"
 
-python3 "$S" --runs "$R" --archive "$A" --no-plots --keep >/dev/null 2>&1 || fail "--keep exited $?"
-cmp -s "$R/o2m_beta1.s2/metrics.jsonl" "$A/o2m_beta1.s2.metrics.jsonl" || fail "--keep copies metrics.jsonl into the archive"
-[ -s "$A/o2m_agg.s1.metrics.jsonl" ] || fail "--keep keeps archived metrics of a gone run"
+cp -r "$A" "$TMP/kept"
+python3 "$S" --runs "$R" --archive "$TMP/kept" --no-plots --keep >/dev/null 2>&1 || fail "--keep exited $?"
+cmp -s "$R/o2m_beta1.s2/metrics.jsonl" "$TMP/kept/o2m_beta1.s2.metrics.jsonl" || fail "--keep copies metrics.jsonl into the archive"
+[ -s "$TMP/kept/o2m_agg.s1.metrics.jsonl" ] || fail "--keep keeps archived metrics of a gone run"
 err=$(python3 "$S" --runs "$TMP/none" --no-plots 2>&1) && fail "a missing results.tsv must fail"
 grep -q "results.tsv" <<<"$err" || fail "error names the file: $err"
 
