@@ -123,7 +123,7 @@ def latent_table(metrics, names, rows):
     out = ["| model | seed | E[L] per language | kept per language | mean std of q across languages | q range |",
            "|---|---|---|---|---|---|"]
     for name in names:
-        for r in rows:
+        for r in sorted(rows, key=lambda r: int(r["seed"])):   # seed order, as in the tables
             if r["name"] != name:
                 continue
             st, q = latent_final(metrics, name, r["seed"])
