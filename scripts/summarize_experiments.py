@@ -57,7 +57,7 @@ GROUPS = {
     # the deep-decoder methods on the decoder that fails here, next to that failing baseline
     "deep": ["post_d20", "deep_post_all", "deep_post_no_ddr", "deep_post_no_cad", "deep_post_no_ald"],
 }
-COLUMNS = [("valid_loss", "valid loss", 3), ("bleu", "BLEU", 2), ("chrf", "chrF", 1),
+COLUMNS = [("updates", "updates", None), ("valid_loss", "valid loss", 3), ("bleu", "BLEU", 2), ("chrf", "chrF", 1),
            ("bleu_unk_src", "BLEU, UNK source", 2), ("EL_dec", "E[L] dec", 2),
            ("kept_dec", "kept (q>=0.5)", None), ("bleu_soft", "BLEU soft", 2),
            ("bleu_pruned", "BLEU pruned", 2), ("train_s", "train s", 0),
