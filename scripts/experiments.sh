@@ -28,6 +28,14 @@ mkdir -p "$OUT"
 RES=$OUT/results.tsv
 HEADER='name\tseed\tupdates\tvalid_loss\tbleu\tchrf\tbleu_unk_src\tEL_dec\tkept_dec\tbleu_soft\tbleu_pruned\ttrain_s\tdecode_s\tdecode_pruned_s\n'
 [ -f "$RES" ] || printf "$HEADER" > "$RES"
+# which corpora the rows were measured on: the locale corpus depends on the gettext catalogs the
+# machine has installed (a different package set gives a different corpus, so compare rows only
+# when these agree)
+for m in data/bible/raw/MANIFEST data/locale/raw/MANIFEST; do
+  if [ -f "$m" ]; then
+    printf '%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$m" "$(sed -n 's/^# sha256: //p' "$m")" >> "$OUT/corpora.tsv"
+  fi
+done
 
 # d = 128 Transformers; validation loss every 250 updates for the learning curves.
 common=(--set model.d_model=128 --set model.ffn_dim=512 --set model.heads=4 --set model.enc_layers=2
