@@ -55,7 +55,8 @@ GROUPS = {
     # the inner loop: I = 1, 2, 5 inner updates of the logits per outer step (beta 0)
     "latent_inner": ["o2m_beta0", "o2m_beta0_I2", "o2m_beta0_I5"],
     # the deep-decoder methods on the decoder that fails here, next to that failing baseline
-    "deep": ["post_d20", "deep_post_all", "deep_post_no_ddr", "deep_post_no_cad", "deep_post_no_ald"],
+    # (post_d20_750: its first 750 updates, rerun with train.max_updates=750)
+    "deep": ["post_d20", "post_d20_750", "deep_post_all", "deep_post_no_ddr", "deep_post_no_cad", "deep_post_no_ald"],
 }
 COLUMNS = [("updates", "updates", None), ("valid_loss", "valid loss", 3), ("bleu", "BLEU", 2), ("chrf", "chrF", 1),
            ("bleu_unk_src", "BLEU, UNK source", 2), ("EL_dec", "E[L] dec", 2),
