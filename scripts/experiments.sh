@@ -72,6 +72,9 @@ run() {
     rm -rf "$dir"; mkdir -p "$dir"
     "$B/lltrain" "${base[@]}" --set train.seed="$seed" --set checkpoint.save_dir="$dir" "$@" 2> "$dir/train.log" ||
       { echo "$name seed $seed: training failed: $(tail -1 "$dir/train.log")" >&2; return; }
+    # lltrain exits 0 when stopped by a signal (it checkpoints for --resume): no row for a run cut short
+    grep -q '"type":"valid","update":'"$UPDATES," "$dir/metrics.jsonl" ||
+      { echo "$name seed $seed: stopped before update $UPDATES: $(grep -m1 'stopped by' "$dir/train.log" || tail -1 "$dir/train.log")" >&2; return; }
   fi
   local train_s=$((SECONDS - t0))
   local model=$dir/checkpoint_last.llm src ref spm
