@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism on the CPU (docs/distributed.md): `mpirun -np 2 lltrain`
 # must give, after 10 updates, the parameters of one process that sees the
-# union of the two ranks' batches (update_freq x 2), max |diff| < 1e-5:
+# union of the two ranks' batches (update_freq x 2), max |diff| < 5e-5 (PTOL):
 # plain (with dropout and gradient clipping), with update_freq, with ZeRO-1,
 # with DDR + ALD + cross-attention drop + LayerDrop, with DLCL + ReZero, and a
 # multilingual latent-depth model whose ranks hold different language pairs
@@ -14,6 +14,7 @@ source "$(dirname "$0")/lib.sh"
 . "$SRC/tests/cli/dist_env.sh"
 start=$SECONDS
 
+PTOL=5e-5
 BASE=(--set train.max_updates=10 --set train.threads=1 --set train.valid_interval=0 --set train.warmup_updates=3
       --set train.adam_eps=1e-6 --set train.log_interval=5)
 # one process, update_freq u1  vs  two ranks, update_freq u2 (= u1 / 2); extra options in "$@"
@@ -27,7 +28,11 @@ compare() {
   out=$("$BIN/ll_ckpt_diff" "$T/$name.1/checkpoint_last.llm" "$T/$name.2/checkpoint_last.llm") || { err "$name: $out"; return; }
   d=$(echo "$out" | awk '{print $2}')
   echo "$name: $out"
-  python3 -c "import sys; sys.exit(0 if float('$d') < 1e-5 else 1)" || err "$name: parameters differ by $d (>= 1e-5)"
+  # PTOL: 5% of one Adam step at lr 1e-3.  Adam turns the ranks' different summation order of a
+  # near-zero gradient into up to a few % of a step: `deep_zero` measured 1.1e-5 (fc1 weights) in the
+  # ASan build on an AVX-512 EPYC, 4e-7 in the release build.  A wrong shard, a missing reduction or
+  # a different dropout/LayerDrop draw moves parameters by whole steps (1e-3).
+  python3 -c "import sys; sys.exit(0 if float('$d') < $PTOL else 1)" || err "$name: parameters differ by $d (>= $PTOL)"
   # the logged loss is global: the same training records up to the summation order of the ranks'
   # partial sums (the 6th decimal can flip: 6.891681 vs 6.891682 for `deep` on an AVX-512 EPYC);
   # validation (sharded over the ranks, then summed) the same up to summation order, BLEU/chrF
