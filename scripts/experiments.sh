@@ -60,6 +60,9 @@ decode() {
 }
 bleu_of() { "$B/lleval" --ref "$1" --input "$2" --metrics bleu --score-only; }
 
+# finished DIR: the run logged its validation at the last update
+finished() { grep -q '"type":"valid","update":'"$UPDATES," "$1/metrics.jsonl" 2>/dev/null; }
+
 # run NAME SEED CORPUS(bible|locale) LANG [--set ...]: train, decode, score, append a row.
 run() {
   local name=$1 seed=$2 corpus=$3 lang=$4; shift 4
@@ -68,12 +71,12 @@ run() {
   local base=("${bible[@]}")
   [ "$corpus" = locale ] && base=("${locale[@]}")
   local t0=$SECONDS
-  if ! grep -q '"type":"valid","update":'"$UPDATES," "$dir/metrics.jsonl" 2>/dev/null; then  # (re)train unless finished
+  if ! finished "$dir"; then  # (re)train unless finished
     rm -rf "$dir"; mkdir -p "$dir"
     "$B/lltrain" "${base[@]}" --set train.seed="$seed" --set checkpoint.save_dir="$dir" "$@" 2> "$dir/train.log" ||
       { echo "$name seed $seed: training failed: $(tail -1 "$dir/train.log")" >&2; return; }
     # lltrain exits 0 when stopped by a signal (it checkpoints for --resume): no row for a run cut short
-    grep -q '"type":"valid","update":'"$UPDATES," "$dir/metrics.jsonl" ||
+    finished "$dir" ||
       { echo "$name seed $seed: stopped before update $UPDATES: $(grep -m1 'stopped by' "$dir/train.log" || tail -1 "$dir/train.log")" >&2; return; }
   fi
   local train_s=$((SECONDS - t0))

@@ -15,11 +15,11 @@ metrics.jsonl there, so the raw numbers outlive runs/) and writes
   - OUT/GROUP_depth.png (latent groups): the expected depth E[L] = sum_l q(z_l)
     per target language against update, one panel per model (seed 1 solid,
     other seeds dashed);
-  A run whose metrics are in neither place is left out of the plots (with a
-  warning) and keeps its results.tsv numbers; a plot none of whose runs has
-  metrics is not rewritten, so an earlier image stays.
   - OUT/NAME/... : scripts/plot's per-run plots of seed 1 (q(z_l) over time
     and at the end for latent runs, the learned DLCL weights for DLCL runs).
+A run whose metrics are in neither place is left out of the plots (with a
+warning) and keeps its results.tsv numbers; a plot none of whose runs has
+metrics is not rewritten, so an earlier image stays.
 Needs python3-matplotlib for the plots (the tables need nothing).
 """
 

@@ -37,21 +37,16 @@ compare() {
   # partial sums (the 6th decimal can flip: 6.891681 vs 6.891682 for `deep` on an AVX-512 EPYC);
   # validation (sharded over the ranks, then summed) the same up to summation order, BLEU/chrF
   # (summed n-gram counts) exactly
-  python3 - "$T/$name.1/metrics.jsonl" "$T/$name.2/metrics.jsonl" <<'PY' || err "$name: logged training losses differ"
+  python3 - "$T/$name.1/metrics.jsonl" "$T/$name.2/metrics.jsonl" <<'PY' || err "$name: logged records differ"
 import json, sys
-a, b = ([r for r in map(json.loads, open(f)) if r["type"] == "train"] for f in sys.argv[1:])
-assert len(a) == len(b) and a, (len(a), len(b))
-for x, y in zip(a, b):
-    assert x["update"] == y["update"], (x, y)
-    assert abs(x["loss"] - y["loss"]) < 1e-5 and abs(x["nll"] - y["nll"]) < 1e-5, (x, y)
-PY
-  python3 - "$T/$name.1/metrics.jsonl" "$T/$name.2/metrics.jsonl" <<'PY' || err "$name: validation records differ"
-import json, sys
-a, b = ([r for r in map(json.loads, open(f)) if r["type"] == "valid"] for f in sys.argv[1:])
-assert len(a) == len(b) and a, (len(a), len(b))
-for x, y in zip(a, b):
-    assert abs(x["loss"] - y["loss"]) < 1e-4 and abs(x["nll"] - y["nll"]) < 1e-4, (x, y)
-    assert x.get("bleu") == y.get("bleu") and x.get("chrf") == y.get("chrf"), (x, y)
+recs = [list(map(json.loads, open(f))) for f in sys.argv[1:]]
+for kind, tol in (("train", 1e-5), ("valid", 1e-4)):
+    a, b = ([r for r in rs if r["type"] == kind] for rs in recs)
+    assert len(a) == len(b) and a, (kind, len(a), len(b))
+    for x, y in zip(a, b):
+        assert x["update"] == y["update"], (kind, x, y)
+        assert abs(x["loss"] - y["loss"]) < tol and abs(x["nll"] - y["nll"]) < tol, (kind, x, y)
+        assert x.get("bleu") == y.get("bleu") and x.get("chrf") == y.get("chrf"), (kind, x, y)
 PY
 }
 
