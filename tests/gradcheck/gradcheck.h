@@ -3,6 +3,7 @@
 #define LL_GRADCHECK_H
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "ll/core.h"
 #include "ll/data.h"
@@ -12,6 +13,7 @@ static inline void gc_make_batch(ll_batch *b, int B, int S, int T, int V, uint64
     ll_philox r;
     ll_philox_init(&r, seed, 99, 0);
     uint64_t k = 0;
+    memset(b, 0, sizeof *b); /* row0 and the language ids: 0, not stack garbage (row0 keys dropout) */
     b->B = B;
     b->S = S;
     b->T = T;
