@@ -127,6 +127,8 @@ typedef struct ll_model {
     struct ll_fwd_state *st;
     const struct ll_model *replica_of; /* set on replicas (ll_model_replica) */
     void **dec_packed;                 /* ll_decode_pack: shared packed decoder weights */
+    struct ll_model **workers;         /* ll_model_workers: decoding replicas kept across calls */
+    int n_workers;
     /* Data parallelism (src/train/dist_train.c): when set, a training backward
      * calls it as soon as gradients are final, so their reduction can start
      * while the rest of the backward runs: (LL_GRAD_LAYER, stack, l) after
@@ -152,6 +154,11 @@ void ll_model_free(ll_model *m); /* also frees a replica (its own parts only) */
  * not change while it lives) with its own activation arena, forward state and
  * layer controls (copied from m).  Inference only: it has no gradients. */
 ll_model *ll_model_replica(const ll_model *m);
+/* n replicas of m kept by m (freed with it), brought up to date with m's
+ * current state (layer controls, packed weights) at every call, so that
+ * repeated decoding reuses their warm activation arenas instead of building
+ * and first-touching new ones.  m must not be a replica. */
+ll_model **ll_model_workers(ll_model *m, int n);
 void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size);
 /* fairseq initialisation (reference-spec §4), deterministic in seed. */
 void ll_model_init(ll_model *m, uint64_t seed);

@@ -50,7 +50,7 @@ static void *alloc(ll_arena *a, size_t bytes) {
     ll_arena_block *b = a->top;
     size_t off = (b->used + 63) & ~(size_t)63;
     if (off + bytes > b->cap) {
-        size_t cap = b->cap > bytes ? b->cap : bytes;
+        size_t cap = 2 * b->cap > bytes ? 2 * b->cap : bytes; /* geometric: few blocks before the merge */
         b = a->top = new_block(a, cap, b);
         a->cap += cap;
         a->grown++;
@@ -72,7 +72,9 @@ void *ll_arena_alloc_act(ll_arena *a, size_t bytes) {
 
 void ll_arena_reset(ll_arena *a) {
     ll_arena_block *b = a->top;
-    if (b->prev) {
+    /* also when the peak's blocks were chained and released inside the step
+     * (forward-only passes release each layer): one block of the peak size */
+    if (b->prev || a->peak > b->cap) {
         size_t total = 0;
         while (b) {
             ll_arena_block *p = b->prev;

@@ -69,6 +69,16 @@ static void gated_entry(ll_model *m, ll_stack_run *r, int l, ll_act *e, size_t n
     if (!grad) r->gent[l + 1] = NULL;
 }
 
+/* Layer l's output in a buffer of its own, its temporaries released (forward only). */
+static ll_act *layer_fwd_only(ll_model *m, ll_stack_run *r, int l, size_t n) {
+    ll_act *keep = ll_buf(m, n);
+    const ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
+    m->be->copy(m->be, keep, ll_layer_fwd(m, r, l, r->in[l]), ACT_BYTES(m, n));
+    ll_arena_release(&m->arena, mk);
+    ll_arena_release(&m->meta, mk_meta);
+    return keep;
+}
+
 ll_act *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
     ll_backend *be = m->be;
     const int L = r->L, N = r->p.B * r->p.T, C = m->hp.C;
@@ -92,7 +102,7 @@ ll_act *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
             r->raw[row + 1] = r->ent[row + 1] = r->in[row];
             r->gent[row + 1] = NULL;
         } else if (row < L) {
-            r->raw[row + 1] = ll_layer_fwd(m, r, row, r->in[row]);
+            r->raw[row + 1] = r->p.no_grad ? layer_fwd_only(m, r, row, n) : ll_layer_fwd(m, r, row, r->in[row]);
             gated_entry(m, r, row,
                         entry_ln(m, row + 1) ? norm_fwd(m, r, row + 1, r->raw[row + 1], N) : r->raw[row + 1], n);
         }

@@ -89,7 +89,7 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     be->upload(be, dsrc, src, sizeof(int32_t) * (size_t)B * S);
     ll_stack_run er;
     ll_pass p = {.B = B, .T = S, .S = S, .self_len = d->dev_src_len, .src_len = d->dev_src_len, .train = 0,
-                 .stack = 0};
+                 .no_grad = 1, .stack = 0};
     ll_stack_run_init(m, &er, 0, &p, dsrc);
     ll_act *enc_out = ll_stack_run_fwd(m, &er);
     /* cross-attention keys/values, projected once per sentence; a sentence's
@@ -149,7 +149,7 @@ static void step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const do
 
     ll_inc inc = {.packed = d->packed, .self_kv = d->self_kv, .cross_kv = d->cross_kv, .max_T = d->max_T, .t = t,
                   .sents = d->B, .beam = d->beam, .key_len = dk, .sent_src_len = d->dev_src_len};
-    ll_pass p = {.B = N, .T = 1, .S = d->S, .train = 0, .stack = 1, .inc = &inc};
+    ll_pass p = {.B = N, .T = 1, .S = d->S, .train = 0, .no_grad = 1, .stack = 1, .inc = &inc};
     ll_stack_run r;
     ll_stack_run_init(m, &r, 1, &p, dt);
     const ll_act *x = ll_stack_run_fwd(m, &r);

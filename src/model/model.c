@@ -285,23 +285,50 @@ void ll_model_snapshot(ll_model *m) {
     }
 }
 
-ll_model *ll_model_replica(const ll_model *m) {
-    ll_model *r = ll_malloc(sizeof *r);
+/* r takes m's current state; what r owns (statistics, dL/dgate, arenas,
+ * forward state, layer-control arrays) stays r's. */
+static void replica_sync(ll_model *r, const ll_model *m) {
+    const ll_model own = *r;
     *r = *m; /* shares params, tables and host arrays (read-only while replicas live) */
     r->replica_of = m;
     r->grads = NULL;
     r->grad_hook = NULL; /* only the model whose gradients are reduced calls it */
+    r->workers = NULL;
+    r->n_workers = 0;
+    r->stats = own.stats;
+    for (int s = 0; s < 2; s++) r->dgate_buf[s] = own.dgate_buf[s];
+    r->arena = own.arena;
+    r->meta = own.meta;
+    r->st = own.st;
+    r->enc_ctl = own.enc_ctl;
+    r->dec_ctl = own.dec_ctl;
+    memcpy(r->enc_ctl, m->enc_ctl, sizeof(ll_layer_ctl) * (m->hp.Le ? m->hp.Le : 1));
+    memcpy(r->dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * (m->hp.Ld ? m->hp.Ld : 1));
+}
+
+ll_model *ll_model_replica(const ll_model *m) {
+    ll_model *r = ll_calloc(1, sizeof *r);
     r->stats = m->be->alloc(m->be, LL_ST_N * sizeof(double) + m->snap_bytes);
     for (int s = 0; s < 2; s++) /* its own dL/dgate; the gates themselves are shared */
         r->dgate_buf[s] = m->be->alloc(m->be, (size_t)((s ? m->hp.Ld : m->hp.Le) + 1) * sizeof(real));
+    r->be = m->be;
     model_arenas(r);
     r->st = ll_calloc(1, sizeof(ll_fwd_state));
-    const int Le = m->hp.Le ? m->hp.Le : 1, Ld = m->hp.Ld ? m->hp.Ld : 1;
-    r->enc_ctl = ll_malloc(sizeof(ll_layer_ctl) * Le);
-    r->dec_ctl = ll_malloc(sizeof(ll_layer_ctl) * Ld);
-    memcpy(r->enc_ctl, m->enc_ctl, sizeof(ll_layer_ctl) * Le);
-    memcpy(r->dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * Ld);
+    r->enc_ctl = ll_malloc(sizeof(ll_layer_ctl) * (m->hp.Le ? m->hp.Le : 1));
+    r->dec_ctl = ll_malloc(sizeof(ll_layer_ctl) * (m->hp.Ld ? m->hp.Ld : 1));
+    replica_sync(r, m);
     return r;
+}
+
+ll_model **ll_model_workers(ll_model *m, int n) {
+    if (m->replica_of) ll_die("ll_model_workers: called on a replica");
+    if (n > m->n_workers) {
+        m->workers = ll_realloc(m->workers, sizeof(ll_model *) * n);
+        for (int w = m->n_workers; w < n; w++) m->workers[w] = ll_model_replica(m);
+        m->n_workers = n;
+    }
+    for (int w = 0; w < n; w++) replica_sync(m->workers[w], m);
+    return m->workers;
 }
 
 void ll_model_free(ll_model *m) {
@@ -320,6 +347,8 @@ void ll_model_free(ll_model *m) {
         free(m);
         return;
     }
+    for (int w = 0; w < m->n_workers; w++) ll_model_free(m->workers[w]);
+    free(m->workers);
     ll_decode_unpack(m);
     free(m->enc_ctl);
     free(m->dec_ctl);

@@ -63,6 +63,8 @@ typedef struct {
     const ll_act *enc_out; /* [B*S, C] (decoder) */
     ll_act *d_enc_out;     /* gradient of enc_out (decoder backward) */
     int train;
+    int no_grad;          /* forward only (validation, decoding): each layer's temporaries are
+                             released after it, so a stack's peak is one layer, not all of them */
     uint64_t seed, rng_step;
     int stack;            /* 0 encoder, 1 decoder */
     ll_layer_ctl *ctl;    /* decoder layer controls for this pass (NULL: the model's) */

@@ -68,7 +68,21 @@ ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
         r->top = ll_dlcl_stack_fwd(m, r);
     } else {
         ll_act *x = r->x0;
-        for (int l = 0; l < r->L; l++) x = ll_layer_fwd(m, r, l, x);
+        if (r->p.no_grad && r->L > 0) {
+            /* outputs alternate between two buffers; a layer's temporaries go when it is done */
+            const size_t n = (size_t)N * C;
+            ll_act *pp[2] = {ll_buf(m, n), ll_buf(m, n)};
+            for (int l = 0; l < r->L; l++) {
+                const ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
+                ll_act *y = ll_layer_fwd(m, r, l, x);
+                m->be->copy(m->be, pp[l & 1], y, ACT_BYTES(m, n));
+                ll_arena_release(&m->arena, mk);
+                ll_arena_release(&m->meta, mk_meta);
+                x = pp[l & 1];
+            }
+        } else {
+            for (int l = 0; l < r->L; l++) x = ll_layer_fwd(m, r, l, x);
+        }
         r->top = x;
     }
     r->out = r->top;
@@ -118,15 +132,16 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, ll_act *dout) {
 
 /* ---- passes ---- */
 
-static ll_pass enc_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed, uint64_t step, int train) {
+static ll_pass enc_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed, uint64_t step, int train,
+                        int grad) {
     return (ll_pass){.B = b->B, .T = b->S, .S = b->S, .self_len = db->src_len, .src_len = db->src_len,
-                     .train = train, .seed = seed, .rng_step = step, .stack = 0, .row0 = b->row0};
+                     .train = train, .no_grad = !grad, .seed = seed, .rng_step = step, .stack = 0, .row0 = b->row0};
 }
 
 static ll_pass dec_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed, uint64_t step, int train,
-                        const ll_act *enc_out) {
+                        int grad, const ll_act *enc_out) {
     return (ll_pass){.B = b->B, .T = b->T, .S = b->S, .self_len = db->tgt_len, .src_len = db->src_len,
-                     .enc_out = enc_out, .train = train, .seed = seed, .rng_step = step, .stack = 1,
+                     .enc_out = enc_out, .train = train, .no_grad = !grad, .seed = seed, .rng_step = step, .stack = 1,
                      .row0 = b->row0};
 }
 
@@ -194,16 +209,16 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     const ll_dev_batch db = ll_batch_upload(m, b, ald, seed, step);
 
     /* clean pass */
-    ll_pass pe = enc_pass(b, &db, seed, step, train);
+    ll_pass pe = enc_pass(b, &db, seed, step, train, do_backward);
     ll_stack_run_init(m, &st->enc[0], 0, &pe, db.src);
     ll_act *enc_out = ll_stack_run_fwd(m, &st->enc[0]);
-    ll_pass pd = dec_pass(b, &db, seed, step, train, enc_out);
+    ll_pass pd = dec_pass(b, &db, seed, step, train, do_backward, enc_out);
     ll_stack_run_init(m, &st->dec[0], 1, &pd, db.tgt_in);
     ll_act *h0 = ll_stack_run_fwd(m, &st->dec[0]);
     ll_act *lg0 = st->logits[0] = project(m, h0, Nt);
     ll_act *lp0 = NULL, *lp1 = NULL, *h1 = NULL, *lg1 = NULL;
     if (ddr) {
-        ll_pass pd1 = dec_pass(b, &db, seed ^ SEED_DDR, step, train, enc_out);
+        ll_pass pd1 = dec_pass(b, &db, seed ^ SEED_DDR, step, train, do_backward, enc_out);
         pd1.ctl = m->obj.ddr_dec_ctl;
         ll_stack_run_init(m, &st->dec[1], 1, &pd1, db.tgt_in);
         h1 = ll_stack_run_fwd(m, &st->dec[1]);
@@ -226,10 +241,10 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         ll_act *hs[3] = {h0, NULL, NULL};
         const uint64_t seeds[2] = {seed ^ SEED_ALD_POS, seed ^ SEED_ALD_NEG};
         for (int i = 0; i < 2; i++) {
-            ll_pass e = enc_pass(b, &db, seeds[i], step, train);
+            ll_pass e = enc_pass(b, &db, seeds[i], step, train, do_backward);
             ll_stack_run_init(m, &st->enc[1 + i], 0, &e, db.ald_src[i]);
             ll_act *eo = ll_stack_run_fwd(m, &st->enc[1 + i]);
-            ll_pass d = dec_pass(b, &db, seeds[i], step, train, eo);
+            ll_pass d = dec_pass(b, &db, seeds[i], step, train, do_backward, eo);
             ll_stack_run_init(m, &st->dec[2 + i], 1, &d, db.tgt_in);
             hs[1 + i] = ll_stack_run_fwd(m, &st->dec[2 + i]);
         }
@@ -291,10 +306,10 @@ real *ll_model_logprobs(ll_model *m, const ll_batch *b) {
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
     const ll_dev_batch db = ll_batch_upload(m, b, 0, 0, 0);
-    ll_pass pe = enc_pass(b, &db, 0, 0, 0);
+    ll_pass pe = enc_pass(b, &db, 0, 0, 0, 0);
     ll_stack_run_init(m, &st->enc[0], 0, &pe, db.src);
     ll_act *enc_out = ll_stack_run_fwd(m, &st->enc[0]);
-    ll_pass pd = dec_pass(b, &db, 0, 0, 0, enc_out);
+    ll_pass pd = dec_pass(b, &db, 0, 0, 0, 0, enc_out);
     ll_stack_run_init(m, &st->dec[0], 1, &pd, db.tgt_in);
     ll_act *h = ll_stack_run_fwd(m, &st->dec[0]);
     const size_t n = (size_t)b->B * b->T * m->hp.V;

@@ -42,6 +42,10 @@ void ll_train_signals_catch(ll_train_signals *s, int ranks) {
 }
 
 void ll_train_signals_restore(const ll_train_signals *s) {
+    /* After a stop was asked for, the handler stays: a second signal during
+     * teardown must still exit 130 with its message, not die by the default
+     * action (the kill harness caught that race). */
+    if (g_signal) return;
     for (int i = 0; i < 3; i++) sigaction(k_signals[i], &s->old[i], NULL);
 }
 
