@@ -283,6 +283,21 @@ static void test_row_ops(void) {
     for (int r = 0; r < R; r++)
         for (int j = 0; j < STRIDE; j++)
             CHECK(buf[r * STRIDE + j] == (j < N ? orig[from[r] * STRIDE + j] : orig[r * STRIDE + j]));
+    /* random gathers against a plain one: repeats, cycles, chains, rows that
+     * stay; and compactions (the first `rows` rows gather from anywhere in the
+     * buffer, sources past `rows` included) */
+    srand(7);
+    for (int trial = 0; trial < 500; trial++) {
+        const int rows = trial % 2 ? R : 1 + rand() % R;
+        int fr[R];
+        for (int r = 0; r < rows; r++) fr[r] = rand() % 3 == 0 ? r : rand() % (trial % 2 ? rows : R);
+        for (int i = 0; i < R * STRIDE; i++) buf[i] = orig[i] = (real)(i + trial);
+        be->reorder_rows(be, (ll_act *)buf, (ll_act *)scratch, fr, rows, N, STRIDE);
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < STRIDE; j++)
+                CHECK(buf[r * STRIDE + j] ==
+                      (r < rows && j < N ? orig[fr[r] * STRIDE + j] : orig[r * STRIDE + j]));
+    }
     be->copy_rows(be, (ll_act *)(buf + 1), STRIDE, (const ll_act *)(src + 2), 4 * N, R, 3);
     for (int r = 0; r < R; r++)
         for (int j = 0; j < 3; j++) CHECK(buf[r * STRIDE + 1 + j] == src[r * 4 * N + 2 + j]);

@@ -129,6 +129,12 @@ typedef struct ll_model {
     void **dec_packed;                 /* ll_decode_pack: shared packed decoder weights */
     struct ll_model **workers;         /* ll_model_workers: decoding replicas kept across calls */
     int n_workers;
+    /* ll_decode_begin's backend buffers (caches, log-probabilities), kept
+     * between decodes so that the next batch finds them warm; one decode at
+     * a time per model (dec_busy) */
+    void *dec_mem;
+    size_t dec_mem_cap;
+    int dec_busy;
     /* Data parallelism (src/train/dist_train.c): when set, a training backward
      * calls it as soon as gradients are final, so their reduction can start
      * while the rest of the backward runs: (LL_GRAD_LAYER, stack, l) after

@@ -57,6 +57,8 @@ void ll_decode_unpack(ll_model *m) {
     m->dec_packed = NULL;
 }
 
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
 /* Host staging of a step's upload, laid out for alignment: doubles first. */
 static char *stage(ll_dec_state *d, size_t bytes) {
     if (d->stage_cap < bytes) {
@@ -71,6 +73,8 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     ll_backend *be = m->be;
     const ll_hparams *hp = &m->hp;
     const int C = hp->C, N = B * beam;
+    if (m->dec_busy) ll_die("decode: this model is already decoding a batch (one ll_dec_state at a time)");
+    m->dec_busy = 1;
     ll_dec_state *d = ll_calloc(1, sizeof *d);
     *d = (ll_dec_state){.N = N, .B = B, .S = S, .beam = beam, .max_T = max_T, .t = 0};
     d->sent_src_len = ll_calloc(B, sizeof(int));
@@ -78,9 +82,30 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     d->from = ll_calloc(N, sizeof(int));
     d->self_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_act *));
     d->cross_kv = ll_calloc(hp->Ld ? hp->Ld : 1, sizeof(ll_act *));
-    d->dev_src_len = be->alloc(be, sizeof(int) * B);
+    /* the caches and the log-probabilities in one backend buffer the model
+     * keeps (grown, never shrunk): the next batch reuses warm memory */
+    const size_t b_len = round64(sizeof(int) * B), b_logp = round64(ACT_BYTES(m, (size_t)N * hp->V));
+    const size_t b_cross = round64(ACT_BYTES(m, (size_t)B * S * 2 * C));
+    const size_t b_self = round64(ACT_BYTES(m, (size_t)N * max_T * 2 * C));
+    const size_t b_scratch = round64(ACT_BYTES(m, (size_t)N * (max_T > S ? max_T : S) * 2 * C));
+    const size_t total = b_len + b_logp + (size_t)hp->Ld * (b_cross + b_self) + b_scratch;
+    if (m->dec_mem_cap < total) {
+        if (m->dec_mem) be->free(be, m->dec_mem);
+        m->dec_mem = be->alloc(be, total);
+        m->dec_mem_cap = total;
+    }
+    char *mem = m->dec_mem;
+    d->dev_src_len = (int *)mem;
+    mem += b_len;
+    d->logp = (ll_act *)mem;
+    mem += b_logp;
+    for (int l = 0; l < hp->Ld; l++) {
+        d->cross_kv[l] = (ll_act *)mem;
+        d->self_kv[l] = (ll_act *)(mem + b_cross);
+        mem += b_cross + b_self;
+    }
+    d->scratch_kv = (ll_act *)mem;
     be->upload(be, d->dev_src_len, src_len, sizeof(int) * B);
-    d->logp = be->alloc(be, ACT_BYTES(m, (size_t)N * hp->V));
 
     /* encoder: the training forward (stack run) with train = 0 */
     ll_arena_reset(&m->arena);
@@ -97,11 +122,8 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
      * once per step instead of once per row */
     for (int l = 0; l < hp->Ld; l++) {
         const ll_layer_offsets *L = &m->dec[l];
-        d->cross_kv[l] = be->alloc(be, ACT_BYTES(m, (size_t)B * S * 2 * C));
         ll_linear_fwd(m, d->cross_kv[l], enc_out, B * S, C, 2 * C, L->ckv_w, L->ckv_b, 0);
-        d->self_kv[l] = be->alloc(be, ACT_BYTES(m, (size_t)N * max_T * 2 * C));
     }
-    d->scratch_kv = be->alloc(be, ACT_BYTES(m, (size_t)N * (max_T > S ? max_T : S) * 2 * C));
     d->packed = m->dec_packed ? m->dec_packed : (d->own_packed = 1, pack_decoder(m));
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
@@ -224,13 +246,7 @@ void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
 
 void ll_decode_end(ll_model *m, ll_dec_state *d) {
     if (!d) return;
-    for (int l = 0; l < m->hp.Ld; l++) {
-        m->be->free(m->be, d->self_kv[l]);
-        m->be->free(m->be, d->cross_kv[l]);
-    }
-    m->be->free(m->be, d->scratch_kv);
-    m->be->free(m->be, d->logp);
-    m->be->free(m->be, d->dev_src_len);
+    m->dec_busy = 0; /* the buffers stay with the model (m->dec_mem) */
     if (d->own_packed) unpack_decoder(m, d->packed);
     free(d->self_kv);
     free(d->cross_kv);

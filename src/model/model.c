@@ -302,6 +302,9 @@ static void replica_sync(ll_model *r, const ll_model *m) {
     r->st = own.st;
     r->enc_ctl = own.enc_ctl;
     r->dec_ctl = own.dec_ctl;
+    r->dec_mem = own.dec_mem;
+    r->dec_mem_cap = own.dec_mem_cap;
+    r->dec_busy = own.dec_busy;
     memcpy(r->enc_ctl, m->enc_ctl, sizeof(ll_layer_ctl) * (m->hp.Le ? m->hp.Le : 1));
     memcpy(r->dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * (m->hp.Ld ? m->hp.Ld : 1));
 }
@@ -340,6 +343,7 @@ void ll_model_free(ll_model *m) {
         if (m->obj.ddr_dec_ctl != m->replica_of->obj.ddr_dec_ctl) free(m->obj.ddr_dec_ctl);
         ll_arena_free(&m->arena);
         ll_arena_free(&m->meta);
+        if (m->dec_mem) m->be->free(m->be, m->dec_mem);
         free(m->st->stage);
         free(m->st);
         free(m->enc_ctl);
@@ -349,6 +353,7 @@ void ll_model_free(ll_model *m) {
     }
     for (int w = 0; w < m->n_workers; w++) ll_model_free(m->workers[w]);
     free(m->workers);
+    if (m->dec_mem) m->be->free(m->be, m->dec_mem);
     ll_decode_unpack(m);
     free(m->enc_ctl);
     free(m->dec_ctl);

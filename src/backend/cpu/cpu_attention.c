@@ -43,6 +43,48 @@ static void tile_mask(uint8_t *M, int b, int h, int i0, int rows, int H, int Tq,
     cpu_dropout_mask(M, (size_t)rows * Tk, p, rng, first);
 }
 
+#if defined(__AVX512F__) && !defined(LL_REAL_DOUBLE)
+#include <immintrin.h>
+/* One (batch, head) of attention_one_query for Dh = 16 * NC: the query and
+ * the output accumulators stay in registers for the whole key loop (the
+ * plain loop kept o in memory, a store-to-load chain per key, and reduced
+ * every score through a spilled vector).  Same arithmetic otherwise. */
+static inline __attribute__((always_inline)) real one_head_avx512(real *o, const real *qi, const real *kb,
+                                                                  const real *vb, size_t stride, int lim, real scale,
+                                                                  real *P, const int NC) {
+    __m512 q[8], acc[8];
+    for (int c = 0; c < NC; c++) q[c] = _mm512_loadu_ps(qi + 16 * c);
+    real mx = -INFINITY;
+    for (int j = 0; j < lim; j++) {
+        const real *kj = kb + (size_t)j * stride;
+        if (j + 4 < lim) { /* the cache rows are 2C apart: prefetch keys and values a few rows ahead */
+            const char *kp = (const char *)(kj + 4 * stride), *vp = (const char *)(vb + (size_t)(j + 4) * stride);
+            for (int c = 0; c < NC; c++) {
+                _mm_prefetch(kp + 64 * c, _MM_HINT_T0);
+                _mm_prefetch(vp + 64 * c, _MM_HINT_T0);
+            }
+        }
+        __m512 a = _mm512_mul_ps(q[0], _mm512_loadu_ps(kj));
+        for (int c = 1; c < NC; c++) a = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(kj + 16 * c), a);
+        const real sj = _mm512_reduce_add_ps(a) * scale;
+        P[j] = sj;
+        mx = sj > mx ? sj : mx;
+    }
+    const real sum = ll_row_exp_inplace(P, lim, mx, NULL);
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int j = 0; j < lim; j++) {
+        const real *vj = vb + (size_t)j * stride;
+        const __m512 p = _mm512_set1_ps(P[j] / sum);
+        for (int c = 0; c < NC; c++) acc[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 16 * c), acc[c]);
+    }
+    for (int c = 0; c < NC; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
+    return mx + rlog(sum);
+}
+#define ONE_HEAD_FAST 1
+#else
+#define ONE_HEAD_FAST 0
+#endif
+
 /* One query per (batch, head) -- incremental decoding: vector loops beat gemm calls here. */
 static void attention_one_query(real *out, real *lse, const real *q, int q_stride, const real *k, const real *v,
                                 int kv_stride, const int *key_len, int B, int Tk, int H, int Dh) {
@@ -56,6 +98,17 @@ static void attention_one_query(real *out, real *lse, const real *q, int q_strid
             for (int h = 0; h < H; h++) {
                 const int lim = key_limit(key_len, b, Tk);
                 const real *qi = q + (size_t)b * q_stride + h * Dh;
+#if ONE_HEAD_FAST
+                if (lim > 0 && (Dh == 32 || Dh == 64 || Dh == 128)) {
+                    real *o = out + (size_t)b * C + h * Dh;
+                    const real *kb = k + (size_t)b * Tk * kv_stride + h * Dh, *vb = v + (size_t)b * Tk * kv_stride + h * Dh;
+                    const real l = Dh == 64   ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 4)
+                                   : Dh == 32 ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 2)
+                                              : one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 8);
+                    if (lse) lse[(size_t)b * H + h] = l;
+                    continue;
+                }
+#endif
                 real mx = -INFINITY;
                 for (int j = 0; j < lim; j++) {
                     const real *kj = k + ((size_t)b * Tk + j) * kv_stride + h * Dh;

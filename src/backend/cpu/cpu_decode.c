@@ -20,13 +20,15 @@ void cpu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *f
                       size_t stride) {
     const size_t e = ll_act_size(be);
     char *b = (char *)buf, *s = (char *)scratch;
-    /* only rows that change are copied: first every source a moved row reads
-     * (into scratch, so a row overwritten early is still read correctly), then
-     * the moved rows from scratch */
+    /* only rows that change are copied, once each where possible: a source
+     * row that is itself overwritten is saved to scratch first; a source that
+     * stays put (or lies past `rows`: compaction) is read in place */
+#define MOVED(x) ((x) < rows && from[x] != (x))
     for (int r = 0; r < rows; r++)
-        if (from[r] != r) memcpy(s + r * n * e, b + from[r] * stride * e, n * e);
+        if (MOVED(r) && MOVED(from[r])) memcpy(s + r * n * e, b + from[r] * stride * e, n * e);
     for (int r = 0; r < rows; r++)
-        if (from[r] != r) memcpy(b + r * stride * e, s + r * n * e, n * e);
+        if (MOVED(r)) memcpy(b + r * stride * e, MOVED(from[r]) ? s + r * n * e : b + from[r] * stride * e, n * e);
+#undef MOVED
 }
 
 /* One group: insertion into a sorted list of k, best first; a candidate
