@@ -5,7 +5,8 @@
  *   of the Philox stream (bits 16*(e&1).. of word e>>1) >= round(p * 65536).
  * Covers padding (including a sentence with no keys), causal masks with
  * Tk >= Tq, cross attention, several query tiles, dropout at a nonzero
- * offset, a batch slice with its row offset, and the one-query decoding path.
+ * offset, a batch slice with its row offset, and the few-query decoding path
+ * (with the head sizes of its AVX-512 kernel).
  * The gradient checks (tests/gradcheck/test_ops.c) run the double build, which
  * takes the scalar loops; this runs the vectorised ones. */
 #include <math.h>
@@ -102,9 +103,9 @@ static double err(const float *got, int gs, const double *want, int rows, int co
     return w / m;
 }
 
-static void run(int Tq, int Tk, int causal, float p, const int *klen, int B) {
+static void run_dh(int Tq, int Tk, int causal, float p, const int *klen, int B, int Dh) {
     ll_backend *be = ll_backend_cpu();
-    const int H = 3, Dh = 16, C = H * Dh;
+    const int H = 3, C = H * Dh;
     ll_philox rng;
     ll_philox_init(&rng, 42, LL_RNG_DROPOUT, (uint32_t)(Tq * 1000 + Tk));
     /* a slice that starts at sentence 5 of a larger batch */
@@ -136,8 +137,8 @@ static void run(int Tq, int Tk, int causal, float p, const int *klen, int B) {
     const double eo = err(out, C, ro, B * Tq, C), eq = err(dq, 3 * C, rdq, B * Tq, C);
     const double ek = err(dkv, 2 * C, rdk, B * Tk, C), ev = err(dkv + C, 2 * C, rdv, B * Tk, C);
     CHECK_MSG(eo < 1e-5 && el < 1e-5 && eq < 1e-5 && ek < 1e-5 && ev < 1e-5,
-              "attention Tq=%d Tk=%d causal=%d p=%g: out %g lse %g dq %g dk %g dv %g", Tq, Tk, causal, p, eo, el, eq,
-              ek, ev);
+              "attention Tq=%d Tk=%d Dh=%d causal=%d p=%g: out %g lse %g dq %g dk %g dv %g", Tq, Tk, Dh, causal, p, eo,
+              el, eq, ek, ev);
 
     /* lse may be NULL (inference): same out */
     float *out2 = malloc(sizeof(float) * nq);
@@ -157,6 +158,8 @@ static void run(int Tq, int Tk, int causal, float p, const int *klen, int B) {
     free(ro), free(rl), free(rdq), free(rdk), free(rdv);
 }
 
+static void run(int Tq, int Tk, int causal, float p, const int *klen, int B) { run_dh(Tq, Tk, causal, p, klen, B, 16); }
+
 int main(void) {
     ll_set_threads(2);
     const int kl3[3] = {19, 16, 0}; /* the last sentence has no keys */
@@ -170,6 +173,15 @@ int main(void) {
         run(1, 33, 0, p, NULL, 2);         /* one query */
         run(150, 150, 1, p, kl_long, 2);   /* three query tiles */
         run(100, 40, 0, p, kl_long + 1, 1); /* two tiles of cross attention */
+    }
+    /* head sizes with the AVX-512 few-query kernel (Tq <= 8, no dropout) */
+    const int dhs[3] = {32, 64, 128};
+    for (int i = 0; i < 3; i++) {
+        run_dh(5, 19, 0, 0, kl3, 3, dhs[i]);  /* a sentence's beam rows against its source; one sentence without keys */
+        run_dh(3, 9, 1, 0, NULL, 2, dhs[i]);  /* causal, Tk > Tq */
+        run_dh(1, 33, 0, 0, kl2, 2, dhs[i]);  /* one query, padded */
+        run_dh(8, 8, 1, 0, kl2, 2, dhs[i]);   /* causal self-attention, padded */
+        run_dh(9, 20, 0, 0, kl3, 3, dhs[i]);  /* past the few-query path: tiles */
     }
     return tu_finish("test_attention");
 }

@@ -85,9 +85,12 @@ static inline __attribute__((always_inline)) real one_head_avx512(real *o, const
 #define ONE_HEAD_FAST 0
 #endif
 
-/* One query per (batch, head) -- incremental decoding: vector loops beat gemm calls here. */
-static void attention_one_query(real *out, real *lse, const real *q, int q_stride, const real *k, const real *v,
-                                int kv_stride, const int *key_len, int B, int Tk, int H, int Dh) {
+/* A few queries per (batch, head), no dropout -- incremental decoding (one
+ * query per row of self-attention; a sentence's beam rows against its source
+ * in cross-attention): vector loops beat gemm calls here. */
+static void attention_few_queries(real *out, real *lse, const real *q, int q_stride, const real *k, const real *v,
+                                  int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
+                                  int causal) {
     const real scale = 1 / sqrt((real)Dh);
     const int C = H * Dh;
 #pragma omp parallel
@@ -95,39 +98,41 @@ static void attention_one_query(real *out, real *lse, const real *q, int q_strid
         real *P = ll_aligned_alloc(sizeof(real) * (Tk > 0 ? Tk : 1));
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++)
-            for (int h = 0; h < H; h++) {
-                const int lim = key_limit(key_len, b, Tk);
-                const real *qi = q + (size_t)b * q_stride + h * Dh;
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < Tq; i++) {
+                    const int lim = row_limit(key_limit(key_len, b, Tk), causal, i, Tq, Tk);
+                    const real *qi = q + ((size_t)b * Tq + i) * q_stride + h * Dh;
+                    const real *kb = k + (size_t)b * Tk * kv_stride + h * Dh;
+                    const real *vb = v + (size_t)b * Tk * kv_stride + h * Dh;
+                    real *o = out + ((size_t)b * Tq + i) * C + h * Dh;
+                    real *l = lse ? lse + ((size_t)b * H + h) * Tq + i : NULL;
 #if ONE_HEAD_FAST
-                if (lim > 0 && (Dh == 32 || Dh == 64 || Dh == 128)) {
-                    real *o = out + (size_t)b * C + h * Dh;
-                    const real *kb = k + (size_t)b * Tk * kv_stride + h * Dh, *vb = v + (size_t)b * Tk * kv_stride + h * Dh;
-                    const real l = Dh == 64   ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 4)
-                                   : Dh == 32 ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 2)
-                                              : one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 8);
-                    if (lse) lse[(size_t)b * H + h] = l;
-                    continue;
-                }
+                    if (lim > 0 && (Dh == 32 || Dh == 64 || Dh == 128)) {
+                        const real r = Dh == 64   ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 4)
+                                       : Dh == 32 ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 2)
+                                                  : one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 8);
+                        if (l) *l = r;
+                        continue;
+                    }
 #endif
-                real mx = -INFINITY;
-                for (int j = 0; j < lim; j++) {
-                    const real *kj = k + ((size_t)b * Tk + j) * kv_stride + h * Dh;
-                    real s = 0;
+                    real mx = -INFINITY;
+                    for (int j = 0; j < lim; j++) {
+                        const real *kj = kb + (size_t)j * kv_stride;
+                        real s = 0;
 #pragma omp simd reduction(+ : s)
-                    for (int d = 0; d < Dh; d++) s += qi[d] * kj[d];
-                    P[j] = s * scale;
-                    mx = P[j] > mx ? P[j] : mx;
-                }
-                const real sum = lim > 0 ? ll_row_exp_inplace(P, lim, mx, NULL) : 0;
-                if (lse) lse[(size_t)b * H + h] = lim > 0 ? mx + log(sum) : -INFINITY;
-                real *o = out + (size_t)b * C + h * Dh;
-                for (int d = 0; d < Dh; d++) o[d] = 0;
-                for (int j = 0; j < lim; j++) {
-                    const real p = P[j] / sum, *vj = v + ((size_t)b * Tk + j) * kv_stride + h * Dh;
+                        for (int d = 0; d < Dh; d++) s += qi[d] * kj[d];
+                        P[j] = s * scale;
+                        mx = P[j] > mx ? P[j] : mx;
+                    }
+                    const real sum = lim > 0 ? ll_row_exp_inplace(P, lim, mx, NULL) : 0;
+                    if (l) *l = lim > 0 ? mx + log(sum) : -INFINITY;
+                    for (int d = 0; d < Dh; d++) o[d] = 0;
+                    for (int j = 0; j < lim; j++) {
+                        const real p = P[j] / sum, *vj = vb + (size_t)j * kv_stride;
 #pragma omp simd
-                    for (int d = 0; d < Dh; d++) o[d] += p * vj[d];
+                        for (int d = 0; d < Dh; d++) o[d] += p * vj[d];
+                    }
                 }
-            }
         free(P);
     }
 }
@@ -138,8 +143,8 @@ void cpu_attention_fwd(ll_backend *be, ll_act *out_, real *lse, const ll_act *q_
     (void)be;
     real *out = (real *)out_;
     const real *q = (const real *)q_, *k = (const real *)k_, *v = (const real *)v_;
-    if (Tq == 1 && attn_dropout <= 0) { /* causal is moot with one query at the end */
-        attention_one_query(out, lse, q, q_stride, k, v, kv_stride, key_len, B, Tk, H, Dh);
+    if (Tq <= 8 && attn_dropout <= 0) {
+        attention_few_queries(out, lse, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal);
         return;
     }
     const real scale = 1 / sqrt((real)Dh);
