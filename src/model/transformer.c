@@ -68,8 +68,9 @@ ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
         r->top = ll_dlcl_stack_fwd(m, r);
     } else {
         ll_act *x = r->x0;
-        if (r->p.no_grad && r->L > 0) {
-            /* outputs alternate between two buffers; a layer's temporaries go when it is done */
+        if (r->p.no_grad && !r->p.inc && r->L > 0) {
+            /* outputs alternate between two buffers; a layer's temporaries go when it is done
+             * (not in a decoding step: one position per row is small, and the step releases all) */
             const size_t n = (size_t)N * C;
             ll_act *pp[2] = {ll_buf(m, n), ll_buf(m, n)};
             for (int l = 0; l < r->L; l++) {
