@@ -102,7 +102,8 @@ ll_act *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
             r->raw[row + 1] = r->ent[row + 1] = r->in[row];
             r->gent[row + 1] = NULL;
         } else if (row < L) {
-            r->raw[row + 1] = r->p.no_grad && !r->p.inc ? layer_fwd_only(m, r, row, n) : ll_layer_fwd(m, r, row, r->in[row]);
+            const int release = r->p.no_grad && !r->p.inc;
+            r->raw[row + 1] = release ? layer_fwd_only(m, r, row, n) : ll_layer_fwd(m, r, row, r->in[row]);
             gated_entry(m, r, row,
                         entry_ln(m, row + 1) ? norm_fwd(m, r, row + 1, r->raw[row + 1], N) : r->raw[row + 1], n);
         }
