@@ -165,6 +165,10 @@ ll_model *ll_model_replica(const ll_model *m);
  * repeated decoding reuses their warm activation arenas instead of building
  * and first-touching new ones.  m must not be a replica. */
 ll_model **ll_model_workers(ll_model *m, int n);
+/* Frees what decoding keeps between calls (the workers, the cache buffer):
+ * the trainer calls it after validation decoding, so that the memory is not
+ * held through training.  The next decode allocates again. */
+void ll_model_decode_release(ll_model *m);
 void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size);
 /* fairseq initialisation (reference-spec §4), deterministic in seed. */
 void ll_model_init(ll_model *m, uint64_t seed);

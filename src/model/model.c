@@ -323,6 +323,17 @@ ll_model *ll_model_replica(const ll_model *m) {
     return r;
 }
 
+void ll_model_decode_release(ll_model *m) {
+    if (m->dec_busy) ll_die("ll_model_decode_release: a decode is in progress");
+    for (int w = 0; w < m->n_workers; w++) ll_model_free(m->workers[w]);
+    free(m->workers);
+    m->workers = NULL;
+    m->n_workers = 0;
+    if (m->dec_mem) m->be->free(m->be, m->dec_mem);
+    m->dec_mem = NULL;
+    m->dec_mem_cap = 0;
+}
+
 ll_model **ll_model_workers(ll_model *m, int n) {
     if (m->replica_of) ll_die("ll_model_workers: called on a replica");
     if (n > m->n_workers) {
@@ -351,9 +362,7 @@ void ll_model_free(ll_model *m) {
         free(m);
         return;
     }
-    for (int w = 0; w < m->n_workers; w++) ll_model_free(m->workers[w]);
-    free(m->workers);
-    if (m->dec_mem) m->be->free(m->be, m->dec_mem);
+    ll_model_decode_release(m);
     ll_decode_unpack(m);
     free(m->enc_ctl);
     free(m->dec_ctl);

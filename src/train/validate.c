@@ -150,6 +150,7 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
         free_lines(ref, nt);
         if (rc) return -1;
     }
+    ll_model_decode_release(m); /* the caches and workers are not kept through training */
     if (d->world > 1) sum_scores(d, &bs, &cs);
     ll_bleu_result br;
     ll_chrf_result cr;

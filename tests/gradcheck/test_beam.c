@@ -346,6 +346,7 @@ static void test_batching(void) {
     o.search.max_len_b = 2;
     ll_nbest batched[n], workers[n];
     ll_translate_stats st;
+    int differs = 0;
     ll_translate_ids(m, (const int32_t *const *)src, len, n, &o, batched, &st);
     CHECK_MSG(st.batches > 1 && st.batches < n - 2, "expected a few multi-sentence batches, got %ld", st.batches);
     CHECK(st.sents == n - 2);
@@ -362,6 +363,30 @@ static void test_batching(void) {
         CHECK_MSG(same, "sentence %d: two batch workers differ from one", i);
         ll_nbest_free(&workers[i]);
     }
+    /* the workers the model keeps follow it: warm (dirty arenas and caches),
+     * then with a decoder layer switched off, then released and rebuilt */
+    for (int round = 0; round < 3; round++) {
+        if (round == 1) m->dec_ctl[0].skip = 1;
+        if (round == 2) ll_model_decode_release(m);
+        ll_nbest one_w[n];
+        ll_translate_ids(m, (const int32_t *const *)src, len, n, &o, one_w, NULL);
+        ll_set_threads(2);
+        o.inter_threads = 2;
+        ll_translate_ids(m, (const int32_t *const *)src, len, n, &o, workers, NULL);
+        ll_set_threads(1);
+        o.inter_threads = 0;
+        for (int i = 0; i < n; i++) {
+            int same = workers[i].n == one_w[i].n;
+            for (int h = 0; same && h < workers[i].n; h++) same = same_hypo(&workers[i].h[h], &one_w[i].h[h], TOL);
+            CHECK_MSG(same, "round %d, sentence %d: kept batch workers differ from one", round, i);
+            if (round == 1 && len[i] && one_w[i].n && batched[i].n) /* the switched-off layer must matter */
+                differs += !same_hypo(&one_w[i].h[0], &batched[i].h[0], TOL);
+            ll_nbest_free(&workers[i]);
+            ll_nbest_free(&one_w[i]);
+        }
+    }
+    CHECK_MSG(differs > 0, "switching decoder layer 0 off changed no translation");
+    m->dec_ctl[0].skip = 0;
     for (int i = 0; i < n; i++) {
         if (!len[i]) {
             CHECK_MSG(batched[i].n == 0, "empty input %d got %d hypotheses", i, batched[i].n);
