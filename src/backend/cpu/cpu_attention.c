@@ -45,10 +45,12 @@ static void tile_mask(uint8_t *M, int b, int h, int i0, int rows, int H, int Tq,
 
 #if defined(__AVX512F__) && !defined(LL_REAL_DOUBLE)
 #include <immintrin.h>
-/* One (batch, head) of attention_one_query for Dh = 16 * NC: the query and
- * the output accumulators stay in registers for the whole key loop (the
- * plain loop kept o in memory, a store-to-load chain per key, and reduced
- * every score through a spilled vector).  Same arithmetic otherwise. */
+/* One query of attention_few_queries for Dh = 16 * NC: the query and the
+ * output accumulators stay in registers for the whole key loop (the plain
+ * loop keeps o in memory, a store-to-load chain per key, and gcc reduces
+ * every score through a spilled vector).  Same arithmetic otherwise; the
+ * loop is then bound by reading the caches (software prefetch measured no
+ * gain). */
 static inline __attribute__((always_inline)) real one_head_avx512(real *o, const real *qi, const real *kb,
                                                                   const real *vb, size_t stride, int lim, real scale,
                                                                   real *P, const int NC) {
@@ -57,13 +59,6 @@ static inline __attribute__((always_inline)) real one_head_avx512(real *o, const
     real mx = -INFINITY;
     for (int j = 0; j < lim; j++) {
         const real *kj = kb + (size_t)j * stride;
-        if (j + 4 < lim) { /* the cache rows are 2C apart: prefetch keys and values a few rows ahead */
-            const char *kp = (const char *)(kj + 4 * stride), *vp = (const char *)(vb + (size_t)(j + 4) * stride);
-            for (int c = 0; c < NC; c++) {
-                _mm_prefetch(kp + 64 * c, _MM_HINT_T0);
-                _mm_prefetch(vp + 64 * c, _MM_HINT_T0);
-            }
-        }
         __m512 a = _mm512_mul_ps(q[0], _mm512_loadu_ps(kj));
         for (int c = 1; c < NC; c++) a = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(kj + 16 * c), a);
         const real sj = _mm512_reduce_add_ps(a) * scale;
