@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "vecmath.h"
 
 /* Copies only: the same code serves every activation dtype (element size from be). */
 void cpu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
@@ -45,21 +46,27 @@ static void topk_group(double *score, real *lp, int32_t *flat, const real *logp,
         if (cs == -INFINITY) continue; /* dead row */
         const real *l = logp + (size_t)r * V;
         const int v0 = eos_only ? eos : 0, v1 = eos_only ? eos + 1 : V;
-        for (int v = v0; v < v1; v++) {
-            const double sc = cs + (double)l[v];
-            if (!(sc > thresh)) continue; /* also drops NaN and -inf */
-            if (v == pad || v == bos || (v == eos && !eos_ok)) continue;
-            int pos = n < k ? n++ : k - 1;
-            while (pos > 0 && score[pos - 1] < sc) {
-                score[pos] = score[pos - 1];
-                lp[pos] = lp[pos - 1];
-                flat[pos] = flat[pos - 1];
-                pos--;
+        for (int c0 = v0; c0 < v1; c0 += 64) {
+            const int c1 = c0 + 64 < v1 ? c0 + 64 : v1;
+            /* once there are k candidates, a chunk whose best cannot beat the
+             * k-th is skipped whole (exact: cs + l[v] <= cs + max <= thresh) */
+            if (n == k && cs + (double)ll_row_max(l + c0, c1 - c0) <= thresh) continue;
+            for (int v = c0; v < c1; v++) {
+                const double sc = cs + (double)l[v];
+                if (!(sc > thresh)) continue; /* also drops NaN and -inf */
+                if (v == pad || v == bos || (v == eos && !eos_ok)) continue;
+                int pos = n < k ? n++ : k - 1;
+                while (pos > 0 && score[pos - 1] < sc) {
+                    score[pos] = score[pos - 1];
+                    lp[pos] = lp[pos - 1];
+                    flat[pos] = flat[pos - 1];
+                    pos--;
+                }
+                score[pos] = sc;
+                lp[pos] = l[v];
+                flat[pos] = (int32_t)((size_t)r * V + v);
+                if (n == k) thresh = score[k - 1];
             }
-            score[pos] = sc;
-            lp[pos] = l[v];
-            flat[pos] = (int32_t)((size_t)r * V + v);
-            if (n == k) thresh = score[k - 1];
         }
     }
     for (int i = n; i < k; i++) {
