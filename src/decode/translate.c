@@ -90,9 +90,7 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
         const int packed_here = !m->dec_packed;
         ll_decode_pack(m); /* once, shared by the replicas */
         /* replicas kept by m: from the second call on their arenas are warm */
-        const int fresh = m->replica_of != NULL;
-        ll_model **rep = fresh ? ll_malloc(sizeof(ll_model *) * workers) : ll_model_workers(m, workers);
-        for (int w = 0; fresh && w < workers; w++) rep[w] = ll_model_replica(m);
+        ll_model **rep = ll_model_workers(m, workers);
         const int saved = ll_workers_begin(); /* ops inside a worker run single-threaded */
         /* longest batches first: the dynamic schedule then ends evenly */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
@@ -100,8 +98,6 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
             run_batch(rep[ll_worker_id()], ord, src, len, &spans[b], &o->search, o->draw_base + b, out);
         }
         ll_workers_end(saved);
-        for (int w = 0; fresh && w < workers; w++) ll_model_free(rep[w]);
-        if (fresh) free(rep);
         if (packed_here) ll_decode_unpack(m);
     }
     for (int i = 0; i < n; i++)

@@ -69,16 +69,6 @@ static void gated_entry(ll_model *m, ll_stack_run *r, int l, ll_act *e, size_t n
     if (!grad) r->gent[l + 1] = NULL;
 }
 
-/* Layer l's output in a buffer of its own, its temporaries released (forward only). */
-static ll_act *layer_fwd_only(ll_model *m, ll_stack_run *r, int l, size_t n) {
-    ll_act *keep = ll_buf(m, n);
-    const ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
-    m->be->copy(m->be, keep, ll_layer_fwd(m, r, l, r->in[l]), ACT_BYTES(m, n));
-    ll_arena_release(&m->arena, mk);
-    ll_arena_release(&m->meta, mk_meta);
-    return keep;
-}
-
 ll_act *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
     ll_backend *be = m->be;
     const int L = r->L, N = r->p.B * r->p.T, C = m->hp.C;
@@ -102,8 +92,9 @@ ll_act *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
             r->raw[row + 1] = r->ent[row + 1] = r->in[row];
             r->gent[row + 1] = NULL;
         } else if (row < L) {
-            const int release = r->p.no_grad && !r->p.inc;
-            r->raw[row + 1] = release ? layer_fwd_only(m, r, row, n) : ll_layer_fwd(m, r, row, r->in[row]);
+            /* forward only: every output is kept (later rows combine them), temporaries are not */
+            r->raw[row + 1] = ll_layer_releases(&r->p) ? ll_layer_fwd_into(m, r, row, r->in[row], ll_buf(m, n))
+                                                        : ll_layer_fwd(m, r, row, r->in[row]);
             gated_entry(m, r, row,
                         entry_ln(m, row + 1) ? norm_fwd(m, r, row + 1, r->raw[row + 1], N) : r->raw[row + 1], n);
         }

@@ -297,6 +297,15 @@ ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x) {
     return x;
 }
 
+ll_act *ll_layer_fwd_into(ll_model *m, ll_stack_run *r, int l, ll_act *x, ll_act *dst) {
+    const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
+    const ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
+    m->be->copy(m->be, dst, ll_layer_fwd(m, r, l, x), ACT_BYTES(m, n));
+    ll_arena_release(&m->arena, mk);
+    ll_arena_release(&m->meta, mk_meta);
+    return dst;
+}
+
 void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, ll_act *dy, ll_act *dx) {
     const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
     for (int j = r->per_layer - 1; j >= 0; j--) {

@@ -122,6 +122,12 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, ll_act *dout);
 
 /* One layer's blocks, forward (returns y) and backward (dx = ..., overwritten). */
 ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x);
+/* Forward only: the layer's output copied into dst (allocated before the
+ * call), its temporaries released at once.  ll_layer_releases: whether a
+ * stack driver should use it for this pass (not inside a decoding step,
+ * whose one position per row is small and which releases everything). */
+ll_act *ll_layer_fwd_into(ll_model *m, ll_stack_run *r, int l, ll_act *x, ll_act *dst);
+static inline int ll_layer_releases(const ll_pass *p) { return p->no_grad && !p->inc; }
 void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, ll_act *dy, ll_act *dx);
 
 /* ---- objectives (objectives.c) ---- */

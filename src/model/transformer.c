@@ -68,19 +68,10 @@ ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
         r->top = ll_dlcl_stack_fwd(m, r);
     } else {
         ll_act *x = r->x0;
-        if (r->p.no_grad && !r->p.inc && r->L > 0) {
-            /* outputs alternate between two buffers; a layer's temporaries go when it is done
-             * (not in a decoding step: one position per row is small, and the step releases all) */
-            const size_t n = (size_t)N * C;
-            ll_act *pp[2] = {ll_buf(m, n), ll_buf(m, n)};
-            for (int l = 0; l < r->L; l++) {
-                const ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
-                ll_act *y = ll_layer_fwd(m, r, l, x);
-                m->be->copy(m->be, pp[l & 1], y, ACT_BYTES(m, n));
-                ll_arena_release(&m->arena, mk);
-                ll_arena_release(&m->meta, mk_meta);
-                x = pp[l & 1];
-            }
+        if (ll_layer_releases(&r->p) && r->L > 0) {
+            /* forward only: outputs alternate between two buffers */
+            ll_act *pp[2] = {ll_buf(m, (size_t)N * C), ll_buf(m, (size_t)N * C)};
+            for (int l = 0; l < r->L; l++) x = ll_layer_fwd_into(m, r, l, x, pp[l & 1]);
         } else {
             for (int l = 0; l < r->L; l++) x = ll_layer_fwd(m, r, l, x);
         }

@@ -137,6 +137,7 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
             else free(src[i]), free(ref[i]);
         ll_translation t;
         int rc = ll_translate_lines(m, spm, (const char *const *)src, mine, &o, &t);
+        ll_model_decode_release(m); /* the caches and workers are not kept through training */
         if (!rc)
             for (int i = 0; i < mine; i++) {
                 if (!src[i][0] && !ref[i][0]) continue; /* empty pairs carry nothing */
@@ -150,7 +151,6 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
         free_lines(ref, nt);
         if (rc) return -1;
     }
-    ll_model_decode_release(m); /* the caches and workers are not kept through training */
     if (d->world > 1) sum_scores(d, &bs, &cs);
     ll_bleu_result br;
     ll_chrf_result cr;
