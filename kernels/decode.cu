@@ -1,7 +1,8 @@
-/* Incremental-decoding kernels: the beam reorder of KV-cache rows and the beam
+/* Incremental-decoding kernels: the reorder of KV-cache rows (compaction),
+ * the rows' ancestry tables, self-attention through them, and the beam
  * search's top-k over the vocabulary (contracts: include/ll/backend.h,
- * copy_rows / reorder_rows / beam_topk; the CPU reference is
- * src/backend/cpu/cpu_decode.c).  copy_rows needs no kernel: it is one
+ * copy_rows / reorder_rows / beam_ancestry / attention_cached / beam_topk;
+ * the CPU references are src/backend/cpu/cpu_decode.c and cpu_attention.c).  copy_rows needs no kernel: it is one
  * cudaMemcpy2DAsync (src/backend/cuda/cuda_ops_decode.c).
  *
  * beam_topk: one block per sentence.  Each thread scans a strided share of the
@@ -49,6 +50,92 @@ extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
+}
+
+/* ---- beam_ancestry ---------------------------------------------------------------- */
+
+/* pass 0: scratch[r] = anc[from[r]] + shift; pass 1: back, then entry t = r */
+static __global__ void ancestry_pass(int *__restrict__ anc, int *__restrict__ scratch, const int *__restrict__ from,
+                                     int rows, int t, int stride, int group, int pass) {
+    const int r = blockIdx.x;
+    if (from) {
+        const int f = from[r], shift = (r / group - f / group) * group;
+        for (int j = threadIdx.x; j < t; j += blockDim.x) {
+            if (pass == 0)
+                scratch[(size_t)r * t + j] = anc[(size_t)f * stride + j] + shift;
+            else
+                anc[(size_t)r * stride + j] = scratch[(size_t)r * t + j];
+        }
+    }
+    if (pass == 1 && threadIdx.x == 0 && t < stride) anc[(size_t)r * stride + t] = r;
+}
+
+extern "C" cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int *scratch, const int *from, int rows,
+                                             int t, int stride, int group) {
+    if (rows <= 0) return cudaSuccess;
+    for (int pass = from ? 0 : 1; pass < 2; pass++) {
+        ancestry_pass<<<rows, 128, 0, stream>>>(anc, scratch, from, rows, t, stride, group, pass);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+/* ---- attention_cached ------------------------------------------------------------ */
+
+/* One warp per (row, head): lane d holds dims d, d+32, ... of the query and the
+ * output; keys in order with an online softmax (fp32), one warp sum per key.
+ * A decoding step has one query per row and at most a few hundred keys. */
+#define CACHED_MAXD 4 /* Dh <= 128 */
+template <typename T>
+static __global__ void attention_cached_kernel(T *__restrict__ out, const T *__restrict__ q, int q_stride,
+                                               const T *__restrict__ kv, int kv_stride, size_t row_stride,
+                                               const int *__restrict__ anc, int anc_stride, int n_keys, int H,
+                                               int Dh) {
+    const int r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, C = H * Dh;
+    const float scale = rsqrtf((float)Dh);
+    float qv[CACHED_MAXD], acc[CACHED_MAXD];
+    for (int i = 0; i < CACHED_MAXD; i++) {
+        const int d = lane + WARP * i;
+        qv[i] = d < Dh ? ll_ld(q + (size_t)r * q_stride + (size_t)h * Dh + d) : 0.0f;
+        acc[i] = 0.0f;
+    }
+    float mx = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < n_keys; j++) {
+        const size_t a = anc ? (size_t)anc[(size_t)r * anc_stride + j] : (size_t)r;
+        const T *kj = kv + a * row_stride + (size_t)j * kv_stride + (size_t)h * Dh, *vj = kj + C;
+        float s = 0.0f;
+        for (int i = 0; i < CACHED_MAXD; i++) {
+            const int d = lane + WARP * i;
+            if (d < Dh) s += qv[i] * ll_ld(kj + d);
+        }
+        for (int o = WARP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        s *= scale;
+        const float m2 = fmaxf(mx, s), corr = __expf(mx - m2), p = __expf(s - m2);
+        sum = sum * corr + p;
+        for (int i = 0; i < CACHED_MAXD; i++) {
+            const int d = lane + WARP * i;
+            acc[i] = acc[i] * corr + (d < Dh ? p * ll_ld(vj + d) : 0.0f);
+        }
+        mx = m2;
+    }
+    const float inv = n_keys > 0 ? 1.0f / sum : 0.0f;
+    for (int i = 0; i < CACHED_MAXD; i++) {
+        const int d = lane + WARP * i;
+        if (d < Dh) ll_st(out + (size_t)r * C + (size_t)h * Dh + d, acc[i] * inv);
+    }
+}
+
+extern "C" cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dtype t, void *out, const void *q,
+                                                int q_stride, const void *kv, int kv_stride, size_t row_stride,
+                                                const int *anc, int anc_stride, int n_keys, int rows, int H, int Dh) {
+    if (rows <= 0 || H <= 0) return cudaSuccess;
+    if (Dh <= 0 || Dh > WARP * CACHED_MAXD || H > 65535) return cudaErrorInvalidValue;
+    dim3 grid((unsigned)rows, (unsigned)H);
+    LL_DISPATCH(t, T, attention_cached_kernel<T><<<grid, WARP, 0, stream>>>((T *)out, (const T *)q, q_stride,
+                                                                             (const T *)kv, kv_stride, row_stride, anc,
+                                                                             anc_stride, n_keys, H, Dh);)
+    return cudaGetLastError();
 }
 
 /* ---- beam_topk ------------------------------------------------------------------- */

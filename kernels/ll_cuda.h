@@ -284,6 +284,13 @@ cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, 
 cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *score, float *lp, int32_t *flat,
                               const void *logp, const double *cum, const uint8_t *mode, int groups, int beam, int V,
                               int k, int pad, int bos, int eos);
+/* attention_cached (one warp per row and head; Dh <= 128, else
+ * cudaErrorInvalidValue) and beam_ancestry, as the ops; q, kv, out of type t */
+cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dtype t, void *out, const void *q, int q_stride,
+                                     const void *kv, int kv_stride, size_t row_stride, const int *anc, int anc_stride,
+                                     int n_keys, int rows, int H, int Dh);
+cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int *scratch, const int *from, int rows, int t,
+                                  int stride, int group);
 
 /* ---- host helpers (src/backend/cuda/cuda_backend.c) ---------------------------
  * `be` must come from ll_backend_cuda(). */
@@ -295,7 +302,7 @@ void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const 
 void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const ll_philox *r, uint64_t offset);
 /* Die with the op's name and CUDA's message when a launcher failed. */
 void ll_cuda_check_launch(cudaError_t e, const char *op);
-/* src/backend/cuda/cuda_ops_decode.c: copy_rows, reorder_rows, beam_topk */
+/* src/backend/cuda/cuda_ops_decode.c: copy_rows, reorder_rows, beam_topk, attention_cached, beam_ancestry */
 void ll_cuda_register_decode(ll_backend *be);
 
 #ifdef __cplusplus

@@ -5,8 +5,9 @@
  *   of the Philox stream (bits 16*(e&1).. of word e>>1) >= round(p * 65536).
  * Covers padding (including a sentence with no keys), causal masks with
  * Tk >= Tq, cross attention, several query tiles, dropout at a nonzero
- * offset, a batch slice with its row offset, and the few-query decoding path
- * (with the head sizes of its AVX-512 kernel).
+ * offset, a batch slice with its row offset, the few-query decoding path
+ * (with the head sizes of its AVX-512 kernel), and attention_cached (keys
+ * through per-row ancestry tables).
  * The gradient checks (tests/gradcheck/test_ops.c) run the double build, which
  * takes the scalar loops; this runs the vectorised ones. */
 #include <math.h>
@@ -160,6 +161,50 @@ static void run_dh(int Tq, int Tk, int causal, float p, const int *klen, int B, 
 
 static void run(int Tq, int Tk, int causal, float p, const int *klen, int B) { run_dh(Tq, Tk, causal, p, klen, B, 16); }
 
+/* attention_cached (a decoding step's self-attention through the rows'
+ * ancestry) against a double softmax over the keys the table names */
+static void run_cached(int rows, int Dh, int max_T, int n_keys, int with_anc) {
+    ll_backend *be = ll_backend_cpu();
+    const int H = 3, C = H * Dh, qs = 3 * C;
+    const size_t row_stride = (size_t)max_T * 2 * C;
+    float *q = malloc(sizeof(float) * rows * qs), *kv = malloc(sizeof(float) * rows * row_stride);
+    float *out = malloc(sizeof(float) * rows * C);
+    double *want = malloc(sizeof(double) * rows * C), *P = malloc(sizeof(double) * (n_keys + 1));
+    int *anc = malloc(sizeof(int) * rows * max_T);
+    ll_philox r;
+    ll_philox_init(&r, 8, 10, (uint32_t)(rows * 100 + Dh));
+    for (int i = 0; i < rows * qs; i++) q[i] = 4 * ll_philox_uniform(&r, i) - 2;
+    for (size_t i = 0; i < rows * row_stride; i++) kv[i] = 4 * ll_philox_uniform(&r, 1000000 + i) - 2;
+    for (int i = 0; i < rows * max_T; i++) anc[i] = (int)ll_philox_below(&r, 3000000 + i, rows);
+    for (int b = 0; b < rows; b++)
+        for (int h = 0; h < H; h++) {
+            const float *qi = q + (size_t)b * qs + h * Dh;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n_keys; j++) {
+                const int a = with_anc ? anc[b * max_T + j] : b;
+                const float *kj = kv + a * row_stride + (size_t)j * 2 * C + h * Dh;
+                double d = 0;
+                for (int e = 0; e < Dh; e++) d += (double)qi[e] * kj[e];
+                P[j] = d / sqrt((double)Dh);
+                mx = fmax(mx, P[j]);
+            }
+            for (int j = 0; j < n_keys; j++) sum += (P[j] = exp(P[j] - mx));
+            for (int e = 0; e < Dh; e++) {
+                double o = 0;
+                for (int j = 0; j < n_keys; j++) {
+                    const int a = with_anc ? anc[b * max_T + j] : b;
+                    o += P[j] / sum * kv[a * row_stride + (size_t)j * 2 * C + C + h * Dh + e];
+                }
+                want[(size_t)b * C + h * Dh + e] = o;
+            }
+        }
+    be->attention_cached(be, A_(out), A_(q), qs, A_(kv), 2 * C, row_stride, with_anc ? anc : NULL, max_T, n_keys,
+                         rows, H, Dh);
+    const double e = err(out, C, want, rows, C);
+    CHECK_MSG(e < 1e-5, "attention_cached rows=%d Dh=%d keys=%d anc=%d: out %g", rows, Dh, n_keys, with_anc, e);
+    free(q), free(kv), free(out), free(want), free(P), free(anc);
+}
+
 int main(void) {
     ll_set_threads(2);
     const int kl3[3] = {19, 16, 0}; /* the last sentence has no keys */
@@ -183,5 +228,13 @@ int main(void) {
         run_dh(8, 8, 1, 0, kl2, 2, dhs[i]);   /* causal self-attention, padded */
         run_dh(9, 20, 0, 0, kl3, 3, dhs[i]);  /* past the few-query path: tiles */
     }
+    /* decoding's self-attention through ancestry tables: the vector head
+     * sizes, a plain-loop one (48), own rows, no key */
+    const int dc[4] = {32, 64, 128, 48};
+    for (int i = 0; i < 4; i++) {
+        run_cached(10, dc[i], 9, 7, 1);
+        run_cached(10, dc[i], 9, 9, 0);
+    }
+    run_cached(4, 64, 3, 0, 1);
     return tu_finish("test_attention");
 }

@@ -7,7 +7,9 @@
  *   - label-smoothed cross-entropy (loss, nll and gradient) and log-softmax
  *     against double-precision formulas, with vocabulary tails and padding;
  *   - Adam (fairseq's update, with weight decay), sumsq and bias_set against
- *     double-precision loops.
+ *     double-precision loops;
+ *   - the decoding row ops: reorder_rows against a plain gather, and
+ *     beam_ancestry against the cache reorders it replaces.
  * Attention has its own test (test_attention.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -303,6 +305,46 @@ static void test_row_ops(void) {
         for (int j = 0; j < 3; j++) CHECK(buf[r * STRIDE + 1 + j] == src[r * 4 * N + 2 + j]);
 }
 
+/* beam_ancestry against what it replaces: a random beam search (reorders
+ * inside sentences, then a compaction) run twice, once moving cache rows with
+ * reorder_rows and once only rewriting the ancestry; every position of every
+ * hypothesis must read the same value both ways. */
+static void test_ancestry(void) {
+    ll_backend *be = ll_backend_cpu();
+    enum { G = 4, S = 3, ROWS = G * S, T = 7, N = 2 };
+    real moved[ROWS * T * N], fixed[ROWS * T * N], scratch[ROWS * T * N];
+    int anc[ROWS * T], ascr[ROWS * T], from[ROWS];
+    memset(anc, 0xff, sizeof anc);
+    srand(11);
+    for (int trial = 0; trial < 50; trial++) {
+        int rows = ROWS;
+        for (int t = 0; t < T; t++) {
+            if (t > 0) { /* a reorder: rows repeat and vanish, within each sentence */
+                for (int r = 0; r < rows; r++) from[r] = r / G * G + rand() % G;
+                be->reorder_rows(be, A_(moved), A_(scratch), from, rows, (size_t)t * N, (size_t)T * N);
+            }
+            be->beam_ancestry(be, anc, ascr, t > 0 ? from : NULL, rows, t, T, G);
+            for (int r = 0; r < rows; r++)
+                for (int e = 0; e < N; e++)
+                    moved[(r * T + t) * N + e] = fixed[(r * T + t) * N + e] = (real)(trial * 1000 + t * 100 + r * 3 + e);
+            if (t == T / 2 && trial % 2) { /* drop sentence 0: the others move down G rows */
+                for (int r = 0; r < rows - G; r++) from[r] = r + G;
+                be->reorder_rows(be, A_(moved), A_(scratch), from, rows - G, (size_t)(t + 1) * N, (size_t)T * N);
+                be->reorder_rows(be, A_(fixed), A_(scratch), from, rows - G, (size_t)(t + 1) * N, (size_t)T * N);
+                rows -= G;
+                be->beam_ancestry(be, anc, ascr, from, rows, t + 1, T, G);
+            }
+            for (int r = 0; r < rows; r++)
+                for (int j = 0; j <= t; j++) {
+                    const int a = anc[r * T + j];
+                    CHECK_MSG(a >= 0 && a < rows && a / G == r / G, "ancestry row %d position %d: %d", r, j, a);
+                    for (int e = 0; e < N && a >= 0 && a < rows; e++)
+                        CHECK(fixed[(a * T + j) * N + e] == moved[(r * T + j) * N + e]);
+                }
+        }
+    }
+}
+
 int main(void) {
     ll_set_threads(2);
     test_philox();
@@ -311,5 +353,6 @@ int main(void) {
     test_optimizer_ops();
     test_beam_topk();
     test_row_ops();
+    test_ancestry();
     return tu_finish("test_cpu_kernels");
 }

@@ -311,13 +311,33 @@ struct ll_backend {
      *   the token's log-prob lp[..] and flat[..] = r * V + v (r the row
      *   index in the whole batch); slots beyond the candidates get score -inf
      *   and flat -1.  cum [groups*beam] and mode [groups] in backend memory.
-     *   Buffers and logp in the activation dtype; lp is real. */
+     *   Buffers and logp in the activation dtype; lp is real.
+     * attention_cached: a decoding step's self-attention over the KV cache,
+     *   read through per-row ancestry instead of reordered copies (beam
+     *   hypotheses share their prefix's cache entries).  Query row r
+     *   (q + r*q_stride, H heads of Dh) attends to keys j < n_keys: key j at
+     *   kv + a*row_stride + j*kv_stride and its value C = H*Dh elements
+     *   further, where a = anc[r*anc_stride + j] (anc NULL: a = r).  Softmax
+     *   in fp32; no mask beyond n_keys, no dropout, no lse; out [rows, C].
+     * beam_ancestry: anc [rows, stride] ints in backend memory; entry (r, j)
+     *   is the cache row that holds position j of hypothesis r.  With from
+     *   (backend [rows]; NULL: no move): entries j < t of row r become those
+     *   of old row from[r] plus (r/group - from[r]/group)*group (a compaction
+     *   moves a whole sentence's `group` cache rows by that much; a beam
+     *   reorder stays inside the group: + 0); then, if t < stride, entry t
+     *   of every row = r (the row writes position t itself).  scratch:
+     *   rows*t ints. */
     void (*copy_rows)(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
                       size_t n);
     void (*reorder_rows)(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
                          size_t stride);
     void (*beam_topk)(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
                       const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
+    void (*attention_cached)(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
+                             int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys, int rows,
+                             int H, int Dh);
+    void (*beam_ancestry)(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, int stride,
+                          int group);
 
     /* fairseq Adam with decoupled weight decay (reference-spec §5.3) on the
      * gradient times stats[LL_ST_GMUL]; the 1-based step is stats[t_slot]; does

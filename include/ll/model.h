@@ -253,7 +253,10 @@ typedef struct {
     int *dev_src_len;   /* backend copy of it */
     ll_act **self_kv;   /* per decoder layer, backend [N * max_T, 2C] (activation dtype) */
     ll_act **cross_kv;  /* per decoder layer, backend [B * S, 2C]: shared by a sentence's beam rows */
-    ll_act *scratch_kv; /* backend reorder buffer */
+    ll_act *scratch_kv; /* backend buffer of compaction's row moves */
+    int *anc;           /* backend [N, max_T]: entry (r, j) = the cache row holding position j of
+                           hypothesis r; a beam reorder rewrites it, the caches stay put */
+    int *anc_scratch;   /* backend [N * max_T] ints for beam_ancestry */
     ll_act *logp;       /* backend [N, V]: log-probabilities of the last step */
     int *from;          /* host [N]: reorder applied by the next step (reorder_pending) */
     int reorder_pending;

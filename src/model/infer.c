@@ -88,7 +88,8 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     const size_t b_cross = round64(ACT_BYTES(m, (size_t)B * S * 2 * C));
     const size_t b_self = round64(ACT_BYTES(m, (size_t)N * max_T * 2 * C));
     const size_t b_scratch = round64(ACT_BYTES(m, (size_t)N * (max_T > S ? max_T : S) * 2 * C));
-    const size_t total = b_len + b_logp + (size_t)hp->Ld * (b_cross + b_self) + b_scratch;
+    const size_t b_anc = round64(sizeof(int) * (size_t)N * max_T);
+    const size_t total = b_len + b_logp + (size_t)hp->Ld * (b_cross + b_self) + b_scratch + 2 * b_anc;
     if (m->dec_mem_cap < total) {
         if (m->dec_mem) be->free(be, m->dec_mem);
         m->dec_mem = be->alloc(be, total);
@@ -105,6 +106,9 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
         mem += b_cross + b_self;
     }
     d->scratch_kv = (ll_act *)mem;
+    mem += b_scratch;
+    d->anc = (int *)mem;
+    d->anc_scratch = (int *)(mem + b_anc);
     be->upload(be, d->dev_src_len, src_len, sizeof(int) * B);
 
     /* encoder: the training forward (stack run) with train = 0 */
@@ -130,15 +134,6 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     return d;
 }
 
-/* The rows' self-attention caches take old row from[r] (backend indices). */
-static void apply_reorder(ll_model *m, ll_dec_state *d, const int *dev_from) {
-    const size_t used = (size_t)d->t * 2 * m->hp.C, stride = (size_t)d->max_T * 2 * m->hp.C;
-    for (int l = 0; l < m->hp.Ld; l++) {
-        if (m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])) continue; /* no cache to keep */
-        m->be->reorder_rows(m->be, d->self_kv[l], d->scratch_kv, dev_from, d->N, used, stride);
-    }
-}
-
 /* The step proper: uploads prev_tok (+ the pending reorder, + cum/mode when
  * given), runs the decoder on one position per row and leaves the
  * log-probabilities in d->logp.  The caller releases the arena marks. */
@@ -149,28 +144,29 @@ static void step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const do
     const int C = hp->C, N = d->N, t = d->t;
     if (t >= d->max_T) ll_die("decode: step %d exceeds the cache capacity %d", t, d->max_T);
     if (t + LL_PAD + 1 >= hp->max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
-    /* one upload: [cum N doubles][tok N][key_len N][from N][mode B bytes] */
-    const size_t nc = cum ? (size_t)N : 0, bytes = sizeof(double) * nc + sizeof(int32_t) * 3 * (size_t)N + d->B;
+    /* one upload: [cum N doubles][tok N][from N][mode B bytes] */
+    const size_t nc = cum ? (size_t)N : 0, bytes = sizeof(double) * nc + sizeof(int32_t) * 2 * (size_t)N + d->B;
     char *h = stage(d, bytes);
     double *hc = (double *)h;
     int32_t *ht = (int32_t *)(hc + nc);
-    int *hk = (int *)(ht + N), *hf = hk + N;
+    int *hf = (int *)(ht + N);
     if (cum) memcpy(hc, cum, sizeof(double) * N);
     memcpy(ht, prev_tok, sizeof(int32_t) * N);
-    for (int n = 0; n < N; n++) hk[n] = t + 1;
     memcpy(hf, d->from, sizeof(int) * N);
     if (mode) memcpy(hf + N, mode, d->B);
     char *dev = ll_arena_alloc(&m->arena, bytes);
     be->upload(be, dev, h, bytes);
     const int32_t *dt = (const int32_t *)(dev + sizeof(double) * nc);
-    const int *dk = (const int *)(dt + N), *df = dk + N;
+    const int *df = (const int *)(dt + N);
     if (dev_cum) *dev_cum = (const double *)dev;
     if (dev_mode) *dev_mode = (const uint8_t *)(df + N);
-    if (d->reorder_pending) apply_reorder(m, d, df);
+    /* the pending reorder moves the rows' ancestry, not their caches; every
+     * row writes position t into its own cache row */
+    be->beam_ancestry(be, d->anc, d->anc_scratch, d->reorder_pending ? df : NULL, N, t, d->max_T, d->beam);
     d->reorder_pending = 0;
 
     ll_inc inc = {.packed = d->packed, .self_kv = d->self_kv, .cross_kv = d->cross_kv, .max_T = d->max_T, .t = t,
-                  .sents = d->B, .beam = d->beam, .key_len = dk, .sent_src_len = d->dev_src_len};
+                  .sents = d->B, .beam = d->beam, .anc = d->anc, .sent_src_len = d->dev_src_len};
     ll_pass p = {.B = N, .T = 1, .S = d->S, .train = 0, .no_grad = 1, .stack = 1, .inc = &inc};
     ll_stack_run r;
     ll_stack_run_init(m, &r, 1, &p, dt);
@@ -282,6 +278,8 @@ void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep
         if (!(m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])))
             be->reorder_rows(be, d->self_kv[l], d->scratch_kv, dev + n_keep, (int)nrow, used, srow);
     }
+    /* the ancestry follows its rows, shifted by as many rows as they moved */
+    be->beam_ancestry(be, d->anc, d->anc_scratch, dev + n_keep, (int)nrow, d->t, d->max_T, beam);
     ll_arena_release(&m->arena, mk);
     for (int j = 0; j < n_keep; j++) d->sent_src_len[j] = h[n_keep + nrow + j];
     be->upload(be, d->dev_src_len, d->sent_src_len, sizeof(int) * n_keep);

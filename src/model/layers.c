@@ -87,8 +87,8 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
             ll_act *cache = c->self_kv[layer];
             be->copy_rows(be, ACT(m, cache, (size_t)c->t * 2 * C), (size_t)c->max_T * 2 * C, ACT(m, k->qkv, C),
                           3 * C, N, 2 * C);
-            be->attention_fwd(be, k->ctx, NULL, k->qkv, 3 * C, cache, ACT(m, cache, C), 2 * C, c->key_len, N, 1,
-                              c->max_T, H, Dh, 0, 0, NULL, 0);
+            be->attention_cached(be, k->ctx, k->qkv, 3 * C, cache, 2 * C, (size_t)c->max_T * 2 * C, c->anc, c->max_T,
+                                 c->t + 1, N, H, Dh);
         } else {
             k->lse = ll_fbuf(m, (size_t)p->B * H * p->T);
             ll_site_rng(&k->attn_rng, p, layer, SITE_SELF_PROBS);

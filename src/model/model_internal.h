@@ -50,7 +50,7 @@ typedef struct {
     ll_act *const *cross_kv;  /* per layer [sentences, S, 2C] */
     int max_T, t;             /* cache capacity; this step's position */
     int sents, beam;          /* rows = sents * beam, grouped by sentence */
-    const int *key_len;       /* backend [rows]: t + 1 */
+    const int *anc;           /* backend [rows, max_T]: the cache row holding each position (beam_ancestry) */
     const int *sent_src_len;  /* backend [sents] */
 } ll_inc;
 

@@ -1,6 +1,6 @@
 /* Decoding ops of tests/gpu/test_ops_cuda.c (included once, there), in the
- * activation dtype, all compared exactly: copy_rows and reorder_rows move
- * bytes, and beam_topk ranks the same values in double on both sides, so the
+ * activation dtype, compared exactly except attention_cached (TOL_ATT):
+ * copy_rows, reorder_rows and beam_ancestry move bytes, and beam_topk ranks the same values in double on both sides, so the
  * candidates, their order, scores and log-probs must be identical.
  * tests/gpu/test_decode_cuda.c covers the same ops in fp32 at other shapes
  * (k = 64, many ties) plus a whole beam search CPU == CUDA. */
@@ -60,4 +60,52 @@ static void t_beam_topk(void) {
     topk_case(7, 5, 32003, 10); /* beam 5, 2 * beam candidates */
     topk_case(3, 1, 32003, 64); /* one row per sentence, k 64 */
     topk_case(2, 4, 17, 80);    /* fewer candidates than k: -inf / -1 slots */
+}
+
+/* self-attention through the rows' ancestry: keys of row r at cache rows
+ * anc[r][j] (any row of the batch), or the row's own (anc NULL); head sizes
+ * 64 (the CPU's vector path) and 40 (its plain loop; not a multiple of 32) */
+static void cached_case(int rows, int H, int Dh, int max_T, int n_keys, int with_anc) {
+    const int C = H * Dh, qs = 3 * C + 5;
+    const size_t row_stride = (size_t)max_T * 2 * C + 7;
+    pbuf q = pb_rand_act((size_t)rows * qs, -1, 1), kv = pb_rand_act((size_t)rows * row_stride, -2, 2);
+    int *ha = ll_malloc(sizeof(int) * (size_t)rows * max_T);
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < max_T; j++) ha[(size_t)r * max_T + j] = (r * 7 + j * 3 + (r * j) % 5) % rows;
+    pbuf anc = pb_new(ha, sizeof(int) * (size_t)rows * max_T), out = pb_poison_act((size_t)rows * C);
+    BOTH BE->attention_cached(BE, A(out, s), AT(q, s, 2), qs, A(kv, s), 2 * C, row_stride,
+                              with_anc ? INT(anc, s) : NULL, max_T, n_keys, rows, H, Dh);
+    char what[96];
+    snprintf(what, sizeof what, "out (rows %d, H %d, Dh %d, keys %d%s)", rows, H, Dh, n_keys,
+             with_anc ? ", ancestry" : ", own rows");
+    pb_cmp(what, &out, (size_t)rows * C, TOL_ATT); /* softmax: sums over the keys */
+    free(ha);
+    pb_free(&q), pb_free(&kv), pb_free(&anc), pb_free(&out);
+}
+static void t_attention_cached(void) {
+    cached_case(13, 4, 64, 12, 9, 1);
+    cached_case(13, 4, 64, 12, 12, 0);
+    cached_case(7, 3, 40, 5, 5, 1);
+    cached_case(3, 2, 32, 4, 0, 1); /* no key: out = 0 */
+}
+
+/* the ancestry tables: a beam reorder (inside groups), a compaction (rows
+ * move down across groups, sources past `rows`), no move, and t == stride */
+static void t_beam_ancestry(void) {
+    const int total = 12, stride = 9, group = 4;
+    int *ha = ll_malloc(sizeof(int) * total * stride);
+    for (int i = 0; i < total * stride; i++) ha[i] = (i * 5) % total;
+    pbuf anc = pb_new(ha, sizeof(int) * total * stride), scratch = pb_new(NULL, sizeof(int) * total * stride);
+    const int reorder[8] = {1, 1, 0, 3, 6, 4, 4, 7}, compact[8] = {0, 1, 2, 3, 8, 9, 10, 11};
+    pbuf fr = pb_new(reorder, sizeof reorder), fc = pb_new(compact, sizeof compact);
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fr, s), 8, 6, stride, group);
+    pb_cmp_exact("anc after a reorder (entries < t moved, entry t = r; rows past 8 untouched)", &anc);
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fc, s), 8, 7, stride, group);
+    pb_cmp_exact("anc after a compaction (shifted by the rows moved)", &anc);
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), NULL, 12, 8, stride, group);
+    pb_cmp_exact("anc, no move (entry t = r only)", &anc);
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fr, s), 8, stride, stride, group);
+    pb_cmp_exact("anc, t == stride (no entry t)", &anc);
+    free(ha);
+    pb_free(&anc), pb_free(&scratch), pb_free(&fr), pb_free(&fc);
 }

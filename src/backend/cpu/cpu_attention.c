@@ -43,6 +43,11 @@ static void tile_mask(uint8_t *M, int b, int h, int i0, int rows, int H, int Tq,
     cpu_dropout_mask(M, (size_t)rows * Tk, p, rng, first);
 }
 
+/* Offset of key j: own row at `stride` per position, or through the row's
+ * ancestry (attention_cached); anc is a constant NULL in the other callers,
+ * so the inlined loops carry no lookup. */
+#define KEY_AT(j) ((anc ? (size_t)anc[j] * row_stride : 0) + (size_t)(j) * stride)
+
 #if defined(__AVX512F__) && !defined(LL_REAL_DOUBLE)
 #include <immintrin.h>
 /* One query of attention_few_queries for Dh = 16 * NC: the query and the
@@ -53,12 +58,13 @@ static void tile_mask(uint8_t *M, int b, int h, int i0, int rows, int H, int Tq,
  * gain). */
 static inline __attribute__((always_inline)) real one_head_avx512(real *o, const real *qi, const real *kb,
                                                                   const real *vb, size_t stride, int lim, real scale,
-                                                                  real *P, const int NC) {
+                                                                  real *P, const int NC, const int *anc,
+                                                                  size_t row_stride) {
     __m512 q[8], acc[8];
     for (int c = 0; c < NC; c++) q[c] = _mm512_loadu_ps(qi + 16 * c);
     real mx = -INFINITY;
     for (int j = 0; j < lim; j++) {
-        const real *kj = kb + (size_t)j * stride;
+        const real *kj = kb + KEY_AT(j);
         __m512 a = _mm512_mul_ps(q[0], _mm512_loadu_ps(kj));
         for (int c = 1; c < NC; c++) a = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(kj + 16 * c), a);
         const real sj = _mm512_reduce_add_ps(a) * scale;
@@ -68,7 +74,7 @@ static inline __attribute__((always_inline)) real one_head_avx512(real *o, const
     const real sum = ll_row_exp_inplace(P, lim, mx, NULL);
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int j = 0; j < lim; j++) {
-        const real *vj = vb + (size_t)j * stride;
+        const real *vj = vb + KEY_AT(j);
         const __m512 p = _mm512_set1_ps(P[j] / sum);
         for (int c = 0; c < NC; c++) acc[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vj + 16 * c), acc[c]);
     }
@@ -103,9 +109,10 @@ static void attention_few_queries(real *out, real *lse, const real *q, int q_str
                     real *l = lse ? lse + ((size_t)b * H + h) * Tq + i : NULL;
 #if ONE_HEAD_FAST
                     if (lim > 0 && (Dh == 32 || Dh == 64 || Dh == 128)) {
-                        const real r = Dh == 64   ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 4)
-                                       : Dh == 32 ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 2)
-                                                  : one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 8);
+                        const real r = Dh == 64 ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 4, NULL, 0)
+                                       : Dh == 32
+                                           ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 2, NULL, 0)
+                                           : one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 8, NULL, 0);
                         if (l) *l = r;
                         continue;
                     }
@@ -128,6 +135,65 @@ static void attention_few_queries(real *out, real *lse, const real *q, int q_str
                         for (int d = 0; d < Dh; d++) o[d] += p * vj[d];
                     }
                 }
+        free(P);
+    }
+}
+
+/* A decoding step's self-attention through the rows' ancestry (contract in
+ * include/ll/backend.h): rows of one sentence are consecutive and mostly
+ * share their ancestors' cache entries, so after the first row of a sentence
+ * the keys come from cache, where reordered copies each came from memory. */
+void cpu_attention_cached(ll_backend *be, ll_act *out_, const ll_act *q_, int q_stride, const ll_act *kv_,
+                          int kv_stride, size_t row_stride, const int *anc_all, int anc_stride, int n_keys, int rows,
+                          int H, int Dh) {
+    (void)be;
+    real *out = (real *)out_;
+    const real *q = (const real *)q_, *kv = (const real *)kv_;
+    const real scale = 1 / sqrt((real)Dh);
+    const int C = H * Dh;
+    const size_t stride = (size_t)kv_stride;
+#pragma omp parallel if (rows * H > 1 && (size_t)rows * n_keys * C > 100000)
+    {
+        real *P = ll_aligned_alloc(sizeof(real) * (n_keys > 0 ? n_keys : 1));
+#pragma omp for collapse(2) schedule(static)
+        for (int r = 0; r < rows; r++)
+            for (int h = 0; h < H; h++) {
+                const int *anc = anc_all ? anc_all + (size_t)r * anc_stride : NULL;
+                const real *kb = kv + (anc ? 0 : (size_t)r * row_stride) + (size_t)h * Dh, *vb = kb + C;
+                const real *qi = q + (size_t)r * q_stride + (size_t)h * Dh;
+                real *o = out + (size_t)r * C + (size_t)h * Dh;
+                if (n_keys <= 0) {
+                    for (int d = 0; d < Dh; d++) o[d] = 0;
+                    continue;
+                }
+#if ONE_HEAD_FAST
+                if (Dh == 64 || Dh == 32 || Dh == 128) {
+                    if (Dh == 64)
+                        one_head_avx512(o, qi, kb, vb, stride, n_keys, scale, P, 4, anc, row_stride);
+                    else if (Dh == 32)
+                        one_head_avx512(o, qi, kb, vb, stride, n_keys, scale, P, 2, anc, row_stride);
+                    else
+                        one_head_avx512(o, qi, kb, vb, stride, n_keys, scale, P, 8, anc, row_stride);
+                    continue;
+                }
+#endif
+                real mx = -INFINITY;
+                for (int j = 0; j < n_keys; j++) {
+                    const real *kj = kb + KEY_AT(j);
+                    real sc = 0;
+#pragma omp simd reduction(+ : sc)
+                    for (int d = 0; d < Dh; d++) sc += qi[d] * kj[d];
+                    P[j] = sc * scale;
+                    mx = P[j] > mx ? P[j] : mx;
+                }
+                const real sum = ll_row_exp_inplace(P, n_keys, mx, NULL);
+                for (int d = 0; d < Dh; d++) o[d] = 0;
+                for (int j = 0; j < n_keys; j++) {
+                    const real p = P[j] / sum, *vj = vb + KEY_AT(j);
+#pragma omp simd
+                    for (int d = 0; d < Dh; d++) o[d] += p * vj[d];
+                }
+            }
         free(P);
     }
 }

@@ -318,6 +318,17 @@ static void b_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, 
                   bos, eos);
 }
 
+/* the cache through the rows' ancestry: every referenced row lies below rows * row_stride */
+static void b_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
+                               int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys, int rows,
+                               int H, int Dh) {
+    const size_t C = (size_t)H * Dh, nq = (size_t)rows;
+    real *o = scratch(0, nq * C);
+    cpu_attention_cached(be, R(o), R(in2(1, q, nq, C, q_stride)), q_stride, R(in1(2, kv, (size_t)rows * row_stride)),
+                         kv_stride, row_stride, anc, anc_stride, n_keys, rows, H, Dh);
+    back1(out, o, nq * C);
+}
+
 #define SET(op) g_bf16.op = b_##op
 static void init_bf16(void) {
     g_bf16 = *ll_backend_cpu(); /* memory, latent ops, sumsq, grad_finish, adam, convert: as fp32 */
@@ -326,7 +337,7 @@ static void init_bf16(void) {
     SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled), SET(acc), SET(add_gated);
     SET(scale_gated), SET(dot_acc), SET(weighted_sum), SET(weighted_scatter), SET(dots_acc), SET(ald_pool);
     SET(ald_unpool), SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax);
-    SET(beam_topk);
+    SET(beam_topk), SET(attention_cached);
     /* decoding's packed fp32 kernel has no bf16 form: linear layers use gemm */
     g_bf16.linear_pack = NULL;
     g_bf16.linear_packed = NULL;

@@ -32,6 +32,24 @@ void cpu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *f
 #undef MOVED
 }
 
+/* The rows' ancestry tables (contract in include/ll/backend.h): a beam
+ * reorder moves rows * t ints instead of every layer's cache rows. */
+void cpu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, int stride,
+                       int group) {
+    (void)be;
+    if (from) {
+        for (int r = 0; r < rows; r++) {
+            const int f = from[r], shift = (r / group - f / group) * group;
+            const int *src = anc + (size_t)f * stride;
+            int *dst = scratch + (size_t)r * t;
+            for (int j = 0; j < t; j++) dst[j] = src[j] + shift;
+        }
+        for (int r = 0; r < rows; r++) memcpy(anc + (size_t)r * stride, scratch + (size_t)r * t, sizeof(int) * t);
+    }
+    if (t < stride)
+        for (int r = 0; r < rows; r++) anc[(size_t)r * stride + t] = r;
+}
+
 /* One group: insertion into a sorted list of k, best first; a candidate
  * replaces the worst only when strictly better, so among equal scores the
  * earlier (lower row, token) stays ahead: a stable top-k. */

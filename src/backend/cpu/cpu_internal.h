@@ -59,6 +59,10 @@ void cpu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act 
                    size_t n);
 void cpu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
                       size_t stride);
+void cpu_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv, int kv_stride,
+                          size_t row_stride, const int *anc, int anc_stride, int n_keys, int rows, int H, int Dh);
+void cpu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, int stride,
+                       int group);
 void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
                    const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
 

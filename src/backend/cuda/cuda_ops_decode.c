@@ -1,6 +1,6 @@
 /* CUDA host wrappers of the incremental-decoding ops (kernels/decode.cu):
- * the KV-cache write is one strided cudaMemcpy2DAsync, the reorder and the
- * beam top-k are kernels.  Nothing here synchronises. */
+ * the KV-cache write is one strided cudaMemcpy2DAsync; the reorder, the
+ * ancestry tables, the cached self-attention and the beam top-k are kernels.  Nothing here synchronises. */
 #include <cuda_runtime_api.h>
 
 #include "cuda_internal.h"
@@ -34,8 +34,25 @@ static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat,
                          "beam_topk");
 }
 
+static void cu_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
+                                int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys, int rows,
+                                int H, int Dh) {
+    if (Dh > 128) ll_die("attention_cached: head size %d exceeds the CUDA limit 128", Dh);
+    ll_cuda_check_launch(ll_cuda_attention_cached(ll_cuda_enter(be), ll_cuda_act(be), out, q, q_stride, kv, kv_stride,
+                                                  row_stride, anc, anc_stride, n_keys, rows, H, Dh),
+                         "attention_cached");
+}
+
+static void cu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, int stride,
+                             int group) {
+    ll_cuda_check_launch(ll_cuda_beam_ancestry(ll_cuda_enter(be), anc, scratch, from, rows, t, stride, group),
+                         "beam_ancestry");
+}
+
 void ll_cuda_register_decode(ll_backend *be) {
     be->copy_rows = cu_copy_rows;
     be->reorder_rows = cu_reorder_rows;
     be->beam_topk = cu_beam_topk;
+    be->attention_cached = cu_attention_cached;
+    be->beam_ancestry = cu_beam_ancestry;
 }
