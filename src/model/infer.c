@@ -134,57 +134,78 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     return d;
 }
 
+/* Step 0 of a beam search needs only each sentence's first row: every row
+ * starts from the same (empty) history, so given the same input token they
+ * compute the same thing, and beam search keeps only row 0 alive (the others
+ * carry cum = -inf).  Then the decoder runs one row per sentence. */
+static int root_rows_only(const ll_dec_state *d, const int32_t *prev_tok, const double *cum) {
+    if (d->t != 0 || d->beam == 1 || !cum) return 0;
+    for (int r = 0; r < d->N; r++)
+        if (r % d->beam && (cum[r] != -INFINITY || prev_tok[r] != prev_tok[r - r % d->beam])) return 0;
+    return 1;
+}
+
 /* The step proper: uploads prev_tok (+ the pending reorder, + cum/mode when
  * given), runs the decoder on one position per row and leaves the
- * log-probabilities in d->logp.  The caller releases the arena marks. */
+ * log-probabilities in d->logp.  roots (root_rows_only): the decoder runs
+ * rows' = sentences, row b standing for row b*beam (its cache row; d->logp and
+ * *dev_cum then hold B rows).  The caller releases the arena marks. */
 static void step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum, const uint8_t *mode,
-                 const double **dev_cum, const uint8_t **dev_mode) {
+                 int roots, const double **dev_cum, const uint8_t **dev_mode) {
     ll_backend *be = m->be;
     const ll_hparams *hp = &m->hp;
-    const int C = hp->C, N = d->N, t = d->t;
+    const int C = hp->C, N = d->N, t = d->t, beam = d->beam;
+    const int rows = roots ? d->B : N, mul = roots ? beam : 1; /* rows run; cache row of row r = r * mul */
     if (t >= d->max_T) ll_die("decode: step %d exceeds the cache capacity %d", t, d->max_T);
     if (t + LL_PAD + 1 >= hp->max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
-    /* one upload: [cum N doubles][tok N][from N][mode B bytes] */
-    const size_t nc = cum ? (size_t)N : 0, bytes = sizeof(double) * nc + sizeof(int32_t) * 2 * (size_t)N + d->B;
+    /* one upload: [cum rows doubles][tok rows][from N][mode B bytes] */
+    const size_t nc = cum ? (size_t)rows : 0;
+    const size_t bytes = sizeof(double) * nc + sizeof(int32_t) * ((size_t)rows + N) + d->B;
     char *h = stage(d, bytes);
     double *hc = (double *)h;
     int32_t *ht = (int32_t *)(hc + nc);
-    int *hf = (int *)(ht + N);
-    if (cum) memcpy(hc, cum, sizeof(double) * N);
-    memcpy(ht, prev_tok, sizeof(int32_t) * N);
-    memcpy(hf, d->from, sizeof(int) * N);
+    int *hf = (int *)(ht + rows);
+    for (int r = 0; r < rows; r++) {
+        if (cum) hc[r] = cum[r * mul];
+        ht[r] = prev_tok[r * mul];
+    }
+    /* roots: every row's position 0 is its sentence's first row's (below) */
+    for (int r = 0; r < N; r++) hf[r] = roots ? r - r % beam : d->from[r];
     if (mode) memcpy(hf + N, mode, d->B);
     char *dev = ll_arena_alloc(&m->arena, bytes);
     be->upload(be, dev, h, bytes);
     const int32_t *dt = (const int32_t *)(dev + sizeof(double) * nc);
-    const int *df = (const int *)(dt + N);
+    const int *df = (const int *)(dt + rows);
     if (dev_cum) *dev_cum = (const double *)dev;
     if (dev_mode) *dev_mode = (const uint8_t *)(df + N);
     /* the pending reorder moves the rows' ancestry, not their caches; every
      * row writes position t into its own cache row */
-    be->beam_ancestry(be, d->anc, d->anc_scratch, d->reorder_pending ? df : NULL, N, t, d->max_T, d->beam);
+    be->beam_ancestry(be, d->anc, d->anc_scratch, d->reorder_pending ? df : NULL, N, t, d->max_T, beam);
+    if (roots) /* entry 0 of every row := its root's (entry 0 of a root is itself) */
+        be->beam_ancestry(be, d->anc, d->anc_scratch, df, N, 1, d->max_T, beam);
     d->reorder_pending = 0;
 
     ll_inc inc = {.packed = d->packed, .self_kv = d->self_kv, .cross_kv = d->cross_kv, .max_T = d->max_T, .t = t,
-                  .sents = d->B, .beam = d->beam, .anc = d->anc, .sent_src_len = d->dev_src_len};
-    ll_pass p = {.B = N, .T = 1, .S = d->S, .train = 0, .no_grad = 1, .stack = 1, .inc = &inc};
+                  .sents = d->B, .beam = roots ? 1 : beam, .anc = roots ? NULL : d->anc, .row_mul = mul,
+                  .sent_src_len = d->dev_src_len};
+    ll_pass p = {.B = rows, .T = 1, .S = d->S, .train = 0, .no_grad = 1, .stack = 1, .inc = &inc};
     ll_stack_run r;
     ll_stack_run_init(m, &r, 1, &p, dt);
     const ll_act *x = ll_stack_run_fwd(m, &r);
     const void *pk = d->packed[(size_t)hp->Ld * LL_DEC_PACKED];
     if (pk) {
-        be->linear_packed(be, d->logp, hp->V, x, C, pk, NULL, N);
+        be->linear_packed(be, d->logp, hp->V, x, C, pk, NULL, rows);
     } else { /* the output projection: no bias */
-        const ll_gemm_desc g = ll_gemm_xwt(m, d->logp, x, N, C, hp->V, m->out_proj);
+        const ll_gemm_desc g = ll_gemm_xwt(m, d->logp, x, rows, C, hp->V, m->out_proj);
         be->gemm(be, &g);
     }
-    be->log_softmax(be, d->logp, N, hp->V);
+    be->log_softmax(be, d->logp, rows, hp->V);
     d->t++;
 }
 
 const ll_act *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev_tok) {
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
-    step(m, d, prev_tok, NULL, NULL, NULL, NULL);
+    step(m, d, prev_tok, NULL, NULL, 0, NULL, NULL);
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
     return d->logp;
@@ -212,20 +233,24 @@ void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, 
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
     const double *dc;
     const uint8_t *dm;
-    step(m, d, prev_tok, cum, mode, &dc, &dm);
+    const int roots = root_rows_only(d, prev_tok, cum), beam = roots ? 1 : d->beam;
+    step(m, d, prev_tok, cum, mode, roots, &dc, &dm);
     /* results in one block, read in one download: [score][lp][flat], widest
      * first so each array is aligned (real is double in the gradient-check build) */
     const size_t nk = (size_t)d->B * k;
     const size_t o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
     const size_t bytes = o_flat + nk * sizeof(int32_t);
     char *out = ll_arena_alloc(&m->arena, bytes);
-    be->beam_topk(be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, dc, dm, d->B, d->beam,
+    be->beam_topk(be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, dc, dm, d->B, beam,
                   m->hp.V, k, LL_PAD, LL_BOS, LL_EOS);
     char *h = stage(d, bytes);
     be->download(be, h, out, bytes);
     memcpy(score, h, nk * sizeof(double));
     memcpy(lp, h + o_lp, nk * sizeof(real));
     memcpy(flat, h + o_flat, nk * sizeof(int32_t));
+    if (roots) /* row b of the step stood for row b * beam */
+        for (size_t i = 0; i < nk; i++)
+            if (flat[i] >= 0) flat[i] += (int32_t)((size_t)(flat[i] / m->hp.V) * (d->beam - 1) * m->hp.V);
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
 }

@@ -50,7 +50,9 @@ typedef struct {
     ll_act *const *cross_kv;  /* per layer [sentences, S, 2C] */
     int max_T, t;             /* cache capacity; this step's position */
     int sents, beam;          /* rows = sents * beam, grouped by sentence */
-    const int *anc;           /* backend [rows, max_T]: the cache row holding each position (beam_ancestry) */
+    const int *anc;           /* backend [rows, max_T]: the cache row holding each position (beam_ancestry);
+                                 NULL: each row's own, row r = cache row r * row_mul */
+    int row_mul;              /* 1, or beam when step 0 runs one row per sentence */
     const int *sent_src_len;  /* backend [sents] */
 } ll_inc;
 
