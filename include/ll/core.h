@@ -90,6 +90,7 @@ enum {
 typedef struct ll_arena_block ll_arena_block;
 typedef struct {
     ll_arena_block *top;
+    ll_arena_block *spare;    /* chained blocks a release gave back, reused before allocating */
     size_t cap, used, peak;   /* bytes: all blocks, in use now, most in use at once */
     size_t used_act;
     size_t grown;             /* blocks chained because a step outgrew the arena */

@@ -2,6 +2,9 @@
  * current block is full a new block is chained; on reset, if more than one block
  * was used, they are merged into one block of the peak size, so after the first
  * step of a given shape everything lives in one block and nothing is allocated.
+ * Blocks chained after a mark and released with it are kept as spares until the
+ * next reset: a loop of mark / outgrow / release (layer by layer, decoding step
+ * by step, all before the first reset) then allocates once, not every time.
  * The memory may belong to a backend (device memory: ll_arena_init_with); the
  * block descriptors always live on the host, so the arena never touches it. */
 #include "ll/core.h"
@@ -46,12 +49,39 @@ void ll_arena_init_with(ll_arena *a, size_t cap, void *(*mem_alloc)(void *, size
 
 void ll_arena_init(ll_arena *a, size_t cap) { ll_arena_init_with(a, cap, host_alloc, host_free, NULL); }
 
+/* A spare of at least `bytes`, unlinked, or NULL. */
+static ll_arena_block *take_spare(ll_arena *a, size_t bytes) {
+    for (ll_arena_block **p = &a->spare; *p; p = &(*p)->prev)
+        if ((*p)->cap >= bytes) {
+            ll_arena_block *b = *p;
+            *p = b->prev;
+            return b;
+        }
+    return NULL;
+}
+
+static void free_spares(ll_arena *a) {
+    while (a->spare) {
+        ll_arena_block *p = a->spare->prev;
+        free_block(a, a->spare);
+        a->spare = p;
+    }
+}
+
 static void *alloc(ll_arena *a, size_t bytes) {
     ll_arena_block *b = a->top;
     size_t off = (b->used + 63) & ~(size_t)63;
     if (off + bytes > b->cap) {
         size_t cap = 2 * b->cap > bytes ? 2 * b->cap : bytes; /* geometric: few blocks before the merge */
-        b = a->top = new_block(a, cap, b);
+        ll_arena_block *s = take_spare(a, bytes);
+        if (s) {
+            s->prev = b;
+            s->used = 0;
+            b = a->top = s;
+            cap = s->cap;
+        } else {
+            b = a->top = new_block(a, cap, b);
+        }
         a->cap += cap;
         a->grown++;
         off = 0;
@@ -71,6 +101,7 @@ void *ll_arena_alloc_act(ll_arena *a, size_t bytes) {
 }
 
 void ll_arena_reset(ll_arena *a) {
+    free_spares(a);
     ll_arena_block *b = a->top;
     /* also when the peak's blocks were chained and released inside the step
      * (forward-only passes release each layer): one block of the peak size */
@@ -101,6 +132,7 @@ void ll_arena_reserve(ll_arena *a, size_t bytes) {
 }
 
 void ll_arena_free(ll_arena *a) {
+    free_spares(a);
     ll_arena_block *b = a->top;
     while (b) {
         ll_arena_block *p = b->prev;
@@ -117,10 +149,11 @@ ll_arena_mark ll_arena_get_mark(const ll_arena *a) {
 
 void ll_arena_release(ll_arena *a, ll_arena_mark mk) {
     ll_arena_block *b = a->top;
-    while (b != mk.block && b->prev) { /* drop blocks chained after the mark */
+    while (b != mk.block && b->prev) { /* blocks chained after the mark become spares */
         ll_arena_block *p = b->prev;
         a->cap -= b->cap;
-        free_block(a, b);
+        b->prev = a->spare;
+        a->spare = b;
         b = p;
     }
     a->top = b;
