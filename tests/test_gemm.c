@@ -90,7 +90,9 @@ static void check_packed(int M, int N, int K, int with_bias) {
 
 int main(void) {
     ll_set_threads(2);
-    int pshapes[][3] = {{1, 1, 1}, {12, 32, 16}, {13, 33, 17}, {64, 256, 256}, {5, 100, 1024}, {320, 70, 3}, {25, 8000, 64}};
+    /* M: 12-row blocks, remainders of 1..8 rows in 4-row blocks, 9..11 in a 12-row one */
+    int pshapes[][3] = {{1, 1, 1},    {12, 32, 16},      {13, 33, 17}, {64, 256, 256}, {5, 100, 1024},
+                        {320, 70, 3}, {25, 8000, 64},   {9, 40, 20},  {20, 64, 33},   {7, 33, 5}, {160, 96, 256}};
     for (size_t s = 0; s < sizeof pshapes / sizeof pshapes[0]; s++)
         for (int b = 0; b < 2; b++) check_packed(pshapes[s][0], pshapes[s][1], pshapes[s][2], b);
     int shapes[][3] = {{300, 70, 50}, {40, 333, 60}, {37, 29, 2100}, {64, 48, 4096}, {5, 3, 7}, {130, 130, 130}};
