@@ -31,71 +31,50 @@ typedef struct {
 #include <immintrin.h>
 #define HAVE_KERNEL 1
 
-/* C rows r < m (m <= MR) of columns n0..n0+nvalid: A rows at a[r] (rows >= m
- * repeat the last valid row; their results are not stored). */
-__attribute__((target("avx512f,fma"))) static void kernel(int K, const float *const a[MR], const float *bp,
-                                                          const float *bias, int nvalid, float *c, int ldc,
-                                                          int m) {
+/* C rows r < m (m <= R) of columns n0..n0+nvalid: A rows at a[r] (rows >= m
+ * repeat the last valid row; their results are not stored).  R is a
+ * compile-time 12 or 4: the loops unroll and the 2R accumulators live in
+ * registers.  Each element is one FMA chain over k = 0..K-1 from the bias,
+ * whatever R, so a row gets the same bits in either kernel. */
+static inline __attribute__((always_inline)) void kernel_rows(int K, const float *const *a, const float *bp,
+                                                              const float *bias, int nvalid, float *c, int ldc,
+                                                              int m, const int R) {
     const __mmask16 m0 = nvalid >= 16 ? 0xffff : (__mmask16)((1u << nvalid) - 1);
     const __mmask16 m1 = nvalid >= 32 ? 0xffff : nvalid <= 16 ? 0 : (__mmask16)((1u << (nvalid - 16)) - 1);
-    __m512 b0i = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    __m512 b1i = bias && m1 ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-    __m512 c00 = b0i, c01 = b1i, c10 = b0i, c11 = b1i, c20 = b0i, c21 = b1i, c30 = b0i, c31 = b1i;
-    __m512 c40 = b0i, c41 = b1i, c50 = b0i, c51 = b1i, c60 = b0i, c61 = b1i, c70 = b0i, c71 = b1i;
-    __m512 c80 = b0i, c81 = b1i, c90 = b0i, c91 = b1i, ca0 = b0i, ca1 = b1i, cb0 = b0i, cb1 = b1i;
-    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
-    const float *a6 = a[6], *a7 = a[7], *a8 = a[8], *a9 = a[9], *aa = a[10], *ab = a[11];
+    const __m512 b0i = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 b1i = bias && m1 ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < R; r++) acc[r][0] = b0i, acc[r][1] = b1i;
     for (int k = 0; k < K; k++) {
         const __m512 b0 = _mm512_load_ps(bp + (size_t)k * NR), b1 = _mm512_load_ps(bp + (size_t)k * NR + 16);
-#define ROW(cx0, cx1, ax)                                  \
-    {                                                      \
-        const __m512 s = _mm512_set1_ps(ax[k]);            \
-        cx0 = _mm512_fmadd_ps(s, b0, cx0);                 \
-        cx1 = _mm512_fmadd_ps(s, b1, cx1);                 \
+#pragma GCC unroll 12
+        for (int r = 0; r < R; r++) {
+            const __m512 s = _mm512_set1_ps(a[r][k]);
+            acc[r][0] = _mm512_fmadd_ps(s, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(s, b1, acc[r][1]);
+        }
     }
-        ROW(c00, c01, a0) ROW(c10, c11, a1) ROW(c20, c21, a2) ROW(c30, c31, a3)
-        ROW(c40, c41, a4) ROW(c50, c51, a5) ROW(c60, c61, a6) ROW(c70, c71, a7)
-        ROW(c80, c81, a8) ROW(c90, c91, a9) ROW(ca0, ca1, aa) ROW(cb0, cb1, ab)
-#undef ROW
-    }
-    __m512 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51},
-                         {c60, c61}, {c70, c71}, {c80, c81}, {c90, c91}, {ca0, ca1}, {cb0, cb1}};
-    for (int r = 0; r < m; r++) {
+#pragma GCC unroll 12
+    for (int r = 0; r < R; r++) {
+        if (r >= m) break;
         float *cr = c + (size_t)r * ldc;
         _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
         if (m1) _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
     }
 }
 
-/* The same for m <= 4 rows (4 row pointers): a remainder of up to 8 rows
- * takes one or two of these instead of a 12-row block that computes rows it
- * throws away (160 rows: 13 blocks of 12 + 4, where the 12-row kernel did 5%
- * more multiply-adds).  Each element's FMA chain is the 12-row kernel's. */
+/* 12-row blocks; a remainder of up to 8 rows takes one or two 4-row blocks
+ * instead of a 12-row block computing rows it throws away (160 rows: 13
+ * blocks of 12 + 4, where a 12-row block did 5% more multiply-adds). */
+__attribute__((target("avx512f,fma"))) static void kernel12(int K, const float *const a[MR], const float *bp,
+                                                            const float *bias, int nvalid, float *c, int ldc,
+                                                            int m) {
+    kernel_rows(K, a, bp, bias, nvalid, c, ldc, m, MR);
+}
 __attribute__((target("avx512f,fma"))) static void kernel4(int K, const float *const a[4], const float *bp,
                                                            const float *bias, int nvalid, float *c, int ldc, int m) {
-    const __mmask16 m0 = nvalid >= 16 ? 0xffff : (__mmask16)((1u << nvalid) - 1);
-    const __mmask16 m1 = nvalid >= 32 ? 0xffff : nvalid <= 16 ? 0 : (__mmask16)((1u << (nvalid - 16)) - 1);
-    __m512 b0i = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    __m512 b1i = bias && m1 ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-    __m512 c00 = b0i, c01 = b1i, c10 = b0i, c11 = b1i, c20 = b0i, c21 = b1i, c30 = b0i, c31 = b1i;
-    const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3];
-    for (int k = 0; k < K; k++) {
-        const __m512 b0 = _mm512_load_ps(bp + (size_t)k * NR), b1 = _mm512_load_ps(bp + (size_t)k * NR + 16);
-#define ROW(cx0, cx1, ax)                                  \
-    {                                                      \
-        const __m512 s = _mm512_set1_ps(ax[k]);            \
-        cx0 = _mm512_fmadd_ps(s, b0, cx0);                 \
-        cx1 = _mm512_fmadd_ps(s, b1, cx1);                 \
-    }
-        ROW(c00, c01, a0) ROW(c10, c11, a1) ROW(c20, c21, a2) ROW(c30, c31, a3)
-#undef ROW
-    }
-    __m512 acc[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
-    for (int r = 0; r < m; r++) {
-        float *cr = c + (size_t)r * ldc;
-        _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
-        if (m1) _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
-    }
+    kernel_rows(K, a, bp, bias, nvalid, c, ldc, m, 4);
 }
 #endif
 
@@ -145,7 +124,7 @@ void cpu_linear_packed(ll_backend *be, ll_act *Y_, int ldy, const ll_act *X_, in
             const float *a[MR];
             for (int r = 0; r < rows; r++) a[r] = X + (size_t)(r0 + (r < m ? r : m - 1)) * ldx;
             if (rows == MR)
-                kernel(K, a, bp, bias ? bias + n0 : NULL, nvalid, Y + (size_t)r0 * ldy + n0, ldy, m);
+                kernel12(K, a, bp, bias ? bias + n0 : NULL, nvalid, Y + (size_t)r0 * ldy + n0, ldy, m);
             else
                 kernel4(K, a, bp, bias ? bias + n0 : NULL, nvalid, Y + (size_t)r0 * ldy + n0, ldy, m);
             r0 += m;
