@@ -154,6 +154,11 @@ int ll_worker_id(void); /* this thread's number in the current team (0 outside) 
  * fixed when the environment leaves them at slow defaults (src/core/threads.c). */
 void ll_cpu_setup(char **argv);
 const char *ll_blas_core(void);
+/* ll's own ISA-specific CPU kernels (src/core/cpu_isa.c): 1 when this process
+ * takes the AVX-512 paths (the CPU has AVX-512F and LL_CPU_KERNELS is not
+ * `generic`), chosen once before main(); 0 elsewhere, aarch64 included. */
+extern int ll_cpu_avx512;
+const char *ll_cpu_kernels(void); /* "avx512" or "generic ...", for logs */
 
 #ifdef __cplusplus
 }

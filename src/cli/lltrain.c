@@ -79,6 +79,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--devices")) {
             const int n = ll_cuda_device_count();
             printf("cuda devices: %d\n", n);
+            printf("cpu: BLAS core %s, ll kernels %s\n", ll_blas_core(), ll_cpu_kernels());
             ll_verbosity = 0; /* the choice is printed below, not logged */
             ll_backend *be = ll_backend_select("auto", LL_REAL_DTYPE, 0, "auto");
             printf("train.device auto: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");

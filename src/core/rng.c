@@ -39,18 +39,24 @@ void ll_philox_block(const ll_philox *r, uint64_t block, uint32_t out[4]) {
 /* 16 consecutive blocks at once, bit-identical to ll_philox_block: dropout
  * masks draw tens of millions of words per training step, and the scalar
  * generator (two 32x32->64 multiplies per round, 10 rounds) was ~4% of it. */
-#if defined(__AVX512F__)
+static void philox_blocks16_generic(const ll_philox *r, uint64_t block0, uint32_t out[64]) {
+    for (int i = 0; i < 16; i++) ll_philox_block(r, block0 + (uint64_t)i, out + 4 * i);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+/* compiled whatever -march says; taken when the CPU has AVX-512 (ll_cpu_avx512) */
 #include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f")))
 
 /* hi and lo 32-bit halves of c * m per lane */
-static inline void mulhilo16(__m512i c, __m512i m, __m512i *hi, __m512i *lo) {
+AVX512 static inline void mulhilo16(__m512i c, __m512i m, __m512i *hi, __m512i *lo) {
     *lo = _mm512_mullo_epi32(c, m);
     const __m512i even = _mm512_mul_epu32(c, m);                          /* lanes 0,2,..: 64-bit products */
     const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m);    /* lanes 1,3,.. */
     *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
 }
 
-void ll_philox_blocks16(const ll_philox *r, uint64_t block0, uint32_t out[64]) {
+AVX512 static void philox_blocks16_avx512(const ll_philox *r, uint64_t block0, uint32_t out[64]) {
     /* Lane 4i+j computes block block0 + 4j + i, so that the 4x4 transposes
      * inside each 128-bit lane below leave the 16 blocks in order. */
     const __m512i lane_block = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
@@ -79,11 +85,17 @@ void ll_philox_blocks16(const ll_philox *r, uint64_t block0, uint32_t out[64]) {
     _mm512_storeu_si512(out + 32, _mm512_unpacklo_epi64(b, d)); /* blocks 8..11 */
     _mm512_storeu_si512(out + 48, _mm512_unpackhi_epi64(b, d)); /* blocks 12..15 */
 }
-#else
-void ll_philox_blocks16(const ll_philox *r, uint64_t block0, uint32_t out[64]) {
-    for (int i = 0; i < 16; i++) ll_philox_block(r, block0 + (uint64_t)i, out + 4 * i);
-}
 #endif
+
+void ll_philox_blocks16(const ll_philox *r, uint64_t block0, uint32_t out[64]) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (ll_cpu_avx512) {
+        philox_blocks16_avx512(r, block0, out);
+        return;
+    }
+#endif
+    philox_blocks16_generic(r, block0, out);
+}
 
 uint32_t ll_philox_u32(const ll_philox *r, uint64_t i) {
     uint32_t o[4];

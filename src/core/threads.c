@@ -79,6 +79,8 @@ void ll_cpu_setup(char **argv) {
     const char *no = getenv("LL_NO_REEXEC");
     if ((no && *no && strcmp(no, "0") != 0) || under_valgrind()) return;
     int again = 0;
+#if defined(__x86_64__)
+    /* the core names and the misdetection are x86's; elsewhere OpenBLAS's own choice stands */
     const char *core = openblas_get_corename();
     if (!getenv("OPENBLAS_CORETYPE") && core && (!strcmp(core, "Prescott") || !strcmp(core, "Nehalem")) &&
         __builtin_cpu_supports("avx512f")) {
@@ -88,6 +90,7 @@ void ll_cpu_setup(char **argv) {
         setenv("OPENBLAS_CORETYPE", "Haswell", 1);
         again = 1;
     }
+#endif
     if (!getenv("OMP_WAIT_POLICY")) {
         setenv("OMP_WAIT_POLICY", "passive", 1);
         again = 1;

@@ -350,10 +350,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
         if ((strcmp(from, save_path(t, "checkpoint_last.llm")) || missing) && checkpoint(t, missing)) return -1;
         if (ll_ckpt_prune_numbered(cfg->save_dir, cfg->keep_last) < 0) return -1; /* killed before its prune */
     }
-    ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, %d batch workers, BLAS core %s",
+    ll_log("model: %d+%d layers, d=%d, ffn=%d, heads=%d, vocab %d, %s-norm%s%s, %zu parameters; %d threads, %d batch workers, BLAS core %s, ll kernels %s",
            hp.Le, hp.Ld, hp.C, hp.F, hp.H, hp.V, hp.post_norm ? "post" : "pre", hp.latent_enc ? ", latent encoder" : "",
            hp.latent_dec ? ", latent decoder" : "", ll_model_count_params(t->m), ll_get_threads(), ll_step_team_size(t->team),
-           ll_blas_core());
+           ll_blas_core(), ll_cpu_kernels());
     t->dt = ll_dist_train_new(t->dist, t->m, &t->opt, cfg); /* after the resume: rank 0's state goes to all */
     ll_dist_train_describe(t->dt, cfg, t->uf);
     /* what one update sees, so that runs can be matched at equal data (docs/methods.md) */

@@ -48,15 +48,14 @@ static void tile_mask(uint8_t *M, int b, int h, int i0, int rows, int H, int Tq,
  * so the inlined loops carry no lookup. */
 #define KEY_AT(j) ((anc ? (size_t)anc[j] * row_stride : 0) + (size_t)(j) * stride)
 
-#if defined(__AVX512F__) && !defined(LL_REAL_DOUBLE)
-#include <immintrin.h>
+#ifdef LL_VEC16 /* vecmath.h: x86, float */
 /* One query of attention_few_queries for Dh = 16 * NC: the query and the
  * output accumulators stay in registers for the whole key loop (the plain
  * loop keeps o in memory, a store-to-load chain per key, and gcc reduces
  * every score through a spilled vector).  Same arithmetic otherwise; the
  * loop is then bound by reading the caches (software prefetch measured no
- * gain). */
-static inline __attribute__((always_inline)) real one_head_avx512(real *o, const real *qi, const real *kb,
+ * gain).  Taken when ll_cpu_avx512 says so (run-time dispatch). */
+LL_AVX512 static inline __attribute__((always_inline)) real one_head_avx512(real *o, const real *qi, const real *kb,
                                                                   const real *vb, size_t stride, int lim, real scale,
                                                                   real *P, const int NC, const int *anc,
                                                                   size_t row_stride) {
@@ -71,7 +70,7 @@ static inline __attribute__((always_inline)) real one_head_avx512(real *o, const
         P[j] = sj;
         mx = sj > mx ? sj : mx;
     }
-    const real sum = ll_row_exp_inplace(P, lim, mx, NULL);
+    const real sum = ll_row_exp_inplace_avx512(P, lim, mx, NULL);
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int j = 0; j < lim; j++) {
         const real *vj = vb + KEY_AT(j);
@@ -81,6 +80,26 @@ static inline __attribute__((always_inline)) real one_head_avx512(real *o, const
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(o + 16 * c, acc[c]);
     return mx + rlog(sum);
 }
+/* Dh = 32, 64 or 128 (one_head_fast); keys at j * stride (anc NULL) or
+ * through the row's ancestry: two callers, so the NULL folds away in one */
+LL_AVX512 static real one_head_plain_avx512(real *o, const real *qi, const real *kb, const real *vb, size_t stride,
+                                            int lim, real scale, real *P, int Dh) {
+    const int NC = Dh / 16;
+    return NC == 4   ? one_head_avx512(o, qi, kb, vb, stride, lim, scale, P, 4, NULL, 0)
+           : NC == 2 ? one_head_avx512(o, qi, kb, vb, stride, lim, scale, P, 2, NULL, 0)
+                     : one_head_avx512(o, qi, kb, vb, stride, lim, scale, P, 8, NULL, 0);
+}
+LL_AVX512 static void one_head_anc_avx512(real *o, const real *qi, const real *kb, const real *vb, size_t stride,
+                                          int lim, real scale, real *P, int Dh, const int *anc, size_t row_stride) {
+    const int NC = Dh / 16;
+    if (NC == 4)
+        one_head_avx512(o, qi, kb, vb, stride, lim, scale, P, 4, anc, row_stride);
+    else if (NC == 2)
+        one_head_avx512(o, qi, kb, vb, stride, lim, scale, P, 2, anc, row_stride);
+    else
+        one_head_avx512(o, qi, kb, vb, stride, lim, scale, P, 8, anc, row_stride);
+}
+static int one_head_fast(int Dh) { return ll_cpu_avx512 && (Dh == 32 || Dh == 64 || Dh == 128); }
 #define ONE_HEAD_FAST 1
 #else
 #define ONE_HEAD_FAST 0
@@ -108,11 +127,8 @@ static void attention_few_queries(real *out, real *lse, const real *q, int q_str
                     real *o = out + ((size_t)b * Tq + i) * C + h * Dh;
                     real *l = lse ? lse + ((size_t)b * H + h) * Tq + i : NULL;
 #if ONE_HEAD_FAST
-                    if (lim > 0 && (Dh == 32 || Dh == 64 || Dh == 128)) {
-                        const real r = Dh == 64 ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 4, NULL, 0)
-                                       : Dh == 32
-                                           ? one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 2, NULL, 0)
-                                           : one_head_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, 8, NULL, 0);
+                    if (lim > 0 && one_head_fast(Dh)) {
+                        const real r = one_head_plain_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, Dh);
                         if (l) *l = r;
                         continue;
                     }
@@ -167,13 +183,8 @@ void cpu_attention_cached(ll_backend *be, ll_act *out_, const ll_act *q_, int q_
                     continue;
                 }
 #if ONE_HEAD_FAST
-                if (Dh == 64 || Dh == 32 || Dh == 128) {
-                    if (Dh == 64)
-                        one_head_avx512(o, qi, kb, vb, stride, n_keys, scale, P, 4, anc, row_stride);
-                    else if (Dh == 32)
-                        one_head_avx512(o, qi, kb, vb, stride, n_keys, scale, P, 2, anc, row_stride);
-                    else
-                        one_head_avx512(o, qi, kb, vb, stride, n_keys, scale, P, 8, anc, row_stride);
+                if (one_head_fast(Dh)) {
+                    one_head_anc_avx512(o, qi, kb, vb, stride, n_keys, scale, P, Dh, anc, row_stride);
                     continue;
                 }
 #endif

@@ -12,8 +12,11 @@
  * element) whatever M is and whichever rows share its 12-row block, so a
  * sentence decodes to the same bits alone or in a batch.
  *
- * Without AVX-512 (or in the double-precision test build) linear_pack returns
- * NULL and callers fall back to gemm. */
+ * The kernels carry a target attribute, so they compile whatever -march says;
+ * on a CPU without AVX-512 (ll_cpu_avx512 0, also under
+ * LL_CPU_KERNELS=generic), on other architectures and in the
+ * double-precision test build linear_pack returns NULL and callers fall back
+ * to gemm. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +39,7 @@ typedef struct {
  * compile-time 12 or 4: the loops unroll and the 2R accumulators live in
  * registers.  Each element is one FMA chain over k = 0..K-1 from the bias,
  * whatever R, so a row gets the same bits in either kernel. */
-static inline __attribute__((always_inline)) void kernel_rows(int K, const float *const *a, const float *bp,
+__attribute__((target("avx512f,fma"))) static inline __attribute__((always_inline)) void kernel_rows(int K, const float *const *a, const float *bp,
                                                               const float *bias, int nvalid, float *c, int ldc,
                                                               int m, const int R) {
     const __mmask16 m0 = nvalid >= 16 ? 0xffff : (__mmask16)((1u << nvalid) - 1);
@@ -81,7 +84,7 @@ __attribute__((target("avx512f,fma"))) static void kernel4(int K, const float *c
 void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K) {
     (void)be;
 #ifdef HAVE_KERNEL
-    if (N <= 0 || K <= 0 || !__builtin_cpu_supports("avx512f")) return NULL;
+    if (N <= 0 || K <= 0 || !ll_cpu_avx512) return NULL;
     packed_weight *p = ll_malloc(sizeof *p);
     p->N = N;
     p->K = K;

@@ -2,9 +2,11 @@
  *
  * Why explicit: glibc's expf is a scalar call, and GCC 12 keeps the softmax
  * loops scalar even around an inlinable `declare simd` polynomial (the
- * cross-entropy exp loop ran at 4.5 ns per element).  With AVX-512 the row
- * helpers below work on 16 lanes with masked tails; otherwise (and in the
- * double-precision test build) they are plain loops over vexp.
+ * cross-entropy exp loop ran at 4.5 ns per element).  On a CPU with AVX-512
+ * the row helpers below work on 16 lanes with masked tails; otherwise (and in
+ * the double-precision test build) they are plain loops over vexp.  The
+ * choice is made at run time (ll_cpu_avx512, src/core/cpu_isa.c): the AVX-512
+ * bodies carry a target attribute, so they compile whatever -march says.
  *
  * The exp is Cephes' expf: range reduction by ln 2 and a degree-6 polynomial,
  * max relative error ~2e-7 over the clamped range [-87, 88]. */
@@ -40,11 +42,12 @@ static inline float ll_fast_expf(float x) {
 #define vexp(x) ll_fast_expf(x)
 #endif
 
-#if defined(__AVX512F__) && !defined(LL_REAL_DOUBLE)
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(LL_REAL_DOUBLE)
 #include <immintrin.h>
 #define LL_VEC16 1
+#define LL_AVX512 __attribute__((target("avx512f")))
 
-static inline __m512 ll_exp16(__m512 x) {
+LL_AVX512 static inline __m512 ll_exp16(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
     const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
                                           _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
@@ -61,25 +64,14 @@ static inline __m512 ll_exp16(__m512 x) {
 }
 
 static inline __mmask16 ll_tail16(int left) { return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1); }
-#endif
 
-/* max of x[0..n), n >= 1 */
-static inline real ll_row_max(const real *x, int n) {
-#ifdef LL_VEC16
+LL_AVX512 static inline real ll_row_max_avx512(const real *x, int n) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     for (int i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_mask_loadu_ps(m, ll_tail16(n - i), x + i));
     return _mm512_reduce_max_ps(m);
-#else
-    real m = x[0];
-    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
-#endif
 }
 
-/* x[i] = exp(x[i] - shift) in place; returns the sum of the new values and,
- * when sum_in is not NULL, stores the sum of the old ones there. */
-static inline real ll_row_exp_inplace(real *x, int n, real shift, real *sum_in) {
-#ifdef LL_VEC16
+LL_AVX512 static inline real ll_row_exp_inplace_avx512(real *x, int n, real shift, real *sum_in) {
     const __m512 sh = _mm512_set1_ps(shift);
     __m512 s = _mm512_setzero_ps(), si = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) {
@@ -92,7 +84,51 @@ static inline real ll_row_exp_inplace(real *x, int n, real shift, real *sum_in) 
     }
     if (sum_in) *sum_in = _mm512_reduce_add_ps(si);
     return _mm512_reduce_add_ps(s);
-#else
+}
+
+LL_AVX512 static inline void ll_row_exp_shift_avx512(real *x, int n, real shift) {
+    const __m512 sh = _mm512_set1_ps(shift);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = ll_tail16(n - i);
+        _mm512_mask_storeu_ps(x + i, k, ll_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh)));
+    }
+}
+
+LL_AVX512 static inline real ll_row_sum_exp_avx512(const real *x, int n, real shift) {
+    const __m512 sh = _mm512_set1_ps(shift);
+    __m512 s = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = ll_tail16(n - i);
+        s = _mm512_add_ps(s, _mm512_maskz_mov_ps(k, ll_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh))));
+    }
+    return _mm512_reduce_add_ps(s);
+}
+
+LL_AVX512 static inline void ll_row_affine_avx512(real *x, int n, real a, real b) {
+    const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = ll_tail16(n - i);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), va, vb));
+    }
+}
+#endif
+
+/* max of x[0..n), n >= 1 */
+static inline real ll_row_max(const real *x, int n) {
+#ifdef LL_VEC16
+    if (ll_cpu_avx512) return ll_row_max_avx512(x, n);
+#endif
+    real m = x[0];
+    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* x[i] = exp(x[i] - shift) in place; returns the sum of the new values and,
+ * when sum_in is not NULL, stores the sum of the old ones there. */
+static inline real ll_row_exp_inplace(real *x, int n, real shift, real *sum_in) {
+#ifdef LL_VEC16
+    if (ll_cpu_avx512) return ll_row_exp_inplace_avx512(x, n, shift, sum_in);
+#endif
     real s = 0, si = 0;
     for (int i = 0; i < n; i++) {
         si += x[i];
@@ -101,50 +137,38 @@ static inline real ll_row_exp_inplace(real *x, int n, real shift, real *sum_in) 
     }
     if (sum_in) *sum_in = si;
     return s;
-#endif
 }
 
 /* x[i] = exp(x[i] - shift) in place, no sum (attention backward's P = exp(S - lse)) */
 static inline void ll_row_exp_shift(real *x, int n, real shift) {
 #ifdef LL_VEC16
-    const __m512 sh = _mm512_set1_ps(shift);
-    for (int i = 0; i < n; i += 16) {
-        const __mmask16 k = ll_tail16(n - i);
-        _mm512_mask_storeu_ps(x + i, k, ll_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh)));
+    if (ll_cpu_avx512) {
+        ll_row_exp_shift_avx512(x, n, shift);
+        return;
     }
-#else
-    for (int i = 0; i < n; i++) x[i] = vexp(x[i] - shift);
 #endif
+    for (int i = 0; i < n; i++) x[i] = vexp(x[i] - shift);
 }
 
 /* sum of exp(x[i] - shift), x unchanged */
 static inline real ll_row_sum_exp(const real *x, int n, real shift) {
 #ifdef LL_VEC16
-    const __m512 sh = _mm512_set1_ps(shift);
-    __m512 s = _mm512_setzero_ps();
-    for (int i = 0; i < n; i += 16) {
-        const __mmask16 k = ll_tail16(n - i);
-        s = _mm512_add_ps(s, _mm512_maskz_mov_ps(k, ll_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), sh))));
-    }
-    return _mm512_reduce_add_ps(s);
-#else
+    if (ll_cpu_avx512) return ll_row_sum_exp_avx512(x, n, shift);
+#endif
     real s = 0;
     for (int i = 0; i < n; i++) s += vexp(x[i] - shift);
     return s;
-#endif
 }
 
 /* x[i] = a * x[i] + b */
 static inline void ll_row_affine(real *x, int n, real a, real b) {
 #ifdef LL_VEC16
-    const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b);
-    for (int i = 0; i < n; i += 16) {
-        const __mmask16 k = ll_tail16(n - i);
-        _mm512_mask_storeu_ps(x + i, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), va, vb));
+    if (ll_cpu_avx512) {
+        ll_row_affine_avx512(x, n, a, b);
+        return;
     }
-#else
-    for (int i = 0; i < n; i++) x[i] = a * x[i] + b;
 #endif
+    for (int i = 0; i < n; i++) x[i] = a * x[i] + b;
 }
 
 #endif
