@@ -22,4 +22,8 @@ set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu ${LL_AARCH64_SYSROOT} /)
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)
+# no -L: the programs load the multiarch arm64 libc (libc6:arm64) through
+# /lib/ld-linux-aarch64.so.1; the cross toolchain's own copy under
+# /usr/aarch64-linux-gnu is another patch release, and mixing its loader with
+# the multiarch libraries hangs threaded programs in pthread_create.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64)

@@ -1,20 +1,74 @@
 #!/usr/bin/env bash
-# The test command: install dependencies, build with -Werror from scratch in
-# build-test/, run the whole test suite.  GPU tests skip when there is no GPU.
-# Then the CPU suite again in build-asan/ under AddressSanitizer +
-# UndefinedBehaviorSanitizer (docs/reliability.md); LL_TEST_SANITIZE=0 skips it.
+# The test command (CI runs it through .ci/run): installs the dependencies,
+# then builds from scratch and tests, each build in its own folder:
+#   1. build-test      native (-march=native, CUDA when nvcc is there), -Werror,
+#                      the whole suite (GPU tests skip without a GPU);
+#   2. build-portable  -DLL_NATIVE=OFF -mno-avx512f, the whole CPU suite with
+#                      LL_CPU_KERNELS=generic: ll's portable kernels and an AVX2
+#                      BLAS core, as on a machine without AVX-512, on every machine;
+#   3. build-clang     clang 14, -Werror, the single-process tests (label unit);
+#   4. build-aarch64   cross build for aarch64, -Werror, unit tests under qemu-user
+#                      (scripts/cross_aarch64.sh);
+#   5. build-asan      the CPU suite under AddressSanitizer + UBSan (docs/reliability.md);
+#   6. the CUDA backend on the emulated runtime (scripts/cuda_emu_test.sh), when present.
+# LL_TEST_SKIP="portable clang aarch64 asan emu" leaves out any of 2-6 (for a
+# quick local run; CI runs everything).  Each part's time is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DLL_WERROR=ON
-cmake --build build-test -j"$(nproc)"
-(cd build-test && ctest --output-on-failure -j2 --timeout 900)
-if [ "${LL_TEST_SANITIZE:-1}" != 0 ]; then
+skip=" ${LL_TEST_SKIP:-} "
+[ "${LL_TEST_SANITIZE:-1}" = 0 ] && skip="$skip asan " # the old switch
+summary=()
+part() { # part NAME COMMAND...: run unless skipped, record its time
+  local name=$1 start=$SECONDS
+  shift
+  if [[ "$skip" == *" $name "* ]]; then
+    summary+=("$name: skipped (LL_TEST_SKIP)")
+    return
+  fi
+  echo "=== $name"
+  "$@"
+  summary+=("$name: $((SECONDS - start)) s")
+}
+
+native() {
+  cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Release -DLL_WERROR=ON
+  cmake --build build-test -j"$(nproc)"
+  (cd build-test && ctest --output-on-failure -j2 --timeout 900)
+}
+
+portable() {
+  cmake -S . -B build-portable -DCMAKE_BUILD_TYPE=Release -DLL_WERROR=ON -DLL_CUDA=OFF -DLL_NATIVE=OFF \
+    -DCMAKE_C_FLAGS=-mno-avx512f -DCMAKE_CXX_FLAGS=-mno-avx512f
+  cmake --build build-portable -j"$(nproc)"
+  local core=()
+  grep -qw avx2 /proc/cpuinfo && core=(OPENBLAS_CORETYPE=Haswell)
+  (cd build-portable && env LL_CPU_KERNELS=generic "${core[@]}" ctest --output-on-failure -j2 --timeout 900)
+}
+
+clang_build() {
+  CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DLL_WERROR=ON -DLL_CUDA=OFF
+  cmake --build build-clang -j"$(nproc)"
+  (cd build-clang && ctest --output-on-failure -j2 --timeout 900 -L unit)
+}
+
+asan() {
   # No -Werror here: gcc's -fsanitize instrumentation causes false warnings
-  # (-Wformat-truncation); build-test above already enforces warnings.
-  start=$SECONDS
+  # (-Wformat-truncation); the builds above already enforce warnings.
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DLL_CUDA=OFF -DLL_SANITIZE=address,undefined
   cmake --build build-asan -j"$(nproc)"
   (cd build-asan && ctest --output-on-failure -j2 --timeout 1800)
-  echo "sanitizer build and tests: $((SECONDS - start)) s"
-fi
+}
+
+emu() {
+  for mode in plain asan tsan; do scripts/cuda_emu_test.sh "$mode"; done
+}
+
+part native native
+part portable portable
+part clang clang_build
+part aarch64 scripts/cross_aarch64.sh build-aarch64
+part asan asan
+if [ -x scripts/cuda_emu_test.sh ]; then part emu emu; fi
+echo "=== all passed"
+printf '  %s\n' "${summary[@]}"
