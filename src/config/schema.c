@@ -211,8 +211,10 @@ const ll_cfg_key ll_cfg_keys[] = {
          "Learn the weights; false keeps them fixed at dlcl.init (the paper's fixed all-one / 1/(l+1) ablations)."),
     BOOL("dlcl.layer_norm", dlcl_ln, "true",
          "Layer norm of each stored output (pre-norm) or of each combination (post-norm); false = the ablation without it."),
-    BOOL("dlcl.normalize_embed", dlcl_norm_embed, "false",
-         "Pre-norm: also layer-normalise the embedding entry y_0 (the paper's LN(y_0); the code never does)."),
+    BOOL("dlcl.normalize_embed", dlcl_norm_embed, "true",
+         "LN_0, the layer norm of row/entry 0 (the paper's Eq. 8/9): pre-norm layer-normalises the embedding entry "
+         "y_0, post-norm the first row (the first layer's input LN(W00 y_0)). false = the code (its flag never "
+         "takes effect: y_0 and the first row stay un-normalised)."),
 
     /* deep decoder */
     FLT("deep.p_net", cad_p_net, "0", 0, 1, 0,
