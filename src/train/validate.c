@@ -22,7 +22,8 @@ int ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int t
             const int n = ll_config_langs(cfg, langs);
             return ll_fail("the model has no latent %s row for the pair %s-%s (latent.posterior %s)",
                            s ? "decoder" : "encoder", src_lang >= 0 && src_lang < n ? langs[src_lang] : "?",
-                           tgt_lang >= 0 && tgt_lang < n ? langs[tgt_lang] : "?", cfg->latent_posterior);
+                           tgt_lang >= 0 && tgt_lang < n ? langs[tgt_lang] : "?",
+                           m->hp.latent_per_pair ? "per_pair" : cfg->latent_posterior);
         }
         ll_latent_set_inference(m, s, row, mode, cfg->latent_threshold, (uint64_t)cfg->seed);
     }
