@@ -52,7 +52,7 @@ const ll_cfg_key ll_cfg_keys[] = {
     INT("model.d_model", d_model, "512", 2, 65536, "Width of embeddings and of the residual stream."),
     INT("model.ffn_dim", ffn_dim, "2048", 1, 1 << 20, "Inner width of the feed-forward blocks."),
     INT("model.heads", heads, "8", 1, 1024, "Attention heads; must divide model.d_model."),
-    INT("model.enc_layers", enc_layers, "6", 0, 4096, "Encoder layers (0 is allowed: what llprune leaves when no layer is selected)."),
+    INT("model.enc_layers", enc_layers, "6", 0, 4096, "Encoder layers (0 is allowed: embeddings and output only; llprune refuses to empty a latent stack)."),
     INT("model.dec_layers", dec_layers, "6", 0, 4096, "Decoder layers (0 is allowed, as for the encoder)."),
     INT("model.max_positions", max_positions, "1024", 1, 1 << 20,
         "Longest sequence the sinusoidal positions cover; data.max_len must not exceed it."),
