@@ -92,6 +92,11 @@ for lang_arg in "" "--lang es"; do
     err "empty stack ($lang_arg): unclear error: $(cat "$T/err")"
   [ ! -e "$T/empty.llm" ] || err "an empty-stack prune left a file"
 done
+# hard inference over such a threshold runs no layer of the stack: lldecode says so, once
+"$BIN/lldecode" --model "$M" --target-lang es --threshold 1 --beam 2 --input "$IN" --quiet > /dev/null 2> "$T/err" ||
+  err "decode at threshold 1 failed"
+[ "$(grep -c "latent decoder row es: no layer has q(z=1) >= latent.threshold 1 .*runs none of its layers" "$T/err")" -eq 1 ] ||
+  err "no (single) empty-stack warning: $(cat "$T/err")"
 # ... and the suggested threshold works
 thr=$(sed -n 's/.*use a threshold <= \([0-9.]*\).*/\1/p' "$T/err")
 "$BIN/llprune" --model "$M" --threshold "$thr" --lang es --output "$T/one.llm" > "$T/one.out" ||
