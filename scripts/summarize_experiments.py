@@ -57,6 +57,12 @@ GROUPS = {
     # the deep-decoder methods on the decoder that fails here, next to that failing baseline
     # (post_d20_750: its first 750 updates, rerun with train.max_updates=750)
     "deep": ["post_d20", "post_d20_750", "deep_post_all", "deep_post_no_ddr", "deep_post_no_cad", "deep_post_no_ald"],
+    # issue 27: the corrected defaults (soft samples, beta on the code's scale), and with the code's hard samples
+    "latent_paper": ["o2m_paper", "o2m_paper_hard"],
+    # scripts/experiments.sh --device cuda
+    "gpu_latent": ["gpu_static_6_12", "gpu_static_6_24", "gpu_ll_6_24", "gpu_static_6_48", "gpu_ll_6_48"],
+    "gpu_norm": ["gpu_post_6_24", "gpu_pre_6_24", "gpu_static_30_6", "gpu_dlcl_30_6"],
+    "gpu_deep": ["gpu_deep_15_15", "gpu_deep_15_15_cad", "gpu_deep_15_15_crt", "gpu_deep_15_15_all"],
 }
 COLUMNS = [("updates", "updates", None), ("valid_loss", "valid loss", 3), ("bleu", "BLEU", 2), ("chrf", "chrF", 1),
            ("bleu_unk_src", "BLEU, UNK source", 2), ("EL_dec", "E[L] dec", 2),
@@ -247,7 +253,7 @@ def main(argv=None):
             if latent:
                 plot_latent_depth(plt, metrics, group, have, rows, args.out)
             for name in have:   # scripts/plot's own per-run figures, seed 1
-                what = "latent" if "o2m" in name or name.startswith("ll_") else "dlcl" if "dlcl" in name else None
+                what = "latent" if "o2m" in name or name.startswith("ll_") or "_ll_" in name else "dlcl" if "dlcl" in name else None
                 path = metrics.path(name, "1")
                 model = os.path.join(args.runs, name + ".s1", "checkpoint_last.llm")
                 if what == "latent" and path:

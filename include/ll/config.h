@@ -86,7 +86,7 @@ typedef struct {
 
     /* latent depth (Li et al. 2020; reference-spec §0.1, §1) */
     int latent_enc, latent_dec;
-    char latent_posterior[16];  /* "per_language" | "shared" | "per_pair" */
+    char latent_posterior[16];  /* "auto" | "per_pair" | "per_language" | "shared" (ll_config_latent_per_pair) */
     float latent_tau;
     float latent_tau_final;     /* temperature schedule: tau -> tau_final over tau_anneal_updates (0 = fixed) */
     int latent_tau_anneal_updates;
@@ -95,6 +95,7 @@ typedef struct {
     char latent_prior[16];      /* "beta" | "agged_posterior" */
     float latent_prior_a, latent_prior_b;
     char latent_kl[16];         /* "bernoulli" (two-sided, on q) | "reference" (one-sided on samples, / L) */
+    char latent_kl_reduce[8];   /* bernoulli KL over layers: "mean" (code's scale of beta) | "sum" */
     char latent_agg_norm[16];   /* aggregated posterior: "per_layer" (paper) | "across_layers" (code) */
     float latent_beta;
     int latent_anneal_updates;
@@ -168,6 +169,11 @@ char *ll_config_get(const ll_config *c, const char *key);
  * Returns the count; langs may be NULL. */
 int ll_config_langs(const ll_config *c, char langs[][LL_LANG_MAX]);
 int ll_config_lang_index(const ll_config *c, const char *lang); /* -1 if absent */
+/* latent.posterior resolved: 1 = per_pair, 0 = per_language or shared.  auto
+ * is per_pair iff per_language would give two training pairs one row of a
+ * latent stack (same target with latent decoder layers, same source with
+ * latent encoder layers). */
+int ll_config_latent_per_pair(const ll_config *c);
 /* Print the schema: key, type, default, range, help. */
 void ll_config_print_help(FILE *out);
 /* The same information as Markdown tables (the generated part of docs/config.md). */

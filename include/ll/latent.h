@@ -52,10 +52,14 @@ typedef struct {
 } ll_latent_ctx;
 
 void ll_latent_ctx_init(ll_latent_ctx *c, const ll_config *cfg, const ll_model *m);
+/* Hard straight-through samples at this update (latent.soft_select false
+ * and past latent.soft_update), else soft ones. */
+int ll_latent_hard_samples(const ll_config *cfg, long update);
 /* KL weight beta * ramp at an update (never negative). */
 double ll_latent_kl_weight(const ll_config *cfg, long update);
 double ll_latent_lk_weight(const ll_config *cfg, long update);
-/* beta * ntokens * KL(q_row || prior) for one language batch. */
+/* beta * ntokens * KL(q_row || prior) for one language batch; the KL is the
+ * mean over the stack's layers unless latent.kl_reduce is sum. */
 void ll_latent_kl(ll_model *m, ll_latent_ctx *c, int stack, int row, long update, long ntokens);
 /* lambda * ramp * ntokens_total * L_K over the samples of all active rows this update. */
 void ll_latent_lk(ll_model *m, ll_latent_ctx *c, int stack, long update, long ntokens_total);

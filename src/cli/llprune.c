@@ -19,7 +19,10 @@
  * of the rows that read it and the pruned stack computes the same.  Refused,
  * because no smaller model computes the same: dropping latent layers of a
  * post-norm model (z = 0 still applies the layer norms) and dropping layers
- * of a DLCL stack with --*-layers-to-keep (LayerDrop's entry is LN(input)). */
+ * of a DLCL stack with --*-layers-to-keep (LayerDrop's entry is LN(input)).
+ * Also refused: a threshold that keeps no layer of a latent stack (an empty
+ * stack is not a model lldecode can run); the message names the stack, the
+ * language and the highest q, i.e. the largest threshold that keeps one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,9 +240,18 @@ int main(int argc, char **argv) {
             for (int l = 0; l < plan[s].L; l++) printf(" %.4f", ll_latent_q(a[(size_t)r * plan[s].L + l]));
             printf("\n");
         }
-        if (plan[s].n_keep == 0)
-            fprintf(stderr, "llprune: warning: %s: no layer reaches q >= %.3f; the stack becomes empty\n",
-                    s ? "decoder" : "encoder", thr);
+        if (plan[s].n_keep == 0 && strcmp(cfg.norm, "post")) { /* no model lldecode runs (post-norm: refused below) */
+            int br = -1, bl = 0;
+            for (int r = 0; r < rows; r++)
+                for (int l = 0; use[r] && l < plan[s].L; l++)
+                    if (br < 0 || a[(size_t)r * plan[s].L + l] > a[(size_t)br * plan[s].L + bl]) br = r, bl = l;
+            char rname[2 * LL_LANG_MAX + 8];
+            ll_die("--threshold %g keeps no %s layer%s%s: the highest q(z=1) is %.4f (%s, layer %d); use a threshold "
+                   "<= %.4f to keep at least one layer",
+                   thr, s ? "decoder" : "encoder", lang ? " for --lang " : "", lang ? lang : "",
+                   ll_latent_q(a[(size_t)br * plan[s].L + bl]), ll_latent_row_name(&hp, &cfg, br, rname, sizeof rname),
+                   bl, floor(ll_latent_q(a[(size_t)br * plan[s].L + bl]) * 1e4) / 1e4);
+        }
         /* a single language (or a shared posterior): hard gates are exactly "kept or not" */
         plan[s].latent_out = n_use > 1;
     }
@@ -280,6 +292,8 @@ int main(int argc, char **argv) {
     cfg.enc_layers = plan[0].n_keep;
     cfg.dec_layers = plan[1].n_keep;
     cfg.latent_threshold = (float)thr; /* the kept gates must decide as they did here */
+    if (!strcmp(cfg.latent_posterior, "auto")) /* auto depends on the latent stacks, which may change here */
+        snprintf(cfg.latent_posterior, sizeof cfg.latent_posterior, "%s", hp.latent_per_pair ? "per_pair" : "per_language");
     cfg.latent_enc = plan[0].latent_out;
     cfg.latent_dec = plan[1].latent_out;
     char *text = ll_config_dump(&cfg);

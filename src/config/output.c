@@ -133,6 +133,19 @@ static int check_corpora(const ll_config *c) {
     return 0;
 }
 
+int ll_config_latent_per_pair(const ll_config *c) {
+    if (!strcmp(c->latent_posterior, "per_pair")) return 1;
+    if (strcmp(c->latent_posterior, "auto")) return 0;
+    for (int i = 0; i < c->n_train; i++)
+        for (int j = 0; j < i; j++) {
+            const ll_corpus_cfg *a = &c->train[i], *b = &c->train[j];
+            const int same_src = !strcmp(a->src_lang, b->src_lang), same_tgt = !strcmp(a->tgt_lang, b->tgt_lang);
+            if (same_src && same_tgt) continue; /* a repeated pair shares its row anyway */
+            if ((c->latent_dec && same_tgt) || (c->latent_enc && same_src)) return 1;
+        }
+    return 0;
+}
+
 /* Latent depth: every update visits one batch of every pair (Algorithm 2,
  * reference-spec 1.6), so there is nothing to sample; and per_pair rows must
  * exist for every pair validation decodes. */
@@ -144,14 +157,17 @@ static int check_latent(const ll_config *c) {
                        "language pair (Algorithm 2); use every_pair or auto (and data.sampling: every_pair for a "
                        "static baseline with the same data per update)",
                        c->sampling);
-    if (strcmp(c->latent_posterior, "per_pair")) return 0;
+    if (!ll_config_latent_per_pair(c)) return 0;
     for (int v = 0; v < c->n_valid; v++) {
         int found = 0;
         for (int k = 0; k < c->n_train; k++)
             found |= !strcmp(c->valid[v].src_lang, c->train[k].src_lang) && !strcmp(c->valid[v].tgt_lang, c->train[k].tgt_lang);
         if (!found)
-            return invalid(c, "latent.posterior per_pair: data.valid[%d] (%s-%s) is not a training pair, so no latent row covers it",
-                           v, c->valid[v].src_lang, c->valid[v].tgt_lang);
+            return invalid(c,
+                           "latent.posterior %s (per_pair): data.valid[%d] (%s-%s) is not a training pair, so no latent "
+                           "row covers it%s",
+                           c->latent_posterior, v, c->valid[v].src_lang, c->valid[v].tgt_lang,
+                           strcmp(c->latent_posterior, "auto") ? "" : "; set latent.posterior: per_language to share rows by language");
     }
     return 0;
 }

@@ -52,7 +52,7 @@ const ll_cfg_key ll_cfg_keys[] = {
     INT("model.d_model", d_model, "512", 2, 65536, "Width of embeddings and of the residual stream."),
     INT("model.ffn_dim", ffn_dim, "2048", 1, 1 << 20, "Inner width of the feed-forward blocks."),
     INT("model.heads", heads, "8", 1, 1024, "Attention heads; must divide model.d_model."),
-    INT("model.enc_layers", enc_layers, "6", 0, 4096, "Encoder layers (0 is allowed: what llprune leaves when no layer is selected)."),
+    INT("model.enc_layers", enc_layers, "6", 0, 4096, "Encoder layers (0 is allowed: embeddings and output only; llprune refuses to empty a latent stack)."),
     INT("model.dec_layers", dec_layers, "6", 0, 4096, "Decoder layers (0 is allowed, as for the encoder)."),
     INT("model.max_positions", max_positions, "1024", 1, 1 << 20,
         "Longest sequence the sinusoidal positions cover; data.max_len must not exceed it."),
@@ -159,31 +159,38 @@ const ll_cfg_key ll_cfg_keys[] = {
     /* latent depth */
     BOOL("latent.encoder", latent_enc, "false", "Latent layers in the encoder (LL-E; both = LL-Both)."),
     BOOL("latent.decoder", latent_dec, "false", "Latent layers in the decoder (LL-D)."),
-    ENUM("latent.posterior", latent_posterior, "per_language", "per_language|shared|per_pair",
-         "Rows of layer logits: one per distinct language (encoder: source, decoder: target), one shared row, or "
-         "one per training pair for both stacks (per_pair: for many-to-one with latent decoder layers, where "
-         "per_language gives every pair the same decoder row and the aggregated prior is KL(q||q) = 0)."),
+    ENUM("latent.posterior", latent_posterior, "auto", "auto|per_pair|per_language|shared",
+         "Rows of layer logits (one posterior each): per_pair = one per training pair for both stacks (the paper's "
+         "q^(n), n a language pair); per_language = one per distinct language (encoder: source, decoder: target; "
+         "the code's); shared = one row. auto (default) = per_pair when per_language would give two training pairs "
+         "one row of a latent stack (many-to-one with latent decoder layers, one-to-many with latent encoder "
+         "layers, where the aggregated prior would be KL(q||q) = 0), else per_language (identical rows then)."),
     FLT("latent.tau", latent_tau, "5", 0, 1000, OPEN_MIN, "Gumbel-Softmax temperature (the code's --sampling-tau, fixed there)."),
     FLT("latent.tau_final", latent_tau_final, "0", 0, 1000, 0,
         "Optional temperature schedule: tau decays geometrically to this value over latent.tau_anneal_updates; 0 = fixed tau."),
     INT("latent.tau_anneal_updates", latent_tau_anneal_updates, "0", 0, INT_MAX, "Length of the temperature schedule."),
     INT("latent.soft_update", latent_soft_update, "500", 0, INT_MAX,
-        "Updates with soft samples; later updates use hard straight-through samples (the code's schedule; the "
-        "paper trains with soft samples only: latent.soft_select true)."),
-    BOOL("latent.soft_select", latent_soft_select, "false", "Soft samples throughout (the code's --soft-select)."),
+        "The KL weight ramps from this update on (0 before); with latent.soft_select false also the last update "
+        "with soft samples, later ones hard straight-through (the code's schedule)."),
+    BOOL("latent.soft_select", latent_soft_select, "true",
+         "Soft Gumbel-sigmoid samples throughout training (the paper, Eq. 5); false = the reference code's default, "
+         "hard straight-through samples after latent.soft_update."),
     ENUM("latent.prior", latent_prior, "beta", "beta|agged_posterior",
          "Prior: Beta(a,b) as Bernoulli(a/(a+b)) (paper), or the aggregated posterior over languages (Eq. 7)."),
     FLT("latent.prior_a", latent_prior_a, "1", 0, 1e6, OPEN_MIN, "Beta prior a (a>b favours using layers)."),
     FLT("latent.prior_b", latent_prior_b, "1", 0, 1e6, OPEN_MIN, "Beta prior b."),
     ENUM("latent.kl", latent_kl, "bernoulli", "bernoulli|reference",
-         "bernoulli: full two-sided Bernoulli KL of q=sigmoid(a), SUMMED over the layers (paper); reference: "
-         "the code's one-sided KL on the samples, divided by the number of layers L."),
+         "bernoulli: the full two-sided Bernoulli KL of q=sigmoid(a) per layer (paper); reference: the code's "
+         "one-sided KL on the samples (always the mean over layers)."),
+    ENUM("latent.kl_reduce", latent_kl_reduce, "mean", "mean|sum",
+         "How the bernoulli KL combines the L layers of a stack: mean (default; the reference code's /L, the scale "
+         "of the beta values the papers report) or sum (Eq. 4/8 as written: the same beta is L times stronger)."),
     ENUM("latent.agg_norm", latent_agg_norm, "per_layer", "per_layer|across_layers",
          "Aggregated posterior: averaged over languages per layer (paper) or normalised across layers (code)."),
     FLT("latent.beta", latent_beta, "1", 0, 1e6, 0,
-        "KL weight beta (the code's --sparsity-weight). With latent.kl bernoulli the KL is summed over the L layers "
-        "while the code's (reference) divides by L, so the same beta is about L times stronger: use beta/L to match "
-        "a --sparsity-weight."),
+        "KL weight beta = the code's --sparsity-weight: the loss adds beta * ntokens * KL, with the KL the mean over "
+        "the stack's L layers (latent.kl_reduce mean), so beta 1 here is --sparsity-weight 1 and the paper's beta "
+        "values apply as stated. With kl_reduce sum use beta/L for the same strength."),
     INT("latent.anneal_updates", latent_anneal_updates, "5000", 0, INT_MAX,
         "KL weight ramps linearly 0 -> beta over this many updates, starting at latent.soft_update (never negative)."),
     INT("latent.target_layers_enc", latent_target_enc, "-1", -1, 4096, "Target depth K of the encoder; -1 = off."),
@@ -211,15 +218,19 @@ const ll_cfg_key ll_cfg_keys[] = {
          "Learn the weights; false keeps them fixed at dlcl.init (the paper's fixed all-one / 1/(l+1) ablations)."),
     BOOL("dlcl.layer_norm", dlcl_ln, "true",
          "Layer norm of each stored output (pre-norm) or of each combination (post-norm); false = the ablation without it."),
-    BOOL("dlcl.normalize_embed", dlcl_norm_embed, "false",
-         "Pre-norm: also layer-normalise the embedding entry y_0 (the paper's LN(y_0); the code never does)."),
+    BOOL("dlcl.normalize_embed", dlcl_norm_embed, "true",
+         "LN_0, the layer norm of row/entry 0 (the paper's Eq. 8/9): pre-norm layer-normalises the embedding entry "
+         "y_0, post-norm the first row (the first layer's input LN(W00 y_0)). false = the code (its flag never "
+         "takes effect: y_0 and the first row stay un-normalised)."),
 
     /* deep decoder */
     FLT("deep.p_net", cad_p_net, "0", 0, 1, 0,
         "Cross-attention drop rate of decoder layers 1..deep.drop_depth in training (0 = off)."),
     INT("deep.drop_depth", cad_drop_depth, "0", 0, 4096, "Drop depth L_dr: the bottom layers that use deep.p_net."),
     FLT("deep.p_net_above", cad_p_net_above, "0", 0, 1, 0,
-        "Drop rate above the drop depth; 0 by default (reference-spec 0.3: the paper's literal text says 1.0)."),
+        "Drop rate above the drop depth. 0 by default, a reasoned exception: the paper's text says 1.0 (no "
+        "cross-attention above L_dr in training), but its own results (a peak drop depth, harm from "
+        "'insufficient cross-attention') contradict that; set 1 for the literal text (docs/methods.md)."),
     FLT("deep.ddr_alpha", ddr_alpha, "0", 0, 1e6, 0,
         "DDR weight: the decoder runs twice with independent dropout and drop-net draws; alpha * symmetric KL."),
     FLT("deep.ald_weight", ald_weight, "0", 0, 1e6, 0,

@@ -1,9 +1,11 @@
 /* DLCL (Wang et al. 2019; reference-spec §0.2, §2): the input of layer r+1 is
  * a learned combination of all earlier layer outputs.  Entries e_k are the
  * embedding output (k = 0) and the layer outputs y_k; rows r = 0..L give
- *   pre-norm:  e_k = LN_k(y_k) (k >= 1; y_0 only with dlcl.normalize_embed),
- *              in_r = sum_{k<=r} W[r][k] e_k
- *   post-norm: e_k = y_k,  in_r = LN_r(sum_{k<=r} W[r][k] e_k) for r >= 1, in_0 = W[0][0] y_0
+ *   pre-norm:  e_k = LN_k(y_k), in_r = sum_{k<=r} W[r][k] e_k            (Eq. 8)
+ *   post-norm: e_k = y_k,      in_r = LN_r(sum_{k<=r} W[r][k] e_k)       (Eq. 9)
+ * LN_0 (of y_0 in pre-norm, of row 0 in post-norm) only with
+ * dlcl.normalize_embed, the default: the papers' equations include k = 0 and
+ * row 0; the reference code never applies it (reference-spec 2.3-2.4).
  * in_r (r < L) feeds layer r; in_L is the stack's output (then the usual final
  * LN in pre-norm).  With the layer norms off and W[r][r] = 1, all else 0, this
  * is exactly the plain residual stack (tests/gradcheck/test_dlcl.c). */
@@ -25,7 +27,9 @@ size_t ll_dlcl_ln_b(const ll_model *m, int stack, int k) { return m->dlcl_ln[sta
 static int entry_ln(const ll_model *m, int k) {
     return m->hp.dlcl_ln && !m->hp.post_norm && (k >= 1 || m->hp.dlcl_norm_embed);
 }
-static int row_ln(const ll_model *m, int r) { return m->hp.dlcl_ln && m->hp.post_norm && r >= 1; }
+static int row_ln(const ll_model *m, int r) {
+    return m->hp.dlcl_ln && m->hp.post_norm && (r >= 1 || m->hp.dlcl_norm_embed);
+}
 
 static ll_act *norm_fwd(ll_model *m, ll_stack_run *r, int k, const ll_act *x, int N) {
     ll_act *y = ll_buf(m, (size_t)N * m->hp.C);

@@ -3,7 +3,10 @@
  *   per_pair      one row per distinct training pair, for both stacks (in
  *                 many-to-one every pair would otherwise share one decoder
  *                 row, and the aggregated-posterior KL would be KL(q||q) = 0);
- *   shared        row 0.
+ *   shared        row 0;
+ *   auto          per_pair where per_language would merge pairs on a latent
+ *                 stack, else per_language (ll_config_latent_per_pair; the
+ *                 model's hp.latent_per_pair holds the resolved choice).
  * Kept apart from latent.c, which holds the sampling and gradients. */
 #include <stdio.h>
 #include <string.h>

@@ -31,7 +31,7 @@ void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size
     hp->label_smoothing = cfg->label_smoothing;
     hp->latent_enc = cfg->latent_enc;
     hp->latent_dec = cfg->latent_dec;
-    hp->latent_per_pair = strcmp(cfg->latent_posterior, "per_pair") == 0;
+    hp->latent_per_pair = ll_config_latent_per_pair(cfg);
     hp->latent_rows = strcmp(cfg->latent_posterior, "shared") == 0 ? 1
                       : hp->latent_per_pair                       ? cfg->n_train
                                                                   : ll_config_langs(cfg, NULL);

@@ -41,6 +41,10 @@ void ll_latent_ctx_init(ll_latent_ctx *c, const ll_config *cfg, const ll_model *
         for (int r = 0; r < m->hp.latent_rows; r++) c->prior[s].n_active += c->prior[s].active[r];
 }
 
+int ll_latent_hard_samples(const ll_config *cfg, long t) {
+    return !cfg->latent_soft_select && t > cfg->latent_soft_update; /* the code's hard_select = (t > soft_update) */
+}
+
 double ll_latent_kl_weight(const ll_config *cfg, long t) {
     if (t < cfg->latent_soft_update) return 0;
     if (cfg->latent_anneal_updates <= 0) return cfg->latent_beta;
@@ -59,9 +63,11 @@ void ll_latent_kl(ll_model *m, ll_latent_ctx *c, int stack, int row, long update
     c->sampled[stack][row] = 1;
     const ll_config *cfg = c->cfg;
     const ll_latent_prior *pr = prior_of(c, stack);
-    const double w = ll_latent_kl_weight(cfg, update) * ntokens;
-    if (w <= 0) return;
     const int reference = !strcmp(cfg->latent_kl, "reference");
+    /* mean over layers puts beta on the code's --sparsity-weight scale (the reference form divides itself) */
+    const double per_layer = !reference && !strcmp(cfg->latent_kl_reduce, "mean") ? 1.0 / pr->L : 1.0;
+    const double w = ll_latent_kl_weight(cfg, update) * ntokens * per_layer;
+    if (w <= 0) return;
     /* the reference code skips the aggregated KL until every language has been sampled */
     if (reference && pr->prior_agg)
         for (int r = 0; r < pr->rows; r++)

@@ -98,6 +98,13 @@ static int copy_in(ll_model *m, real *dst, const ll_tensor_ref *r, size_t numel,
 
 static int is_state_tensor(const char *name) { return !strncmp(name, "optim.", 6) || !strncmp(name, "state.", 6); }
 
+static const char *shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? "," : "", (long long)shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
 /* The tensor for table entry p, with the shape and size the model needs; NULL + errbuf. */
 static const ll_tensor_ref *find_param(const ll_param *p, const ll_ckpt *k, const char *path) {
     const ll_tensor_ref *r = ll_ckpt_find(k, p->name);
@@ -106,9 +113,9 @@ static const ll_tensor_ref *find_param(const ll_param *p, const ll_ckpt *k, cons
         return NULL;
     }
     if (r->ndim != p->ndim || r->shape[0] != p->shape[0] || (p->ndim == 2 && r->shape[1] != p->shape[1])) {
-        ll_fail("%s: tensor '%s' has shape [%lld,%lld], the model needs [%lld,%lld]", path, p->name,
-                (long long)r->shape[0], (long long)(r->ndim > 1 ? r->shape[1] : 0), (long long)p->shape[0],
-                (long long)p->shape[1]);
+        char has[64], needs[64]; /* each shape with its own rank: [3,0] vs [3] */
+        ll_fail("%s: tensor '%s' has shape %s, the model needs %s", path, p->name,
+                shape_str(has, sizeof has, r->ndim, r->shape), shape_str(needs, sizeof needs, p->ndim, p->shape));
         return NULL;
     }
     if (r->nbytes != p->numel * sizeof(real) || r->dtype != REAL_DT) {

@@ -516,7 +516,7 @@ static int accumulate(trainer *t, ll_batch *b, long *ntok, long *own) {
     const ll_config *cfg = t->cfg;
     const long upd = t->ts.update;
     const int per = t->every_pair ? t->n_streams : 1;
-    const int hard = t->latent && !cfg->latent_soft_select && upd > cfg->latent_soft_update;
+    const int hard = t->latent && ll_latent_hard_samples(cfg, upd);
     double tau = cfg->latent_tau; /* optional geometric schedule tau -> tau_final */
     if (cfg->latent_tau_final > 0 && cfg->latent_tau_anneal_updates > 0) {
         double f = upd >= cfg->latent_tau_anneal_updates ? 1.0 : (double)upd / cfg->latent_tau_anneal_updates;
@@ -745,7 +745,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             if (cfg->ddr_alpha > 0 || cfg->ald_weight > 0)
                 fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc->ddr / acc->ntok / M_LN2, acc->ald / acc->ntok / M_LN2);
             if (t.latent) {
-                fprintf(t.metrics, ",\"kl\":%.6f,\"lk\":%.6f", acc->kl / acc->ntok / M_LN2, acc->lk / acc->ntok / M_LN2);
+                fprintf(t.metrics, ",\"kl\":%.6g,\"lk\":%.6g", acc->kl / acc->ntok / M_LN2, acc->lk / acc->ntok / M_LN2);
                 log_latent_json(&t, snap, st);
             }
             fprintf(t.metrics, "}\n");

@@ -12,6 +12,27 @@
 #include "ll/latent.h"
 #include "ll/train.h"
 
+/* Hard inference with no q(z=1) >= threshold runs none of the stack's layers
+ * (soft samples can leave every q just below 0.5): say so once per row, since
+ * the scores alone look like a broken model. */
+static void warn_empty_stack(ll_model *m, const ll_config *cfg, int s, int row, int mode) {
+    static uint8_t warned[2][LL_LATENT_MAX_ROWS];
+    if (mode != LL_LATENT_HARD || row >= LL_LATENT_MAX_ROWS || warned[s][row]) return;
+    const int L = s ? m->hp.Ld : m->hp.Le;
+    real a[4096];
+    if (L < 1 || L > 4096) return;
+    ll_latent_logits(m, s, row, a);
+    double best = 0;
+    for (int l = 0; l < L; l++) best = fmax(best, ll_latent_q(a[l]));
+    if (best >= cfg->latent_threshold) return;
+    warned[s][row] = 1;
+    char name[2 * LL_LANG_MAX + 8];
+    ll_warn("latent %s row %s: no layer has q(z=1) >= latent.threshold %g (highest %.4f), so hard inference runs "
+            "none of its layers; latent.inference soft (z = q) or a lower threshold uses them",
+            s ? "decoder" : "encoder", ll_latent_row_name(&m->hp, cfg, row, name, sizeof name),
+            (double)cfg->latent_threshold, best);
+}
+
 int ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int tgt_lang) {
     int mode = ll_latent_mode(cfg->latent_inference);
     for (int s = 0; s < 2; s++) {
@@ -22,9 +43,11 @@ int ll_set_pair_inference(ll_model *m, const ll_config *cfg, int src_lang, int t
             const int n = ll_config_langs(cfg, langs);
             return ll_fail("the model has no latent %s row for the pair %s-%s (latent.posterior %s)",
                            s ? "decoder" : "encoder", src_lang >= 0 && src_lang < n ? langs[src_lang] : "?",
-                           tgt_lang >= 0 && tgt_lang < n ? langs[tgt_lang] : "?", cfg->latent_posterior);
+                           tgt_lang >= 0 && tgt_lang < n ? langs[tgt_lang] : "?",
+                           m->hp.latent_per_pair ? "per_pair" : cfg->latent_posterior);
         }
         ll_latent_set_inference(m, s, row, mode, cfg->latent_threshold, (uint64_t)cfg->seed);
+        warn_empty_stack(m, cfg, s, row, mode);
     }
     return 0;
 }

@@ -79,9 +79,10 @@ done
 [ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "choose --source-lang from es, xx" "$T/err" ||
   err "M2O without --source-lang: unclear error: $(cat "$T/err")"
 
-# M2O with latent DECODER layers: per_pair rows (per_language would give both pairs the one en row)
+# M2O with latent DECODER layers: per_pair rows by default (latent.posterior auto; per_language would give
+# both pairs the one en row)
 "$BIN/lltrain" --config "$T/m2o.cfg" --set checkpoint.save_dir="$T/pp" --set latent.encoder=false \
-  --set latent.decoder=true --set latent.posterior=per_pair --set latent.prior=agged_posterior \
+  --set latent.decoder=true --set latent.prior=agged_posterior \
   --set latent.soft_update=2 --set latent.anneal_updates=2 --set train.max_updates=12 --set train.log_interval=12 \
   --quiet 2> "$T/pp.log" || err "M2O per_pair training failed: $(tail -1 "$T/pp.log")"
 grep -q '"latent":{"dec":{"q":{"es-en":\[.*"xx-en":\[' "$T/pp/metrics.jsonl" || err "per_pair: no per-pair decoder rows"

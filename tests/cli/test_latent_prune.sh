@@ -75,10 +75,49 @@ train rezero --set model.norm=rezero --set dlcl.learnable=false && check_model r
   err "DLCL layers-to-keep accepted"
 grep -q "DLCL" "$T/err" && [ "$(wc -l < "$T/err")" -eq 1 ] || err "DLCL layers-to-keep: unclear error: $(cat "$T/err")"
 train post --set model.norm=post --set dlcl.decoder=false --set train.max_updates=2
-"$BIN/llprune" --model "$T/post/checkpoint_last.llm" --threshold 0.9 --output "$T/bad.llm" > /dev/null 2> "$T/err" &&
+thr=$(median_q "$T/post/checkpoint_last.llm") # drops some layers, keeps others
+"$BIN/llprune" --model "$T/post/checkpoint_last.llm" --threshold "$thr" --output "$T/bad.llm" > /dev/null 2> "$T/err" &&
   err "post-norm latent pruning accepted"
 [ "$(grep -c "error: .*post-norm" "$T/err")" -eq 1 ] || err "post-norm prune: unclear error: $(cat "$T/err")"
 [ ! -e "$T/bad.llm" ] || err "a refused prune left a file"
+
+# a threshold no layer reaches: refused (an empty stack is no model lldecode can load), naming the stack,
+# the language and the highest q; no file written
+M=$T/dlcl/checkpoint_last.llm
+for lang_arg in "" "--lang es"; do
+  # shellcheck disable=SC2086
+  "$BIN/llprune" --model "$M" --threshold 1 $lang_arg --output "$T/empty.llm" > /dev/null 2> "$T/err" &&
+    err "threshold 1 ($lang_arg) accepted"
+  [ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "keeps no \\(en\\|de\\)coder layer.*highest q(z=1) is 0\.[0-9]* (\(en\|es\|xx\|shared\).*layer [0-9]*); use a threshold <=" "$T/err" ||
+    err "empty stack ($lang_arg): unclear error: $(cat "$T/err")"
+  [ ! -e "$T/empty.llm" ] || err "an empty-stack prune left a file"
+done
+# hard inference over such a threshold runs no layer of the stack: lldecode says so, once
+"$BIN/lldecode" --model "$M" --target-lang es --threshold 1 --beam 2 --input "$IN" --quiet > /dev/null 2> "$T/err" ||
+  err "decode at threshold 1 failed"
+[ "$(grep -c "latent decoder row es: no layer has q(z=1) >= latent.threshold 1 .*runs none of its layers" "$T/err")" -eq 1 ] ||
+  err "no (single) empty-stack warning: $(cat "$T/err")"
+# ... and the suggested threshold works
+thr=$(sed -n 's/.*use a threshold <= \([0-9.]*\).*/\1/p' "$T/err")
+"$BIN/llprune" --model "$M" --threshold "$thr" --lang es --output "$T/one.llm" > "$T/one.out" ||
+  err "the suggested threshold $thr failed"
+"$BIN/lldecode" --model "$T/one.llm" --target-lang es --beam 2 --input "$IN" --quiet > /dev/null ||
+  err "the model pruned at the suggested threshold does not decode"
+
+# lldecode's shape message shows each shape with its own rank ([8,1] vs [8], not "[8,0] ... [8,0]")
+python3 - "$M" "$T/shape.llm" "$SRC/scripts" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+import llmodel
+m = llmodel.read(sys.argv[1])
+ts = [(n, x.dtype, [x.shape[0], 1] if n == "dec.layers.0.ffn.fc2.bias" else list(x.shape), m.raw(n))
+      for n, x in m.tensors.items()]
+llmodel.write(sys.argv[2], m.config, m.vocab, ts)
+PY
+"$BIN/lldecode" --model "$T/shape.llm" --target-lang es --input "$IN" --quiet > /dev/null 2> "$T/err" &&
+  err "a model with a mis-shaped tensor decoded"
+grep -q "tensor 'dec.layers.0.ffn.fc2.bias' has shape \[\([0-9]*\),1\], the model needs \[\1\]" "$T/err" ||
+  err "shape message: $(cat "$T/err")"
 
 [ $fail -eq 0 ] && echo "test_latent_prune: all checks passed"
 exit $fail

@@ -151,9 +151,19 @@ static void test_kl_and_lk(void) {
         double q = sigm(a1[l]), p = 0.75;
         want += q * log(q / p) + (1 - q) * log((1 - q) / (1 - p));
     }
+    /* default kl_reduce mean: the KL is the mean over the 4 layers (beta on the code's --sparsity-weight
+     * scale); sum is Eq. 4 as written.  The gradient checks below run on the default. */
+    strcpy(cfg.latent_kl_reduce, "sum");
+    CHECK_NEAR(kl_value(m, &c, 1, 1, 10, 7), 0.5 * 7 * want, 1e-10);
+    ll_config_defaults(&cfg); /* back to the defaults, keeping the settings above */
+    cfg.latent_dec = 1, cfg.latent_soft_update = 0, cfg.latent_anneal_updates = 0, cfg.latent_beta = 0.5;
+    cfg.latent_prior_a = 3, cfg.latent_prior_b = 1, cfg.n_train = 2;
+    strcpy(cfg.train[0].src_lang, "en"), strcpy(cfg.train[0].tgt_lang, "es");
+    strcpy(cfg.train[1].src_lang, "en"), strcpy(cfg.train[1].tgt_lang, "xx");
+    CHECK(!strcmp(cfg.latent_kl_reduce, "mean"));
     memset(m->grads, 0, m->n_params * sizeof(real));
     double got = kl_value(m, &c, 1, 1, 10, 7);
-    CHECK_NEAR(got, 0.5 * 7 * want, 1e-10);
+    CHECK_NEAR(got, 0.5 * 7 * want / 4, 1e-10);
     double g0[4];
     for (int l = 0; l < 4; l++) g0[l] = m->grads[m->latent_logits[1] + 4 + l];
     for (int l = 0; l < 4; l++) { /* gradient vs finite differences of the value */
@@ -182,7 +192,7 @@ static void test_kl_and_lk(void) {
         double q = sigm(a2[l]), p = (sigm(a1[l]) + sigm(a2[l])) / 2;
         want += q * log(q / p) + (1 - q) * log((1 - q) / (1 - p));
     }
-    CHECK_NEAR(kl_value(m, &c, 1, 2, 10, 1), 0.5 * want, 1e-10);
+    CHECK_NEAR(kl_value(m, &c, 1, 2, 10, 1), 0.5 * want / 4, 1e-10);
 
     /* the reference's one-sided KL on hard samples: ~ ln2 * (selected layers) / L */
     strcpy(cfg.latent_prior, "beta");
@@ -339,9 +349,10 @@ static void test_per_pair_rows(void) {
     strcpy(cfg.train[1].tgt_lang, "en");
     const int es = ll_config_lang_index(&cfg, "es"), en = ll_config_lang_index(&cfg, "en"),
               xx = ll_config_lang_index(&cfg, "xx");
-    double kl[2];
-    for (int pp = 0; pp < 2; pp++) {
-        strcpy(cfg.latent_posterior, pp ? "per_pair" : "per_language");
+    double kl[3];
+    CHECK(!strcmp(cfg.latent_posterior, "auto")); /* the default resolves to per_pair here */
+    for (int pp = 0; pp < 3; pp++) {
+        strcpy(cfg.latent_posterior, pp == 2 ? "auto" : pp ? "per_pair" : "per_language");
         ll_hparams hp;
         ll_hparams_from_config(&hp, &cfg, 23);
         ll_model *m = ll_model_new(&hp, ll_backend_cpu());
@@ -360,7 +371,29 @@ static void test_per_pair_rows(void) {
         ll_model_free(m);
     }
     CHECK_MSG(fabs(kl[0]) < 1e-12, "per_language M2O decoder: aggregated KL %g, expected KL(q||q) = 0", kl[0]);
-    CHECK_MSG(kl[1] > 0.1, "per_pair M2O decoder: aggregated KL %g, expected > 0", kl[1]);
+    CHECK_MSG(kl[1] > 0.1 / 4, "per_pair M2O decoder: aggregated KL %g, expected > 0", kl[1]);
+    CHECK_MSG(kl[2] == kl[1], "default (auto) M2O decoder: aggregated KL %g, per_pair %g", kl[2], kl[1]);
+    /* auto elsewhere: one-to-many keeps per_language for a latent decoder (a row per target is a row per
+     * pair), and gives a latent encoder (one shared source) a row per pair */
+    strcpy(cfg.train[1].src_lang, "es");
+    strcpy(cfg.train[1].tgt_lang, "xx");
+    CHECK(!ll_config_latent_per_pair(&cfg));
+    cfg.latent_enc = 1;
+    CHECK(ll_config_latent_per_pair(&cfg));
+    strcpy(cfg.train[1].tgt_lang, "en"); /* a repeated pair shares its row: nothing to split */
+    CHECK(!ll_config_latent_per_pair(&cfg));
+}
+
+/* The paper's sampling by default: soft Gumbel samples throughout (Eq. 5);
+ * the code's hard straight-through samples after soft_update on request. */
+static void test_soft_samples_default(void) {
+    ll_config cfg;
+    ll_config_defaults(&cfg);
+    CHECK_MSG(!ll_latent_hard_samples(&cfg, 0) && !ll_latent_hard_samples(&cfg, 1000000),
+              "default config trains with hard samples");
+    cfg.latent_soft_select = 0; /* the reference's schedule: hard once t > soft_update */
+    CHECK(!ll_latent_hard_samples(&cfg, cfg.latent_soft_update));
+    CHECK(ll_latent_hard_samples(&cfg, cfg.latent_soft_update + 1));
 }
 
 /* latent.inference sample: one draw per batch, keyed by the batch counter:
@@ -432,5 +465,6 @@ int main(void) {
     test_zero_gate_is_inference();
     test_sample_per_batch();
     test_per_pair_rows();
+    test_soft_samples_default();
     return tu_finish("grad_test_latent");
 }

@@ -7,6 +7,7 @@
 
 #include "../util/testutil.h"
 #include "gradcheck.h"
+#include "ll/config.h"
 #include "ll/model.h"
 
 /* Layer controls used by latent depth, LayerDrop and cross-attention drop. */
@@ -101,6 +102,38 @@ static void check_model_obj(const char *label, ll_hparams hp, int ctl, const ll_
 
 static void check_model(const char *label, ll_hparams hp, int ctl) { check_model_obj(label, hp, ctl, NULL); }
 
+/* DLCL by default applies LN_0 as Eq. 8/9 write it: pre-norm LN(y_0) as an
+ * entry, post-norm LN(W00 y_0) as the first row.  LN_0's parameters then carry
+ * gradient (under the code's behaviour, normalize_embed false, they are
+ * unused), and post-norm's first layer input no longer scales with W00. */
+static void check_dlcl_ln0_default(int post) {
+    ll_config cfg;
+    ll_config_defaults(&cfg);
+    cfg.d_model = 8, cfg.ffn_dim = 12, cfg.heads = 2, cfg.enc_layers = cfg.dec_layers = 2, cfg.max_positions = 32;
+    cfg.dlcl_enc = cfg.dlcl_dec = 1;
+    strcpy(cfg.norm, post ? "post" : "pre");
+    ll_hparams hp;
+    ll_hparams_from_config(&hp, &cfg, 23);
+    CHECK_MSG(hp.dlcl_norm_embed, "%s-norm DLCL: LN_0 off by default", post ? "post" : "pre");
+    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+    ll_model_init(m, 7);
+    ll_batch b;
+    gc_make_batch(&b, 3, 6, 5, hp.V, 11);
+    ll_loss_stats st;
+    memset(m->grads, 0, m->n_params * sizeof(real));
+    ll_model_step(m, &b, 5, 3, 1, &st);
+    double g = 0;
+    for (int i = 0; i < 8; i++) g += fabs(m->grads[m->dlcl_ln[0][0] + i]);
+    CHECK_MSG(g > 1e-8, "%s-norm DLCL: LN_0 weight gradient %g", post ? "post" : "pre", g);
+    if (post) { /* LN(W00 y_0) is invariant to W00 > 0 (W00 y_0 alone was not) */
+        const double l0 = ll_model_loss(m, &b, 5, 3, 0);
+        m->params[m->dlcl_w[0]] *= 3;
+        CHECK_NEAR(ll_model_loss(m, &b, 5, 3, 0), l0, 1e-9 * fabs(l0));
+    }
+    gc_free_batch(&b);
+    ll_model_free(m);
+}
+
 int main(void) {
     ll_set_threads(1); /* tiny shapes: threads only add overhead */
     ll_hparams hp = {.C = 8, .F = 12, .H = 2, .Le = 2, .Ld = 2, .V = 23, .max_pos = 32, .post_norm = 0,
@@ -128,9 +161,15 @@ int main(void) {
     hp.dlcl_ln = 1;
     hp.dlcl_norm_embed = 1;
     check_model("DLCL pre-norm", hp, 1);
-    hp.post_norm = 1;
     hp.dlcl_norm_embed = 0;
-    check_model("DLCL post-norm", hp, 0);
+    check_model("DLCL pre-norm, y_0 not normalised (the code)", hp, 0);
+    hp.post_norm = 1;
+    hp.dlcl_norm_embed = 1;
+    check_model("DLCL post-norm, LN of row 0 (Eq. 9)", hp, 1);
+    hp.dlcl_norm_embed = 0;
+    check_model("DLCL post-norm, row 0 un-normalised (the code)", hp, 0);
+    check_dlcl_ln0_default(0);
+    check_dlcl_ln0_default(1);
     hp.post_norm = 0;
     hp.dlcl_learnable = 0;
     hp.dlcl_ln = 0;
