@@ -99,6 +99,15 @@ int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chose
  * records kept, or -1 + errbuf. */
 int ll_metrics_truncate(const char *path, long update, int64_t records);
 
+/* ---- one run per save_dir (src/train/rundir.c) ---- */
+/* Take the advisory lock <save_dir>/.lltrain.lock for the process's life (the
+ * kernel drops it on exit or crash).  Returns its descriptor (keep it open),
+ * or -1 + errbuf naming save_dir and the holder's PID when another process
+ * holds it.  *prev_pid: the PID of the previous holder (0 if unknown); its
+ * temporaries are removed (ll_ckpt_clean_stale_temps) before this process's
+ * PID is recorded, *removed their number. */
+int ll_run_lock(const char *save_dir, long *prev_pid, int *removed);
+
 /* ---- validation (src/train/validate.c) ---- */
 typedef struct {
     double loss, nll;  /* per target token, base 2 (as fairseq logs them) */

@@ -576,7 +576,8 @@ static int parse_temp(const char *name, long *pid) {
     return 1;
 }
 
-int ll_ckpt_clean_stale_temps(const char *dir) {
+int ll_ckpt_clean_stale_temps(const char *dir, long writer) {
+    if (writer <= 0 || writer == (long)getpid()) return 0;
     DIR *dp = opendir(dir);
     if (!dp) return errno == ENOENT ? 0 : ll_fail("%s: cannot open directory: %s", dir, strerror(errno));
     int removed = 0;
@@ -584,7 +585,7 @@ int ll_ckpt_clean_stale_temps(const char *dir) {
     char path[4096];
     while ((e = readdir(dp))) {
         long pid;
-        if (!parse_temp(e->d_name, &pid) || pid == (long)getpid()) continue;
+        if (!parse_temp(e->d_name, &pid) || pid != writer) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its writer may still be running */
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (unlink(path) == 0) removed++;

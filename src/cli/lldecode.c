@@ -370,7 +370,8 @@ int main(int argc, char **argv) {
         if (t.n_truncated && first_trunc < 0) first_trunc = lineno + t.first_truncated + 1;
         n_trunc += t.n_truncated;
         write_chunk(out, &o, spm, &t, lineno);
-        if (ferror(out)) ll_die("%s: write error", strcmp(o.output, "-") ? o.output : "<stdout>");
+        if (ferror(out) || fflush(out) != 0) /* at once, with the reason, not after decoding everything */
+            ll_die("%s: write failed: %s", strcmp(o.output, "-") ? o.output : "<stdout>", strerror(errno));
         total.sents += t.stats.sents;
         total.batches += t.stats.batches;
         total.src_tokens += t.stats.src_tokens;

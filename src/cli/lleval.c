@@ -5,6 +5,7 @@
  *
  * Prints what `sacrebleu REF... -i HYP -m ... -f text -w 2` prints.  Errors are
  * one line on stderr and exit status 1. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,7 +272,7 @@ int main(int argc, char **argv) {
         }
         print_results(out, n);
     }
-    if (fflush(stdout) != 0) ll_die("cannot write the output");
+    if (fflush(stdout) != 0) ll_die("<stdout>: write failed: %s", strerror(errno));
     free(hyp.data);
     free(hyp.lines);
     for (int k = 0; k < nrefs; k++) {

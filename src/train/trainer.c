@@ -55,6 +55,7 @@ typedef struct {
     ll_latent_ctx lat;
     ll_train_state ts;
     FILE *metrics;
+    char mpath[LL_PATH_MAX + 64]; /* its name, for errors */
     long saved_update; /* update of the newest checkpoint_last on disk */
     int bad_streak;    /* consecutive skipped (non-finite) updates */
     /* the progress line's running sums since the last one (kept in checkpoints so
@@ -71,12 +72,22 @@ typedef struct {
     ll_dist *dist;     /* collectives on the backend's memory */
     ll_dist_train *dt;
     int rank, world;
+    int lock_fd;       /* rank 0: the save_dir lock (ll_run_lock), held until teardown */
+    long prev_writer;  /* the PID that held it before (its temporaries are removed) */
     int uf;            /* micro-steps of a global update: update_freq x world */
 } trainer;
 
 static const char *save_path(trainer *t, const char *name) {
     snprintf(t->path, sizeof t->path, "%s/%s", t->cfg->save_dir, name);
     return t->path;
+}
+
+/* A record is complete: it must reach the file now (a full disk, /dev/full),
+ * else the run stops with the file and the reason instead of losing it. */
+static int metrics_done(trainer *t) {
+    errno = 0;
+    if (fflush(t->metrics) == 0 && !ferror(t->metrics)) return 0;
+    return ll_fail("%s: write failed: %s", t->mpath, errno ? strerror(errno) : "I/O error");
 }
 
 static int mkdir_p(const char *dir) {
@@ -113,7 +124,7 @@ static int save(trainer *t, const char *name) {
                                    t->acc.ald, t->log_gnorm, (double)t->log_updates, (double)t->log_tokens};
     memcpy(t->ts.log_acc, la, sizeof la);
     if (t->rank != 0) return 0; /* rank 0 alone writes (the state is the same on every rank) */
-    if (t->metrics) fflush(t->metrics); /* ts.metrics_records counts them: a resume cuts the log back to those */
+    if (t->metrics && metrics_done(t)) return -1; /* ts.metrics_records counts them: a resume cuts the log back */
     if (ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts)) return -1;
     crash_point(t, name);
     return 0;
@@ -227,6 +238,11 @@ static int setup(trainer *t, const ll_train_opts *o) {
     /* before data preparation: fail fast (one rank per GPU; fp32 or bf16) */
     ll_backend *be = ll_backend_select(cfg->device, ll_config_act_dtype(cfg), host->local_rank, "train.device");
     if (!be) return -1;
+    if (t->rank == 0) { /* one run per save_dir, before anything is prepared or written */
+        int stale = 0;
+        if (mkdir_p(cfg->save_dir) || (t->lock_fd = ll_run_lock(cfg->save_dir, &t->prev_writer, &stale)) < 0) return -1;
+        if (stale > 0) ll_log("removed %d stale temporary file(s) of PID %ld from %s", stale, t->prev_writer, cfg->save_dir);
+    }
     if (t->rank == 0 && !ll_data_is_prepared(cfg)) { /* several ranks: rank 0 prepares, the others wait */
         ll_log("preparing data in %s ...", cfg->data_dir);
         if (ll_prepare_data(cfg)) return -1;
@@ -322,14 +338,11 @@ static int setup(trainer *t, const ll_train_opts *o) {
                        "checkpoint.save_dir", cfg->save_dir);
     }
     if (mkdir_p(cfg->save_dir)) return -1;
-    int stale = t->rank == 0 ? ll_ckpt_clean_stale_temps(cfg->save_dir) : 0; /* left by killed runs */
-    if (stale < 0) return -1;
-    if (stale > 0) ll_log("removed %d stale temporary file(s) from %s", stale, cfg->save_dir);
-    char mpath[LL_PATH_MAX + 64];
+    char *mpath = t->mpath;
     if (cfg->metrics_log[0])
-        snprintf(mpath, sizeof mpath, "%s", cfg->metrics_log);
+        snprintf(mpath, sizeof t->mpath, "%s", cfg->metrics_log);
     else
-        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->save_dir);
+        snprintf(mpath, sizeof t->mpath, "%s/metrics.jsonl", cfg->save_dir);
     if (o->resume && t->rank == 0) {
         repair_best(t);
         int kept = ll_metrics_truncate(mpath, t->ts.update, t->ts.metrics_records); /* written after the state */
@@ -337,7 +350,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->ts.metrics_records = kept;
     }
     t->ts.finished = 0;
-    if (t->rank != 0) snprintf(mpath, sizeof mpath, "/dev/null"); /* rank 0 alone logs */
+    if (t->rank != 0) snprintf(mpath, sizeof t->mpath, "/dev/null"); /* rank 0 alone logs */
     t->metrics = fopen(mpath, o->resume && t->rank == 0 ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
     if (o->resume) { /* resumed from best or a numbered one: checkpoint_last (and the numbered one due at this
@@ -407,6 +420,7 @@ static void print_op_stats(const trainer *t) {
 }
 
 static void teardown(trainer *t) {
+    if (t->lock_fd > 0) close(t->lock_fd);
     if (t->metrics) fclose(t->metrics);
     ll_dist_train_free(t->dt);
     if (t->dist && o_host_differs(t)) t->dist->finalize(t->dist); /* NCCL over the host's ranks */
@@ -454,7 +468,7 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
     fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
     t->ts.metrics_records++;
-    fflush(t->metrics);
+    if (metrics_done(t)) return -1;
     crash_point(t, "valid");
     if (best) {
         ll_dist_train_full_moments(t->dt, 1); /* ZeRO-1: every rank sends its shards; rank 0 writes */
@@ -606,7 +620,7 @@ static int skip_bad_update(trainer *t, const update_stats *u, double gnorm) {
     fprintf(t->metrics, "{\"type\":\"skip\",\"update\":%ld,\"reason\":\"%s\",\"in_a_row\":%d}\n", t->ts.update,
             what, t->bad_streak);
     t->ts.metrics_records++;
-    fflush(t->metrics);
+    if (metrics_done(t)) return -1;
     if (t->bad_streak >= t->cfg->max_bad_updates)
         return ll_fail("update %ld: %d updates in a row had a non-finite loss or gradient norm (train.max_bad_updates); "
                        "stopped without saving: %s/checkpoint_last.llm (update %ld) is the last good state; lower "
@@ -750,7 +764,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             }
             fprintf(t.metrics, "}\n");
             t.ts.metrics_records++;
-            fflush(t.metrics);
+            if ((rc = metrics_done(&t))) goto out;
             crash_point(&t, "train");
             t_log = now;
             t.log_tokens = t.log_updates = 0;
