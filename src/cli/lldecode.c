@@ -63,20 +63,14 @@ static void abort_output(void) {
 }
 
 static long parse_int(const char *flag, const char *s, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        ll_die("%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+    long v;
+    if (ll_parse_long(flag, s, lo, hi, &v)) ll_die("%s", ll_errbuf());
     return v;
 }
 
 static double parse_real(const char *flag, const char *s, double lo, double hi) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        ll_die("%s: expected a number in [%g, %g], got '%s'", flag, lo, hi, s);
+    double v;
+    if (ll_parse_double(flag, s, lo, hi, &v)) ll_die("%s", ll_errbuf());
     return v;
 }
 
@@ -336,9 +330,12 @@ int main(int argc, char **argv) {
     for (int eof = 0; !eof;) {
         int n = 0;
         while (n < CHUNK_LINES) {
+            errno = 0;
             ssize_t got = getline(&line, &line_cap, in);
             if (got < 0) {
-                if (ferror(in)) ll_die("%s: read error: %s", in_name, strerror(errno));
+                /* not at the end: an error, or no memory for the line (ENOMEM sets no error flag) */
+                if (ferror(in) || !feof(in))
+                    ll_die("%s:%ld: read error: %s", in_name, lineno + n + 1, strerror(errno ? errno : EIO));
                 eof = 1;
                 break;
             }

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -105,28 +106,54 @@ void ll_atomic_abort(ll_atomic_file *af) {
     memset(af, 0, sizeof *af);
 }
 
-char *ll_read_file(const char *path, size_t *len) {
+char *ll_read_file_max(const char *path, size_t max, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         ll_fail("%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
-    char *buf = ll_malloc(cap);
+    char *buf = malloc(cap);
+    const char *why = NULL;
+    int err = 0;
     for (;;) {
-        if (n + 1 >= cap) buf = ll_realloc(buf, cap *= 2);
+        if (n + 1 >= cap) {
+            /* out of memory is an error naming the file, never a short read */
+            char *b = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+            if (!b) {
+                err = ENOMEM;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        if (!buf) {
+            err = ENOMEM;
+            break;
+        }
         size_t got = fread(buf + n, 1, cap - n - 1, f);
         n += got;
-        if (got == 0) break;
+        if (n > max) {
+            why = "too large";
+            break;
+        }
+        if (got == 0) {
+            if (ferror(f)) err = errno ? errno : EIO;
+            break;
+        }
     }
-    int err = ferror(f);
     fclose(f);
-    if (err) {
+    if (why || err) {
         free(buf);
-        ll_fail("%s: read error", path);
+        if (why)
+            ll_fail("%s: larger than %zu bytes; refusing to read it (not the file meant?)", path, max);
+        else
+            ll_fail("%s: read error after %zu bytes: %s", path, n, strerror(err));
         return NULL;
     }
     buf[n] = 0;
     if (len) *len = n;
     return buf;
 }
+
+char *ll_read_file(const char *path, size_t *len) { return ll_read_file_max(path, SIZE_MAX - 1, len); }

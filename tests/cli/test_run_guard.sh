@@ -48,5 +48,45 @@ done
 "$BIN/lleval" --input "$T/in.txt" --ref "$T/in.txt" > /dev/full 2> "$T/log" && err "lleval > /dev/full exited 0"
 "$BIN/llprune" --model "$R/checkpoint_last.llm" --output "$T/pruned.llm" > /dev/full 2> "$T/log" && err "llprune > /dev/full exited 0"
 
+# 4. out of memory while reading is an error naming the file, never end of input
+(ulimit -v 1500000; "$BIN/lldecode" --model "$R/checkpoint_last.llm" --input /dev/zero > "$T/out" 2> "$T/log")
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: /dev/zero:1: read error: Cannot allocate memory" "$T/log" ||
+  err "lldecode --input /dev/zero under ulimit -v: exit $rc: $(cat "$T/log")"
+(ulimit -v 1500000; head -c 2000000000 /dev/zero | "$BIN/lleval" --ref - --input "$T/in.txt" > /dev/null 2> "$T/log")
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: <stdin>: read error after [0-9]* bytes: Cannot allocate memory" "$T/log" ||
+  err "lleval --ref - (2 GB) under ulimit -v: exit $rc: $(cat "$T/log")"
+
+# 5. strict numbers in every tool's flags: the whole string, range checked, the message gives the range
+want() { # want "PATTERN" CMD...: CMD fails with one line matching PATTERN
+  local pat=$1; shift
+  "$@" > /dev/null 2> "$T/log"; local rc=$?
+  [ $rc -ne 0 ] && [ "$(wc -l < "$T/log")" -eq 1 ] && grep -q -- "$pat" "$T/log" || err "$*: exit $rc: $(cat "$T/log")"
+}
+for v in O.9 abc 0.5x -0.9 1.5 "" " 0.5" 1e-400; do
+  want "error: --threshold: .*\[0, 1\]" "$BIN/llprune" --model "$R/checkpoint_last.llm" --threshold "$v" --output "$T/p.llm"
+done
+[ ! -e "$T/p.llm" ] || err "llprune wrote a model despite a bad --threshold"
+for v in abc 2x -1 0 99999999999999999999; do
+  want "error: --last: expected an integer in \[1, 1000000\], got '$v'" "$BIN/llavg" --output "$T/a.llm" --dir "$R" --last "$v"
+done
+want "error: --width: expected an integer in \[0, 40\], got '5x'" "$BIN/lleval" --ref "$T/in.txt" --input "$T/in.txt" --width 5x
+want "error: --smooth-value: expected a number" "$BIN/lleval" --ref "$T/in.txt" --input "$T/in.txt" --smooth-value 0.1.
+want "error: --beam: expected an integer in \[1, 1024\], got '4 '" "$BIN/lldecode" --model "$R/checkpoint_last.llm" --beam "4 "
+want "error: --batch 99999999999x5: expected BxT" "${A[@]}" --dry-run --batch 99999999999x5
+want "error: --batch 4x5y: expected BxT" "${A[@]}" --dry-run --batch 4x5y
+want "train.threads expects an int, got '2x'" "${A[@]}" --threads 2x
+want "error: --enc-layers-to-keep: '0,-1' is not a list" "$BIN/llprune" --model "$R/checkpoint_last.llm" --enc-layers-to-keep 0,-1 --output "$T/p.llm"
+
+# 6. config numbers: underflow and integers beyond their type, with the allowed range
+want "train.lr: 1e-320 underflows a float.*allowed: (0, 10\]" "${A[@]}" --set train.lr=1e-320
+want "train.max_updates must be an integer in \[0, 2147483647\], got 3000000000" "${A[@]}" --set train.max_updates=3000000000
+want "train.seed must be an integer in \[0, 2147483647\], got 18446744073709551617" "${A[@]}" --set train.seed=18446744073709551617
+want "data.max_tokens expects an int, got '1e20' (allowed: \[1, 2147483647\])" "${A[@]}" --set data.max_tokens=1e20
+
+# 10. a config file has a size cap (/dev/zero is refused at once, not read into 9 GB)
+want "error: /dev/zero: larger than 16777216 bytes; refusing to read it" "$BIN/lltrain" --config /dev/zero
+
 [ $fail -eq 0 ] && echo "test_run_guard: all checks passed"
 exit $fail
