@@ -1,4 +1,7 @@
-/* One run per checkpoint.save_dir: an fcntl write lock on <save_dir>/.lltrain.lock,
+/* The run's directory: creating it, hard-linking checkpoints, and the checks
+ * that keep a run's files its own.
+ *
+ * One run per checkpoint.save_dir: an fcntl write lock on <save_dir>/.lltrain.lock,
  * held for the process's life.  The kernel drops it when the process dies, so a
  * crash never leaves a stale lock.  The file records the holder's PID: a second
  * lltrain names it, and the next holder learns whose temporaries a killed run
@@ -9,10 +12,52 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ll/checkpoint.h"
+#include "ll/config.h"
+#include "ll/core.h"
+#include "ll/data.h"
 #include "ll/train.h"
+
+int ll_mkdir_p(const char *dir) {
+    char buf[LL_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0777) && errno != EEXIST) return ll_fail("%s: cannot create directory: %s", buf, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir(buf, 0777) && errno != EEXIST) return ll_fail("%s: cannot create directory: %s", buf, strerror(errno));
+    return 0;
+}
+
+/* dst becomes another name of src, atomically (link to a temporary, rename).
+ * -1 where links are not possible or dst is a symlink (the caller writes instead). */
+int ll_link_over(const char *src, const char *dst) {
+    struct stat st;
+    if (lstat(dst, &st) == 0 && S_ISLNK(st.st_mode)) return -1;
+    char tmp[LL_PATH_MAX + 96];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
+    unlink(tmp);
+    if (link(src, tmp) != 0) return -1;
+    if (rename(tmp, dst) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    char dir[LL_PATH_MAX + 96];
+    snprintf(dir, sizeof dir, "%s", dst);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    int fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY); /* make the new name durable */
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return 0;
+}
 
 int ll_run_lock(const char *save_dir, long *prev_pid, int *removed) {
     char path[LL_PATH_MAX + 32];
@@ -57,4 +102,86 @@ int ll_run_lock(const char *save_dir, long *prev_pid, int *removed) {
         return ll_fail("%s: cannot write the run lock: %s", path, strerror(e));
     }
     return fd; /* kept open until exit: closing any descriptor of the file would drop the lock */
+}
+
+/* --resume checks what the weights mean (ll_resume_check): the vocabulary must
+ * be the checkpoint's; changed data and settings are reported. */
+
+/* The first ids whose pieces differ, for the message. */
+static void vocab_diff(const void *old, size_t old_len, const void *now, size_t now_len, char *what, size_t n) {
+    ll_spm *a = ll_spm_load_bytes(old, old_len), *b = ll_spm_load_bytes(now, now_len);
+    if (!a || !b) {
+        snprintf(what, n, "the stored sentencepiece model %s", a ? "of this run cannot be loaded" : "cannot be loaded");
+    } else {
+        const int va = ll_spm_vocab_size(a), vb = ll_spm_vocab_size(b), v = va < vb ? va : vb;
+        int differ = 0, first = -1;
+        for (int i = 0; i < v; i++)
+            if (strcmp(ll_spm_id_piece(a, i), ll_spm_id_piece(b, i))) differ += first < 0 ? (first = i, 1) : 1;
+        if (first >= 0)
+            snprintf(what, n, "%d of %d ids now mean other pieces (id %d: '%s' was '%s')%s", differ, v, first,
+                     ll_spm_id_piece(b, first), ll_spm_id_piece(a, first), va != vb ? "; the sizes differ too" : "");
+        else if (va != vb)
+            snprintf(what, n, "%d pieces, the checkpoint's %d", vb, va);
+        else
+            snprintf(what, n, "the same %d pieces, but other scores or normalisation rules", v);
+    }
+    ll_spm_free(a);
+    ll_spm_free(b);
+}
+
+int ll_resume_check(const char *from, const ll_config *cfg, const void *vocab, size_t vocab_len,
+                    const ll_train_state *ts, uint64_t data_hash, int report, char **record) {
+    *record = NULL;
+    ll_ckpt *k = ll_ckpt_open(from);
+    if (!k) return -1;
+    size_t old_len;
+    const void *old = ll_ckpt_vocab(k, &old_len);
+    char spm[LL_PATH_MAX + 32];
+    if (cfg->spm_model[0])
+        snprintf(spm, sizeof spm, "%s", cfg->spm_model);
+    else
+        snprintf(spm, sizeof spm, "%s/spm.model", cfg->data_dir);
+    if (old_len == 0 && report) {
+        ll_warn("%s stores no vocabulary: cannot check that %s is the one it was trained with", from, spm);
+    } else if (old_len && (old_len != vocab_len || memcmp(old, vocab, vocab_len))) {
+        char what[512];
+        vocab_diff(old, old_len, vocab, vocab_len, what, sizeof what);
+        ll_ckpt_close(k);
+        return ll_fail("--resume: %s is not the sentencepiece model %s was trained with: %s; its weights would read "
+                       "the wrong pieces. Resume with the data (data.dir, data.spm_model) of that run, or start "
+                       "a new run in another checkpoint.save_dir",
+                       spm, from, what);
+    }
+    ll_config old_cfg;
+    char *diff = NULL, *json = NULL;
+    int n_diff = 0, n_logged = 0;
+    if (ll_config_load_text(&old_cfg, ll_ckpt_config_text(k), from) == 0) {
+        /* extending a run (how long it may go) changes nothing of what it computes: printed, not logged,
+         * so that a resumed run's files stay those of an uninterrupted one */
+        static const char *const length[] = {"train.max_updates", "train.max_epochs", "train.max_minutes", NULL};
+        diff = ll_config_diff(&old_cfg, cfg, 0, NULL, &n_diff);
+        json = ll_config_diff(&old_cfg, cfg, 1, length, &n_logged);
+        ll_config_free(&old_cfg);
+    } else {
+        ll_warn("%s: its stored config does not load (%s): cannot list what changed", from, ll_errbuf());
+    }
+    ll_ckpt_close(k);
+    const int data_changed = report && ts->data_hash != 0 && ts->data_hash != data_hash;
+    if (!report) n_diff = n_logged = 0;
+    if (ts->data_hash == 0 && report)
+        ll_warn("%s predates the record of its training data: cannot check whether the corpora changed", from);
+    if (data_changed)
+        fprintf(stderr, "lltrain: the prepared data changed since %s was saved (manifest hash %016llx -> %016llx); "
+                "same vocabulary: continuing on the new data\n", from, (unsigned long long)ts->data_hash,
+                (unsigned long long)data_hash);
+    if (n_diff) fprintf(stderr, "lltrain: resuming with %d changed setting(s): %s\n", n_diff, diff);
+    if (n_logged || data_changed) {
+        size_t n = strlen(json) + 160;
+        *record = ll_malloc(n);
+        snprintf(*record, n, "{\"type\":\"resume\",\"update\":%ld,\"data_changed\":%s,\"changes\":%s}", ts->update,
+                 data_changed ? "true" : "false", json);
+    }
+    free(diff);
+    free(json);
+    return 0;
 }

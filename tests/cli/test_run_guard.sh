@@ -26,6 +26,52 @@ kill -9 $first; wait $first 2> /dev/null
 "${A[@]}" --set train.max_updates=10 --resume 2> "$T/log" || err "resume after the holder's SIGKILL: $(cat "$T/log")"
 python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$R/metrics.jsonl" || err "metrics.jsonl is not JSON lines"
 
+# 2. --resume onto other data: another sentencepiece model (a corpus edit retrains it) is refused,
+#    saying what differs; changed corpora under the same model and changed settings are listed and logged
+D=$T/data2; mkdir -p "$D"; cp "$SRC"/tests/data/tiny/train.{en,es} "$D/"
+cat > "$D/c.cfg" <<CFG
+model: {d_model: 32, ffn_dim: 64, heads: 2, enc_layers: 1, dec_layers: 1, max_positions: 128}
+data:
+  dir: $D/bin
+  vocab_size: 100
+  train:
+    - {src: train.en, tgt: train.es, src_lang: en, tgt_lang: es}
+  max_tokens: 512
+  max_len: 64
+train: {seed: 1, threads: 1, lr: 1e-3, warmup_updates: 2, max_updates: 4, log_interval: 2, valid_interval: 0}
+checkpoint: {save_dir: $D/run, save_interval: 2, keep_last: 0}
+CFG
+"$BIN/lltrain" --config "$D/c.cfg" --quiet 2> "$T/log" || err "data2 run: $(cat "$T/log")"
+cp "$D/bin/spm.model" "$D/fixed.model"
+sed -i '1,60d' "$D/train.en" "$D/train.es"
+"$BIN/lltrain" --config "$D/c.cfg" --quiet --resume --set train.max_updates=6 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && grep -q "error: --resume: $D/bin/spm.model is not the sentencepiece model $D/run/checkpoint_last.llm was trained with: [0-9]* of 100 ids now mean other pieces (id [0-9]*: '.*' was '.*')" "$T/log" ||
+  err "resume onto a retrained sentencepiece model: exit $rc: $(cat "$T/log")"
+# the same model (data.spm_model), 60 lines fewer, other lr and dropout: allowed, listed, logged
+cp "$SRC"/tests/data/tiny/train.{en,es} "$D/"
+rm -rf "$D/bin" "$D/run"
+"$BIN/lltrain" --config "$D/c.cfg" --quiet --set data.spm_model="$D/fixed.model" 2> "$T/log" || err "spm_model run: $(cat "$T/log")"
+sed -i '1,60d' "$D/train.en" "$D/train.es"
+"$BIN/lltrain" --config "$D/c.cfg" --quiet --resume --set data.spm_model="$D/fixed.model" --set train.max_updates=6 \
+  --set train.lr=2e-3 --set model.dropout=0.3 2> "$T/log" || err "resume with changed data and settings: $(cat "$T/log")"
+grep -q "the prepared data changed since $D/run/checkpoint_last.llm was saved (manifest hash [0-9a-f]* -> [0-9a-f]*); same vocabulary" "$T/log" ||
+  err "changed corpus not reported: $(cat "$T/log")"
+grep -q "resuming with 3 changed setting(s): model.dropout 0.1 -> 0.3; train.lr 0.001 -> 0.002; train.max_updates 4 -> 6" "$T/log" ||
+  err "changed settings not listed: $(cat "$T/log")"
+grep -q '^{"type":"resume","update":4,"data_changed":true,"changes":{"model.dropout":\["0.1","0.3"\],"train.lr":\["0.001","0.002"\]}}$' "$D/run/metrics.jsonl" ||
+  err "no resume record in metrics.jsonl: $(grep resume "$D/run/metrics.jsonl")"
+# a checkpoint from before these records (no data hash) still resumes, with a warning
+PYTHONPATH=$SRC/scripts python3 - "$D/run/checkpoint_last.llm" <<'PY'
+import struct, sys, llmodel
+m = llmodel.read(sys.argv[1])
+t = {n: bytearray(m.raw(n)) for n in m.tensors}
+struct.pack_into("<q", t["state.extra"], 8 * 3, 0)
+llmodel.write(sys.argv[1], m.config, m.vocab, [(n, x.dtype, list(x.shape), bytes(t[n])) for n, x in m.tensors.items()])
+PY
+"$BIN/lltrain" --config "$D/c.cfg" --quiet --resume --set data.spm_model="$D/fixed.model" --set train.max_updates=8 \
+  --set train.lr=2e-3 --set model.dropout=0.3 2> "$T/log" || err "resume of an older checkpoint: $(cat "$T/log")"
+grep -q "warning: .*checkpoint_last.llm predates the record of its training data" "$T/log" || err "no warning for an old checkpoint: $(cat "$T/log")"
+
 # 3. lost writes: a metrics log, decoded text or a report on a full device stops the tool, non-zero,
 #    naming the file and the reason
 "${A[@]}" --set checkpoint.save_dir="$T/full" --set train.max_updates=10 --set train.metrics_log=/dev/full 2> "$T/log"
