@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ll/data.h"
 #include "ll/train.h"
 #include "util/testutil.h"
 
@@ -314,6 +315,40 @@ static void test_resume_pick(const char *dir0) {
     free(dir);
 }
 
+/* ---- a mapped token file truncated in place: an error naming it, exit 1, not a bare SIGBUS ---- */
+static void test_sigbus_names_file(const char *dir) {
+    char *p = path_in(dir, "shrinks.bin");
+    ll_tokfile_writer *w = ll_tokfile_create(p);
+    CHECK(w != NULL);
+    int32_t ids[1024];
+    for (int i = 0; i < 1024; i++) ids[i] = i == 1023 ? 2 : 5;
+    for (int k = 0; k < 16; k++) CHECK(ll_tokfile_append(w, ids, 1024, (uint64_t)k) == 0); /* 64 KB of tokens */
+    CHECK(ll_tokfile_commit(w) == 0);
+    char *errp = path_in(dir, "sigbus.err");
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        if (!freopen(errp, "w", stderr)) _exit(3);
+        ll_set_progname("lltest");
+        ll_tokfile f;
+        if (ll_tokfile_open(&f, p)) _exit(4);
+        if (truncate(p, 4096) != 0) _exit(5);
+        volatile int32_t x = f.tokens[f.n_tokens - 1]; /* past the new end: SIGBUS */
+        (void)x;
+        _exit(6);
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d (signal %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+              WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    char *msg = ll_read_file(errp, NULL);
+    CHECK_MSG(msg && strstr(msg, "lltest: error: ") && strstr(msg, "shrinks.bin: the file became shorter while it was "
+                                                               "being read"), "stderr: %s", msg ? msg : "(none)");
+    free(msg);
+    free(errp);
+    free(p);
+}
+
 int main(void) {
     const char *dir = tu_tmpdir();
     test_adam_skip();
@@ -322,5 +357,6 @@ int main(void) {
     test_run_lock(dir);
     test_metrics_truncate(dir);
     test_resume_pick(dir);
+    test_sigbus_names_file(dir);
     return tu_finish("test_reliability");
 }

@@ -143,10 +143,22 @@ int ll_atomic_open(ll_atomic_file *af, const char *path);   /* -1 + errbuf on fa
 int ll_atomic_commit(ll_atomic_file *af);                    /* -1 + errbuf on failure */
 void ll_atomic_abort(ll_atomic_file *af);
 
+/* SIGINT, SIGTERM and SIGHUP (where not ignored) remove the atomic writer's live
+ * temporaries, then kill the process as before.  ll_set_progname calls it;
+ * lltrain's own handlers (graceful stop) replace it while training. */
+void ll_remove_temps_on_signals(void);
+
 /* Read a whole file; returns NULL + errbuf on failure.  Adds a NUL terminator. */
 char *ll_read_file(const char *path, size_t *len);
 /* The same, refusing (NULL + errbuf) a file of more than max bytes (config files). */
 char *ll_read_file_max(const char *path, size_t max, size_t *len);
+
+/* Mapped input files (src/core/mapguard.c): a SIGBUS inside a registered
+ * mapping (the file shrank while mapped) prints an error naming the file and
+ * exits 1.  Register after mmap, unregister before munmap. */
+void ll_map_register(const void *addr, size_t len, const char *path);
+void ll_map_unregister(const void *addr);
+void ll_map_set_tool(const char *name); /* the message's prefix (ll_set_progname sets it) */
 
 /* ---- checksums ---- */
 uint64_t ll_fnv1a64(const void *data, size_t n, uint64_t h);

@@ -123,6 +123,10 @@ int ll_run_lock(const char *save_dir, long *prev_pid, int *removed);
 int ll_resume_check(const char *from, const ll_config *cfg, const void *vocab, size_t vocab_len,
                     const ll_train_state *ts, uint64_t data_hash, int report, char **record);
 
+/* Several ranks: -1 + errbuf on a rank whose config differs from rank 0's,
+ * naming the keys (every rank calls it at start-up; collective). */
+int ll_config_check_ranks(struct ll_dist *host, const ll_config *cfg);
+
 /* ---- validation (src/train/validate.c) ---- */
 typedef struct {
     double loss, nll;  /* per target token, base 2 (as fairseq logs them) */

@@ -303,7 +303,10 @@ static int take_u64(cursor *c, uint64_t *v) {
 
 void ll_ckpt_close(ll_ckpt *k) {
     if (!k) return;
-    if (k->map) munmap((void *)k->map, k->map_len);
+    if (k->map) {
+        ll_map_unregister(k->map);
+        munmap((void *)k->map, k->map_len);
+    }
     free(k->config);
     free(k->t);
     free(k->names);
@@ -427,6 +430,7 @@ ll_ckpt *ll_ckpt_open(const char *path) {
         return bad(k, path, "cannot map: %s", strerror(e));
     }
     k->map = m;
+    ll_map_register(m, k->map_len, path);
     const unsigned char *b = k->map;
     uint64_t size = k->map_len;
 

@@ -28,7 +28,11 @@ static void check_stdout(void) {
 void ll_set_progname(const char *name) {
     static int registered;
     g_prog = name;
-    if (!registered++) atexit(check_stdout);
+    ll_map_set_tool(name);
+    if (!registered++) {
+        atexit(check_stdout);
+        ll_remove_temps_on_signals();
+    }
 }
 const char *ll_errbuf(void) { return g_err; }
 

@@ -255,7 +255,13 @@ static int make_spm(prep *P) {
         free(files);
         if (rc != 0) return -1;
     }
-    if (!(P->spm = ll_spm_load(model))) return -1;
+    if (!(P->spm = ll_spm_load(model))) {
+        if (!cfg->spm_model[0]) return -1;
+        char why[1024]; /* name the user's file, not the staging copy (deleted on the way out) */
+        const char *e = ll_errbuf();
+        snprintf(why, sizeof why, "%s", !strncmp(e, model, strlen(model)) ? e + strlen(model) : e);
+        return ll_fail("data.spm_model %s%s", cfg->spm_model, why);
+    }
     int bos, pad, eos, unk;
     ll_spm_special_ids(P->spm, &bos, &pad, &eos, &unk);
     if (bos != LL_BOS || pad != LL_PAD || eos != LL_EOS || unk != LL_UNK)

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "ll/config.h"
 #include "ll/core.h"
 #include "ll/data.h"
+#include "ll/dist.h"
 #include "ll/train.h"
 
 int ll_mkdir_p(const char *dir) {
@@ -184,4 +186,41 @@ int ll_resume_check(const char *from, const ll_config *cfg, const void *vocab, s
     free(diff);
     free(json);
     return 0;
+}
+
+/* Every rank must train what rank 0 trains: rank 0's config text goes to all,
+ * and a rank whose own differs names the keys (a different d_model would
+ * otherwise surface as a size mismatch in the first collective, a different lr
+ * as silently diverging replicas).  Keys that are each rank's own are exempt:
+ * its cores, its clock's budget (the ranks agree on when it ends) and its
+ * watchdog. */
+int ll_config_check_ranks(ll_dist *host, const ll_config *cfg) {
+    if (host->world <= 1) return 0;
+    static const char *const own[] = {"train.threads", "train.batch_workers", "train.max_minutes", "dist.timeout_s",
+                                      NULL};
+    char *mine = ll_config_dump(cfg);
+    uint64_t len = strlen(mine);
+    host->bcast(host, &len, sizeof len, 0);
+    char *root = ll_malloc(len + 1);
+    if (host->rank == 0) memcpy(root, mine, len);
+    host->bcast(host, root, len, 0);
+    root[len] = 0;
+    int rc = 0;
+    if (strcmp(root, mine)) {
+        ll_config c0;
+        int n = 0;
+        if (ll_config_load_text(&c0, root, "rank 0's config") != 0) {
+            rc = ll_fail("rank 0's config does not load here (%s): start every rank with the same ll", ll_errbuf());
+        } else {
+            char *diff = ll_config_diff(&c0, cfg, 0, own, &n);
+            if (n)
+                rc = ll_fail("the config differs from rank 0's in %d key(s) (rank 0 -> this rank): %s; start every "
+                             "rank with the same config and --set options", n, diff);
+            free(diff);
+            ll_config_free(&c0);
+        }
+    }
+    free(root);
+    free(mine);
+    return rc;
 }

@@ -198,6 +198,9 @@ static int setup(trainer *t, const ll_train_opts *o) {
     t->rank = host->rank;
     t->world = host->world;
     t->uf = cfg->update_freq * t->world;
+    if (!cfg->save_dir[0] || !cfg->data_dir[0]) /* "" would read as the working directory, or fail as ": ..." */
+        return ll_fail("%s is empty: set it to a directory", cfg->save_dir[0] ? "data.dir" : "checkpoint.save_dir");
+    if (ll_config_check_ranks(host, cfg)) return -1; /* mismatched ranks: told which keys differ */
     /* before data preparation: fail fast (one rank per GPU; fp32 or bf16) */
     ll_backend *be = ll_backend_select(cfg->device, ll_config_act_dtype(cfg), host->local_rank, "train.device");
     if (!be) return -1;

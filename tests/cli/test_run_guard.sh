@@ -131,6 +131,36 @@ want "train.max_updates must be an integer in \[0, 2147483647\], got 3000000000"
 want "train.seed must be an integer in \[0, 2147483647\], got 18446744073709551617" "${A[@]}" --set train.seed=18446744073709551617
 want "data.max_tokens expects an int, got '1e20' (allowed: \[1, 2147483647\])" "${A[@]}" --set data.max_tokens=1e20
 
+# 7. messages naming the key, the file and the reason
+want "error: checkpoint.save_dir is empty: set it to a directory" "${A[@]}" --set checkpoint.save_dir=
+want "error: data.dir is empty: set it to a directory" "${A[@]}" --set data.dir=
+mkdir -p "$T/cfgdir"
+want "error: $T/cfgdir: read error after 0 bytes: Is a directory" "$BIN/lltrain" --config "$T/cfgdir"
+echo "not a model" > "$T/bad.model"
+want "error: data.spm_model $T/bad.model: cannot load sentencepiece model" "${A[@]}" --set data.dir="$T/bin_bad" \
+  --set data.spm_model="$T/bad.model" --set checkpoint.save_dir="$T/r_bad"
+# ranks started with different configs are told which keys differ (not "another rank probably died")
+if command -v mpirun > /dev/null && ldd "$BIN/lltrain" | grep -q libmpi; then
+  ( . "$SRC/tests/cli/dist_env.sh"
+    mpirun2 bash -c 'exec "$0" "$@" --set model.d_model=$((32 + 32 * OMPI_COMM_WORLD_RANK)) --set train.lr=$((OMPI_COMM_WORLD_RANK + 1))e-3' \
+      "${A[@]}" --set checkpoint.save_dir="$T/mpi" --set train.max_updates=2 > "$T/mpi.log" 2>&1 )
+  grep -q "lltrain: rank 1: the config differs from rank 0's in 2 key(s) (rank 0 -> this rank): model.d_model 32 -> 64; train.lr 0.001 -> 0.002" \
+    "$T/mpi.log" || err "mismatched ranks: $(grep lltrain "$T/mpi.log")"
+else
+  echo "no mpirun or no MPI build: skipping the ranks' config check"
+fi
+
+# 10. SIGTERM to lldecode removes its temporary output; the exit status still says it was killed
+for i in $(seq 3000); do echo "the house is very big and the cat sleeps on the red chair $i"; done > "$T/many.txt"
+mkdir -p "$T/sig"
+"$BIN/lldecode" --model "$R/checkpoint_last.llm" --input "$T/many.txt" --output "$T/sig/out.txt" --beam 5 --threads 1 2> /dev/null &
+dec=$!
+for _ in $(seq 100); do ls "$T/sig" | grep -q "out.txt.tmp" && break; sleep 0.05; done
+ls "$T/sig" | grep -q "out.txt.tmp" || err "lldecode wrote no temporary (test setup)"
+kill -TERM $dec; wait $dec; rc=$?
+[ $rc -eq 143 ] || err "lldecode after SIGTERM: exit $rc, not 143"
+[ -z "$(ls "$T/sig")" ] || err "SIGTERM left $(ls "$T/sig") behind"
+
 # 10. a config file has a size cap (/dev/zero is refused at once, not read into 9 GB)
 want "error: /dev/zero: larger than 16777216 bytes; refusing to read it" "$BIN/lltrain" --config /dev/zero
 
