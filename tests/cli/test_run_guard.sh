@@ -150,6 +150,18 @@ else
   echo "no mpirun or no MPI build: skipping the ranks' config check"
 fi
 
+# 8. corpora from pipes: refused at once with a message that says why (a FIFO hung llprep forever,
+#    /dev/stdin from a pipe failed with "Vocabulary size too high")
+mkfifo "$T/fifo.en"
+sed -e "s#src: train.en#src: $T/fifo.en#" -e "s#dir: $D/bin#dir: $T/fifobin#" "$D/c.cfg" > "$T/fifo.cfg"
+timeout 20 "$BIN/llprep" --config "$T/fifo.cfg" > /dev/null 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: data.train\[0\].src $T/fifo.en: not a regular file (a pipe, FIFO, device or directory); ll reads each input more than once" "$T/log" ||
+  err "llprep on a FIFO: exit $rc: $(cat "$T/log")"
+sed -e "s#src: train.en#src: /dev/stdin#" -e "s#dir: $D/bin#dir: $T/stdinbin#" "$D/c.cfg" > "$T/stdin.cfg"
+cat "$D/train.en" | timeout 20 "$BIN/lltrain" --config "$T/stdin.cfg" --set checkpoint.save_dir="$T/stdinrun" > /dev/null 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: data.train\[0\].src /dev/stdin: not a regular file" "$T/log" ||
+  err "lltrain with /dev/stdin from a pipe: exit $rc: $(cat "$T/log")"
+
 # 10. SIGTERM to lldecode removes its temporary output; the exit status still says it was killed
 for i in $(seq 3000); do echo "the house is very big and the cat sleeps on the red chair $i"; done > "$T/many.txt"
 mkdir -p "$T/sig"
