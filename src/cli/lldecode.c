@@ -21,6 +21,7 @@
 #include "ll/config.h"
 #include "ll/core.h"
 #include "ll/decode.h"
+#include "ll/eval.h"
 #include "ll/train.h"
 
 #define CHUNK_LINES 20000 /* lines translated together (sorted and batched within a chunk) */
@@ -341,6 +342,11 @@ int main(int argc, char **argv) {
             }
             while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
             if (memchr(line, 0, got)) ll_die("%s:%ld: NUL byte in the input", in_name, lineno + n + 1);
+            /* as llprep and lleval: UTF-8 only (sentencepiece would map the bytes to <unk> silently) */
+            const long bad = ll_utf8_invalid_at(line, (size_t)got);
+            if (bad >= 0)
+                ll_die("%s:%ld: invalid UTF-8 at byte %ld of the line (ll reads UTF-8 only: convert with iconv)",
+                       in_name, lineno + n + 1, bad + 1);
             lines[n++] = ll_strdup(line);
         }
         if (n == 0) break;

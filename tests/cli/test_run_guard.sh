@@ -173,6 +173,12 @@ kill -TERM $dec; wait $dec; rc=$?
 [ $rc -eq 143 ] || err "lldecode after SIGTERM: exit $rc, not 143"
 [ -z "$(ls "$T/sig")" ] || err "SIGTERM left $(ls "$T/sig") behind"
 
+# 10. lldecode reads UTF-8 only, as training does: invalid bytes stop it naming the line, writing nothing
+printf 'hola\nbad \377 here\n' > "$T/bad_utf8.txt"
+want "error: $T/bad_utf8.txt:2: invalid UTF-8 at byte 5 of the line" "$BIN/lldecode" --model "$R/checkpoint_last.llm" \
+  --input "$T/bad_utf8.txt" --output "$T/utf8_out.txt"
+[ ! -e "$T/utf8_out.txt" ] || err "lldecode wrote output for invalid UTF-8"
+
 # 10. a config file has a size cap (/dev/zero is refused at once, not read into 9 GB)
 want "error: /dev/zero: larger than 16777216 bytes; refusing to read it" "$BIN/lltrain" --config /dev/zero
 
