@@ -11,11 +11,12 @@ A=("$BIN/lltrain" --config "$SRC/configs/tiny_test.cfg" --quiet --set data.dir="
 # 1. a second lltrain on the same save_dir (fresh or --resume) exits non-zero at once, naming the
 #    directory and the PID holding it; the first run goes on; a SIGKILL releases the lock
 "${A[@]}" --set train.max_updates=100000 --resume 2> "$T/first" & first=$!
+trap 'kill -9 $first 2> /dev/null; rm -rf "$T"' EXIT
 for _ in $(seq 100); do grep -q "pid $first" "$R/.lltrain.lock" 2> /dev/null && break; sleep 0.1; done
 for extra in --resume "--set train.max_updates=9"; do
   start=$(date +%s)
   # shellcheck disable=SC2086
-  "${A[@]}" --set train.max_updates=100000 $extra 2> "$T/log"; rc=$?
+  timeout 20 "${A[@]}" --set train.max_updates=100000 $extra 2> "$T/log"; rc=$?
   [ $rc -ne 0 ] || err "second lltrain ($extra) exited 0"
   [ $(( $(date +%s) - start )) -le 5 ] || err "second lltrain ($extra) did not fail at once"
   grep -q "error: $R: another lltrain (PID $first) is running with this checkpoint.save_dir" "$T/log" ||
@@ -153,12 +154,12 @@ fi
 # 8. corpora from pipes: refused at once with a message that says why (a FIFO hung llprep forever,
 #    /dev/stdin from a pipe failed with "Vocabulary size too high")
 mkfifo "$T/fifo.en"
-sed -e "s#src: train.en#src: $T/fifo.en#" -e "s#dir: $D/bin#dir: $T/fifobin#" "$D/c.cfg" > "$T/fifo.cfg"
-timeout 20 "$BIN/llprep" --config "$T/fifo.cfg" > /dev/null 2> "$T/log"; rc=$?
+sed -e "s#src: train.en#src: $T/fifo.en#" -e "s#dir: $D/bin#dir: $T/fifobin#" "$D/c.cfg" > "$D/fifo.cfg"
+timeout 20 "$BIN/llprep" --config "$D/fifo.cfg" > /dev/null 2> "$T/log"; rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: data.train\[0\].src $T/fifo.en: not a regular file (a pipe, FIFO, device or directory); ll reads each input more than once" "$T/log" ||
   err "llprep on a FIFO: exit $rc: $(cat "$T/log")"
-sed -e "s#src: train.en#src: /dev/stdin#" -e "s#dir: $D/bin#dir: $T/stdinbin#" "$D/c.cfg" > "$T/stdin.cfg"
-cat "$D/train.en" | timeout 20 "$BIN/lltrain" --config "$T/stdin.cfg" --set checkpoint.save_dir="$T/stdinrun" > /dev/null 2> "$T/log"; rc=$?
+sed -e "s#src: train.en#src: /dev/stdin#" -e "s#dir: $D/bin#dir: $T/stdinbin#" "$D/c.cfg" > "$D/stdin.cfg"
+cat "$D/train.en" | timeout 20 "$BIN/lltrain" --config "$D/stdin.cfg" --set checkpoint.save_dir="$T/stdinrun" > /dev/null 2> "$T/log"; rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: data.train\[0\].src /dev/stdin: not a regular file" "$T/log" ||
   err "lltrain with /dev/stdin from a pipe: exit $rc: $(cat "$T/log")"
 
