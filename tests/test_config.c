@@ -126,9 +126,19 @@ static void test_load_errors(void) {
     EXPECT_LOAD_ERR("model:\n  tie_output: maybe\n", "2:15", "model.tie_output expects a bool (true or false), got 'maybe'");
     EXPECT_LOAD_ERR("model:\n  dropout: 1.5\n", "2:12", "model.dropout must be in [0, 1), got 1.5");
     EXPECT_LOAD_ERR("model:\n  enc_layers: -2\n", "2:15", "model.enc_layers must be in [0, 4096], got -2");
-    EXPECT_LOAD_ERR("train:\n  warmup_updates: -1\n", "2:19", "train.warmup_updates must be >= 0, got -1");
+    EXPECT_LOAD_ERR("train:\n  warmup_updates: -1\n", "2:19",
+                    "train.warmup_updates must be an integer in [0, 2147483647], got -1");
     EXPECT_LOAD_ERR("train:\n  lr: 0\n", "2:7", "train.lr must be in (0, 10], got 0");
-    EXPECT_LOAD_ERR("train:\n  seed: 99999999999\n", "2:9", "train.seed must be >= 0, got 99999999999");
+    /* issue 28 #6: the type's own limit is in the message; overflow, underflow and a float for an int are caught */
+    EXPECT_LOAD_ERR("train:\n  seed: 99999999999\n", "2:9", "train.seed must be an integer in [0, 2147483647], got 99999999999");
+    EXPECT_LOAD_ERR("train:\n  seed: 18446744073709551617\n", "2:9", "train.seed must be an integer in [0, 2147483647]");
+    EXPECT_LOAD_ERR("train:\n  max_updates: 3000000000\n", "2:16",
+                    "train.max_updates must be an integer in [0, 2147483647], got 3000000000");
+    EXPECT_LOAD_ERR("data:\n  max_tokens: 1e20\n", "2:15", "data.max_tokens expects an int, got '1e20' (allowed: [1, 2147483647])");
+    EXPECT_LOAD_ERR("train:\n  lr: 1e-320\n", "2:7", "train.lr: 1e-320 underflows a float");
+    EXPECT_LOAD_ERR("train:\n  lr: 1e-39\n", "2:7", "train.lr: 1e-39 underflows a float");
+    EXPECT_LOAD_ERR("train:\n  lr: 1e39\n", "2:7", "train.lr must be in (0, 10], got 1e39");
+    EXPECT_LOAD_ERR("model:\n  dropout: 0.1x\n", "2:12", "model.dropout expects a float, got '0.1x'");
     EXPECT_LOAD_ERR("model:\n  norm: mid\n", "2:9", "model.norm must be one of: pre, post, rezero (got 'mid')");
     EXPECT_LOAD_ERR("data:\n  sampling: big\n", "2:13", "one of: auto, temperature, size, uniform, every_pair");
     EXPECT_LOAD_ERR("train:\n  lr: 1e-3\n  lr: 2e-3\n", "3:3", "duplicate key 'train.lr' (first set on line 2)");

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ll/data.h"
 #include "ll/train.h"
 #include "util/testutil.h"
 
@@ -154,32 +155,75 @@ static void test_forged_state(const char *dir) {
     ll_config_free(&cfg);
 }
 
-/* ---- stale temporaries: dead writers' removed, live ones and other files kept ---- */
+/* ---- stale temporaries: the previous lock holder's removed once it is dead;
+ * live writers', other pids' (a user's files) and other names kept ---- */
 static void test_stale_temps(const char *dir0) {
     char *dir = path_in(dir0, "temps");
     mkdir(dir, 0777);
     pid_t child = fork();
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0); /* a pid that is surely dead now */
-    char dead[64], live[64], mine[64];
+    pid_t other = fork();
+    if (other == 0) _exit(0);
+    waitpid(other, NULL, 0);
+    char dead[64], live[64], mine[64], user[64];
     snprintf(dead, sizeof dead, "checkpoint_7.llm.tmp.%ld", (long)child);
     snprintf(live, sizeof live, "checkpoint_last.llm.tmp.%ld", (long)getppid());
     snprintf(mine, sizeof mine, "metrics.jsonl.tmp.%ld", (long)getpid());
-    const char *keep[] = {live, mine, "notes.txt.tmp.1", "checkpoint_7.llm", "checkpoint_8.llm.tmp.x1"};
+    snprintf(user, sizeof user, "metrics_notes.tmp.%ld", (long)other); /* dead pid, but not the writer's */
+    const char *keep[] = {live, mine, user, "notes.txt.tmp.1", "checkpoint_7.llm", "checkpoint_8.llm.tmp.x1"};
+    const int n_keep = (int)(sizeof keep / sizeof keep[0]);
     free(tu_write(dir, dead, "x"));
-    for (int i = 0; i < 5; i++) free(tu_write(dir, keep[i], "x"));
-    CHECK(ll_ckpt_clean_stale_temps(dir) == 1);
+    for (int i = 0; i < n_keep; i++) free(tu_write(dir, keep[i], "x"));
+    CHECK(ll_ckpt_clean_stale_temps(dir, 0) == 0); /* no known writer: nothing is provably ours */
+    CHECK(ll_ckpt_clean_stale_temps(dir, (long)getppid()) == 0); /* alive */
+    CHECK(ll_ckpt_clean_stale_temps(dir, (long)child) == 1);
     char *p = path_in(dir, dead);
     CHECK(access(p, F_OK) != 0);
     free(p);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < n_keep; i++) {
         p = path_in(dir, keep[i]);
         CHECK_MSG(access(p, F_OK) == 0, "%s was removed", keep[i]);
         free(p);
     }
     p = path_in(dir0, "no-such-dir");
-    CHECK(ll_ckpt_clean_stale_temps(p) == 0);
+    CHECK(ll_ckpt_clean_stale_temps(p, (long)child) == 0);
     free(p);
+    free(dir);
+}
+
+/* ---- the save_dir lock: a second holder is refused with the first's PID ---- */
+static void test_run_lock(const char *dir0) {
+    char *dir = path_in(dir0, "locked");
+    mkdir(dir, 0777);
+    int ready[2], go[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    pid_t child = fork();
+    if (child == 0) { /* the first run: holds the lock until told to exit */
+        long prev;
+        int removed;
+        char c = ll_run_lock(dir, &prev, &removed) >= 0 ? 'y' : 'n';
+        if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) < 0) _exit(2);
+        _exit(0);
+    }
+    char c = 0;
+    CHECK(read(ready[0], &c, 1) == 1 && c == 'y');
+    long prev = -1;
+    int removed = -1;
+    CHECK(ll_run_lock(dir, &prev, &removed) < 0);
+    char want[64];
+    snprintf(want, sizeof want, "(PID %ld)", (long)child);
+    CHECK_MSG(strstr(ll_errbuf(), want) && strstr(ll_errbuf(), dir), "message: %s", ll_errbuf());
+    CHECK(write(go[1], "x", 1) == 1);
+    waitpid(child, NULL, 0); /* the kernel dropped its lock */
+    int fd = ll_run_lock(dir, &prev, &removed);
+    CHECK_MSG(fd >= 0, "%s", ll_errbuf());
+    CHECK(prev == (long)child); /* the previous holder, whose temporaries may be left */
+    if (fd >= 0) close(fd);
+    for (int i = 0; i < 2; i++) {
+        close(ready[i]);
+        close(go[i]);
+    }
     free(dir);
 }
 
@@ -271,12 +315,48 @@ static void test_resume_pick(const char *dir0) {
     free(dir);
 }
 
+/* ---- a mapped token file truncated in place: an error naming it, exit 1, not a bare SIGBUS ---- */
+static void test_sigbus_names_file(const char *dir) {
+    char *p = path_in(dir, "shrinks.bin");
+    ll_tokfile_writer *w = ll_tokfile_create(p);
+    CHECK(w != NULL);
+    int32_t ids[1024];
+    for (int i = 0; i < 1024; i++) ids[i] = i == 1023 ? 2 : 5;
+    for (int k = 0; k < 16; k++) CHECK(ll_tokfile_append(w, ids, 1024, (uint64_t)k) == 0); /* 64 KB of tokens */
+    CHECK(ll_tokfile_commit(w) == 0);
+    char *errp = path_in(dir, "sigbus.err");
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        if (!freopen(errp, "w", stderr)) _exit(3);
+        ll_set_progname("lltest");
+        ll_tokfile f;
+        if (ll_tokfile_open(&f, p)) _exit(4);
+        if (truncate(p, 4096) != 0) _exit(5);
+        volatile int32_t x = f.tokens[f.n_tokens - 1]; /* past the new end: SIGBUS */
+        (void)x;
+        _exit(6);
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d (signal %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+              WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    char *msg = ll_read_file(errp, NULL);
+    CHECK_MSG(msg && strstr(msg, "lltest: error: ") && strstr(msg, "shrinks.bin: the file became shorter while it was "
+                                                               "being read"), "stderr: %s", msg ? msg : "(none)");
+    free(msg);
+    free(errp);
+    free(p);
+}
+
 int main(void) {
     const char *dir = tu_tmpdir();
     test_adam_skip();
     test_forged_state(dir);
     test_stale_temps(dir);
+    test_run_lock(dir);
     test_metrics_truncate(dir);
     test_resume_pick(dir);
+    test_sigbus_names_file(dir);
     return tu_finish("test_reliability");
 }

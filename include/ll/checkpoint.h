@@ -77,10 +77,12 @@ int ll_ckpt_list_numbered(const char *dir, long **updates);
 /* "dir/checkpoint_<update>.llm", malloc'd. */
 char *ll_ckpt_numbered_path(const char *dir, long update);
 /* Remove the atomic writer's temporaries ("checkpoint_*.tmp.<pid>",
- * "metrics*.tmp.<pid>") whose process is gone (a killed run leaves one the
- * size of a checkpoint).  Returns the number removed (0 if dir does not
- * exist), or -1 + errbuf. */
-int ll_ckpt_clean_stale_temps(const char *dir);
+ * "metrics*.tmp.<pid>") of `writer`, the run that held dir's lock before
+ * (ll_run_lock), when that process is gone (a killed run leaves one the size
+ * of a checkpoint).  Files of any other pid are a user's: kept.  writer <= 0
+ * removes nothing.  Returns the number removed (0 if dir does not exist), or
+ * -1 + errbuf. */
+int ll_ckpt_clean_stale_temps(const char *dir, long writer);
 
 #ifdef __cplusplus
 }

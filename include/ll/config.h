@@ -161,6 +161,10 @@ int ll_config_validate(const ll_config *c);
  * ll_config_load_text to an identical struct (string fields are zero-padded,
  * so even memcmp over the fields before `text` agrees). */
 char *ll_config_dump(const ll_config *c);
+/* The keys whose values differ between a and b (*n_diff of them), as
+ * "key old -> new; ..." or (json) {"key":["old","new"],...}; malloc'd.  Keys
+ * in skip (NULL-terminated; NULL: none) are left out. */
+char *ll_config_diff(const ll_config *a, const ll_config *b, int json, const char *const *skip, int *n_diff);
 /* One key's value as config text ("512", "0.0005", "true", a double-quoted string, a flow list
  * for corpora), malloc'd; NULL + errbuf for an unknown key. */
 char *ll_config_get(const ll_config *c, const char *key);

@@ -43,6 +43,18 @@ void *ll_realloc(void *p, size_t n);
 char *ll_strdup(const char *s);
 void *ll_aligned_alloc(size_t n); /* 64-byte aligned, zeroed; free with free() */
 
+/* ---- strict numbers (src/core/numparse.c) ----
+ * The whole string must be the number (no blanks or trailing text). */
+enum { LL_NUM_SYNTAX = -1, LL_NUM_RANGE = -2, LL_NUM_UNDERFLOW = -3 };
+int ll_num_long(const char *s, long *v); /* 0, LL_NUM_SYNTAX or LL_NUM_RANGE (beyond long) */
+/* 0, LL_NUM_SYNTAX (also NaN), LL_NUM_RANGE (infinite or beyond the type) or
+ * LL_NUM_UNDERFLOW (not 0 but below the type's smallest normal value); as_float:
+ * the value goes into a float. */
+int ll_num_double(const char *s, double *v, int as_float);
+/* Flags: -1 + errbuf "what: expected an integer in [lo, hi], got 's'". */
+int ll_parse_long(const char *what, const char *s, long lo, long hi, long *out);
+int ll_parse_double(const char *what, const char *s, double lo, double hi, double *out);
+
 /* ---- logging ---- */
 extern int ll_verbosity; /* 0 quiet, 1 normal, 2 debug */
 void ll_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -131,8 +143,22 @@ int ll_atomic_open(ll_atomic_file *af, const char *path);   /* -1 + errbuf on fa
 int ll_atomic_commit(ll_atomic_file *af);                    /* -1 + errbuf on failure */
 void ll_atomic_abort(ll_atomic_file *af);
 
+/* SIGINT, SIGTERM and SIGHUP (where not ignored) remove the atomic writer's live
+ * temporaries, then kill the process as before.  ll_set_progname calls it;
+ * lltrain's own handlers (graceful stop) replace it while training. */
+void ll_remove_temps_on_signals(void);
+
 /* Read a whole file; returns NULL + errbuf on failure.  Adds a NUL terminator. */
 char *ll_read_file(const char *path, size_t *len);
+/* The same, refusing (NULL + errbuf) a file of more than max bytes (config files). */
+char *ll_read_file_max(const char *path, size_t max, size_t *len);
+
+/* Mapped input files (src/core/mapguard.c): a SIGBUS inside a registered
+ * mapping (the file shrank while mapped) prints an error naming the file and
+ * exits 1.  Register after mmap, unregister before munmap. */
+void ll_map_register(const void *addr, size_t len, const char *path);
+void ll_map_unregister(const void *addr);
+void ll_map_set_tool(const char *name); /* the message's prefix (ll_set_progname sets it) */
 
 /* ---- checksums ---- */
 uint64_t ll_fnv1a64(const void *data, size_t n, uint64_t h);

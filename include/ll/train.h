@@ -57,6 +57,7 @@ typedef struct {
     long best_update;       /* update of the model in checkpoint_best (-1: none / unknown) */
     int finished;           /* the run ended (max updates/epochs, early stop): resuming does nothing */
     int64_t metrics_records; /* records in the metrics log when this state was saved (-1: unknown) */
+    uint64_t data_hash;     /* the prepared data's manifest hash (raw corpora + data settings); 0: unknown */
 #define LL_LOG_ACC 10
     double log_acc[LL_LOG_ACC]; /* the trainer's progress-line sums since its last log record */
     ll_adam *opt;
@@ -98,6 +99,33 @@ int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chose
  * line goes too.  Atomic; FIFOs and devices are left alone.  Returns the
  * records kept, or -1 + errbuf. */
 int ll_metrics_truncate(const char *path, long update, int64_t records);
+
+/* ---- one run per save_dir (src/train/rundir.c) ---- */
+int ll_mkdir_p(const char *dir); /* mkdir -p; -1 + errbuf naming the part that failed */
+/* dst becomes another name of src, atomically (link to a temporary, rename).
+ * -1 where links are not possible or dst is a symlink (the caller writes instead). */
+int ll_link_over(const char *src, const char *dst);
+/* Take the advisory lock <save_dir>/.lltrain.lock for the process's life (the
+ * kernel drops it on exit or crash).  Returns its descriptor (keep it open),
+ * or -1 + errbuf naming save_dir and the holder's PID when another process
+ * holds it.  *prev_pid: the PID of the previous holder (0 if unknown); its
+ * temporaries are removed (ll_ckpt_clean_stale_temps) before this process's
+ * PID is recorded, *removed their number. */
+int ll_run_lock(const char *save_dir, long *prev_pid, int *removed);
+
+/* What the resumed checkpoint `from` was trained on against what this run has
+ * now.  A vocabulary (sentencepiece model) that differs is refused (-1 + errbuf
+ * saying what differs): the weights would mean other pieces.  Changed data
+ * under the same vocabulary, and changed config keys, are allowed: printed on
+ * stderr (report: rank 0), and *record (malloc'd, NULL when nothing changed) is
+ * the JSON metrics record to log.  Checkpoints from before these records
+ * resume with a warning. */
+int ll_resume_check(const char *from, const ll_config *cfg, const void *vocab, size_t vocab_len,
+                    const ll_train_state *ts, uint64_t data_hash, int report, char **record);
+
+/* Several ranks: -1 + errbuf on a rank whose config differs from rank 0's,
+ * naming the keys (every rank calls it at start-up; collective). */
+int ll_config_check_ranks(struct ll_dist *host, const ll_config *cfg);
 
 /* ---- validation (src/train/validate.c) ---- */
 typedef struct {

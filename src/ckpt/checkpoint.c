@@ -303,7 +303,10 @@ static int take_u64(cursor *c, uint64_t *v) {
 
 void ll_ckpt_close(ll_ckpt *k) {
     if (!k) return;
-    if (k->map) munmap((void *)k->map, k->map_len);
+    if (k->map) {
+        ll_map_unregister(k->map);
+        munmap((void *)k->map, k->map_len);
+    }
     free(k->config);
     free(k->t);
     free(k->names);
@@ -427,6 +430,7 @@ ll_ckpt *ll_ckpt_open(const char *path) {
         return bad(k, path, "cannot map: %s", strerror(e));
     }
     k->map = m;
+    ll_map_register(m, k->map_len, path);
     const unsigned char *b = k->map;
     uint64_t size = k->map_len;
 
@@ -576,7 +580,8 @@ static int parse_temp(const char *name, long *pid) {
     return 1;
 }
 
-int ll_ckpt_clean_stale_temps(const char *dir) {
+int ll_ckpt_clean_stale_temps(const char *dir, long writer) {
+    if (writer <= 0 || writer == (long)getpid()) return 0;
     DIR *dp = opendir(dir);
     if (!dp) return errno == ENOENT ? 0 : ll_fail("%s: cannot open directory: %s", dir, strerror(errno));
     int removed = 0;
@@ -584,7 +589,7 @@ int ll_ckpt_clean_stale_temps(const char *dir) {
     char path[4096];
     while ((e = readdir(dp))) {
         long pid;
-        if (!parse_temp(e->d_name, &pid) || pid == (long)getpid()) continue;
+        if (!parse_temp(e->d_name, &pid) || pid != writer) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its writer may still be running */
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (unlink(path) == 0) removed++;

@@ -29,8 +29,11 @@ int main(int argc, char **argv) {
             out = argv[++i];
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
             dir = argv[++i];
-        else if (!strcmp(argv[i], "--last") && i + 1 < argc)
-            last = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--last") && i + 1 < argc) {
+            long v;
+            if (ll_parse_long("--last", argv[++i], 1, 1000000, &v)) ll_die("%s", ll_errbuf());
+            last = (int)v;
+        }
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: llavg --output OUT.llm M1.llm M2.llm ...\n"
                    "       llavg --output OUT.llm --dir CHECKPOINT_DIR --last N\n");

@@ -21,6 +21,7 @@
 #include "ll/config.h"
 #include "ll/core.h"
 #include "ll/decode.h"
+#include "ll/eval.h"
 #include "ll/train.h"
 
 #define CHUNK_LINES 20000 /* lines translated together (sorted and batched within a chunk) */
@@ -63,20 +64,14 @@ static void abort_output(void) {
 }
 
 static long parse_int(const char *flag, const char *s, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        ll_die("%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+    long v;
+    if (ll_parse_long(flag, s, lo, hi, &v)) ll_die("%s", ll_errbuf());
     return v;
 }
 
 static double parse_real(const char *flag, const char *s, double lo, double hi) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        ll_die("%s: expected a number in [%g, %g], got '%s'", flag, lo, hi, s);
+    double v;
+    if (ll_parse_double(flag, s, lo, hi, &v)) ll_die("%s", ll_errbuf());
     return v;
 }
 
@@ -336,14 +331,22 @@ int main(int argc, char **argv) {
     for (int eof = 0; !eof;) {
         int n = 0;
         while (n < CHUNK_LINES) {
+            errno = 0;
             ssize_t got = getline(&line, &line_cap, in);
             if (got < 0) {
-                if (ferror(in)) ll_die("%s: read error: %s", in_name, strerror(errno));
+                /* not at the end: an error, or no memory for the line (ENOMEM sets no error flag) */
+                if (ferror(in) || !feof(in))
+                    ll_die("%s:%ld: read error: %s", in_name, lineno + n + 1, strerror(errno ? errno : EIO));
                 eof = 1;
                 break;
             }
             while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
             if (memchr(line, 0, got)) ll_die("%s:%ld: NUL byte in the input", in_name, lineno + n + 1);
+            /* as llprep and lleval: UTF-8 only (sentencepiece would map the bytes to <unk> silently) */
+            const long bad = ll_utf8_invalid_at(line, (size_t)got);
+            if (bad >= 0)
+                ll_die("%s:%ld: invalid UTF-8 at byte %ld of the line (ll reads UTF-8 only: convert with iconv)",
+                       in_name, lineno + n + 1, bad + 1);
             lines[n++] = ll_strdup(line);
         }
         if (n == 0) break;
@@ -370,7 +373,8 @@ int main(int argc, char **argv) {
         if (t.n_truncated && first_trunc < 0) first_trunc = lineno + t.first_truncated + 1;
         n_trunc += t.n_truncated;
         write_chunk(out, &o, spm, &t, lineno);
-        if (ferror(out)) ll_die("%s: write error", strcmp(o.output, "-") ? o.output : "<stdout>");
+        if (ferror(out) || fflush(out) != 0) /* at once, with the reason, not after decoding everything */
+            ll_die("%s: write failed: %s", strcmp(o.output, "-") ? o.output : "<stdout>", strerror(errno));
         total.sents += t.stats.sents;
         total.batches += t.stats.batches;
         total.src_tokens += t.stats.src_tokens;

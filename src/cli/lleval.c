@@ -5,6 +5,7 @@
  *
  * Prints what `sacrebleu REF... -i HYP -m ... -f text -w 2` prints.  Errors are
  * one line on stderr and exit status 1. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,21 +50,10 @@ typedef struct {
 static void load(text_file *f, const char *path) {
     size_t len = 0;
     f->name = path;
-    if (!strcmp(path, "-")) {
-        f->name = "<stdin>";
-        size_t cap = 1 << 16;
-        f->data = ll_malloc(cap);
-        size_t got;
-        while ((got = fread(f->data + len, 1, cap - len - 1, stdin)) > 0) {
-            len += got;
-            if (cap - len - 1 == 0) f->data = ll_realloc(f->data, cap *= 2);
-        }
-        if (ferror(stdin)) ll_die("cannot read stdin");
-        f->data[len] = 0;
-    } else {
-        f->data = ll_read_file(path, &len);
-        if (!f->data) ll_die("%s", ll_errbuf());
-    }
+    if (!strcmp(path, "-")) f->name = "<stdin>";
+    f->data = ll_read_file(strcmp(path, "-") ? path : "/dev/stdin", &len); /* out of memory: an error, not a short read */
+    if (!f->data && strcmp(path, "-")) ll_die("%s", ll_errbuf());
+    if (!f->data) ll_die("<stdin>%s", ll_errbuf() + strlen("/dev/stdin"));
     long cap = 1024;
     f->lines = ll_malloc((size_t)cap * sizeof *f->lines);
     f->n = 0;
@@ -80,10 +70,9 @@ static void load(text_file *f, const char *path) {
     }
 }
 
-static int parse_int(const char *opt, const char *v) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < -1000000 || x > 1000000) ll_die("%s expects an integer, got '%s'", opt, v);
+static int parse_int(const char *opt, const char *v, long lo, long hi) {
+    long x;
+    if (ll_parse_long(opt, v, lo, hi, &x)) ll_die("%s", ll_errbuf());
     return (int)x;
 }
 
@@ -161,18 +150,16 @@ int main(int argc, char **argv) {
                 ll_die("unknown smoothing method '%s' (exp, none, floor, add-k)", v);
         } else if (IS("--smooth-value", "-sv")) {
             NEED();
-            char *end;
-            bo.smooth_value = strtod(v, &end);
-            if (!*v || *end || !(bo.smooth_value >= 0)) ll_die("--smooth-value expects a number >= 0, got '%s'", v);
+            if (ll_parse_double(a, v, 0, 1e6, &bo.smooth_value)) ll_die("%s", ll_errbuf());
         } else if (IS("--chrf-char-order", "-cc")) {
             NEED();
-            co.char_order = parse_int(a, v);
+            co.char_order = parse_int(a, v, 0, LL_CHRF_MAX_ORDER);
         } else if (IS("--chrf-word-order", "-cw")) {
             NEED();
-            co.word_order = parse_int(a, v);
+            co.word_order = parse_int(a, v, 0, LL_CHRF_MAX_ORDER);
         } else if (IS("--chrf-beta", NULL)) {
             NEED();
-            co.beta = parse_int(a, v);
+            co.beta = parse_int(a, v, 0, 1000000);
         } else if (IS("--chrf-whitespace", NULL)) {
             co.whitespace = 1;
         } else if (IS("--chrf-eps-smoothing", NULL)) {
@@ -183,8 +170,7 @@ int main(int argc, char **argv) {
             score_only = 1;
         } else if (IS("--width", "-w")) {
             NEED();
-            width = parse_int(a, v);
-            if (width < 0 || width > 40) ll_die("--width must be within 0..40, got %d", width);
+            width = parse_int(a, v, 0, 40);
         } else if (IS("--short", "-sh")) {
             short_sig = 1;
         } else {
@@ -271,7 +257,7 @@ int main(int argc, char **argv) {
         }
         print_results(out, n);
     }
-    if (fflush(stdout) != 0) ll_die("cannot write the output");
+    if (fflush(stdout) != 0) ll_die("<stdout>: write failed: %s", strerror(errno));
     free(hyp.data);
     free(hyp.lines);
     for (int k = 0; k < nrefs; k++) {

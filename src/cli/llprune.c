@@ -23,6 +23,7 @@
  * Also refused: a threshold that keeps no layer of a latent stack (an empty
  * stack is not a model lldecode can run); the message names the stack, the
  * language and the highest q, i.e. the largest threshold that keeps one. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +50,9 @@ static int parse_list(const char *s, int L, stack_plan *p, const char *flag) {
     const char *c = s;
     while (*c) {
         char *end;
-        long v = strtol(c, &end, 10);
-        if (end == c || v < 0 || v >= L) ll_die("%s: '%s' is not a list of layer indices in 0..%d", flag, s, L - 1);
+        errno = 0;
+        long v = *c >= '0' && *c <= '9' ? strtol(c, &end, 10) : -1; /* digits only: no sign, no blanks */
+        if (v < 0 || errno || v >= L) ll_die("%s: '%s' is not a list of layer indices in 0..%d", flag, s, L - 1);
         if (p->n_keep && v <= p->keep[p->n_keep - 1]) ll_die("%s: indices must be increasing", flag);
         p->keep[p->n_keep++] = (int)v;
         c = *end == ',' ? end + 1 : end;
@@ -164,7 +166,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--output") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "--threshold") && i + 1 < argc) thr = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--threshold") && i + 1 < argc) {
+            if (ll_parse_double("--threshold", argv[++i], 0, 1, &thr)) ll_die("%s", ll_errbuf());
+        }
         else if (!strcmp(argv[i], "--lang") && i + 1 < argc) lang = argv[++i];
         else if (!strcmp(argv[i], "--enc-layers-to-keep") && i + 1 < argc) keep_s[0] = argv[++i];
         else if (!strcmp(argv[i], "--dec-layers-to-keep") && i + 1 < argc) keep_s[1] = argv[++i];

@@ -8,6 +8,7 @@
  * trains, validating every train.valid_interval updates and writing
  * checkpoint_last.llm / checkpoint_best.llm / checkpoint_<N>.llm to
  * checkpoint.save_dir.  Errors: one line on stderr, exit status 1. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,9 +100,16 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--dry-run")) {
             dry = 1;
         } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
-            char extra;
-            if (sscanf(argv[++i], "%dx%d%c", &dry_B, &dry_T, &extra) != 2 || dry_B < 1 || dry_T < 2)
-                ll_die("--batch %s: expected BxT, e.g. 256x32 (B >= 1 sentences of T >= 2 tokens)", argv[i]);
+            char b[64];
+            const char *x = strchr(argv[++i], 'x');
+            long B, T;
+            snprintf(b, sizeof b, "%.*s", x ? (int)(x - argv[i]) : 0, argv[i]);
+            if (!x || strlen(argv[i]) >= sizeof b || ll_num_long(b, &B) || ll_num_long(x + 1, &T) || B < 1 ||
+                B > INT_MAX || T < 2 || T > INT_MAX)
+                ll_die("--batch %s: expected BxT, e.g. 256x32 (B in [1, %d] sentences of T in [2, %d] tokens)",
+                       argv[i], INT_MAX, INT_MAX);
+            dry_B = (int)B;
+            dry_T = (int)T;
         } else if (!strcmp(argv[i], "--op-stats")) {
             opts.op_stats = 1;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {

@@ -348,7 +348,7 @@ int ll_config_load_text(ll_config *c, const char *text, const char *name) {
 
 int ll_config_load(ll_config *c, const char *path) {
     size_t len;
-    char *text = ll_read_file(path, &len);
+    char *text = ll_read_file_max(path, (size_t)16 << 20, &len); /* a config is KBs: /dev/zero must not fill memory */
     if (!text) return -1;
     if (strlen(text) != len) {
         free(text);

@@ -14,6 +14,42 @@ static int in_section(const ll_cfg_key *k, const char *section) {
     return !strncmp(k->name, section, n) && k->name[n] == '.';
 }
 
+char *ll_config_diff(const ll_config *a, const ll_config *b, int json, const char *const *skip, int *n_diff) {
+    ll_sbuf out = {0};
+    int n = 0;
+    ll_sb_printf(&out, "%s", json ? "{" : "");
+    for (int i = 0; i < ll_cfg_nkeys; i++) {
+        const ll_cfg_key *k = &ll_cfg_keys[i];
+        int skipped = 0;
+        for (int j = 0; skip && skip[j]; j++) skipped |= !strcmp(skip[j], k->name);
+        if (skipped) continue;
+        ll_sbuf x = {0}, y = {0};
+        ll_cfg_format_value(&x, k, a);
+        ll_cfg_format_value(&y, k, b);
+        if (strcmp(x.p ? x.p : "", y.p ? y.p : "")) {
+            if (json) { /* the values as config text, in JSON strings */
+                ll_sb_printf(&out, "%s\"%s\":[", n ? "," : "", k->name);
+                for (int s = 0; s < 2; s++) {
+                    ll_sb_printf(&out, "%s\"", s ? "," : "");
+                    for (const char *c = s ? y.p : x.p; c && *c; c++)
+                        ll_sb_printf(&out, *c == '"' || *c == '\\' ? "\\%c" : (unsigned char)*c < 0x20 ? "\\u%04x" : "%c",
+                                     *c);
+                    ll_sb_printf(&out, "\"");
+                }
+                ll_sb_printf(&out, "]");
+            } else {
+                ll_sb_printf(&out, "%s%s %s -> %s", n ? "; " : "", k->name, x.p ? x.p : "", y.p ? y.p : "");
+            }
+            n++;
+        }
+        free(x.p);
+        free(y.p);
+    }
+    ll_sb_printf(&out, "%s", json ? "}" : "");
+    if (n_diff) *n_diff = n;
+    return out.p;
+}
+
 char *ll_config_dump(const ll_config *c) {
     ll_sbuf b = {0};
     ll_sb_printf(&b, "# ll config: every key, as used (corpus paths already resolved)\n");

@@ -390,9 +390,12 @@ static int in_range(const ll_cfg_key *k, double v) {
 }
 
 static int range_error(const ll_cfg_key *k, const char *text, char *err, size_t errn) {
-    char r[64];
+    char r[96];
     ll_cfg_range_text(k, r, sizeof r);
-    if (r[0] == '>')
+    if (k->type == LL_CFG_INT && r[0] == '>') /* "> 0" hides the int's own limit: give the whole range */
+        snprintf(err, errn, "%s must be an integer in %c%.0f, %d], got %s", k->name,
+                 k->flags & LL_CFG_MIN_OPEN ? '(' : '[', k->min, INT_MAX, text);
+    else if (r[0] == '>')
         snprintf(err, errn, "%s must be %s, got %s", k->name, r, text);
     else
         snprintf(err, errn, "%s must be in %s, got %s", k->name, r, text);
@@ -410,26 +413,33 @@ static int parse_bool(const char *t, int *out) {
 
 int ll_cfg_parse_value(const ll_cfg_key *k, const char *t, ll_config *c, char *err, size_t errn) {
     void *field = ll_cfg_field(c, k);
-    char *end;
     switch (k->type) {
     case LL_CFG_INT: {
-        errno = 0;
-        long v = *t && !isspace((unsigned char)*t) ? strtol(t, &end, 10) : 0;
-        if (!*t || isspace((unsigned char)*t) || *end) {
-            snprintf(err, errn, "%s expects an int, got '%s'", k->name, t);
+        long v = 0;
+        const int rc = ll_num_long(t, &v);
+        if (rc == LL_NUM_SYNTAX) {
+            snprintf(err, errn, "%s expects an int, got '%s' (allowed: %c%.0f, %.0f])", k->name, t,
+                     k->flags & LL_CFG_MIN_OPEN ? '(' : '[', k->min, k->max < INT_MAX ? k->max : (double)INT_MAX);
             return -1;
         }
-        if (errno == ERANGE || v < INT_MIN || v > INT_MAX || !in_range(k, (double)v)) return range_error(k, t, err, errn);
+        if (rc || v < INT_MIN || v > INT_MAX || !in_range(k, (double)v)) return range_error(k, t, err, errn);
         *(int *)field = (int)v;
         return 0;
     }
     case LL_CFG_FLOAT: {
-        double v = *t && !isspace((unsigned char)*t) ? strtod(t, &end) : 0;
-        if (!*t || isspace((unsigned char)*t) || *end || !isfinite(v)) {
+        double v = 0;
+        const int rc = ll_num_double(t, &v, 1);
+        if (rc == LL_NUM_SYNTAX || (rc == LL_NUM_RANGE && !isfinite(strtod(t, NULL)))) {
             snprintf(err, errn, "%s expects a float, got '%s'", k->name, t);
             return -1;
         }
-        if (!in_range(k, v) || !isfinite((float)v)) return range_error(k, t, err, errn);
+        if (rc == LL_NUM_UNDERFLOW) { /* 1e-320 would pass (0, 10] and train at 0 */
+            char r[96];
+            ll_cfg_range_text(k, r, sizeof r);
+            snprintf(err, errn, "%s: %s underflows a float (its smallest normal value is 1.2e-38; 0 if meant); allowed: %s", k->name, t, r);
+            return -1;
+        }
+        if (rc || !in_range(k, v) || !in_range(k, (float)v)) return range_error(k, t, err, errn);
         *(float *)field = (float)v;
         return 0;
     }

@@ -2,8 +2,10 @@
 #define _GNU_SOURCE
 #include "ll/core.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -11,7 +13,27 @@ static _Thread_local char g_err[2048]; /* per thread: decoding workers */
 static const char *g_prog = "ll";
 int ll_verbosity = 1;
 
-void ll_set_progname(const char *name) { g_prog = name; }
+static volatile int g_died; /* ll_die already reported the failure */
+
+/* At exit: what was printed to stdout must have reached it (a full disk,
+ * /dev/full, a closed pipe), else the exit status says so. */
+static void check_stdout(void) {
+    if (g_died) return;
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return;
+    fprintf(stderr, "%s: error: <stdout>: write failed: %s\n", g_prog, errno ? strerror(errno) : "I/O error");
+    _exit(1);
+}
+
+void ll_set_progname(const char *name) {
+    static int registered;
+    g_prog = name;
+    ll_map_set_tool(name);
+    if (!registered++) {
+        atexit(check_stdout);
+        ll_remove_temps_on_signals();
+    }
+}
 const char *ll_errbuf(void) { return g_err; }
 
 int ll_fail(const char *fmt, ...) {
@@ -44,6 +66,7 @@ void ll_die(const char *fmt, ...) {
     g_dying = 1;
 #endif
     va_list ap;
+    g_died = 1;
     fflush(stdout);
     fprintf(stderr, "%s: error: ", g_prog);
     va_start(ap, fmt);

@@ -5,11 +5,56 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <signal.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Live temporaries, so that a SIGINT/SIGTERM/SIGHUP removes them before the
+ * process dies (a killed lldecode left "out.txt.tmp.<pid>" behind).  Slots are
+ * claimed by the main thread; the handler only reads them. */
+enum { MAX_TEMPS = 32, TEMP_CAP = 4200 };
+static char g_temps[MAX_TEMPS][TEMP_CAP];
+static volatile sig_atomic_t g_temp_used[MAX_TEMPS];
+
+static void temp_track(const char *tmp) {
+    for (int i = 0; i < MAX_TEMPS; i++)
+        if (!g_temp_used[i] && strlen(tmp) < TEMP_CAP) {
+            memcpy(g_temps[i], tmp, strlen(tmp) + 1);
+            g_temp_used[i] = 1;
+            return;
+        }
+}
+
+static void temp_untrack(const char *tmp) {
+    for (int i = 0; i < MAX_TEMPS; i++)
+        if (g_temp_used[i] && !strcmp(g_temps[i], tmp)) {
+            g_temp_used[i] = 0;
+            return;
+        }
+}
+
+static void on_fatal_signal(int sig) {
+    for (int i = 0; i < MAX_TEMPS; i++)
+        if (g_temp_used[i]) unlink(g_temps[i]);
+    signal(sig, SIG_DFL);
+    raise(sig); /* dies of the signal, as it would have */
+}
+
+void ll_remove_temps_on_signals(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        static struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL) continue; /* nohup's SIG_IGN stays */
+        static struct sigaction sa; /* static, not memset: -march=native's AVX-512 stores stop valgrind */
+        sa.sa_handler = on_fatal_signal;
+        sigfillset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
 
 /* /dev/stdout, /dev/fd/N, /proc/self/fd/N: an already open descriptor the
  * caller means to write into, whatever file it is; never replaced. */
@@ -52,6 +97,7 @@ int ll_atomic_open(ll_atomic_file *af, const char *path) {
     af->tmp = ll_malloc(n);
     snprintf(af->tmp, n, "%s.tmp.%ld", af->path, (long)getpid());
     af->f = fopen(af->tmp, "wb");
+    if (af->f) temp_track(af->tmp);
     if (!af->f) {
         int e = errno;
         free(af->path);
@@ -91,6 +137,7 @@ int ll_atomic_commit(ll_atomic_file *af) {
         unlink(af->tmp);
     else
         fsync_dir(af->path);
+    temp_untrack(af->tmp);
     free(af->path);
     free(af->tmp);
     af->path = af->tmp = NULL;
@@ -99,34 +146,63 @@ int ll_atomic_commit(ll_atomic_file *af) {
 
 void ll_atomic_abort(ll_atomic_file *af) {
     if (af->f) fclose(af->f);
-    if (af->tmp) unlink(af->tmp);
+    if (af->tmp) {
+        unlink(af->tmp);
+        temp_untrack(af->tmp);
+    }
     free(af->path);
     free(af->tmp);
     memset(af, 0, sizeof *af);
 }
 
-char *ll_read_file(const char *path, size_t *len) {
+char *ll_read_file_max(const char *path, size_t max, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         ll_fail("%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
-    char *buf = ll_malloc(cap);
+    char *buf = malloc(cap);
+    const char *why = NULL;
+    int err = 0;
     for (;;) {
-        if (n + 1 >= cap) buf = ll_realloc(buf, cap *= 2);
+        if (n + 1 >= cap) {
+            /* out of memory is an error naming the file, never a short read */
+            char *b = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+            if (!b) {
+                err = ENOMEM;
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        if (!buf) {
+            err = ENOMEM;
+            break;
+        }
         size_t got = fread(buf + n, 1, cap - n - 1, f);
         n += got;
-        if (got == 0) break;
+        if (n > max) {
+            why = "too large";
+            break;
+        }
+        if (got == 0) {
+            if (ferror(f)) err = errno ? errno : EIO;
+            break;
+        }
     }
-    int err = ferror(f);
     fclose(f);
-    if (err) {
+    if (why || err) {
         free(buf);
-        ll_fail("%s: read error", path);
+        if (why)
+            ll_fail("%s: larger than %zu bytes; refusing to read it (not the file meant?)", path, max);
+        else
+            ll_fail("%s: read error after %zu bytes: %s", path, n, strerror(err));
         return NULL;
     }
     buf[n] = 0;
     if (len) *len = n;
     return buf;
 }
+
+char *ll_read_file(const char *path, size_t *len) { return ll_read_file_max(path, SIZE_MAX - 1, len); }

@@ -201,6 +201,11 @@ int ll_data_is_prepared(const ll_config *cfg) {
     ll_data_info info;
     ll_input_stamp *in;
     int n_in, ok = 0;
+    struct stat is;
+    for (int k = 0; k < 2 * (cfg->n_train + cfg->n_valid); k++) { /* a FIFO is never read here: prepare refuses it */
+        const ll_corpus_cfg *cc = k / 2 < cfg->n_train ? &cfg->train[k / 2] : &cfg->valid[k / 2 - cfg->n_train];
+        if (stat(k % 2 ? cc->tgt : cc->src, &is) != 0 || !S_ISREG(is.st_mode)) return 0;
+    }
     if (ll_manifest_read(cfg->data_dir, &info, &in, &n_in) != 0) return 0;
     uint64_t *hashes = ll_malloc(sizeof(uint64_t) * 2 * (size_t)(cfg->n_train + cfg->n_valid));
     uint64_t spm_hash = 0;

@@ -39,6 +39,19 @@ typedef struct {
 
 /* ---- checks ---- */
 
+/* Every input is read more than once (line counts, sentencepiece training,
+ * encoding; the manifest's hash on the next start), so a pipe, FIFO or
+ * /dev/stdin would hang or read empty the second time: refused up front. */
+static int regular_input(const char *path, const char *key) {
+    struct stat st;
+    if (stat(path, &st) != 0) return ll_fail("%s %s: cannot open: %s", key, path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return ll_fail("%s %s: not a regular file (a pipe, FIFO, device or directory); ll reads each input more "
+                       "than once (sentencepiece training, then encoding): save it to a file first",
+                       key, path);
+    return 0;
+}
+
 static int check_config(const ll_config *cfg) {
     if (!cfg->data_dir[0]) return ll_fail("data.dir: not set");
     if (cfg->n_train < 1) return ll_fail("data.train: no training corpora");
@@ -50,11 +63,17 @@ static int check_config(const ll_config *cfg) {
         return ll_fail("data.lang_tags: '%s' is not auto, on or off", cfg->lang_tags);
     if (cfg->max_len < 2) return ll_fail("data.max_len: %d is too small (EOS alone takes one)", cfg->max_len);
     if (!cfg->spm_model[0] && cfg->vocab_size < 8) return ll_fail("data.vocab_size: %d is too small", cfg->vocab_size);
+    if (cfg->spm_model[0] && regular_input(cfg->spm_model, "data.spm_model")) return -1;
     for (int s = 0; s < 2; s++) {
         const char *split = s ? "valid" : "train";
         const ll_corpus_cfg *cc = s ? cfg->valid : cfg->train;
         for (int i = 0; i < (s ? cfg->n_valid : cfg->n_train); i++) {
             if (!cc[i].src[0] || !cc[i].tgt[0]) return ll_fail("data.%s[%d]: src and tgt files are required", split, i);
+            char key[48];
+            snprintf(key, sizeof key, "data.%s[%d].src", split, i);
+            if (regular_input(cc[i].src, key)) return -1;
+            snprintf(key, sizeof key, "data.%s[%d].tgt", split, i);
+            if (regular_input(cc[i].tgt, key)) return -1;
             if (!ll_lang_ok(cc[i].src_lang))
                 return ll_fail("data.%s[%d].src_lang: invalid language code '%s' (letters, digits, _ and -)", split, i,
                                cc[i].src_lang);
@@ -255,7 +274,13 @@ static int make_spm(prep *P) {
         free(files);
         if (rc != 0) return -1;
     }
-    if (!(P->spm = ll_spm_load(model))) return -1;
+    if (!(P->spm = ll_spm_load(model))) {
+        if (!cfg->spm_model[0]) return -1;
+        char why[1024]; /* name the user's file, not the staging copy (deleted on the way out) */
+        const char *e = ll_errbuf();
+        snprintf(why, sizeof why, "%s", !strncmp(e, model, strlen(model)) ? e + strlen(model) : e);
+        return ll_fail("data.spm_model %s%s", cfg->spm_model, why);
+    }
     int bos, pad, eos, unk;
     ll_spm_special_ids(P->spm, &bos, &pad, &eos, &unk);
     if (bos != LL_BOS || pad != LL_PAD || eos != LL_EOS || unk != LL_UNK)

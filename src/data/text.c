@@ -20,7 +20,8 @@ ssize_t ll_lr_next(ll_linereader *r, char **line) {
     errno = 0;
     ssize_t n = getline(&r->buf, &r->cap, r->f);
     if (n < 0) {
-        if (ferror(r->f)) {
+        if (ferror(r->f) || !feof(r->f)) { /* ENOMEM (a huge line) is no end of input */
+            if (!errno) errno = EIO;
             ll_fail("%s:%lld: read error: %s", r->path, (long long)r->lineno + 1, strerror(errno));
             return -2;
         }

@@ -56,6 +56,7 @@ int ll_tokfile_open(ll_tokfile *f, const char *path) {
     void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return ll_fail("%s: cannot mmap: %s", path, strerror(errno));
+    ll_map_register(map, len, path); /* truncated while mapped: an error naming it, not a bare SIGBUS */
     const tok_header *h = map;
     const char *why = NULL;
     char buf[160];
@@ -85,6 +86,7 @@ int ll_tokfile_open(ll_tokfile *f, const char *path) {
             }
     }
     if (why) {
+        ll_map_unregister(map);
         munmap(map, len);
         return ll_fail("%s: %s", path, why);
     }
@@ -100,7 +102,10 @@ int ll_tokfile_open(ll_tokfile *f, const char *path) {
 }
 
 void ll_tokfile_close(ll_tokfile *f) {
-    if (f->map) munmap(f->map, f->map_len);
+    if (f->map) {
+        ll_map_unregister(f->map);
+        munmap(f->map, f->map_len);
+    }
     memset(f, 0, sizeof *f);
 }
 

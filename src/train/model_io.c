@@ -59,6 +59,7 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
         extra[0] = ts->best_update;
         extra[1] = ts->finished;
         extra[2] = ts->metrics_records;
+        extra[3] = (int64_t)ts->data_hash; /* 0: unknown (before issue 28) */
         t[n++] = (ll_tensor_ref){.name = "state.extra", .dtype = LL_DT_I64, .ndim = 1, .shape = {8}, .data = extra,
                                  .nbytes = sizeof extra};
         t[n++] = (ll_tensor_ref){.name = "state.log_acc", .dtype = LL_DT_F64, .ndim = 1, .shape = {LL_LOG_ACC},
@@ -238,6 +239,7 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     ts->best_update = extra ? (long)extra[0] : -1;
     ts->finished = extra ? (int)extra[1] : 0;
     ts->metrics_records = extra && extra[2] >= 0 ? extra[2] : -1;
+    ts->data_hash = extra ? (uint64_t)extra[3] : 0;
     memcpy(&ts->best_valid, bb->data, sizeof(double));
     return 0;
 }

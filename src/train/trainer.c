@@ -55,6 +55,7 @@ typedef struct {
     ll_latent_ctx lat;
     ll_train_state ts;
     FILE *metrics;
+    char mpath[LL_PATH_MAX + 64]; /* its name, for errors */
     long saved_update; /* update of the newest checkpoint_last on disk */
     int bad_streak;    /* consecutive skipped (non-finite) updates */
     /* the progress line's running sums since the last one (kept in checkpoints so
@@ -71,6 +72,8 @@ typedef struct {
     ll_dist *dist;     /* collectives on the backend's memory */
     ll_dist_train *dt;
     int rank, world;
+    int lock_fd;       /* rank 0: the save_dir lock (ll_run_lock), held until teardown */
+    long prev_writer;  /* the PID that held it before (its temporaries are removed) */
     int uf;            /* micro-steps of a global update: update_freq x world */
 } trainer;
 
@@ -79,17 +82,12 @@ static const char *save_path(trainer *t, const char *name) {
     return t->path;
 }
 
-static int mkdir_p(const char *dir) {
-    char buf[LL_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0777) && errno != EEXIST) return ll_fail("%s: cannot create directory: %s", buf, strerror(errno));
-            *p = '/';
-        }
-    if (mkdir(buf, 0777) && errno != EEXIST) return ll_fail("%s: cannot create directory: %s", buf, strerror(errno));
-    return 0;
+/* A record is complete: it must reach the file now (a full disk, /dev/full),
+ * else the run stops with the file and the reason instead of losing it. */
+static int metrics_done(trainer *t) {
+    errno = 0;
+    if (fflush(t->metrics) == 0 && !ferror(t->metrics)) return 0;
+    return ll_fail("%s: write failed: %s", t->mpath, errno ? strerror(errno) : "I/O error");
 }
 
 /* Test hook for the kill harness: LL_CRASH_AFTER="<what>@<update>" dies by
@@ -113,34 +111,9 @@ static int save(trainer *t, const char *name) {
                                    t->acc.ald, t->log_gnorm, (double)t->log_updates, (double)t->log_tokens};
     memcpy(t->ts.log_acc, la, sizeof la);
     if (t->rank != 0) return 0; /* rank 0 alone writes (the state is the same on every rank) */
-    if (t->metrics) fflush(t->metrics); /* ts.metrics_records counts them: a resume cuts the log back to those */
+    if (t->metrics && metrics_done(t)) return -1; /* ts.metrics_records counts them: a resume cuts the log back */
     if (ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts)) return -1;
     crash_point(t, name);
-    return 0;
-}
-
-/* dst becomes another name of src, atomically (link to a temporary, rename).
- * -1 where links are not possible or dst is a symlink (the caller writes instead). */
-static int link_over(const char *src, const char *dst) {
-    struct stat st;
-    if (lstat(dst, &st) == 0 && S_ISLNK(st.st_mode)) return -1;
-    char tmp[LL_PATH_MAX + 96];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
-    unlink(tmp);
-    if (link(src, tmp) != 0) return -1;
-    if (rename(tmp, dst) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    char dir[LL_PATH_MAX + 96];
-    snprintf(dir, sizeof dir, "%s", dst);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    int fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY); /* make the new name durable */
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
     return 0;
 }
 
@@ -163,7 +136,7 @@ static int checkpoint_rank0(trainer *t, int numbered) {
         char name[64];
         snprintf(name, sizeof name, "checkpoint_%ld.llm", t->ts.update);
         if (save(t, name)) return -1;
-        if (link_over(t->path, last) == 0)
+        if (ll_link_over(t->path, last) == 0)
             crash_point(t, "checkpoint_last.llm");
         else if (save(t, "checkpoint_last.llm"))
             return -1;
@@ -220,10 +193,14 @@ static void repair_best(trainer *t) {
 static int setup(trainer *t, const ll_train_opts *o) {
     ll_config *cfg = t->cfg;
     char from[LL_PATH_MAX + 64] = "";
+    char *resume_rec = NULL; /* left only by an error return, after which the tool exits */
     ll_dist *host = o->dist ? o->dist : ll_dist_single();
     t->rank = host->rank;
     t->world = host->world;
     t->uf = cfg->update_freq * t->world;
+    if (!cfg->save_dir[0] || !cfg->data_dir[0]) /* "" would read as the working directory, or fail as ": ..." */
+        return ll_fail("%s is empty: set it to a directory", cfg->save_dir[0] ? "data.dir" : "checkpoint.save_dir");
+    if (ll_config_check_ranks(host, cfg)) return -1; /* mismatched ranks: told which keys differ */
     /* before data preparation: fail fast (one rank per GPU; fp32 or bf16) */
     ll_backend *be = ll_backend_select(cfg->device, ll_config_act_dtype(cfg), host->local_rank, "train.device");
     if (!be) return -1;
@@ -241,6 +218,11 @@ static int setup(trainer *t, const ll_train_opts *o) {
     snprintf(spm_path, sizeof spm_path, "%s/spm.model", cfg->data_dir);
     if (!(t->spm = ll_spm_load(spm_path))) return -1;
     t->vocab = ll_spm_proto(t->spm, &t->vocab_len);
+    ll_data_info *di = ll_calloc(1, sizeof *di); /* the manifest hash: what the checkpoints were trained on */
+    const int di_rc = ll_data_info_read(di, cfg->data_dir);
+    const uint64_t data_hash = di->hash;
+    free(di);
+    if (di_rc) return -1;
     if (ll_dataset_open(&t->train, cfg, "train")) return -1; /* verifies every token id */
     if (t->train.vocab_size != ll_spm_vocab_size(t->spm))
         return ll_fail("%s: %d pieces, but the manifest's token files were made for %d: run llprep again", spm_path,
@@ -271,7 +253,8 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
-    t->ts = (ll_train_state){.best_valid = INFINITY, .best_update = -1, .metrics_records = 0, .opt = &t->opt};
+    t->ts = (ll_train_state){.best_valid = INFINITY, .best_update = -1, .metrics_records = 0, .opt = &t->opt,
+                             .data_hash = data_hash};
     /* every_pair (auto with latent layers): every update visits every pair, one iterator each */
     t->every_pair = !strcmp(cfg->sampling, "every_pair") || (t->latent && !strcmp(cfg->sampling, "auto"));
     if (t->latent && !t->every_pair && t->train.n_pairs > 1)
@@ -289,12 +272,23 @@ static int setup(trainer *t, const ll_train_opts *o) {
         if (!(t->its[0] = ll_batcher_from_config(&t->train, cfg, 1))) return -1;
     }
 
+    struct stat sd;
+    if (t->rank == 0 && (!o->resume || stat(cfg->save_dir, &sd) == 0)) { /* one run per save_dir, before any
+                                                                            * checkpoint is read or written */
+        int stale = 0;
+        if (ll_mkdir_p(cfg->save_dir) || (t->lock_fd = ll_run_lock(cfg->save_dir, &t->prev_writer, &stale)) < 0) return -1;
+        if (stale > 0) ll_log("removed %d stale temporary file(s) of PID %ld from %s", stale, t->prev_writer, cfg->save_dir);
+    }
     if (o->resume) {
         int r = ll_resume_load(cfg->save_dir, t->m, &t->ts, from, sizeof from);
         if (r < 0) return -1;
         if (r == 0)
             return ll_fail("--resume: %s does not exist and %s holds no other checkpoint",
                            save_path(t, "checkpoint_last.llm"), cfg->save_dir);
+        /* another vocabulary is refused; changed data or settings are listed (and logged below) */
+        if (ll_resume_check(from, cfg, t->vocab, t->vocab_len, &t->ts, data_hash, t->rank == 0, &resume_rec))
+            return -1;
+        t->ts.data_hash = data_hash;
         if (t->ts.n_streams != t->n_streams)
             return ll_fail("%s: saved with %d data streams, this config has %d", from, t->ts.n_streams, t->n_streams);
         for (int i = 0; i < t->n_streams; i++) {
@@ -305,6 +299,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
             ll_batcher_seek(t->its[i], t->ts.stream_pos[2 * i], t->ts.stream_pos[2 * i + 1]);
         }
         if (t->ts.finished && run_is_over(t)) { /* touch nothing */
+            free(resume_rec);
             fprintf(stderr, "lltrain: the run in %s already finished at update %ld; nothing to do\n", cfg->save_dir,
                     t->ts.update);
             return 1;
@@ -321,15 +316,12 @@ static int setup(trainer *t, const ll_train_opts *o) {
         return ll_fail("%s already holds checkpoints: pass --resume to continue that run, or choose another "
                        "checkpoint.save_dir", cfg->save_dir);
     }
-    if (mkdir_p(cfg->save_dir)) return -1;
-    int stale = t->rank == 0 ? ll_ckpt_clean_stale_temps(cfg->save_dir) : 0; /* left by killed runs */
-    if (stale < 0) return -1;
-    if (stale > 0) ll_log("removed %d stale temporary file(s) from %s", stale, cfg->save_dir);
-    char mpath[LL_PATH_MAX + 64];
+    if (ll_mkdir_p(cfg->save_dir)) return -1;
+    char *mpath = t->mpath;
     if (cfg->metrics_log[0])
-        snprintf(mpath, sizeof mpath, "%s", cfg->metrics_log);
+        snprintf(mpath, sizeof t->mpath, "%s", cfg->metrics_log);
     else
-        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", cfg->save_dir);
+        snprintf(mpath, sizeof t->mpath, "%s/metrics.jsonl", cfg->save_dir);
     if (o->resume && t->rank == 0) {
         repair_best(t);
         int kept = ll_metrics_truncate(mpath, t->ts.update, t->ts.metrics_records); /* written after the state */
@@ -337,9 +329,16 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->ts.metrics_records = kept;
     }
     t->ts.finished = 0;
-    if (t->rank != 0) snprintf(mpath, sizeof mpath, "/dev/null"); /* rank 0 alone logs */
+    if (t->rank != 0) snprintf(mpath, sizeof t->mpath, "/dev/null"); /* rank 0 alone logs */
     t->metrics = fopen(mpath, o->resume && t->rank == 0 ? "a" : "w");
     if (!t->metrics) return ll_fail("%s: cannot write metrics log: %s", mpath, strerror(errno));
+    if (resume_rec) { /* what changed at this resume, counted like every record */
+        fprintf(t->metrics, "%s\n", resume_rec);
+        free(resume_rec);
+        resume_rec = NULL;
+        t->ts.metrics_records++;
+        if (metrics_done(t)) return -1;
+    }
     if (o->resume) { /* resumed from best or a numbered one: checkpoint_last (and the numbered one due at this
                       * update, if it never got written) as the interrupted run would have left them */
         const long U = t->ts.update;
@@ -407,6 +406,7 @@ static void print_op_stats(const trainer *t) {
 }
 
 static void teardown(trainer *t) {
+    if (t->lock_fd > 0) close(t->lock_fd);
     if (t->metrics) fclose(t->metrics);
     ll_dist_train_free(t->dt);
     if (t->dist && o_host_differs(t)) t->dist->finalize(t->dist); /* NCCL over the host's ranks */
@@ -454,7 +454,7 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
     fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
     t->ts.metrics_records++;
-    fflush(t->metrics);
+    if (metrics_done(t)) return -1;
     crash_point(t, "valid");
     if (best) {
         ll_dist_train_full_moments(t->dt, 1); /* ZeRO-1: every rank sends its shards; rank 0 writes */
@@ -606,7 +606,7 @@ static int skip_bad_update(trainer *t, const update_stats *u, double gnorm) {
     fprintf(t->metrics, "{\"type\":\"skip\",\"update\":%ld,\"reason\":\"%s\",\"in_a_row\":%d}\n", t->ts.update,
             what, t->bad_streak);
     t->ts.metrics_records++;
-    fflush(t->metrics);
+    if (metrics_done(t)) return -1;
     if (t->bad_streak >= t->cfg->max_bad_updates)
         return ll_fail("update %ld: %d updates in a row had a non-finite loss or gradient norm (train.max_bad_updates); "
                        "stopped without saving: %s/checkpoint_last.llm (update %ld) is the last good state; lower "
@@ -750,7 +750,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             }
             fprintf(t.metrics, "}\n");
             t.ts.metrics_records++;
-            fflush(t.metrics);
+            if ((rc = metrics_done(&t))) goto out;
             crash_point(&t, "train");
             t_log = now;
             t.log_tokens = t.log_updates = 0;

@@ -64,11 +64,17 @@ grep -q "checkpoint_best.llm is missing or unreadable, but the run's best is upd
   "$T/log" || err "no warning about the lost best: $(cat "$T/log")"
 [ -s "$R/checkpoint_best.llm" ] || err "no checkpoint_best after the next validation"
 
-# 5. stale temporaries of dead processes are removed at start; metrics keep no duplicates
+# 5. stale temporaries of the dead previous holder of save_dir's lock are removed at start; a user's
+#    files that merely look like temporaries (another dead pid) are kept (issue 28 #9); no duplicate metrics
 sh -c 'exit 0' & dead=$!; wait $dead
+sh -c 'exit 0' & dead2=$!; wait $dead2
 head -c 1000 "$R/checkpoint_last.llm" > "$R/checkpoint_50.llm.tmp.$dead"
+printf 'lltrain pid %s\n' "$dead" > "$R/.lltrain.lock" # as a run killed while writing leaves it
+echo mine > "$R/checkpoint_notes.tmp.$dead2"; echo mine > "$R/metrics_old.tmp.$dead2"
 "${A[@]}" --set train.max_updates=50 --resume 2> /dev/null || err "resume with a stale temporary failed"
 [ ! -e "$R/checkpoint_50.llm.tmp.$dead" ] || err "stale temporary of a dead pid left in place"
+[ -e "$R/checkpoint_notes.tmp.$dead2" ] && [ -e "$R/metrics_old.tmp.$dead2" ] || err "a user's file was deleted"
+rm -f "$R/checkpoint_notes.tmp.$dead2" "$R/metrics_old.tmp.$dead2"
 dups=$(grep -o '"type":"[a-z]*","update":[0-9]*' "$R/metrics.jsonl" | sort | uniq -d)
 [ -z "$dups" ] || err "duplicate metrics records after resumes: $dups"
 

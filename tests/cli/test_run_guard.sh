@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Issue 28 (docs/reliability.md, "Round 2"): one lltrain per checkpoint.save_dir,
+# no silent resume onto other data, no lost writes, and its smaller findings.
+# Each section names the finding it covers.
+source "$(dirname "$0")/lib.sh"
+R=$T/run
+A=("$BIN/lltrain" --config "$SRC/configs/tiny_test.cfg" --quiet --set data.dir="$T/bin" --set checkpoint.save_dir="$R"
+   --set train.valid_interval=10 --set checkpoint.save_interval=5 --set checkpoint.keep_last=0)
+"${A[@]}" --set train.max_updates=5 2> "$T/log" || { echo "FAIL: training failed: $(tail -1 "$T/log")" >&2; exit 1; }
+
+# 1. a second lltrain on the same save_dir (fresh or --resume) exits non-zero at once, naming the
+#    directory and the PID holding it; the first run goes on; a SIGKILL releases the lock
+"${A[@]}" --set train.max_updates=100000 --resume 2> "$T/first" & first=$!
+trap 'kill -9 $first 2> /dev/null; rm -rf "$T"' EXIT
+for _ in $(seq 100); do grep -q "pid $first" "$R/.lltrain.lock" 2> /dev/null && break; sleep 0.1; done
+for extra in --resume "--set train.max_updates=9"; do
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout 20 "${A[@]}" --set train.max_updates=100000 $extra 2> "$T/log"; rc=$?
+  [ $rc -ne 0 ] || err "second lltrain ($extra) exited 0"
+  [ $(( $(date +%s) - start )) -le 5 ] || err "second lltrain ($extra) did not fail at once"
+  grep -q "error: $R: another lltrain (PID $first) is running with this checkpoint.save_dir" "$T/log" ||
+    err "second lltrain ($extra): $(cat "$T/log")"
+done
+kill -0 $first 2> /dev/null || err "the first run stopped: $(tail -2 "$T/first")"
+kill -9 $first; wait $first 2> /dev/null
+"${A[@]}" --set train.max_updates=10 --resume 2> "$T/log" || err "resume after the holder's SIGKILL: $(cat "$T/log")"
+python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$R/metrics.jsonl" || err "metrics.jsonl is not JSON lines"
+
+# 2. --resume onto other data: another sentencepiece model (a corpus edit retrains it) is refused,
+#    saying what differs; changed corpora under the same model and changed settings are listed and logged
+D=$T/data2; mkdir -p "$D"; cp "$SRC"/tests/data/tiny/train.{en,es} "$D/"
+cat > "$D/c.cfg" <<CFG
+model: {d_model: 32, ffn_dim: 64, heads: 2, enc_layers: 1, dec_layers: 1, max_positions: 128}
+data:
+  dir: $D/bin
+  vocab_size: 100
+  train:
+    - {src: train.en, tgt: train.es, src_lang: en, tgt_lang: es}
+  max_tokens: 512
+  max_len: 64
+train: {seed: 1, threads: 1, lr: 1e-3, warmup_updates: 2, max_updates: 4, log_interval: 2, valid_interval: 0}
+checkpoint: {save_dir: $D/run, save_interval: 2, keep_last: 0}
+CFG
+"$BIN/lltrain" --config "$D/c.cfg" --quiet 2> "$T/log" || err "data2 run: $(cat "$T/log")"
+cp "$D/bin/spm.model" "$D/fixed.model"
+sed -i '1,60d' "$D/train.en" "$D/train.es"
+"$BIN/lltrain" --config "$D/c.cfg" --quiet --resume --set train.max_updates=6 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && grep -q "error: --resume: $D/bin/spm.model is not the sentencepiece model $D/run/checkpoint_last.llm was trained with: [0-9]* of 100 ids now mean other pieces (id [0-9]*: '.*' was '.*')" "$T/log" ||
+  err "resume onto a retrained sentencepiece model: exit $rc: $(cat "$T/log")"
+# the same model (data.spm_model), 60 lines fewer, other lr and dropout: allowed, listed, logged
+cp "$SRC"/tests/data/tiny/train.{en,es} "$D/"
+rm -rf "$D/bin" "$D/run"
+"$BIN/lltrain" --config "$D/c.cfg" --quiet --set data.spm_model="$D/fixed.model" 2> "$T/log" || err "spm_model run: $(cat "$T/log")"
+sed -i '1,60d' "$D/train.en" "$D/train.es"
+"$BIN/lltrain" --config "$D/c.cfg" --quiet --resume --set data.spm_model="$D/fixed.model" --set train.max_updates=6 \
+  --set train.lr=2e-3 --set model.dropout=0.3 2> "$T/log" || err "resume with changed data and settings: $(cat "$T/log")"
+grep -q "the prepared data changed since $D/run/checkpoint_last.llm was saved (manifest hash [0-9a-f]* -> [0-9a-f]*); same vocabulary" "$T/log" ||
+  err "changed corpus not reported: $(cat "$T/log")"
+grep -q "resuming with 3 changed setting(s): model.dropout 0.1 -> 0.3; train.lr 0.001 -> 0.002; train.max_updates 4 -> 6" "$T/log" ||
+  err "changed settings not listed: $(cat "$T/log")"
+grep -q '^{"type":"resume","update":4,"data_changed":true,"changes":{"model.dropout":\["0.1","0.3"\],"train.lr":\["0.001","0.002"\]}}$' "$D/run/metrics.jsonl" ||
+  err "no resume record in metrics.jsonl: $(grep resume "$D/run/metrics.jsonl")"
+# a checkpoint from before these records (no data hash) still resumes, with a warning
+PYTHONPATH=$SRC/scripts python3 - "$D/run/checkpoint_last.llm" <<'PY'
+import struct, sys, llmodel
+m = llmodel.read(sys.argv[1])
+t = {n: bytearray(m.raw(n)) for n in m.tensors}
+struct.pack_into("<q", t["state.extra"], 8 * 3, 0)
+llmodel.write(sys.argv[1], m.config, m.vocab, [(n, x.dtype, list(x.shape), bytes(t[n])) for n, x in m.tensors.items()])
+PY
+"$BIN/lltrain" --config "$D/c.cfg" --quiet --resume --set data.spm_model="$D/fixed.model" --set train.max_updates=8 \
+  --set train.lr=2e-3 --set model.dropout=0.3 2> "$T/log" || err "resume of an older checkpoint: $(cat "$T/log")"
+grep -q "warning: .*checkpoint_last.llm predates the record of its training data" "$T/log" || err "no warning for an old checkpoint: $(cat "$T/log")"
+
+# 3. lost writes: a metrics log, decoded text or a report on a full device stops the tool, non-zero,
+#    naming the file and the reason
+"${A[@]}" --set checkpoint.save_dir="$T/full" --set train.max_updates=10 --set train.metrics_log=/dev/full 2> "$T/log"
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: /dev/full: write failed: No space left on device" "$T/log" ||
+  err "metrics log on /dev/full: exit $rc: $(tail -1 "$T/log")"
+echo "hello world" > "$T/in.txt"
+"$BIN/lldecode" --model "$R/checkpoint_last.llm" --input "$T/in.txt" --output /dev/full --quiet 2> "$T/log"
+rc=$?
+[ $rc -ne 0 ] && grep -q "/dev/full: write failed: No space left on device" "$T/log" || err "lldecode --output /dev/full: exit $rc: $(cat "$T/log")"
+"$BIN/lldecode" --model "$R/checkpoint_last.llm" --input "$T/in.txt" --quiet > /dev/full 2> "$T/log"
+rc=$?
+[ $rc -ne 0 ] && grep -q "<stdout>: write failed: No space left on device" "$T/log" || err "lldecode > /dev/full: exit $rc: $(cat "$T/log")"
+for tool in lltrain lldecode lleval llavg llprep llprune; do
+  "$BIN/$tool" --help > /dev/full 2> "$T/log"
+  rc=$?
+  [ $rc -ne 0 ] && grep -q "^$tool: error: <stdout>: write failed: No space left on device" "$T/log" ||
+    err "$tool --help > /dev/full: exit $rc: $(cat "$T/log")"
+done
+"$BIN/lleval" --input "$T/in.txt" --ref "$T/in.txt" > /dev/full 2> "$T/log" && err "lleval > /dev/full exited 0"
+"$BIN/llprune" --model "$R/checkpoint_last.llm" --output "$T/pruned.llm" > /dev/full 2> "$T/log" && err "llprune > /dev/full exited 0"
+
+# 4. out of memory while reading is an error naming the file, never end of input
+(ulimit -v 1500000; "$BIN/lldecode" --model "$R/checkpoint_last.llm" --input /dev/zero > "$T/out" 2> "$T/log")
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: /dev/zero:1: read error: Cannot allocate memory" "$T/log" ||
+  err "lldecode --input /dev/zero under ulimit -v: exit $rc: $(cat "$T/log")"
+(ulimit -v 1500000; head -c 2000000000 /dev/zero | "$BIN/lleval" --ref - --input "$T/in.txt" > /dev/null 2> "$T/log")
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: <stdin>: read error after [0-9]* bytes: Cannot allocate memory" "$T/log" ||
+  err "lleval --ref - (2 GB) under ulimit -v: exit $rc: $(cat "$T/log")"
+
+# 5. strict numbers in every tool's flags: the whole string, range checked, the message gives the range
+want() { # want "PATTERN" CMD...: CMD fails with one line matching PATTERN
+  local pat=$1; shift
+  "$@" > /dev/null 2> "$T/log"; local rc=$?
+  [ $rc -ne 0 ] && [ "$(wc -l < "$T/log")" -eq 1 ] && grep -q -- "$pat" "$T/log" || err "$*: exit $rc: $(cat "$T/log")"
+}
+for v in O.9 abc 0.5x -0.9 1.5 "" " 0.5" 1e-400; do
+  want "error: --threshold: .*\[0, 1\]" "$BIN/llprune" --model "$R/checkpoint_last.llm" --threshold "$v" --output "$T/p.llm"
+done
+[ ! -e "$T/p.llm" ] || err "llprune wrote a model despite a bad --threshold"
+for v in abc 2x -1 0 99999999999999999999; do
+  want "error: --last: expected an integer in \[1, 1000000\], got '$v'" "$BIN/llavg" --output "$T/a.llm" --dir "$R" --last "$v"
+done
+want "error: --width: expected an integer in \[0, 40\], got '5x'" "$BIN/lleval" --ref "$T/in.txt" --input "$T/in.txt" --width 5x
+want "error: --smooth-value: expected a number" "$BIN/lleval" --ref "$T/in.txt" --input "$T/in.txt" --smooth-value 0.1.
+want "error: --beam: expected an integer in \[1, 1024\], got '4 '" "$BIN/lldecode" --model "$R/checkpoint_last.llm" --beam "4 "
+want "error: --batch 99999999999x5: expected BxT" "${A[@]}" --dry-run --batch 99999999999x5
+want "error: --batch 4x5y: expected BxT" "${A[@]}" --dry-run --batch 4x5y
+want "train.threads expects an int, got '2x'" "${A[@]}" --threads 2x
+want "error: --enc-layers-to-keep: '0,-1' is not a list" "$BIN/llprune" --model "$R/checkpoint_last.llm" --enc-layers-to-keep 0,-1 --output "$T/p.llm"
+
+# 6. config numbers: underflow and integers beyond their type, with the allowed range
+want "train.lr: 1e-320 underflows a float.*allowed: (0, 10\]" "${A[@]}" --set train.lr=1e-320
+want "train.max_updates must be an integer in \[0, 2147483647\], got 3000000000" "${A[@]}" --set train.max_updates=3000000000
+want "train.seed must be an integer in \[0, 2147483647\], got 18446744073709551617" "${A[@]}" --set train.seed=18446744073709551617
+want "data.max_tokens expects an int, got '1e20' (allowed: \[1, 2147483647\])" "${A[@]}" --set data.max_tokens=1e20
+
+# 7. messages naming the key, the file and the reason
+want "error: checkpoint.save_dir is empty: set it to a directory" "${A[@]}" --set checkpoint.save_dir=
+want "error: data.dir is empty: set it to a directory" "${A[@]}" --set data.dir=
+mkdir -p "$T/cfgdir"
+want "error: $T/cfgdir: read error after 0 bytes: Is a directory" "$BIN/lltrain" --config "$T/cfgdir"
+echo "not a model" > "$T/bad.model"
+want "error: data.spm_model $T/bad.model: cannot load sentencepiece model" "${A[@]}" --set data.dir="$T/bin_bad" \
+  --set data.spm_model="$T/bad.model" --set checkpoint.save_dir="$T/r_bad"
+# ranks started with different configs are told which keys differ (not "another rank probably died")
+if command -v mpirun > /dev/null && ldd "$BIN/lltrain" | grep -q libmpi; then
+  ( . "$SRC/tests/cli/dist_env.sh"
+    mpirun2 bash -c 'exec "$0" "$@" --set model.d_model=$((32 + 32 * OMPI_COMM_WORLD_RANK)) --set train.lr=$((OMPI_COMM_WORLD_RANK + 1))e-3' \
+      "${A[@]}" --set checkpoint.save_dir="$T/mpi" --set train.max_updates=2 > "$T/mpi.log" 2>&1 )
+  grep -q "lltrain: rank 1: the config differs from rank 0's in 2 key(s) (rank 0 -> this rank): model.d_model 32 -> 64; train.lr 0.001 -> 0.002" \
+    "$T/mpi.log" || err "mismatched ranks: $(grep lltrain "$T/mpi.log")"
+else
+  echo "no mpirun or no MPI build: skipping the ranks' config check"
+fi
+
+# 8. corpora from pipes: refused at once with a message that says why (a FIFO hung llprep forever,
+#    /dev/stdin from a pipe failed with "Vocabulary size too high")
+mkfifo "$T/fifo.en"
+sed -e "s#src: train.en#src: $T/fifo.en#" -e "s#dir: $D/bin#dir: $T/fifobin#" "$D/c.cfg" > "$D/fifo.cfg"
+timeout 20 "$BIN/llprep" --config "$D/fifo.cfg" > /dev/null 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: data.train\[0\].src $T/fifo.en: not a regular file (a pipe, FIFO, device or directory); ll reads each input more than once" "$T/log" ||
+  err "llprep on a FIFO: exit $rc: $(cat "$T/log")"
+sed -e "s#src: train.en#src: /dev/stdin#" -e "s#dir: $D/bin#dir: $T/stdinbin#" "$D/c.cfg" > "$D/stdin.cfg"
+cat "$D/train.en" | timeout 20 "$BIN/lltrain" --config "$D/stdin.cfg" --set checkpoint.save_dir="$T/stdinrun" > /dev/null 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: data.train\[0\].src /dev/stdin: not a regular file" "$T/log" ||
+  err "lltrain with /dev/stdin from a pipe: exit $rc: $(cat "$T/log")"
+
+# 10. SIGTERM to lldecode removes its temporary output; the exit status still says it was killed
+for i in $(seq 3000); do echo "the house is very big and the cat sleeps on the red chair $i"; done > "$T/many.txt"
+mkdir -p "$T/sig"
+"$BIN/lldecode" --model "$R/checkpoint_last.llm" --input "$T/many.txt" --output "$T/sig/out.txt" --beam 5 --threads 1 2> /dev/null &
+dec=$!
+for _ in $(seq 100); do ls "$T/sig" | grep -q "out.txt.tmp" && break; sleep 0.05; done
+ls "$T/sig" | grep -q "out.txt.tmp" || err "lldecode wrote no temporary (test setup)"
+kill -TERM $dec; wait $dec; rc=$?
+[ $rc -eq 143 ] || err "lldecode after SIGTERM: exit $rc, not 143"
+[ -z "$(ls "$T/sig")" ] || err "SIGTERM left $(ls "$T/sig") behind"
+
+# 10. lldecode reads UTF-8 only, as training does: invalid bytes stop it naming the line, writing nothing
+printf 'hola\nbad \377 here\n' > "$T/bad_utf8.txt"
+want "error: $T/bad_utf8.txt:2: invalid UTF-8 at byte 5 of the line" "$BIN/lldecode" --model "$R/checkpoint_last.llm" \
+  --input "$T/bad_utf8.txt" --output "$T/utf8_out.txt"
+[ ! -e "$T/utf8_out.txt" ] || err "lldecode wrote output for invalid UTF-8"
+
+# 10. a config file has a size cap (/dev/zero is refused at once, not read into 9 GB)
+want "error: /dev/zero: larger than 16777216 bytes; refusing to read it" "$BIN/lltrain" --config /dev/zero
+
+[ $fail -eq 0 ] && echo "test_run_guard: all checks passed"
+exit $fail
