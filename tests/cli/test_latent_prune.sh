@@ -91,6 +91,7 @@ for lang_arg in "" "--lang es"; do
   [ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "keeps no \\(en\\|de\\)coder layer.*highest q(z=1) is 0\.[0-9]* (\(en\|es\|xx\|shared\).*layer [0-9]*); use a threshold <=" "$T/err" ||
     err "empty stack ($lang_arg): unclear error: $(cat "$T/err")"
   [ ! -e "$T/empty.llm" ] || err "an empty-stack prune left a file"
+  cp "$T/err" "$T/err.prune" # the last one (--lang es) suggests the threshold tried below
 done
 # hard inference over such a threshold runs no layer of the stack: lldecode says so, once
 "$BIN/lldecode" --model "$M" --target-lang es --threshold 1 --beam 2 --input "$IN" --quiet > /dev/null 2> "$T/err" ||
@@ -98,7 +99,8 @@ done
 [ "$(grep -c "latent decoder row es: no layer has q(z=1) >= latent.threshold 1 .*runs none of its layers" "$T/err")" -eq 1 ] ||
   err "no (single) empty-stack warning: $(cat "$T/err")"
 # ... and the suggested threshold works
-thr=$(sed -n 's/.*use a threshold <= \([0-9.]*\).*/\1/p' "$T/err")
+thr=$(sed -n 's/.*use a threshold <= \([0-9.]*\).*/\1/p' "$T/err.prune")
+[ -n "$thr" ] || err "no threshold suggested: $(cat "$T/err.prune")"
 "$BIN/llprune" --model "$M" --threshold "$thr" --lang es --output "$T/one.llm" > "$T/one.out" ||
   err "the suggested threshold $thr failed"
 "$BIN/lldecode" --model "$T/one.llm" --target-lang es --beam 2 --input "$IN" --quiet > /dev/null ||
