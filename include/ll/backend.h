@@ -383,6 +383,10 @@ int ll_backend_is_cpu(const ll_backend *be);
 ll_backend *ll_backend_cuda(int device);
 ll_backend *ll_backend_cuda_precision(int device, ll_dtype act);
 int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GPU */
+/* train.tf32: fp32 matmuls of a CUDA backend on TF32 tensor cores (on) or
+ * exact (off, the backend's default: the parity tests compare exact
+ * products).  Returns 1 when it applies (a CUDA backend), 0 elsewhere. */
+int ll_backend_set_tf32(ll_backend *be, int on);
 /* The backend a setting names (train.device, lldecode --device) with
  * activations in `act` (train.precision, lldecode --precision): "cpu"
  * (ll_backend_cpu_precision(act)); "cuda" (GPU `gpu`, e.g. a rank's local

@@ -67,6 +67,7 @@ typedef struct {
     char metrics_log[LL_PATH_MAX];
     char device[16];     /* "auto" | "cpu" | "cuda" */
     char precision[8];   /* "fp32" | "bf16": the activation dtype */
+    int tf32;            /* fp32 matmuls on a GPU use TF32 tensor cores */
 
     /* checkpoint */
     char save_dir[LL_PATH_MAX];

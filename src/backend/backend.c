@@ -20,6 +20,20 @@ const char *ll_backend_missing(const ll_backend *be) {
     return NULL;
 }
 
+#if defined(LL_WITH_CUDA) && !defined(LL_REAL_DOUBLE)
+#include "ll_cuda.h"
+int ll_backend_set_tf32(ll_backend *be, int on) {
+    if (!be || strcmp(be->name, "cuda") != 0) return 0;
+    ll_cuda_gemm_set_math(be, on ? LL_CUDA_MATH_TF32 : LL_CUDA_MATH_EXACT);
+    return 1;
+}
+#else
+int ll_backend_set_tf32(ll_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}
+#endif
+
 #if !defined(LL_WITH_CUDA) || defined(LL_REAL_DOUBLE)
 /* Built without CUDA (or the double-precision test build): no devices. */
 ll_backend *ll_backend_cuda(int device) {

@@ -135,6 +135,10 @@ const ll_cfg_key ll_cfg_keys[] = {
          "(master weights, gradients, Adam moments, statistics and losses stay fp32). On the CPU bf16 is slower "
          "(it exists to test mixed precision without a GPU); train.device=cuda runs both, and the default stays fp32 "
          "on every device until bf16 GPU training is validated against it."),
+    BOOL("train.tf32", tf32, "true",
+         "With train.device cuda and train.precision fp32: matrix products run on TF32 tensor cores (inputs rounded "
+         "to 10 mantissa bits, fp32 accumulation), as PyTorch's allow_tf32 and most GPU trainers do; false keeps exact "
+         "fp32 SIMT products (8x slower on an H100). No effect on the CPU, in bf16 or when decoding."),
 
     /* checkpoint */
     STR("checkpoint.save_dir", save_dir, "checkpoints", 0,

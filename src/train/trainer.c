@@ -204,6 +204,9 @@ static int setup(trainer *t, const ll_train_opts *o) {
     /* before data preparation: fail fast (one rank per GPU; fp32 or bf16) */
     ll_backend *be = ll_backend_select(cfg->device, ll_config_act_dtype(cfg), host->local_rank, "train.device");
     if (!be) return -1;
+    if (ll_config_act_dtype(cfg) == LL_F32 && ll_backend_set_tf32(be, cfg->tf32))
+        ll_log("train.tf32 %s: fp32 matmuls %s", cfg->tf32 ? "true" : "false",
+               cfg->tf32 ? "on TF32 tensor cores" : "exact (no TF32)");
     if (t->rank == 0 && !ll_data_is_prepared(cfg)) { /* several ranks: rank 0 prepares, the others wait */
         ll_log("preparing data in %s ...", cfg->data_dir);
         if (ll_prepare_data(cfg)) return -1;
