@@ -88,7 +88,7 @@ static __device__ __forceinline__ void stage(float *s, int ld, int rows, const T
 
 template <typename T>
 static __global__ void attention_fwd_kernel(attn_args a, T *__restrict__ out, float *__restrict__ lse) {
-    extern __shared__ float sm[];
+    LL_DYN_SHARED(float, sm);
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BQ = WARPS * FWD_ROWS_PER_WARP;
     const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
@@ -166,7 +166,7 @@ static __global__ void attention_fwd_kernel(attn_args a, T *__restrict__ out, fl
 template <typename T>
 static __global__ void attention_dq_kernel(attn_args a, T *__restrict__ dq, const T *__restrict__ out,
                                            const T *__restrict__ dout, const float *__restrict__ lse) {
-    extern __shared__ float sm[];
+    LL_DYN_SHARED(float, sm);
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BQ = WARPS * DQ_ROWS_PER_WARP;
     const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
@@ -248,7 +248,7 @@ template <typename T>
 static __global__ void attention_dkv_kernel(attn_args a, T *__restrict__ dk, T *__restrict__ dv,
                                             const T *__restrict__ out, const T *__restrict__ dout,
                                             const float *__restrict__ lse) {
-    extern __shared__ float sm[];
+    LL_DYN_SHARED(float, sm);
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BK = WARPS * DKV_KEYS_PER_WARP;
     const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
@@ -373,7 +373,7 @@ extern "C" cudaError_t ll_cuda_attention_fwd_dt(cudaStream_t stream, ll_cuda_dty
     const int BQ = WARPS * FWD_ROWS_PER_WARP;
     const size_t smem = sizeof(float) * ((size_t)BQ * Dh + WARP * (Dh + 1) + WARP * Dh);
     const dim3 grid((Tq + BQ - 1) / BQ, H, B);
-    LL_DISPATCH(t, T, attention_fwd_kernel<T><<<grid, WARPS * WARP, smem, stream>>>(a, (T *)out, lse);)
+    LL_DISPATCH(t, T, LL_LAUNCH(grid, WARPS * WARP, smem, stream, attention_fwd_kernel<T>)(a, (T *)out, lse);)
     return cudaGetLastError();
 }
 
@@ -390,14 +390,14 @@ extern "C" cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dty
     if (Tq > 0) {
         const int BQ = WARPS * DQ_ROWS_PER_WARP;
         const size_t smem = sizeof(float) * (2 * (size_t)BQ * Dh + 2 * WARP * (Dh + 1));
-        LL_DISPATCH(t, T, attention_dq_kernel<T><<<dim3((Tq + BQ - 1) / BQ, H, B), WARPS * WARP, smem, stream>>>(
+        LL_DISPATCH(t, T, LL_LAUNCH(dim3((Tq + BQ - 1) / BQ, H, B), WARPS * WARP, smem, stream, attention_dq_kernel<T>)(
                               a, (T *)dq, (const T *)out, (const T *)dout, lse);)
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
     if (Tk > 0) {
         const int BK = WARPS * DKV_KEYS_PER_WARP;
         const size_t smem = sizeof(float) * (2 * (size_t)BK * Dh + 2 * WARP * (Dh + 1) + 3 * WARP);
-        LL_DISPATCH(t, T, attention_dkv_kernel<T><<<dim3((Tk + BK - 1) / BK, H, B), WARPS * WARP, smem, stream>>>(
+        LL_DISPATCH(t, T, LL_LAUNCH(dim3((Tk + BK - 1) / BK, H, B), WARPS * WARP, smem, stream, attention_dkv_kernel<T>)(
                               a, (T *)dk, (T *)dv, (const T *)out, (const T *)dout, lse);)
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }

@@ -45,7 +45,7 @@ extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void
     size_t bx = (n + 255) / 256;
     dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)rows);
     for (int pass = 0; pass < 2; pass++) {
-        reorder_pass<<<grid, 256, 0, stream>>>((unsigned char *)buf, (unsigned char *)scratch, from, n, stride, pass);
+        LL_LAUNCH(grid, 256, 0, stream, reorder_pass)((unsigned char *)buf, (unsigned char *)scratch, from, n, stride, pass);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -74,7 +74,7 @@ extern "C" cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int 
                                              int t, int stride, int group) {
     if (rows <= 0) return cudaSuccess;
     for (int pass = from ? 0 : 1; pass < 2; pass++) {
-        ancestry_pass<<<rows, 128, 0, stream>>>(anc, scratch, from, rows, t, stride, group, pass);
+        LL_LAUNCH(rows, 128, 0, stream, ancestry_pass)(anc, scratch, from, rows, t, stride, group, pass);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -132,7 +132,7 @@ extern "C" cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dty
     if (rows <= 0 || H <= 0) return cudaSuccess;
     if (Dh <= 0 || Dh > WARP * CACHED_MAXD || H > 65535) return cudaErrorInvalidValue;
     dim3 grid((unsigned)rows, (unsigned)H);
-    LL_DISPATCH(t, T, attention_cached_kernel<T><<<grid, WARP, 0, stream>>>((T *)out, (const T *)q, q_stride,
+    LL_DISPATCH(t, T, LL_LAUNCH(grid, WARP, 0, stream, attention_cached_kernel<T>)((T *)out, (const T *)q, q_stride,
                                                                              (const T *)kv, kv_stride, row_stride, anc,
                                                                              anc_stride, n_keys, H, Dh);)
     return cudaGetLastError();
@@ -214,7 +214,7 @@ extern "C" cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, d
                                          int groups, int beam, int V, int k, int pad, int bos, int eos) {
     if (groups <= 0 || k <= 0) return cudaSuccess;
     if (k > LL_CUDA_TOPK_MAX || (size_t)groups * beam * V > (size_t)INT_MAX) return cudaErrorInvalidValue;
-    LL_DISPATCH(t, T, beam_topk_kernel<T><<<groups, TOPK_THREADS, 0, stream>>>(score, lp, flat, (const T *)logp, cum,
+    LL_DISPATCH(t, T, LL_LAUNCH(groups, TOPK_THREADS, 0, stream, beam_topk_kernel<T>)(score, lp, flat, (const T *)logp, cum,
                                                                               mode, beam, V, k, pad, bos, eos);)
     return cudaGetLastError();
 }

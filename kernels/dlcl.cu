@@ -68,7 +68,7 @@ extern "C" cudaError_t ll_cuda_weighted_sum(cudaStream_t s, ll_cuda_dtype t, voi
         const int kc = k - j0 < LL_CUDA_DLCL_CHUNK ? k - j0 : LL_CUDA_DLCL_CHUNK;
         red_ptrs p = {};
         for (int j = 0; j < kc; j++) p.p[j] = xs[j0 + j];
-        LL_DISPATCH(t, T, weighted_sum_kernel<T><<<ll_grid(n, DL_THREADS), DL_THREADS, 0, s>>>(
+        LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(n, DL_THREADS), DL_THREADS, 0, s, weighted_sum_kernel<T>)(
                               (T *)y, p, w + j0, kc, j0 == 0, n);)
         LL_CHECK_LAUNCH();
     }
@@ -82,7 +82,7 @@ extern "C" cudaError_t ll_cuda_weighted_scatter(cudaStream_t s, ll_cuda_dtype t,
         const int kc = k - j0 < LL_CUDA_DLCL_CHUNK ? k - j0 : LL_CUDA_DLCL_CHUNK;
         dl_mut_ptrs p = {};
         for (int j = 0; j < kc; j++) p.p[j] = ys[j0 + j];
-        LL_DISPATCH(t, T, weighted_scatter_kernel<T><<<ll_grid(n, DL_THREADS), DL_THREADS, 0, s>>>(
+        LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(n, DL_THREADS), DL_THREADS, 0, s, weighted_scatter_kernel<T>)(
                               p, w + j0, (const T *)x, kc, n);)
         LL_CHECK_LAUNCH();
     }
@@ -99,10 +99,10 @@ extern "C" cudaError_t ll_cuda_dots_acc(cudaStream_t s, ll_cuda_dtype t, float *
         const int kc = k - j0 < LL_CUDA_DLCL_CHUNK ? k - j0 : LL_CUDA_DLCL_CHUNK;
         red_ptrs p = {};
         for (int j = 0; j < kc; j++) p.p[j] = ys[j0 + j];
-        LL_DISPATCH(t, T, red_partials<T><<<dim3(G, (unsigned)kc), RED_THREADS, 0, s>>>((double *)scratch,
+        LL_DISPATCH(t, T, LL_LAUNCH(dim3(G, (unsigned)kc), RED_THREADS, 0, s, red_partials<T>)((double *)scratch,
                                                                                          (const T *)x, p, n, 0);)
         LL_CHECK_LAUNCH();
-        dots_finish<<<(unsigned)kc, RED_THREADS, 0, s>>>((const double *)scratch, (int)G, dst + j0);
+        LL_LAUNCH((unsigned)kc, RED_THREADS, 0, s, dots_finish)((const double *)scratch, (int)G, dst + j0);
         LL_CHECK_LAUNCH();
     }
     return cudaSuccess;
