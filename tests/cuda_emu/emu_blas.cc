@@ -20,7 +20,8 @@
  * refused with CUBLAS_STATUS_INVALID_VALUE.
  *
  * LL_CUDA_EMU_LT_REFUSE=epilogue refuses every epilogue, =all every matmul,
- * so the callers' fallbacks (kernels/gemm_epi.cu, cublasGemmEx) run too. */
+ * so the callers' fallbacks (kernels/gemm_epi.cu, cublasGemmEx) run too;
+ * =fail runs every matmul and then reports CUBLAS_STATUS_EXECUTION_FAILED. */
 #include <cblas.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -360,6 +361,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
     g.epi = d->epi;
     g.bias = d->bias;
     ll_emu::enqueue(stream, "cublasLtMatmul", [g]() { gemm_run(g); });
+    /* LL_CUDA_EMU_LT_REFUSE=fail: the matmul is queued, then reported failed
+     * (an error after the work started): a caller must not run it again */
+    if (!strcmp(refuse_mode(), "fail")) return CUBLAS_STATUS_EXECUTION_FAILED;
     return CUBLAS_STATUS_SUCCESS;
 }
 

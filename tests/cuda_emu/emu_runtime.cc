@@ -64,6 +64,7 @@ thread_local int t_device = 0;
 std::vector<CUstream_st *> g_streams;
 CUstream_st *g_null[64];
 int g_depth;
+cudaError_t g_sticky = cudaSuccess; /* a kernel fault: every later call returns it, as on a GPU */
 
 int n_devices() {
     static int n = -1;
@@ -156,7 +157,17 @@ cudaError_t launch(const launch_desc &d, std::function<void()> body) {
     }
     auto body_p = std::make_shared<std::function<void()>>(std::move(body));
     launch_desc dd = d;
-    enqueue(d.stream, d.name, [dd, body_p]() { run_grid(dd, *body_p); });
+    enqueue(d.stream, d.name, [dd, body_p]() {
+        /* LL_CUDA_EMU_FAULT=NAME: kernels whose name contains NAME fault as a
+         * GPU kernel does (a sticky error, seen at the next synchronisation) */
+        const char *f = env("LL_CUDA_EMU_FAULT");
+        if (f && *f && strstr(dd.name, f)) {
+            fprintf(stderr, "cuda-emu: injected fault in kernel %s (launched at %s:%d; LL_CUDA_EMU_FAULT)\n", dd.name,
+                    dd.file, dd.line);
+            g_sticky = cudaErrorIllegalAddress;
+        }
+        if (g_sticky == cudaSuccess) run_grid(dd, *body_p);
+    });
     return cudaSuccess;
 }
 
@@ -208,6 +219,7 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
 }
 
 cudaError_t cudaGetLastError(void) {
+    if (g_sticky != cudaSuccess) return g_sticky;
     cudaError_t e = t_last;
     t_last = cudaSuccess;
     return e;
@@ -225,6 +237,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     default: return "unknown error (cuda-emu)";
     }
 }
@@ -326,7 +339,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     LOCK;
     CUstream_st *st = stream_of(s);
     drain(st, st->queued);
-    return cudaSuccess;
+    return g_sticky;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
     LOCK;
@@ -345,7 +358,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaDeviceSynchronize(void) {
     LOCK;
     drain_all(t_device);
-    return cudaSuccess;
+    return g_sticky;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
@@ -385,7 +398,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
     LOCK;
     if (ev->stream) drain(ev->stream, ev->seq);
-    return cudaSuccess;
+    return g_sticky;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int flags) {
     (void)flags;

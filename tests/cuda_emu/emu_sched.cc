@@ -493,7 +493,8 @@ void run_grid(const launch_desc &d, const std::function<void()> &body) {
     if (posix_memalign(&dyn, 16, d.smem ? d.smem : 1) != 0) fail("cannot allocate %zu bytes of shared memory", d.smem);
 #if defined(__x86_64__)
     const unsigned mxcsr = _mm_getcsr();
-    if (d.ftz) _mm_setcsr(mxcsr | 0x8040); /* FTZ | DAZ, as --use_fast_math's .ftz */
+    const char *fz = env("LL_CUDA_EMU_FTZ"); /* "all": as if every file were built with -ftz=true */
+    if (d.ftz || (fz && !strcmp(fz, "all"))) _mm_setcsr(mxcsr | 0x8040); /* FTZ | DAZ, as --use_fast_math's .ftz */
     else _mm_setcsr(mxcsr & ~0x8040u);
 #endif
     const size_t sh_bytes = __start_ll_emu_shared ? (size_t)((uintptr_t)__stop_ll_emu_shared -
