@@ -31,8 +31,14 @@ set_tests_properties(gpu_emu_lt_fail_dies PROPERTIES LABELS gpu ENVIRONMENT
 add_test(NAME gpu_emu_ftz_shows COMMAND gpu_test_typed_cuda)
 set_tests_properties(gpu_emu_ftz_shows PROPERTIES LABELS gpu WILL_FAIL TRUE ENVIRONMENT
   "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FTZ=all")
-set(LL_EMU_BIBLE_UPDATES 20 CACHE STRING "updates of gpu_test_bible300 under the CUDA emulation")
-# the shell GPU tests at a size the emulation runs in CI (they train on the emulated device)
-if(TEST gpu_test_bible300)
-  set_property(TEST gpu_test_bible300 APPEND PROPERTY ENVIRONMENT "LL_BIBLE_UPDATES=${LL_EMU_BIBLE_UPDATES}")
-endif()
+# The shell GPU tests at a size the emulation runs in CI: they train and decode on the
+# emulated device (a d 64, 1+1-layer model, 2 updates of 256 tokens, 3-5 decoded lines: the
+# tools end to end and the CPU comparison, not model quality)
+set(LL_EMU_SHELL_ENV "LL_BIBLE_UPDATES=2;LL_BIBLE_MAX_TOKENS=256;LL_BIBLE_DECODE_LINES=3;LL_DECODE_PARITY_LINES=5"
+    "LL_RESUME_UPDATES=2"
+    "LL_BIBLE_EXTRA=--set model.d_model=64 --set model.ffn_dim=128 --set model.enc_layers=1 --set model.dec_layers=1")
+foreach(t gpu_test_bible300 gpu_test_decode_parity gpu_test_resume_cuda)
+  if(TEST ${t})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${LL_EMU_SHELL_ENV})
+  endif()
+endforeach()

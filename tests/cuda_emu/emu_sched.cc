@@ -94,6 +94,8 @@ struct fiber {
 };
 
 struct warp_state {
+    unsigned present; /* lanes that exist in this block */
+    unsigned exited;  /* lanes that have returned */
     unsigned pending; /* lanes arrived at the current exchange */
     unsigned mask;
     const char *what, *file;
@@ -292,7 +294,7 @@ static void wake_barrier() {
 void syncthreads(const char *file, int line) {
     fiber *f = g_cur_fiber;
     if (!f) fail("__syncthreads outside a kernel");
-    if (g_bar_count && (g_bar_line != line || strcmp(g_bar_file, file)))
+    if (g_bar_count && (g_bar_line != line || (g_bar_file != file && strcmp(g_bar_file, file))))
         fail("divergent __syncthreads: this thread waits at %s:%d while %d thread(s) wait at %s:%d", file, line,
              g_bar_count, g_bar_file, g_bar_line);
 #ifdef LL_EMU_TSAN
@@ -323,17 +325,14 @@ uint64_t warp_exchange(unsigned mask, uint64_t val, int src, const char *what, c
     const int lane = f->ctx.lane, w = f->ctx.warp;
     if (!(mask >> lane & 1))
         fail("%s at %s:%d with mask 0x%08x, which does not name the calling lane %d", what, file, line, mask, lane);
-    for (int l = 0; l < 32; l++) {
-        if (!(mask >> l & 1)) continue;
-        const int t = w * 32 + l;
-        if (t >= g_n)
-            fail("%s at %s:%d: mask 0x%08x names lane %d, absent (the block has %d threads)", what, file, line, mask,
-                 l, g_n);
-        if (g_fibers[t]->st == EXITED)
-            fail("%s at %s:%d: mask 0x%08x names lane %d, which has exited", what, file, line, mask, l);
-    }
     warp_state &ws = g_warps[w];
-    if (ws.pending && (ws.mask != mask || ws.line != line || strcmp(ws.file, file)))
+    if (mask & ~ws.present)
+        fail("%s at %s:%d: mask 0x%08x names lane %d, absent (the block has %d threads)", what, file, line, mask,
+             __builtin_ctz(mask & ~ws.present), g_n);
+    if (mask & ws.exited)
+        fail("%s at %s:%d: mask 0x%08x names lane %d, which has exited", what, file, line, mask,
+             __builtin_ctz(mask & ws.exited));
+    if (ws.pending && (ws.mask != mask || ws.line != line || (ws.file != file && strcmp(ws.file, file))))
         fail("divergent warp operations: lane %d reaches %s at %s:%d (mask 0x%08x) while lanes 0x%08x wait at %s at "
              "%s:%d (mask 0x%08x)",
              lane, what, file, line, mask, ws.pending, ws.what, ws.file, ws.line, ws.mask);
@@ -349,8 +348,8 @@ uint64_t warp_exchange(unsigned mask, uint64_t val, int src, const char *what, c
     f->wfile = file;
     f->wline = line;
     if (ws.pending == mask) { /* the last lane: complete the exchange for all */
-        for (int l = 0; l < 32; l++) {
-            if (!(mask >> l & 1)) continue;
+        for (unsigned mm = mask; mm; mm &= mm - 1) {
+            const int l = __builtin_ctz(mm);
             const int s = ws.src[l];
             if (s < 0 || s > 31 || !(mask >> s & 1))
                 fail("%s at %s:%d: lane %d reads lane %d, outside the mask 0x%08x", what, file, line, l, s, mask);
@@ -387,6 +386,7 @@ static void fiber_main() {
         fail("thread exits while lanes 0x%08x wait for it in %s at %s:%d (mask 0x%08x)", ws.pending, ws.what, ws.file,
              ws.line, ws.mask);
     f->st = EXITED;
+    ws.exited |= 1u << f->ctx.lane;
     g_live--;
     if (g_bar_count && g_bar_count == g_live) wake_barrier();
     to_sched(f, 1);
@@ -396,12 +396,14 @@ static void fiber_main() {
 static int pick() {
     const int n = g_n;
     switch (g_policy) {
-    case 1:
-        for (int k = 1; k <= n; k++) {
-            int i = ((g_last < 0 ? n : g_last) - k % n + n) % n;
+    case 1: { /* from the thread before the last one, downwards, wrapping once */
+        const int l = g_last < 0 ? n : g_last;
+        for (int i = l - 1; i >= 0; i--)
             if (g_fibers[i]->st == RUNNABLE) return i;
-        }
+        for (int i = n - 1; i >= l && i >= 0; i--)
+            if (g_fibers[i]->st == RUNNABLE) return i;
         return -1;
+    }
     case 2:
         for (int i = g_hint; i < n; i++)
             if (g_fibers[i]->st == RUNNABLE) return g_hint = i;
@@ -417,12 +419,11 @@ static int pick() {
             if (g_fibers[(s + k) % n]->st == RUNNABLE) return (s + k) % n;
         return -1;
     }
-    default:
-        for (int k = 1; k <= n; k++) {
-            int i = (g_last + k) % n;
-            if (i < 0) i += n;
+    default: /* from the thread after the last one, wrapping once (no division: this is the hot path) */
+        for (int i = g_last + 1; i < n; i++)
             if (g_fibers[i]->st == RUNNABLE) return i;
-        }
+        for (int i = 0; i <= g_last && i < n; i++)
+            if (g_fibers[i]->st == RUNNABLE) return i;
         return -1;
     }
 }
@@ -459,7 +460,12 @@ static void run_block() {
         f->st = RUNNABLE;
         fiber_reset(f);
     }
-    for (auto &w : g_warps) w.pending = 0;
+    for (size_t w = 0; w < g_warps.size(); w++) {
+        const int lanes = g_n - (int)w * 32 >= 32 ? 32 : g_n - (int)w * 32;
+        g_warps[w].present = lanes == 32 ? ~0u : (1u << lanes) - 1;
+        g_warps[w].exited = 0;
+        g_warps[w].pending = 0;
+    }
     while (g_live > 0) {
         const int i = pick();
         if (i < 0) deadlock();
