@@ -43,3 +43,10 @@ if(LL_NCCL AND LL_HAVE_MPI)
   target_compile_definitions(ll_model PUBLIC LL_WITH_NCCL)
 endif()
 message(STATUS "ll: NCCL ${LL_HAVE_NCCL} (emulated over MPI)")
+# TSan: the scheduler's own bookkeeping (fiber states, warp slots) is handed between fibers
+# that TSan would otherwise see as unsynchronised threads; it is left uninstrumented and only
+# its annotations (fibers, barrier acquire/release) reach TSan
+if(LL_SANITIZE MATCHES "thread")
+  set_source_files_properties(${LL_EMU_DIR}/emu_sched.cc PROPERTIES COMPILE_OPTIONS -fno-sanitize=thread
+                              COMPILE_DEFINITIONS LL_EMU_TSAN=1)
+endif()

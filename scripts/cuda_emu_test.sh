@@ -3,11 +3,15 @@
 # CUDA (-DLL_CUDA_EMU=ON, tests/cuda_emu; docs/cuda-backend.md, "Testing
 # without a GPU") into its own build folder and runs every test labelled gpu.
 #
-#   scripts/cuda_emu_test.sh plain   build-emu-plain: ctest -L gpu under two warp schedules (rr, random:SEED)
-#   scripts/cuda_emu_test.sh asan    build-emu-asan:  the same under ASan+UBSan, one schedule (greedy)
-#   scripts/cuda_emu_test.sh tsan    build-emu-tsan:  the same under TSan (CUDA threads as TSan fibers,
-#                                    only __syncthreads ordering them), one schedule (reverse)
-#   scripts/cuda_emu_test.sh mutants the mutation tests (tests/cuda_emu/mutants.sh) on the plain build
+#   scripts/cuda_emu_test.sh plain   build-emu-plain: ctest -L gpu (schedule rr), then the kernel and
+#                                    op tests again under a second schedule (random:SEED)
+#   scripts/cuda_emu_test.sh asan    build-emu-asan:  ctest -L gpu under ASan+UBSan (schedule greedy)
+#   scripts/cuda_emu_test.sh tsan    build-emu-tsan:  the kernel and op tests under TSan (CUDA threads
+#                                    as TSan fibers, only __syncthreads ordering them; schedule reverse)
+#   scripts/cuda_emu_test.sh mutants the mutation tests (tests/cuda_emu/mutants.sh, an ASan copy)
+# The shell tests (lltrain/lldecode end to end: gpu_test_bible300, _decode_parity, _resume_cuda,
+# _dist_nccl_mpirun) run once per plain and asan mode, not under the second schedule nor TSan
+# (minutes each there: the CI budget).
 #
 # Environment: JOBS (build jobs, default 2), LL_EMU_CMAKE_ARGS (extra cmake
 # arguments, e.g. the compilers), LL_EMU_BUILD_ROOT (default: the source tree),
@@ -39,12 +43,14 @@ cmake --build "$bld" -j"$jobs" --target "${targets[@]}" > "$bld/emu-build.log" 2
   { tail -40 "$bld/emu-build.log"; exit 1; }
 echo "cuda-emu $mode: built in $(($(date +%s) - t0)) s ($bld)"
 
-# run_ctest SCHEDULE: ctest -L gpu; a skipped test is a failure here (the emulation is a device)
+SHELL_TESTS='gpu_test_(bible300|decode_parity|resume_cuda|dist_nccl_mpirun)$'
+# run_ctest SCHEDULE [ctest args]: ctest -L gpu; a skipped test is a failure here (the emulation is a device)
 run_ctest() {
   local sched=$1 t1 log
+  shift
   t1=$(date +%s)
   log=$bld/ctest-$mode-${sched//:/-}.log
-  if LL_CUDA_EMU_SCHEDULE=$sched ctest --test-dir "$bld" -L gpu --output-on-failure --timeout 1500 > "$log" 2>&1; then
+  if LL_CUDA_EMU_SCHEDULE=$sched ctest --test-dir "$bld" -L gpu --output-on-failure --timeout 1500 "$@" > "$log" 2>&1; then
     rc=0
   else
     rc=1
@@ -63,7 +69,7 @@ status=0
 case $mode in
   plain)
     run_ctest rr || status=1
-    run_ctest "random:${LL_EMU_SEED:-1}" || status=1
+    run_ctest "random:${LL_EMU_SEED:-1}" -E "$SHELL_TESTS" || status=1
     ;;
   asan)
     # the fibers' stacks are switched with ASan's fiber annotations
@@ -73,7 +79,7 @@ case $mode in
   tsan)
     # one OpenMP thread: libgomp is not instrumented (its barriers would be false races)
     export OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    run_ctest reverse || status=1
+    run_ctest reverse -E "$SHELL_TESTS" || status=1
     ;;
   mutants)
     bash "$SRC/tests/cuda_emu/mutants.sh" "$bld" || status=1

@@ -56,12 +56,14 @@ struct CUevent_st {
 namespace ll_emu {
 
 namespace {
-std::recursive_mutex g_mu;
-std::map<uintptr_t, size_t> g_allocs; /* start -> bytes */
+/* never destroyed (exit may still find queued work and live allocations, as the backends
+ * keep their buffers for the life of the process: reachable for LeakSanitizer) */
+std::recursive_mutex &g_mu = *new std::recursive_mutex();
+std::map<uintptr_t, size_t> &g_allocs = *new std::map<uintptr_t, size_t>(); /* start -> bytes */
 size_t g_used;
 thread_local cudaError_t t_last = cudaSuccess;
 thread_local int t_device = 0;
-std::vector<CUstream_st *> g_streams;
+std::vector<CUstream_st *> &g_streams = *new std::vector<CUstream_st *>();
 CUstream_st *g_null[64];
 int g_depth;
 cudaError_t g_sticky = cudaSuccess; /* a kernel fault: every later call returns it, as on a GPU */

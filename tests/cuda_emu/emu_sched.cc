@@ -104,8 +104,9 @@ struct warp_state {
     int src[32];
 };
 
-std::vector<fiber *> g_fibers;
-std::vector<warp_state> g_warps;
+/* never destroyed: fibers and stacks live until the process ends (reachable for LeakSanitizer) */
+std::vector<fiber *> &g_fibers = *new std::vector<fiber *>();
+std::vector<warp_state> &g_warps = *new std::vector<warp_state>();
 int g_n, g_live, g_bar_count;
 const char *g_bar_file;
 int g_bar_line;

@@ -13,7 +13,8 @@ train: {seed: 1, lr: 3e-3, warmup_updates: 5, valid_interval: 5, log_interval: 5
 checkpoint: {save_dir: $T/run}
 CFG
 common=(--config "$T/t.cfg" --set train.precision=bf16)
-# LL_RESUME_UPDATES (even; default 30): fewer under the CPU emulation of CUDA (cmake/cuda_emu_tests.cmake)
+# LL_RESUME_UPDATES (default 30; half of it a multiple of valid_interval 5, else even the CPU differs):
+# fewer under the CPU emulation of CUDA (cmake/cuda_emu_tests.cmake)
 R=${LL_RESUME_UPDATES:-30}
 "$BIN/lltrain" "${common[@]}" --set train.max_updates="$R" 2> "$T/straight.log" ||
   { err "straight run failed: $(tail -1 "$T/straight.log")"; exit 1; }
