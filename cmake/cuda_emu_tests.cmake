@@ -44,7 +44,7 @@ foreach(t gpu_test_bible300 gpu_test_decode_parity gpu_test_resume_cuda)
 endforeach()
 # NCCL over MPI: two ranks, one emulated device each
 if(TEST gpu_test_dist_nccl_mpirun)
-  set_property(TEST gpu_test_dist_nccl_mpirun APPEND PROPERTY ENVIRONMENT "LL_CUDA_EMU_DEVICES=2")
+  set_property(TEST gpu_test_dist_nccl_mpirun APPEND PROPERTY ENVIRONMENT "LL_CUDA_EMU_DEVICES=2;LL_DIST_NCCL_UPDATES=2")
 endif()
 # (its checkpoint comparison: built with the GPU tests scripts/cuda_emu_test.sh builds)
 add_dependencies(gpu_test_dist_nccl ll_ckpt_diff)

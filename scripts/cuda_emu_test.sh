@@ -5,13 +5,13 @@
 #
 #   scripts/cuda_emu_test.sh plain   build-emu-plain: ctest -L gpu (schedule rr), then the kernel and
 #                                    op tests again under a second schedule (random:SEED)
-#   scripts/cuda_emu_test.sh asan    build-emu-asan:  ctest -L gpu under ASan+UBSan (schedule greedy)
+#   scripts/cuda_emu_test.sh asan    build-emu-asan:  the kernel and op tests under ASan+UBSan (greedy)
 #   scripts/cuda_emu_test.sh tsan    build-emu-tsan:  the kernel and op tests under TSan (CUDA threads
 #                                    as TSan fibers, only __syncthreads ordering them; schedule reverse)
 #   scripts/cuda_emu_test.sh mutants the mutation tests (tests/cuda_emu/mutants.sh, an ASan copy)
 # The shell tests (lltrain/lldecode end to end: gpu_test_bible300, _decode_parity, _resume_cuda,
-# _dist_nccl_mpirun) run once per plain and asan mode, not under the second schedule nor TSan
-# (minutes each there: the CI budget).
+# _dist_nccl_mpirun) run in plain mode under the first schedule only: minutes each under the
+# sanitizers (the CI budget; LL_EMU_ALL=1 runs them in every mode).
 #
 # Environment: JOBS (build jobs, default 2), LL_EMU_CMAKE_ARGS (extra cmake
 # arguments, e.g. the compilers), LL_EMU_BUILD_ROOT (default: the source tree),
@@ -74,12 +74,14 @@ case $mode in
   asan)
     # the fibers' stacks are switched with ASan's fiber annotations
     export ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=0
-    run_ctest greedy || status=1
+    # shellcheck disable=SC2046
+    run_ctest greedy $([ "${LL_EMU_ALL:-0}" = 1 ] || printf '%s\n' -E "$SHELL_TESTS") || status=1
     ;;
   tsan)
     # one OpenMP thread: libgomp is not instrumented (its barriers would be false races)
     export OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    run_ctest reverse -E "$SHELL_TESTS" || status=1
+    # shellcheck disable=SC2046
+    run_ctest reverse $([ "${LL_EMU_ALL:-0}" = 1 ] || printf '%s\n' -E "$SHELL_TESTS") || status=1
     ;;
   mutants)
     bash "$SRC/tests/cuda_emu/mutants.sh" "$bld" || status=1

@@ -16,7 +16,9 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 work=${1:?usage: mutants.sh BUILD_DIR}/mutants
 jobs=${JOBS:-2}
 mkdir -p "$work"
-rsync -a --delete --exclude '/build*' --exclude '/data' --exclude '/.git' "$SRC/" "$work/src/"
+rm -rf "$work/src"
+mkdir -p "$work/src"
+(cd "$SRC" && tar --exclude='./build*' --exclude=./data --exclude=./.git --exclude=./.device -cf - .) | (cd "$work/src" && tar -xf -)
 b=$work/build
 # shellcheck disable=SC2086
 cmake -S "$work/src" -B "$b" -DLL_CUDA_EMU=ON -DLL_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -71,9 +73,9 @@ for m in barrier past_row smem_short no_sync; do
     status=1
   fi
 done
+declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm.cu
+  [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c)
 for m in barrier past_row smem_short no_sync; do
-  rsync -a "$SRC/kernels/" "$work/src/kernels/"
-  rsync -a "$SRC/src/" "$work/src/src/"
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then
@@ -82,7 +84,6 @@ for m in barrier past_row smem_short no_sync; do
   else
     echo "mutants: $m killed: $(grep -m1 -E 'ERROR|FAIL|differ|error' "$work/$m.log" | cut -c1-150)"
   fi
+  cp "$SRC/${file[$m]}" "$work/src/${file[$m]}" # the original again, newer than the mutant's objects
 done
-rsync -a "$SRC/kernels/" "$work/src/kernels/"
-rsync -a "$SRC/src/" "$work/src/src/"
 exit $status
