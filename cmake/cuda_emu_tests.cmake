@@ -48,3 +48,8 @@ if(TEST gpu_test_dist_nccl_mpirun)
 endif()
 # (its checkpoint comparison: built with the GPU tests scripts/cuda_emu_test.sh builds)
 add_dependencies(gpu_test_dist_nccl ll_ckpt_diff)
+# attention over more than 65,535 sentences (gridDim.z slices): 30 s of emulation, minutes under
+# the sanitizers, so plain builds only
+if(LL_SANITIZE)
+  set_property(TEST gpu_test_attention_cuda APPEND PROPERTY ENVIRONMENT "LL_GPU_TEST_BIG_BATCH=0")
+endif()
