@@ -79,14 +79,14 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--devices")) {
             const int n = ll_cuda_device_count();
             printf("cuda devices: %d\n", n);
-#ifdef LL_CUDA_EMU
-            if (n > 0) printf("cuda devices are EMULATED on the CPU (LL_CUDA_EMU test build): not GPUs\n");
-#endif
             ll_verbosity = 0; /* the choice is printed below, not logged */
             ll_backend *be = ll_backend_select("auto", LL_REAL_DTYPE, 0, "auto");
             printf("train.device auto: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
             be = ll_backend_select("auto", LL_BF16, 0, "auto");
             printf("train.device auto, train.precision bf16: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
+#ifdef LL_CUDA_EMU
+            if (n > 0) printf("cuda devices are EMULATED on the CPU (LL_CUDA_EMU test build): not GPUs\n");
+#endif
             return 0;
         } else if (!strcmp(argv[i], "--help-config")) {
             ll_config_print_help(stdout);
