@@ -40,7 +40,7 @@ extern "C" cudaError_t ll_cuda_adam(cudaStream_t s, float *p, const float *g, fl
     if (n == 0) return cudaSuccess;
     if (t_slot < 0 || t_slot >= LL_ST_N) return cudaErrorInvalidValue;
     /* at most ~4 elements per thread before the cap: the per-thread prologue (two pows) stays cheap */
-    adam_kernel<<<ll_grid((n + 3) / 4, ADAM_THREADS), ADAM_THREADS, 0, s>>>(p, g, m, v, n, lr, b1, b2, eps, wd, stats,
+    LL_LAUNCH(ll_grid((n + 3) / 4, ADAM_THREADS), ADAM_THREADS, 0, s, adam_kernel)(p, g, m, v, n, lr, b1, b2, eps, wd, stats,
                                                                             t_slot, (__nv_bfloat16 *)p_bf16);
     LL_CHECK_LAUNCH();
     return cudaSuccess;

@@ -91,7 +91,7 @@ extern "C" cudaError_t ll_cuda_ald_pool(cudaStream_t s, ll_cuda_dtype t, float *
     if (B <= 0 || C <= 0) return cudaSuccess;
     if (B > 65535) return cudaErrorInvalidValue; /* grid.y */
     dim3 grid((unsigned)((C + ALD_THREADS - 1) / ALD_THREADS), (unsigned)B);
-    LL_DISPATCH(t, E, ald_pool_kernel<E><<<grid, ALD_THREADS, 0, s>>>(G, (const E *)h, len, T, C);)
+    LL_DISPATCH(t, E, LL_LAUNCH(grid, ALD_THREADS, 0, s, ald_pool_kernel<E>)(G, (const E *)h, len, T, C);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
@@ -101,9 +101,9 @@ extern "C" cudaError_t ll_cuda_ald_loss(cudaStream_t s, float *dG, double *acc, 
     if (B <= 0) return cudaSuccess;
     if (!scratch) return cudaErrorInvalidValue;
     double *rowloss = (double *)scratch;
-    ald_loss_kernel<<<(unsigned)B, ALD_THREADS, 0, s>>>(dG, G, B, C, (double)tau, w, rowloss);
+    LL_LAUNCH((unsigned)B, ALD_THREADS, 0, s, ald_loss_kernel)(dG, G, B, C, (double)tau, w, rowloss);
     LL_CHECK_LAUNCH();
-    ald_finish<<<1, ALD_THREADS, 0, s>>>(rowloss, B, w, acc);
+    LL_LAUNCH(1, ALD_THREADS, 0, s, ald_finish)(rowloss, B, w, acc);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
@@ -112,7 +112,7 @@ extern "C" cudaError_t ll_cuda_ald_unpool(cudaStream_t s, ll_cuda_dtype t, void 
                                           int B, int T, int C) {
     if (B <= 0 || T <= 0 || C <= 0) return cudaSuccess;
     const size_t total = (size_t)B * T * C;
-    LL_DISPATCH(t, E, ald_unpool_kernel<E><<<ll_grid(total, ALD_THREADS), ALD_THREADS, 0, s>>>((E *)dh, dG, len, B, T,
+    LL_DISPATCH(t, E, LL_LAUNCH(ll_grid(total, ALD_THREADS), ALD_THREADS, 0, s, ald_unpool_kernel<E>)((E *)dh, dG, len, B, T,
                                                                                               C);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;

@@ -29,6 +29,7 @@
 #define FWD_ROWS_PER_WARP 4
 #define DQ_ROWS_PER_WARP 2
 #define DKV_KEYS_PER_WARP 2
+#define MAX_GRID_Z 65535 /* CUDA's limit on gridDim.z: larger batches launch in slices */
 
 /* q, k, v (and out, dout, dq, dk, dv) are of the kernels' element type T
  * (fp32 or bf16: loaded into fp32 shared memory, fp32 math); lse is fp32. */
@@ -37,6 +38,7 @@ struct attn_args {
     int q_stride, kv_stride;
     const int *key_len; /* device, [B]; NULL: all keys */
     int B, Tq, Tk, H, Dh, causal;
+    int b0;          /* first batch entry of this launch: b = b0 + blockIdx.z (gridDim.z <= 65535) */
     float scale;     /* 1 / sqrt(Dh) */
     float keep_scale; /* 1 / (1 - p) */
     uint32_t thr;    /* keep iff half-word >= thr */
@@ -88,10 +90,10 @@ static __device__ __forceinline__ void stage(float *s, int ld, int rows, const T
 
 template <typename T>
 static __global__ void attention_fwd_kernel(attn_args a, T *__restrict__ out, float *__restrict__ lse) {
-    extern __shared__ float sm[];
+    LL_DYN_SHARED(float, sm);
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BQ = WARPS * FWD_ROWS_PER_WARP;
-    const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
+    const int b = a.b0 + (int)blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
     float *sQ = sm, *sK = sQ + BQ * Dh, *sV = sK + WARP * (Dh + 1); /* sK padded: lane j reads row j */
     const int lim = key_limit(a, b);
     const int qn = min(BQ, a.Tq - q0);
@@ -166,10 +168,10 @@ static __global__ void attention_fwd_kernel(attn_args a, T *__restrict__ out, fl
 template <typename T>
 static __global__ void attention_dq_kernel(attn_args a, T *__restrict__ dq, const T *__restrict__ out,
                                            const T *__restrict__ dout, const float *__restrict__ lse) {
-    extern __shared__ float sm[];
+    LL_DYN_SHARED(float, sm);
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BQ = WARPS * DQ_ROWS_PER_WARP;
-    const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
+    const int b = a.b0 + (int)blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
     float *sQ = sm, *sG = sQ + BQ * Dh, *sK = sG + BQ * Dh, *sV = sK + WARP * (Dh + 1);
     const int lim = key_limit(a, b);
     const int qn = min(BQ, a.Tq - q0);
@@ -248,10 +250,10 @@ template <typename T>
 static __global__ void attention_dkv_kernel(attn_args a, T *__restrict__ dk, T *__restrict__ dv,
                                             const T *__restrict__ out, const T *__restrict__ dout,
                                             const float *__restrict__ lse) {
-    extern __shared__ float sm[];
+    LL_DYN_SHARED(float, sm);
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BK = WARPS * DKV_KEYS_PER_WARP;
-    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
+    const int b = a.b0 + (int)blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK;
     float *sK = sm, *sV = sK + BK * Dh, *sQ = sV + BK * Dh, *sG = sQ + WARP * (Dh + 1);
     float *sL = sG + WARP * (Dh + 1), *sD = sL + WARP;
     int *sN = (int *)(sD + WARP);
@@ -372,9 +374,12 @@ extern "C" cudaError_t ll_cuda_attention_fwd_dt(cudaStream_t stream, ll_cuda_dty
     if (e != cudaSuccess) return e;
     const int BQ = WARPS * FWD_ROWS_PER_WARP;
     const size_t smem = sizeof(float) * ((size_t)BQ * Dh + WARP * (Dh + 1) + WARP * Dh);
-    const dim3 grid((Tq + BQ - 1) / BQ, H, B);
-    LL_DISPATCH(t, T, attention_fwd_kernel<T><<<grid, WARPS * WARP, smem, stream>>>(a, (T *)out, lse);)
-    return cudaGetLastError();
+    for (a.b0 = 0; a.b0 < B; a.b0 += MAX_GRID_Z) {
+        const dim3 grid((Tq + BQ - 1) / BQ, H, (unsigned)(B - a.b0 < MAX_GRID_Z ? B - a.b0 : MAX_GRID_Z));
+        LL_DISPATCH(t, T, LL_LAUNCH(grid, WARPS * WARP, smem, stream, attention_fwd_kernel<T>)(a, (T *)out, lse);)
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 extern "C" cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dq, void *dk, void *dv,
@@ -390,16 +395,22 @@ extern "C" cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dty
     if (Tq > 0) {
         const int BQ = WARPS * DQ_ROWS_PER_WARP;
         const size_t smem = sizeof(float) * (2 * (size_t)BQ * Dh + 2 * WARP * (Dh + 1));
-        LL_DISPATCH(t, T, attention_dq_kernel<T><<<dim3((Tq + BQ - 1) / BQ, H, B), WARPS * WARP, smem, stream>>>(
-                              a, (T *)dq, (const T *)out, (const T *)dout, lse);)
-        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        for (a.b0 = 0; a.b0 < B; a.b0 += MAX_GRID_Z) {
+            const dim3 grid((Tq + BQ - 1) / BQ, H, (unsigned)(B - a.b0 < MAX_GRID_Z ? B - a.b0 : MAX_GRID_Z));
+            LL_DISPATCH(t, T, LL_LAUNCH(grid, WARPS * WARP, smem, stream, attention_dq_kernel<T>)(
+                                  a, (T *)dq, (const T *)out, (const T *)dout, lse);)
+            if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        }
     }
     if (Tk > 0) {
         const int BK = WARPS * DKV_KEYS_PER_WARP;
         const size_t smem = sizeof(float) * (2 * (size_t)BK * Dh + 2 * WARP * (Dh + 1) + 3 * WARP);
-        LL_DISPATCH(t, T, attention_dkv_kernel<T><<<dim3((Tk + BK - 1) / BK, H, B), WARPS * WARP, smem, stream>>>(
-                              a, (T *)dk, (T *)dv, (const T *)out, (const T *)dout, lse);)
-        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        for (a.b0 = 0; a.b0 < B; a.b0 += MAX_GRID_Z) {
+            const dim3 grid((Tk + BK - 1) / BK, H, (unsigned)(B - a.b0 < MAX_GRID_Z ? B - a.b0 : MAX_GRID_Z));
+            LL_DISPATCH(t, T, LL_LAUNCH(grid, WARPS * WARP, smem, stream, attention_dkv_kernel<T>)(
+                                  a, (T *)dk, (T *)dv, (const T *)out, (const T *)dout, lse);)
+            if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        }
     }
     return cudaSuccess;
 }

@@ -21,7 +21,7 @@ static __global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__
 }
 
 template <typename D, typename S> static cudaError_t convert_as(cudaStream_t s, void *dst, const void *src, size_t n) {
-    convert_kernel<D, S><<<ll_grid(n, CV_THREADS), CV_THREADS, 0, s>>>((D *)dst, (const S *)src, n);
+    LL_LAUNCH(ll_grid(n, CV_THREADS), CV_THREADS, 0, s, convert_kernel<D, S>)((D *)dst, (const S *)src, n);
     return cudaGetLastError();
 }
 

@@ -45,7 +45,7 @@ extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void
     size_t bx = (n + 255) / 256;
     dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)rows);
     for (int pass = 0; pass < 2; pass++) {
-        reorder_pass<<<grid, 256, 0, stream>>>((unsigned char *)buf, (unsigned char *)scratch, from, n, stride, pass);
+        LL_LAUNCH(grid, 256, 0, stream, reorder_pass)((unsigned char *)buf, (unsigned char *)scratch, from, n, stride, pass);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -74,7 +74,7 @@ extern "C" cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int 
                                              int t, int stride, int group) {
     if (rows <= 0) return cudaSuccess;
     for (int pass = from ? 0 : 1; pass < 2; pass++) {
-        ancestry_pass<<<rows, 128, 0, stream>>>(anc, scratch, from, rows, t, stride, group, pass);
+        LL_LAUNCH(rows, 128, 0, stream, ancestry_pass)(anc, scratch, from, rows, t, stride, group, pass);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -91,9 +91,8 @@ template <typename T>
 static __global__ void attention_cached_kernel(T *__restrict__ out, const T *__restrict__ q, int q_stride,
                                                const T *__restrict__ kv, int kv_stride, size_t row_stride,
                                                const int *__restrict__ anc, int anc_stride, int n_keys, int H,
-                                               int Dh) {
+                                               int Dh, float scale) {
     const int r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, C = H * Dh;
-    const float scale = rsqrtf((float)Dh);
     float qv[CACHED_MAXD], acc[CACHED_MAXD];
     for (int i = 0; i < CACHED_MAXD; i++) {
         const int d = lane + WARP * i;
@@ -132,9 +131,12 @@ extern "C" cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dty
     if (rows <= 0 || H <= 0) return cudaSuccess;
     if (Dh <= 0 || Dh > WARP * CACHED_MAXD || H > 65535) return cudaErrorInvalidValue;
     dim3 grid((unsigned)rows, (unsigned)H);
-    LL_DISPATCH(t, T, attention_cached_kernel<T><<<grid, WARP, 0, stream>>>((T *)out, (const T *)q, q_stride,
-                                                                             (const T *)kv, kv_stride, row_stride, anc,
-                                                                             anc_stride, n_keys, H, Dh);)
+    /* the scale of full attention (attention.cu) and of the CPU, computed on the
+     * host: rsqrtf is an approximation under --use_fast_math */
+    const float scale = 1.0f / sqrtf((float)Dh);
+    LL_DISPATCH(t, T, LL_LAUNCH(grid, WARP, 0, stream, attention_cached_kernel<T>)(
+                          (T *)out, (const T *)q, q_stride, (const T *)kv, kv_stride, row_stride, anc, anc_stride,
+                          n_keys, H, Dh, scale);)
     return cudaGetLastError();
 }
 
@@ -209,12 +211,78 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
     }
 }
 
+/* k > LL_CUDA_TOPK_MAX (beams over 32): no per-thread lists; round q rescans
+ * the candidates for the best one ranked after round q-1's winner (the order
+ * `better` is total: score, then flat index), so any k works, in k passes
+ * over the group's beam * V scores (large beams are rare; the result is the
+ * same as the list kernel's). */
+template <typename T>
+static __global__ void beam_topk_rescan_kernel(double *__restrict__ score, float *__restrict__ lp_out,
+                                               int32_t *__restrict__ flat_out, const T *__restrict__ logp,
+                                               const double *__restrict__ cum, const uint8_t *__restrict__ mode,
+                                               int beam, int V, int k, int pad, int bos, int eos) {
+    const int g = blockIdx.x, tid = threadIdx.x;
+    const uint8_t md = mode[g];
+    const bool eos_ok = md & 1, eos_only = md & 2;
+    __shared__ double ws[TOPK_THREADS / WARP];
+    __shared__ int wf[TOPK_THREADS / WARP];
+    __shared__ double win_s;
+    __shared__ int win_f;
+    const int lane = tid % WARP, warp = tid / WARP, nwarps = blockDim.x / WARP;
+    const size_t total = (size_t)beam * V;
+    double ps = INFINITY; /* the previous winner: every candidate ranks after (+inf, -1) */
+    int pf = -1;
+    for (int q = 0; q < k; q++) {
+        double s = -INFINITY;
+        int f = INT_MAX;
+        for (size_t i = tid; i < total; i += blockDim.x) {
+            const int b = (int)(i / V), v = (int)(i % V);
+            if (v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos)) continue;
+            const int r = g * beam + b;
+            const double cs = cum[r];
+            if (cs == -INFINITY) continue;
+            const double sc = cs + (double)ll_ld(logp + (size_t)r * V + v);
+            if (!(sc > -INFINITY)) continue; /* NaN, -inf */
+            const int fl = r * V + v;
+            if (better(ps, pf, sc, fl) && better(sc, fl, s, f)) s = sc, f = fl;
+        }
+        for (int o = WARP / 2; o > 0; o >>= 1) {
+            const double s2 = __shfl_down_sync(0xffffffffu, s, o);
+            const int f2 = __shfl_down_sync(0xffffffffu, f, o);
+            if (better(s2, f2, s, f)) s = s2, f = f2;
+        }
+        if (lane == 0) ws[warp] = s, wf[warp] = f;
+        __syncthreads();
+        if (tid == 0) {
+            double bs = ws[0];
+            int bf = wf[0];
+            for (int w = 1; w < nwarps; w++)
+                if (better(ws[w], wf[w], bs, bf)) bs = ws[w], bf = wf[w];
+            win_s = bs, win_f = bf;
+            const size_t o = (size_t)g * k + q;
+            if (bf == INT_MAX) {
+                score[o] = -INFINITY, lp_out[o] = 0.0f, flat_out[o] = -1;
+            } else {
+                score[o] = bs, lp_out[o] = ll_ld(logp + (size_t)bf), flat_out[o] = bf;
+            }
+        }
+        __syncthreads();
+        ps = win_s, pf = win_f;
+        __syncthreads(); /* win_* is rewritten next round */
+    }
+}
+
 extern "C" cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *score, float *lp,
                                          int32_t *flat, const void *logp, const double *cum, const uint8_t *mode,
                                          int groups, int beam, int V, int k, int pad, int bos, int eos) {
     if (groups <= 0 || k <= 0) return cudaSuccess;
-    if (k > LL_CUDA_TOPK_MAX || (size_t)groups * beam * V > (size_t)INT_MAX) return cudaErrorInvalidValue;
-    LL_DISPATCH(t, T, beam_topk_kernel<T><<<groups, TOPK_THREADS, 0, stream>>>(score, lp, flat, (const T *)logp, cum,
-                                                                              mode, beam, V, k, pad, bos, eos);)
+    if ((size_t)groups * beam * V > (size_t)INT_MAX) return cudaErrorInvalidValue;
+    if (k <= LL_CUDA_TOPK_MAX) {
+        LL_DISPATCH(t, T, LL_LAUNCH(groups, TOPK_THREADS, 0, stream, beam_topk_kernel<T>)(
+                              score, lp, flat, (const T *)logp, cum, mode, beam, V, k, pad, bos, eos);)
+    } else {
+        LL_DISPATCH(t, T, LL_LAUNCH(groups, TOPK_THREADS, 0, stream, beam_topk_rescan_kernel<T>)(
+                              score, lp, flat, (const T *)logp, cum, mode, beam, V, k, pad, bos, eos);)
+    }
     return cudaGetLastError();
 }

@@ -27,14 +27,14 @@ template <typename T> static __global__ void relu_bwd_kernel(T *dy, const T *y, 
 
 extern "C" cudaError_t ll_cuda_relu_fwd(cudaStream_t s, ll_cuda_dtype t, void *x, size_t n) {
     if (n == 0) return cudaSuccess;
-    LL_DISPATCH(t, T, relu_fwd_kernel<T><<<ll_grid(n, EW_THREADS), EW_THREADS, 0, s>>>((T *)x, n);)
+    LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(n, EW_THREADS), EW_THREADS, 0, s, relu_fwd_kernel<T>)((T *)x, n);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
 
 extern "C" cudaError_t ll_cuda_relu_bwd(cudaStream_t s, ll_cuda_dtype t, void *dy, const void *y, size_t n) {
     if (n == 0) return cudaSuccess;
-    LL_DISPATCH(t, T, relu_bwd_kernel<T><<<ll_grid(n, EW_THREADS), EW_THREADS, 0, s>>>((T *)dy, (const T *)y, n);)
+    LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(n, EW_THREADS), EW_THREADS, 0, s, relu_bwd_kernel<T>)((T *)dy, (const T *)y, n);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
@@ -79,7 +79,7 @@ extern "C" cudaError_t ll_cuda_dropout_fwd(cudaStream_t s, ll_cuda_dtype t, void
     const uint32_t thr = (uint32_t)lround((double)p * 65536.0);
     const float scale = 1.0f / (1.0f - p);
     const uint64_t nblk = ((offset + n - 1) >> 3) - (offset >> 3) + 1;
-    LL_DISPATCH(t, T, dropout_fwd_kernel<T><<<ll_grid(nblk, EW_THREADS), EW_THREADS, 0, s>>>(
+    LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(nblk, EW_THREADS), EW_THREADS, 0, s, dropout_fwd_kernel<T>)(
                           (T *)x, mask, n, thr, scale, rng, offset, nblk);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
@@ -89,7 +89,7 @@ extern "C" cudaError_t ll_cuda_dropout_bwd(cudaStream_t s, ll_cuda_dtype t, void
                                            float p) {
     if (n == 0 || p <= 0.0f) return cudaSuccess;
     const float scale = 1.0f / (1.0f - p);
-    LL_DISPATCH(t, T, dropout_bwd_kernel<T><<<ll_grid(n, EW_THREADS), EW_THREADS, 0, s>>>((T *)dx, mask, n, scale);)
+    LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(n, EW_THREADS), EW_THREADS, 0, s, dropout_bwd_kernel<T>)((T *)dx, mask, n, scale);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
@@ -119,7 +119,7 @@ static __global__ void axpby_kernel(T *y, const T *a, const T *b, float alpha, c
 static cudaError_t axpby(cudaStream_t s, ll_cuda_dtype t, void *y, const void *a, const void *b, float alpha,
                          const float *g1, const float *g2, size_t n, int mode) {
     if (n == 0) return cudaSuccess;
-    LL_DISPATCH(t, T, axpby_kernel<T><<<ll_grid(n, EW_THREADS), EW_THREADS, 0, s>>>(
+    LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(n, EW_THREADS), EW_THREADS, 0, s, axpby_kernel<T>)(
                           (T *)y, (const T *)a, (const T *)b, alpha, g1, g2, n, mode);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;

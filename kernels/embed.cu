@@ -45,7 +45,7 @@ extern "C" cudaError_t ll_cuda_embed_fwd(cudaStream_t s, ll_cuda_dtype t, void *
                                          int C, int pad) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     if (T <= 0) return cudaErrorInvalidValue;
-    LL_DISPATCH(t, E, embed_fwd_kernel<E><<<ll_grid((size_t)N * C, EMB_THREADS), EMB_THREADS, 0, s>>>(
+    LL_DISPATCH(t, E, LL_LAUNCH(ll_grid((size_t)N * C, EMB_THREADS), EMB_THREADS, 0, s, embed_fwd_kernel<E>)(
                           (E *)out, tok, (const E *)emb, pos, pos_offset, scale, N, T, C, pad);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
@@ -109,7 +109,7 @@ extern "C" cudaError_t ll_cuda_embed_bwd(cudaStream_t s, ll_cuda_dtype t, float 
     p += align256((size_t)N * 4);
     size_t temp = cub_temp_bytes(N);
 
-    iota_kernel<<<ll_grid((size_t)N, EMB_THREADS), EMB_THREADS, 0, s>>>(rows_in, N);
+    LL_LAUNCH(ll_grid((size_t)N, EMB_THREADS), EMB_THREADS, 0, s, iota_kernel)(rows_in, N);
     LL_CHECK_LAUNCH();
     /* tokens as unsigned keys: any fixed order of the runs works, only the
      * order of rows inside a run matters, and the sort is stable */
@@ -117,7 +117,7 @@ extern "C" cudaError_t ll_cuda_embed_bwd(cudaStream_t s, ll_cuda_dtype t, float 
                                                     32, s);
     if (e != cudaSuccess) return e;
     LL_CHECK_LAUNCH();
-    LL_DISPATCH(t, E, embed_bwd_runs<E><<<(unsigned)N, EMB_THREADS, 0, s>>>(demb, (const E *)dout, keys_out, rows_out,
+    LL_DISPATCH(t, E, LL_LAUNCH((unsigned)N, EMB_THREADS, 0, s, embed_bwd_runs<E>)(demb, (const E *)dout, keys_out, rows_out,
                                                                             scale, N, C, pad);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;

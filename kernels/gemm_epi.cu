@@ -39,7 +39,7 @@ extern "C" cudaError_t ll_cuda_gemm_epilogue(cudaStream_t s, ll_cuda_dtype t, vo
     if (M <= 0 || N <= 0) return cudaSuccess;
     if (ldc < N) return cudaErrorInvalidValue;
     const size_t total = (size_t)M * N;
-    LL_DISPATCH(t, T, gemm_epi_kernel<T><<<ll_grid(total, EPI_THREADS), EPI_THREADS, 0, s>>>((T *)C, ldc, M, N, mul,
+    LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(total, EPI_THREADS), EPI_THREADS, 0, s, gemm_epi_kernel<T>)((T *)C, ldc, M, N, mul,
                                                                                             bias, relu);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
@@ -106,7 +106,7 @@ extern "C" cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float 
     if (ld < cols) return cudaErrorInvalidValue;
     if (!by_cols) {
         const int wpb = EPI_THREADS / LL_WARP;
-        LL_DISPATCH(t, T, row_sum_kernel<T><<<(unsigned)((rows + wpb - 1) / wpb), EPI_THREADS, 0, s>>>(
+        LL_DISPATCH(t, T, LL_LAUNCH((unsigned)((rows + wpb - 1) / wpb), EPI_THREADS, 0, s, row_sum_kernel<T>)(
                               bgrad, (const T *)x, ld, rows, cols);)
         LL_CHECK_LAUNCH();
         return cudaSuccess;
@@ -115,9 +115,9 @@ extern "C" cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float 
     const int rpc = bg_rows_per_chunk(rows), R = bg_chunks(rows);
     float *part = (float *)scratch;
     dim3 g1((unsigned)((cols + LL_WARP - 1) / LL_WARP), (unsigned)R), b1(LL_WARP, BG_TY);
-    LL_DISPATCH(t, T, col_sum_partial<T><<<g1, b1, 0, s>>>(part, (const T *)x, ld, rows, cols, rpc);)
+    LL_DISPATCH(t, T, LL_LAUNCH(g1, b1, 0, s, col_sum_partial<T>)(part, (const T *)x, ld, rows, cols, rpc);)
     LL_CHECK_LAUNCH();
-    col_sum_final<<<(unsigned)((cols + 255) / 256), 256, 0, s>>>(bgrad, part, R, cols);
+    LL_LAUNCH((unsigned)((cols + 255) / 256), 256, 0, s, col_sum_final)(bgrad, part, R, cols);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

@@ -81,7 +81,7 @@ static __global__ void __launch_bounds__(LAT_THREADS)
     latent_kl_kernel(float *__restrict__ dlogits, double *acc, const float *__restrict__ logits,
                      const float *__restrict__ z, const float *__restrict__ dzda, ll_latent_prior pr, int row,
                      int reference, double w) {
-    extern __shared__ double sp[];
+    LL_DYN_SHARED(double, sp);
     __shared__ double tot_sh;
     const int L = pr.L;
     lat_prior(pr, logits, z, reference, sp, &tot_sh);
@@ -114,7 +114,7 @@ static __global__ void __launch_bounds__(LAT_THREADS)
 static __global__ void __launch_bounds__(LAT_THREADS)
     latent_lk_kernel(float *__restrict__ dlogits, double *acc, const float *__restrict__ z,
                      const float *__restrict__ dzda, ll_latent_prior pr, int K, int squared, double w) {
-    extern __shared__ double sp[];
+    LL_DYN_SHARED(double, sp);
     __shared__ double dS_sh;
     const int L = pr.L, na = pr.n_active ? pr.n_active : 1;
     for (int l = threadIdx.x; l < L; l += blockDim.x) {
@@ -159,7 +159,7 @@ static int prior_bad(const ll_latent_prior *pr) {
 extern "C" cudaError_t ll_cuda_latent_sample(cudaStream_t s, float *z, float *dzda, const float *logits, int L,
                                              ll_philox rng, float tau, int hard) {
     if (L <= 0) return cudaSuccess;
-    latent_sample_kernel<<<(unsigned)((L + LAT_THREADS - 1) / LAT_THREADS), LAT_THREADS, 0, s>>>(z, dzda, logits, L,
+    LL_LAUNCH((unsigned)((L + LAT_THREADS - 1) / LAT_THREADS), LAT_THREADS, 0, s, latent_sample_kernel)(z, dzda, logits, L,
                                                                                                  rng, tau, hard);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
@@ -168,7 +168,7 @@ extern "C" cudaError_t ll_cuda_latent_sample(cudaStream_t s, float *z, float *dz
 extern "C" cudaError_t ll_cuda_latent_grad(cudaStream_t s, float *dlogits, const float *dgate, const float *dzda,
                                            int L) {
     if (L <= 0) return cudaSuccess;
-    latent_grad_kernel<<<(unsigned)((L + LAT_THREADS - 1) / LAT_THREADS), LAT_THREADS, 0, s>>>(dlogits, dgate, dzda,
+    LL_LAUNCH((unsigned)((L + LAT_THREADS - 1) / LAT_THREADS), LAT_THREADS, 0, s, latent_grad_kernel)(dlogits, dgate, dzda,
                                                                                                L);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
@@ -176,7 +176,7 @@ extern "C" cudaError_t ll_cuda_latent_grad(cudaStream_t s, float *dlogits, const
 
 extern "C" cudaError_t ll_cuda_latent_q(cudaStream_t s, float *q, const float *logits, int L) {
     if (L <= 0) return cudaSuccess;
-    latent_q_kernel<<<(unsigned)((L + LAT_THREADS - 1) / LAT_THREADS), LAT_THREADS, 0, s>>>(q, logits, L);
+    LL_LAUNCH((unsigned)((L + LAT_THREADS - 1) / LAT_THREADS), LAT_THREADS, 0, s, latent_q_kernel)(q, logits, L);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
@@ -185,7 +185,7 @@ extern "C" cudaError_t ll_cuda_latent_kl(cudaStream_t s, float *dlogits, double 
                                          const float *z, const float *dzda, const ll_latent_prior *pr, int row,
                                          int reference, double weight) {
     if (prior_bad(pr) || row < 0 || row >= pr->rows) return cudaErrorInvalidValue;
-    latent_kl_kernel<<<1, LAT_THREADS, (size_t)pr->L * sizeof(double), s>>>(dlogits, acc, logits, z, dzda, *pr, row,
+    LL_LAUNCH(1, LAT_THREADS, (size_t)pr->L * sizeof(double), s, latent_kl_kernel)(dlogits, acc, logits, z, dzda, *pr, row,
                                                                            reference, weight);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
@@ -195,7 +195,7 @@ extern "C" cudaError_t ll_cuda_latent_lk(cudaStream_t s, float *dlogits, double 
                                          const float *dzda, const ll_latent_prior *pr, int K, int squared,
                                          double weight) {
     if (prior_bad(pr)) return cudaErrorInvalidValue;
-    latent_lk_kernel<<<1, LAT_THREADS, (size_t)pr->L * sizeof(double), s>>>(dlogits, acc, z, dzda, *pr, K, squared,
+    LL_LAUNCH(1, LAT_THREADS, (size_t)pr->L * sizeof(double), s, latent_lk_kernel)(dlogits, acc, z, dzda, *pr, K, squared,
                                                                            weight);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
@@ -204,7 +204,7 @@ extern "C" cudaError_t ll_cuda_latent_lk(cudaStream_t s, float *dlogits, double 
 extern "C" cudaError_t ll_cuda_latent_depth(cudaStream_t s, double *acc, const float *logits,
                                             const ll_latent_prior *pr) {
     if (prior_bad(pr)) return cudaErrorInvalidValue;
-    latent_depth_kernel<<<1, LAT_THREADS, 0, s>>>(acc, logits, *pr);
+    LL_LAUNCH(1, LAT_THREADS, 0, s, latent_depth_kernel)(acc, logits, *pr);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

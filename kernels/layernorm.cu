@@ -160,7 +160,7 @@ extern "C" cudaError_t ll_cuda_layernorm_fwd_dt(cudaStream_t stream, ll_cuda_dty
                                                 int C) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-    LL_DISPATCH(t, T, layernorm_fwd_kernel<T><<<grid, ROWS_PER_BLOCK * WARP, 0, stream>>>((T *)out, mean, rstd,
+    LL_DISPATCH(t, T, LL_LAUNCH(grid, ROWS_PER_BLOCK * WARP, 0, stream, layernorm_fwd_kernel<T>)((T *)out, mean, rstd,
                                                                                          (const T *)x, w, b, N, C);)
     return cudaGetLastError();
 }
@@ -172,7 +172,7 @@ extern "C" cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dty
     if (N <= 0 || C <= 0) return cudaSuccess;
     if (dx) {
         unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-        LL_DISPATCH(t, T, layernorm_bwd_dx_kernel<T><<<grid, ROWS_PER_BLOCK * WARP, 0, stream>>>(
+        LL_DISPATCH(t, T, LL_LAUNCH(grid, ROWS_PER_BLOCK * WARP, 0, stream, layernorm_bwd_dx_kernel<T>)(
                               (T *)dx, (const T *)dout, (const T *)x, w, mean, rstd, N, C);)
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
@@ -182,11 +182,11 @@ extern "C" cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dty
         int rpc = dwdb_rows_per_chunk(N), R = dwdb_chunks(N);
         float *pw = dw ? scratch : NULL, *pb = db ? scratch + (size_t)R * C : NULL;
         dim3 g1((unsigned)((C + WARP - 1) / WARP), (unsigned)R), b1(WARP, DWDB_TY);
-        LL_DISPATCH(t, T, layernorm_bwd_dwdb_partial<T><<<g1, b1, 0, stream>>>(pw, pb, (const T *)dout, (const T *)x,
+        LL_DISPATCH(t, T, LL_LAUNCH(g1, b1, 0, stream, layernorm_bwd_dwdb_partial<T>)(pw, pb, (const T *)dout, (const T *)x,
                                                                               mean, rstd, N, C, rpc);)
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
-        layernorm_bwd_dwdb_final<<<(unsigned)((C + 255) / 256), 256, 0, stream>>>(dw, db, pw, pb, R, C);
+        LL_LAUNCH((unsigned)((C + 255) / 256), 256, 0, stream, layernorm_bwd_dwdb_final)(dw, db, pw, pb, R, C);
         return cudaGetLastError();
     }
     return cudaSuccess;

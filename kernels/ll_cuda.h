@@ -165,8 +165,11 @@ cudaError_t ll_cuda_grad_finish(cudaStream_t s, double *stats, double grad_scale
  * dots_acc: dst[j] += (float)<x, ys[j]> in double; scratch:
  * ll_cuda_reduce_scratch_bytes(min(k, LL_CUDA_DLCL_CHUNK)). */
 #define LL_CUDA_DLCL_CHUNK 64
+/* weighted_sum: scratch of ll_cuda_weighted_sum_scratch_bytes(t, k, n) bytes (n
+ * floats for a bf16 row longer than a chunk, else 0: may be NULL) */
+size_t ll_cuda_weighted_sum_scratch_bytes(ll_cuda_dtype t, int k, size_t n);
 cudaError_t ll_cuda_weighted_sum(cudaStream_t s, ll_cuda_dtype t, void *y, const void *const *xs, const float *w,
-                                 int k, size_t n);
+                                 int k, size_t n, void *scratch);
 cudaError_t ll_cuda_weighted_scatter(cudaStream_t s, ll_cuda_dtype t, void *const *ys, const float *w,
                                      const void *x, int k, size_t n);
 cudaError_t ll_cuda_dots_acc(cudaStream_t s, ll_cuda_dtype t, float *dst, const void *x, const void *const *ys,
@@ -273,9 +276,10 @@ void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m);
 
 /* ---- incremental decoding (kernels/decode.cu) ------------------------------------
  * ll_backend.reorder_rows / beam_topk on device buffers (from, cum, mode on the
- * device).  beam_topk takes k <= LL_CUDA_TOPK_MAX (beam <= 32 at fairseq's
- * k = 2 * beam) and fewer than 2^31 candidates in all, else
- * cudaErrorInvalidValue. */
+ * device).  beam_topk keeps per-thread lists for k <= LL_CUDA_TOPK_MAX (beam
+ * <= 32 at fairseq's k = 2 * beam); a larger k runs a kernel that rescans the
+ * candidates once per output (same result, any k).  Fewer than 2^31
+ * candidates in all, else cudaErrorInvalidValue. */
 #define LL_CUDA_TOPK_MAX 64
 /* reorder_rows in bytes (n, stride: bytes per row used / row pitch), any dtype */
 cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, const int *from, int rows,

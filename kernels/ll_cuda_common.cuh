@@ -23,6 +23,20 @@
 
 #define LL_WARP 32
 
+/* Kernel launches and dynamic shared memory go through these two macros so
+ * that the same source also compiles as host C++ in the CPU emulation of
+ * CUDA (-DLL_CUDA_EMU=ON, tests/cuda_emu, docs/cuda-backend.md "Testing
+ * without a GPU"); nvcc sees exactly the <<<>>> launch and extern __shared__.
+ *   LL_LAUNCH(grid, block, smem, stream, kernel)(args...)
+ *   LL_DYN_SHARED(T, name);   (T name[] of the launch's dynamic size) */
+#ifdef LL_CUDA_EMU
+#define LL_LAUNCH(grid, block, smem, stream, ...) LL_EMU_LAUNCH(grid, block, smem, stream, __VA_ARGS__)
+#define LL_DYN_SHARED(T, name) LL_EMU_DYN_SHARED(T, name)
+#else
+#define LL_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define LL_DYN_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 /* Return the launch error from a launcher (the convention of ll_cuda.h). */
 #define LL_CHECK_LAUNCH()                                                                                            \
     do {                                                                                                             \

@@ -77,10 +77,10 @@ extern "C" cudaError_t ll_cuda_xent_fwd_bwd(cudaStream_t s, ll_cuda_dtype t, voi
     /* the CPU's (1 - eps - eps_i): 1 - eps is a float subtraction there (eps is real) */
     const double conf = (double)(1.0f - eps) - eps_i;
     double *rowloss = (double *)scratch;
-    LL_DISPATCH(t, T, xent_kernel<T><<<(unsigned)N, LOSS_THREADS, 0, s>>>((T *)logits, target, N, V, conf, eps_i, pad,
+    LL_DISPATCH(t, T, LL_LAUNCH((unsigned)N, LOSS_THREADS, 0, s, xent_kernel<T>)((T *)logits, target, N, V, conf, eps_i, pad,
                                                                            grad_scale, rowloss);)
     LL_CHECK_LAUNCH();
-    rows_finish<<<1, FIN_THREADS, 0, s>>>(rowloss, N, 2, 1.0, acc);
+    LL_LAUNCH(1, FIN_THREADS, 0, s, rows_finish)(rowloss, N, 2, 1.0, acc);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
@@ -127,10 +127,10 @@ extern "C" cudaError_t ll_cuda_sym_kl(cudaStream_t s, ll_cuda_dtype t, const voi
     if (!scratch) return cudaErrorInvalidValue;
     const float h = alpha / 2; /* cpu: real h = alpha / 2; *acc += h * total */
     double *rowkl = (double *)scratch;
-    LL_DISPATCH(t, T, sym_kl_kernel<T><<<(unsigned)N, LOSS_THREADS, 0, s>>>((const T *)lpa, (const T *)lpb, (T *)da,
+    LL_DISPATCH(t, T, LL_LAUNCH((unsigned)N, LOSS_THREADS, 0, s, sym_kl_kernel<T>)((const T *)lpa, (const T *)lpb, (T *)da,
                                                                              (T *)db, target, V, pad, h, rowkl);)
     LL_CHECK_LAUNCH();
-    rows_finish<<<1, FIN_THREADS, 0, s>>>(rowkl, N, 1, (double)h, acc);
+    LL_LAUNCH(1, FIN_THREADS, 0, s, rows_finish)(rowkl, N, 1, (double)h, acc);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
@@ -149,7 +149,7 @@ static __global__ void __launch_bounds__(LOSS_THREADS) log_softmax_kernel(T *__r
 
 extern "C" cudaError_t ll_cuda_log_softmax(cudaStream_t s, ll_cuda_dtype t, void *x, int N, int V) {
     if (N <= 0 || V <= 0) return cudaSuccess;
-    LL_DISPATCH(t, T, log_softmax_kernel<T><<<(unsigned)N, LOSS_THREADS, 0, s>>>((T *)x, V);)
+    LL_DISPATCH(t, T, LL_LAUNCH((unsigned)N, LOSS_THREADS, 0, s, log_softmax_kernel<T>)((T *)x, V);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

@@ -1,6 +1,6 @@
 /* Philox fill kernels: the device stream laid out in memory, so tests can check
  * it against the CPU's ll_philox_u32 / ll_philox_uniform bit for bit. */
-#include "ll_cuda.h"
+#include "ll_cuda_common.cuh"
 #include "philox.cuh"
 
 /* One thread per Philox block (4 words); element j of out is word offset + j. */
@@ -31,7 +31,7 @@ static cudaError_t philox_fill(cudaStream_t stream, T *out, size_t n, ll_philox 
     const int threads = 256;
     uint64_t grid = (nblocks + threads - 1) / threads;
     if (grid > 0x7fffffffu) return cudaErrorInvalidValue;
-    philox_fill_kernel<T, UNIFORM><<<(unsigned)grid, threads, 0, stream>>>(out, n, r, offset);
+    LL_LAUNCH((unsigned)grid, threads, 0, stream, philox_fill_kernel<T, UNIFORM>)(out, n, r, offset);
     return cudaGetLastError();
 }
 

@@ -29,9 +29,9 @@ extern "C" cudaError_t ll_cuda_sumsq(cudaStream_t s, ll_cuda_dtype t, double *ac
     if (!scratch) return cudaErrorInvalidValue;
     const unsigned G = red_blocks(n);
     red_ptrs none = {};
-    LL_DISPATCH(t, T, red_partials<T><<<dim3(G, 1), RED_THREADS, 0, s>>>((double *)scratch, (const T *)x, none, n, 1);)
+    LL_DISPATCH(t, T, LL_LAUNCH(dim3(G, 1), RED_THREADS, 0, s, red_partials<T>)((double *)scratch, (const T *)x, none, n, 1);)
     LL_CHECK_LAUNCH();
-    red_finish<<<1, RED_THREADS, 0, s>>>((const double *)scratch, (int)G, FIN_SUMSQ, acc, NULL, NULL);
+    LL_LAUNCH(1, RED_THREADS, 0, s, red_finish)((const double *)scratch, (int)G, FIN_SUMSQ, acc, NULL, NULL);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
@@ -46,9 +46,9 @@ extern "C" cudaError_t ll_cuda_dot_acc(cudaStream_t s, ll_cuda_dtype t, float *d
     const unsigned G = red_blocks(n);
     red_ptrs bp = {};
     bp.p[0] = b;
-    LL_DISPATCH(t, T, red_partials<T><<<dim3(G, 1), RED_THREADS, 0, s>>>((double *)scratch, (const T *)a, bp, n, 0);)
+    LL_DISPATCH(t, T, LL_LAUNCH(dim3(G, 1), RED_THREADS, 0, s, red_partials<T>)((double *)scratch, (const T *)a, bp, n, 0);)
     LL_CHECK_LAUNCH();
-    red_finish<<<1, RED_THREADS, 0, s>>>((const double *)scratch, (int)G, FIN_DOT, NULL, dst, mul);
+    LL_LAUNCH(1, RED_THREADS, 0, s, red_finish)((const double *)scratch, (int)G, FIN_DOT, NULL, dst, mul);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
@@ -67,7 +67,7 @@ static __global__ void grad_finish_kernel(double *st, double grad_scale, double 
 
 extern "C" cudaError_t ll_cuda_grad_finish(cudaStream_t s, double *stats, double grad_scale, double clip_norm,
                                            int phi_step) {
-    grad_finish_kernel<<<1, 1, 0, s>>>(stats, grad_scale, clip_norm, phi_step);
+    LL_LAUNCH(1, 1, 0, s, grad_finish_kernel)(stats, grad_scale, clip_norm, phi_step);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

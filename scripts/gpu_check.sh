@@ -120,6 +120,14 @@ if [ $built -eq 0 ]; then
   step ctest-gpu 150 ctest --test-dir "$B" -L gpu -E 'gpu_test_(bible300|decode_parity)' -V --timeout 140
   grep -E '^[0-9]+: ((FAIL|----)  |(ops|methods): |PASS .*gradient tensors)' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/ctest-gpu.log"
+  # a failed quick test again with LL_CUDA_SYNC_CHECK=1 (a sync and check after every op): an
+  # asynchronous kernel fault is then blamed on the op that queued it, not on a later download
+  failed=$(sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \(gpu_[a-z0-9_]*\) .*\(Failed\|Exception\|Timeout\).*/\1/p' \
+    "$L/ctest-gpu.log" | head -3 | paste -sd'|')
+  if [ -n "$failed" ]; then
+    step sync-check 60 env LL_CUDA_SYNC_CHECK=1 ctest --test-dir "$B" -R "^($failed)\$" -V --timeout 50
+    grep -E 'CUDA error|FAIL' "$L/sync-check.log" | head -5 | sed 's/^[0-9]*: /  sync-check: /' | tee -a "$S"
+  fi
   step bible300 240 ctest --test-dir "$B" -R gpu_test_bible300 -V --timeout 230
   grep -E '^[0-9]+: (bible300|note|FAIL)' "$L/bible300.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/bible300.log"

@@ -155,6 +155,10 @@ int main(int argc, char **argv) {
                1e3 * dt);
         ll_backend_print_profile(stdout, ll_backend_counts(timed), steps);
     }
+#ifdef LL_CUDA_EMU
+    /* the CPU emulation of CUDA (tests only): its timings are never a GPU's */
+    if (!strcmp(device, "cuda")) device = "cuda-EMULATED-not-a-GPU";
+#endif
     printf("RESULT ll_gpu_train model=%s device=%s precision=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
            "peak_mem_gib=%.2f\n",
            model, device, ll_dtype_str(be->act), ntok / dt, dt, tflops, peak > 0 ? tflops / peak : 0,

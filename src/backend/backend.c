@@ -60,7 +60,13 @@ ll_backend *ll_backend_select(const char *device, ll_dtype act, int gpu, const c
     ll_backend *cb = n > gpu ? ll_backend_cuda_precision(gpu, act) : NULL;
     const char *missing = cb ? ll_backend_missing(cb) : NULL;
     if (cb && !missing) {
+#ifdef LL_CUDA_EMU /* the CPU emulation of CUDA (tests only, tests/cuda_emu) */
+        ll_log("%s %s: CUDA device %d (%d present), %s activations: EMULATED on the CPU (LL_CUDA_EMU test build), "
+               "not a GPU",
+               setting, device, gpu, n, ll_dtype_str(act));
+#else
         ll_log("%s %s: CUDA device %d (%d present), %s activations", setting, device, gpu, n, ll_dtype_str(act));
+#endif
         return cb;
     }
     char why[512];

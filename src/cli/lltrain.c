@@ -86,6 +86,9 @@ int main(int argc, char **argv) {
             printf("train.device auto: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
             be = ll_backend_select("auto", LL_BF16, 0, "auto");
             printf("train.device auto, train.precision bf16: %s\n", be && strcmp(be->name, "cpu") ? "cuda" : "cpu");
+#ifdef LL_CUDA_EMU
+            if (n > 0) printf("cuda devices are EMULATED on the CPU (LL_CUDA_EMU test build): not GPUs\n");
+#endif
             return 0;
         } else if (!strcmp(argv[i], "--help-config")) {
             ll_config_print_help(stdout);

@@ -295,6 +295,30 @@ static inline void pb_cmp_exact(const char *what, const pbuf *b) {
     free(g), free(f);
 }
 
+/* The same bit for bit, except that a NaN matches any NaN (b->dt is fp32 or
+ * bf16): the NaN payload is not part of the contract (a GPU's cvt.rn.bf16.f32
+ * gives the canonical 0x7FFF, the CPU keeps the quiet payload 0x7FC0). */
+static inline void pb_cmp_exact_nan(const char *what, const pbuf *b) {
+    uint8_t *g = pb_get(b, DUT), *f = pb_get(b, REF);
+    const size_t es = b->dt == LL_BF16 ? 2 : 4;
+    size_t diff = 0, first = 0;
+    for (size_t i = 0; i + es <= b->bytes; i += es) {
+        uint32_t ug = 0, uf = 0;
+        memcpy(&ug, g + i, es);
+        memcpy(&uf, f + i, es);
+        const uint32_t exp = es == 2 ? 0x7F80u : 0x7F800000u, man = es == 2 ? 0x007Fu : 0x007FFFFFu;
+        const int ng = (ug & exp) == exp && (ug & man), nf = (uf & exp) == exp && (uf & man);
+        if (ug != uf && !(ng && nf) && diff++ == 0) first = i;
+    }
+    if (diff) {
+        fprintf(stderr, "  %s: %s: %zu of %zu elements differ (first at byte %zu: %s %u, cpu %u)\n", pb_op, what, diff,
+                b->bytes / es, first, pb_be[DUT]->name, g[first], f[first]);
+        tu_failures++;
+        pb_worst = INFINITY;
+    }
+    free(g), free(f);
+}
+
 /* ---- one process per case ----
  * Each op (method) runs in a child process (this program re-executed with
  * `flag value`), so a kernel that faults -- a sticky CUDA error poisons the

@@ -13,9 +13,14 @@ gpu_or_skip
 bible_or_fail
 t0=$(date +%s)
 # 2048-token batches: the CPU run is the slow half (~0.25 s an update on 16 cores)
-bible_train gpu "$GPUDEV" bf16 "$UPD" --set data.max_tokens=2048 &
+# (LL_BIBLE_MAX_TOKENS, LL_BIBLE_DECODE_LINES: smaller under the CPU emulation of CUDA, cmake/cuda_emu_tests.cmake)
+MAXTOK=${LL_BIBLE_MAX_TOKENS:-2048}
+NDEC=${LL_BIBLE_DECODE_LINES:-100}
+# shellcheck disable=SC2086 # LL_BIBLE_EXTRA: more --set options for both runs (a smaller model under the emulation)
+bible_train gpu "$GPUDEV" bf16 "$UPD" --set data.max_tokens="$MAXTOK" ${LL_BIBLE_EXTRA:-} &
 gpid=$!
-bible_train cpu cpu fp32 "$UPD" --set data.max_tokens=2048 || err "CPU run failed: $(tail -1 "$T/cpu.log")"
+# shellcheck disable=SC2086
+bible_train cpu cpu fp32 "$UPD" --set data.max_tokens="$MAXTOK" ${LL_BIBLE_EXTRA:-} || err "CPU run failed: $(tail -1 "$T/cpu.log")"
 wait $gpid || err "GPU run failed: $(tail -1 "$T/gpu.log")"
 echo "bible300: both runs took $(($(date +%s) - t0)) s (concurrently)"
 for kind in train valid; do
@@ -37,7 +42,7 @@ done
 grep -h "tok/s" "$T/gpu.log" | tail -1 | sed 's/^/bible300: GPU last log: /'
 grep -h "tok/s" "$T/cpu.log" | tail -1 | sed 's/^/bible300: CPU last log: /'
 # a model trained on one device decodes on the other
-head -100 "$RAW/valid.en" > "$T/v100.en"
+head -"$NDEC" "$RAW/valid.en" > "$T/v100.en"
 for pair in "gpu cpu fp32" "cpu $GPUDEV bf16"; do
   set -- $pair
   if [ -s "$T/$1/checkpoint_last.llm" ]; then
@@ -45,8 +50,8 @@ for pair in "gpu cpu fp32" "cpu $GPUDEV bf16"; do
       --max-len-b 10 \
       --input "$T/v100.en" --output "$T/$1-on-$2.hyp" 2> "$T/$1-on-$2.log" ||
       err "a model trained on $1 does not decode with --device $2: $(tail -1 "$T/$1-on-$2.log")"
-    [ -f "$T/$1-on-$2.hyp" ] && [ "$(wc -l < "$T/$1-on-$2.hyp")" -eq 100 ] ||
-      err "model trained on $1, decoded with --device $2: not 100 lines"
+    [ -f "$T/$1-on-$2.hyp" ] && [ "$(wc -l < "$T/$1-on-$2.hyp")" -eq "$NDEC" ] ||
+      err "model trained on $1, decoded with --device $2: not $NDEC lines"
   fi
 done
 [ $fail = 0 ] && echo "bible300: models trained on each device decode on the other"

@@ -63,8 +63,8 @@ static void t_copy(void) {
     pb_cmp_exact("device-to-device copy at odd offsets", &b);
     pb_free(&a), pb_free(&b);
 }
-/* fp32 -> bf16 (round to nearest even, NaN stays NaN, overflow to Inf) and
- * back (exact), in every mode: the weight-copy refresh and logits to fp32 */
+/* fp32 -> bf16 (round to nearest even, NaN stays NaN with any payload,
+ * overflow to Inf) and back (exact), in every mode: the weight-copy refresh and logits to fp32 */
 static void t_convert(void) {
     const size_t n = N1M;
     float *h = ll_malloc(n * sizeof(float));
@@ -86,11 +86,11 @@ static void t_convert(void) {
     pbuf f32 = pb_new(h, n * sizeof(float)), b16 = pb_new(NULL, n * sizeof(uint16_t));
     b16.dt = LL_BF16;
     BOTH BE->convert(BE, b16.d[s], LL_BF16, f32.d[s], LL_F32, n);
-    pb_cmp_exact("fp32 -> bf16 (bits)", &b16);
+    pb_cmp_exact_nan("fp32 -> bf16 (bits; NaN as NaN)", &b16);
     pbuf back = pb_poison(n);
     back.dt = LL_F32;
     BOTH BE->convert(BE, back.d[s], LL_F32, b16.d[s], LL_BF16, n - 1); /* the last element stays NaN */
-    pb_cmp_exact("bf16 -> fp32 (bits)", &back);
+    pb_cmp_exact_nan("bf16 -> fp32 (bits; NaN as NaN)", &back);
     BOTH BE->convert(BE, F(back, s), LL_REAL_DTYPE, F(f32, s), LL_REAL_DTYPE, 1001); /* same dtype: a copy */
     pb_cmp_exact("same dtype (a copy)", &back);
     free(h), pb_free(&f32), pb_free(&b16), pb_free(&back);
@@ -316,6 +316,29 @@ static void t_weighted_sum(void) {
     pb_cmp("y = w_0 x_0 (k = 1)", &y, DN, TOL_EW);
     for (int j = 0; j < DK; j++) pb_free(&e[j]);
     pb_free(&w), pb_free(&y);
+    /* more entries than CUDA passes in one launch (LL_CUDA_DLCL_CHUNK = 64), on
+     * values whose products and partial sums are exact in fp32 (so FMA
+     * contraction cannot matter): 5 + 63 * 4 = 257 after 64 entries, + 6 *
+     * 0.125 = 257.75, scaled by +-2^e per element; rounded once to bf16 that is
+     * 258 (2^e), rounded after 64 entries too it would be 256 (2^e) */
+    enum { KL = 70 };
+    const size_t nl = 4099;
+    real *hw = pb_fill(KL, 1), *hx = ll_malloc(nl * sizeof(real));
+    pbuf el[KL], wl = pb_new(hw, KL * sizeof(real)), yl = pb_poison_act(nl);
+    for (int j = 0; j < KL; j++) {
+        for (size_t i = 0; i < nl; i++)
+            hx[i] = (real)ldexp((j == 0 ? 5 : j < 64 ? 4 : 0.125) * (i % 2 ? -1 : 1), (int)(i % 9) - 4);
+        el[j] = pb_new_act(hx, nl);
+    }
+    free(hw), free(hx);
+    BOTH {
+        const ll_act *xs[KL];
+        for (int j = 0; j < KL; j++) xs[j] = A(el[j], s);
+        BE->weighted_sum(BE, A(yl, s), xs, F(wl, s), KL, nl);
+    }
+    pb_cmp_exact("y = sum of 70 exact entries (bits: one rounding)", &yl);
+    for (int j = 0; j < KL; j++) pb_free(&el[j]);
+    pb_free(&wl), pb_free(&yl);
 }
 static void t_weighted_scatter(void) {
     pbuf e[DK], w = pb_rand_buf(DK, -1, 1), x = pb_rand_act(DN, -1, 1);

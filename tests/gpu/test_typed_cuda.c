@@ -100,7 +100,7 @@ static void test_gemm(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int tb
 static void test_convert(ll_backend *gpu) {
     const size_t n = 100003;
     float *x = host_rand(n);
-    for (size_t i = 0; i < n; i++) x[i] *= (float)(1 << (i % 40)) / 1048576.0f;
+    for (size_t i = 0; i < n; i++) x[i] *= ldexpf(1.0f, (int)(i % 40) - 20); /* 2^-20 .. 2^19 (a shift of 1 by 31+ was undefined) */
     x[0] = INFINITY, x[1] = -INFINITY, x[2] = 0.0f, x[3] = -0.0f, x[4] = 1e-40f, x[5] = 3.0e38f;
     float *d32 = gpu->alloc(gpu, n * 4), *back = gpu->alloc(gpu, n * 4);
     uint16_t *d16 = gpu->alloc(gpu, n * 2);

@@ -21,6 +21,7 @@
  * fp32 out), but Debian's 0.3.21 build does not export it (no BUILD_BFLOAT16),
  * and this host has no avx512_bf16, where sbgemm's generic kernel is slower
  * than converting and using the tuned sgemm (docs/cuda-backend.md). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,7 +218,9 @@ static void b_weighted_sum(ll_backend *be, ll_act *y, const ll_act *const *xs, c
         for (int j = 0; j < k; j++) {
             const bf16 *x = (const bf16 *)xs[j] + i0;
             const real wj = w[j];
-            for (size_t i = 0; i < m; i++) acc[i] += wj * ll_bf16_to_f32(x[i]);
+            /* one fma per term (the CUDA kernel's too): the same rounding whether or
+             * not a compiler contracts the multiply-add */
+            for (size_t i = 0; i < m; i++) acc[i] = fmaf(wj, ll_bf16_to_f32(x[i]), acc[i]);
         }
         bf16 *o = (bf16 *)y + i0;
         for (size_t i = 0; i < m; i++) o[i] = ll_f32_to_bf16((float)acc[i]);

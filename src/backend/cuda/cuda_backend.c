@@ -38,8 +38,24 @@ typedef struct {
     size_t scratch_bytes;
 } cuda_impl;
 
+void ll_cuda_sync_check(const char *what, const char *file, int line) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LL_CUDA_SYNC_CHECK");
+        on = v && *v && strcmp(v, "0");
+    }
+    if (!on) return;
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess)
+        ll_die("CUDA error after %s (%s:%d; LL_CUDA_SYNC_CHECK=1 synchronises after every op: this op or work it "
+               "queued failed): %s",
+               what, file, line, cudaGetErrorString(e));
+}
+
 static void cuda_check(cudaError_t e, const char *what, const char *file, int line) {
     if (e != cudaSuccess) ll_die("CUDA error at %s:%d (%s): %s", file, line, what, cudaGetErrorString(e));
+    ll_cuda_sync_check(what, file, line);
 }
 #define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
 
@@ -194,6 +210,7 @@ int ll_cuda_device(ll_backend *be) { return impl_of(be)->device; }
 
 void ll_cuda_check_launch(cudaError_t e, const char *op) {
     if (e != cudaSuccess) ll_die("CUDA error in %s: %s", op, cudaGetErrorString(e));
+    ll_cuda_sync_check(op, __FILE__, __LINE__);
 }
 
 void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const ll_philox *r, uint64_t offset) {

@@ -115,7 +115,7 @@ static void cache_flush(lt_state *st) {
     } while (0)
 
 /* Build descriptor, layouts and algorithm for key k into e (e->used on success). */
-static cublasStatus_t entry_build(lt_state *st, const lt_key *k, lt_entry *e) {
+static cublasStatus_t entry_build(lt_state *st, const lt_key *k, const void *epi_ptr, lt_entry *e) {
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulPreference_t pref = NULL;
     memset(e, 0, sizeof *e);
@@ -139,6 +139,10 @@ static cublasStatus_t entry_build(lt_state *st, const lt_key *k, lt_entry *e) {
     if (k->epi != LL_CUDA_EPI_NONE) {
         const cudaDataType_t bt = cuda_type((ll_cuda_dtype)k->bias_t);
         LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        /* the heuristic reads the bias pointer's alignment (cublasLt.h), so it
+         * must be set before the choice: this call's pointer, whose alignment
+         * class is part of the key (set again per call, same class) */
+        LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr, sizeof epi_ptr));
     }
     /* column-major layouts of the swapped problem (see the top comment) */
     LT_TRY(cublasLtMatrixLayoutCreate(&e->la, cuda_type((ll_cuda_dtype)k->bt), (uint64_t)(k->tb ? k->K : k->N),
@@ -181,7 +185,7 @@ fail:
 
 /* The cached entry for k, built on a miss; NULL with *status on failure.
  * Called with st->mu held. */
-static lt_entry *cache_get(lt_state *st, const lt_key *k, cublasStatus_t *status) {
+static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, cublasStatus_t *status) {
     if (st->count >= LT_CACHE_MAX) cache_flush(st);
     size_t i = (size_t)(key_hash(k) & (LT_BUCKETS - 1));
     lt_entry *e;
@@ -192,7 +196,7 @@ static lt_entry *cache_get(lt_state *st, const lt_key *k, cublasStatus_t *status
         }
         i = (i + 1) & (LT_BUCKETS - 1);
     }
-    *status = entry_build(st, k, e);
+    *status = entry_build(st, k, epi_ptr, e);
     st->count++;
     if (*status == CUBLAS_STATUS_SUCCESS) return e;
     /* remember "no algorithm" so a caller's fallback path does not rerun the heuristic every call */
@@ -250,7 +254,7 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
     lt_state *st = state_of(be);
     pthread_mutex_lock(&st->mu);
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-    lt_entry *e = cache_get(st, &k, &status);
+    lt_entry *e = cache_get(st, &k, epi_ptr, &status);
     if (e) {
         if (epi_ptr)
             status = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr, sizeof epi_ptr);
@@ -305,6 +309,12 @@ static void blas_gemm(lt_state *st, const ll_cuda_gemm_desc *d, int lt_status) {
                lt_status, d->trans_a, d->trans_b, d->M, d->N, d->K, d->lda, d->ldb, d->ldc);
 }
 
+static void lt_die(const ll_cuda_gemm_desc *d, int rc) {
+    ll_die("cuBLASLt matmul failed (status %d, not 'not supported': no fallback, the product may already have run): "
+           "trans %d/%d, M %d N %d K %d, ld %d/%d/%d, epilogue %d",
+           rc, d->trans_a, d->trans_b, d->M, d->N, d->K, d->lda, d->ldb, d->ldc, (int)d->epilogue);
+}
+
 static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     if (g->M <= 0 || g->N <= 0) return;
     const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU, relu = g->epi == LL_EPI_BIAS_RELU;
@@ -348,9 +358,13 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     if (bgrad) d.bgrad = bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M);
     int rc = ll_cuda_gemm_lt(be, &d);
     if (rc == 0) {
+        ll_cuda_sync_check("gemm (cuBLASLt)", __FILE__, __LINE__);
         if (bgrad) LL_CU(ll_cuda_acc(s, LL_CUDA_F32, g->bgrad, bg_tmp, (size_t)g->M));
         return;
     }
+    /* only "no algorithm for this" falls back; any other failure may have
+     * happened after the matmul started (with beta = 1 a rerun would add twice) */
+    if (rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
     if (d.epilogue != LL_CUDA_EPI_NONE) { /* refused with the epilogue: plain product, epilogue kernels after */
         if (!st->warned_epi) {
             st->warned_epi = 1;
@@ -363,8 +377,10 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
         d.bias = NULL;
         d.bgrad = NULL;
         rc = ll_cuda_gemm_lt(be, &d);
+        if (rc != 0 && rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
     }
     if (rc != 0) blas_gemm(st, &d, rc);
+    ll_cuda_sync_check("gemm (fallback)", __FILE__, __LINE__);
     if (bias) LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, 1.0f, g->bias, relu));
     if (bgrad) { /* bgrad[m] += sum_k op(A)[m, k]: A stored [K, M] (trans_a: column sums) or [M, K] (row sums) */
         const int by_cols = !!g->trans_a, rows = by_cols ? g->K : g->M, cols = by_cols ? g->M : g->K;

@@ -24,8 +24,15 @@ cudaStream_t ll_cuda_enter(ll_backend *be);
  * largest shapes, then never again (docs/cuda-backend.md lists the users). */
 void *ll_cuda_scratch(ll_backend *be, size_t bytes);
 
+/* Debug switch LL_CUDA_SYNC_CHECK=1: after every op (every checked call),
+ * synchronise the device and die naming the op if anything failed, so an
+ * asynchronous kernel fault is blamed on the op that queued it instead of
+ * surfacing at a later download (cuda_backend.c; scripts/gpu_check.sh reruns
+ * a failed test with it).  Off: one cached getenv test. */
+void ll_cuda_sync_check(const char *what, const char *file, int line);
 static inline void ll_cuda_check_at(cudaError_t e, const char *what, const char *file, int line) {
     if (e != cudaSuccess) ll_die("CUDA error at %s:%d (%s): %s", file, line, what, cudaGetErrorString(e));
+    ll_cuda_sync_check(what, file, line);
 }
 /* Every launcher returns cudaGetLastError() of its launches: checked here. */
 #define LL_CU(call) ll_cuda_check_at((call), #call, __FILE__, __LINE__)

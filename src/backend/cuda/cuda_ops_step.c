@@ -40,7 +40,9 @@ static void cu_adam(ll_backend *be, real *p, ll_act *p_act, const real *g, real 
 /* DLCL: xs/ys are host arrays of device pointers; the launchers copy them into
  * kernel arguments (no upload). */
 static void cu_weighted_sum(ll_backend *be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n) {
-    LL_CU(ll_cuda_weighted_sum(ll_cuda_enter(be), ll_cuda_act(be), y, (const void *const *)xs, w, k, n));
+    const size_t sb = ll_cuda_weighted_sum_scratch_bytes(ll_cuda_act(be), k, n);
+    LL_CU(ll_cuda_weighted_sum(ll_cuda_enter(be), ll_cuda_act(be), y, (const void *const *)xs, w, k, n,
+                               sb ? ll_cuda_scratch(be, sb) : NULL));
 }
 
 static void cu_weighted_scatter(ll_backend *be, ll_act *const *ys, const real *w, const ll_act *x, int k, size_t n) {

@@ -1,0 +1,55 @@
+# Tests of the CUDA emulation itself and of the defects it was built to show
+# (-DLL_CUDA_EMU=ON only; label gpu, so scripts/cuda_emu_test.sh runs them).
+# Included from CMakeLists.txt after the GPU tests.
+set(LL_EMU_TEST_ENV "${LL_TEST_ENV};LL_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+# LL_CUDA_SYNC_CHECK=1 blames an asynchronous kernel fault on the op that queued it
+add_test(NAME gpu_emu_sync_check COMMAND gpu_test_ops_cuda --op layernorm_fwd)
+set_tests_properties(gpu_emu_sync_check PROPERTIES LABELS gpu ENVIRONMENT
+  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=layernorm_fwd_kernel;LL_CUDA_SYNC_CHECK=1"
+  PASS_REGULAR_EXPRESSION "CUDA error after ll_cuda_layernorm_fwd_dt.*illegal memory access")
+# ... without it the fault surfaces at the next synchronisation, in another call
+add_test(NAME gpu_emu_fault_late COMMAND gpu_test_ops_cuda --op layernorm_fwd)
+set_tests_properties(gpu_emu_fault_late PROPERTIES LABELS gpu ENVIRONMENT
+  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=layernorm_fwd_kernel"
+  PASS_REGULAR_EXPRESSION "CUDA error at .*cudaStreamSynchronize.*illegal memory access")
+# cuBLASLt refusing every epilogue / every matmul: the fallbacks give the same results
+foreach(mode epilogue all)
+  add_test(NAME gpu_emu_lt_refuse_${mode} COMMAND gpu_test_ops_cuda --op gemm)
+  set_tests_properties(gpu_emu_lt_refuse_${mode} PROPERTIES LABELS gpu ENVIRONMENT
+    "${LL_EMU_TEST_ENV};LL_CUDA_EMU_LT_REFUSE=${mode}")
+  add_test(NAME gpu_emu_lt_refuse_${mode}_typed COMMAND gpu_test_typed_cuda)
+  set_tests_properties(gpu_emu_lt_refuse_${mode}_typed PROPERTIES LABELS gpu ENVIRONMENT
+    "${LL_EMU_TEST_ENV};LL_CUDA_EMU_LT_REFUSE=${mode}")
+endforeach()
+# a cuBLASLt failure other than "not supported" (after the matmul ran) stops the op:
+# a second run as the fallback would add the product twice where beta = 1
+add_test(NAME gpu_emu_lt_fail_dies COMMAND gpu_test_ops_cuda --op gemm)
+set_tests_properties(gpu_emu_lt_fail_dies PROPERTIES LABELS gpu ENVIRONMENT
+  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_LT_REFUSE=fail" PASS_REGULAR_EXPRESSION "cuBLASLt matmul failed \\(status 13")
+# flush-to-zero everywhere (as if convert.cu were built with --use_fast_math's -ftz=true):
+# the typed test's subnormal conversion must then fail, so its pass means convert keeps subnormals
+add_test(NAME gpu_emu_ftz_shows COMMAND gpu_test_typed_cuda)
+set_tests_properties(gpu_emu_ftz_shows PROPERTIES LABELS gpu WILL_FAIL TRUE ENVIRONMENT
+  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FTZ=all")
+# The shell GPU tests at a size the emulation runs in CI: they train and decode on the
+# emulated device (a d 64, 1+1-layer model, 2 updates of 256 tokens, 3-5 decoded lines, 5 + 5 resumed updates: the
+# tools end to end and the CPU comparison, not model quality)
+set(LL_EMU_SHELL_ENV "LL_BIBLE_UPDATES=2;LL_BIBLE_MAX_TOKENS=256;LL_BIBLE_DECODE_LINES=3;LL_DECODE_PARITY_LINES=5"
+    "LL_RESUME_UPDATES=10"
+    "LL_BIBLE_EXTRA=--set model.d_model=64 --set model.ffn_dim=128 --set model.enc_layers=1 --set model.dec_layers=1")
+foreach(t gpu_test_bible300 gpu_test_decode_parity gpu_test_resume_cuda)
+  if(TEST ${t})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${LL_EMU_SHELL_ENV})
+  endif()
+endforeach()
+# NCCL over MPI: two ranks, one emulated device each
+if(TEST gpu_test_dist_nccl_mpirun)
+  set_property(TEST gpu_test_dist_nccl_mpirun APPEND PROPERTY ENVIRONMENT "LL_CUDA_EMU_DEVICES=2;LL_DIST_NCCL_UPDATES=2")
+endif()
+# (its checkpoint comparison: built with the GPU tests scripts/cuda_emu_test.sh builds)
+add_dependencies(gpu_test_dist_nccl ll_ckpt_diff)
+# attention over more than 65,535 sentences (gridDim.z slices): 30 s of emulation, minutes under
+# the sanitizers, so plain builds only
+if(LL_SANITIZE)
+  set_property(TEST gpu_test_attention_cuda APPEND PROPERTY ENVIRONMENT "LL_GPU_TEST_BIG_BATCH=0")
+endif()

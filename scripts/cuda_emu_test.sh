@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The GPU tests without a GPU: builds the CUDA backend on the CPU emulation of
+# CUDA (-DLL_CUDA_EMU=ON, tests/cuda_emu; docs/cuda-backend.md, "Testing
+# without a GPU") into its own build folder and runs every test labelled gpu.
+#
+#   scripts/cuda_emu_test.sh plain   build-emu-plain: ctest -L gpu (schedule rr), then the kernel and
+#                                    op tests again under a second schedule (random:SEED)
+#   scripts/cuda_emu_test.sh asan    build-emu-asan:  the kernel and op tests under ASan+UBSan (greedy)
+#   scripts/cuda_emu_test.sh tsan    build-emu-tsan:  the kernel and op tests under TSan (CUDA threads
+#                                    as TSan fibers, only __syncthreads ordering them; schedule reverse)
+#   scripts/cuda_emu_test.sh mutants the mutation tests (tests/cuda_emu/mutants.sh, an ASan copy)
+# The shell tests (lltrain/lldecode end to end: gpu_test_bible300, _decode_parity, _resume_cuda,
+# _dist_nccl_mpirun) run in plain mode under the first schedule only: minutes each under the
+# sanitizers (the CI budget; LL_EMU_ALL=1 runs them in every mode).
+#
+# Environment: JOBS (build jobs, default 2), LL_EMU_CMAKE_ARGS (extra cmake
+# arguments, e.g. the compilers), LL_EMU_BUILD_ROOT (default: the source tree),
+# LL_EMU_SEED (the random schedule's seed, default 1).  Exit status: 0 when
+# every gpu test passed (none may skip), else 1.
+set -euo pipefail
+mode=${1:-}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+root=${LL_EMU_BUILD_ROOT:-$SRC}
+jobs=${JOBS:-2}
+case $mode in
+  plain | mutants) bld=$root/build-emu-plain san=() ;;
+  asan) bld=$root/build-emu-asan san=(-DLL_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+  tsan) bld=$root/build-emu-tsan san=(-DLL_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+  *)
+    echo "usage: $0 plain|asan|tsan|mutants" >&2
+    exit 2
+    ;;
+esac
+t0=$(date +%s)
+# shellcheck disable=SC2086
+mkdir -p "$bld"
+cmake -S "$SRC" -B "$bld" -DLL_CUDA_EMU=ON "${san[@]}" ${LL_EMU_CMAKE_ARGS:-} > "$bld/emu-cmake.log" 2>&1 ||
+  { cat "$bld/emu-cmake.log"; exit 1; }
+# only what the gpu tests run: the test programs and the tools the shell tests call
+targets=(lltrain lldecode llprep lleval)
+for f in "$SRC"/tests/gpu/test_*.c; do targets+=("gpu_$(basename "$f" .c)"); done
+cmake --build "$bld" -j"$jobs" --target "${targets[@]}" > "$bld/emu-build.log" 2>&1 ||
+  { tail -40 "$bld/emu-build.log"; exit 1; }
+echo "cuda-emu $mode: built in $(($(date +%s) - t0)) s ($bld)"
+
+SHELL_TESTS='gpu_test_(bible300|decode_parity|resume_cuda|dist_nccl_mpirun)$'
+# run_ctest SCHEDULE [ctest args]: ctest -L gpu; a skipped test is a failure here (the emulation is a device)
+run_ctest() {
+  local sched=$1 t1 log
+  shift
+  t1=$(date +%s)
+  log=$bld/ctest-$mode-${sched//:/-}.log
+  if LL_CUDA_EMU_SCHEDULE=$sched ctest --test-dir "$bld" -L gpu --output-on-failure --timeout 1500 "$@" > "$log" 2>&1; then
+    rc=0
+  else
+    rc=1
+  fi
+  if grep -q "Not Run\|\*\*\*Skipped" "$log"; then
+    echo "cuda-emu $mode: a gpu test skipped under the emulation:" >&2
+    grep "Not Run\|Skipped" "$log" >&2
+    rc=1
+  fi
+  grep -E "tests passed|Test +#" "$log" | sed "s/^/  [$sched] /"
+  echo "cuda-emu $mode: schedule $sched: $([ $rc = 0 ] && echo PASS || echo FAIL) in $(($(date +%s) - t1)) s ($log)"
+  return $rc
+}
+
+status=0
+case $mode in
+  plain)
+    run_ctest rr || status=1
+    run_ctest "random:${LL_EMU_SEED:-1}" -E "$SHELL_TESTS" || status=1
+    ;;
+  asan)
+    # the fibers' stacks are switched with ASan's fiber annotations
+    export ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=0
+    # shellcheck disable=SC2046
+    run_ctest greedy $([ "${LL_EMU_ALL:-0}" = 1 ] || printf '%s\n' -E "$SHELL_TESTS") || status=1
+    ;;
+  tsan)
+    # one OpenMP thread: libgomp is not instrumented (its barriers would be false races)
+    export OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    # shellcheck disable=SC2046
+    run_ctest reverse $([ "${LL_EMU_ALL:-0}" = 1 ] || printf '%s\n' -E "$SHELL_TESTS") || status=1
+    ;;
+  mutants)
+    bash "$SRC/tests/cuda_emu/mutants.sh" "$bld" || status=1
+    ;;
+esac
+echo "cuda-emu $mode: $([ $status = 0 ] && echo PASS || echo FAIL), $(($(date +%s) - t0)) s in all"
+exit $status

@@ -1,0 +1,443 @@
+/* A strict cuBLASLt (and cublasGemmEx) stand-in on OpenBLAS, for the CUDA
+ * emulation (tests only).
+ *
+ * Same column-major layouts, transposes, leading dimensions and alpha/beta as
+ * cuBLASLt; beta = 0 never reads C (it may be NaN garbage).  Products are
+ * OpenBLAS sgemm on fp32 copies of the operands: bf16 operands widen exactly
+ * (fp32 accumulation), TF32 compute rounds the inputs to 10 mantissa bits
+ * (round to nearest, ties away, as cvt.rna.tf32); then alpha, beta C, the
+ * epilogue (BIAS, RELU_BIAS, BGRADA, BGRADB) in fp32 and one rounding of D.
+ *
+ * Strict: the heuristic refuses what cuBLASLt's documentation says it does not
+ * support, so a refused epilogue shows on the CPU: operand types other than
+ * fp32/fp32 or bf16/bf16 -> fp32 or bf16, a bias or bias-gradient type other
+ * than D's (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: the exceptions are
+ * IMMA and FP8 kernels), other epilogues, K = 0, leading dimensions below the
+ * rows.  The algorithm it returns assumes the alignments it was told (the
+ * MIN_ALIGNMENT preferences, default 256 bytes, and the bias pointer's, read
+ * at heuristic time: NULL counts as perfectly aligned); a matmul with a less
+ * aligned pointer is the misaligned access a GPU would fault on, reported and
+ * refused with CUBLAS_STATUS_INVALID_VALUE.
+ *
+ * LL_CUDA_EMU_LT_REFUSE=epilogue refuses every epilogue, =all every matmul,
+ * so the callers' fallbacks (kernels/gemm_epi.cu, cublasGemmEx) run too;
+ * =fail runs every matmul and then reports CUBLAS_STATUS_EXECUTION_FAILED. */
+#include <cblas.h>
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "emu_internal.h"
+
+struct cublasLtContext {
+    int magic;
+};
+struct cublasContext {
+    cudaStream_t stream;
+    cublasMath_t math;
+};
+
+namespace {
+
+struct lt_desc {
+    cublasComputeType_t compute;
+    cudaDataType scale;
+    int ta, tb;
+    cublasLtEpilogue_t epi;
+    const void *bias;
+    int bias_type; /* -1: D's type */
+};
+struct lt_layout {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct lt_pref {
+    uint64_t ws;
+    uint32_t align[4]; /* A B C D */
+};
+enum { ALGO_MAGIC = 0x11e3 };
+
+int ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && (a & (uintptr_t)(al - 1))) al >>= 1;
+    return al;
+}
+size_t type_bytes(cudaDataType t) { return t == CUDA_R_16BF ? 2 : 4; }
+float load(const void *p, cudaDataType t, size_t i) {
+    if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return ((const float *)p)[i];
+}
+void store(void *p, cudaDataType t, size_t i, float v) {
+    if (t == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else ((float *)p)[i] = v;
+}
+float tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u; /* finite: round, ties away */
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+const char *refuse_mode() {
+    const char *e = ll_emu::env("LL_CUDA_EMU_LT_REFUSE");
+    return e ? e : "";
+}
+void verbose(const char *msg) {
+    if (ll_emu::env("LL_CUDA_EMU_VERBOSE")) fprintf(stderr, "cuda-emu: cuBLASLt: %s\n", msg);
+}
+
+/* A dense fp32 copy of a stored matrix (rows x cols at ld). */
+std::vector<float> widen(const void *p, cudaDataType t, uint64_t rows, uint64_t cols, int64_t ld, int round_tf32) {
+    std::vector<float> f(rows * cols);
+    for (uint64_t j = 0; j < cols; j++)
+        for (uint64_t i = 0; i < rows; i++) {
+            float v = load(p, t, i + j * (uint64_t)ld);
+            f[i + j * rows] = round_tf32 ? tf32(v) : v;
+        }
+    return f;
+}
+
+struct gemm_job {
+    int ta, tb, m, n, k;
+    float alpha, beta;
+    const void *A, *B, *C;
+    void *D;
+    cudaDataType at, bt, ct, dt, bias_t;
+    int64_t lda, ldb, ldc, ldd;
+    int tf32;
+    cublasLtEpilogue_t epi;
+    const void *bias;
+};
+
+/* Runs on the stream: D = epi(alpha op(A) op(B) + beta C). */
+void gemm_run(const gemm_job &g) {
+    const uint64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k, br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
+    std::vector<float> a = widen(g.A, g.at, ar, ac, g.lda, g.tf32), b = widen(g.B, g.bt, br, bc, g.ldb, g.tf32);
+    std::vector<float> t((size_t)g.m * g.n);
+    cblas_sgemm(CblasColMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k,
+                1.0f, a.data(), (int)ar, b.data(), (int)br, 0.0f, t.data(), g.m);
+    for (int j = 0; j < g.n; j++)
+        for (int i = 0; i < g.m; i++) {
+            float v = g.alpha * t[(size_t)i + (size_t)j * g.m];
+            if (g.beta != 0.0f) v += g.beta * load(g.C, g.ct, (size_t)i + (size_t)j * g.ldc);
+            if (g.epi == CUBLASLT_EPILOGUE_BIAS || g.epi == CUBLASLT_EPILOGUE_RELU_BIAS) v += load(g.bias, g.bias_t, i);
+            if (g.epi == CUBLASLT_EPILOGUE_RELU_BIAS && v < 0.0f) v = 0.0f;
+            store(g.D, g.dt, (size_t)i + (size_t)j * g.ldd, v);
+        }
+    if (g.epi == CUBLASLT_EPILOGUE_BGRADA) /* [m]: op(A) summed over k */
+        for (int i = 0; i < g.m; i++) {
+            float s = 0;
+            for (int l = 0; l < g.k; l++) s += g.ta ? a[(size_t)l + (size_t)i * ar] : a[(size_t)i + (size_t)l * ar];
+            store((void *)g.bias, g.bias_t, i, s);
+        }
+    if (g.epi == CUBLASLT_EPILOGUE_BGRADB) /* [n]: op(B) summed over k */
+        for (int j = 0; j < g.n; j++) {
+            float s = 0;
+            for (int l = 0; l < g.k; l++) s += g.tb ? b[(size_t)j + (size_t)l * br] : b[(size_t)l + (size_t)j * br];
+            store((void *)g.bias, g.bias_t, j, s);
+        }
+}
+
+/* The support rules the heuristic applies; CUBLAS_STATUS_SUCCESS or why not. */
+cublasStatus_t supported(const lt_desc *d, const lt_layout *A, const lt_layout *B, const lt_layout *C,
+                         const lt_layout *D, const char **why) {
+    const char *mode = refuse_mode();
+    if (!strcmp(mode, "all")) return *why = "LL_CUDA_EMU_LT_REFUSE=all", CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && !strcmp(mode, "epilogue"))
+        return *why = "LL_CUDA_EMU_LT_REFUSE=epilogue", CUBLAS_STATUS_NOT_SUPPORTED;
+    if (A->type != B->type || (A->type != CUDA_R_32F && A->type != CUDA_R_16BF))
+        return *why = "operand types", CUBLAS_STATUS_NOT_SUPPORTED;
+    if (C->type != D->type || (D->type != CUDA_R_32F && D->type != CUDA_R_16BF) ||
+        (A->type == CUDA_R_32F && D->type != CUDA_R_32F))
+        return *why = "output type", CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->scale != CUDA_R_32F) return *why = "scale type", CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->compute != CUBLAS_COMPUTE_32F && !(d->compute == CUBLAS_COMPUTE_32F_FAST_TF32 && A->type == CUDA_R_32F))
+        return *why = "compute type", CUBLAS_STATUS_NOT_SUPPORTED;
+    switch (d->epi) {
+    case CUBLASLT_EPILOGUE_DEFAULT: break;
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+    case CUBLASLT_EPILOGUE_BGRADA:
+    case CUBLASLT_EPILOGUE_BGRADB:
+        if (d->bias_type != -1 && d->bias_type != (int)D->type)
+            return *why = "bias type differs from D's type (cublasLt.h: only IMMA and FP8 kernels allow that)",
+                   CUBLAS_STATUS_NOT_SUPPORTED;
+        break;
+    default: return *why = "epilogue", CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    const uint64_t m = D->rows, n = D->cols, k = d->ta ? A->rows : A->cols;
+    if (C->rows != m || C->cols != n || (d->ta ? A->cols : A->rows) != m || (d->tb ? B->rows : B->cols) != n ||
+        (d->tb ? B->cols : B->rows) != k)
+        return *why = "shapes", CUBLAS_STATUS_INVALID_VALUE;
+    if (k == 0) return *why = "K = 0", CUBLAS_STATUS_NOT_SUPPORTED;
+    if (A->ld < (int64_t)A->rows || B->ld < (int64_t)B->rows || C->ld < (int64_t)C->rows || D->ld < (int64_t)D->rows)
+        return *why = "leading dimension below the rows", CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+int covers(const void *p, const lt_layout *l) {
+    return ll_emu::device_range(p, ((l->cols - 1) * (uint64_t)l->ld + l->rows) * type_bytes(l->type)) == 1;
+}
+
+} // namespace
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = new cublasLtContext{1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
+    *d = (cublasLtMatmulDesc_t) new lt_desc{compute, scale, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, -1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete (lt_desc *)d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t dd, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t n) {
+    lt_desc *d = (lt_desc *)dd;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+        if (n != sizeof(cublasOperation_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        cublasOperation_t op;
+        memcpy(&op, buf, n);
+        if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return CUBLAS_STATUS_NOT_SUPPORTED;
+        (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->ta : d->tb) = op == CUBLAS_OP_T;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        if (n != sizeof(cublasLtEpilogue_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->epi, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        if (n != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->bias, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        if (n != sizeof(cudaDataType_t) && n != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->bias_type, buf, sizeof(int32_t));
+        return CUBLAS_STATUS_SUCCESS;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED; /* attributes the project does not use */
+    }
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+    if (ld < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = (cublasLtMatrixLayout_t) new lt_layout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete (lt_layout *)l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = (cublasLtMatmulPreference_t) new lt_pref{0, {256, 256, 256, 256}};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete (lt_pref *)p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pp,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t n) {
+    lt_pref *p = (lt_pref *)pp;
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+        if (n != 8) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&p->ws, buf, 8);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: {
+        if (n != 4) return CUBLAS_STATUS_INVALID_VALUE;
+        const int i = attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES   ? 0
+                      : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES ? 1
+                      : attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES ? 2
+                                                                           : 3;
+        memcpy(&p->align[i], buf, 4);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, cublasLtMatrixLayout_t A,
+                                              cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
+                                              cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t pp, int want,
+                                              cublasLtMatmulHeuristicResult_t *res, int *n) {
+    (void)h;
+    *n = 0;
+    if (want < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    const char *why = "";
+    cublasStatus_t s = supported((lt_desc *)dd, (lt_layout *)A, (lt_layout *)B, (lt_layout *)C, (lt_layout *)D, &why);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        verbose(why);
+        return s;
+    }
+    const lt_desc *d = (lt_desc *)dd;
+    const lt_pref *p = (lt_pref *)pp;
+    memset(res, 0, sizeof *res);
+    res->algo.data[0] = ALGO_MAGIC;
+    for (int i = 0; i < 4; i++) res->algo.data[1 + i] = p ? p->align[i] : 256;
+    /* the bias pointer as it is now: NULL reads as perfectly aligned */
+    res->algo.data[5] = d->bias ? (uint64_t)ptr_align(d->bias) : 256;
+    res->state = CUBLAS_STATUS_SUCCESS;
+    res->wavesCount = 1.0f;
+    *n = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t Al, const void *B, cublasLtMatrixLayout_t Bl, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t stream) {
+    (void)h;
+    (void)ws;
+    (void)ws_bytes;
+    const lt_desc *d = (lt_desc *)dd;
+    const lt_layout *a = (lt_layout *)Al, *b = (lt_layout *)Bl, *c = (lt_layout *)Cl, *dl = (lt_layout *)Dl;
+    const char *why = "";
+    cublasStatus_t s = supported(d, a, b, c, dl, &why);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        verbose(why);
+        return s;
+    }
+    if (!algo || algo->data[0] != ALGO_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+    const void *ptrs[5] = {A, B, C, D, d->bias};
+    const char *names[5] = {"A", "B", "C", "D", "bias"};
+    for (int i = 0; i < 5; i++) {
+        if (i == 4 && d->epi == CUBLASLT_EPILOGUE_DEFAULT) break;
+        if ((uint64_t)ptr_align(ptrs[i]) < algo->data[1 + i]) {
+            fprintf(stderr,
+                    "cuda-emu: cuBLASLt: %s pointer %p is %d-byte aligned, but the algorithm was chosen for %llu-byte "
+                    "alignment (a GPU would fault: misaligned address)\n",
+                    names[i], ptrs[i], ptr_align(ptrs[i]), (unsigned long long)algo->data[1 + i]);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
+    if (!covers(A, a) || !covers(B, b) || !covers(D, dl) || (*(const float *)beta != 0.0f && !covers(C, c))) {
+        fprintf(stderr, "cuda-emu: cuBLASLt: an operand is not device memory or runs past its allocation\n");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (C != D && (c->ld != dl->ld || c->type != dl->type)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    gemm_job g;
+    g.ta = d->ta;
+    g.tb = d->tb;
+    g.m = (int)dl->rows;
+    g.n = (int)dl->cols;
+    g.k = (int)(d->ta ? a->rows : a->cols);
+    g.alpha = *(const float *)alpha; /* host pointer mode: read at the call */
+    g.beta = *(const float *)beta;
+    g.A = A;
+    g.B = B;
+    g.C = C;
+    g.D = D;
+    g.at = a->type;
+    g.bt = b->type;
+    g.ct = c->type;
+    g.dt = dl->type;
+    g.bias_t = d->bias_type == -1 ? dl->type : (cudaDataType)d->bias_type;
+    g.lda = a->ld;
+    g.ldb = b->ld;
+    g.ldc = c->ld;
+    g.ldd = dl->ld;
+    g.tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    g.epi = d->epi;
+    g.bias = d->bias;
+    ll_emu::enqueue(stream, "cublasLtMatmul", [g]() { gemm_run(g); });
+    /* LL_CUDA_EMU_LT_REFUSE=fail: the matmul is queued, then reported failed
+     * (an error after the work started): a caller must not run it again */
+    if (!strcmp(refuse_mode(), "fail")) return CUBLAS_STATUS_EXECUTION_FAILED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasLtGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "error"; }
+
+/* ---- cuBLAS: the handle and cublasGemmEx (the gemm op's last fallback) -------------------- */
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
+    *h = new cublasContext{NULL, CUBLAS_DEFAULT_MATH};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
+    h->math = m;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B,
+                            cudaDataType bt, int ldb, const void *beta, void *C, cudaDataType ct, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (at != bt || (at != CUDA_R_32F && at != CUDA_R_16BF) || (ct != CUDA_R_32F && ct != CUDA_R_16BF) ||
+        (at == CUDA_R_32F && ct != CUDA_R_32F) || (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    const lt_layout la{at, (uint64_t)(ta == CUBLAS_OP_T ? k : m), (uint64_t)(ta == CUBLAS_OP_T ? m : k), lda},
+        lb{bt, (uint64_t)(tb == CUBLAS_OP_T ? n : k), (uint64_t)(tb == CUBLAS_OP_T ? k : n), ldb},
+        lc{ct, (uint64_t)m, (uint64_t)n, ldc};
+    if (lda < (int)la.rows || ldb < (int)lb.rows || ldc < m) return CUBLAS_STATUS_INVALID_VALUE;
+    const float fb = *(const float *)beta;
+    if (k > 0 && (!covers(A, &la) || !covers(B, &lb))) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!covers(C, &lc)) return CUBLAS_STATUS_INVALID_VALUE;
+    gemm_job g;
+    memset(&g, 0, sizeof g);
+    g.ta = ta == CUBLAS_OP_T;
+    g.tb = tb == CUBLAS_OP_T;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.alpha = *(const float *)alpha;
+    g.beta = fb;
+    g.A = A;
+    g.B = B;
+    g.C = C;
+    g.D = C;
+    g.at = at;
+    g.bt = bt;
+    g.ct = g.dt = ct;
+    g.lda = lda;
+    g.ldb = ldb;
+    g.ldc = g.ldd = ldc;
+    g.tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+             (at == CUDA_R_32F && (h->math & CUBLAS_TF32_TENSOR_OP_MATH) == CUBLAS_TF32_TENSOR_OP_MATH);
+    g.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (k == 0) {
+        ll_emu::enqueue(h->stream, "cublasGemmEx", [g]() {
+            for (int j = 0; j < g.n; j++)
+                for (int i = 0; i < g.m; i++) {
+                    const size_t o = (size_t)i + (size_t)j * g.ldc;
+                    store(g.D, g.dt, o, g.beta != 0.0f ? g.beta * load(g.C, g.ct, o) : 0.0f);
+                }
+        });
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    ll_emu::enqueue(h->stream, "cublasGemmEx", [g]() { gemm_run(g); });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} // extern "C"

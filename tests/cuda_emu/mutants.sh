@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Mutation tests of the CUDA emulation (scripts/cuda_emu_test.sh mutants):
+# each mutant is a defect a GPU would punish, applied to a COPY of the source
+# tree; the GPU test that covers the code must then fail under the emulation,
+# or the emulation is not biting.  The copy is built once with ASan+UBSan (as
+# scripts/cuda_emu_test.sh asan) into $1/mutants; each mutant rebuilds one file.
+#   barrier    ll_block_sum without the barrier between writing the warps'
+#              partials and warp 0 reading them (a race)
+#   past_row   layer norm forward writes one element past its row
+#   smem_short attention forward with dynamic shared memory one float short
+#   no_sync    download without the stream synchronisation (the host reads
+#              before the copy ran)
+# Exit 0 when every mutant is killed and the unmutated copy passes.
+set -uo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+work=${1:?usage: mutants.sh BUILD_DIR}/mutants
+jobs=${JOBS:-2}
+mkdir -p "$work"
+rm -rf "$work/src"
+mkdir -p "$work/src"
+(cd "$SRC" && tar --exclude='./build*' --exclude=./data --exclude=./.git --exclude=./.device -cf - .) | (cd "$work/src" && tar -xf -)
+b=$work/build
+# shellcheck disable=SC2086
+cmake -S "$work/src" -B "$b" -DLL_CUDA_EMU=ON -DLL_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  ${LL_EMU_CMAKE_ARGS:-} > "$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
+export ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=0 LL_SOURCE_DIR=$work/src
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LL_NO_REEXEC=1
+
+build() { cmake --build "$b" -j"$jobs" --target gpu_test_ops_cuda gpu_test_layernorm_cuda > "$work/build.log" 2>&1; }
+
+# the covering test: 0 = passed
+run_test() {
+  case $1 in
+    barrier) "$b/gpu_test_ops_cuda" --op xent_fwd_bwd && LL_CUDA_EMU_SCHEDULE=random:3 "$b/gpu_test_ops_cuda" --op sumsq ;;
+    past_row) "$b/gpu_test_layernorm_cuda" ;;
+    smem_short) "$b/gpu_test_ops_cuda" --op attention_fwd ;;
+    no_sync) "$b/gpu_test_ops_cuda" --op sync && "$b/gpu_test_ops_cuda" --op add ;;
+  esac
+}
+
+# mutate NAME: apply (python: exact text replaced once, else the mutant is stale)
+mutate() {
+  python3 - "$work/src" "$1" <<'PY'
+import sys
+src, name = sys.argv[1], sys.argv[2]
+M = {
+    "barrier": ("kernels/ll_cuda_common.cuh",
+                "previous call */\n    if (lane == 0) sh[w] = v;\n    __syncthreads();\n",
+                "previous call */\n    if (lane == 0) sh[w] = v;\n"),
+    "past_row": ("kernels/layernorm.cu", "for (int c = lane; c < C; c += WARP) ll_st(",
+                 "for (int c = lane; c <= C; c += WARP) ll_st("),
+    "smem_short": ("kernels/attention.cu",
+                   "sizeof(float) * ((size_t)BQ * Dh + WARP * (Dh + 1) + WARP * Dh)",
+                   "sizeof(float) * ((size_t)BQ * Dh + WARP * (Dh + 1) + WARP * Dh - 1)"),
+    "no_sync": ("src/backend/cuda/cuda_backend.c",
+                "cudaMemcpyDeviceToHost, im->stream));\n    CUDA_CHECK(cudaStreamSynchronize(im->stream));",
+                "cudaMemcpyDeviceToHost, im->stream));"),
+}
+f, old, new = M[name]
+p = f"{src}/{f}"
+s = open(p).read()
+if s.count(old) != 1:
+    sys.exit(f"mutant {name}: the text to mutate is not in {f} exactly once (stale mutant)")
+open(p, "w").write(s.replace(old, new))
+PY
+}
+
+status=0
+build || { tail -30 "$work/build.log"; exit 1; }
+for m in barrier past_row smem_short no_sync; do
+  if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
+    echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
+    status=1
+  fi
+done
+declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm.cu
+  [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c)
+for m in barrier past_row smem_short no_sync; do
+  mutate "$m" || { status=1; continue; }
+  build || { echo "mutants: $m does not build"; status=1; continue; }
+  if run_test "$m" > "$work/$m.log" 2>&1; then
+    echo "mutants: $m SURVIVED (the emulated tests did not notice; $work/$m.log)"
+    status=1
+  else
+    echo "mutants: $m killed: $(grep -m1 -E 'ERROR|FAIL|differ|error' "$work/$m.log" | cut -c1-150)"
+  fi
+  cp "$SRC/${file[$m]}" "$work/src/${file[$m]}" # the original again, newer than the mutant's objects
+done
+exit $status
