@@ -11,7 +11,10 @@
 #   4. build-aarch64   cross build for aarch64, -Werror, unit tests under qemu-user
 #                      (scripts/cross_aarch64.sh);
 #   5. build-asan      the CPU suite under AddressSanitizer + UBSan (docs/reliability.md);
-#   6. the CUDA backend on the emulated runtime (scripts/cuda_emu_test.sh), when present.
+#   6. build-emu-*     the CUDA backend on the CPU emulation of CUDA, cuBLASLt, CUB and
+#                      NCCL (scripts/cuda_emu_test.sh): every gpu test, plain (two warp
+#                      schedules), under ASan+UBSan and under TSan, then the mutation tests
+#                      (docs/cuda-backend.md, "Testing without a GPU").
 # LL_TEST_SKIP="portable clang aarch64 asan emu" leaves out any of 2-6 (for a
 # quick local run; CI runs everything).  Each part's time is printed at the end.
 set -euo pipefail
@@ -80,7 +83,9 @@ asan() {
 }
 
 emu() {
-  for mode in plain asan tsan; do scripts/cuda_emu_test.sh "$mode"; done
+  # the shell GPU tests train and decode on the Bible corpus (~40 s to build)
+  [ -f data/bible/raw/test.en ] || python3 scripts/make_bible_corpus.py --out data/bible/raw
+  for mode in plain asan tsan mutants; do scripts/cuda_emu_test.sh "$mode"; done
 }
 
 part native native
@@ -88,6 +93,6 @@ part portable portable
 part clang clang_build
 part aarch64 scripts/cross_aarch64.sh build-aarch64
 part asan asan
-if [ -x scripts/cuda_emu_test.sh ]; then part emu emu; fi
+part emu emu
 echo "=== all passed"
 printf '  %s\n' "${summary[@]}"
