@@ -10,7 +10,7 @@
 #                                    as TSan fibers, only __syncthreads ordering them; schedule reverse)
 #   scripts/cuda_emu_test.sh mutants the mutation tests (tests/cuda_emu/mutants.sh, an ASan copy)
 # The shell tests (lltrain/lldecode end to end: gpu_test_bible300, _decode_parity, _resume_cuda,
-# _dist_nccl_mpirun) run in plain mode under the first schedule only: minutes each under the
+# _dist_nccl_mpirun, _tf32) run in plain mode under the first schedule only: minutes each under the
 # sanitizers (the CI budget; LL_EMU_ALL=1 runs them in every mode).
 #
 # Environment: JOBS (build jobs, default 2), LL_EMU_CMAKE_ARGS (extra cmake
@@ -43,7 +43,7 @@ cmake --build "$bld" -j"$jobs" --target "${targets[@]}" > "$bld/emu-build.log" 2
   { tail -40 "$bld/emu-build.log"; exit 1; }
 echo "cuda-emu $mode: built in $(($(date +%s) - t0)) s ($bld)"
 
-SHELL_TESTS='gpu_test_(bible300|decode_parity|resume_cuda|dist_nccl_mpirun)$'
+SHELL_TESTS='gpu_test_(bible300|decode_parity|resume_cuda|dist_nccl_mpirun|tf32)$'
 # run_ctest SCHEDULE [ctest args]: ctest -L gpu; a skipped test is a failure here (the emulation is a device)
 run_ctest() {
   local sched=$1 t1 log

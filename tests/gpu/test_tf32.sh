@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# train.tf32 (issue 26): an fp32 run on the GPU takes TF32 tensor cores by
+# default and says so; train.tf32 false keeps exact fp32 products.  A tiny
+# model, 4 updates, no dropout: the exact GPU run equals the CPU run (to Adam's
+# amplification of last-bit differences), the TF32 run differs from it (the
+# inputs really are rounded to 10 mantissa bits) but stays close.
+# Skips (77) without a GPU.
+source "$(dirname "$0")/lib.sh"
+gpu_or_skip
+cat > "$T/t.cfg" <<CFG
+model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
+$(tiny_data "$T/bin" 2048)
+train: {seed: 1, lr: 1e-3, warmup_updates: 2, max_updates: 4, valid_interval: 4, log_interval: 1, precision: fp32}
+CFG
+run() { # run NAME DEVICE TF32
+  "$BIN/lltrain" --config "$T/t.cfg" --set train.device="$2" --set train.tf32="$3" \
+    --set checkpoint.save_dir="$T/$1" 2> "$T/$1.log" || { err "$1: $(tail -1 "$T/$1.log")"; return 1; }
+}
+run cpu cpu true && run exact "$GPUDEV" false && run tf32 "$GPUDEV" true || exit 1
+if [ "$GPUDEV" = cuda ]; then
+  grep -q "train.tf32 true: fp32 matmuls on TF32 tensor cores" "$T/tf32.log" || err "the TF32 run does not say so"
+  grep -q "train.tf32 false: fp32 matmuls exact" "$T/exact.log" || err "the exact run does not say so"
+  grep -q "train.tf32" "$T/cpu.log" && err "the CPU run talks about TF32"
+fi
+diff_of() { "$BIN/ll_ckpt_diff" "$T/$1/checkpoint_last.llm" "$T/$2/checkpoint_last.llm" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
+e=$(diff_of cpu exact) t=$(diff_of exact tf32)
+echo "parameters after 4 updates: |exact GPU - CPU| = $e, |TF32 - exact| = $t"
+python3 -c "import sys; sys.exit(0 if float('$e') < 1e-3 else 1)" || err "exact GPU run differs from the CPU by $e"
+if [ "$GPUDEV" = cuda ]; then
+  python3 -c "import sys; sys.exit(0 if 0 < float('$t') < 0.05 else 1)" ||
+    err "TF32 vs exact: $t (0 means TF32 was not used; large means it broke training)"
+fi
+exit $fail
