@@ -7,6 +7,7 @@
 # training logs name the kernels it took, and a bad LL_CPU_KERNELS is refused.
 # Without AVX-512 on this CPU both runs take the portable paths (said below).
 source "$(dirname "$0")/lib.sh"
+unset LL_CPU_KERNELS # this test sets it per run (scripts/test.sh's portable part exports generic)
 DATA=$SRC/tests/data/tiny
 cat > "$T/tiny.cfg" <<CFG
 model: {d_model: 64, ffn_dim: 128, heads: 2, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
