@@ -180,4 +180,11 @@ if "$PLOT" "$TMP/bad.jsonl" --out "$TMP/e" >"$TMP/elog" 2>&1; then fail "bad JSO
 grep -q 'bad.jsonl:2: not a JSON record' "$TMP/elog" || { cat "$TMP/elog"; fail "bad JSON error does not name the line"; }
 [ -z "$(find "$OUT" -name '*.tmp.*')" ] || fail "temporary files left behind"
 
+# A lost write (file size limit 1 KiB: EFBIG, which Python does not die of):
+# one line naming the file, non-zero exit, no PNG or temporary left.
+if (ulimit -f 1 && "$PLOT" "$TMP/plain.jsonl" --out "$TMP/p4" >"$TMP/elog" 2>&1); then fail "a lost write exited 0"; fi
+grep -q "p4/curves.png: cannot write: File too large" "$TMP/elog" || { cat "$TMP/elog"; fail "lost write not reported"; }
+[ "$(grep -c "error" "$TMP/elog")" = 1 ] || { cat "$TMP/elog"; fail "lost-write error is not one line"; }
+[ -z "$(find "$TMP/p4" -name 'curves.png*')" ] || fail "a lost write left a file"
+
 echo "PASS"
