@@ -147,6 +147,43 @@ static __device__ __forceinline__ bool better(double sa, int fa, double sb, int 
     return sa > sb || (sa == sb && fa < fb);
 }
 
+/* One round of a top-k kernel: the block's best (score, flat index) over
+ * every thread's candidate (s, f) -- a warp shuffle reduction, then thread 0
+ * over the warps -- written to output row o by thread 0 and left in
+ * st->win_s / st->win_f for every thread (after the barrier at the end).
+ * All threads of the block call it. */
+typedef struct {
+    double ws[TOPK_THREADS / WARP];
+    int wf[TOPK_THREADS / WARP];
+    double win_s;
+    int win_f;
+} topk_round_state;
+template <typename T>
+static __device__ void topk_round(topk_round_state *st, double s, int f, double *score, float *lp_out,
+                                  int32_t *flat_out, const T *logp, size_t o) {
+    const int tid = threadIdx.x, lane = tid % WARP, warp = tid / WARP, nwarps = blockDim.x / WARP;
+    for (int d = WARP / 2; d > 0; d >>= 1) {
+        const double s2 = __shfl_down_sync(0xffffffffu, s, d);
+        const int f2 = __shfl_down_sync(0xffffffffu, f, d);
+        if (better(s2, f2, s, f)) s = s2, f = f2;
+    }
+    if (lane == 0) st->ws[warp] = s, st->wf[warp] = f;
+    __syncthreads();
+    if (tid == 0) {
+        double bs = st->ws[0];
+        int bf = st->wf[0];
+        for (int w = 1; w < nwarps; w++)
+            if (better(st->ws[w], st->wf[w], bs, bf)) bs = st->ws[w], bf = st->wf[w];
+        st->win_s = bs, st->win_f = bf;
+        if (bf == INT_MAX) {
+            score[o] = -INFINITY, lp_out[o] = 0.0f, flat_out[o] = -1;
+        } else {
+            score[o] = bs, lp_out[o] = ll_ld(logp + (size_t)bf), flat_out[o] = bf;
+        }
+    }
+    __syncthreads();
+}
+
 template <typename T>
 static __global__ void beam_topk_kernel(double *__restrict__ score, float *__restrict__ lp_out,
                                         int32_t *__restrict__ flat_out, const T *__restrict__ logp,
@@ -177,37 +214,13 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
         ls[pos] = sc;
         lf[pos] = r * V + v;
     }
-    __shared__ double ws[TOPK_THREADS / WARP];
-    __shared__ int wf[TOPK_THREADS / WARP];
-    __shared__ int win_f;
+    __shared__ topk_round_state st;
     int head = 0;
-    const int lane = tid % WARP, warp = tid / WARP, nwarps = blockDim.x / WARP;
     for (int q = 0; q < k; q++) {
-        double s = head < n ? ls[head] : -INFINITY;
-        int f = head < n ? lf[head] : INT_MAX;
-        for (int o = WARP / 2; o > 0; o >>= 1) {
-            const double s2 = __shfl_down_sync(0xffffffffu, s, o);
-            const int f2 = __shfl_down_sync(0xffffffffu, f, o);
-            if (better(s2, f2, s, f)) s = s2, f = f2;
-        }
-        if (lane == 0) ws[warp] = s, wf[warp] = f;
-        __syncthreads();
-        if (tid == 0) {
-            double bs = ws[0];
-            int bf = wf[0];
-            for (int w = 1; w < nwarps; w++)
-                if (better(ws[w], wf[w], bs, bf)) bs = ws[w], bf = wf[w];
-            win_f = bf;
-            const size_t o = (size_t)g * k + q;
-            if (bf == INT_MAX) {
-                score[o] = -INFINITY, lp_out[o] = 0.0f, flat_out[o] = -1;
-            } else {
-                score[o] = bs, lp_out[o] = ll_ld(logp + (size_t)bf), flat_out[o] = bf;
-            }
-        }
-        __syncthreads();
-        if (head < n && lf[head] == win_f && win_f != INT_MAX) head++; /* flat indices are unique */
-        __syncthreads();                                                /* win_* is rewritten next round */
+        topk_round(&st, head < n ? ls[head] : -INFINITY, head < n ? lf[head] : INT_MAX, score, lp_out, flat_out,
+                   logp, (size_t)g * k + q);
+        if (head < n && lf[head] == st.win_f && st.win_f != INT_MAX) head++; /* flat indices are unique */
+        __syncthreads();                                                      /* win_* is rewritten next round */
     }
 }
 
@@ -224,11 +237,7 @@ static __global__ void beam_topk_rescan_kernel(double *__restrict__ score, float
     const int g = blockIdx.x, tid = threadIdx.x;
     const uint8_t md = mode[g];
     const bool eos_ok = md & 1, eos_only = md & 2;
-    __shared__ double ws[TOPK_THREADS / WARP];
-    __shared__ int wf[TOPK_THREADS / WARP];
-    __shared__ double win_s;
-    __shared__ int win_f;
-    const int lane = tid % WARP, warp = tid / WARP, nwarps = blockDim.x / WARP;
+    __shared__ topk_round_state st;
     const size_t total = (size_t)beam * V;
     double ps = INFINITY; /* the previous winner: every candidate ranks after (+inf, -1) */
     int pf = -1;
@@ -246,28 +255,8 @@ static __global__ void beam_topk_rescan_kernel(double *__restrict__ score, float
             const int fl = r * V + v;
             if (better(ps, pf, sc, fl) && better(sc, fl, s, f)) s = sc, f = fl;
         }
-        for (int o = WARP / 2; o > 0; o >>= 1) {
-            const double s2 = __shfl_down_sync(0xffffffffu, s, o);
-            const int f2 = __shfl_down_sync(0xffffffffu, f, o);
-            if (better(s2, f2, s, f)) s = s2, f = f2;
-        }
-        if (lane == 0) ws[warp] = s, wf[warp] = f;
-        __syncthreads();
-        if (tid == 0) {
-            double bs = ws[0];
-            int bf = wf[0];
-            for (int w = 1; w < nwarps; w++)
-                if (better(ws[w], wf[w], bs, bf)) bs = ws[w], bf = wf[w];
-            win_s = bs, win_f = bf;
-            const size_t o = (size_t)g * k + q;
-            if (bf == INT_MAX) {
-                score[o] = -INFINITY, lp_out[o] = 0.0f, flat_out[o] = -1;
-            } else {
-                score[o] = bs, lp_out[o] = ll_ld(logp + (size_t)bf), flat_out[o] = bf;
-            }
-        }
-        __syncthreads();
-        ps = win_s, pf = win_f;
+        topk_round(&st, s, f, score, lp_out, flat_out, logp, (size_t)g * k + q);
+        ps = st.win_s, pf = st.win_f;
         __syncthreads(); /* win_* is rewritten next round */
     }
 }
