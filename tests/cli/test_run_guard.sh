@@ -96,14 +96,19 @@ done
 "$BIN/llprune" --model "$R/checkpoint_last.llm" --output "$T/pruned.llm" > /dev/full 2> "$T/log" && err "llprune > /dev/full exited 0"
 
 # 4. out of memory while reading is an error naming the file, never end of input
-(ulimit -v 1500000; "$BIN/lldecode" --model "$R/checkpoint_last.llm" --input /dev/zero > "$T/out" 2> "$T/log")
-rc=$?
-[ $rc -ne 0 ] && grep -q "error: /dev/zero:1: read error: Cannot allocate memory" "$T/log" ||
-  err "lldecode --input /dev/zero under ulimit -v: exit $rc: $(cat "$T/log")"
-(ulimit -v 1500000; head -c 2000000000 /dev/zero | "$BIN/lleval" --ref - --input "$T/in.txt" > /dev/null 2> "$T/log")
-rc=$?
-[ $rc -ne 0 ] && grep -q "error: <stdin>: read error after [0-9]* bytes: Cannot allocate memory" "$T/log" ||
-  err "lleval --ref - (2 GB) under ulimit -v: exit $rc: $(cat "$T/log")"
+# (not in the AddressSanitizer build: its shadow memory cannot be mapped under ulimit -v)
+if grep -q __asan_init "$BIN/lldecode"; then
+  echo "note: ASan build: the ulimit -v cases run in the other builds"
+else
+  (ulimit -v 1500000; "$BIN/lldecode" --model "$R/checkpoint_last.llm" --input /dev/zero > "$T/out" 2> "$T/log")
+  rc=$?
+  [ $rc -ne 0 ] && grep -q "error: /dev/zero:1: read error: Cannot allocate memory" "$T/log" ||
+    err "lldecode --input /dev/zero under ulimit -v: exit $rc: $(cat "$T/log")"
+  (ulimit -v 1500000; head -c 2000000000 /dev/zero | "$BIN/lleval" --ref - --input "$T/in.txt" > /dev/null 2> "$T/log")
+  rc=$?
+  [ $rc -ne 0 ] && grep -q "error: <stdin>: read error after [0-9]* bytes: Cannot allocate memory" "$T/log" ||
+    err "lleval --ref - (2 GB) under ulimit -v: exit $rc: $(cat "$T/log")"
+fi
 
 # 5. strict numbers in every tool's flags: the whole string, range checked, the message gives the range
 want() { # want "PATTERN" CMD...: CMD fails with one line matching PATTERN
