@@ -147,6 +147,23 @@ static __device__ __forceinline__ bool better(double sa, int fa, double sb, int 
     return sa > sb || (sa == sb && fa < fb);
 }
 
+/* Candidate i (row b = i / V of group g, token v = i % V) of a top-k group:
+ * its score cum + logp, with *flat = its flat index; -inf when the token is
+ * excluded (pad, bos, eos unless mode bit 1, anything but eos under mode bit
+ * 2) or the row is dead.  Both top-k kernels rank the same candidates. */
+template <typename T>
+static __device__ double topk_candidate(size_t i, int g, int beam, int V, const T *logp, const double *cum,
+                                        uint8_t md, int pad, int bos, int eos, int *flat) {
+    const int b = (int)(i / V), v = (int)(i % V);
+    const bool eos_ok = md & 1, eos_only = md & 2;
+    const int r = g * beam + b;
+    *flat = r * V + v;
+    if (v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos)) return -INFINITY;
+    const double cs = cum[r];
+    if (cs == -INFINITY) return -INFINITY;
+    return cs + (double)ll_ld(logp + (size_t)r * V + v);
+}
+
 /* One round of a top-k kernel: the block's best (score, flat index) over
  * every thread's candidate (s, f) -- a warp shuffle reduction, then thread 0
  * over the warps -- written to output row o by thread 0 and left in
@@ -191,19 +208,14 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
                                         int V, int k, int pad, int bos, int eos) {
     const int g = blockIdx.x, tid = threadIdx.x;
     const uint8_t md = mode[g];
-    const bool eos_ok = md & 1, eos_only = md & 2;
     double ls[LL_CUDA_TOPK_MAX];
     int lf[LL_CUDA_TOPK_MAX];
     int n = 0;
     const size_t total = (size_t)beam * V;
     for (size_t i = tid; i < total; i += blockDim.x) {
-        const int b = (int)(i / V), v = (int)(i % V);
-        if (v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos)) continue;
-        const int r = g * beam + b;
-        const double cs = cum[r];
-        if (cs == -INFINITY) continue;
-        const double sc = cs + (double)ll_ld(logp + (size_t)r * V + v);
-        if (!(sc > -INFINITY)) continue; /* NaN, -inf */
+        int fl;
+        const double sc = topk_candidate(i, g, beam, V, logp, cum, md, pad, bos, eos, &fl);
+        if (!(sc > -INFINITY)) continue; /* excluded, NaN, -inf */
         if (n == k && !(sc > ls[k - 1])) continue;
         int pos = n < k ? n++ : k - 1;
         while (pos > 0 && ls[pos - 1] < sc) { /* strict: earlier (lower index) stays ahead on ties */
@@ -212,7 +224,7 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
             pos--;
         }
         ls[pos] = sc;
-        lf[pos] = r * V + v;
+        lf[pos] = fl;
     }
     __shared__ topk_round_state st;
     int head = 0;
@@ -236,7 +248,6 @@ static __global__ void beam_topk_rescan_kernel(double *__restrict__ score, float
                                                int beam, int V, int k, int pad, int bos, int eos) {
     const int g = blockIdx.x, tid = threadIdx.x;
     const uint8_t md = mode[g];
-    const bool eos_ok = md & 1, eos_only = md & 2;
     __shared__ topk_round_state st;
     const size_t total = (size_t)beam * V;
     double ps = INFINITY; /* the previous winner: every candidate ranks after (+inf, -1) */
@@ -245,14 +256,9 @@ static __global__ void beam_topk_rescan_kernel(double *__restrict__ score, float
         double s = -INFINITY;
         int f = INT_MAX;
         for (size_t i = tid; i < total; i += blockDim.x) {
-            const int b = (int)(i / V), v = (int)(i % V);
-            if (v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos)) continue;
-            const int r = g * beam + b;
-            const double cs = cum[r];
-            if (cs == -INFINITY) continue;
-            const double sc = cs + (double)ll_ld(logp + (size_t)r * V + v);
-            if (!(sc > -INFINITY)) continue; /* NaN, -inf */
-            const int fl = r * V + v;
+            int fl;
+            const double sc = topk_candidate(i, g, beam, V, logp, cum, md, pad, bos, eos, &fl);
+            if (!(sc > -INFINITY)) continue; /* excluded, NaN, -inf */
             if (better(ps, pf, sc, fl) && better(sc, fl, s, f)) s = sc, f = fl;
         }
         topk_round(&st, s, f, score, lp_out, flat_out, logp, (size_t)g * k + q);
