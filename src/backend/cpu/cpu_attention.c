@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "fixed_sum.h"
 #include "vecmath.h"
 
 #ifdef LL_REAL_DOUBLE
@@ -136,9 +137,7 @@ static void attention_few_queries(real *out, real *lse, const real *q, int q_str
                     real mx = -INFINITY;
                     for (int j = 0; j < lim; j++) {
                         const real *kj = kb + (size_t)j * kv_stride;
-                        real s = 0;
-#pragma omp simd reduction(+ : s)
-                        for (int d = 0; d < Dh; d++) s += qi[d] * kj[d];
+                        const real s = ll_dot_fixed(qi, kj, Dh);
                         P[j] = s * scale;
                         mx = P[j] > mx ? P[j] : mx;
                     }
@@ -191,9 +190,7 @@ void cpu_attention_cached(ll_backend *be, ll_act *out_, const ll_act *q_, int q_
                 real mx = -INFINITY;
                 for (int j = 0; j < n_keys; j++) {
                     const real *kj = kb + KEY_AT(j);
-                    real sc = 0;
-#pragma omp simd reduction(+ : sc)
-                    for (int d = 0; d < Dh; d++) sc += qi[d] * kj[d];
+                    const real sc = ll_dot_fixed(qi, kj, Dh);
                     P[j] = sc * scale;
                     mx = P[j] > mx ? P[j] : mx;
                 }
@@ -348,9 +345,7 @@ void cpu_attention_bwd(ll_backend *be, ll_act *dq_, ll_act *dk_, ll_act *dv_, co
                         /* softmax backward: dS = P (dP - D) scale, with D = rowsum(dP P) =
                          * rowsum(dO o O) (O already holds the dropped probabilities) */
                         const real *gi = go + (size_t)i * C, *oi = ob + (size_t)i * C;
-                        real D = 0;
-#pragma omp simd reduction(+ : D)
-                        for (int d = 0; d < Dh; d++) D += gi[d] * oi[d];
+                        const real D = ll_dot_fixed(gi, oi, Dh);
 #pragma omp simd
                         for (int j = 0; j < kl; j++) dPi[j] = Pi[j] * (dPi[j] - D) * scale;
                     }

@@ -1,4 +1,7 @@
-/* Layer norm over the last dimension, eps = 1e-5 (PyTorch/fairseq default). */
+/* Layer norm over the last dimension, eps = 1e-5 (PyTorch/fairseq default).
+ * Every sum runs in a fixed order (fixed_sum.h) and the per-thread dw/db
+ * partials are added in thread order, so a build's sanitizers, -O level or
+ * ISA and the run's thread timing never change the bits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +10,7 @@
 #endif
 
 #include "cpu_internal.h"
+#include "fixed_sum.h"
 
 #define LN_EPS 1e-5
 
@@ -19,19 +23,10 @@ void cpu_layernorm_fwd(ll_backend *be, ll_act *out_, real *mean, real *rstd, con
     for (int r = 0; r < N; r++) {
         const real *xr = x + (size_t)r * C;
         real *o = out + (size_t)r * C;
-        real m = 0;
-#pragma omp simd reduction(+ : m)
-        for (int c = 0; c < C; c++) m += xr[c];
-        m /= C;
-        real v = 0;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) {
-            real d = xr[c] - m;
-            v += d * d;
-        }
-        v /= C;
-        real s = 1 / sqrt(v + (real)LN_EPS);
-        for (int c = 0; c < C; c++) o[c] = (xr[c] - m) * s * w[c] + b[c];
+        const real m = ll_sum_fixed(xr, C) / C;
+        const real v = ll_sumsq_dev_fixed(xr, m, C) / C;
+        const real s = 1 / sqrt(v + (real)LN_EPS);
+        for (int c = 0; c < C; c++) o[c] = ll_fma((xr[c] - m) * s, w[c], b[c]);
         mean[r] = m;
         rstd[r] = s;
     }
@@ -42,36 +37,51 @@ void cpu_layernorm_bwd(ll_backend *be, ll_act *dx_, real *dw, real *db, const ll
     (void)be;
     real *dx = (real *)dx_;
     const real *dout = (const real *)dout_, *x = (const real *)x_;
-#pragma omp parallel
+#ifdef _OPENMP
+    const int nt = omp_get_max_threads();
+#else
+    const int nt = 1;
+#endif
+    /* per-thread partial sums for dw/db (zeroed), added in thread order below */
+    real *part = ll_aligned_alloc(sizeof(real) * 2 * (size_t)C * (size_t)nt);
+    int used = 1;
+#pragma omp parallel num_threads(nt)
     {
-        /* Per-thread partial sums for dw/db, reduced at the end. */
-        real *pdw = ll_aligned_alloc(sizeof(real) * 2 * C), *pdb = pdw + C;
+#ifdef _OPENMP
+        const int t = omp_get_thread_num();
+#pragma omp single
+        used = omp_get_num_threads();
+#else
+        const int t = 0;
+#endif
+        real *pdw = part + (size_t)t * 2 * C, *pdb = pdw + C;
 #pragma omp for schedule(static)
         for (int r = 0; r < N; r++) {
             const real *xr = x + (size_t)r * C, *g = dout + (size_t)r * C;
             real *d = dx + (size_t)r * C;
-            real m = mean[r], s = rstd[r];
-            real sum_g = 0, sum_gx = 0;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
+            const real m = mean[r], s = rstd[r];
+            real ag[LL_LANES] = {0}, agx[LL_LANES] = {0};
             for (int c = 0; c < C; c++) {
-                real xh = (xr[c] - m) * s, gw = g[c] * w[c];
-                sum_g += gw;
-                sum_gx += gw * xh;
-                pdw[c] += g[c] * xh;
+                const real xh = (xr[c] - m) * s, gw = g[c] * w[c];
+                ag[c % LL_LANES] = ll_fma(g[c], w[c], ag[c % LL_LANES]); /* explicit: no contraction choice */
+                agx[c % LL_LANES] = ll_fma(gw, xh, agx[c % LL_LANES]);
+                pdw[c] = ll_fma(g[c], xh, pdw[c]);
                 pdb[c] += g[c];
             }
-            sum_g /= C;
-            sum_gx /= C;
+            const real sum_g = ll_lanes_fold(ag) / C, sum_gx = ll_lanes_fold(agx) / C;
             for (int c = 0; c < C; c++) {
-                real xh = (xr[c] - m) * s;
-                d[c] += s * (g[c] * w[c] - sum_g - xh * sum_gx);
+                const real xh = (xr[c] - m) * s;
+                const real t = ll_fma(-xh, sum_gx, ll_fma(g[c], w[c], -sum_g));
+                d[c] = ll_fma(s, t, d[c]);
             }
         }
-#pragma omp critical
+    }
+    for (int t = 0; t < used; t++) {
+        const real *pdw = part + (size_t)t * 2 * C, *pdb = pdw + C;
         for (int c = 0; c < C; c++) {
             dw[c] += pdw[c];
             db[c] += pdb[c];
         }
-        free(pdw);
     }
+    free(part);
 }
