@@ -14,6 +14,8 @@ message(STATUS "ll: CUDA backend on the CPU EMULATION (tests only; headers from 
 file(GLOB LL_EMU_SOURCES CONFIGURE_DEPENDS ${LL_EMU_DIR}/*.cc)
 add_library(ll_cuda_emu STATIC ${LL_EMU_SOURCES})
 target_include_directories(ll_cuda_emu PUBLIC ${LL_CUDA_EMU_INCLUDE} ${LL_EMU_DIR})
+include(${CMAKE_SOURCE_DIR}/cmake/cuda_emu_bounds.cmake) # -> ll_emu_bounds.h
+target_include_directories(ll_cuda_emu PRIVATE ${CMAKE_BINARY_DIR})
 target_link_libraries(ll_cuda_emu PUBLIC PkgConfig::OPENBLAS Threads::Threads)
 if(LL_HAVE_MPI)
   target_compile_definitions(ll_cuda_emu PRIVATE LL_EMU_MPI)

@@ -5,8 +5,8 @@
  * conversions, cudaError_t); this header adds what only nvcc knows: the
  * built-in indices, __syncthreads and the warp shuffles (rendezvous points of
  * the fiber scheduler in emu_sched.cc), the fast-math intrinsics, static
- * __shared__ arrays (a linker section refilled with NaN bytes for every
- * block), and the launch object behind kernels/'s LL_LAUNCH macro.  Nothing
+ * __shared__ arrays (found by their tag and refilled with NaN bytes for
+ * every block), and the launch object behind kernels/'s LL_LAUNCH macro.  Nothing
  * here is a GPU: results are those of the host's IEEE arithmetic (see
  * docs/cuda-backend.md, "Testing without a GPU"). */
 #ifndef LL_CUDA_EMU_DEVICE_H
@@ -142,12 +142,15 @@ static inline unsigned ballot(const char *f, int l, unsigned m, int pred) {
 #define __any_sync(m, p) (__ballot_sync((m), (p)) != 0u)
 #define __all_sync(m, p) (__ballot_sync((m), (p)) == (m))
 
-/* Static __shared__ arrays: one copy per kernel (blocks run one at a time), all
- * in the section ll_emu_shared that emu_sched.cc fills with 0xFF (NaN) bytes
- * before each block.  (ASan does not put redzones between section-placed
- * arrays; dynamic shared memory is exactly bounded instead.) */
+/* Static __shared__ arrays: one copy per kernel (blocks run one at a time),
+ * tagged so that emu_sched.cc finds each in the symbol table and fills it with
+ * 0xFF (NaN) bytes before each block; ordinary globals otherwise, so ASan
+ * bounds each exactly.  (A linker section would be lost: g++ ignores section
+ * attributes in template instances.) */
 #undef __shared__
-#define __shared__ __attribute__((section("ll_emu_shared"))) static
+#define __shared__ __attribute__((abi_tag("ll_emu_shared"))) static
+/* __launch_bounds__ is checked at launch from a table read off kernels/
+ * (cmake/cuda_emu_bounds.cmake): g++ ignores attributes on template instances */
 #undef __launch_bounds__
 #define __launch_bounds__(...)
 

@@ -141,6 +141,24 @@ int device_range(const void *p, size_t n) {
     return a + n <= it->first + it->second ? 1 : 2;
 }
 
+/* the __launch_bounds__ maximum of threads per block of the kernel a launch
+ * names ("xent_kernel<T>"), 0 when it has none (cmake/cuda_emu_bounds.cmake) */
+static unsigned launch_bound(const char *name) {
+    static const struct {
+        const char *kernel;
+        unsigned bound;
+    } bounds[] = {
+#include "ll_emu_bounds.h"
+    };
+    size_t n = 0;
+    while (name[n] == '_' || (name[n] >= '0' && name[n] <= '9') || (name[n] >= 'a' && name[n] <= 'z') ||
+           (name[n] >= 'A' && name[n] <= 'Z'))
+        n++;
+    for (const auto &b : bounds)
+        if (strlen(b.kernel) == n && !strncmp(b.kernel, name, n)) return b.bound;
+    return 0;
+}
+
 cudaError_t launch(const launch_desc &d, std::function<void()> body) {
     const dim3 g = d.grid, b = d.block;
     const uint64_t threads = (uint64_t)b.x * b.y * b.z;
@@ -150,6 +168,8 @@ cudaError_t launch(const launch_desc &d, std::function<void()> body) {
         e = cudaErrorInvalidConfiguration;
     else if (d.param_bytes > 4096)
         e = cudaErrorInvalidValue;
+    else if (const unsigned lb = launch_bound(d.name); lb && threads > lb)
+        e = cudaErrorLaunchOutOfResources; /* more threads than the kernel was compiled for */
     if (e != cudaSuccess) {
         if (env("LL_CUDA_EMU_VERBOSE"))
             fprintf(stderr, "cuda-emu: launch of %s at %s:%d refused: grid (%u,%u,%u) block (%u,%u,%u) smem %zu: %s\n",
@@ -234,6 +254,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";

@@ -25,20 +25,25 @@
  *                  waits for.
  * Reports name the kernel, its launch site, the block, the thread and the line.
  *
- * Memory a block sees as a GPU gives it: static __shared__ arrays (section
- * ll_emu_shared) and the dynamic area (exactly the launch's size, allocated
- * per launch so ASan sees one element too far) are filled with 0xFF bytes
- * (NaN) before every block.  Kernels built with fast math run with the CPU's
+ * Memory a block sees as a GPU gives it: static __shared__ arrays (tagged
+ * ll_emu_shared, found in the program's symbol table) and the dynamic area
+ * (exactly the launch's size, allocated per launch so ASan sees one element
+ * too far) are filled with 0xFF bytes (NaN) before every block.  Kernels built with fast math run with the CPU's
  * FTZ/DAZ bits set. */
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <link.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -57,12 +62,6 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-extern "C" {
-/* bounds of the static __shared__ section, defined by the linker (weak: a
- * program without kernels has none) */
-extern char __start_ll_emu_shared[] __attribute__((weak));
-extern char __stop_ll_emu_shared[] __attribute__((weak));
-}
 
 namespace ll_emu {
 
@@ -475,7 +474,62 @@ static void run_block() {
     }
 }
 
+/* The static __shared__ arrays: emu_device.h tags each with abi_tag
+ * "ll_emu_shared", which shows in its mangled name (B13ll_emu_shared); their
+ * addresses and exact sizes come from the program's ELF symbol table (a
+ * linker section would be simpler, but g++ ignores section attributes in
+ * template instances; the tag survives, and as ordinary globals the arrays
+ * get ASan's redzones).  The kernels are linked into the program itself
+ * (ll_cuda is a static library). */
+struct shared_range {
+    char *p;
+    size_t n;
+};
+static std::vector<shared_range> g_shared;
+
+static int main_bias(struct dl_phdr_info *info, size_t, void *out) {
+    *(uintptr_t *)out = (uintptr_t)info->dlpi_addr; /* the first object is the program */
+    return 1;
+}
+
+static void find_shared() {
+    uintptr_t bias = 0;
+    dl_iterate_phdr(main_bias, &bias);
+    const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) fail("cannot read /proc/self/exe for the static __shared__ arrays: %s", strerror(errno));
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) fail("cannot map /proc/self/exe: %s", strerror(errno));
+    const char *base = (const char *)m;
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)base;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0) fail("/proc/self/exe is not an ELF file");
+    const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(base + eh->e_shoff);
+    int have_symtab = 0;
+    for (int i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_type != SHT_SYMTAB) continue;
+        have_symtab = 1;
+        const ElfW(Sym) *sym = (const ElfW(Sym) *)(base + sh[i].sh_offset);
+        const char *str = base + sh[sh[i].sh_link].sh_offset;
+        const size_t ns = sh[i].sh_size / sizeof *sym;
+        for (size_t j = 0; j < ns; j++)
+            if (ELF64_ST_TYPE(sym[j].st_info) == STT_OBJECT && sym[j].st_size &&
+                strstr(str + sym[j].st_name, "B13ll_emu_shared"))
+                g_shared.push_back({(char *)(bias + sym[j].st_value), (size_t)sym[j].st_size});
+    }
+    munmap(m, (size_t)st.st_size);
+    if (!have_symtab) fail("the program has no symbol table (stripped?): its static __shared__ arrays cannot be found");
+    if (env("LL_CUDA_EMU_VERBOSE")) {
+        size_t b = 0;
+        for (const shared_range &r : g_shared) b += r.n;
+        fprintf(stderr, "cuda-emu: %zu static __shared__ arrays, %zu bytes, refilled with NaN bytes for every block\n",
+                g_shared.size(), b);
+    }
+}
+
 void run_grid(const launch_desc &d, const std::function<void()> &body) {
+    static std::once_flag shared_once;
+    std::call_once(shared_once, find_shared);
     if (g_policy < 0) pick_policy();
     const int n = (int)(d.block.x * d.block.y * d.block.z);
     while ((int)g_fibers.size() < n) g_fibers.push_back(fiber_new());
@@ -504,9 +558,6 @@ void run_grid(const launch_desc &d, const std::function<void()> &body) {
     if (d.ftz || (fz && !strcmp(fz, "all"))) _mm_setcsr(mxcsr | 0x8040); /* FTZ | DAZ, as --use_fast_math's .ftz */
     else _mm_setcsr(mxcsr & ~0x8040u);
 #endif
-    const size_t sh_bytes = __start_ll_emu_shared ? (size_t)((uintptr_t)__stop_ll_emu_shared -
-                                                              (uintptr_t)__start_ll_emu_shared)
-                                                  : 0;
     blk.bdim = d.block;
     blk.gdim = d.grid;
     blk.dyn = dyn;
@@ -518,7 +569,7 @@ void run_grid(const launch_desc &d, const std::function<void()> &body) {
                  * barriers order threads inside a block */
                 __tsan_acquire(&g_tsan_end);
 #endif
-                if (sh_bytes) memset(__start_ll_emu_shared, 0xFF, sh_bytes);
+                for (const shared_range &r : g_shared) memset(r.p, 0xFF, r.n);
                 if (d.smem) memset(dyn, 0xFF, d.smem);
                 blk.bid.x = x;
                 blk.bid.y = y;

@@ -10,6 +10,11 @@
 #   smem_short attention forward with dynamic shared memory one float short
 #   no_sync    download without the stream synchronisation (the host reads
 #              before the copy ran)
+#   bounds     the cross-entropy kernel declared __launch_bounds__(256) but
+#              launched with 512 threads (a GPU refuses the launch)
+#   shared_short the cross-entropy kernel's static __shared__ partials one
+#              element short of its 16 warps (a template kernel: the array
+#              must be bounded by ASan)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,6 +40,7 @@ run_test() {
     past_row) "$b/gpu_test_layernorm_cuda" ;;
     smem_short) "$b/gpu_test_ops_cuda" --op attention_fwd ;;
     no_sync) "$b/gpu_test_ops_cuda" --op sync && "$b/gpu_test_ops_cuda" --op add ;;
+    bounds | shared_short) "$b/gpu_test_ops_cuda" --op xent_fwd_bwd ;;
   esac
 }
 
@@ -55,6 +61,10 @@ M = {
     "no_sync": ("src/backend/cuda/cuda_backend.c",
                 "cudaMemcpyDeviceToHost, im->stream));\n    CUDA_CHECK(cudaStreamSynchronize(im->stream));",
                 "cudaMemcpyDeviceToHost, im->stream));"),
+    "bounds": ("kernels/losses.cu", "__launch_bounds__(LOSS_THREADS)\n    xent_kernel",
+               "__launch_bounds__(FIN_THREADS)\n    xent_kernel"),
+    "shared_short": ("kernels/losses.cu", "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LL_WARP];",
+                     "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LOSS_THREADS / LL_WARP - 1];"),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -67,15 +77,16 @@ PY
 
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
-for m in barrier past_row smem_short no_sync; do
+for m in barrier past_row smem_short no_sync bounds shared_short; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
   fi
 done
 declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm.cu
-  [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c)
-for m in barrier past_row smem_short no_sync; do
+  [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
+  [shared_short]=kernels/losses.cu)
+for m in barrier past_row smem_short no_sync bounds shared_short; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then
