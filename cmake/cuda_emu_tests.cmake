@@ -12,6 +12,13 @@ add_test(NAME gpu_emu_fault_late COMMAND gpu_test_ops_cuda --op layernorm_fwd)
 set_tests_properties(gpu_emu_fault_late PROPERTIES LABELS gpu ENVIRONMENT
   "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=layernorm_fwd_kernel"
   PASS_REGULAR_EXPRESSION "CUDA error at .*cudaStreamSynchronize.*illegal memory access")
+# NCCL's watchdog thread: a reduction queued and never run (the host never
+# synchronises) is stopped after dist.timeout_s, though the host is not waiting
+if(TARGET gpu_test_dist_nccl)
+  add_test(NAME gpu_emu_nccl_watchdog COMMAND gpu_test_dist_nccl --hang)
+  set_tests_properties(gpu_emu_nccl_watchdog PROPERTIES LABELS gpu ENVIRONMENT "${LL_EMU_TEST_ENV};LL_CUDA_EMU_NCCL_HANG=1"
+    PASS_REGULAR_EXPRESSION "test hung reduction: NCCL reduction not done after 0 s")
+endif()
 # cuBLASLt refusing every epilogue / every matmul: the fallbacks give the same results
 foreach(mode epilogue all)
   add_test(NAME gpu_emu_lt_refuse_${mode} COMMAND gpu_test_ops_cuda --op gemm)

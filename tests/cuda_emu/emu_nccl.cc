@@ -58,6 +58,10 @@ MPI_Datatype mpi_type(ncclDataType_t t) {
 
 /* Queue fn on the stream and run everything up to it now (see the top comment). */
 ncclResult_t post(cudaStream_t s, const char *what, std::function<void()> fn) {
+    if (ll_emu::env("LL_CUDA_EMU_NCCL_HANG")) { /* a collective that never completes (a dead peer) */
+        ll_emu::enqueue(s, what, [what]() { ll_emu::fail("%s: LL_CUDA_EMU_NCCL_HANG, yet it ran", what); });
+        return ncclSuccess;
+    }
     ll_emu::enqueue(s, what, std::move(fn));
     return cudaStreamSynchronize(s) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
 }

@@ -63,6 +63,10 @@ std::map<uintptr_t, size_t> &g_allocs = *new std::map<uintptr_t, size_t>(); /* s
 size_t g_used;
 thread_local cudaError_t t_last = cudaSuccess;
 thread_local int t_device = 0;
+/* whether this thread has queued work: only such a (host) thread drives the
+ * queues when it polls an event; a thread that only watches (NCCL's watchdog)
+ * sees "not ready" until a host thread synchronises, as a GPU runs on its own */
+thread_local bool t_queues = false;
 std::vector<CUstream_st *> &g_streams = *new std::vector<CUstream_st *>();
 CUstream_st *g_null[64];
 int g_depth;
@@ -128,6 +132,7 @@ void enqueue(cudaStream_t s, const char *what, std::function<void()> fn) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     CUstream_st *st = stream_of(s);
     st->q.push_back(CUstream_st::item{what, std::move(fn), NULL, 0});
+    t_queues = true;
     st->queued++;
 }
 
@@ -406,6 +411,7 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
 cudaError_t cudaEventQuery(cudaEvent_t ev) {
     LOCK;
     if (ev->stream && ev->stream->done < ev->seq) {
+        if (!t_queues) return cudaErrorNotReady; /* a watcher: progress is the host threads' */
         /* first answer "not ready" once for each record, so polling code runs its waiting path */
         static CUevent_st *last_polled;
         static uint64_t last_seq;
@@ -430,6 +436,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int fla
     if (!ev->stream) return cudaSuccess; /* never recorded: nothing to wait for */
     /* the wait refers to the record as it is now, even if ev is recorded again */
     st->q.push_back(CUstream_st::item{"cudaStreamWaitEvent", nullptr, ev->stream, ev->seq});
+    t_queues = true;
     st->queued++;
     return cudaSuccess;
 }

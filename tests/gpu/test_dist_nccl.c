@@ -2,10 +2,16 @@
  * (sum, avg, f32, f64), reduce-scatter and all-gather leave the data as one
  * rank holds it, and they are ordered against the backend's stream: a scale
  * queued before a reduction is seen by it, one queued after its wait sees its
- * result.  Skips (77) without a device or without NCCL in the build. */
+ * result.  wait() does not block the host (the backend's stream waits), so a
+ * reduction left unfinished past dist.timeout_s is stopped by the watchdog
+ * thread: `--hang` queues one and sleeps; the emulated test
+ * gpu_emu_nccl_watchdog (LL_CUDA_EMU_NCCL_HANG: collectives never run)
+ * expects the stop.  Skips (77) without a device or
+ * without NCCL in the build. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ll/backend.h"
 #include "ll/core.h"
@@ -14,17 +20,27 @@
 #include "../util/testutil.h"
 #include "gpu_util.h"
 
-int main(void) {
+int main(int argc, char **argv) {
     gpu_or_skip();
     ll_backend *be = ll_backend_cuda(0);
     CHECK_MSG(be != NULL, "ll_backend_cuda(0): %s", ll_errbuf());
     if (!be) return tu_finish("gpu_test_dist_nccl");
-    ll_dist *d = ll_dist_for_backend(ll_dist_single(), be, 1);
+    const int hang = argc > 1 && !strcmp(argv[1], "--hang");
+    ll_dist *host = ll_dist_single();
+    if (hang) host->timeout_s = 0.3; /* before the watchdog thread starts (it reads it) */
+    ll_dist *d = ll_dist_for_backend(host, be, 1);
     if (!d) {
         printf("%s: skipping\n", ll_errbuf());
         return 77;
     }
     CHECK(!strcmp(d->name, "nccl") && d->world == 1 && d->device_buffers);
+    if (hang) { /* the watchdog must stop this after 0.3 s */
+        float *w = be->alloc(be, sizeof(float) * 16);
+        d->wait(d, d->allreduce(d, w, 16, LL_DIST_F32, 0, "test hung reduction"));
+        sleep(30);
+        printf("gpu_test_dist_nccl --hang: the watchdog did not stop the process\n");
+        return 1;
+    }
     enum { N = 100003 };
     float *h = ll_malloc(N * sizeof(float)), *g = ll_malloc(N * sizeof(float));
     for (int i = 0; i < N; i++) h[i] = (float)(i % 97) - 48.5f;

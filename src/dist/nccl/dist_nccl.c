@@ -2,11 +2,16 @@
  * id goes from rank 0 to the others through MPI (the host collectives); the
  * reductions run on a stream of their own, after an event recorded on the
  * backend's stream (so a bucket is reduced only once the backward that wrote
- * it has run), and wait() makes the backend's stream wait for them.  Uneven
+ * it has run), and wait() only makes the backend's stream wait for their
+ * completion event (cudaStreamWaitEvent): the host goes on queueing the next
+ * work (Adam, the ZeRO-1 norm and all-gather, the next batch) while NCCL runs.
+ * The watchdog is a helper thread: it polls every reduction in flight and
+ * stops the job when one fails or runs past dist.timeout_s.  Uneven
  * reduce-scatter / all-gather (ZeRO-1 shards) are grouped ncclReduce /
  * ncclBroadcast calls, one per rank.  Built only with CUDA and NCCL. */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +23,23 @@
 
 #define MAX_REQS 1024
 
+/* a slot's state: free; started (its request not waited yet); waited (the
+ * backend's stream waits for it; free again once the watchdog sees it done) */
+enum { SLOT_FREE, SLOT_STARTED, SLOT_WAITED };
+
 typedef struct {
     ncclComm_t comm;
     cudaStream_t stream, be_stream;
+    int device;
     cudaEvent_t ready, done[MAX_REQS];
     const char *what[MAX_REQS];
+    int state[MAX_REQS];
+    double t0[MAX_REQS];
     int next;
     ll_dist *host;
+    pthread_mutex_t mu; /* the slots, shared with the watchdog */
+    pthread_t watchdog;
+    int stop;
 } nccl_impl;
 
 static ncclDataType_t nccl_type(ll_dist_dtype t) { return t == LL_DIST_F64 ? ncclFloat64 : ncclFloat32; }
@@ -43,20 +58,34 @@ static void check_cuda(ll_dist *d, cudaError_t e, const char *what) {
     ll_dist_abort(d, msg);
 }
 
-/* A free slot; its reduction starts after everything queued so far on the backend's stream. */
+/* A free slot (reclaiming finished ones when none is free); its reduction
+ * starts after everything queued so far on the backend's stream. */
 static int start(ll_dist *d, const char *what) {
     nccl_impl *p = d->impl;
-    for (int k = 0; k < MAX_REQS; k++) {
-        int i = (p->next + k) % MAX_REQS;
-        if (!p->what[i]) {
-            p->next = (i + 1) % MAX_REQS;
-            p->what[i] = what ? what : "collective";
-            check_cuda(d, cudaEventRecord(p->ready, p->be_stream), what);
-            check_cuda(d, cudaStreamWaitEvent(p->stream, p->ready, 0), what);
-            return i;
+    pthread_mutex_lock(&p->mu);
+    int i = -1;
+    for (int pass = 0; pass < 2 && i < 0; pass++)
+        for (int k = 0; k < MAX_REQS; k++) {
+            const int j = (p->next + k) % MAX_REQS;
+            if (pass == 1 && p->state[j] == SLOT_WAITED && cudaEventQuery(p->done[j]) == cudaSuccess)
+                p->state[j] = SLOT_FREE;
+            if (p->state[j] == SLOT_FREE) {
+                i = j;
+                break;
+            }
         }
+    if (i < 0) {
+        pthread_mutex_unlock(&p->mu);
+        ll_dist_abort(d, "more than 1024 NCCL collectives in flight (dist.bucket_mb too small?)");
     }
-    ll_dist_abort(d, "more than 1024 NCCL collectives in flight (dist.bucket_mb too small?)");
+    p->next = (i + 1) % MAX_REQS;
+    p->what[i] = what ? what : "collective";
+    p->state[i] = SLOT_STARTED;
+    p->t0[i] = ll_now();
+    pthread_mutex_unlock(&p->mu);
+    check_cuda(d, cudaEventRecord(p->ready, p->be_stream), what);
+    check_cuda(d, cudaStreamWaitEvent(p->stream, p->ready, 0), what);
+    return i;
 }
 
 static ll_dist_req finish_start(ll_dist *d, int i) {
@@ -103,37 +132,60 @@ static ll_dist_req nccl_allgather(ll_dist *d, void *buf, const size_t *counts, l
     return finish_start(d, i);
 }
 
-/* The watchdog: poll the completion event; a communicator error or
- * timeout_s without completion aborts the communicator and the job. */
+/* Completion on the device: the backend's stream waits for the reduction's
+ * event; the host does not (the watchdog below frees the slot once it ran). */
 static void nccl_wait(ll_dist *d, ll_dist_req r) {
     nccl_impl *p = d->impl;
-    if (r < 0 || r >= MAX_REQS || !p->what[r]) return;
-    const double t0 = ll_now();
-    for (long polls = 0;; polls++) {
-        cudaError_t e = cudaEventQuery(p->done[r]);
-        if (e == cudaSuccess) break;
-        if (e != cudaErrorNotReady) check_cuda(d, e, p->what[r]);
-        ncclResult_t ae = ncclSuccess;
-        ncclCommGetAsyncError(p->comm, &ae);
-        if (ae != ncclSuccess && ae != ncclInProgress) {
-            ncclCommAbort(p->comm);
-            check_nccl(d, ae, p->what[r]);
+    if (r < 0 || r >= MAX_REQS) return;
+    pthread_mutex_lock(&p->mu);
+    const int started = p->state[r] == SLOT_STARTED;
+    if (started) p->state[r] = SLOT_WAITED;
+    pthread_mutex_unlock(&p->mu);
+    if (started) check_cuda(d, cudaStreamWaitEvent(p->be_stream, p->done[r], 0), p->what[r]);
+}
+
+/* The watchdog thread: every reduction in flight is polled; a CUDA or
+ * communicator error, or one not done after dist.timeout_s, aborts the
+ * communicator and stops the job (ll_dist_abort exits every rank). */
+static void *watchdog(void *arg) {
+    ll_dist *d = arg;
+    nccl_impl *p = d->impl;
+    cudaSetDevice(p->device); /* the runtime's current device is per thread */
+    const struct timespec tick = {0, 1000000}; /* 1 ms */
+    for (;;) {
+        char msg[512] = "";
+        pthread_mutex_lock(&p->mu);
+        if (p->stop) {
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
         }
-        if (d->timeout_s > 0 && ll_now() - t0 > d->timeout_s) {
-            char msg[512];
-            snprintf(msg, sizeof msg,
-                     "%s: NCCL reduction not done after %.0f s (dist.timeout_s) at update %ld: another rank died or "
-                     "hangs; stopping the job (restart it with --resume)", p->what[r], d->timeout_s, d->update);
+        const double now = ll_now();
+        for (int i = 0; i < MAX_REQS && !msg[0]; i++) {
+            if (p->state[i] == SLOT_FREE) continue;
+            const cudaError_t e = cudaEventQuery(p->done[i]);
+            if (e == cudaSuccess) {
+                if (p->state[i] == SLOT_WAITED) p->state[i] = SLOT_FREE;
+                continue;
+            }
+            if (e != cudaErrorNotReady)
+                snprintf(msg, sizeof msg, "CUDA error in %s at update %ld: %s", p->what[i], d->update,
+                         cudaGetErrorString(e));
+            else if (d->timeout_s > 0 && now - p->t0[i] > d->timeout_s)
+                snprintf(msg, sizeof msg,
+                         "%s: NCCL reduction not done after %.0f s (dist.timeout_s) at update %ld: another rank died "
+                         "or hangs; stopping the job (restart it with --resume)",
+                         p->what[i], d->timeout_s, d->update);
+        }
+        ncclResult_t ae = ncclSuccess;
+        if (!msg[0] && ncclCommGetAsyncError(p->comm, &ae) == ncclSuccess && ae != ncclSuccess && ae != ncclInProgress)
+            snprintf(msg, sizeof msg, "NCCL error at update %ld: %s", d->update, ncclGetErrorString(ae));
+        pthread_mutex_unlock(&p->mu);
+        if (msg[0]) {
             ncclCommAbort(p->comm);
             ll_dist_abort(d, msg);
         }
-        if (polls > 1000) {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        }
+        nanosleep(&tick, NULL);
     }
-    check_cuda(d, cudaStreamWaitEvent(p->be_stream, p->done[r], 0), p->what[r]);
-    p->what[r] = NULL;
 }
 
 static void nccl_poke(ll_dist *d) { (void)d; }
@@ -152,6 +204,11 @@ static void nccl_barrier(ll_dist *d) {
 
 static void nccl_finalize(ll_dist *d) {
     nccl_impl *p = d->impl;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->watchdog, NULL);
+    pthread_mutex_destroy(&p->mu);
     cudaStreamSynchronize(p->stream);
     ncclCommDestroy(p->comm);
     for (int i = 0; i < MAX_REQS; i++) cudaEventDestroy(p->done[i]);
@@ -171,6 +228,8 @@ ll_dist *ll_dist_nccl_new(ll_dist *host, ll_backend *be) {
     d->device_buffers = 1;
     p->host = host;
     p->be_stream = ll_cuda_stream(be);
+    p->device = ll_cuda_device(be);
+    pthread_mutex_init(&p->mu, NULL);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (host->rank == 0) check_nccl(d, ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -188,5 +247,6 @@ ll_dist *ll_dist_nccl_new(ll_dist *host, ll_backend *be) {
     d->bcast = nccl_bcast;
     d->barrier = nccl_barrier;
     d->finalize = nccl_finalize;
+    if (pthread_create(&p->watchdog, NULL, watchdog, d) != 0) ll_die("cannot start the NCCL watchdog thread");
     return d;
 }
