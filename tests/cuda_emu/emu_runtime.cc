@@ -33,6 +33,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "emu_internal.h"
@@ -60,6 +61,7 @@ namespace {
  * keep their buffers for the life of the process: reachable for LeakSanitizer) */
 std::recursive_mutex &g_mu = *new std::recursive_mutex();
 std::map<uintptr_t, size_t> &g_allocs = *new std::map<uintptr_t, size_t>(); /* start -> bytes */
+std::set<uintptr_t> &g_pinned = *new std::set<uintptr_t>(); /* cudaMallocHost blocks */
 size_t g_used;
 thread_local cudaError_t t_last = cudaSuccess;
 thread_local int t_device = 0;
@@ -282,6 +284,26 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     g_allocs[(uintptr_t)m] = bytes;
     g_used += bytes;
     *p = m;
+    return cudaSuccess;
+}
+/* Pinned host memory: host memory here (copies from it are queued like any
+ * other: a buffer rewritten before its copy ran gives the wrong values). */
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    LOCK;
+    *p = NULL;
+    void *m = NULL;
+    if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0) return t_last = cudaErrorMemoryAllocation;
+    memset(m, 0xFF, bytes);
+    g_pinned.insert((uintptr_t)m);
+    *p = m;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+    LOCK;
+    if (!p) return cudaSuccess;
+    if (!g_pinned.erase((uintptr_t)p)) return t_last = cudaErrorInvalidValue;
+    drain_all(-1); /* as cudaFree: synchronises */
+    free(p);
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {

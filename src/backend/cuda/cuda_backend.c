@@ -16,6 +16,7 @@
  * ll_cuda (float build with LL_WITH_CUDA); src/backend/backend.c stubs
  * ll_backend_cuda* and ll_cuda_device_count in builds without CUDA. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,11 +32,26 @@ _Static_assert(sizeof(real) == sizeof(float), "CUDA backend expects real == floa
 
 #define LL_CUDA_MAX_DEVICES 64
 
+/* Uploads up to this size go through pinned staging buffers, asynchronously;
+ * larger ones (checkpoints, embeddings) copy synchronously from the caller's
+ * memory, as before. */
+#define STAGE_MAX ((size_t)64 << 20)
+#define STAGE_SLOTS 2
+
 typedef struct {
     int device;
     cudaStream_t stream;
     float *scratch; /* device, grow-only */
     size_t scratch_bytes;
+    /* pinned upload staging, a ring: a slot is reused once its copy has run */
+    struct {
+        void *host; /* cudaMallocHost, grow-only */
+        size_t cap;
+        cudaEvent_t done;
+        int used;
+    } stage[STAGE_SLOTS];
+    int stage_next;
+    pthread_mutex_t stage_mu;
 } cuda_impl;
 
 void ll_cuda_sync_check(const char *what, const char *file, int line) {
@@ -108,12 +124,32 @@ static void cu_free(ll_backend *be, void *p) {
     CUDA_CHECK(cudaFree(p));
 }
 
+/* The caller may free or reuse host_src as soon as this returns.  Small
+ * uploads (the packed batch of every update) are copied into a pinned staging
+ * slot and queued: the host does not wait for the GPU, it only waits, rarely,
+ * for the copy that last used the slot.  Large ones are synchronous. */
 static void cu_upload(ll_backend *be, void *dst, const void *host_src, size_t bytes) {
     if (bytes == 0) return;
     cuda_impl *im = enter(be);
-    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, im->stream));
-    /* the caller may free or reuse host_src as soon as we return */
-    CUDA_CHECK(cudaStreamSynchronize(im->stream));
+    if (bytes > STAGE_MAX) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, im->stream));
+        CUDA_CHECK(cudaStreamSynchronize(im->stream));
+        return;
+    }
+    pthread_mutex_lock(&im->stage_mu);
+    const int k = im->stage_next;
+    im->stage_next = (k + 1) % STAGE_SLOTS;
+    if (im->stage[k].used) CUDA_CHECK(cudaEventSynchronize(im->stage[k].done)); /* its last copy has run */
+    if (im->stage[k].cap < bytes) {
+        if (im->stage[k].host) CUDA_CHECK(cudaFreeHost(im->stage[k].host));
+        im->stage[k].cap = bytes < ((size_t)1 << 20) ? (size_t)1 << 20 : bytes;
+        CUDA_CHECK(cudaMallocHost(&im->stage[k].host, im->stage[k].cap));
+    }
+    memcpy(im->stage[k].host, host_src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, im->stage[k].host, bytes, cudaMemcpyHostToDevice, im->stream));
+    CUDA_CHECK(cudaEventRecord(im->stage[k].done, im->stream));
+    im->stage[k].used = 1;
+    pthread_mutex_unlock(&im->stage_mu);
 }
 
 static void cu_download(ll_backend *be, void *host_dst, const void *src, size_t bytes) {
@@ -248,6 +284,13 @@ static cuda_impl *impl_new(int device) {
         ll_fail("cannot create a CUDA stream on device %d: %s", device, cudaGetErrorString(e));
         return NULL;
     }
+    for (int k = 0; k < STAGE_SLOTS; k++)
+        if ((e = cudaEventCreateWithFlags(&im->stage[k].done, cudaEventDisableTiming)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            ll_fail("cannot create a CUDA event on device %d: %s", device, cudaGetErrorString(e));
+            return NULL;
+        }
+    pthread_mutex_init(&im->stage_mu, NULL);
     return im;
 }
 
