@@ -13,7 +13,10 @@
  *    the loss within STEP_LOSS_TOL relative, the weight gradient with cosine
  *    similarity > STEP_COS and relative L2 error < STEP_L2.
  * 3. Adam keeps the bf16 weight copy equal to the rounded fp32 master, bit
- *    for bit, and leaves the fp32 backend's (aliased) copy alone. */
+ *    for bit, and leaves the fp32 backend's (aliased) copy alone.
+ * 4. gemm's bias in bf16 (the model's, from the weight copy) gives the same
+ *    bits as the same values in fp32; the encoder-output gradient of a
+ *    64-layer decoder (with DDR: 128 terms) is summed in fp32, not bf16. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
