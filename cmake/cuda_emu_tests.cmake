@@ -28,6 +28,15 @@ foreach(mode epilogue all)
   set_tests_properties(gpu_emu_lt_refuse_${mode}_typed PROPERTIES LABELS gpu ENVIRONMENT
     "${LL_EMU_TEST_ENV};LL_CUDA_EMU_LT_REFUSE=${mode}")
 endforeach()
+# ... and a training step and a decode with every epilogue refused: the fallbacks match the CPU,
+# and the tests see them counted (ll_backend_gemm_fallbacks; without the refusals they require none)
+add_test(NAME gpu_emu_lt_refuse_epilogue_step COMMAND gpu_test_step_cuda)
+add_test(NAME gpu_emu_lt_refuse_epilogue_step_bf16 COMMAND gpu_test_step_cuda)
+add_test(NAME gpu_emu_lt_refuse_epilogue_decode COMMAND gpu_test_decode_cuda)
+set_tests_properties(gpu_emu_lt_refuse_epilogue_step gpu_emu_lt_refuse_epilogue_decode PROPERTIES LABELS gpu
+  ENVIRONMENT "${LL_EMU_TEST_ENV};LL_CUDA_EMU_LT_REFUSE=epilogue")
+set_tests_properties(gpu_emu_lt_refuse_epilogue_step_bf16 PROPERTIES LABELS gpu
+  ENVIRONMENT "${LL_EMU_TEST_ENV};LL_CUDA_EMU_LT_REFUSE=epilogue;LL_PARITY_PRECISION=bf16")
 # a cuBLASLt failure other than "not supported" (after the matmul ran) stops the op:
 # a second run as the fallback would add the product twice where beta = 1
 add_test(NAME gpu_emu_lt_fail_dies COMMAND gpu_test_ops_cuda --op gemm)

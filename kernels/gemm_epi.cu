@@ -4,7 +4,8 @@
  * does not run at all.  src/backend/cuda/cuda_gemm_lt.c decides when.
  *
  * Both kernels are templates over the element type of the matrix they read
- * (fp32 or bf16) with fp32 math; bias and bias gradient are fp32 (the masters).
+ * (fp32 or bf16) with fp32 math; the bias is fp32 or bf16 (the model's comes
+ * from the weight copy, in C's dtype), the bias gradient fp32.
  *
  * bias_grad reduces without atomics, so a resumed run repeats the bits:
  *  - column sums (bgrad[c] += sum_r X[r, c]; the weight-gradient gemm with
@@ -20,27 +21,28 @@
 /* C[m, n] = relu?(mul * C[m, n] + bias[n]) for m < M, n < N, rows at stride ldc.
  * mul == 0 does not read C (BLAS: beta 0 ignores C, so a NaN there must not
  * survive); mul == 1 is exact (1 * x == x). */
-template <typename T>
-static __global__ void gemm_epi_kernel(T *C, int ldc, int M, int N, float mul, const float *__restrict__ bias,
+template <typename T, typename Tb>
+static __global__ void gemm_epi_kernel(T *C, int ldc, int M, int N, float mul, const Tb *__restrict__ bias,
                                        int relu) {
     const size_t total = (size_t)M * N;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const int m = (int)(i / (size_t)N), n = (int)(i % (size_t)N);
         T *p = C + (size_t)m * ldc + n;
         float v = mul == 0.0f ? 0.0f : mul * ll_ld(p);
-        if (bias) v += bias[n];
+        if (bias) v += ll_ld(bias + n);
         if (relu) v = v > 0.0f ? v : 0.0f;
         ll_st(p, v);
     }
 }
 
 extern "C" cudaError_t ll_cuda_gemm_epilogue(cudaStream_t s, ll_cuda_dtype t, void *C, int ldc, int M, int N,
-                                             float mul, const float *bias, int relu) {
+                                             float mul, const void *bias, ll_cuda_dtype bias_t, int relu) {
     if (M <= 0 || N <= 0) return cudaSuccess;
     if (ldc < N) return cudaErrorInvalidValue;
     const size_t total = (size_t)M * N;
-    LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(total, EPI_THREADS), EPI_THREADS, 0, s, gemm_epi_kernel<T>)((T *)C, ldc, M, N, mul,
-                                                                                            bias, relu);)
+    const unsigned grid = ll_grid(total, EPI_THREADS);
+    LL_DISPATCH(t, T, LL_DISPATCH(bias_t, Tb, LL_LAUNCH(grid, EPI_THREADS, 0, s, gemm_epi_kernel<T, Tb>)(
+                                                  (T *)C, ldc, M, N, mul, (const Tb *)bias, relu);))
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

@@ -116,13 +116,14 @@ cudaError_t ll_cuda_scale_gated(cudaStream_t s, ll_cuda_dtype t, void *x, const 
 /* ---- gemm epilogues as kernels (kernels/gemm_epi.cu) ------------------------------
  * The fallback of the gemm op when cuBLASLt refuses an epilogue, and its K = 0
  * case.  gemm_epilogue: C[m, n] = relu?(mul * C[m, n] + bias[n]) over M x N at
- * row stride ldc (C of type t; bias fp32 [N] or NULL; mul 0 does not read C).
+ * row stride ldc (C of type t; bias [N] of type bias_t or NULL; mul 0 does
+ * not read C).
  * bias_grad: by_cols ? bgrad[c] += sum_r X[r, c] (length cols)
  *                    : bgrad[r] += sum_c X[r, c] (length rows)
  * over X [rows, cols] of type t at row stride ld; bgrad fp32, accumulated,
  * deterministic (no atomics); scratch: ll_cuda_bias_grad_scratch_bytes(). */
 cudaError_t ll_cuda_gemm_epilogue(cudaStream_t s, ll_cuda_dtype t, void *C, int ldc, int M, int N, float mul,
-                                  const float *bias, int relu);
+                                  const void *bias, ll_cuda_dtype bias_t, int relu);
 size_t ll_cuda_bias_grad_scratch_bytes(int rows, int cols, int by_cols);
 cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float *bgrad, const void *x, int ld, int rows, int cols,
                               int by_cols, void *scratch);
@@ -265,7 +266,7 @@ typedef struct {
     int ldc;
     ll_cuda_epilogue epilogue;
     const void *bias;        /* BIAS, BIAS_RELU: [N] */
-    ll_cuda_dtype bias_type; /* fp32, or bf16 with bf16 C */
+    ll_cuda_dtype bias_type; /* fp32 or bf16; cuBLASLt refuses one other than C's (the caller falls back) */
     float *bgrad;            /* BGRAD_A: [M]; BGRAD_B: [N] */
     ll_cuda_math math;       /* fp32 operands only: EXACT (parity tests) or TF32 */
 } ll_cuda_gemm_desc;
@@ -273,6 +274,9 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d);
 /* Math mode of the gemm op's fp32 products on this device (both dtypes'
  * backends): EXACT by default. */
 void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m);
+/* gemm op calls on this device that fell back from one fused cuBLASLt matmul
+ * (ll_backend_gemm_fallbacks). */
+uint64_t ll_cuda_gemm_fallbacks(ll_backend *be);
 
 /* ---- incremental decoding (kernels/decode.cu) ------------------------------------
  * ll_backend.reorder_rows / beam_topk on device buffers (from, cum, mode on the

@@ -13,7 +13,10 @@
  *    the loss within STEP_LOSS_TOL relative, the weight gradient with cosine
  *    similarity > STEP_COS and relative L2 error < STEP_L2.
  * 3. Adam keeps the bf16 weight copy equal to the rounded fp32 master, bit
- *    for bit, and leaves the fp32 backend's (aliased) copy alone. */
+ *    for bit, and leaves the fp32 backend's (aliased) copy alone.
+ * 4. gemm's bias in bf16 (the model's, from the weight copy) gives the same
+ *    bits as the same values in fp32; the encoder-output gradient of a
+ *    64-layer decoder (with DDR: 128 terms) is summed in fp32, not bf16. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,14 +105,24 @@ static void test_gemm(void) {
                 for (int beta = 0; beta < 2; beta++) {
                     ll_gemm_desc g = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = 0.5f,
                                       .beta = (float)beta, .a_type = LL_F32, .lda = lda, .b_type = LL_F32, .ldb = ldb,
-                                      .c_type = LL_F32, .ldc = ldc, .epi = epi, .bias = bias.f};
+                                      .c_type = LL_F32, .ldc = ldc, .epi = epi, .bias = bias.f,
+                                      .bias_type = LL_F32};
                     g.A = A.f, g.B = B.f, g.C = C.f;
                     F->gemm(F, &g);
-                    g.A = A.h, g.B = B.h, g.C = C.h, g.a_type = g.b_type = g.c_type = LL_BF16;
+                    /* the bf16 backend with the bias in bf16 (the model's, from the weight copy) and
+                     * in fp32: the same values widen exactly, so the same bits */
+                    uint16_t *c0 = ll_malloc(sizeof(uint16_t) * (size_t)M * ldc);
+                    memcpy(c0, C.h, sizeof(uint16_t) * (size_t)M * ldc);
+                    g.A = A.h, g.B = B.h, g.C = c0, g.a_type = g.b_type = g.c_type = LL_BF16;
+                    H->gemm(H, &g);
+                    g.C = C.h, g.bias = bias.h, g.bias_type = LL_BF16;
                     H->gemm(H, &g);
                     char name[64];
                     snprintf(name, sizeof name, "gemm epi %d ta %d tb %d beta %d", epi, ta, tb, beta);
                     OP_OK(name, rel(&C, M, N, ldc));
+                    CHECK_MSG(!memcmp(c0, C.h, sizeof(uint16_t) * (size_t)M * ldc), "%s: a bf16 bias gives other bits "
+                              "than the same values in fp32", name);
+                    free(c0);
                     /* padding columns untouched */
                     int pad_ok = 1;
                     for (int i = 0; i < M; i++)
@@ -381,6 +394,95 @@ static void test_steps(void) {
     gc_free_batch(&b);
 }
 
+/* ---- the encoder-output gradient of a deep decoder ----
+ * d(encoder output) is a sum over every decoder layer's cross-attention
+ * (64 terms here, 128 with DDR).  A wrapper of the bf16 backend watches the
+ * step: each term is a gemm into an fp32 C with beta 1 (the accumulator; a
+ * weight gradient has trans_a), which the wrapper also sums exactly in
+ * double; the one convert of that accumulator to bf16 (for the encoder's
+ * backward) must then read the exact sum to fp32 rounding.  A bf16
+ * accumulator (rounded at each of the terms) is ~1e-2 off: the same terms
+ * summed with a bf16 rounding after each show that the bound catches it. */
+enum { DEEP_LD = 64 };
+static ll_backend g_watch;
+static struct {
+    const void *acc; /* the accumulator (fp32 C of the terms) */
+    size_t n;
+    double *sum;   /* exact sum of the terms */
+    float *sum16;  /* the same terms summed with a bf16 rounding after each */
+    int terms, converts;
+    double err, err16; /* rel L2 error of the accumulator, of sum16, against sum */
+} g_acc;
+
+static double rel_l2(const double *ref, size_t n, const float *x) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) d += (x[i] - ref[i]) * (x[i] - ref[i]), r += ref[i] * ref[i];
+    return sqrt(d / r);
+}
+
+static void watch_gemm(ll_backend *be, const ll_gemm_desc *g) {
+    (void)be;
+    if (g->c_type == LL_REAL_DTYPE && !g->trans_a && g->beta == 1) { /* an encoder-output gradient term */
+        const size_t n = (size_t)g->M * g->N;
+        if (!g_acc.acc) {
+            g_acc.acc = g->C, g_acc.n = n;
+            g_acc.sum = calloc(n, sizeof(double)), g_acc.sum16 = calloc(n, sizeof(float));
+        }
+        CHECK_MSG(g->C == g_acc.acc && n == g_acc.n && g->ldc == g->N, "a second encoder-output accumulator");
+        const uint16_t *A = g->A, *B = g->B;
+        for (int i = 0; g->C == g_acc.acc && i < g->M; i++)
+            for (int j = 0; j < g->N; j++) {
+                double t = 0;
+                for (int k = 0; k < g->K; k++) {
+                    const size_t b = g->trans_b ? (size_t)j * g->ldb + k : (size_t)k * g->ldb + j;
+                    t += (double)ll_bf16_to_f32(A[(size_t)i * g->lda + k]) * ll_bf16_to_f32(B[b]);
+                }
+                const size_t o = (size_t)i * g->N + j;
+                g_acc.sum[o] += g->alpha * t;
+                g_acc.sum16[o] = ll_bf16_to_f32(ll_f32_to_bf16((float)(g_acc.sum16[o] + g->alpha * t)));
+            }
+        g_acc.terms++;
+    }
+    H->gemm(H, g);
+}
+
+static void watch_convert(ll_backend *be, void *dst, ll_dtype dt, const void *src, ll_dtype st, size_t n) {
+    (void)be;
+    if (src && src == g_acc.acc && st == LL_REAL_DTYPE && n == g_acc.n) {
+        g_acc.converts++;
+        g_acc.err = rel_l2(g_acc.sum, n, src);
+        g_acc.err16 = rel_l2(g_acc.sum, n, g_acc.sum16);
+    }
+    H->convert(H, dst, dt, src, st, n);
+}
+
+static void test_deep_decoder(void) {
+    g_watch = *H;
+    g_watch.gemm = watch_gemm, g_watch.convert = watch_convert;
+    ll_hparams hp = base();
+    hp.Le = 1, hp.Ld = DEEP_LD;
+    ll_model *m = ll_model_new(&hp, &g_watch);
+    ll_model_init(m, 11);
+    m->obj.ddr_alpha = 0.5f; /* a second decoder pass into the same accumulator */
+    m->obj.ddr_dec_ctl = ll_calloc(DEEP_LD, sizeof(ll_layer_ctl));
+    ll_batch b;
+    gc_make_batch(&b, 6, 9, 8, 40, 4);
+    ll_model_step(m, &b, 7, 1, 1, NULL);
+    if (ll_verbosity > 1 || getenv("LL_TEST_VERBOSE"))
+        printf("encoder-output gradient: %d terms, accumulator error %.3g (bf16 accumulation: %.3g)\n", g_acc.terms,
+               g_acc.err, g_acc.err16);
+    CHECK_MSG(g_acc.terms == 2 * DEEP_LD, "%d encoder-output gradient terms into an fp32 accumulator, want %d",
+              g_acc.terms, 2 * DEEP_LD);
+    CHECK_MSG(g_acc.converts == 1, "the fp32 accumulator was converted %d times, want once", g_acc.converts);
+    CHECK_MSG(g_acc.err < 1e-5, "the encoder-output gradient is %.3g off the exact sum of its terms", g_acc.err);
+    CHECK_MSG(g_acc.err16 > 1e-3, "a bf16 accumulation is only %.3g off: the bound above would not catch it",
+              g_acc.err16);
+    free(m->obj.ddr_dec_ctl);
+    ll_model_free(m);
+    gc_free_batch(&b);
+    free(g_acc.sum), free(g_acc.sum16);
+}
+
 int main(void) {
     ll_set_threads(2);
     F = ll_backend_cpu();
@@ -394,5 +496,6 @@ int main(void) {
     test_attention();
     test_losses();
     test_steps();
+    test_deep_decoder();
     return tu_finish("test_bf16");
 }

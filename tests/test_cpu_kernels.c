@@ -203,7 +203,7 @@ static void test_optimizer_ops(void) {
     for (int c = 0; c < C; c++) bias[c] = (float)c - 3.5f;
     const ll_gemm_desc gd = {.trans_b = 1, .M = N, .N = C, .K = 0, .alpha = 1, .A = &one, .a_type = LL_F32, .lda = 1,
                              .B = &one, .b_type = LL_F32, .ldb = 1, .C = y, .c_type = LL_F32, .ldc = C,
-                             .epi = LL_EPI_BIAS, .bias = bias};
+                             .epi = LL_EPI_BIAS, .bias = bias, .bias_type = LL_F32};
     be->gemm(be, &gd);
     for (int i = 0; i < N * C; i++) CHECK(y[i] == bias[i % C]);
     free(p), free(g), free(m), free(v), free(P), free(M), free(Vv);

@@ -116,11 +116,14 @@ typedef enum {
 /* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, row-major, each operand with
  * its own dtype and leading dimension (elements).  Supported combinations:
  * all three in the activation dtype (activations x weight copy), and A, B in
- * the activation dtype with C in `real` (weight gradients, beta 1).  Products
- * accumulate in fp32 (or wider) whatever the operand types.  bias is `real`
- * (the master copy: [N] values, small), bgrad is the fp32 bias gradient [M].
- * In cuBLASLt terms (column-major): swap A/B and M/N, keep the transposes;
- * BGRAD is then BGRADB. */
+ * the activation dtype with C in `real` (weight gradients, beta 1; also the
+ * fp32 encoder-output gradient).  Products accumulate in fp32 (or wider)
+ * whatever the operand types.  bias: [N] values of bias_type, either the
+ * activation dtype (the model passes the bias from its weight copy: cuBLASLt
+ * fuses a bias only when its type is D's) or `real`; it is added to the fp32
+ * sum before C's one rounding.  bgrad is the fp32 bias gradient [M] (fp32 C,
+ * so again D's type).  In cuBLASLt terms (column-major): swap A/B and M/N,
+ * keep the transposes; BGRAD is then BGRADB. */
 typedef struct {
     int trans_a, trans_b;
     int M, N, K;
@@ -135,8 +138,9 @@ typedef struct {
     ll_dtype c_type;
     int ldc;
     ll_epilogue epi;
-    const real *bias; /* BIAS, BIAS_RELU */
-    real *bgrad;      /* BGRAD (accumulated) */
+    const void *bias;   /* BIAS, BIAS_RELU */
+    ll_dtype bias_type; /* of bias: the activation dtype or `real` (LL_F32 = 0 when left out) */
+    real *bgrad;        /* BGRAD (accumulated) */
 } ll_gemm_desc;
 
 struct ll_backend {
@@ -387,6 +391,11 @@ int ll_cuda_device_count(void); /* 0 when CUDA is not built in or there is no GP
  * exact (off, the backend's default: the parity tests compare exact
  * products).  Returns 1 when it applies (a CUDA backend), 0 elsewhere. */
 int ll_backend_set_tf32(ll_backend *be, int on);
+/* gemm calls of a CUDA backend's device so far that cuBLASLt did not run as
+ * one fused matmul (refused epilogue or product: a plain matmul plus the
+ * epilogue as separate kernels, or cublasGemmEx).  0 on other backends.  The
+ * step and decode tests require none (docs/cuda-backend.md). */
+uint64_t ll_backend_gemm_fallbacks(ll_backend *be);
 /* The backend a setting names (train.device, lldecode --device) with
  * activations in `act` (train.precision, lldecode --precision): "cpu"
  * (ll_backend_cpu_precision(act)); "cuda" (GPU `gpu`, e.g. a rank's local

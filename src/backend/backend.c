@@ -27,7 +27,14 @@ int ll_backend_set_tf32(ll_backend *be, int on) {
     ll_cuda_gemm_set_math(be, on ? LL_CUDA_MATH_TF32 : LL_CUDA_MATH_EXACT);
     return 1;
 }
+uint64_t ll_backend_gemm_fallbacks(ll_backend *be) {
+    return be && !strcmp(be->name, "cuda") ? ll_cuda_gemm_fallbacks(be) : 0;
+}
 #else
+uint64_t ll_backend_gemm_fallbacks(ll_backend *be) {
+    (void)be;
+    return 0;
+}
 int ll_backend_set_tf32(ll_backend *be, int on) {
     (void)be, (void)on;
     return 0;

@@ -29,21 +29,24 @@ void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int o
     ll_gemm_desc g = ll_gemm_xwt(m, y, x, N, in, out, w);
     if (b) {
         g.epi = relu ? LL_EPI_BIAS_RELU : LL_EPI_BIAS;
-        g.bias = m->params + b; /* fp32 master bias */
+        /* the bias from the weight copy, in C's dtype: cuBLASLt fuses no other
+         * (with bf16 the sum is fp32 + the exactly widened bf16 bias, one rounding) */
+        g.bias = ACT(m, m->wact, b);
+        g.bias_type = m->be->act;
     } else if (relu) {
         ll_die("linear layer: ReLU without a bias");
     }
     m->be->gemm(m->be, &g);
 }
 
-void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in, int out,
-                   size_t w, size_t b) {
+static void linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, const ll_act *dy, const ll_act *x,
+                       int N, int in, int out, size_t w, size_t b) {
     ll_backend *be = m->be;
     const ll_dtype t = be->act;
     if (dx) { /* dx[N,in] = dy[N,out] W[out,in] */
         const ll_gemm_desc g = {.M = N, .N = in, .K = out, .alpha = 1, .beta = dx_beta, .A = dy, .a_type = t,
-                                .lda = out, .B = ACT(m, m->wact, w), .b_type = t, .ldb = in, .C = dx, .c_type = t,
-                                .ldc = in};
+                                .lda = out, .B = ACT(m, m->wact, w), .b_type = t, .ldb = in, .C = dx,
+                                .c_type = dx_type, .ldc = in};
         be->gemm(be, &g);
     }
     /* dW[out,in] += dy^T x in fp32; the bias gradient (column sums of dy) in the epilogue */
@@ -51,6 +54,16 @@ void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, cons
                             .lda = out, .B = x, .b_type = t, .ldb = in, .C = m->grads + w, .c_type = LL_REAL_DTYPE,
                             .ldc = in, .epi = b ? LL_EPI_BGRAD : LL_EPI_NONE, .bgrad = b ? m->grads + b : NULL};
     be->gemm(be, &g);
+}
+
+void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in, int out,
+                   size_t w, size_t b) {
+    linear_bwd(m, dx, m->be->act, dx_beta, dy, x, N, in, out, w, b);
+}
+
+void ll_linear_bwd_real(ll_model *m, real *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in,
+                        int out, size_t w, size_t b) {
+    linear_bwd(m, dx, LL_REAL_DTYPE, dx_beta, dy, x, N, in, out, w, b);
 }
 
 static uint8_t *mask_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->arena, n); }
@@ -66,6 +79,8 @@ static void sub_linear(ll_model *m, const ll_pass *p, int layer, int slot, ll_ac
         ll_linear_fwd(m, y, x, N, in, out, w, b, relu);
         return;
     }
+    /* packed kernels exist for fp32 activations only (the CPU backend), where
+     * the weight copy is the master: its bias is the bias of C's dtype */
     m->be->linear_packed(m->be, y, out, x, in, pk, b ? m->params + b : NULL, N);
     if (relu) m->be->relu_fwd(m->be, y, (size_t)N * out);
 }
@@ -164,7 +179,8 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const ll_act *in
                           p->src_len, p->B, p->T, p->S, H, Dh, 0, ad, &k->attn_rng,
                           (uint64_t)p->row0 * H * p->T * p->S);
         ll_linear_bwd(m, din, din_beta, dq, in, N, C, C, L->cq_w, L->cq_b);
-        ll_linear_bwd(m, p->d_enc_out, 1, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
+        /* into the fp32 sum over decoder layers (bf16 would round it 64+ times) */
+        ll_linear_bwd_real(m, p->d_enc_out, 1, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
         break;
     }
     case SUB_FFN: {

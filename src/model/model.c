@@ -39,8 +39,11 @@ void ll_hparams_from_config(ll_hparams *hp, const ll_config *cfg, int vocab_size
 }
 
 /* Tensors are 64-byte aligned in the flat buffer; offset 0 is reserved so that
- * 0 can mean "absent" in ll_layer_offsets. */
+ * 0 can mean "absent" in ll_layer_offsets.  The same offsets index the bf16
+ * weight copy, where they are 32-byte aligned: cuBLASLt's bias epilogue reads
+ * biases from there and takes none under 16 bytes (cuda_gemm_lt.c). */
 #define ALIGN_REALS (64 / sizeof(real))
+_Static_assert(ALIGN_REALS * 2 % 16 == 0, "parameter offsets must stay 16-byte aligned in a bf16 weight copy");
 
 static size_t add_param(ll_model *m, size_t *cap, const char *name, int64_t rows, int64_t cols, int no_decay) {
     if (m->n_table == (int)*cap) {

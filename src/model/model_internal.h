@@ -63,7 +63,7 @@ typedef struct {
     const int *self_len;  /* key lengths for self-attention */
     const int *src_len;   /* key lengths for cross-attention */
     const ll_act *enc_out; /* [B*S, C] (decoder) */
-    ll_act *d_enc_out;     /* gradient of enc_out (decoder backward) */
+    real *d_enc_out;       /* gradient of enc_out (decoder backward): fp32, every decoder layer adds to it */
     int train;
     int no_grad;          /* forward only (validation, decoding): each layer's temporaries are
                              released after it, so a stack's peak is one layer, not all of them */
@@ -164,12 +164,17 @@ void ll_block_fwd(ll_model *m, ll_block *blk, const ll_pass *p, int layer);
 void ll_block_bwd(ll_model *m, ll_block *blk, const ll_pass *p, ll_act *dy, ll_act *dx, int dx_fresh);
 
 /* y[N,out] = x[N,in] W^T + b (relu: then max(., 0)), one gemm with a bias
- * epilogue reading the weight copy; backward accumulates dW and db (one gemm
- * with the BGRAD epilogue, fp32) and dx (if non-NULL): dx = dx_beta * dx + dy W,
- * so dx_beta = 0 writes a fresh (uninitialised) buffer. */
+ * epilogue reading weight and bias from the weight copy (so the bias has C's
+ * dtype, as cuBLASLt's fused epilogue needs); backward accumulates dW and db
+ * (one gemm with the BGRAD epilogue, fp32) and dx (if non-NULL):
+ * dx = dx_beta * dx + dy W, so dx_beta = 0 writes a fresh (uninitialised)
+ * buffer.  ll_linear_bwd_real: the same with dx in `real` (the encoder-output
+ * gradient, summed over every decoder layer, stays fp32 in bf16 training). */
 void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu);
 void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in, int out,
                    size_t w, size_t b);
+void ll_linear_bwd_real(ll_model *m, real *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in,
+                        int out, size_t w, size_t b);
 /* The descriptor of y[N,out] (+)= x[N,in] W^T with W the weight copy at offset w. */
 ll_gemm_desc ll_gemm_xwt(const ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w);
 

@@ -184,6 +184,23 @@ static ll_act *project_bwd(ll_model *m, const ll_act *dlogits, const ll_act *h, 
 #define SEED_ALD_POS 0xD1B54A32D192ED03ULL
 #define SEED_ALD_NEG 0x8CB92BA72F3D8DD7ULL
 
+/* d(encoder output) is summed over every decoder layer's cross-attention (64
+ * to 128 terms in a deep model, DDR included): an fp32 accumulator, rounded
+ * once to the activation dtype here, where the encoder's backward reads it. */
+static real *enc_grad_acc(ll_model *m, const ll_batch *b) {
+    const size_t n = (size_t)b->B * b->S * m->hp.C;
+    real *d = ll_fbuf(m, n);
+    m->be->memset0(m->be, d, n * sizeof(real));
+    return d;
+}
+static ll_act *enc_grad_act(ll_model *m, real *d, const ll_batch *b) {
+    if (ll_act_is_real(m->be)) return (ll_act *)d;
+    const size_t n = (size_t)b->B * b->S * m->hp.C;
+    ll_act *a = ll_buf(m, n);
+    m->be->convert(m->be, a, m->be->act, d, LL_REAL_DTYPE, n);
+    return a;
+}
+
 /* dL/dgate accumulators (the DDR pass's controls share them): cleared per backward. */
 static void zero_dgates(ll_model *m) {
     for (int s = 0; s < 2; s++)
@@ -247,7 +264,7 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     zero_dgates(m);
     for (int i = 0; i < 4; i++) st->dec[i].last_pass = i == (ald ? 3 : ddr ? 1 : 0); /* per-layer grad hooks */
     for (int i = 0; i < 3; i++) st->enc[i].last_pass = i == (ald ? 2 : 0);
-    ll_act *d_enc = ll_zeros(m, (size_t)b->B * b->S * C);
+    real *d_enc = enc_grad_acc(m, b);
     ll_act *dh = project_bwd(m, lg0, h0, Nt);
     if (dh_ald[0]) be->acc(be, dh, dh_ald[0], (size_t)Nt * C);
     st->dec[0].p.d_enc_out = d_enc;
@@ -258,13 +275,13 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         ll_stack_run_bwd(m, &st->dec[1], dh1);
     }
     if (!ald && m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_DEC, 1, -1); /* the last decoder pass is done */
-    ll_stack_run_bwd(m, &st->enc[0], d_enc);
+    ll_stack_run_bwd(m, &st->enc[0], enc_grad_act(m, d_enc, b));
     for (int i = 0; ald && i < 2; i++) {
-        ll_act *de = ll_zeros(m, (size_t)b->B * b->S * C);
+        real *de = enc_grad_acc(m, b);
         st->dec[2 + i].p.d_enc_out = de;
         ll_stack_run_bwd(m, &st->dec[2 + i], dh_ald[1 + i]);
         if (i == 1 && m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_DEC, 1, -1);
-        ll_stack_run_bwd(m, &st->enc[1 + i], de);
+        ll_stack_run_bwd(m, &st->enc[1 + i], enc_grad_act(m, de, b));
     }
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_ENC, 0, -1);
 }

@@ -2,8 +2,9 @@
  * write), reorder_rows (moved rows only, rows may repeat) and beam_topk
  * (exactly the same candidates, scores and order, with ties, NaN, -inf, dead
  * rows and the three length modes, at V = 32003 and at k = 64); then a whole
- * beam search on a random model gives the same hypotheses on both backends.
- * Skips (77) without a GPU. */
+ * beam search on a random model gives the same hypotheses on both backends,
+ * every gemm of it one fused cuBLASLt matmul (ll_backend_gemm_fallbacks; in
+ * fp32 and, on the GPU alone, in bf16).  Skips (77) without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -82,12 +83,25 @@ static void test_topk(ll_backend *cpu, ll_backend *gpu, int G, int beam, int V, 
     free(logp), free(cum), free(mode), free(s_cpu), free(s_gpu), free(l_cpu), free(l_gpu), free(f_cpu), free(f_gpu);
 }
 
-/* A whole search: same weights on both backends, same n-best lists. */
+/* Fails when gemm calls of `what` on gpu fell back from one fused cuBLASLt
+ * matmul (LL_CUDA_EMU_LT_REFUSE forces that on purpose: then they must show). */
+static void check_fallbacks(ll_backend *gpu, uint64_t since, const char *what) {
+    const uint64_t n = ll_backend_gemm_fallbacks(gpu) - since;
+    const char *forced = getenv("LL_CUDA_EMU_LT_REFUSE");
+    if (forced && *forced)
+        CHECK_MSG(n > 0, "%s: LL_CUDA_EMU_LT_REFUSE=%s, but no gemm call was counted as a fallback", what, forced);
+    else
+        CHECK_MSG(n == 0, "%s: %llu gemm calls fell back from one fused cuBLASLt matmul (LL_CUDA_EMU_VERBOSE=1: why)",
+                  what, (unsigned long long)n);
+}
+
+/* A whole search: same weights on both backends, same n-best lists (cpu NULL:
+ * the search on gpu alone, checked for gemm fallbacks only). */
 static void test_search(ll_backend *cpu, ll_backend *gpu) {
     ll_hparams hp = {.C = 32, .F = 64, .H = 4, .Le = 2, .Ld = 2, .V = 97, .max_pos = 64, .share_all = 1,
                      .tie_output = 1};
-    ll_model *mc = ll_model_new(&hp, cpu), *mg = ll_model_new(&hp, gpu);
-    ll_model_init(mc, 4);
+    ll_model *mc = cpu ? ll_model_new(&hp, cpu) : NULL, *mg = ll_model_new(&hp, gpu);
+    if (mc) ll_model_init(mc, 4);
     ll_model_init(mg, 4);
     enum { B = 5, S = 9 };
     int32_t src[B * S];
@@ -106,8 +120,19 @@ static void test_search(ll_backend *cpu, ll_backend *gpu) {
     o.max_len_b = 12;
     ll_nbest oc[B], og[B];
     memset(oc, 0, sizeof oc), memset(og, 0, sizeof og);
-    ll_beam_search(mc, src, len, B, S, &o, oc);
+    const uint64_t f0 = ll_backend_gemm_fallbacks(gpu);
     ll_beam_search(mg, src, len, B, S, &o, og);
+    char what[64];
+    snprintf(what, sizeof what, "beam search (%s)", ll_dtype_str(gpu->act));
+    check_fallbacks(gpu, f0, what);
+    if (!mc) {
+        int found = 1;
+        for (int b = 0; b < B; b++) found &= og[b].n > 0, ll_nbest_free(&og[b]);
+        CHECK_MSG(found, "%s: a sentence without a hypothesis", what);
+        ll_model_free(mg);
+        return;
+    }
+    ll_beam_search(mc, src, len, B, S, &o, oc);
     int same = 1;
     for (int b = 0; b < B; b++) {
         same &= oc[b].n == og[b].n;
@@ -133,5 +158,8 @@ int main(void) {
     const char *miss = ll_backend_missing(gpu);
     CHECK_MSG(!miss, "the CUDA backend lacks '%s'", miss ? miss : "");
     if (!miss) test_search(cpu, gpu);
+    ll_backend *b16 = ll_backend_cuda_precision(0, LL_BF16);
+    CHECK_MSG(b16 != NULL, "ll_backend_cuda_precision(0, bf16): %s", ll_errbuf());
+    if (b16 && !ll_backend_missing(b16)) test_search(NULL, b16);
     return tu_finish("gpu_test_decode_cuda");
 }

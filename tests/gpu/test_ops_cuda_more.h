@@ -299,7 +299,8 @@ static void t_linear_packed(void) {
     ll_backend *ref = pb_be[REF], *dut = pb_be[DUT];
     const ll_gemm_desc g = {.trans_b = 1, .M = M, .N = N, .K = K, .alpha = 1, .beta = 0, .A = X.d[REF],
                             .a_type = pb_act, .lda = ldx, .B = Wa.d[REF], .b_type = pb_act, .ldb = K, .C = Y.d[REF],
-                            .c_type = pb_act, .ldc = ldy, .epi = LL_EPI_BIAS, .bias = F(bias, REF)};
+                            .c_type = pb_act, .ldc = ldy, .epi = LL_EPI_BIAS, .bias = F(bias, REF),
+                            .bias_type = LL_REAL_DTYPE};
     ref->gemm(ref, &g);
     void *pk = dut->linear_pack(dut, F(W, DUT), N, K);
     if (pk) {

@@ -23,6 +23,11 @@
  *    1e-7 sqrt(n)) < TOL_STEP_BF16_L2 = 2e-2 (tests/test_bf16.c allows 0.1
  *    for bf16 against fp32, which differ by far more; a wrong op, stride or
  *    mask gives O(1)).
+ * Every gemm of the step must run as one fused cuBLASLt matmul: a call that
+ * falls back (ll_backend_gemm_fallbacks: a refused epilogue, bias type or
+ * alignment) fails the method, on a GPU and under the emulation's strict
+ * cuBLASLt stand-in alike.  With LL_CUDA_EMU_LT_REFUSE set (refusals forced
+ * on purpose) the fallbacks must show in the count instead.
  * The methods and toy shapes follow tests/cli/test_op_count.sh.  Skips (77)
  * without a GPU; LL_PARITY_SELFTEST=1 runs CPU against CPU (exact), and with
  * LL_PARITY_BREAK=<op> (tests/gpu/parity.h) it must fail. */
@@ -59,7 +64,8 @@ typedef struct {
     ll_model *m;
     ll_latent_ctx lat;
     double st[LL_ST_N];
-    real *grads; /* host copy */
+    real *grads;        /* host copy */
+    uint64_t fallbacks; /* gemm calls of the step that did not run fused (CUDA) */
 } side;
 
 /* ll_model_step's random structure as the trainer draws it (draw_structure) */
@@ -97,6 +103,7 @@ static uint64_t pick_step(const ll_config *cfg, ll_model *m, uint64_t base) {
 
 /* One update's forward/backward on backend be, as trainer.c's accumulate() runs it for one batch. */
 static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hparams *hp, const ll_batch *b) {
+    const uint64_t f0 = ll_backend_gemm_fallbacks(be);
     ll_model *m = sd->m = ll_model_new(hp, be);
     ll_model_init(m, (uint64_t)cfg->seed);
     m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
@@ -136,6 +143,7 @@ static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hp
     ll_model_stats_read(m, sd->st, NULL);
     sd->grads = ll_malloc(m->n_params * sizeof(real));
     be->download(be, sd->grads, m->grads, m->n_params * sizeof(real));
+    sd->fallbacks = ll_backend_gemm_fallbacks(be) - f0;
 }
 
 static void free_side(side *sd) {
@@ -217,6 +225,19 @@ static int run_method(const method *me) {
                     p->numel, e, wi, pb_be[DUT]->name, (double)g[wi], (double)f[wi]);
             tu_failures++;
         }
+    }
+    const char *forced = getenv("LL_CUDA_EMU_LT_REFUSE");
+    if (forced && *forced && !pb_selftest) {
+        if (sd[DUT].fallbacks == 0) {
+            fprintf(stderr, "  %s: LL_CUDA_EMU_LT_REFUSE=%s, but no gemm call was counted as a fallback\n", me->name,
+                    forced);
+            tu_failures++;
+        }
+    } else if (sd[DUT].fallbacks) {
+        fprintf(stderr, "  %s: %llu gemm calls of the step fell back from one fused cuBLASLt matmul (refused epilogue, "
+                "bias type or alignment; LL_CUDA_EMU_VERBOSE=1 says why)\n", me->name,
+                (unsigned long long)sd[DUT].fallbacks);
+        tu_failures++;
     }
     const int ok = tu_failures == before;
     char extra[160] = "";

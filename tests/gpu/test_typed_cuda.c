@@ -5,6 +5,10 @@
  *    fp32 and bf16 operands, activation-dtype C and fp32 C with beta 1 (the
  *    weight gradient), padded leading dimensions, K = 0, and a bias / bgrad
  *    pointer off 16-byte alignment (cuBLASLt refuses it: the kernel fallback);
+ *    the bias in the activation dtype (the model's) and in fp32 (with bf16 C
+ *    cuBLASLt refuses that type: the fallback again); which calls fell back
+ *    (ll_backend_gemm_fallbacks): a misaligned bias always, the model's
+ *    aligned shapes never (unless LL_CUDA_EMU_LT_REFUSE forces refusals);
  *  - convert between fp32, bf16 and fp64 bit for bit against the host rounding;
  *  - adam's bf16 weight copy equals the rounded fp32 master;
  *  - beam_topk on bf16 log-probabilities equal to the CPU bf16 backend.
@@ -57,10 +61,17 @@ static float *get(ll_backend *be, ll_dtype t, const void *p, size_t n) {
     return h;
 }
 
-/* One gemm on the CPU and the CUDA backend of dtype `act`, C of type ct.
- * misalign: bias and bgrad one float past a 16-byte boundary. */
-static void test_gemm(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int tb, int M, int N, int K, int pad,
-                      float beta, int misalign) {
+/* LL_CUDA_EMU_LT_REFUSE (the emulation's stand-in refusing on purpose) is set */
+static int forced_refusals(void) {
+    const char *e = getenv("LL_CUDA_EMU_LT_REFUSE");
+    return e && *e;
+}
+
+/* One gemm on the CPU and the CUDA backend of dtype `act`, C of type ct, the
+ * bias of type bias_t.  misalign: bias and bgrad one element past a 16-byte
+ * boundary. */
+static void test_gemm_b(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int tb, int M, int N, int K, int pad,
+                        float beta, int misalign, ll_dtype bias_t) {
     ll_backend *be[2] = {ll_backend_cpu_precision(act), ll_backend_cuda_precision(0, act)};
     const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
     const int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
@@ -68,13 +79,18 @@ static void test_gemm(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int tb
     float *a = host_rand(na), *b = host_rand(nb), *c = host_rand(nc), *bias = host_rand((size_t)N + 1),
           *bg = host_rand((size_t)M + 1);
     float *rc[2], *rg[2];
+    uint64_t fell_back = 0;
     for (int k = 0; k < 2; k++) {
         void *A = put(be[k], act, a, na), *B = put(be[k], act, b, nb), *C = put(be[k], ct, c, nc);
-        real *Bi = put(be[k], LL_F32, bias, (size_t)N + 1), *G = put(be[k], LL_F32, bg, (size_t)M + 1);
+        char *Bi = put(be[k], bias_t, bias, (size_t)N + 1);
+        real *G = put(be[k], LL_F32, bg, (size_t)M + 1);
         const ll_gemm_desc g = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = 1, .beta = beta,
                                 .A = A, .a_type = act, .lda = lda, .B = B, .b_type = act, .ldb = ldb, .C = C,
-                                .c_type = ct, .ldc = ldc, .epi = epi, .bias = Bi + misalign, .bgrad = G + misalign};
+                                .c_type = ct, .ldc = ldc, .epi = epi, .bias = Bi + misalign * ll_dtype_bytes(bias_t),
+                                .bias_type = bias_t, .bgrad = G + misalign};
+        const uint64_t f0 = ll_backend_gemm_fallbacks(be[k]);
         be[k]->gemm(be[k], &g);
+        if (k == 1) fell_back = ll_backend_gemm_fallbacks(be[k]) - f0;
         rc[k] = get(be[k], ct, C, nc);
         rg[k] = get(be[k], LL_F32, G, (size_t)M + 1);
         be[k]->free(be[k], A), be[k]->free(be[k], B), be[k]->free(be[k], C), be[k]->free(be[k], Bi);
@@ -93,8 +109,21 @@ static void test_gemm(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int tb
     double eg = gpu_rel_err(rg[1], rg[0], (size_t)M + 1);
     CHECK_MSG(eg <= 1e-4, "gemm bgrad %s epi %d ta %d M %d K %d misalign %d: error %.3g", ll_dtype_str(act), (int)epi,
               ta, M, K, misalign, eg);
+    /* the counter: a misaligned bias is always left to the fallback (cuda_gemm_lt.c); the model's
+     * case (aligned, bias in C's type, dimensions multiples of 8) must run fused */
+    const int bias_epi = epi == LL_EPI_BIAS || epi == LL_EPI_BIAS_RELU, model_like = !(M % 8 || N % 8 || K % 8);
+    if (bias_epi && misalign && K > 0)
+        CHECK_MSG(fell_back == 1, "gemm epi %d, bias off 16-byte alignment: %llu fallbacks counted, want 1", (int)epi,
+                  (unsigned long long)fell_back);
+    if (!forced_refusals() && !misalign && model_like && K > 0 && (!bias_epi || bias_t == ct))
+        CHECK_MSG(fell_back == 0, "gemm %s -> %s epi %d ta %d tb %d M %d N %d K %d: cuBLASLt refused it (fallback)",
+                  ll_dtype_str(act), ll_dtype_str(ct), (int)epi, ta, tb, M, N, K);
     free(a), free(b), free(c), free(bias), free(bg);
     for (int k = 0; k < 2; k++) free(rc[k]), free(rg[k]);
+}
+static void test_gemm(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int tb, int M, int N, int K, int pad,
+                      float beta, int misalign) {
+    test_gemm_b(act, ct, epi, ta, tb, M, N, K, pad, beta, misalign, act);
 }
 
 static void test_convert(ll_backend *gpu) {
@@ -216,6 +245,8 @@ int main(void) {
                         test_gemm(act, act, LL_EPI_NONE, ta, tb, M, N, K, pad, 0, mis);
                         test_gemm(act, act, LL_EPI_BIAS, ta, tb, M, N, K, pad, 0, mis);
                         test_gemm(act, act, LL_EPI_BIAS_RELU, ta, tb, M, N, K, pad, 0, mis);
+                        if (act == LL_BF16) /* an fp32 bias with bf16 C: not cuBLASLt's, still correct */
+                            test_gemm_b(act, act, LL_EPI_BIAS, ta, tb, M, N, K, pad, 0, mis, LL_F32);
                         /* accumulating into C with a bias (the CPU adds it after the product) */
                         test_gemm(act, act, LL_EPI_BIAS, ta, tb, M, N, K, pad, 1, mis);
                         /* weight gradient: fp32 C, beta 1, bias gradient accumulated */

@@ -207,7 +207,7 @@ static double ch_loss(void *p) {
     /* y = relu(x W^T + b): gemm with the bias+ReLU epilogue */
     const ll_gemm_desc g = {.trans_b = 1, .M = c->N, .N = c->O, .K = c->C, .alpha = 1, .A = c->x, .a_type = T_,
                             .lda = c->C, .B = c->w, .b_type = T_, .ldb = c->C, .C = c->y, .c_type = T_, .ldc = c->O,
-                            .epi = LL_EPI_BIAS_RELU, .bias = c->bias};
+                            .epi = LL_EPI_BIAS_RELU, .bias = c->bias, .bias_type = LL_REAL_DTYPE};
     be->gemm(be, &g);
     be->dropout_fwd(be, A_(c->y), c->mask, (size_t)c->N * c->O, 0.3, &c->rng, 5);
     return dot(c->y, c->r, (size_t)c->N * c->O);

@@ -221,18 +221,20 @@ static void relu_strided(real *y, int ldy, int N, int C) {
 }
 
 /* The gemm op on real operands (the bf16 backend converts to real first and
- * calls this).  BIAS with beta 0 starts C from the bias and multiplies with
- * beta 1: one pass over C instead of BLAS zeroing it and a bias pass adding. */
-void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, real *C) {
+ * calls this; bias: g->bias as reals).  BIAS with beta 0 starts C from the
+ * bias and multiplies with beta 1: one pass over C instead of BLAS zeroing it
+ * and a bias pass adding. */
+void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, const real *bias_r, real *C) {
     const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU;
+    if (bias && !bias_r) ll_die("cpu gemm: a bias epilogue without a bias");
     real beta = g->beta;
     if (bias && beta == 0) {
-        bias_set(C, g->ldc, g->bias, g->M, g->N);
+        bias_set(C, g->ldc, bias_r, g->M, g->N);
         beta = 1;
     } else if (bias) {
         /* accumulating into C: product first, then the bias (and relu) on the sum */
         gemm_real(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->lda, B, g->ldb, beta, C, g->ldc);
-        bias_add(C, g->ldc, g->bias, g->M, g->N);
+        bias_add(C, g->ldc, bias_r, g->M, g->N);
         if (g->epi == LL_EPI_BIAS_RELU) relu_strided(C, g->ldc, g->M, g->N);
         return;
     }
@@ -251,7 +253,11 @@ static void cpu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     if (g->a_type != LL_REAL_DTYPE || g->b_type != LL_REAL_DTYPE || g->c_type != LL_REAL_DTYPE)
         ll_die("cpu gemm: operands %s x %s -> %s on the %s backend", ll_dtype_str(g->a_type),
                ll_dtype_str(g->b_type), ll_dtype_str(g->c_type), ll_dtype_str(be->act));
-    cpu_gemm_real(g, g->A, g->B, g->C);
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU;
+    if (bias && g->bias_type != LL_REAL_DTYPE)
+        ll_die("cpu gemm: bias is %s on the %s backend (its activation dtype)", ll_dtype_str(g->bias_type),
+               ll_dtype_str(be->act));
+    cpu_gemm_real(g, g->A, g->B, bias ? g->bias : NULL, g->C);
 }
 
 static void cpu_relu_fwd(ll_backend *be, ll_act *x_, size_t n) {

@@ -98,12 +98,23 @@ static void b_gemm(ll_backend *be, const ll_gemm_desc *g) {
                ll_dtype_str(g->c_type));
     const real *A = in2(0, g->A, g->trans_a ? g->K : g->M, g->trans_a ? g->M : g->K, g->lda);
     const real *B = in2(1, g->B, g->trans_b ? g->N : g->K, g->trans_b ? g->K : g->N, g->ldb);
-    if (g->c_type != LL_BF16) { /* weight gradient: fp32 C, accumulated in place */
-        cpu_gemm_real(g, A, B, g->C);
+    /* the bias (bf16 from the weight copy, or real) widens exactly and joins
+     * the fp32 sum before C's one rounding, as cuBLASLt's epilogue */
+    const real *bias = NULL;
+    if (g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU) {
+        if (g->bias_type == LL_BF16)
+            bias = in1(3, g->bias, (size_t)g->N);
+        else if (g->bias_type == LL_REAL_DTYPE)
+            bias = g->bias;
+        else
+            ll_die("cpu bf16 gemm: bias is %s (bf16 or %s)", ll_dtype_str(g->bias_type), ll_dtype_str(LL_REAL_DTYPE));
+    }
+    if (g->c_type != LL_BF16) { /* weight gradient (or the fp32 encoder-output gradient): fp32 C, in place */
+        cpu_gemm_real(g, A, B, bias, g->C);
         return;
     }
     real *C = g->beta != 0 ? in2(2, g->C, g->M, g->N, g->ldc) : scratch(2, span(g->M, g->N, g->ldc));
-    cpu_gemm_real(g, A, B, C);
+    cpu_gemm_real(g, A, B, bias, C);
     back2(g->C, C, g->M, g->N, g->ldc);
 }
 

@@ -22,7 +22,7 @@ void cpu_sym_kl(ll_backend *be, const ll_act *lpa, const ll_act *lpb, ll_act *da
 void cpu_log_softmax(ll_backend *be, ll_act *x, int N, int V);
 
 /* cpu_backend.c: the real-dtype gemm (epilogues included) and conversions */
-void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, real *C);
+void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, const real *bias, real *C);
 void cpu_convert(ll_backend *be, void *dst, ll_dtype dt, const void *src, ll_dtype st, size_t n);
 
 /* cpu_step.c: gated residual scalars, reductions into stats, gradient norm, Adam */

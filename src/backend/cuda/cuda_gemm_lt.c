@@ -27,6 +27,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,7 @@ typedef struct {
     ll_cuda_math default_math; /* of the fp32 gemm op */
     cublasHandle_t blas;       /* the op's fallback when cuBLASLt has no algorithm */
     int warned, warned_epi;    /* warn once per device: no algorithm / an epilogue refused */
+    atomic_uint_fast64_t fallbacks; /* gemm op calls not run as one fused cuBLASLt matmul */
 } lt_state;
 
 static lt_state *g_lt[LT_MAX_DEVICES];
@@ -275,14 +277,17 @@ void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m) {
 /* ---- the op ---------------------------------------------------------------------------
  * ll_gemm_desc maps one to one onto ll_cuda_gemm_desc (both row-major; the
  * swap to column-major happens in entry_build): operand dtypes fp32/bf16,
- * BIAS/BIAS_RELU with the fp32 master bias, BGRAD as BGRAD_A (cuBLASLt's
- * BGRADB).  Two differences need care:
+ * BIAS/BIAS_RELU with the bias in its own dtype (the model passes C's, from
+ * the weight copy: cuBLASLt fuses no other), BGRAD as BGRAD_A (cuBLASLt's
+ * BGRADB; fp32, the type of the weight gradient D).  Two differences need care:
  *  - cuBLASLt OVERWRITES the bias gradient, the op ACCUMULATES (bgrad +=):
  *    the epilogue writes an fp32 [M] vector in scratch, an fp32 acc adds it;
  *  - cuBLASLt may refuse a combination (bias pointer under 16-byte alignment,
  *    an epilogue without a kernel for these types/transposes, K = 0): then a
  *    plain matmul (cuBLASLt, else cublasGemmEx) and the epilogue as kernels
- *    (kernels/gemm_epi.cu), so the op is always correct; warned once. */
+ *    (kernels/gemm_epi.cu), so the op is always correct; warned once and
+ *    counted (ll_backend_gemm_fallbacks: the step and decode tests require
+ *    none, so a model call that cuBLASLt would refuse shows in CI). */
 
 static ll_cuda_dtype op_type(ll_dtype t, const char *which) {
     if (t == LL_F32) return LL_CUDA_F32;
@@ -322,13 +327,14 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     if (bias && !g->bias) ll_die("cuda gemm: a bias epilogue without a bias");
     if (bgrad && !g->bgrad) ll_die("cuda gemm: a BGRAD epilogue without bgrad");
     const ll_cuda_dtype at = op_type(g->a_type, "A"), bt = op_type(g->b_type, "B"), ct = op_type(g->c_type, "C");
+    const ll_cuda_dtype biast = bias ? op_type(g->bias_type, "bias") : LL_CUDA_F32;
     if (at != bt) ll_die("cuda gemm: A is %s but B is %s (one operand dtype)", ll_dtype_str(g->a_type),
                          ll_dtype_str(g->b_type));
     cudaStream_t s = ll_cuda_enter(be);
     lt_state *st = state_of(be);
     if (g->K <= 0) { /* C = relu?(beta C + bias), bgrad += 0: no product, no cuBLASLt kernel */
         if (g->beta != 1 || bias)
-            LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, g->beta, bias ? g->bias : NULL, relu));
+            LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, g->beta, bias ? g->bias : NULL, biast, relu));
         return;
     }
     ll_cuda_gemm_desc d = {
@@ -351,7 +357,7 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
         .epilogue = bias ? (relu ? LL_CUDA_EPI_BIAS_RELU : LL_CUDA_EPI_BIAS)
                          : bgrad ? LL_CUDA_EPI_BGRAD_A : LL_CUDA_EPI_NONE,
         .bias = bias ? g->bias : NULL,
-        .bias_type = LL_CUDA_F32,
+        .bias_type = biast,
         .math = st->default_math,
     };
     float *bg_tmp = NULL;
@@ -365,13 +371,14 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     /* only "no algorithm for this" falls back; any other failure may have
      * happened after the matmul started (with beta = 1 a rerun would add twice) */
     if (rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
+    atomic_fetch_add_explicit(&st->fallbacks, 1, memory_order_relaxed);
     if (d.epilogue != LL_CUDA_EPI_NONE) { /* refused with the epilogue: plain product, epilogue kernels after */
         if (!st->warned_epi) {
             st->warned_epi = 1;
-            ll_warn("cuBLASLt refused gemm epilogue %d (M %d N %d K %d, %s x %s -> %s, status %d); using a separate "
-                    "kernel for such calls",
+            ll_warn("cuBLASLt refused gemm epilogue %d (M %d N %d K %d, %s x %s -> %s, bias %s, status %d); using a "
+                    "separate kernel for such calls",
                     (int)g->epi, g->M, g->N, g->K, ll_dtype_str(g->a_type), ll_dtype_str(g->b_type),
-                    ll_dtype_str(g->c_type), rc);
+                    ll_dtype_str(g->c_type), bias ? ll_dtype_str(g->bias_type) : "-", rc);
         }
         d.epilogue = LL_CUDA_EPI_NONE;
         d.bias = NULL;
@@ -381,13 +388,17 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     }
     if (rc != 0) blas_gemm(st, &d, rc);
     ll_cuda_sync_check("gemm (fallback)", __FILE__, __LINE__);
-    if (bias) LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, 1.0f, g->bias, relu));
+    if (bias) LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, 1.0f, g->bias, biast, relu));
     if (bgrad) { /* bgrad[m] += sum_k op(A)[m, k]: A stored [K, M] (trans_a: column sums) or [M, K] (row sums) */
         const int by_cols = !!g->trans_a, rows = by_cols ? g->K : g->M, cols = by_cols ? g->M : g->K;
         const size_t nb = ll_cuda_bias_grad_scratch_bytes(rows, cols, by_cols);
         LL_CU(ll_cuda_bias_grad(s, at, g->bgrad, g->A, g->lda, rows, cols, by_cols,
                                 nb ? ll_cuda_scratch(be, nb) : NULL));
     }
+}
+
+uint64_t ll_cuda_gemm_fallbacks(ll_backend *be) {
+    return (uint64_t)atomic_load_explicit(&state_of(be)->fallbacks, memory_order_relaxed);
 }
 
 int ll_cuda_register_gemm_lt(ll_backend *be) {
