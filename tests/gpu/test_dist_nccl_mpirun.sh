@@ -15,7 +15,7 @@ n=$("$BIN/lltrain" --devices 2> /dev/null | sed -n 's/^cuda devices: //p')
 U=${LL_DIST_NCCL_UPDATES:-6}
 cat > "$T/t.cfg" <<CFG
 model: {d_model: 32, ffn_dim: 64, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.1}
-$(tiny_data "$T/bin" 1024)
+$(tiny_data "$T/bin" "${LL_DIST_NCCL_TOKENS:-1024}")
 train: {seed: 3, lr: 1e-3, warmup_updates: 3, valid_interval: 0, log_interval: 2, device: cuda, threads: 1, adam_eps: 1e-6,
         max_updates: $U}
 CFG

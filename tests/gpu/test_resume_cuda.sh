@@ -6,16 +6,17 @@
 # Skips (77) without a GPU.
 source "$(dirname "$0")/lib.sh"
 gpu_or_skip
+# LL_RESUME_UPDATES (default 30), LL_RESUME_VALID (the validation interval, default 5; half the
+# updates must be a multiple of it, else even the CPU differs) and LL_RESUME_TOKENS (batch, default
+# 2048): smaller under the CPU emulation of CUDA (cmake/cuda_emu_tests.cmake)
+R=${LL_RESUME_UPDATES:-30} V=${LL_RESUME_VALID:-5}
 cat > "$T/t.cfg" <<CFG
 model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.1, attn_dropout: 0.1}
-$(tiny_data "$T/bin" 2048)
-train: {seed: 1, lr: 3e-3, warmup_updates: 5, valid_interval: 5, log_interval: 5, device: $GPUDEV}
+$(tiny_data "$T/bin" "${LL_RESUME_TOKENS:-2048}")
+train: {seed: 1, lr: 3e-3, warmup_updates: 5, valid_interval: $V, log_interval: $V, device: $GPUDEV}
 checkpoint: {save_dir: $T/run}
 CFG
 common=(--config "$T/t.cfg" --set train.precision=bf16)
-# LL_RESUME_UPDATES (default 30; half of it a multiple of valid_interval 5, else even the CPU differs):
-# fewer under the CPU emulation of CUDA (cmake/cuda_emu_tests.cmake)
-R=${LL_RESUME_UPDATES:-30}
 "$BIN/lltrain" "${common[@]}" --set train.max_updates="$R" 2> "$T/straight.log" ||
   { err "straight run failed: $(tail -1 "$T/straight.log")"; exit 1; }
 mv "$T/run" "$T/straight"

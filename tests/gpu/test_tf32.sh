@@ -4,12 +4,13 @@
 # model, 4 updates, no dropout: the exact GPU run equals the CPU run (to Adam's
 # amplification of last-bit differences), the TF32 run differs from it (the
 # inputs really are rounded to 10 mantissa bits) but stays close.
+# LL_TF32_TOKENS: the batch (default 2048; smaller under the CPU emulation).
 # Skips (77) without a GPU.
 source "$(dirname "$0")/lib.sh"
 gpu_or_skip
 cat > "$T/t.cfg" <<CFG
 model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
-$(tiny_data "$T/bin" 2048)
+$(tiny_data "$T/bin" "${LL_TF32_TOKENS:-2048}")
 train: {seed: 1, lr: 1e-3, warmup_updates: 2, max_updates: 4, valid_interval: 4, log_interval: 1, precision: fp32}
 CFG
 run() { # run NAME DEVICE TF32
