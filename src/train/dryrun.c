@@ -97,6 +97,8 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     printf("%s batch: %d sentences x %d tokens (%d tokens per side), one step: %llu backend ops\n", B_opt > 0 ? "the" : "largest", B, T, B * T,
            (unsigned long long)c->calls);
     printf("parameters: %zu\n", ll_model_count_params(m));
+    for (size_t i = 0; i < sizeof c->per_op / sizeof c->per_op[0]; i++)
+        if (c->per_op[i]) fprintf(stderr, "  %s %llu\n", ll_backend_op_name(i), (unsigned long long)c->per_op[i]);
     printf("%-34s %12s %12s\n", "backend memory (GiB), measured", "fp32", "bf16");
     printf("%-34s %12.3f %12.3f\n", "master weights (fp32)", gib(R * P), gib(R * P));
     printf("%-34s %12s %12.3f\n", "weight copy for matmuls (bf16)", "-", gib(copy16));
