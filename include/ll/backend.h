@@ -422,7 +422,12 @@ ll_backend *ll_backend_select(const char *device, ll_dtype act, int gpu, const c
  * step's memory can be measured at any size (lltrain --dry-run). */
 typedef struct {
     uint64_t calls, uploads, downloads;
+    /* stream operations (kernels, async copies and memsets) the CUDA backend
+     * issues for the counted calls, by rules of counting.c, whatever the
+     * inner backend: the dry run's launch estimate on any machine */
+    uint64_t launches;
     uint64_t per_op[sizeof(ll_backend) / sizeof(void *)]; /* by slot = field offset / sizeof(void *) */
+    uint64_t per_op_launches[sizeof(ll_backend) / sizeof(void *)];
     uint64_t per_op_ns[sizeof(ll_backend) / sizeof(void *)]; /* ll_backend_timing: time inside each op */
     size_t mem_live, mem_peak; /* dry: backend bytes allocated now / at most */
 } ll_op_counts;
