@@ -23,8 +23,10 @@ typedef struct {
     int B, T;
 } dry_step;
 
-/* One training step of cfg at B x T (<= 0: the largest shape) on the dry backend. */
-static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt, ll_dtype act) {
+/* `reps` training steps of cfg at B x T (<= 0: the largest shape) on the dry backend; d->step
+ * counts the last (the first grows the activation arena, the second consolidates it: a
+ * trainer sizes it up front, so from the third on a step is what training repeats). */
+static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt, ll_dtype act, int reps) {
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, cfg->vocab_size);
     ll_backend *be = d->be = ll_backend_dry(ll_backend_cpu_precision(act));
@@ -49,12 +51,14 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
         for (int t = 0; t < T; t++) b.src[i * T + t] = b.tgt_in[i * T + t] = b.tgt_out[i * T + t] = LL_EOS;
     }
     b.n_src_tokens = b.n_tgt_tokens = B * T;
-    d->step = *ll_backend_counts(be); /* the model and optimizer setup is not the step */
-    for (int s = 0; s < 2; s++) /* every layer runs (no LayerDrop, gates on) */
-        if (ll_latent_on(m, s)) ll_latent_sample(m, s, 0, 1, 0, 1, 0);
-    ll_model_stats_zero(m);
-    ll_model_step(m, &b, 1, 0, 1, NULL);
-    ll_adam_step(&d->opt, m, 1e-4, 1e-4, 1.0 / b.n_tgt_tokens, 1);
+    for (int rep = 0; rep < reps; rep++) {
+        d->step = *ll_backend_counts(be);
+        for (int s = 0; s < 2; s++) /* every layer runs (no LayerDrop, gates on) */
+            if (ll_latent_on(m, s)) ll_latent_sample(m, s, 0, 1, 0, 1, 0);
+        ll_model_stats_zero(m);
+        ll_model_step(m, &b, 1, 0, 1, NULL);
+        ll_adam_step(&d->opt, m, 1e-4, 1e-4, 1.0 / b.n_tgt_tokens, 1);
+    }
     const ll_op_counts *c = ll_backend_counts(be);
     d->step.calls = c->calls - d->step.calls;
     d->step.launches = c->launches - d->step.launches;
@@ -65,13 +69,12 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
     ll_batch_free(&b);
 }
 
-/* One step's backend ops and the CUDA stream operations they would be
+/* A step's backend ops and the CUDA stream operations they would be
  * (counting.c's rules), in total and by op, most frequent first. */
-static void print_step_ops(const ll_op_counts *st, const ll_op_counts *all) {
+static void print_step_ops(const ll_op_counts *st) {
     printf("one step (forward, backward, Adam): %llu backend ops, %llu CUDA launches (kernels, async copies and "
-           "memsets; setup before it: %llu ops)\n",
-           (unsigned long long)st->calls, (unsigned long long)st->launches,
-           (unsigned long long)(all->calls - st->calls));
+           "memsets; a steady-state step)\n",
+           (unsigned long long)st->calls, (unsigned long long)st->launches);
     const size_t nslots = sizeof st->per_op / sizeof st->per_op[0];
     uint8_t done[sizeof st->per_op / sizeof st->per_op[0]] = {0};
     printf("%-34s %12s %12s\n", "ops of the step", "calls", "launches");
@@ -99,7 +102,7 @@ ll_dtype ll_config_act_dtype(const ll_config *cfg) {
 
 size_t ll_train_arena_bytes(const ll_config *cfg) {
     dry_step d;
-    dry_run_step(&d, cfg, 0, 0, ll_config_act_dtype(cfg));
+    dry_run_step(&d, cfg, 0, 0, ll_config_act_dtype(cfg), 1);
     size_t peak = d.m->arena.peak;
     dry_free(&d);
     return peak;
@@ -107,8 +110,8 @@ size_t ll_train_arena_bytes(const ll_config *cfg) {
 
 int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, int T_opt) {
     dry_step d, h;
-    dry_run_step(&d, cfg, B_opt, T_opt, LL_REAL_DTYPE);
-    dry_run_step(&h, cfg, B_opt, T_opt, LL_BF16);
+    dry_run_step(&d, cfg, B_opt, T_opt, LL_REAL_DTYPE, 3);
+    dry_run_step(&h, cfg, B_opt, T_opt, LL_BF16, 3);
     ll_model *m = d.m;
     const ll_hparams hp = m->hp;
     const int B = d.B, T = d.T;
@@ -127,7 +130,7 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     printf("parameters: %zu\n", ll_model_count_params(m));
     const dry_step *own = ll_config_act_dtype(cfg) == LL_BF16 ? &h : &d; /* the config's train.precision */
     printf("%s activations:\n", ll_dtype_str(own->m->be->act));
-    print_step_ops(&own->step, ll_backend_counts(own->be));
+    print_step_ops(&own->step);
     printf("%-34s %12s %12s\n", "backend memory (GiB), measured", "fp32", "bf16");
     printf("%-34s %12.3f %12.3f\n", "master weights (fp32)", gib(R * P), gib(R * P));
     printf("%-34s %12s %12.3f\n", "weight copy for matmuls (bf16)", "-", gib(copy16));

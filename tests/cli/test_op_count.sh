@@ -92,8 +92,8 @@ ok = a32 > 0 and 0.4 * a32 < a16 < 0.75 * a32  # bf16 activations: about half (m
 print(f"dry run: activations {a32:.2f} GiB fp32, {a16:.2f} GiB bf16")
 sys.exit(0 if ok else 1)
 PY
-# ops and CUDA launches of the ll64 step (issue 26): 5225 ops and ~7090 launches with the residual chain
-# unfused (dropout, gated add; copy, two gate dots, scale, dropout backward); 3945 / 5809 with it fused
+# ops and CUDA launches of the ll64 step (issue 26): 5213 ops and 7089 launches with the residual chain
+# unfused (dropout, gated add; copy, two gate dots, scale, dropout backward); 3933 / 5809 with it fused
 python3 - "$T/dry.txt" <<'PY' || fail=1
 import re, sys
 m = re.search(r"^one step \(forward, backward, Adam\): (\d+) backend ops, (\d+) CUDA launches", open(sys.argv[1]).read(), re.M)
