@@ -296,7 +296,11 @@ static void t_dot_acc(void) {
 }
 
 /* ---- the fused residual branch: every gate, dropout and dx mode; aligned
- * (16-byte vectors) and unaligned buffers and offsets ---- */
+ * (16-byte vectors) and unaligned buffers and offsets.  RN elements (cheap
+ * under the sanitizers); one backward case of RN_BIG, more than the gate
+ * dot's 1024 blocks of 256 threads x 8 elements cover in one sweep ---- */
+#define RN ((size_t)100003)
+#define RN_BIG ((size_t)(1u << 21) + 5)
 static const char *res_mode[] = {"none", "copy", "acc"};
 static void t_residual_fwd(void) {
     pbuf g = pb_rand_buf(2, 0.2, 1.3);
@@ -307,17 +311,17 @@ static void t_residual_fwd(void) {
         const size_t e0 = k == 5; /* element 1: buffers off 16-byte alignment */
         ll_philox rng;
         philox(&rng, LL_RNG_DROPOUT, 11 + k);
-        pbuf x = pb_rand_act(N1M + 1, -1, 1), sub = pb_rand_act(N1M + 1, -1, 1), y = pb_poison_act(N1M + 1);
+        pbuf x = pb_rand_act(RN + 1, -1, 1), sub = pb_rand_act(RN + 1, -1, 1), y = pb_poison_act(RN + 1);
         BOTH BE->residual_fwd(BE, AT(y, s, e0), AT(sub, s, e0), AT(x, s, e0), gates ? F(g, s) : NULL,
-                              gates == 2 ? F(g, s) + 1 : NULL, N1M, p, p > 0 ? &rng : NULL, off);
+                              gates == 2 ? F(g, s) + 1 : NULL, RN, p, p > 0 ? &rng : NULL, off);
         char what[96];
         snprintf(what, sizeof what, "s (dropped in place; p %g, offset %llu, element %zu)", (double)p,
                  (unsigned long long)off, e0);
-        pb_cmp(what, &sub, N1M + 1, TOL_EW); /* one dropout bit drawn differently is an O(1) error */
+        pb_cmp(what, &sub, RN + 1, TOL_EW); /* one dropout bit drawn differently is an O(1) error */
         snprintf(what, sizeof what, "y = x + g s (%d gates)", gates);
-        pb_cmp(what, &y, N1M + 1, TOL_EW);
-        BOTH BE->residual_fwd(BE, A(x, s), A(sub, s), A(x, s), F(g, s), NULL, N1M, p, p > 0 ? &rng : NULL, off);
-        pb_cmp("x = x + g s (aliased)", &x, N1M, TOL_EW);
+        pb_cmp(what, &y, RN + 1, TOL_EW);
+        BOTH BE->residual_fwd(BE, A(x, s), A(sub, s), A(x, s), F(g, s), NULL, RN, p, p > 0 ? &rng : NULL, off);
+        pb_cmp("x = x + g s (aliased)", &x, RN, TOL_EW);
         pb_free(&x), pb_free(&sub), pb_free(&y);
     }
     pb_free(&g);
@@ -329,19 +333,20 @@ static void t_residual_bwd(void) {
         const real p = k % 2 ? 0 : 0.1f;
         const uint64_t off = k == 4 ? 99 : 0;
         const size_t e0 = k == 8; /* with dropout, both gates, dx accumulated */
+        const size_t rn = k == 6 ? RN_BIG : RN; /* dropout, both gates, no dx: the big one */
         ll_philox rng;
         philox(&rng, LL_RNG_DROPOUT, 21 + k);
-        pbuf ds = pb_rand_act(N1M + 1, -1, 1), dx = pb_rand_act(N1M + 1, -1, 1), sub = pb_rand_act(N1M + 1, -1, 1);
+        pbuf ds = pb_rand_act(rn + 1, -1, 1), dx = pb_rand_act(rn + 1, -1, 1), sub = pb_rand_act(rn + 1, -1, 1);
         pbuf dg = pb_rand_buf(2, -1, 1);
         BOTH BE->residual_bwd(BE, AT(ds, s, e0), mode ? AT(dx, s, e0) : NULL, mode, AT(sub, s, e0),
                               gates ? F(dg, s) : NULL, gates == 2 ? F(dg, s) + 1 : NULL, gates ? F(g, s) : NULL,
-                              gates == 2 ? F(g, s) + 1 : NULL, N1M, p, p > 0 ? &rng : NULL, off);
+                              gates == 2 ? F(g, s) + 1 : NULL, rn, p, p > 0 ? &rng : NULL, off);
         char what[128];
         snprintf(what, sizeof what, "ds (p %g, offset %llu, element %zu, %d gates)", (double)p,
                  (unsigned long long)off, e0, gates);
-        pb_cmp(what, &ds, N1M + 1, TOL_EW);
+        pb_cmp(what, &ds, rn + 1, TOL_EW);
         snprintf(what, sizeof what, "dx (%s)", res_mode[mode]);
-        pb_cmp(what, &dx, N1M + 1, TOL_EW);
+        pb_cmp(what, &dx, rn + 1, TOL_EW);
         pb_cmp("dg1, dg2 += gate <ds, s> (in double, accumulated)", &dg, 2, TOL_EW);
         pb_free(&ds), pb_free(&dx), pb_free(&sub), pb_free(&dg);
     }
