@@ -113,6 +113,18 @@ cudaError_t ll_cuda_add_gated(cudaStream_t s, ll_cuda_dtype t, void *y, const vo
 cudaError_t ll_cuda_scale_gated(cudaStream_t s, ll_cuda_dtype t, void *x, const float *g1, const float *g2,
                                 size_t n);
 
+/* ---- the residual branch (kernels/residual.cu) ------------------------------------
+ * backend.h residual_fwd / residual_bwd with dx_mode LL_RES_*: dropout bits
+ * drawn (forward) and redrawn (backward) by the half-word rule above, no mask.
+ * residual_bwd's gate gradients (dg1 or dg2 not NULL) take a second launch
+ * and scratch of ll_cuda_residual_scratch_bytes() bytes (else NULL is fine). */
+size_t ll_cuda_residual_scratch_bytes(void);
+cudaError_t ll_cuda_residual_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, void *sub, const void *x, const float *g1,
+                                 const float *g2, size_t n, float p, ll_philox rng, uint64_t offset);
+cudaError_t ll_cuda_residual_bwd(cudaStream_t s, ll_cuda_dtype t, void *ds, void *dx, int dx_mode, const void *sub,
+                                 float *dg1, float *dg2, const float *g1, const float *g2, size_t n, float p,
+                                 ll_philox rng, uint64_t offset, void *scratch);
+
 /* ---- gemm epilogues as kernels (kernels/gemm_epi.cu) ------------------------------
  * The fallback of the gemm op when cuBLASLt refuses an epilogue, and its K = 0
  * case.  gemm_epilogue: C[m, n] = relu?(mul * C[m, n] + bias[n]) over M x N at

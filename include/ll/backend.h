@@ -104,6 +104,9 @@ static inline float ll_bf16_to_f32(uint16_t h) {
     return v.f;
 }
 
+/* residual_bwd: what happens to dx. */
+enum { LL_RES_NONE, LL_RES_COPY, LL_RES_ACC };
+
 /* gemm epilogues, one to one with cuBLASLt's (CUBLASLT_EPILOGUE_BIAS, _RELU_BIAS, _BGRADx). */
 typedef enum {
     LL_EPI_NONE,
@@ -201,6 +204,23 @@ struct ll_backend {
                       size_t n);
     void (*scale_gated)(ll_backend *be, ll_act *x, const real *g1, const real *g2, size_t n);
     void (*dot_acc)(ll_backend *be, real *dst, const ll_act *a, const ll_act *b, size_t n, const real *mul);
+    /* A block's residual branch in one pass each way (layers.c), with gates
+     * g1, g2 as above (NULL reads as 1) and dropout rate p drawn from rng at
+     * element offset `offset` (dropout_fwd's half-word rule; p 0: no dropout,
+     * rng may be NULL).  No mask is stored: backward redraws the same bits.
+     *   residual_fwd: s = dropout(s) in place, then y = x + (*g1)(*g2) s with
+     *     the s just stored (both gates NULL: y = x + s); y may alias x.
+     *     Equal to dropout_fwd then add / add_gated.
+     *   residual_bwd: ds is the gradient of y.  In order: dx = ds (dx_mode
+     *     LL_RES_COPY), dx += ds (LL_RES_ACC) or nothing (LL_RES_NONE, dx may
+     *     be NULL); with d = <ds, s> in double, *dg1 += (real)(d (*g2)) and
+     *     *dg2 += (real)(d (*g1)) (each when not NULL); ds *= (*g1)(*g2),
+     *     stored (rounded to the activation dtype); then ds = dropout_bwd(ds).
+     *     Equal to copy/acc, dot_acc, dot_acc, scale_gated, dropout_bwd. */
+    void (*residual_fwd)(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2,
+                         size_t n, real p, const ll_philox *rng, uint64_t offset);
+    void (*residual_bwd)(ll_backend *be, ll_act *ds, ll_act *dx, int dx_mode, const ll_act *s, real *dg1, real *dg2,
+                         const real *g1, const real *g2, size_t n, real p, const ll_philox *rng, uint64_t offset);
     /* DLCL, one op per row of W however long the row: xs/ys are host arrays
      * of k backend pointers, w points at k backend scalars (fp32).
      *   weighted_sum:     y = sum_j w[j] xs[j]
@@ -411,7 +431,12 @@ ll_backend *ll_backend_select(const char *device, ll_dtype act, int gpu, const c
  * step's memory can be measured at any size (lltrain --dry-run). */
 typedef struct {
     uint64_t calls, uploads, downloads;
+    /* stream operations (kernels, async copies and memsets) the CUDA backend
+     * issues for the counted calls, by rules of counting.c, whatever the
+     * inner backend: the dry run's launch estimate on any machine */
+    uint64_t launches;
     uint64_t per_op[sizeof(ll_backend) / sizeof(void *)]; /* by slot = field offset / sizeof(void *) */
+    uint64_t per_op_launches[sizeof(ll_backend) / sizeof(void *)];
     uint64_t per_op_ns[sizeof(ll_backend) / sizeof(void *)]; /* ll_backend_timing: time inside each op */
     size_t mem_live, mem_peak; /* dry: backend bytes allocated now / at most */
 } ll_op_counts;

@@ -32,13 +32,18 @@ typedef struct {
     size_t n_live, cap_live;
 } counting;
 
-/* Count the op; the backend to run it on, or NULL in dry mode. */
-static ll_backend *tick(ll_backend *be, size_t off) {
+/* Count the op and its CUDA launches; the backend to run it on, or NULL in dry mode. */
+static ll_backend *tick_l(ll_backend *be, size_t off, uint64_t launches) {
     counting *k = (counting *)be;
     __atomic_fetch_add(&k->c.per_op[off / sizeof(void *)], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&k->c.calls, 1, __ATOMIC_RELAXED);
+    if (launches) {
+        __atomic_fetch_add(&k->c.per_op_launches[off / sizeof(void *)], launches, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&k->c.launches, launches, __ATOMIC_RELAXED);
+    }
     return k->dry ? NULL : k->inner;
 }
+static ll_backend *tick(ll_backend *be, size_t off) { return tick_l(be, off, 0); }
 
 /* Timing: the inner backend is synchronised before and after the op, so the
  * interval is the op's own execution (slower than a real step, where the
@@ -54,20 +59,33 @@ static void op_end(counting *k, ll_backend *in, size_t off, double t0) {
     __atomic_fetch_add(&k->c.per_op_ns[off / sizeof(void *)], (uint64_t)((ll_now() - t0) * 1e9), __ATOMIC_RELAXED);
 }
 
-#define OPV(name, params, args)                                       \
-    static void c_##name params {                                     \
-        ll_backend *in_ = tick(be, offsetof(ll_backend, name));       \
-        if (!in_) return;                                             \
-        counting *k_ = (counting *)be;                                \
-        const double t0_ = op_start(k_, in_);                         \
-        in_->name args;                                               \
-        op_end(k_, in_, offsetof(ll_backend, name), t0_);             \
+/* An op that forwards its arguments; `launches` (an expression of the
+ * parameters) is how many stream operations -- kernel launches, async
+ * memsets and copies -- the CUDA backend issues for the call, read off the
+ * code of src/backend/cuda and kernels/ (docs/cuda-backend.md, "Launches per
+ * step").  A cuBLASLt matmul counts as one kernel, CUB's radix sort as CUB_SORT. */
+#define CUB_SORT 6 /* onesweep over 32-bit keys: a histogram, 4 digit passes, a memset (CUB's own choice) */
+#define OPL(name, launches, params, args)                                                \
+    static void c_##name params {                                                        \
+        ll_backend *in_ = tick_l(be, offsetof(ll_backend, name), (uint64_t)(launches)); \
+        if (!in_) return;                                                                \
+        counting *k_ = (counting *)be;                                                   \
+        const double t0_ = op_start(k_, in_);                                            \
+        in_->name args;                                                                  \
+        op_end(k_, in_, offsetof(ll_backend, name), t0_);                                \
     }
+static uint64_t chunks64(int k) { return k > 0 ? (uint64_t)(k + 63) / 64 : 0; } /* LL_CUDA_DLCL_CHUNK entries a launch */
+static uint64_t gemm_launches(const ll_gemm_desc *g) {
+    if (g->M <= 0 || g->N <= 0) return 0;
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU;
+    if (g->K <= 0) return g->beta != 1 || bias;
+    return 1 + (g->epi == LL_EPI_BGRAD); /* BGRAD: into scratch, then an acc into bgrad */
+}
 
 /* alloc/free: in dry mode, addresses that are never touched, and the bytes live and at peak */
 static void *c_alloc(ll_backend *be, size_t n) {
     counting *k = (counting *)be;
-    ll_backend *in = tick(be, offsetof(ll_backend, alloc));
+    ll_backend *in = tick_l(be, offsetof(ll_backend, alloc), 1); /* CUDA zeroes it: one memset */
     if (in) return in->alloc(in, n);
     if (k->n_live == k->cap_live) {
         k->cap_live = k->cap_live ? 2 * k->cap_live : 256;
@@ -94,107 +112,115 @@ static void c_free(ll_backend *be, void *p) {
             return;
         }
 }
-OPV(memset0, (ll_backend * be, void *p, size_t n), (((counting *)be)->inner, p, n))
-OPV(copy, (ll_backend * be, void *d, const void *s, size_t n), (((counting *)be)->inner, d, s, n))
-OPV(sync, (ll_backend * be), (((counting *)be)->inner))
-OPV(convert, (ll_backend * be, void *d, ll_dtype dt, const void *s, ll_dtype st, size_t n),
+OPL(memset0, n != 0, (ll_backend * be, void *p, size_t n), (((counting *)be)->inner, p, n))
+OPL(copy, n != 0, (ll_backend * be, void *d, const void *s, size_t n), (((counting *)be)->inner, d, s, n))
+OPL(sync, 0, (ll_backend * be), (((counting *)be)->inner))
+OPL(convert, n != 0, (ll_backend * be, void *d, ll_dtype dt, const void *s, ll_dtype st, size_t n),
     (((counting *)be)->inner, d, dt, s, st, n))
-OPV(gemm, (ll_backend * be, const ll_gemm_desc *g), (((counting *)be)->inner, g))
-OPV(layernorm_fwd,
+OPL(gemm, gemm_launches(g), (ll_backend * be, const ll_gemm_desc *g), (((counting *)be)->inner, g))
+OPL(layernorm_fwd, N > 0,
     (ll_backend * be, ll_act *o, real *mu, real *rs, const ll_act *x, const real *w, const real *b, int N, int C),
     (((counting *)be)->inner, o, mu, rs, x, w, b, N, C))
-OPV(layernorm_bwd,
+OPL(layernorm_bwd, (N > 0) * ((dx != NULL) + 2 * (dw || db)),
     (ll_backend * be, ll_act *dx, real *dw, real *db, const ll_act *dy, const ll_act *x, const real *w,
      const real *mu, const real *rs, int N, int C),
     (((counting *)be)->inner, dx, dw, db, dy, x, w, mu, rs, N, C))
-OPV(embed_fwd,
+OPL(embed_fwd, N > 0,
     (ll_backend * be, ll_act *o, const int32_t *t, const ll_act *e, const real *p, int po, real s, int N, int T,
      int C, int pad),
     (((counting *)be)->inner, o, t, e, p, po, s, N, T, C, pad))
-OPV(embed_bwd, (ll_backend * be, real *de, const ll_act *d, const int32_t *t, real s, int N, int C, int pad),
+OPL(embed_bwd, N > 0 ? 2 + CUB_SORT : 0, (ll_backend * be, real *de, const ll_act *d, const int32_t *t, real s, int N, int C, int pad),
     (((counting *)be)->inner, de, d, t, s, N, C, pad))
-OPV(relu_fwd, (ll_backend * be, ll_act *x, size_t n), (((counting *)be)->inner, x, n))
-OPV(relu_bwd, (ll_backend * be, ll_act *dy, const ll_act *y, size_t n), (((counting *)be)->inner, dy, y, n))
-OPV(dropout_fwd, (ll_backend * be, ll_act *x, uint8_t *m, size_t n, real p, const ll_philox *r, uint64_t o),
+OPL(relu_fwd, n != 0, (ll_backend * be, ll_act *x, size_t n), (((counting *)be)->inner, x, n))
+OPL(relu_bwd, n != 0, (ll_backend * be, ll_act *dy, const ll_act *y, size_t n), (((counting *)be)->inner, dy, y, n))
+OPL(dropout_fwd, n != 0, (ll_backend * be, ll_act *x, uint8_t *m, size_t n, real p, const ll_philox *r, uint64_t o),
     (((counting *)be)->inner, x, m, n, p, r, o))
-OPV(dropout_bwd, (ll_backend * be, ll_act *dx, const uint8_t *m, size_t n, real p),
+OPL(dropout_bwd, n && p > 0, (ll_backend * be, ll_act *dx, const uint8_t *m, size_t n, real p),
     (((counting *)be)->inner, dx, m, n, p))
-OPV(add, (ll_backend * be, ll_act *y, const ll_act *a, const ll_act *b, size_t n),
+OPL(add, n != 0, (ll_backend * be, ll_act *y, const ll_act *a, const ll_act *b, size_t n),
     (((counting *)be)->inner, y, a, b, n))
-OPV(add_scaled, (ll_backend * be, ll_act *y, const ll_act *a, const ll_act *b, real al, size_t n),
+OPL(add_scaled, n != 0, (ll_backend * be, ll_act *y, const ll_act *a, const ll_act *b, real al, size_t n),
     (((counting *)be)->inner, y, a, b, al, n))
-OPV(acc, (ll_backend * be, ll_act *d, const ll_act *s, size_t n), (((counting *)be)->inner, d, s, n))
-OPV(add_gated,
+OPL(acc, n != 0, (ll_backend * be, ll_act *d, const ll_act *s, size_t n), (((counting *)be)->inner, d, s, n))
+OPL(add_gated, n != 0,
     (ll_backend * be, ll_act *y, const ll_act *a, const ll_act *b, const real *g1, const real *g2, size_t n),
     (((counting *)be)->inner, y, a, b, g1, g2, n))
-OPV(scale_gated, (ll_backend * be, ll_act *x, const real *g1, const real *g2, size_t n),
+OPL(scale_gated, n && (g1 || g2), (ll_backend * be, ll_act *x, const real *g1, const real *g2, size_t n),
     (((counting *)be)->inner, x, g1, g2, n))
-OPV(dot_acc, (ll_backend * be, real *d, const ll_act *a, const ll_act *b, size_t n, const real *mul),
+OPL(dot_acc, 2 * (n != 0), (ll_backend * be, real *d, const ll_act *a, const ll_act *b, size_t n, const real *mul),
     (((counting *)be)->inner, d, a, b, n, mul))
-OPV(weighted_sum, (ll_backend * be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n),
+OPL(residual_fwd, n != 0,
+    (ll_backend * be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2, size_t n, real p,
+     const ll_philox *r, uint64_t o),
+    (((counting *)be)->inner, y, s, x, g1, g2, n, p, r, o))
+OPL(residual_bwd, (n != 0) * (1 + (dg1 || dg2)),
+    (ll_backend * be, ll_act *ds, ll_act *dx, int mode, const ll_act *s, real *dg1, real *dg2, const real *g1,
+     const real *g2, size_t n, real p, const ll_philox *r, uint64_t o),
+    (((counting *)be)->inner, ds, dx, mode, s, dg1, dg2, g1, g2, n, p, r, o))
+OPL(weighted_sum, n ? chunks64(k) : 0, (ll_backend * be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n),
     (((counting *)be)->inner, y, xs, w, k, n))
-OPV(weighted_scatter, (ll_backend * be, ll_act *const *ys, const real *w, const ll_act *x, int k, size_t n),
+OPL(weighted_scatter, n ? chunks64(k) : 0, (ll_backend * be, ll_act *const *ys, const real *w, const ll_act *x, int k, size_t n),
     (((counting *)be)->inner, ys, w, x, k, n))
-OPV(dots_acc, (ll_backend * be, real *d, const ll_act *x, const ll_act *const *ys, int k, size_t n),
+OPL(dots_acc, n ? 2 * chunks64(k) : 0, (ll_backend * be, real *d, const ll_act *x, const ll_act *const *ys, int k, size_t n),
     (((counting *)be)->inner, d, x, ys, k, n))
-OPV(latent_sample,
+OPL(latent_sample, 1,
     (ll_backend * be, real *z, real *dz, const real *a, int L, const ll_philox *r, real tau, int hard),
     (((counting *)be)->inner, z, dz, a, L, r, tau, hard))
-OPV(latent_grad, (ll_backend * be, real *dl, const real *dg, const real *dz, int L),
+OPL(latent_grad, 1, (ll_backend * be, real *dl, const real *dg, const real *dz, int L),
     (((counting *)be)->inner, dl, dg, dz, L))
-OPV(latent_kl,
+OPL(latent_kl, 1,
     (ll_backend * be, real *dl, double *acc, const real *a, const real *z, const real *dz, const ll_latent_prior *pr,
      int row, int ref, double w),
     (((counting *)be)->inner, dl, acc, a, z, dz, pr, row, ref, w))
-OPV(latent_lk,
+OPL(latent_lk, 1,
     (ll_backend * be, real *dl, double *acc, const real *z, const real *dz, const ll_latent_prior *pr, int K, int sq,
      double w),
     (((counting *)be)->inner, dl, acc, z, dz, pr, K, sq, w))
-OPV(latent_depth, (ll_backend * be, double *acc, const real *a, const ll_latent_prior *pr),
+OPL(latent_depth, 1, (ll_backend * be, double *acc, const real *a, const ll_latent_prior *pr),
     (((counting *)be)->inner, acc, a, pr))
-OPV(latent_q, (ll_backend * be, real *q, const real *a, int L), (((counting *)be)->inner, q, a, L))
-OPV(ald_pool, (ll_backend * be, real *G, const ll_act *h, const int *len, int B, int T, int C),
+OPL(latent_q, 1, (ll_backend * be, real *q, const real *a, int L), (((counting *)be)->inner, q, a, L))
+OPL(ald_pool, 1, (ll_backend * be, real *G, const ll_act *h, const int *len, int B, int T, int C),
     (((counting *)be)->inner, G, h, len, B, T, C))
-OPV(ald_loss, (ll_backend * be, real *dG, double *acc, const real *G, int B, int C, real tau, double w),
+OPL(ald_loss, 2, (ll_backend * be, real *dG, double *acc, const real *G, int B, int C, real tau, double w),
     (((counting *)be)->inner, dG, acc, G, B, C, tau, w))
-OPV(ald_unpool, (ll_backend * be, ll_act *dh, const real *dG, const int *len, int B, int T, int C),
+OPL(ald_unpool, 1, (ll_backend * be, ll_act *dh, const real *dG, const int *len, int B, int T, int C),
     (((counting *)be)->inner, dh, dG, len, B, T, C))
-OPV(sumsq, (ll_backend * be, double *acc, const real *x, size_t n), (((counting *)be)->inner, acc, x, n))
-OPV(grad_finish, (ll_backend * be, double *st, double gs, double clip, int phi),
+OPL(sumsq, 2 * (n != 0), (ll_backend * be, double *acc, const real *x, size_t n), (((counting *)be)->inner, acc, x, n))
+OPL(grad_finish, 1, (ll_backend * be, double *st, double gs, double clip, int phi),
     (((counting *)be)->inner, st, gs, clip, phi))
-OPV(attention_fwd,
+OPL(attention_fwd, (B + 65534) / 65535,
     (ll_backend * be, ll_act *out, real *lse, const ll_act *q, int qs, const ll_act *k, const ll_act *v, int kvs,
      const int *kl, int B, int Tq, int Tk, int H, int Dh, int causal, real ad, const ll_philox *r, uint64_t ro),
     (((counting *)be)->inner, out, lse, q, qs, k, v, kvs, kl, B, Tq, Tk, H, Dh, causal, ad, r, ro))
-OPV(attention_bwd,
+OPL(attention_bwd, 2 * ((B + 65534) / 65535),
     (ll_backend * be, ll_act *dq, ll_act *dk, ll_act *dv, const ll_act *dout, const ll_act *out, const real *lse,
      const ll_act *q, int qs, const ll_act *k, const ll_act *v, int kvs, const int *kl, int B, int Tq, int Tk, int H,
      int Dh, int causal, real ad, const ll_philox *r, uint64_t ro),
     (((counting *)be)->inner, dq, dk, dv, dout, out, lse, q, qs, k, v, kvs, kl, B, Tq, Tk, H, Dh, causal, ad, r, ro))
-OPV(xent_fwd_bwd,
+OPL(xent_fwd_bwd, 2,
     (ll_backend * be, ll_act *x, const int32_t *t, int N, int V, real eps, int pad, real gs, double *acc),
     (((counting *)be)->inner, x, t, N, V, eps, pad, gs, acc))
-OPV(sym_kl,
+OPL(sym_kl, 2,
     (ll_backend * be, const ll_act *a, const ll_act *b, ll_act *da, ll_act *db, const int32_t *t, int N, int V,
      int pad, real al, double *acc),
     (((counting *)be)->inner, a, b, da, db, t, N, V, pad, al, acc))
-OPV(log_softmax, (ll_backend * be, ll_act *x, int N, int V), (((counting *)be)->inner, x, N, V))
-OPV(copy_rows, (ll_backend * be, ll_act *d, size_t ds, const ll_act *s, size_t ss, int rows, size_t n),
+OPL(log_softmax, 1, (ll_backend * be, ll_act *x, int N, int V), (((counting *)be)->inner, x, N, V))
+OPL(copy_rows, rows > 0, (ll_backend * be, ll_act *d, size_t ds, const ll_act *s, size_t ss, int rows, size_t n),
     (((counting *)be)->inner, d, ds, s, ss, rows, n))
-OPV(reorder_rows,
+OPL(reorder_rows, 2 * (rows > 0),
     (ll_backend * be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n, size_t stride),
     (((counting *)be)->inner, buf, scratch, from, rows, n, stride))
-OPV(beam_topk,
+OPL(beam_topk, 2,
     (ll_backend * be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
      const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos),
     (((counting *)be)->inner, score, lp, flat, logp, cum, mode, groups, beam, V, k, pad, bos, eos))
-OPV(attention_cached,
+OPL(attention_cached, 1,
     (ll_backend * be, ll_act *out, const ll_act *q, int qs, const ll_act *kv, int kvs, size_t rs, const int *anc,
      int as, int nk, int rows, int H, int Dh),
     (((counting *)be)->inner, out, q, qs, kv, kvs, rs, anc, as, nk, rows, H, Dh))
-OPV(beam_ancestry, (ll_backend * be, int *anc, int *scratch, const int *from, int rows, int t, int stride, int group),
+OPL(beam_ancestry, from ? 2 : 1, (ll_backend * be, int *anc, int *scratch, const int *from, int rows, int t, int stride, int group),
     (((counting *)be)->inner, anc, scratch, from, rows, t, stride, group))
-OPV(adam,
+OPL(adam, n != 0,
     (ll_backend * be, real *p, ll_act *pa, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
      real eps, real wd, const double *st, int slot),
     (((counting *)be)->inner, p, pa, g, m, v, n, lr, b1, b2, eps, wd, st, slot))
@@ -202,22 +228,22 @@ static void *c_linear_pack(ll_backend *be, const real *W, int N, int K) {
     ll_backend *in = tick(be, offsetof(ll_backend, linear_pack));
     return in ? in->linear_pack(in, W, N, K) : NULL;
 }
-OPV(linear_packed,
+OPL(linear_packed, 0,
     (ll_backend * be, ll_act *Y, int ldy, const ll_act *X, int ldx, const void *pk, const real *bias, int M),
     (((counting *)be)->inner, Y, ldy, X, ldx, pk, bias, M))
-OPV(linear_unpack, (ll_backend * be, void *pk), (((counting *)be)->inner, pk))
+OPL(linear_unpack, 0, (ll_backend * be, void *pk), (((counting *)be)->inner, pk))
 
 /* host transfers: counted apart as well as per op */
 static void c_upload(ll_backend *be, void *dst, const void *src, size_t n) {
     counting *k = (counting *)be;
     __atomic_fetch_add(&k->c.uploads, 1, __ATOMIC_RELAXED);
-    ll_backend *in = tick(be, offsetof(ll_backend, upload));
+    ll_backend *in = tick_l(be, offsetof(ll_backend, upload), n != 0);
     if (in) in->upload(in, dst, src, n);
 }
 static void c_download(ll_backend *be, void *dst, const void *src, size_t n) {
     counting *k = (counting *)be;
     __atomic_fetch_add(&k->c.downloads, 1, __ATOMIC_RELAXED);
-    ll_backend *in = tick(be, offsetof(ll_backend, download));
+    ll_backend *in = tick_l(be, offsetof(ll_backend, download), n != 0);
     if (in)
         in->download(in, dst, src, n);
     else
@@ -235,7 +261,8 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     SET(alloc), SET(free), SET(upload), SET(download), SET(memset0), SET(copy), SET(sync), SET(convert), SET(gemm);
     SET(layernorm_fwd), SET(layernorm_bwd), SET(embed_fwd), SET(embed_bwd);
     SET(relu_fwd), SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled);
-    SET(acc), SET(add_gated), SET(scale_gated), SET(dot_acc), SET(weighted_sum);
+    SET(acc), SET(add_gated), SET(scale_gated), SET(dot_acc), SET(residual_fwd), SET(residual_bwd);
+    SET(weighted_sum);
     SET(weighted_scatter), SET(dots_acc), SET(latent_sample), SET(latent_grad), SET(latent_kl), SET(latent_lk);
     SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish);
     SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(adam);
@@ -312,7 +339,7 @@ const char *ll_backend_op_name(size_t slot) {
         N(alloc), N(free), N(upload), N(download), N(memset0), N(copy), N(sync), N(convert), N(gemm),
         N(layernorm_fwd), N(layernorm_bwd), N(embed_fwd), N(embed_bwd), N(relu_fwd),
         N(relu_bwd), N(dropout_fwd), N(dropout_bwd), N(add), N(add_scaled), N(acc), N(add_gated),
-        N(scale_gated), N(dot_acc), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
+        N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
         N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};

@@ -239,18 +239,12 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         k->u = (ll_act *)k->x;
         sub_fwd(m, k, p, layer, k->x, s);
     }
-    k->mask = NULL;
-    if (p->train && m->hp.dropout > 0) {
-        ll_philox r;
-        ll_site_rng(&r, p, layer, site_of(k->kind));
-        k->mask = mask_buf(m, n);
-        be->dropout_fwd(be, s, k->mask, n, m->hp.dropout, &r, (uint64_t)p->row0 * p->T * m->hp.C);
-    }
+    k->drop_p = p->train ? m->hp.dropout : 0;
+    k->drop_off = (uint64_t)p->row0 * p->T * m->hp.C;
+    if (k->drop_p > 0) ll_site_rng(&k->drop_rng, p, layer, site_of(k->kind));
+    /* sum = x + z alpha drop(s), one pass; s keeps the dropped values for dgate */
     ll_act *sum = post ? (k->a = ll_buf(m, n)) : k->y;
-    if (!gate && !alpha)
-        be->add(be, sum, k->x, s, n);
-    else
-        be->add_gated(be, sum, k->x, s, gate, alpha, n);
+    be->residual_fwd(be, sum, s, k->x, gate, alpha, n, k->drop_p, k->drop_p > 0 ? &k->drop_rng : NULL, k->drop_off);
     if (post) be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
 }
 
@@ -272,23 +266,19 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, ll_act *dy, ll_act
                           k->rstd, N, C);
         return;
     }
-    ll_act *ds; /* gradient of the residual sum x + gate * s */
-    if (!post) {
-        FIRST(dx, dy); /* residual path */
-        ds = dy;
-    } else {
+#undef FIRST
+    ll_act *ds = dy; /* gradient of the residual sum x + z alpha drop(s) */
+    if (post) {
         ds = ll_zeros(m, n);
         be->layernorm_bwd(be, ds, m->grads + k->ln_w, m->grads + k->ln_b, dy, k->a, m->params + k->ln_w, k->mean,
                           k->rstd, N, C);
-        FIRST(dx, ds);
     }
-#undef FIRST
     const real *gate = gate_ptr(k), *alpha = alpha_ptr(m, k);
-    /* d(x + z alpha s): dL/dz = alpha <ds, s>, dL/dalpha = z <ds, s> (on the backend) */
-    if (ctl && ctl->dgate) be->dot_acc(be, ctl->dgate, ds, k->s, n, alpha);
-    if (rezero) be->dot_acc(be, m->grads + k->alpha, ds, k->s, n, gate);
-    if (gate || alpha) be->scale_gated(be, ds, gate, alpha, n);
-    if (k->mask) be->dropout_bwd(be, ds, k->mask, n, m->hp.dropout);
+    /* one pass: dx gets ds (the residual path); dL/dz = alpha <ds, s>, dL/dalpha = z <ds, s>;
+     * ds becomes the sub-layer's output gradient (gated, dropout undone with the forward's bits) */
+    be->residual_bwd(be, ds, dx, dx_fresh ? LL_RES_COPY : LL_RES_ACC, k->s, ctl ? ctl->dgate : NULL,
+                     rezero ? m->grads + k->alpha : NULL, gate, alpha, n, k->drop_p,
+                     k->drop_p > 0 ? &k->drop_rng : NULL, k->drop_off);
     if (!post && !rezero) {
         ll_act *du = ll_buf(m, n);
         sub_bwd(m, k, p, k->u, ds, du, 0);

@@ -26,7 +26,11 @@ typedef struct {
     ll_act *a;       /* post-norm: x + drop(s), the LN input */
     ll_act *y;       /* output */
     real *mean, *rstd;
-    uint8_t *mask; /* dropout of the sub-layer output (NULL: none) */
+    /* dropout of the sub-layer output: rate (0: none), stream and element
+     * offset, so backward redraws the bits instead of keeping a mask */
+    real drop_p;
+    ll_philox drop_rng;
+    uint64_t drop_off;
     /* attention: ctx is its output, lse its softmax statistics [B, H, T]
      * (backward recomputes the probabilities and redraws the dropout mask
      * from attn_rng) */

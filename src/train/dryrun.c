@@ -19,11 +19,14 @@ typedef struct {
     ll_model *m;
     ll_adam opt;
     size_t before_step;
+    ll_op_counts step; /* the counts at the start of the step; then the step's own */
     int B, T;
 } dry_step;
 
-/* One training step of cfg at B x T (<= 0: the largest shape) on the dry backend. */
-static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt, ll_dtype act) {
+/* `reps` training steps of cfg at B x T (<= 0: the largest shape) on the dry backend; d->step
+ * counts the last (the first grows the activation arena, the second consolidates it: a
+ * trainer sizes it up front, so from the third on a step is what training repeats). */
+static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt, ll_dtype act, int reps) {
     ll_hparams hp;
     ll_hparams_from_config(&hp, cfg, cfg->vocab_size);
     ll_backend *be = d->be = ll_backend_dry(ll_backend_cpu_precision(act));
@@ -48,12 +51,42 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
         for (int t = 0; t < T; t++) b.src[i * T + t] = b.tgt_in[i * T + t] = b.tgt_out[i * T + t] = LL_EOS;
     }
     b.n_src_tokens = b.n_tgt_tokens = B * T;
-    for (int s = 0; s < 2; s++) /* every layer runs (no LayerDrop, gates on) */
-        if (ll_latent_on(m, s)) ll_latent_sample(m, s, 0, 1, 0, 1, 0);
-    ll_model_stats_zero(m);
-    ll_model_step(m, &b, 1, 0, 1, NULL);
-    ll_adam_step(&d->opt, m, 1e-4, 1e-4, 1.0 / b.n_tgt_tokens, 1);
+    for (int rep = 0; rep < reps; rep++) {
+        d->step = *ll_backend_counts(be);
+        for (int s = 0; s < 2; s++) /* every layer runs (no LayerDrop, gates on) */
+            if (ll_latent_on(m, s)) ll_latent_sample(m, s, 0, 1, 0, 1, 0);
+        ll_model_stats_zero(m);
+        ll_model_step(m, &b, 1, 0, 1, NULL);
+        ll_adam_step(&d->opt, m, 1e-4, 1e-4, 1.0 / b.n_tgt_tokens, 1);
+    }
+    const ll_op_counts *c = ll_backend_counts(be);
+    d->step.calls = c->calls - d->step.calls;
+    d->step.launches = c->launches - d->step.launches;
+    for (size_t i = 0; i < sizeof c->per_op / sizeof c->per_op[0]; i++) {
+        d->step.per_op[i] = c->per_op[i] - d->step.per_op[i];
+        d->step.per_op_launches[i] = c->per_op_launches[i] - d->step.per_op_launches[i];
+    }
     ll_batch_free(&b);
+}
+
+/* A step's backend ops and the CUDA stream operations they would be
+ * (counting.c's rules), in total and by op, most frequent first. */
+static void print_step_ops(const ll_op_counts *st) {
+    printf("one step (forward, backward, Adam): %llu backend ops, %llu CUDA launches (kernels, async copies and "
+           "memsets; a steady-state step)\n",
+           (unsigned long long)st->calls, (unsigned long long)st->launches);
+    const size_t nslots = sizeof st->per_op / sizeof st->per_op[0];
+    uint8_t done[sizeof st->per_op / sizeof st->per_op[0]] = {0};
+    printf("%-34s %12s %12s\n", "ops of the step", "calls", "launches");
+    for (;;) {
+        size_t best = nslots;
+        for (size_t i = 0; i < nslots; i++)
+            if (!done[i] && st->per_op[i] && (best == nslots || st->per_op[i] > st->per_op[best])) best = i;
+        if (best == nslots) break;
+        done[best] = 1;
+        printf("  %-32s %12llu %12llu\n", ll_backend_op_name(best), (unsigned long long)st->per_op[best],
+               (unsigned long long)st->per_op_launches[best]);
+    }
 }
 
 static void dry_free(dry_step *d) {
@@ -69,7 +102,7 @@ ll_dtype ll_config_act_dtype(const ll_config *cfg) {
 
 size_t ll_train_arena_bytes(const ll_config *cfg) {
     dry_step d;
-    dry_run_step(&d, cfg, 0, 0, ll_config_act_dtype(cfg));
+    dry_run_step(&d, cfg, 0, 0, ll_config_act_dtype(cfg), 1);
     size_t peak = d.m->arena.peak;
     dry_free(&d);
     return peak;
@@ -77,12 +110,11 @@ size_t ll_train_arena_bytes(const ll_config *cfg) {
 
 int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, int T_opt) {
     dry_step d, h;
-    dry_run_step(&d, cfg, B_opt, T_opt, LL_REAL_DTYPE);
-    dry_run_step(&h, cfg, B_opt, T_opt, LL_BF16);
+    dry_run_step(&d, cfg, B_opt, T_opt, LL_REAL_DTYPE, 3);
+    dry_run_step(&h, cfg, B_opt, T_opt, LL_BF16, 3);
     ll_model *m = d.m;
     const ll_hparams hp = m->hp;
     const int B = d.B, T = d.T;
-    const ll_op_counts *c = ll_backend_counts(d.be);
 
     const double P = (double)m->n_params, R = (double)sizeof(real);
     const double act32 = (double)m->arena.peak, act16 = (double)h.m->arena.peak;
@@ -94,9 +126,11 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     printf("dry run of %s: %d+%d layers, d=%d, ffn %d, heads %d, vocab %d%s%s%s\n", config_path, hp.Le, hp.Ld, hp.C, hp.F,
            hp.H, hp.V, hp.latent_enc || hp.latent_dec ? ", latent depth" : "", hp.dlcl_enc || hp.dlcl_dec ? ", DLCL" : "",
            cfg->ddr_alpha > 0 || cfg->ald_weight > 0 ? ", DDR/ALD passes" : "");
-    printf("%s batch: %d sentences x %d tokens (%d tokens per side), one step: %llu backend ops\n", B_opt > 0 ? "the" : "largest", B, T, B * T,
-           (unsigned long long)c->calls);
+    printf("%s batch: %d sentences x %d tokens (%d tokens per side)\n", B_opt > 0 ? "the" : "largest", B, T, B * T);
     printf("parameters: %zu\n", ll_model_count_params(m));
+    const dry_step *own = ll_config_act_dtype(cfg) == LL_BF16 ? &h : &d; /* the config's train.precision */
+    printf("%s activations:\n", ll_dtype_str(own->m->be->act));
+    print_step_ops(&own->step);
     printf("%-34s %12s %12s\n", "backend memory (GiB), measured", "fp32", "bf16");
     printf("%-34s %12.3f %12.3f\n", "master weights (fp32)", gib(R * P), gib(R * P));
     printf("%-34s %12s %12.3f\n", "weight copy for matmuls (bf16)", "-", gib(copy16));

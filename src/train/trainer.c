@@ -27,6 +27,7 @@
 typedef struct {
     long updates;
     uint64_t calls, min_calls, max_calls, max_reads, max_uploads;
+    uint64_t launches; /* CUDA stream operations of the calls (counting.c's rules) */
     uint64_t per_op[sizeof(ll_backend) / sizeof(void *)];
     ll_op_counts before;
 } op_tally;
@@ -380,6 +381,7 @@ static void tally_update(trainer *t) {
     y->max_reads = reads > y->max_reads ? reads : y->max_reads;
     y->max_uploads = ups > y->max_uploads ? ups : y->max_uploads;
     y->calls += calls;
+    y->launches += c->launches - b->launches;
     for (size_t i = 0; i < sizeof y->per_op / sizeof y->per_op[0]; i++) y->per_op[i] += c->per_op[i] - b->per_op[i];
     y->updates++;
 }
@@ -390,9 +392,10 @@ static void print_op_stats(const trainer *t) {
     const double n = y->updates ? (double)y->updates : 1;
     fprintf(stderr,
             "op-stats | updates %ld | host reads per update max %llu | uploads per update max %llu | "
-            "ops per update mean %.1f min %llu max %llu | arena growths %zu | activation peak %.1f MiB\n",
+            "ops per update mean %.1f min %llu max %llu | CUDA launches per update mean %.1f | arena growths %zu | "
+            "activation peak %.1f MiB\n",
             y->updates, (unsigned long long)y->max_reads, (unsigned long long)y->max_uploads, y->calls / n,
-            (unsigned long long)y->min_calls, (unsigned long long)y->max_calls, t->m->arena.grown,
+            (unsigned long long)y->min_calls, (unsigned long long)y->max_calls, y->launches / n, t->m->arena.grown,
             t->m->arena.peak / 1048576.0);
     fprintf(stderr, "op-stats | per update:");
     uint64_t left[sizeof y->per_op / sizeof y->per_op[0]];

@@ -130,8 +130,11 @@ const char *env(const char *name) { return getenv(name); }
 int current_device() { return t_device; }
 void set_last_error(cudaError_t e) { t_last = e; }
 
+static uint64_t g_enqueued; /* every stream operation so far, all streams (ll_cuda_emu_stream_ops) */
+
 void enqueue(cudaStream_t s, const char *what, std::function<void()> fn) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
+    g_enqueued++;
     CUstream_st *st = stream_of(s);
     st->q.push_back(CUstream_st::item{what, std::move(fn), NULL, 0});
     t_queues = true;
@@ -207,6 +210,14 @@ using namespace ll_emu;
 #define LOCK std::lock_guard<std::recursive_mutex> lk_(g_mu)
 
 extern "C" {
+
+/* Test hook: stream operations (kernels, async copies and memsets, cuBLAS(Lt)
+ * matmuls, CUB sorts, NCCL calls) queued so far -- what the counting backend's
+ * launch rules (src/backend/counting.c) must predict. */
+uint64_t ll_cuda_emu_stream_ops(void) {
+    LOCK;
+    return g_enqueued;
+}
 
 cudaError_t cudaGetDeviceCount(int *count) {
     *count = n_devices();

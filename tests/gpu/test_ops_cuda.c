@@ -14,8 +14,9 @@
  *    (NONE, BIAS, BIAS_RELU, BGRAD over rows and over columns), beta 0 and 1,
  *    activation-dtype C and fp32 C from activation-dtype A, B (weight
  *    gradients); convert: fp32 <-> bf16 with ties, NaN, Inf, overflow;
- *  - random ops give identical bits: dropout masks, attention dropout (through
- *    the outputs: one flipped bit is an O(1) error), latent_sample's hard gates,
+ *  - random ops give identical bits: dropout masks, attention dropout and the
+ *    fused residual ops' redrawn dropout (through the outputs: one flipped
+ *    bit is an O(1) error), latent_sample's hard gates,
  *    all from the same Philox stream and offset;
  *  - accumulate vs overwrite: outputs that accumulate (every *_bwd, acc,
  *    stats slots, ...) start from random values, outputs that are overwritten
@@ -302,6 +303,64 @@ static void t_dot_acc(void) {
     pb_free(&a), pb_free(&b), pb_free(&mul), pb_free(&dst);
 }
 
+/* ---- the fused residual branch: every gate, dropout and dx mode; aligned
+ * (16-byte vectors) and unaligned buffers and offsets.  RN elements (cheap
+ * under the sanitizers); one backward case of RN_BIG, more than the gate
+ * dot's 1024 blocks of 256 threads x 8 elements cover in one sweep ---- */
+#define RN ((size_t)100003)
+#define RN_BIG ((size_t)(1u << 21) + 5)
+static const char *res_mode[] = {"none", "copy", "acc"};
+static void t_residual_fwd(void) {
+    pbuf g = pb_rand_buf(2, 0.2, 1.3);
+    for (int k = 0; k < 6; k++) {
+        const real p = k % 2 ? 0.1f : 0;
+        const int gates = k / 2; /* 0: none, 1: g1, 2: both */
+        const uint64_t off = k == 3 ? 12347 : 0; /* odd offset: partial Philox blocks, scalar path */
+        const size_t e0 = k == 5; /* element 1: buffers off 16-byte alignment */
+        ll_philox rng;
+        philox(&rng, LL_RNG_DROPOUT, 11 + k);
+        pbuf x = pb_rand_act(RN + 1, -1, 1), sub = pb_rand_act(RN + 1, -1, 1), y = pb_poison_act(RN + 1);
+        BOTH BE->residual_fwd(BE, AT(y, s, e0), AT(sub, s, e0), AT(x, s, e0), gates ? F(g, s) : NULL,
+                              gates == 2 ? F(g, s) + 1 : NULL, RN, p, p > 0 ? &rng : NULL, off);
+        char what[96];
+        snprintf(what, sizeof what, "s (dropped in place; p %g, offset %llu, element %zu)", (double)p,
+                 (unsigned long long)off, e0);
+        pb_cmp(what, &sub, RN + 1, TOL_EW); /* one dropout bit drawn differently is an O(1) error */
+        snprintf(what, sizeof what, "y = x + g s (%d gates)", gates);
+        pb_cmp(what, &y, RN + 1, TOL_EW);
+        BOTH BE->residual_fwd(BE, A(x, s), A(sub, s), A(x, s), F(g, s), NULL, RN, p, p > 0 ? &rng : NULL, off);
+        pb_cmp("x = x + g s (aliased)", &x, RN, TOL_EW);
+        pb_free(&x), pb_free(&sub), pb_free(&y);
+    }
+    pb_free(&g);
+}
+static void t_residual_bwd(void) {
+    pbuf g = pb_rand_buf(2, 0.2, 1.3);
+    for (int k = 0; k < 9; k++) {
+        const int mode = k % 3, gates = k / 3 % 3; /* gates 0: none, 1: g1 (dg1), 2: both (dg1, dg2) */
+        const real p = k % 2 ? 0 : 0.1f;
+        const uint64_t off = k == 4 ? 99 : 0;
+        const size_t e0 = k == 8; /* with dropout, both gates, dx accumulated */
+        const size_t rn = k == 6 ? RN_BIG : RN; /* dropout, both gates, no dx: the big one */
+        ll_philox rng;
+        philox(&rng, LL_RNG_DROPOUT, 21 + k);
+        pbuf ds = pb_rand_act(rn + 1, -1, 1), dx = pb_rand_act(rn + 1, -1, 1), sub = pb_rand_act(rn + 1, -1, 1);
+        pbuf dg = pb_rand_buf(2, -1, 1);
+        BOTH BE->residual_bwd(BE, AT(ds, s, e0), mode ? AT(dx, s, e0) : NULL, mode, AT(sub, s, e0),
+                              gates ? F(dg, s) : NULL, gates == 2 ? F(dg, s) + 1 : NULL, gates ? F(g, s) : NULL,
+                              gates == 2 ? F(g, s) + 1 : NULL, rn, p, p > 0 ? &rng : NULL, off);
+        char what[128];
+        snprintf(what, sizeof what, "ds (p %g, offset %llu, element %zu, %d gates)", (double)p,
+                 (unsigned long long)off, e0, gates);
+        pb_cmp(what, &ds, rn + 1, TOL_EW);
+        snprintf(what, sizeof what, "dx (%s)", res_mode[mode]);
+        pb_cmp(what, &dx, rn + 1, TOL_EW);
+        pb_cmp("dg1, dg2 += gate <ds, s> (in double, accumulated)", &dg, 2, TOL_EW);
+        pb_free(&ds), pb_free(&dx), pb_free(&sub), pb_free(&dg);
+    }
+    pb_free(&g);
+}
+
 /* ---- DLCL: k separate entries, host arrays of backend pointers ---- */
 #define DK 7
 #define DN ((size_t)100003)
@@ -389,7 +448,8 @@ static const op_test tests[] = {
     {"embed_fwd", t_embed_fwd, 0}, {"embed_bwd", t_embed_bwd, 0}, {"relu_fwd", t_relu_fwd, 0},
     {"relu_bwd", t_relu_bwd, 0}, {"dropout_fwd", t_dropout_fwd, 0}, {"dropout_bwd", t_dropout_bwd, 0},
     {"add", t_add, 0}, {"add_scaled", t_add_scaled, 0}, {"acc", t_acc, 0}, {"add_gated", t_add_gated, 0},
-    {"scale_gated", t_scale_gated, 0}, {"dot_acc", t_dot_acc, 0}, {"weighted_sum", t_weighted_sum, 0},
+    {"scale_gated", t_scale_gated, 0}, {"dot_acc", t_dot_acc, 0}, {"residual_fwd", t_residual_fwd, 0},
+    {"residual_bwd", t_residual_bwd, 0}, {"weighted_sum", t_weighted_sum, 0},
     {"weighted_scatter", t_weighted_scatter, 0}, {"dots_acc", t_dots_acc, 0},
     {"latent_sample", t_latent_sample, 0}, {"latent_grad", t_latent_grad, 0}, {"latent_kl", t_latent_kl, 0},
     {"latent_lk", t_latent_lk, 0}, {"latent_depth", t_latent_depth, 0}, {"latent_q", t_latent_q, 0},

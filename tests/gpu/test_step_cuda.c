@@ -28,6 +28,10 @@
  * alignment) fails the method, on a GPU and under the emulation's strict
  * cuBLASLt stand-in alike.  With LL_CUDA_EMU_LT_REFUSE set (refusals forced
  * on purpose) the fallbacks must show in the count instead.
+ * Under the CUDA emulation the CUDA side also runs through a counting
+ * backend, and the stream operations the emulator queued must equal what
+ * counting.c's launch rules predict (the numbers --dry-run and --op-stats
+ * report as CUDA launches).
  * The methods and toy shapes follow tests/cli/test_op_count.sh.  Skips (77)
  * without a GPU; LL_PARITY_SELFTEST=1 runs CPU against CPU (exact), and with
  * LL_PARITY_BREAK=<op> (tests/gpu/parity.h) it must fail. */
@@ -66,6 +70,7 @@ typedef struct {
     double st[LL_ST_N];
     real *grads;        /* host copy */
     uint64_t fallbacks; /* gemm calls of the step that did not run fused (CUDA) */
+    ll_backend *counted; /* the counting wrapper it ran on (emulation), or NULL */
 } side;
 
 /* ll_model_step's random structure as the trainer draws it (draw_structure) */
@@ -101,7 +106,12 @@ static uint64_t pick_step(const ll_config *cfg, ll_model *m, uint64_t base) {
     return base;
 }
 
-/* One update's forward/backward on backend be, as trainer.c's accumulate() runs it for one batch. */
+#ifdef LL_CUDA_EMU
+uint64_t ll_cuda_emu_stream_ops(void); /* tests/cuda_emu/emu_runtime.cc */
+#endif
+
+/* One update's forward/backward on backend be, as trainer.c's accumulate() runs it for one batch.
+ * counted: be is a counting wrapper (ll_backend_counting) of the backend under test. */
 static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hparams *hp, const ll_batch *b) {
     const uint64_t f0 = ll_backend_gemm_fallbacks(be);
     ll_model *m = sd->m = ll_model_new(hp, be);
@@ -151,6 +161,7 @@ static void free_side(side *sd) {
     sd->m->obj.ddr_dec_ctl = NULL;
     ll_model_free(sd->m);
     free(sd->grads);
+    ll_backend_counting_free(sd->counted);
 }
 
 static int run_method(const method *me) {
@@ -182,7 +193,37 @@ static int run_method(const method *me) {
 
     side sd[2];
     memset(sd, 0, sizeof sd);
-    for (int s = 0; s < 2; s++) run_side(&sd[s], pb_be[s], &cfg, &hp, &b);
+    for (int s = 0; s < 2; s++) {
+#ifdef LL_CUDA_EMU
+        /* the emulated side through a counting wrapper: its launch rules (src/backend/counting.c,
+         * what the dry run and --op-stats report) must predict every stream operation queued.
+         * Not with refusals forced (LL_CUDA_EMU_LT_REFUSE): each refused epilogue adds a kernel
+         * the rules, which count the fused path, do not predict. */
+        const char *refuse = getenv("LL_CUDA_EMU_LT_REFUSE");
+        if (s == DUT && !pb_selftest && !(refuse && *refuse)) {
+            ll_backend *cb = ll_backend_counting(pb_be[DUT]);
+            const uint64_t q0 = ll_cuda_emu_stream_ops();
+            run_side(&sd[s], cb, &cfg, &hp, &b);
+            const ll_op_counts *c = ll_backend_counts(cb);
+            /* CUB's radix sort is one queued operation here, CUB_SORT kernels on a GPU */
+            const size_t eb = offsetof(ll_backend, embed_bwd) / sizeof(void *);
+            const uint64_t want = c->launches - c->per_op_launches[eb] + 3 * c->per_op[eb];
+            const uint64_t got = ll_cuda_emu_stream_ops() - q0;
+            if (got != want) {
+                fprintf(stderr, "  %s: %llu stream operations queued, the counting backend's rules say %llu\n",
+                        me->name, (unsigned long long)got, (unsigned long long)want);
+                for (size_t i = 0; i < sizeof c->per_op / sizeof c->per_op[0]; i++)
+                    if (c->per_op[i])
+                        fprintf(stderr, "    %-16s %6llu calls %6llu launches\n", ll_backend_op_name(i),
+                                (unsigned long long)c->per_op[i], (unsigned long long)c->per_op_launches[i]);
+                tu_failures++;
+            }
+            sd[s].counted = cb;
+            continue;
+        }
+#endif
+        run_side(&sd[s], pb_be[s], &cfg, &hp, &b);
+    }
 
     static const struct { int slot; const char *name; } slots[] = {
         {LL_ST_LOSS, "loss"}, {LL_ST_NLL, "nll"}, {LL_ST_CE2, "ce2 (DDR)"}, {LL_ST_NLL2, "nll2 (DDR)"},

@@ -217,6 +217,25 @@ static void b_dot_acc(ll_backend *be, real *dst, const ll_act *a, const ll_act *
     cpu_dot_acc(be, dst, R(in1(0, a, n)), R(in1(1, b, n)), n, mul);
 }
 
+/* The residual branch: bf16 = 1 rounds the intermediates the unfused ops stored. */
+static void b_residual_fwd(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2,
+                           size_t n, real p, const ll_philox *rng, uint64_t offset) {
+    (void)be;
+    real *ys = scratch(0, n), *ss = in1(1, s, n);
+    cpu_residual_fwd_real(ys, ss, in1(2, x, n), g1, g2, n, p, rng, offset, 1);
+    if (p > 0) back1(s, ss, n);
+    back1(y, ys, n);
+}
+static void b_residual_bwd(ll_backend *be, ll_act *ds, ll_act *dx, int dx_mode, const ll_act *s, real *dg1,
+                           real *dg2, const real *g1, const real *g2, size_t n, real p, const ll_philox *rng,
+                           uint64_t offset) {
+    (void)be;
+    real *d = in1(0, ds, n), *x = dx_mode == LL_RES_ACC ? in1(1, dx, n) : scratch(1, n);
+    cpu_residual_bwd_real(d, x, dx_mode, in1(2, s, n), dg1, dg2, g1, g2, n, p, rng, offset, 1);
+    back1(ds, d, n);
+    if (dx_mode != LL_RES_NONE) back1(dx, x, n);
+}
+
 /* ---- DLCL: direct loops (k entries would need k scratch buffers) ---- */
 #define CHUNK 2048
 static void b_weighted_sum(ll_backend *be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n) {
@@ -349,7 +368,7 @@ static void init_bf16(void) {
     g_bf16.act = LL_BF16;
     SET(gemm), SET(layernorm_fwd), SET(layernorm_bwd), SET(embed_fwd), SET(embed_bwd), SET(relu_fwd);
     SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled), SET(acc), SET(add_gated);
-    SET(scale_gated), SET(dot_acc), SET(weighted_sum), SET(weighted_scatter), SET(dots_acc), SET(ald_pool);
+    SET(scale_gated), SET(dot_acc), SET(residual_fwd), SET(residual_bwd), SET(weighted_sum), SET(weighted_scatter), SET(dots_acc), SET(ald_pool);
     SET(ald_unpool), SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax);
     SET(beam_topk), SET(attention_cached);
     /* decoding's packed fp32 kernel has no bf16 form: linear layers use gemm */

@@ -38,6 +38,19 @@ void cpu_grad_finish(ll_backend *be, double *stats, double grad_scale, double cl
 void cpu_adam(ll_backend *be, real *p, ll_act *p_act, const real *g, real *m, real *v, size_t n, real lr, real b1,
               real b2, real eps, real wd, const double *stats, int t_slot);
 
+/* cpu_residual.c: the fused residual branch.  The _real forms take `real`
+ * arrays; bf16 = 1 rounds what the unfused bf16 ops stored between steps
+ * (dropped s, gated ds) to bf16, so the bf16 backend stays bit-identical to
+ * its unfused sequence. */
+void cpu_residual_fwd(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2,
+                      size_t n, real p, const ll_philox *rng, uint64_t offset);
+void cpu_residual_bwd(ll_backend *be, ll_act *ds, ll_act *dx, int dx_mode, const ll_act *s, real *dg1, real *dg2,
+                      const real *g1, const real *g2, size_t n, real p, const ll_philox *rng, uint64_t offset);
+void cpu_residual_fwd_real(real *y, real *s, const real *x, const real *g1, const real *g2, size_t n, real p,
+                           const ll_philox *rng, uint64_t offset, int bf16);
+void cpu_residual_bwd_real(real *ds, real *dx, int dx_mode, const real *s, real *dg1, real *dg2, const real *g1,
+                           const real *g2, size_t n, real p, const ll_philox *rng, uint64_t offset, int bf16);
+
 /* cpu_latent.c */
 void cpu_latent_sample(ll_backend *be, real *z, real *dzda, const real *a, int L, const ll_philox *rng, real tau,
                        int hard);

@@ -1,0 +1,231 @@
+/* The residual branch of a block in one pass each way (backend.h
+ * residual_fwd / residual_bwd; cpu_residual.c is the reference).
+ *
+ * One thread per Philox block (4 words = 8 half-words = 8 consecutive
+ * elements, the dropout rule of elementwise.cu), so each block is generated
+ * once forward and once backward: no mask is stored.  When the element
+ * offset is a multiple of 8 and every pointer is 16-byte aligned (the model's
+ * buffers are), a block's 8 elements move as 16-byte vectors (one for bf16,
+ * two for fp32); partial blocks at the ends take the scalar path.
+ *
+ * Intermediates the unfused ops stored (the dropped s, the gated ds) are
+ * rounded to T exactly there, so fused and unfused results are equal.
+ *
+ * Backward's dot product <ds, s> (the gate gradients) is in double: one
+ * partial per block, a fixed grid that depends on n and offset only, then a
+ * one-block finisher in index order (reduce.cuh's scheme, no atomics):
+ * 2 launches when a gate gradient is asked for, else 1. */
+#include <string.h>
+
+#include "philox.cuh"
+#include "reduce.cuh"
+
+#define RES_THREADS 256
+#define RES_MAX_PARTS 1024 /* partials of the dot: the grid's cap when one is taken */
+
+template <typename T> static __device__ __forceinline__ float rnd(float v);
+template <> __device__ __forceinline__ float rnd<float>(float v) { return v; }
+template <> __device__ __forceinline__ float rnd<__nv_bfloat16>(float v) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+/* 8 elements at p (16-byte aligned) to/from fp32.  The emulation copies
+ * bytes (host C++ forbids reading T through uint4); nvcc gets vector loads. */
+template <typename T> static __device__ __forceinline__ void ld8(const T *p, float v[8]) {
+    alignas(16) T e[8];
+#ifdef LL_CUDA_EMU
+    memcpy(e, p, sizeof e);
+#else
+#pragma unroll
+    for (int w = 0; w < (int)(sizeof e / 16); w++) reinterpret_cast<uint4 *>(e)[w] = reinterpret_cast<const uint4 *>(p)[w];
+#endif
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = ll_ld(e + k);
+}
+template <typename T> static __device__ __forceinline__ void st8(T *p, const float v[8]) {
+    alignas(16) T e[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) ll_st(e + k, v[k]);
+#ifdef LL_CUDA_EMU
+    memcpy(p, e, sizeof e);
+#else
+#pragma unroll
+    for (int w = 0; w < (int)(sizeof e / 16); w++) reinterpret_cast<uint4 *>(p)[w] = reinterpret_cast<const uint4 *>(e)[w];
+#endif
+}
+
+struct res_args {
+    size_t n;
+    uint64_t offset, nblk; /* elements offset..offset+n; Philox blocks they touch */
+    uint32_t thr;          /* keep iff half-word >= thr */
+    float scale;           /* 1 / (1 - p) */
+    int drop, vec;         /* p > 0; 16-byte vectors allowed */
+    ll_philox r;
+};
+
+/* Keep bits of Philox block blk (all ones without dropout). */
+static __device__ __forceinline__ unsigned keep_bits(const res_args &a, uint64_t blk) {
+    if (!a.drop) return 0xffu;
+    uint32_t w[4];
+    ll_philox_block_dev(a.r, blk, w);
+    unsigned k = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) k |= (unsigned)(((w[j >> 1] >> (16 * (j & 1))) & 0xffffu) >= a.thr) << j;
+    return k;
+}
+
+/* s = dropout(s); y = x + g s (gated) or x + s. */
+template <typename T>
+static __global__ void __launch_bounds__(RES_THREADS)
+    residual_fwd_kernel(T *y, T *s, const T *x, const float *g1, const float *g2, res_args a) {
+    const int gated = g1 || g2;
+    const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
+    const uint64_t first = a.offset >> 3, end = a.offset + a.n;
+    for (uint64_t bi = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; bi < a.nblk;
+         bi += (uint64_t)gridDim.x * blockDim.x) {
+        const uint64_t blk = first + bi, h0 = blk << 3;
+        const unsigned keep = keep_bits(a, blk);
+        if (a.vec && h0 >= a.offset && h0 + 8 <= end) {
+            const size_t i0 = (size_t)(h0 - a.offset);
+            float sv[8], xv[8], yv[8];
+            ld8(s + i0, sv);
+            ld8(x + i0, xv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (a.drop) sv[j] = rnd<T>((keep >> j & 1) ? sv[j] * a.scale : 0.0f);
+                yv[j] = gated ? xv[j] + g * sv[j] : xv[j] + sv[j];
+            }
+            if (a.drop) st8(s + i0, sv);
+            st8(y + i0, yv);
+            continue;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint64_t h = h0 + (uint64_t)j;
+            if (h < a.offset || h >= end) continue;
+            const size_t i = (size_t)(h - a.offset);
+            float v = ll_ld(s + i);
+            if (a.drop) {
+                v = rnd<T>((keep >> j & 1) ? v * a.scale : 0.0f);
+                ll_st(s + i, v);
+            }
+            const float xv = ll_ld(x + i);
+            ll_st(y + i, gated ? xv + g * v : xv + v);
+        }
+    }
+}
+
+/* One element of backward; returns the new ds and adds ds s to *d. */
+template <typename T>
+static __device__ __forceinline__ float bwd_one(float v, float sv, float *dxv, int dx_mode, int dot, double *d,
+                                                float g, int kept, const res_args &a) {
+    if (dx_mode == LL_RES_COPY)
+        *dxv = v;
+    else if (dx_mode == LL_RES_ACC)
+        *dxv += v;
+    if (dot) *d += (double)v * (double)sv;
+    if (g != 1.0f) v = rnd<T>(v * g); /* scale_gated, stored */
+    if (a.drop) v = kept ? v * a.scale : 0.0f;
+    return v;
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(RES_THREADS)
+    residual_bwd_kernel(T *ds, T *dx, int dx_mode, const T *s, int dot, double *part, const float *g1,
+                        const float *g2, res_args a) {
+    __shared__ double sh[LL_WARP];
+    const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
+    const uint64_t first = a.offset >> 3, end = a.offset + a.n;
+    double d = 0.0;
+    for (uint64_t bi = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; bi < a.nblk;
+         bi += (uint64_t)gridDim.x * blockDim.x) {
+        const uint64_t blk = first + bi, h0 = blk << 3;
+        const unsigned keep = keep_bits(a, blk);
+        if (a.vec && h0 >= a.offset && h0 + 8 <= end) {
+            const size_t i0 = (size_t)(h0 - a.offset);
+            float v[8], sv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, xv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            ld8(ds + i0, v);
+            if (dot) ld8(s + i0, sv);
+            if (dx_mode == LL_RES_ACC) ld8(dx + i0, xv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = bwd_one<T>(v[j], sv[j], &xv[j], dx_mode, dot, &d, g, keep >> j & 1, a);
+            if (dx_mode != LL_RES_NONE) st8(dx + i0, xv);
+            st8(ds + i0, v);
+            continue;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint64_t h = h0 + (uint64_t)j;
+            if (h < a.offset || h >= end) continue;
+            const size_t i = (size_t)(h - a.offset);
+            float xv = dx_mode == LL_RES_ACC ? ll_ld(dx + i) : 0.0f;
+            const float v = bwd_one<T>(ll_ld(ds + i), dot ? ll_ld(s + i) : 0.0f, &xv, dx_mode, dot, &d, g,
+                                       keep >> j & 1, a);
+            if (dx_mode != LL_RES_NONE) ll_st(dx + i, xv);
+            ll_st(ds + i, v);
+        }
+    }
+    if (!dot) return; /* uniform over the grid: no thread skips the barriers below alone */
+    d = ll_block_sum(d, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = d;
+}
+
+/* The gate gradients from the partials: cpu_residual_bwd's (real)(d * gate). */
+static __global__ void __launch_bounds__(RED_THREADS)
+    residual_dot_finish(const double *__restrict__ part, int G, float *dg1, float *dg2, const float *g1,
+                        const float *g2) {
+    __shared__ double sh[LL_WARP];
+    const double total = ll_block_sum_array(part, G, sh);
+    if (threadIdx.x != 0) return;
+    if (dg1) *dg1 += (float)(total * (g2 ? (double)*g2 : 1.0));
+    if (dg2) *dg2 += (float)(total * (g1 ? (double)*g1 : 1.0));
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* host float arithmetic, exactly the CPU's threshold and scale */
+static res_args make_args(size_t n, float p, const ll_philox &rng, uint64_t offset, int aligned) {
+    res_args a;
+    a.n = n;
+    a.offset = offset;
+    a.nblk = ((offset + n - 1) >> 3) - (offset >> 3) + 1;
+    a.drop = p > 0.0f;
+    a.thr = a.drop ? (uint32_t)lround((double)p * 65536.0) : 0;
+    a.scale = a.drop ? 1.0f / (1.0f - p) : 1.0f;
+    a.vec = aligned && (offset & 7) == 0;
+    a.r = rng;
+    return a;
+}
+
+extern "C" size_t ll_cuda_residual_scratch_bytes(void) { return RES_MAX_PARTS * sizeof(double); }
+
+extern "C" cudaError_t ll_cuda_residual_fwd(cudaStream_t st, ll_cuda_dtype t, void *y, void *s, const void *x,
+                                            const float *g1, const float *g2, size_t n, float p, ll_philox rng,
+                                            uint64_t offset) {
+    if (n == 0) return cudaSuccess;
+    const res_args a = make_args(n, p, rng, offset, aligned16(y) && aligned16(s) && aligned16(x));
+    LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(a.nblk, RES_THREADS), RES_THREADS, 0, st, residual_fwd_kernel<T>)(
+                          (T *)y, (T *)s, (const T *)x, g1, g2, a);)
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t ll_cuda_residual_bwd(cudaStream_t st, ll_cuda_dtype t, void *ds, void *dx, int dx_mode,
+                                            const void *s, float *dg1, float *dg2, const float *g1, const float *g2,
+                                            size_t n, float p, ll_philox rng, uint64_t offset, void *scratch) {
+    if (n == 0) return cudaSuccess;
+    if (dx_mode != LL_RES_NONE && dx_mode != LL_RES_COPY && dx_mode != LL_RES_ACC) return cudaErrorInvalidValue;
+    const int dot = dg1 || dg2;
+    if (dot && !scratch) return cudaErrorInvalidValue;
+    const int aligned = aligned16(ds) && aligned16(s) && (dx_mode == LL_RES_NONE || aligned16(dx));
+    const res_args a = make_args(n, p, rng, offset, aligned);
+    unsigned G = ll_grid(a.nblk, RES_THREADS);
+    if (dot && G > RES_MAX_PARTS) G = RES_MAX_PARTS; /* a fixed function of n and offset: reproducible sums */
+    LL_DISPATCH(t, T, LL_LAUNCH(G, RES_THREADS, 0, st, residual_bwd_kernel<T>)(
+                          (T *)ds, (T *)dx, dx_mode, (const T *)s, dot, (double *)scratch, g1, g2, a);)
+    LL_CHECK_LAUNCH();
+    if (!dot) return cudaSuccess;
+    LL_LAUNCH(1, RED_THREADS, 0, st, residual_dot_finish)((const double *)scratch, (int)G, dg1, dg2, g1, g2);
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}
