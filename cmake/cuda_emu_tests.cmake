@@ -48,12 +48,12 @@ add_test(NAME gpu_emu_ftz_shows COMMAND gpu_test_typed_cuda)
 set_tests_properties(gpu_emu_ftz_shows PROPERTIES LABELS gpu WILL_FAIL TRUE ENVIRONMENT
   "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FTZ=all")
 # The shell GPU tests at a size the emulation runs in CI: they train and decode on the
-# emulated device (a d 64, 1+1-layer model, 2 updates of 256 tokens, 3-5 decoded lines, 2 + 2 resumed updates of
+# emulated device (a d 64, 1+1-layer model, 2 updates of 256 tokens, validation loss over 4 batches, 3-5 decoded lines, 2 + 2 resumed updates of
 # 512 tokens, TF32 runs of 512 tokens: the
 # tools end to end and the CPU comparison, not model quality)
 set(LL_EMU_SHELL_ENV "LL_BIBLE_UPDATES=2;LL_BIBLE_MAX_TOKENS=256;LL_BIBLE_DECODE_LINES=3;LL_DECODE_PARITY_LINES=5"
     "LL_RESUME_UPDATES=4;LL_RESUME_VALID=2;LL_RESUME_TOKENS=512"
-    "LL_BIBLE_EXTRA=--set model.d_model=64 --set model.ffn_dim=128 --set model.enc_layers=1 --set model.dec_layers=1")
+    "LL_BIBLE_EXTRA=--set model.d_model=64 --set model.ffn_dim=128 --set model.enc_layers=1 --set model.dec_layers=1 --set train.valid_max_batches=4")
 if(TEST gpu_test_tf32)
   set_property(TEST gpu_test_tf32 APPEND PROPERTY ENVIRONMENT "LL_TF32_TOKENS=512")
 endif()

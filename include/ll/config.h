@@ -63,7 +63,7 @@ typedef struct {
     float label_smoothing;
     int max_updates, max_epochs;
     float max_minutes;   /* training wall-time budget (0 = none) */
-    int valid_interval, log_interval;
+    int valid_interval, valid_max_batches, log_interval;
     char metrics_log[LL_PATH_MAX];
     char device[16];     /* "auto" | "cpu" | "cuda" */
     char precision[8];   /* "fp32" | "bf16": the activation dtype */

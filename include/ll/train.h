@@ -132,6 +132,7 @@ typedef struct {
     double loss, nll;  /* per target token, base 2 (as fairseq logs them) */
     double bleu, chrf; /* when train.valid_bleu */
     int have_bleu;
+    long tokens;       /* target tokens the loss covers (fewer with train.valid_max_batches) */
 } ll_valid_result;
 /* Loss on `valid` and (train.valid_bleu) BLEU/chrF of decoding the raw
  * data.valid sources with train.valid_beam.  -1 + errbuf. */

@@ -124,6 +124,9 @@ const ll_cfg_key ll_cfg_keys[] = {
         "fixed-budget runs (configs/bible_gpu.cfg)."),
     INT("train.valid_interval", valid_interval, "1000", 0, INT_MAX,
         "Validate every this many updates (and at the end); 0 = only at the end of each epoch."),
+    INT("train.valid_max_batches", valid_max_batches, "0", 0, INT_MAX,
+        "Validation loss over the first this many batches of the validation set only (fairseq's "
+        "--max-valid-steps); 0 = all. For quick checks; validation BLEU still decodes every line."),
     INT("train.log_interval", log_interval, "100", 1, INT_MAX, "Log training metrics every this many updates."),
     STR("train.metrics_log", metrics_log, "", 0,
         "JSON-lines metrics file; empty = <checkpoint.save_dir>/metrics.jsonl.  Relative to the working directory."),

@@ -449,14 +449,17 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     } else {
         t->ts.bad_valids++;
     }
-    char extra[96] = "";
-    if (r.have_bleu) snprintf(extra, sizeof extra, " | bleu %.2f | chrf %.2f", r.bleu, r.chrf);
+    char extra[160] = "";
+    if (t->cfg->valid_max_batches > 0)
+        snprintf(extra, sizeof extra, " | first %d batches, %ld tokens", t->cfg->valid_max_batches, r.tokens);
+    if (r.have_bleu)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " | bleu %.2f | chrf %.2f", r.bleu, r.chrf);
     if (ll_verbosity > 0)
         fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f%s | best %s %.3f%s\n", t->ts.update, r.loss,
             r.nll, pow(2, r.nll), extra, by_bleu ? "bleu" : "loss", by_bleu ? -t->ts.best_valid : t->ts.best_valid,
             best ? " (new best)" : "");
-    fprintf(t->metrics, "{\"type\":\"valid\",\"update\":%ld,\"loss\":%.6f,\"nll\":%.6f,\"ppl\":%.4f", t->ts.update,
-            r.loss, r.nll, pow(2, r.nll));
+    fprintf(t->metrics, "{\"type\":\"valid\",\"update\":%ld,\"loss\":%.6f,\"nll\":%.6f,\"ppl\":%.4f,\"tokens\":%ld",
+            t->ts.update, r.loss, r.nll, pow(2, r.nll), r.tokens);
     if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
     fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
     t->ts.metrics_records++;

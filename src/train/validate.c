@@ -60,7 +60,8 @@ static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *vali
     memset(&b, 0, sizeof b);
     long ntok = 0;
     ll_model_stats_zero(m);
-    for (uint64_t i = 0; ll_batcher_next(vb, &b); i++) { /* losses accumulate on the backend; one read at the end */
+    const uint64_t nmax = cfg->valid_max_batches > 0 ? (uint64_t)cfg->valid_max_batches : UINT64_MAX;
+    for (uint64_t i = 0; i < nmax && ll_batcher_next(vb, &b); i++) { /* losses accumulate on the backend; one read at the end */
         if (i % (uint64_t)d->world != (uint64_t)d->rank) continue;
         ll_set_pair_inference(m, cfg, b.src_lang, b.tgt_lang); /* rows exist: ll_config_validate */
         ll_latent_inference_draw(m, i);                          /* sample mode: one draw per batch */
@@ -77,6 +78,7 @@ static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *vali
     ll_model_stats_read(m, st, NULL);
     r->loss = st[LL_ST_LOSS] / (ntok ? ntok : 1) / M_LN2;
     r->nll = st[LL_ST_NLL] / (ntok ? ntok : 1) / M_LN2;
+    r->tokens = ntok;
 }
 
 /* Lines of a text file (malloc'd array of malloc'd strings). */

@@ -49,6 +49,19 @@ echo "early stop after $nval validations (update $last)"
 "$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/nobleu" --set train.best_metric=bleu 2> "$T/err"
 grep -q "needs train.valid_bleu" "$T/err" || err "best_metric=bleu without valid_bleu was accepted"
 
+# 3b. train.valid_max_batches: the validation loss over the first batches only, said in the log and
+# the metrics' token count (the full run above: every validation token)
+"$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/vmax" --set train.max_updates=2 \
+  --set train.valid_interval=2 --set data.max_tokens=64 --set train.valid_max_batches=1 2> "$T/vmax.log" ||
+  err "valid_max_batches run failed: $(tail -1 "$T/vmax.log")"
+"$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/vall" --set train.max_updates=2 \
+  --set train.valid_interval=2 --set data.max_tokens=64 2> "$T/vall.log" || err "full validation run failed"
+vtok() { sed -n 's/.*"type":"valid".*"tokens":\([0-9]*\).*/\1/p' "$T/$1/metrics.jsonl" | tail -1; }
+a=$(vtok vmax) b=$(vtok vall)
+[ -n "$a" ] && [ -n "$b" ] && [ "$a" -gt 0 ] && [ "$a" -lt "$b" ] || err "valid_max_batches=1: $a validation tokens, all: $b"
+[ "$a" -le 64 ] || err "valid_max_batches=1 with 64-token batches validated $a tokens"
+echo "validation tokens: first batch $a, all $b"
+
 # 4. bad input: one-line error, exit 1, nothing written
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
