@@ -4,7 +4,8 @@
 # the held-out test set with beam 5, scores it, and appends one row to
 # $OUT/results.tsv (columns: see HEADER).
 #
-#   scripts/experiments.sh [GROUP ...]        CPU groups: depth latent deep paper paper_hard (default: depth latent)
+#   scripts/experiments.sh [GROUP ...]        CPU groups: depth latent deep paper paper_hard latent_static
+#                                             (default: depth latent)
 #   scripts/experiments.sh --device cuda [GROUP ...]
 #       GPU groups (default: all three, 13 runs, about 25 minutes on one H100 at MINUTES=1.3):
 #         gpu_latent  static vs latent depth, pre-norm 6/24 and 6/48 decoders (L_K with K = L/2)
@@ -206,6 +207,18 @@ for g in $groups; do
     # Short: UPDATES=800 SEEDS="1 2 3" (KL from update 100 over 300 updates, L_K over the next 200)
     queue o2m_paper locale de --set latent.target_layers_dec=3 --set latent.soft_update=100 \
       --set latent.anneal_updates=300 --set latent.lk_anneal_updates=200 "${fast_logits[@]}" --set latent.beta=1 ;;
+  latent_static) # issue 27: latent depth against static pre-norm decoders of the same expected depth (Li et al.
+    # 2020, Table 8: LL L = 24 with E[L] = 12 vs static 12) at CPU scale, Bible en->es: a latent 16-layer
+    # decoder with L_K at K = 8 against static 8 (its expected depth) and static 16 (its full depth), all
+    # pre-norm, on the new defaults (soft samples throughout, beta 1 on the KL averaged over the 16 layers).
+    # Short: UPDATES=600 SEEDS="1 2 3" TEST_LINES=300 (KL from update 100 over 200 updates, L_K over the
+    # next 200, both at full weight for the last 100); the latent run first, so that a cut-short session
+    # has it
+    queue ll_pre_d16_k8 bible es --set model.dec_layers=16 --set model.norm=pre --set latent.decoder=true \
+      --set latent.target_layers_dec=8 --set latent.soft_update=100 --set latent.anneal_updates=200 \
+      --set latent.lk_anneal_updates=200 "${fast_logits[@]}"
+    queue static_pre_d8 bible es --set model.dec_layers=8 --set model.norm=pre
+    queue static_pre_d16 bible es --set model.dec_layers=16 --set model.norm=pre ;;
   paper_hard) # the same with the reference code's samples (hard straight-through after soft_update): which of
     # the two changes (soft samples, beta's scale) decides what o2m_paper shows
     queue o2m_paper_hard locale de --set latent.target_layers_dec=3 --set latent.soft_update=100 \

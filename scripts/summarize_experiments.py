@@ -59,6 +59,8 @@ GROUPS = {
     "deep": ["post_d20", "post_d20_750", "deep_post_all", "deep_post_no_ddr", "deep_post_no_cad", "deep_post_no_ald"],
     # issue 27: the corrected defaults (soft samples, beta on the code's scale), and with the code's hard samples
     "latent_paper": ["o2m_paper", "o2m_paper_hard"],
+    # issue 27: latent 16-layer pre-norm decoder (K = 8) against static 8 and static 16 (Bible)
+    "latent_static": ["static_pre_d8", "static_pre_d16", "ll_pre_d16_k8"],
     # scripts/experiments.sh --device cuda
     "gpu_latent": ["gpu_static_6_12", "gpu_static_6_24", "gpu_ll_6_24", "gpu_static_6_48", "gpu_ll_6_48"],
     "gpu_norm": ["gpu_post_6_24", "gpu_pre_6_24", "gpu_static_30_6", "gpu_dlcl_30_6"],
