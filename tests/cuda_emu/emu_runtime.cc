@@ -29,11 +29,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "emu_internal.h"
@@ -169,6 +172,32 @@ static unsigned launch_bound(const char *name) {
     return 0;
 }
 
+/* LL_CUDA_EMU_PROFILE=1: where the emulation's time goes (per kernel: launches,
+ * blocks, threads, seconds), printed at exit; for sizing the emulated tests */
+namespace {
+struct kprof {
+    uint64_t launches, blocks, threads;
+    double secs;
+};
+std::map<std::string, kprof> &g_prof = *new std::map<std::string, kprof>();
+void print_profile() {
+    std::vector<std::pair<std::string, kprof>> v(g_prof.begin(), g_prof.end());
+    std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) { return a.second.secs > b.second.secs; });
+    double total = 0;
+    for (const auto &k : v) total += k.second.secs;
+    fprintf(stderr, "cuda-emu profile: %.2f s in kernels\n%10s %10s %12s %14s  kernel\n", total, "seconds", "launches",
+            "blocks", "threads");
+    for (const auto &k : v)
+        fprintf(stderr, "%10.3f %10llu %12llu %14llu  %s\n", k.second.secs, (unsigned long long)k.second.launches,
+                (unsigned long long)k.second.blocks, (unsigned long long)k.second.threads, k.first.c_str());
+}
+double now_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+} // namespace
+
 cudaError_t launch(const launch_desc &d, std::function<void()> body) {
     const dim3 g = d.grid, b = d.block;
     const uint64_t threads = (uint64_t)b.x * b.y * b.z;
@@ -198,7 +227,25 @@ cudaError_t launch(const launch_desc &d, std::function<void()> body) {
                     dd.file, dd.line);
             g_sticky = cudaErrorIllegalAddress;
         }
-        if (g_sticky == cudaSuccess) run_grid(dd, *body_p);
+        if (g_sticky != cudaSuccess) return;
+        static const bool prof = env("LL_CUDA_EMU_PROFILE") != nullptr;
+        if (!prof) {
+            run_grid(dd, *body_p);
+            return;
+        }
+        static std::once_flag once;
+        std::call_once(once, [] { atexit(print_profile); });
+        const double t0 = now_s();
+        run_grid(dd, *body_p);
+        std::string name(dd.name);
+        name = name.substr(0, name.find('('));
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        kprof &k = g_prof[name];
+        const uint64_t nb = (uint64_t)dd.grid.x * dd.grid.y * dd.grid.z;
+        k.launches++;
+        k.blocks += nb;
+        k.threads += nb * dd.block.x * dd.block.y * dd.block.z;
+        k.secs += now_s() - t0;
     });
     return cudaSuccess;
 }

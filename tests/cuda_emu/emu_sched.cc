@@ -204,46 +204,69 @@ __asm__(".text\n"
 #endif
 
 static void fiber_main();
+static int pick();
 
-static void to_fiber(fiber *f) {
-    g_cur_fiber = f;
-    cur = &f->ctx;
+/* ---- switching ------------------------------------------------------------------------
+ * A fiber that waits hands over to the next runnable one directly (one stack
+ * switch per rendezvous, not two through the scheduler); the scheduler's own
+ * stack is entered only at the block's start and end (or a deadlock).  NULL
+ * names the scheduler.  g_from_sched: the switch being made comes from the
+ * scheduler, so the fiber that resumes learns the scheduler's stack (ASan;
+ * blocks may run on the host thread or the stream worker). */
+static fiber *g_next; /* the fiber being switched to (a fresh one reads it in fiber_main) */
 #ifdef LL_EMU_ASAN
-    __sanitizer_start_switch_fiber(&g_sched_fake, f->stack_lo, f->stack_size);
+static bool g_from_sched;
 #endif
-#ifdef LL_EMU_TSAN
-    __tsan_switch_to_fiber(f->tsan, __tsan_switch_to_fiber_no_sync);
-#endif
-#if defined(__x86_64__)
-    ll_emu_switch(&g_sched_sp, f->sp);
-#else
-    swapcontext(&g_sched_uc, &f->uc);
-#endif
+
+/* where a fiber (or the scheduler) continues after a switch to it */
+static void arrived(fiber *self) {
 #ifdef LL_EMU_ASAN
-    __sanitizer_finish_switch_fiber(g_sched_fake, NULL, NULL);
+    const void *lo = NULL;
+    size_t sz = 0;
+    __sanitizer_finish_switch_fiber(self ? self->fake : g_sched_fake, &lo, &sz);
+    if (g_from_sched) {
+        g_sched_lo = lo;
+        g_sched_size = sz;
+        g_from_sched = false;
+    }
 #endif
-    g_cur_fiber = NULL;
-    cur = NULL;
+    g_cur_fiber = self;
+    cur = self ? &self->ctx : NULL;
 }
 
-/* From a fiber back to the scheduler; returns when the scheduler resumes it. */
-static void to_sched(fiber *f, int exiting) {
+/* from `from` to `to`; returns when something switches back to `from`
+ * (never when it is exiting) */
+static void go(fiber *from, fiber *to, int exiting) {
+    g_next = to;
 #ifdef LL_EMU_ASAN
-    __sanitizer_start_switch_fiber(exiting ? NULL : &f->fake, g_sched_lo, g_sched_size);
+    g_from_sched = from == NULL;
+    __sanitizer_start_switch_fiber(exiting ? NULL : from ? &from->fake : &g_sched_fake, to ? to->stack_lo : g_sched_lo,
+                                   to ? to->stack_size : g_sched_size);
 #else
     (void)exiting;
 #endif
 #ifdef LL_EMU_TSAN
-    __tsan_switch_to_fiber(g_sched_tsan, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(to ? to->tsan : g_sched_tsan, __tsan_switch_to_fiber_no_sync);
 #endif
 #if defined(__x86_64__)
-    ll_emu_switch(&f->sp, g_sched_sp);
+    ll_emu_switch(from ? &from->sp : &g_sched_sp, to ? to->sp : g_sched_sp);
 #else
-    swapcontext(&f->uc, &g_sched_uc);
+    swapcontext(from ? &from->uc : &g_sched_uc, to ? &to->uc : &g_sched_uc);
 #endif
-#ifdef LL_EMU_ASAN
-    __sanitizer_finish_switch_fiber(f->fake, &g_sched_lo, &g_sched_size);
-#endif
+    arrived(from);
+}
+
+/* The running fiber f stops (waits, or exits): on to the next runnable thread
+ * the schedule picks, or back to the scheduler when none is (the block is done,
+ * or deadlocked). */
+static void yield_from(fiber *f, int exiting) {
+    const int i = pick();
+    if (i < 0) {
+        go(f, NULL, exiting);
+        return;
+    }
+    g_last = i;
+    go(f, g_fibers[i], exiting);
 }
 
 /* Point a fiber at the start of fiber_main on its empty stack. */
@@ -312,7 +335,7 @@ void syncthreads(const char *file, int line) {
         wake_barrier();
     } else {
         f->st = AT_BARRIER;
-        to_sched(f, 0);
+        yield_from(f, 0);
     }
 #ifdef LL_EMU_TSAN
     __tsan_acquire(&g_tsan_bar[gen]); /* ... before every access after it */
@@ -361,7 +384,7 @@ uint64_t warp_exchange(unsigned mask, uint64_t val, int src, const char *what, c
         if (w * 32 < g_hint) g_hint = w * 32;
     } else {
         f->st = AT_WARP;
-        to_sched(f, 0);
+        yield_from(f, 0);
     }
     return ws.res[lane];
 }
@@ -369,10 +392,11 @@ uint64_t warp_exchange(unsigned mask, uint64_t val, int src, const char *what, c
 /* ---- running a block ---------------------------------------------------------------- */
 
 static void fiber_main() {
-    fiber *f = g_cur_fiber;
+    fiber *f = g_next;
 #ifdef LL_EMU_ASAN
-    __sanitizer_finish_switch_fiber(NULL, &g_sched_lo, &g_sched_size);
+    f->fake = NULL; /* a fresh start: no fake stack of an earlier run to restore */
 #endif
+    arrived(f);
 #ifdef LL_EMU_TSAN
     __tsan_acquire(&g_tsan_start);
 #endif
@@ -389,7 +413,7 @@ static void fiber_main() {
     ws.exited |= 1u << f->ctx.lane;
     g_live--;
     if (g_bar_count && g_bar_count == g_live) wake_barrier();
-    to_sched(f, 1);
+    yield_from(f, 1);
     fail("an exited fiber was resumed");
 }
 
@@ -470,7 +494,7 @@ static void run_block() {
         const int i = pick();
         if (i < 0) deadlock();
         g_last = i;
-        to_fiber(g_fibers[i]);
+        go(NULL, g_fibers[i], 0);
     }
 }
 
