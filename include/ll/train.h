@@ -143,6 +143,9 @@ int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, cons
  * rank gets the global result. */
 int ll_validate_ranks(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm,
                       ll_valid_result *r, struct ll_dist *d);
+/* What the validation log line adds after the loss: the batches validated
+ * (train.valid_max_batches) and BLEU/chrF when computed; "" otherwise. */
+void ll_valid_extra(const ll_config *cfg, const ll_valid_result *r, char *buf, size_t n);
 /* Inference-time latent gates for a language pair (config language indices;
  * no-op without latent layers).  -1 + errbuf when a latent stack has no row
  * for the pair (an unknown language, or a pair per_pair rows do not cover). */

@@ -449,11 +449,8 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     } else {
         t->ts.bad_valids++;
     }
-    char extra[160] = "";
-    if (t->cfg->valid_max_batches > 0)
-        snprintf(extra, sizeof extra, " | first %d batches, %ld tokens", t->cfg->valid_max_batches, r.tokens);
-    if (r.have_bleu)
-        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " | bleu %.2f | chrf %.2f", r.bleu, r.chrf);
+    char extra[160];
+    ll_valid_extra(t->cfg, &r, extra, sizeof extra);
     if (ll_verbosity > 0)
         fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f%s | best %s %.3f%s\n", t->ts.update, r.loss,
             r.nll, pow(2, r.nll), extra, by_bleu ? "bleu" : "loss", by_bleu ? -t->ts.best_valid : t->ts.best_valid,

@@ -61,7 +61,8 @@ static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *vali
     long ntok = 0;
     ll_model_stats_zero(m);
     const uint64_t nmax = cfg->valid_max_batches > 0 ? (uint64_t)cfg->valid_max_batches : UINT64_MAX;
-    for (uint64_t i = 0; i < nmax && ll_batcher_next(vb, &b); i++) { /* losses accumulate on the backend; one read at the end */
+    /* losses accumulate on the backend; one read at the end */
+    for (uint64_t i = 0; i < nmax && ll_batcher_next(vb, &b); i++) {
         if (i % (uint64_t)d->world != (uint64_t)d->rank) continue;
         ll_set_pair_inference(m, cfg, b.src_lang, b.tgt_lang); /* rows exist: ll_config_validate */
         ll_latent_inference_draw(m, i);                          /* sample mode: one draw per batch */
@@ -185,6 +186,15 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
     r->chrf = cr.score;
     r->have_bleu = 1;
     return 0;
+}
+
+void ll_valid_extra(const ll_config *cfg, const ll_valid_result *r, char *buf, size_t n) {
+    int k = 0;
+    buf[0] = 0;
+    if (cfg->valid_max_batches > 0)
+        k = snprintf(buf, n, " | first %d batches, %ld tokens", cfg->valid_max_batches, r->tokens);
+    if (r->have_bleu && k >= 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, " | bleu %.2f | chrf %.2f", r->bleu, r->chrf);
 }
 
 int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm, ll_valid_result *r) {
