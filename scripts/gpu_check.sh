@@ -31,9 +31,17 @@
 #      minutes (default 1.5), then the test books with
 #      beam 5 on the GPU: BLEU and chrF
 #   5. the CPU suite (ctest -LE gpu) in the time left
-# Environment: GPU_CHECK_BUDGET (s), GPU_CHECK_TRAIN_MIN, GPU_CHECK_BUILD
-# (build folder, default /tmp/ll-gpu-build), GPU_CHECK_TAR=0 writes the logs
-# to OUTDIR/logs instead of OUTDIR/logs.tar.gz.
+#   6. (GPU_CHECK_STEPS names it) sanitize: compute-sanitizer memcheck on every
+#      quick GPU test, racecheck and synccheck on attention, layer norm, ops
+#   7. (GPU_CHECK_STEPS names it) bench: ll_gpu_bench (base, ll64, deep30; base
+#      --profile), the PyTorch peer's eager base step, decoding
+# Environment: GPU_CHECK_BUDGET (s), GPU_CHECK_TRAIN_MIN (minutes, or "full":
+# configs/bible_gpu.cfg exactly as the quick start runs it), GPU_CHECK_BUILD
+# (build folder, default /tmp/ll-gpu-build; an existing one is built
+# incrementally), GPU_CHECK_STEPS (comma list of tests,quickstart,long,cpu,
+# sanitize,bench; default tests,long,quickstart,cpu; long = the Bible 300-update
+# and decode-parity tests), GPU_CHECK_TAR=0
+# writes the logs to OUTDIR/logs instead of OUTDIR/logs.tar.gz.
 set -u
 OUTDIR=${1:?usage: scripts/gpu_check.sh OUTDIR}
 cd "$(dirname "$0")/.."
@@ -50,6 +58,8 @@ S=$OUTDIR/summary.txt
 B=${GPU_CHECK_BUILD:-/tmp/ll-gpu-build}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 TRAIN_MIN=${GPU_CHECK_TRAIN_MIN:-1.5}
+STEPS=${GPU_CHECK_STEPS:-tests,long,quickstart,cpu}
+want() { case ",$STEPS," in *",$1,"*) return 0 ;; esac; return 1; }
 NPROC=$(nproc)
 T0=$(date +%s)
 : > "$S"
@@ -117,8 +127,9 @@ export LL_GPU_LOG_DIR=$L/tests
 if [ $built -eq 0 ]; then
   "$B/lltrain" --devices 2>&1 | sed 's/^/  /' | tee -a "$S"
   # 3. GPU tests: the quick ones, then the two Bible tests (each prepares data/bible/bin once, shared)
-  step ctest-gpu 150 ctest --test-dir "$B" -L gpu -E 'gpu_test_(bible300|decode_parity)' -V --timeout 140
-  grep -E '^[0-9]+: ((FAIL|----)  |(ops|methods): |PASS .*gradient tensors)' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+  if want tests; then
+  step ctest-gpu 120 ctest --test-dir "$B" -L gpu -E 'gpu_test_(bible300|decode_parity)' -j4 -V --timeout 110
+  grep -E '^[0-9]+: ((FAIL|----)  |(ops|methods): |PASS .*gradient tensors|dist-nccl|one CUDA|cuBLASLt refused)' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/ctest-gpu.log"
   # a failed quick test again with LL_CUDA_SYNC_CHECK=1 (a sync and check after every op): an
   # asynchronous kernel fault is then blamed on the op that queued it, not on a later download
@@ -128,20 +139,29 @@ if [ $built -eq 0 ]; then
     step sync-check 60 env LL_CUDA_SYNC_CHECK=1 ctest --test-dir "$B" -R "^($failed)\$" -V --timeout 50
     grep -E 'CUDA error|FAIL' "$L/sync-check.log" | head -5 | sed 's/^[0-9]*: /  sync-check: /' | tee -a "$S"
   fi
+  fi
+  if want long; then
   step bible300 240 ctest --test-dir "$B" -R gpu_test_bible300 -V --timeout 230
   grep -E '^[0-9]+: (bible300|note|FAIL)' "$L/bible300.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/bible300.log"
   step decode-parity 200 ctest --test-dir "$B" -R gpu_test_decode_parity -V --timeout 190
   grep -E '^[0-9]+: (decode-parity|FAIL)' "$L/decode-parity.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/decode-parity.log"
-  cat "$L/ctest-gpu.log" "$L/bible300.log" "$L/decode-parity.log" > "$OUTDIR/ctest_gpu.log" 2> /dev/null
+  fi
+  cat "$L"/ctest-gpu.log "$L"/bible300.log "$L"/decode-parity.log > "$OUTDIR/ctest_gpu.log" 2> /dev/null
 
-  # 4. the GPU quick start, shortened
+  # 4. the GPU quick start (GPU_CHECK_TRAIN_MIN=full), or a shortened one
   W=/tmp/ll-gpu-check-run
   rm -rf "$W"
-  if [ -s data/bible/raw/test.en ]; then
-    step train-bible 200 "$B/lltrain" --config configs/bible_gpu.cfg --set train.max_minutes="$TRAIN_MIN" \
-      --set train.valid_interval=100000 --set checkpoint.save_dir="$W" --set train.precision=bf16
+  if ! want quickstart; then
+    :
+  elif [ -s data/bible/raw/test.en ]; then
+    if [ "$TRAIN_MIN" = full ]; then # the quick start itself: the config as shipped
+      step train-bible 360 "$B/lltrain" --config configs/bible_gpu.cfg --set checkpoint.save_dir="$W"
+    else
+      step train-bible 200 "$B/lltrain" --config configs/bible_gpu.cfg --set train.max_minutes="$TRAIN_MIN" \
+        --set train.valid_interval=100000 --set checkpoint.save_dir="$W" --set train.precision=bf16
+    fi
     grep -E 'device|model:|peak|memory|max_minutes|^valid|done:|error' "$L/train-bible.log" | tail -8 | sed 's/^/  /' |
       tee -a "$S"
     grep -E 'tok/s' "$L/train-bible.log" | tail -1 | sed 's/^/  last: /' | tee -a "$S"
@@ -162,11 +182,46 @@ if [ $built -eq 0 ]; then
   fi
 
   # 5. the CPU suite in the time left
+  if want cpu; then
   step ctest-cpu 600 ctest --test-dir "$B" -LE gpu -j"$NPROC" --timeout 200 --output-on-failure
   say "  CPU tests that ran: $(grep -cE 'Test +#[0-9]+: .* Passed' "$L/ctest-cpu.log") passed, $(grep -cE \
     'Test +#[0-9]+: .*(Failed|Timeout|Exception)' "$L/ctest-cpu.log") failed"
   grep -E 'tests passed|tests failed|\(Failed\)|\(Timeout\)|\*\*\*Failed' "$L/ctest-cpu.log" | head -20 | sed 's/^/  /' |
     tee -a "$S"
+  fi
+
+  # 6. compute-sanitizer: memcheck on the quick tests, racecheck/synccheck on the kernels with shared memory
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
+  if want sanitize && [ -n "$CS" ]; then
+    export LL_SOURCE_DIR=$ROOT LL_BINARY_DIR=$B
+    for t in gpu_smoke ops_cuda attention_cuda layernorm_cuda typed_cuda decode_cuda step_cuda dist_nccl; do
+      step "memcheck-$t" 90 "$CS" --tool memcheck --leak-check no --error-exitcode 99 "$B/gpu_test_$t"
+      grep -E '^=+ (ERROR SUMMARY|Invalid|Program hit)' "$L/memcheck-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
+    done
+    for tool in racecheck synccheck; do
+      for t in attention_cuda layernorm_cuda ops_cuda; do
+        step "$tool-$t" 90 "$CS" --tool "$tool" --error-exitcode 99 "$B/gpu_test_$t"
+        grep -E '^=+ (ERROR SUMMARY|RACECHECK SUMMARY|.*hazard)' "$L/$tool-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
+      done
+    done
+  elif want sanitize; then
+    say "sanitize       SKIPPED: no compute-sanitizer"
+  fi
+
+  # 7. first benchmark figures: ll's step on the three models, PyTorch eager on base, decoding
+  if want bench; then
+    step bench-peak 60 python3 bench/gpu/torch_gpu_peer.py --model base --steps 1 --warmup 1
+    PEAK=$(sed -n 's/^RESULT torch_gpu_peak bf16_tflops=\([0-9.]*\).*/\1/p' "$L/bench-peak.log")
+    PEAK=${PEAK:-784}
+    step bench-torch-base 90 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
+    for m in base ll64 deep30; do
+      step "bench-ll-$m" 90 "$B/ll_gpu_bench" --model "$m" --device cuda --peak-tflops "$PEAK"
+    done
+    step bench-ll-base-profile 60 "$B/ll_gpu_bench" --model base --device cuda --steps 3 --profile
+    step bench-decode 90 "$B/ll_decode_bench" --device cuda --model base --batch 128 --src-len 32 --len 32 --beams 5,1
+    grep -h '^RESULT' "$L"/bench-*.log | sed 's/^/  /' | tee -a "$S"
+    grep -h 'sent_per_s' "$L/bench-decode.log" | sed 's/^/  /' | tee -a "$S"
+  fi
 fi
 
 say "gpu_check: done in $(($(date +%s) - T0)) s"
