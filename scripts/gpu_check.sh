@@ -194,13 +194,20 @@ if [ $built -eq 0 ]; then
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
   if want sanitize && [ -n "$CS" ]; then
     export LL_SOURCE_DIR=$ROOT LL_BINARY_DIR=$B
-    for t in gpu_smoke ops_cuda attention_cuda layernorm_cuda typed_cuda decode_cuda step_cuda dist_nccl; do
-      step "memcheck-$t" 90 "$CS" --tool memcheck --leak-check no --error-exitcode 99 "$B/gpu_test_$t"
+    # attention's 65,537-sentence case (gridDim.z slicing) is minutes under a sanitizer: left out
+    # (the H200 run of 2026-11-26 timed out in it at 90 s, after 40 clean ops); NCCL's own
+    # initialisation asks cudaFuncGetAttributes for kernels of other architectures (error 209,
+    # inside pncclCommInitRank): API errors are not reported for that test, memory errors are
+    export LL_GPU_TEST_BIG_BATCH=0
+    for t in gpu_smoke attention_cuda layernorm_cuda typed_cuda decode_cuda step_cuda dist_nccl ops_cuda; do
+      api=()
+      [ $t = dist_nccl ] && api=(--report-api-errors no)
+      step "memcheck-$t" 150 "$CS" --tool memcheck --leak-check no "${api[@]}" --error-exitcode 99 "$B/gpu_test_$t"
       grep -E '^=+ (ERROR SUMMARY|Invalid|Program hit)' "$L/memcheck-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
     done
     for tool in racecheck synccheck; do
       for t in attention_cuda layernorm_cuda ops_cuda; do
-        step "$tool-$t" 90 "$CS" --tool "$tool" --error-exitcode 99 "$B/gpu_test_$t"
+        step "$tool-$t" 150 "$CS" --tool "$tool" --error-exitcode 99 "$B/gpu_test_$t"
         grep -E '^=+ (ERROR SUMMARY|RACECHECK SUMMARY|.*hazard)' "$L/$tool-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
       done
     done

@@ -12,8 +12,9 @@
  * support, so a refused epilogue shows on the CPU: operand types other than
  * fp32/fp32 or bf16/bf16 -> fp32 or bf16, a bias or bias-gradient type other
  * than D's (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: the exceptions are
- * IMMA and FP8 kernels), other epilogues, K = 0, leading dimensions below the
- * rows.  The algorithm it returns assumes the alignments it was told (the
+ * IMMA and FP8 kernels; INVALID_VALUE, as cuBLASLt 13.0 answers on an H200),
+ * BGRADB of an untransposed fp32 B (refused there, 2026-11-26), other
+ * epilogues, K = 0, leading dimensions below the rows.  The algorithm it returns assumes the alignments it was told (the
  * MIN_ALIGNMENT preferences, default 256 bytes, and the bias pointer's, read
  * at heuristic time: NULL counts as perfectly aligned); a matmul with a less
  * aligned pointer is the misaligned access a GPU would fault on, reported and
@@ -166,8 +167,13 @@ cublasStatus_t supported(const lt_desc *d, const lt_layout *A, const lt_layout *
     case CUBLASLT_EPILOGUE_RELU_BIAS:
     case CUBLASLT_EPILOGUE_BGRADA:
     case CUBLASLT_EPILOGUE_BGRADB:
+        /* as cuBLASLt 13.0 answered on an H200 (2026-11-26): INVALID_VALUE, not NOT_SUPPORTED */
         if (d->bias_type != -1 && d->bias_type != (int)D->type)
             return *why = "bias type differs from D's type (cublasLt.h: only IMMA and FP8 kernels allow that)",
+                   CUBLAS_STATUS_INVALID_VALUE;
+        /* refused there at every shape tried: a bias gradient of an fp32 B that is not transposed */
+        if (d->epi == CUBLASLT_EPILOGUE_BGRADB && A->type == CUDA_R_32F && !d->tb)
+            return *why = "BGRADB with fp32 operands and transb N (refused by cuBLASLt 13.0 on an H200)",
                    CUBLAS_STATUS_NOT_SUPPORTED;
         break;
     default: return *why = "epilogue", CUBLAS_STATUS_NOT_SUPPORTED;

@@ -22,7 +22,12 @@
  *  - every gradient tensor with relative L2 error ||g - g_cpu|| / max(||g_cpu||,
  *    1e-7 sqrt(n)) < TOL_STEP_BF16_L2 = 2e-2 (tests/test_bf16.c allows 0.1
  *    for bf16 against fp32, which differ by far more; a wrong op, stride or
- *    mask gives O(1)).
+ *    mask gives O(1)), or below the tensor's bf16 noise floor: its error
+ *    between the bf16 and the fp32 CPU backends (a third run), where that is
+ *    larger.  Deep stacks need the floor: on an H200 (2026-11-26) the 30-layer
+ *    DLCL method's dec.layers.1.ffn_ln.weight differed by 0.028, its fp32 run
+ *    matching to 3e-6; cuBLASLt's bf16 products round other sums than
+ *    OpenBLAS's, and 30 layers carry each flipped rounding on.
  * Every gemm of the step must run as one fused cuBLASLt matmul: a call that
  * falls back (ll_backend_gemm_fallbacks: a refused epilogue, bias type or
  * alignment) fails the method, on a GPU and under the emulation's strict
@@ -230,6 +235,9 @@ static int run_method(const method *me) {
         {LL_ST_DDR, "ddr"},   {LL_ST_ALD, "ald"}, {LL_ST_KL, "kl"},         {LL_ST_LK, "lk"}};
     const int bf16 = pb_act == LL_BF16;
     const double tol_loss = bf16 ? TOL_STEP_BF16_LOSS : TOL_STEP, tol_grad = bf16 ? TOL_STEP_BF16_L2 : TOL_STEP;
+    side floor_sd; /* bf16: the fp32 CPU run, whose distance from the bf16 CPU run is the noise floor */
+    memset(&floor_sd, 0, sizeof floor_sd);
+    if (bf16) run_side(&floor_sd, ll_backend_cpu_precision(LL_F32), &cfg, &hp, &b);
     double worst_loss = 0;
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         const double g = sd[DUT].st[slots[i].slot], f = sd[REF].st[slots[i].slot];
@@ -241,7 +249,7 @@ static int run_method(const method *me) {
             tu_failures++;
         }
     }
-    double worst = 0;
+    double worst = 0, worst_floor = 0;
     const char *worst_name = "-";
     const ll_model *m = sd[REF].m;
     for (int t = 0; t < m->n_table; t++) {
@@ -258,12 +266,23 @@ static int run_method(const method *me) {
             if (!(ei <= e)) e = ei, wi = i;
             d2 += d * d;
         }
-        if (bf16) /* relative L2 error of the tensor (see above) */
-            e = sqrt(d2) / fmax(sqrt(ss), 1e-7 * sqrt((double)(p->numel ? p->numel : 1)));
+        double tol_t = tol_grad, fl = 0;
+        if (bf16) { /* relative L2 error of the tensor (see above), against the larger of 2e-2 and the floor */
+            const double den = fmax(sqrt(ss), 1e-7 * sqrt((double)(p->numel ? p->numel : 1)));
+            e = sqrt(d2) / den;
+            double f2 = 0;
+            for (size_t i = 0; i < p->numel; i++) {
+                const double d = (double)floor_sd.grads[p->offset + i] - f[i];
+                f2 += d * d;
+            }
+            fl = sqrt(f2) / den;
+            if (fl > worst_floor) worst_floor = fl;
+            tol_t = fmax(tol_grad, fl);
+        }
         if (!(e <= worst)) worst = e, worst_name = p->name;
-        if (!(e <= tol_grad)) {
-            fprintf(stderr, "  %s: grad %s [%zu]: error %.3g (worst element %zu: %s %.9g, cpu %.9g)\n", me->name, p->name,
-                    p->numel, e, wi, pb_be[DUT]->name, (double)g[wi], (double)f[wi]);
+        if (!(e <= tol_t)) {
+            fprintf(stderr, "  %s: grad %s [%zu]: error %.3g, bf16 floor %.3g (worst element %zu: %s %.9g, cpu %.9g)\n",
+                    me->name, p->name, p->numel, e, fl, wi, pb_be[DUT]->name, (double)g[wi], (double)f[wi]);
             tu_failures++;
         }
     }
@@ -286,11 +305,14 @@ static int run_method(const method *me) {
         if (sd[REF].st[slots[i].slot] != 0)
             snprintf(extra + strlen(extra), sizeof extra - strlen(extra), " %s %.4g", slots[i].name,
                      sd[REF].st[slots[i].slot]);
-    printf("%s  %-18s loss %.6f (cpu %.6f;%s), %d gradient tensors, worst errors: loss %.2g, gradient %.2g (%s)\n",
+    char fls[48] = "";
+    if (bf16) snprintf(fls, sizeof fls, "; bf16 floor up to %.2g", worst_floor);
+    printf("%s  %-18s loss %.6f (cpu %.6f;%s), %d gradient tensors, worst errors: loss %.2g, gradient %.2g (%s%s)\n",
            ok ? "PASS" : "FAIL", me->name, sd[DUT].st[LL_ST_LOSS], sd[REF].st[LL_ST_LOSS], extra, m->n_table,
-           worst_loss, worst, worst_name);
+           worst_loss, worst, worst_name, fls);
     fflush(stdout);
     for (int s = 0; s < 2; s++) free_side(&sd[s]);
+    if (bf16) free_side(&floor_sd);
     gc_free_batch(&b);
     ll_config_free(&cfg);
     return ok;

@@ -201,6 +201,9 @@ static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, c
     *status = entry_build(st, k, epi_ptr, e);
     st->count++;
     if (*status == CUBLAS_STATUS_SUCCESS) return e;
+    /* nothing was launched: whatever the descriptor or the heuristic refused, with whichever
+     * status, the caller may fall back (only a failed cublasLtMatmul must not be rerun) */
+    *status = CUBLAS_STATUS_NOT_SUPPORTED;
     /* remember "no algorithm" so a caller's fallback path does not rerun the heuristic every call */
     e->used = 1;
     e->status = *status;
@@ -226,6 +229,11 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
     default: return CUBLAS_STATUS_INVALID_VALUE;
     }
     if (d->epilogue != LL_CUDA_EPI_NONE && !epi_ptr) return CUBLAS_STATUS_INVALID_VALUE;
+    /* a bias in another type than D's: cublasLt.h allows it for IMMA and FP8 kernels only, and
+     * cuBLASLt 13.0 on an H200 answered CUBLAS_STATUS_INVALID_VALUE for bf16 D with an fp32
+     * bias (2026-11-26): not asked, left to the fallback */
+    if ((d->epilogue == LL_CUDA_EPI_BIAS || d->epilogue == LL_CUDA_EPI_BIAS_RELU) && d->bias_type != d->c_type)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     /* the preferences cannot tell the heuristic the bias vector's alignment, and
      * epilogue kernels load it in vectors: leave an odd one to the fallback */
     if (epi_ptr && ptr_align(epi_ptr) < 16) return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -287,7 +295,12 @@ void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m) {
  *    plain matmul (cuBLASLt, else cublasGemmEx) and the epilogue as kernels
  *    (kernels/gemm_epi.cu), so the op is always correct; warned once and
  *    counted (ll_backend_gemm_fallbacks: the step and decode tests require
- *    none, so a model call that cuBLASLt would refuse shows in CI). */
+ *    none, so a model call that cuBLASLt would refuse shows in CI).
+ *    Seen on an H200 with cuBLASLt 13.0 (2026-11-26, gpu_test_typed_cuda):
+ *    BGRAD with fp32 operands and trans_a = 0 (its BGRADB on an untransposed
+ *    B) is refused at every shape tried; the model's weight gradients have
+ *    trans_a = 1, which runs fused.  The emulation's stand-in refuses the same
+ *    (tests/cuda_emu/emu_blas.cc). */
 
 static ll_cuda_dtype op_type(ll_dtype t, const char *which) {
     if (t == LL_F32) return LL_CUDA_F32;
