@@ -1,7 +1,12 @@
 /* llprep: validate and binarise the corpora of a config (sentencepiece model,
  * token files, manifest in data.dir) and print what was prepared.
  *
- *   llprep --config FILE [--set section.key=value ...] [--quiet]
+ *   llprep --config FILE [--set section.key=value ...] [--quiet] [--if-needed]
+ *
+ * --if-needed: nothing to do when data.dir already holds what these inputs and
+ * settings give (the manifest's check lltrain makes before training: the
+ * inputs' recorded size, mtime and hash, the data settings, the output files);
+ * scripts that prepare once before several runs call it so.
  *
  * Errors are one line on stderr and exit status 1; nothing new is left in data.dir. */
 #include <inttypes.h>
@@ -13,17 +18,18 @@
 #include "ll/data.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: llprep --config FILE [--set section.key=value ...] [--quiet]\n"
+    fprintf(out, "usage: llprep --config FILE [--set section.key=value ...] [--quiet] [--if-needed]\n"
                  "       llprep --help-config   (every config key with its default)\n"
                  "Trains (or copies data.spm_model) the sentencepiece model and binarises data.train\n"
-                 "and data.valid into data.dir.  See docs/data.md.\n");
+                 "and data.valid into data.dir.  --if-needed: only when data.dir is not up to date.\n"
+                 "See docs/data.md.\n");
 }
 
 int main(int argc, char **argv) {
     ll_set_progname("llprep");
     const char *cfg_path = NULL;
     const char *sets[256];
-    int n_sets = 0, quiet = 0;
+    int n_sets = 0, quiet = 0, if_needed = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -38,6 +44,8 @@ int main(int argc, char **argv) {
             sets[n_sets++] = argv[++i];
         } else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q"))
             quiet = 1;
+        else if (!strcmp(argv[i], "--if-needed"))
+            if_needed = 1;
         else
             ll_die("unknown or incomplete argument '%s' (usage: llprep --config FILE [--set k=v ...])", argv[i]);
     }
@@ -49,6 +57,11 @@ int main(int argc, char **argv) {
         if (ll_config_set(&cfg, sets[i]) != 0) ll_die("%s", ll_errbuf());
     if (ll_config_validate(&cfg) != 0) ll_die("%s", ll_errbuf());
 
+    if (if_needed && ll_data_is_prepared(&cfg)) {
+        if (!quiet) printf("%s is up to date: nothing to do\n", cfg.data_dir);
+        ll_config_free(&cfg);
+        return 0;
+    }
     double t0 = ll_now();
     if (ll_prepare_data(&cfg) != 0) ll_die("%s", ll_errbuf());
     ll_data_info info;

@@ -120,6 +120,18 @@ else
     run_all
 fi
 
+# --if-needed: nothing done while the inputs are unchanged (files untouched), a changed input prepares again
+if [ $fail -eq 0 ]; then
+    before=$(ls -l --time-style=+%s.%N out/sub | md5sum)
+    "$LLPREP" --config good.cfg --if-needed > ifn.out 2> ifn.err || { echo "FAIL --if-needed:"; cat ifn.err; fail=1; }
+    grep -q "up to date: nothing to do" ifn.out || { echo "FAIL --if-needed output:"; cat ifn.out; fail=1; }
+    [ "$(ls -l --time-style=+%s.%N out/sub | md5sum)" = "$before" ] || { echo "FAIL --if-needed rewrote data.dir"; fail=1; }
+    echo "uno dos tres" >> two.es && echo "one two three" >> two.en
+    "$LLPREP" --config good.cfg --if-needed > ifn2.out 2> ifn2.err || { echo "FAIL --if-needed after a change:"; cat ifn2.err; fail=1; }
+    grep -q "train total: 2 corpora, 303 sentence pairs" ifn2.out ||
+        { echo "FAIL --if-needed did not prepare a changed input again:"; cat ifn2.out; fail=1; }
+fi
+
 # --set is applied; a bad key is a one-line error
 "$LLPREP" --config good.cfg --set data.nosuchkey=1 > badkey.out 2> badkey.err && { echo "FAIL --set bad key accepted"; fail=1; }
 [ "$(wc -l < badkey.err)" -eq 1 ] || { echo "FAIL --set bad key stderr:"; cat badkey.err; fail=1; }

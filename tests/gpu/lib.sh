@@ -32,7 +32,7 @@ bible_or_fail() {
       fi
     done
   done
-  "$BIN/llprep" --config "$SRC/configs/bible_gpu.cfg" --set data.dir="$BIBLE_BIN" --quiet 2> "$T/prep.log" ||
+  "$BIN/llprep" --config "$SRC/configs/bible_gpu.cfg" --set data.dir="$BIBLE_BIN" --quiet --if-needed 2> "$T/prep.log" ||
     { echo "FAIL: llprep: $(tail -1 "$T/prep.log")" >&2; exit 1; }
 }
 
