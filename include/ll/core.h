@@ -166,6 +166,9 @@ uint64_t ll_fnv1a64(const void *data, size_t n, uint64_t h);
 
 /* ---- threads ---- */
 void ll_set_threads(int n); /* OpenMP + OpenBLAS */
+/* The thread count when none is configured: OMP_NUM_THREADS when it is set to a
+ * positive number (as OpenMP programs and PyTorch honour it), else every online core. */
+int ll_default_threads(void);
 int ll_get_threads(void);
 /* Threads an op started here may use: 1 inside a worker (a parallel region
  * that cannot nest), else ll_get_threads(). */

@@ -46,7 +46,7 @@ static void usage(FILE *out) {
             "  --source-lang L    source language (multilingual latent-depth models)\n"
             "  --latent-inference hard|soft|sample   override latent.inference; --threshold Q overrides latent.threshold\n"
             "  --precision P      activation dtype: fp32 (default) or bf16 (as train.precision)\n"
-            "  --threads N        CPU threads (default: all cores)\n"
+            "  --threads N        CPU threads (default: OMP_NUM_THREADS, else all cores)\n"
             "  --inter-threads W  batches decoded at once, one thread each (at most --threads;\n"
             "                     default = threads; 1 = one batch at a time, ops threaded)\n"
             "  --device D         cpu (default), cuda (GPU 0; an error without one) or auto (GPU 0 when\n"
@@ -277,7 +277,7 @@ int main(int argc, char **argv) {
     }
     if (!o.model) ll_die("--model FILE is required (see lldecode --help)");
     if (o.quiet) ll_verbosity = 0;
-    ll_set_threads(o.threads > 0 ? (int)o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    ll_set_threads(o.threads > 0 ? (int)o.threads : ll_default_threads());
 
     ll_backend *be = ll_backend_select(o.device, o.bf16 ? LL_BF16 : LL_REAL_DTYPE, 0, "--device");
     if (!be) ll_die("%s", ll_errbuf());

@@ -26,7 +26,7 @@ static void usage(FILE *out) {
             "       lltrain --help-config     print every config key with its type, default and meaning\n"
             "       lltrain --devices         print 'cuda devices: N' (0 without a GPU or a CUDA build) and what auto picks (fp32, bf16)\n"
             "  --resume    continue the run in checkpoint.save_dir from its newest usable checkpoint (bit for bit on CPU)\n"
-            "  --threads N CPU threads (overrides train.threads; 0 = all cores)\n"
+            "  --threads N CPU threads (overrides train.threads; 0 = OMP_NUM_THREADS, else all cores)\n"
             "  --op-stats  count backend ops and host<->backend transfers per update (one worker) and print them\n"
             "  --dry-run   print the parameter, optimizer and peak activation memory of one step (fp32, bf16); no data needed\n"
             "  --batch BxT with --dry-run: B sentences of T tokens instead of the largest shape (max_tokens / max_len)\n");
@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
         if (ll_config_set(&cfg, buf)) ll_die("--threads: %s", ll_errbuf());
     }
     if (ll_config_validate(&cfg)) ll_die("%s", ll_errbuf());
-    int nt = cfg.threads > 0 ? cfg.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = cfg.threads > 0 ? cfg.threads : ll_default_threads();
     ll_set_threads(nt);
     opts.config_path = cfg_path;
     if (dry_B && !dry) ll_die("--batch is an option of --dry-run");

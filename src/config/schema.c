@@ -96,7 +96,7 @@ const ll_cfg_key ll_cfg_keys[] = {
 
     /* train */
     INT("train.seed", seed, "1", 0, INT_MAX, "Seed for initialisation, shuffling and dropout."),
-    INT("train.threads", threads, "0", 0, 4096, "CPU threads; 0 = all cores."),
+    INT("train.threads", threads, "0", 0, 4096, "CPU threads; 0 = OMP_NUM_THREADS if set, else all cores."),
     INT("train.batch_workers", batch_workers, "0", 0, 4096,
         "CPU data parallelism: each batch is cut into this many slices of sentences, trained at once by "
         "single-threaded workers whose gradients are summed (same result up to summation order). 0 = one per "

@@ -1,4 +1,7 @@
 /* One knob for CPU parallelism: OpenMP for our loops, OpenBLAS for gemm. */
+#include <stdlib.h>
+#include <unistd.h>
+
 #include "ll/core.h"
 
 #ifdef _OPENMP
@@ -20,6 +23,17 @@ void ll_set_threads(int n) {
 }
 
 int ll_get_threads(void) { return g_threads; }
+
+int ll_default_threads(void) {
+    const char *e = getenv("OMP_NUM_THREADS"); /* "4" or a nesting list "4,2": the first level */
+    if (e) {
+        char *end;
+        long n = strtol(e, &end, 10);
+        if (end != e && n > 0 && n <= 4096 && (*end == 0 || *end == ',')) return (int)n;
+    }
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)c : 1;
+}
 
 int ll_threads_here(void) {
 #ifdef _OPENMP

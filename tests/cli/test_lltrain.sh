@@ -62,6 +62,14 @@ a=$(vtok vmax) b=$(vtok vall)
 [ "$a" -le 64 ] || err "valid_max_batches=1 with 64-token batches validated $a tokens"
 echo "validation tokens: first batch $a, all $b"
 
+# 3c. the thread count: train.threads 0 takes OMP_NUM_THREADS when it is set, --threads overrides both
+OMP_NUM_THREADS=3 "$LLTRAIN" --config "$T/overfit.cfg" --set checkpoint.save_dir="$T/omp" --set train.max_updates=1 \
+  --set train.threads=0 --set train.valid_interval=0 2> "$T/omp.log" || err "OMP_NUM_THREADS run failed: $(tail -1 "$T/omp.log")"
+grep -q "; 3 threads," "$T/omp.log" || err "train.threads 0 with OMP_NUM_THREADS=3: $(grep '^model:' "$T/omp.log")"
+OMP_NUM_THREADS=3 "$LLTRAIN" --config "$T/overfit.cfg" --set checkpoint.save_dir="$T/omp2" --set train.max_updates=1 \
+  --threads 1 --set train.valid_interval=0 2> "$T/omp2.log" || err "--threads 1 run failed: $(tail -1 "$T/omp2.log")"
+grep -q "; 1 threads," "$T/omp2.log" || err "--threads 1 under OMP_NUM_THREADS=3: $(grep '^model:' "$T/omp2.log")"
+
 # 4. bad input: one-line error, exit 1, nothing written
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
