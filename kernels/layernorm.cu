@@ -14,9 +14,8 @@
  *
  * Templated over the activation type (fp32, bf16) like the other kernel
  * files; ll_cuda_layernorm_fwd/bwd are the fp32 instances. */
-#include "ll_cuda_common.cuh"
+#include "layernorm_row.cuh"
 
-#define LN_EPS 1e-5f
 #define WARP 32
 #define ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
 
@@ -32,25 +31,7 @@ static __global__ void layernorm_fwd_kernel(T *__restrict__ out, float *__restri
     int lane = threadIdx.x % WARP;
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
     if (row >= N) return; /* whole warp leaves together */
-    const T *xr = x + (size_t)row * C;
-    T *outr = out + (size_t)row * C;
-
-    float s = 0.0f;
-    for (int c = lane; c < C; c += WARP) s += ll_ld(xr + c);
-    float m = warp_sum(s) / (float)C;
-
-    float v = 0.0f;
-    for (int c = lane; c < C; c += WARP) {
-        float d = ll_ld(xr + c) - m;
-        v += d * d;
-    }
-    float rs = rsqrtf(warp_sum(v) / (float)C + LN_EPS);
-
-    for (int c = lane; c < C; c += WARP) ll_st(outr + c, (ll_ld(xr + c) - m) * rs * w[c] + b[c]);
-    if (lane == 0) {
-        if (mean) mean[row] = m;
-        if (rstd) rstd[row] = rs;
-    }
+    ll_layernorm_row(out + (size_t)row * C, mean, rstd, x + (size_t)row * C, w, b, row, C, lane);
 }
 
 template <typename T>

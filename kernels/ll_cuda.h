@@ -121,6 +121,10 @@ cudaError_t ll_cuda_scale_gated(cudaStream_t s, ll_cuda_dtype t, void *x, const 
 size_t ll_cuda_residual_scratch_bytes(void);
 cudaError_t ll_cuda_residual_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, void *sub, const void *x, const float *g1,
                                  const float *g2, size_t n, float p, ll_philox rng, uint64_t offset);
+/* residual_fwd over N x C, then layer norm of the sum into u (saving mean/rstd): one kernel */
+cudaError_t ll_cuda_residual_ln_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, void *sub, const void *x, const float *g1,
+                                    const float *g2, float p, ll_philox rng, uint64_t offset, void *u, float *mean,
+                                    float *rstd, const float *w, const float *b, int N, int C);
 cudaError_t ll_cuda_residual_bwd(cudaStream_t s, ll_cuda_dtype t, void *ds, void *dx, int dx_mode, const void *sub,
                                  float *dg1, float *dg2, const float *g1, const float *g2, size_t n, float p,
                                  ll_philox rng, uint64_t offset, void *scratch);

@@ -17,10 +17,12 @@
  * 2 launches when a gate gradient is asked for, else 1. */
 #include <string.h>
 
+#include "layernorm_row.cuh"
 #include "philox.cuh"
 #include "reduce.cuh"
 
 #define RES_THREADS 256
+#define RLN_ROWS 8 /* residual_ln_fwd: rows (warps) per block */
 #define RES_MAX_PARTS 1024 /* partials of the dot: the grid's cap when one is taken */
 
 template <typename T> static __device__ __forceinline__ float rnd(float v);
@@ -74,7 +76,42 @@ static __device__ __forceinline__ unsigned keep_bits(const res_args &a, uint64_t
     return k;
 }
 
-/* s = dropout(s); y = x + g s (gated) or x + s. */
+/* Forward of the elements of Philox block blk that lie in half-words [lo, hi)
+ * (element i = half-word offset + i): s = dropout(s); y = x + g s (gated) or x + s. */
+template <typename T>
+static __device__ __forceinline__ void fwd_block(T *y, T *s, const T *x, int gated, float g, const res_args &a,
+                                                 uint64_t blk, uint64_t lo, uint64_t hi) {
+    const uint64_t h0 = blk << 3;
+    const unsigned keep = keep_bits(a, blk);
+    if (a.vec && h0 >= lo && h0 + 8 <= hi) {
+        const size_t i0 = (size_t)(h0 - a.offset);
+        float sv[8], xv[8], yv[8];
+        ld8(s + i0, sv);
+        ld8(x + i0, xv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (a.drop) sv[j] = rnd<T>((keep >> j & 1) ? sv[j] * a.scale : 0.0f);
+            yv[j] = gated ? xv[j] + g * sv[j] : xv[j] + sv[j];
+        }
+        if (a.drop) st8(s + i0, sv);
+        st8(y + i0, yv);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const uint64_t h = h0 + (uint64_t)j;
+        if (h < lo || h >= hi) continue;
+        const size_t i = (size_t)(h - a.offset);
+        float v = ll_ld(s + i);
+        if (a.drop) {
+            v = rnd<T>((keep >> j & 1) ? v * a.scale : 0.0f);
+            ll_st(s + i, v);
+        }
+        const float xv = ll_ld(x + i);
+        ll_st(y + i, gated ? xv + g * v : xv + v);
+    }
+}
+
 template <typename T>
 static __global__ void __launch_bounds__(RES_THREADS)
     residual_fwd_kernel(T *y, T *s, const T *x, const float *g1, const float *g2, res_args a) {
@@ -82,37 +119,27 @@ static __global__ void __launch_bounds__(RES_THREADS)
     const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
     const uint64_t first = a.offset >> 3, end = a.offset + a.n;
     for (uint64_t bi = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; bi < a.nblk;
-         bi += (uint64_t)gridDim.x * blockDim.x) {
-        const uint64_t blk = first + bi, h0 = blk << 3;
-        const unsigned keep = keep_bits(a, blk);
-        if (a.vec && h0 >= a.offset && h0 + 8 <= end) {
-            const size_t i0 = (size_t)(h0 - a.offset);
-            float sv[8], xv[8], yv[8];
-            ld8(s + i0, sv);
-            ld8(x + i0, xv);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                if (a.drop) sv[j] = rnd<T>((keep >> j & 1) ? sv[j] * a.scale : 0.0f);
-                yv[j] = gated ? xv[j] + g * sv[j] : xv[j] + sv[j];
-            }
-            if (a.drop) st8(s + i0, sv);
-            st8(y + i0, yv);
-            continue;
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const uint64_t h = h0 + (uint64_t)j;
-            if (h < a.offset || h >= end) continue;
-            const size_t i = (size_t)(h - a.offset);
-            float v = ll_ld(s + i);
-            if (a.drop) {
-                v = rnd<T>((keep >> j & 1) ? v * a.scale : 0.0f);
-                ll_st(s + i, v);
-            }
-            const float xv = ll_ld(x + i);
-            ll_st(y + i, gated ? xv + g * v : xv + v);
-        }
-    }
+         bi += (uint64_t)gridDim.x * blockDim.x)
+        fwd_block(y, s, x, gated, g, a, first + bi, a.offset, end);
+}
+
+/* residual_fwd then layer norm, a warp per row: the lanes take the row's
+ * Philox blocks in turn, then (after __syncwarp, which orders the warp's
+ * stores before its loads) the row's layer norm reads the sum back -- from
+ * cache -- exactly as layernorm_fwd_kernel, so the bits are the unfused ops'. */
+template <typename T>
+static __global__ void __launch_bounds__(RLN_ROWS * LL_WARP)
+    residual_ln_fwd_kernel(T *y, T *s, const T *x, const float *g1, const float *g2, res_args a, int N, int C,
+                           T *u, float *mean, float *rstd, const float *w, const float *b) {
+    const int lane = (int)(threadIdx.x % LL_WARP), row = (int)(blockIdx.x * RLN_ROWS + threadIdx.x / LL_WARP);
+    if (row >= N) return; /* whole warp leaves together */
+    const int gated = g1 || g2;
+    const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
+    const size_t r0 = (size_t)row * (size_t)C;
+    const uint64_t lo = a.offset + r0, hi = lo + (uint64_t)C, first = lo >> 3, nblk = ((hi - 1) >> 3) - first + 1;
+    for (uint64_t bi = (uint64_t)lane; bi < nblk; bi += LL_WARP) fwd_block(y, s, x, gated, g, a, first + bi, lo, hi);
+    __syncwarp();
+    ll_layernorm_row(u + r0, mean, rstd, y + r0, w, b, row, C, lane);
 }
 
 /* One element of backward; returns the new ds and adds ds s to *d. */
@@ -206,6 +233,19 @@ extern "C" cudaError_t ll_cuda_residual_fwd(cudaStream_t st, ll_cuda_dtype t, vo
     const res_args a = make_args(n, p, rng, offset, aligned16(y) && aligned16(s) && aligned16(x));
     LL_DISPATCH(t, T, LL_LAUNCH(ll_grid(a.nblk, RES_THREADS), RES_THREADS, 0, st, residual_fwd_kernel<T>)(
                           (T *)y, (T *)s, (const T *)x, g1, g2, a);)
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t ll_cuda_residual_ln_fwd(cudaStream_t st, ll_cuda_dtype t, void *y, void *s, const void *x,
+                                               const float *g1, const float *g2, float p, ll_philox rng,
+                                               uint64_t offset, void *u, float *mean, float *rstd, const float *w,
+                                               const float *b, int N, int C) {
+    if (N <= 0 || C <= 0) return cudaSuccess;
+    const res_args a = make_args((size_t)N * (size_t)C, p, rng, offset, aligned16(y) && aligned16(s) && aligned16(x));
+    const unsigned grid = (unsigned)((N + RLN_ROWS - 1) / RLN_ROWS);
+    LL_DISPATCH(t, T, LL_LAUNCH(grid, RLN_ROWS * LL_WARP, 0, st, residual_ln_fwd_kernel<T>)(
+                          (T *)y, (T *)s, (const T *)x, g1, g2, a, N, C, (T *)u, mean, rstd, w, b);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

@@ -221,6 +221,14 @@ struct ll_backend {
                          size_t n, real p, const ll_philox *rng, uint64_t offset);
     void (*residual_bwd)(ll_backend *be, ll_act *ds, ll_act *dx, int dx_mode, const ll_act *s, real *dg1, real *dg2,
                          const real *g1, const real *g2, size_t n, real p, const ll_philox *rng, uint64_t offset);
+    /* residual_ln_fwd: residual_fwd over the N x C rows (n = N C), then
+     * layernorm_fwd(u, mean, rstd, y, w, b, N, C) of the sum just stored: the
+     * pre-norm hand-over to the next block's layer norm, and post-norm's own.
+     * Equal to the two ops in sequence, bit for bit (the CUDA backend does both
+     * in one kernel: a warp per row, the row still in cache for its statistics). */
+    void (*residual_ln_fwd)(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2,
+                            real p, const ll_philox *rng, uint64_t offset, ll_act *u, real *mean, real *rstd,
+                            const real *w, const real *b, int N, int C);
     /* DLCL, one op per row of W however long the row: xs/ys are host arrays
      * of k backend pointers, w points at k backend scalars (fp32).
      *   weighted_sum:     y = sum_j w[j] xs[j]

@@ -145,6 +145,9 @@ typedef struct ll_model {
      * decoder pass and ALD's extra passes are before the calls they concern. */
     void (*grad_hook)(void *ctx, int what, int stack, int layer);
     void *grad_hook_ctx;
+    /* Tests: each residual sum and the layer norm that reads it as two ops
+     * (the reference for backend residual_ln_fwd, which does both in one) */
+    int unfused_ln;
 } ll_model;
 enum { LL_GRAD_DEC = 1, LL_GRAD_ENC = 2, LL_GRAD_LAYER = 8 };
 

@@ -11,7 +11,7 @@ const char *ll_backend_missing(const ll_backend *be) {
     NEED(alloc) NEED(free) NEED(upload) NEED(download) NEED(memset0) NEED(copy) NEED(sync) NEED(convert) NEED(gemm)
     NEED(layernorm_fwd) NEED(layernorm_bwd) NEED(embed_fwd) NEED(embed_bwd)
     NEED(relu_fwd) NEED(relu_bwd) NEED(dropout_fwd) NEED(dropout_bwd) NEED(add) NEED(add_scaled) NEED(acc)
-    NEED(add_gated) NEED(scale_gated) NEED(dot_acc) NEED(residual_fwd) NEED(residual_bwd) NEED(weighted_sum) NEED(weighted_scatter) NEED(dots_acc)
+    NEED(add_gated) NEED(scale_gated) NEED(dot_acc) NEED(residual_fwd) NEED(residual_bwd) NEED(residual_ln_fwd) NEED(weighted_sum) NEED(weighted_scatter) NEED(dots_acc)
     NEED(latent_sample) NEED(latent_grad) NEED(latent_kl) NEED(latent_lk) NEED(latent_depth) NEED(latent_q)
     NEED(ald_pool) NEED(ald_loss) NEED(ald_unpool) NEED(sumsq) NEED(grad_finish)
     NEED(attention_fwd) NEED(attention_bwd) NEED(xent_fwd_bwd) NEED(sym_kl) NEED(log_softmax) NEED(adam)

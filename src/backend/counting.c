@@ -157,6 +157,10 @@ OPL(residual_bwd, (n != 0) * (1 + (dg1 || dg2)),
     (ll_backend * be, ll_act *ds, ll_act *dx, int mode, const ll_act *s, real *dg1, real *dg2, const real *g1,
      const real *g2, size_t n, real p, const ll_philox *r, uint64_t o),
     (((counting *)be)->inner, ds, dx, mode, s, dg1, dg2, g1, g2, n, p, r, o))
+OPL(residual_ln_fwd, N > 0,
+    (ll_backend * be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2, real p,
+     const ll_philox *r, uint64_t o, ll_act *u, real *mu, real *rs, const real *w, const real *b, int N, int C),
+    (((counting *)be)->inner, y, s, x, g1, g2, p, r, o, u, mu, rs, w, b, N, C))
 OPL(weighted_sum, n ? chunks64(k) : 0, (ll_backend * be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n),
     (((counting *)be)->inner, y, xs, w, k, n))
 OPL(weighted_scatter, n ? chunks64(k) : 0, (ll_backend * be, ll_act *const *ys, const real *w, const ll_act *x, int k, size_t n),
@@ -262,6 +266,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     SET(layernorm_fwd), SET(layernorm_bwd), SET(embed_fwd), SET(embed_bwd);
     SET(relu_fwd), SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled);
     SET(acc), SET(add_gated), SET(scale_gated), SET(dot_acc), SET(residual_fwd), SET(residual_bwd);
+    SET(residual_ln_fwd);
     SET(weighted_sum);
     SET(weighted_scatter), SET(dots_acc), SET(latent_sample), SET(latent_grad), SET(latent_kl), SET(latent_lk);
     SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish);
@@ -339,7 +344,7 @@ const char *ll_backend_op_name(size_t slot) {
         N(alloc), N(free), N(upload), N(download), N(memset0), N(copy), N(sync), N(convert), N(gemm),
         N(layernorm_fwd), N(layernorm_bwd), N(embed_fwd), N(embed_bwd), N(relu_fwd),
         N(relu_bwd), N(dropout_fwd), N(dropout_bwd), N(add), N(add_scaled), N(acc), N(add_gated),
-        N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
+        N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(residual_ln_fwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
         N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};

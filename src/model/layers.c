@@ -214,8 +214,11 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
         k->y = (ll_act *)k->x;
         return;
     }
-    k->mean = ll_fbuf(m, N);
-    k->rstd = ll_fbuf(m, N);
+    if (k->ln_done && (post || rezero)) ll_die("internal: a pre-norm LN handed to a post-norm/ReZero block");
+    if (!k->ln_done) {
+        k->mean = ll_fbuf(m, N);
+        k->rstd = ll_fbuf(m, N);
+    }
     /* branch off (CAD, or a latent z = 0 at inference): pre/ReZero y = x, post y = LN(x) */
     if (ll_layer_off(ctl) || (ctl && ctl->skip_cross && k->kind == SUB_CROSS)) {
         k->mode = BLOCK_OFF;
@@ -232,8 +235,12 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     k->y = ll_buf(m, n);
     ll_act *s = k->s = ll_buf(m, n);
     if (!post && !rezero) {
-        k->u = ll_buf(m, n);
-        be->layernorm_fwd(be, k->u, k->mean, k->rstd, k->x, m->params + k->ln_w, m->params + k->ln_b, N, C);
+        if (k->ln_done) { /* u, mean, rstd: the previous block's residual_ln_fwd */
+            k->ln_done = 0;
+        } else {
+            k->u = ll_buf(m, n);
+            be->layernorm_fwd(be, k->u, k->mean, k->rstd, k->x, m->params + k->ln_w, m->params + k->ln_b, N, C);
+        }
         sub_fwd(m, k, p, layer, k->u, s);
     } else {
         k->u = (ll_act *)k->x;
@@ -242,10 +249,28 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     k->drop_p = p->train ? m->hp.dropout : 0;
     k->drop_off = (uint64_t)p->row0 * p->T * m->hp.C;
     if (k->drop_p > 0) ll_site_rng(&k->drop_rng, p, layer, site_of(k->kind));
-    /* sum = x + z alpha drop(s), one pass; s keeps the dropped values for dgate */
-    ll_act *sum = post ? (k->a = ll_buf(m, n)) : k->y;
-    be->residual_fwd(be, sum, s, k->x, gate, alpha, n, k->drop_p, k->drop_p > 0 ? &k->drop_rng : NULL, k->drop_off);
-    if (post) be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
+    /* sum = x + z alpha drop(s), one pass; s keeps the dropped values for dgate.  Post-norm:
+     * its own LN in the same op; pre-norm: the LN that consumes y, when ll_layer_fwd found one */
+    const ll_philox *rng = k->drop_p > 0 ? &k->drop_rng : NULL;
+    if (post && m->unfused_ln) {
+        k->a = ll_buf(m, n);
+        be->residual_fwd(be, k->a, s, k->x, gate, alpha, n, k->drop_p, rng, k->drop_off);
+        be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
+    } else if (post) {
+        k->a = ll_buf(m, n);
+        be->residual_ln_fwd(be, k->a, s, k->x, gate, alpha, k->drop_p, rng, k->drop_off, k->y, k->mean, k->rstd,
+                            m->params + k->ln_w, m->params + k->ln_b, N, C);
+    } else if (k->has_next_ln) {
+        const ll_ln_target *t = &k->next_ln;
+        *t->u = ll_buf(m, n);
+        *t->mean = ll_fbuf(m, N);
+        *t->rstd = ll_fbuf(m, N);
+        be->residual_ln_fwd(be, k->y, s, k->x, gate, alpha, k->drop_p, rng, k->drop_off, *t->u, *t->mean, *t->rstd,
+                            m->params + t->w, m->params + t->b, N, C);
+        *t->done = 1;
+    } else {
+        be->residual_fwd(be, k->y, s, k->x, gate, alpha, n, k->drop_p, rng, k->drop_off);
+    }
 }
 
 void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, ll_act *dy, ll_act *dx, int dx_fresh) {
@@ -292,10 +317,44 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, ll_act *dy, ll_act
 /* One layer = its blocks in order (self-attention, [cross-attention,] FFN).
  * Here, not in transformer.c, so that the stack drivers (transformer.c and
  * dlcl.c) both call down into layers.c and never into each other. */
+/* Pre-norm fusion: does block k, when it runs, compute LN(x) of its input?
+ * (Decided by the layer controls alone, which are set before the forward.) */
+static int runs_with_ln(const ll_model *m, const ll_block *k) {
+    const ll_layer_ctl *ctl = k->ctl;
+    if (m->hp.post_norm || k->alpha || (ctl && ctl->skip) || ll_layer_off(ctl)) return 0;
+    return !(ctl && ctl->skip_cross && k->kind == SUB_CROSS);
+}
+
+/* The layer norm that reads block i's output, if one does directly: the next
+ * block that runs (blocks skipped or switched off in between pass x through
+ * unchanged in a pre-norm stack), within the layer, or -- when the stack is
+ * the plain one keeping every layer -- in later layers, then the final LN. */
+static void find_next_ln(const ll_model *m, ll_stack_run *r, int i, int l) {
+    ll_block *k = &r->blocks[i];
+    k->has_next_ln = 0;
+    if (m->hp.post_norm || m->hp.rezero || m->unfused_ln) return;
+    const int end = r->fuse_across ? r->L * r->per_layer : (l + 1) * r->per_layer;
+    for (int j = i + 1; j < end; j++) {
+        ll_block *c = &r->blocks[j];
+        if (runs_with_ln(m, c)) {
+            k->next_ln = (ll_ln_target){c->ln_w, c->ln_b, &c->u, &c->mean, &c->rstd, &c->ln_done};
+            k->has_next_ln = 1;
+            return;
+        }
+    }
+    if (r->fuse_across) {
+        const int dec = r->stack;
+        k->next_ln = (ll_ln_target){dec ? m->dec_ln_w : m->enc_ln_w, dec ? m->dec_ln_b : m->enc_ln_b, &r->out,
+                                    &r->mean, &r->rstd, &r->final_done};
+        k->has_next_ln = 1;
+    }
+}
+
 ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x) {
     for (int j = 0; j < r->per_layer; j++) {
         ll_block *k = &r->blocks[l * r->per_layer + j];
         k->x = x;
+        find_next_ln(m, r, l * r->per_layer + j, l);
         ll_block_fwd(m, k, &r->p, l);
         x = k->y;
     }

@@ -11,6 +11,16 @@ enum { BLOCK_RUN = 0, BLOCK_IDENTITY = 1, BLOCK_OFF = 2 };
  * the order in which ops run (and match across backends). */
 enum { SITE_EMB = 0, SITE_SELF = 1, SITE_SELF_PROBS = 2, SITE_CROSS = 3, SITE_CROSS_PROBS = 4, SITE_ACT = 5, SITE_FFN = 6 };
 
+/* A pre-norm layer norm that the block before computes together with its
+ * residual sum (backend residual_ln_fwd): where its output and statistics go,
+ * and the flag that tells the consumer they are there. */
+typedef struct {
+    size_t w, b; /* parameter offsets */
+    ll_act **u;
+    real **mean, **rstd;
+    int *done;
+} ll_ln_target;
+
 /* One residual block: x -> y with a sub-layer (attention or FFN), pre- or post-norm. */
 typedef struct {
     ll_sub_kind kind;
@@ -40,6 +50,11 @@ typedef struct {
     /* FFN */
     ll_act *h, *hd; /* fc1 output after ReLU, and after activation dropout */
     uint8_t *amask;
+    /* pre-norm fusion (ll_layer_fwd): next_ln, the layer norm that consumes y
+     * (the next running block's, or the stack's final one), computed with the
+     * residual sum; ln_done, this block's own LN(x) was computed that way */
+    ll_ln_target next_ln;
+    int has_next_ln, ln_done;
 } ll_block;
 
 /* Slots of a decoder layer's packed weights (ll_inc.packed). */
@@ -96,6 +111,9 @@ typedef struct {
     ll_act *top;                /* stack output before the final LN */
     ll_act *out;                /* after the final LN (pre-norm) or == top */
     real *mean, *rstd;
+    int fuse_across;            /* the plain stack keeping every layer: a block's residual sum may
+                                   feed the next layer's LN, or the final LN, in one op */
+    int final_done;             /* the final LN was computed with the last residual sum */
     int last_pass;              /* the update's last backward over this stack: each layer's gradient is
                                    final after its backward (m->grad_hook, per layer; not with DLCL) */
 } ll_stack_run;

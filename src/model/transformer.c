@@ -64,6 +64,10 @@ static int has_final_ln(const ll_model *m) { return !m->hp.post_norm && !m->hp.r
 ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
     const int C = m->hp.C, N = r->p.B * r->p.T;
     r->x0 = embed(m, r);
+    r->final_done = 0;
+    /* across layers only here: DLCL feeds each layer a combination, and a forward that
+     * releases each layer's temporaries would free what the next layer reads */
+    r->fuse_across = !ll_dlcl_on(m, r->stack) && !ll_layer_releases(&r->p) && has_final_ln(m);
     if (ll_dlcl_on(m, r->stack)) {
         r->top = ll_dlcl_stack_fwd(m, r);
     } else {
@@ -77,6 +81,7 @@ ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
         }
         r->top = x;
     }
+    if (r->final_done) return r->out; /* the last residual sum's op computed the final LN */
     r->out = r->top;
     if (has_final_ln(m)) {
         size_t w = r->stack ? m->dec_ln_w : m->enc_ln_w, b = r->stack ? m->dec_ln_b : m->enc_ln_b;

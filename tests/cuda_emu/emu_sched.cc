@@ -18,7 +18,9 @@
  *                  at it; threads waiting at different source lines are a
  *                  divergent barrier (reported);
  *   shuffles       (and __syncwarp) complete when every lane the mask names has
- *                  arrived with the same mask at the same line; a mask naming
+ *                  arrived with the same mask at the same line (__syncwarp also
+ *                  orders the lanes' memory accesses, as bar.warp.sync; a
+ *                  shuffle does not); a mask naming
  *                  the caller's absence, an exited or absent lane, or reading
  *                  a lane outside the mask is reported;
  *   nothing runnable while threads wait: a deadlock, reported with what each
@@ -101,6 +103,7 @@ struct warp_state {
     int line;
     uint64_t val[32], res[32];
     int src[32];
+    int gen; /* completed __syncwarp exchanges, mod 2 (TSan's sync object) */
 };
 
 /* never destroyed: fibers and stacks live until the process ends (reachable for LeakSanitizer) */
@@ -123,6 +126,7 @@ ucontext_t g_sched_uc;
 #ifdef LL_EMU_TSAN
 void *g_sched_tsan;
 char g_tsan_start, g_tsan_end, g_tsan_bar[2];
+char g_tsan_warp[32][2]; /* __syncwarp's memory ordering, per warp of the block */
 int g_bar_gen;
 #endif
 #ifdef LL_EMU_ASAN
@@ -365,6 +369,12 @@ uint64_t warp_exchange(unsigned mask, uint64_t val, int src, const char *what, c
         ws.file = file;
         ws.line = line;
     }
+#ifdef LL_EMU_TSAN
+    /* __syncwarp orders memory like a barrier of the named lanes (a shuffle does not) */
+    const bool memord = !strcmp(what, "__syncwarp");
+    const int wgen = ws.gen;
+    if (memord) __tsan_release(&g_tsan_warp[w][wgen]);
+#endif
     ws.val[lane] = val;
     ws.src[lane] = src;
     ws.pending |= 1u << lane;
@@ -381,11 +391,15 @@ uint64_t warp_exchange(unsigned mask, uint64_t val, int src, const char *what, c
             if (o->st == AT_WARP) o->st = RUNNABLE;
         }
         ws.pending = 0;
+        ws.gen ^= 1;
         if (w * 32 < g_hint) g_hint = w * 32;
     } else {
         f->st = AT_WARP;
         yield_from(f, 0);
     }
+#ifdef LL_EMU_TSAN
+    if (memord) __tsan_acquire(&g_tsan_warp[w][wgen]);
+#endif
     return ws.res[lane];
 }
 

@@ -15,6 +15,9 @@
 #   shared_short the cross-entropy kernel's static __shared__ partials one
 #              element short of its 16 warps (a template kernel: the array
 #              must be bounded by ASan)
+#   syncwarp   the fused residual + layer norm without the __syncwarp between
+#              the lanes' stores of the sum and their loads of other lanes'
+#              elements (TSan reports it as a race; here the values show it)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,6 +44,7 @@ run_test() {
     smem_short) "$b/gpu_test_ops_cuda" --op attention_fwd ;;
     no_sync) "$b/gpu_test_ops_cuda" --op sync && "$b/gpu_test_ops_cuda" --op add ;;
     bounds | shared_short) "$b/gpu_test_ops_cuda" --op xent_fwd_bwd ;;
+    syncwarp) "$b/gpu_test_ops_cuda" --op residual_ln_fwd ;;
   esac
 }
 
@@ -65,6 +69,7 @@ M = {
                "__launch_bounds__(FIN_THREADS)\n    xent_kernel"),
     "shared_short": ("kernels/losses.cu", "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LL_WARP];",
                      "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LOSS_THREADS / LL_WARP - 1];"),
+    "syncwarp": ("kernels/residual.cu", "    __syncwarp();\n    ll_layernorm_row(", "    ll_layernorm_row("),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -77,7 +82,7 @@ PY
 
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
-for m in barrier past_row smem_short no_sync bounds shared_short; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
@@ -85,8 +90,8 @@ for m in barrier past_row smem_short no_sync bounds shared_short; do
 done
 declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm.cu
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
-  [shared_short]=kernels/losses.cu)
-for m in barrier past_row smem_short no_sync bounds shared_short; do
+  [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu)
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then

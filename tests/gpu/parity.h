@@ -396,6 +396,18 @@ static inline void brk_layernorm_fwd(ll_backend *be, ll_act *out, real *mean, re
                                      const real *w, const real *b, int N, int C) {
     g_real->layernorm_fwd(be, out, mean, rstd, x, w, b, N > 1 ? N - 1 : N, C); /* misses the last row */
 }
+/* within every tolerance, but not the bits of the two ops: rstd of row 0 one ulp up */
+static inline void brk_residual_ln_fwd(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, const real *g1,
+                                       const real *g2, real p, const ll_philox *rng, uint64_t offset, ll_act *u,
+                                       real *mean, real *rstd, const real *w, const real *b, int N, int C) {
+    g_real->residual_ln_fwd(be, y, s, x, g1, g2, p, rng, offset, u, mean, rstd, w, b, N, C);
+    if (N > 0 && rstd) {
+        real r;
+        be->download(be, &r, rstd, sizeof r);
+        r = nextafterf(r, INFINITY);
+        be->upload(be, rstd, &r, sizeof r);
+    }
+}
 static inline void brk_embed_fwd(ll_backend *be, ll_act *out, const int32_t *tok, const ll_act *emb, const real *pos,
                                  int pos_offset, real scale, int N, int T, int C, int pad) {
     (void)be, (void)out, (void)tok, (void)emb, (void)pos, (void)pos_offset, (void)scale, (void)N, (void)T, (void)C,
@@ -411,8 +423,10 @@ static inline void break_op(ll_backend *dut, const char *op) {
     else if (!strcmp(op, "gemm")) dut->gemm = brk_gemm;
     else if (!strcmp(op, "layernorm_fwd")) dut->layernorm_fwd = brk_layernorm_fwd;
     else if (!strcmp(op, "latent_kl")) dut->latent_kl = NULL; /* a missing op */
+    else if (!strcmp(op, "residual_ln_fwd")) dut->residual_ln_fwd = brk_residual_ln_fwd; /* bits, not values */
     else if (!strcmp(op, "embed_fwd")) dut->embed_fwd = brk_embed_fwd; /* stops the process (LL_PARITY_FORK=1) */
-    else ll_die("LL_PARITY_BREAK=%s: expected acc, dropout_fwd, gemm, layernorm_fwd, latent_kl or embed_fwd", op);
+    else ll_die("LL_PARITY_BREAK=%s: expected acc, dropout_fwd, gemm, layernorm_fwd, latent_kl, residual_ln_fwd or embed_fwd",
+                op);
     if (!pb_quiet) printf("LL_PARITY_BREAK: %s of the backend under test is wrong on purpose: this run must fail\n", op);
 }
 /* LL_PARITY_BREAK=<op> (only with LL_PARITY_SELFTEST=1): break that op of the backend under test */

@@ -334,6 +334,55 @@ static void t_residual_fwd(void) {
     }
     pb_free(&g);
 }
+/* residual_fwd and the layer norm of the sum in one op: CPU against CUDA, and on
+ * each side bit for bit the two ops in sequence (row shapes of the layer norm
+ * test: C = 7 puts Philox blocks across rows; an odd offset takes the scalar path) */
+static int same_bits(const pbuf *a, const pbuf *b, int s) {
+    void *x = pb_get(a, s), *y = pb_get(b, s);
+    const int same = !memcmp(x, y, a->bytes);
+    free(x), free(y);
+    return same;
+}
+static void t_residual_ln_fwd(void) {
+    pbuf g = pb_rand_buf(2, 0.2, 1.3);
+    for (int k = 0; k < 4; k++) {
+        const int N = ln_sizes[k % 3][0], C = ln_sizes[k % 3][1];
+        const size_t n = (size_t)N * C;
+        const real p = k == 1 ? 0 : 0.1f;
+        const uint64_t off = k == 3 ? 12347 : k == 0 ? 8000 : 0;
+        const real *g1s[2] = {k >= 2 ? F(g, 0) : NULL, k >= 2 ? F(g, 1) : NULL};
+        const real *g2s[2] = {k == 3 ? F(g, 0) + 1 : NULL, k == 3 ? F(g, 1) + 1 : NULL};
+        ll_philox rng;
+        philox(&rng, LL_RNG_DROPOUT, 31 + k);
+        pbuf x = pb_rand_act(n, -1, 1), sub = pb_rand_act(n, -1, 1), sub2 = pb_new_act(NULL, n);
+        pbuf w = pb_rand_buf(C, 0.5, 1.5), b = pb_rand_buf(C, -0.5, 0.5);
+        pbuf y = pb_poison_act(n), u = pb_poison_act(n), mean = pb_poison(N), rstd = pb_poison(N);
+        pbuf y2 = pb_poison_act(n), u2 = pb_poison_act(n), mean2 = pb_poison(N), rstd2 = pb_poison(N);
+        BOTH BE->copy(BE, A(sub2, s), A(sub, s), sub.bytes);
+        BOTH BE->residual_ln_fwd(BE, A(y, s), A(sub, s), A(x, s), g1s[s], g2s[s], p, p > 0 ? &rng : NULL, off,
+                                 A(u, s), F(mean, s), F(rstd, s), F(w, s), F(b, s), N, C);
+        char what[96];
+        snprintf(what, sizeof what, "s (dropped in place; p %g, offset %llu, %dx%d)", (double)p,
+                 (unsigned long long)off, N, C);
+        pb_cmp(what, &sub, n, TOL_EW); /* one dropout bit drawn differently is an O(1) error */
+        pb_cmp("y = x + g s", &y, n, TOL_EW);
+        pb_cmp("u = LN(y)", &u, n, TOL_RED); /* mean and variance: sums over C */
+        pb_cmp("mean", &mean, N, TOL_RED);
+        pb_cmp("rstd", &rstd, N, TOL_RED);
+        BOTH {
+            BE->residual_fwd(BE, A(y2, s), A(sub2, s), A(x, s), g1s[s], g2s[s], n, p, p > 0 ? &rng : NULL, off);
+            BE->layernorm_fwd(BE, A(u2, s), F(mean2, s), F(rstd2, s), A(y2, s), F(w, s), F(b, s), N, C);
+        }
+        for (int s = 0; s < 2; s++)
+            CHECK_MSG(same_bits(&sub, &sub2, s) && same_bits(&y, &y2, s) && same_bits(&u, &u2, s) &&
+                          same_bits(&mean, &mean2, s) && same_bits(&rstd, &rstd2, s),
+                      "residual_ln_fwd on %s (case %d): not the bits of residual_fwd then layernorm_fwd",
+                      pb_be[s]->name, k);
+        pb_free(&x), pb_free(&sub), pb_free(&sub2), pb_free(&w), pb_free(&b), pb_free(&y), pb_free(&u),
+            pb_free(&mean), pb_free(&rstd), pb_free(&y2), pb_free(&u2), pb_free(&mean2), pb_free(&rstd2);
+    }
+    pb_free(&g);
+}
 static void t_residual_bwd(void) {
     pbuf g = pb_rand_buf(2, 0.2, 1.3);
     for (int k = 0; k < 9; k++) {
@@ -449,7 +498,7 @@ static const op_test tests[] = {
     {"relu_bwd", t_relu_bwd, 0}, {"dropout_fwd", t_dropout_fwd, 0}, {"dropout_bwd", t_dropout_bwd, 0},
     {"add", t_add, 0}, {"add_scaled", t_add_scaled, 0}, {"acc", t_acc, 0}, {"add_gated", t_add_gated, 0},
     {"scale_gated", t_scale_gated, 0}, {"dot_acc", t_dot_acc, 0}, {"residual_fwd", t_residual_fwd, 0},
-    {"residual_bwd", t_residual_bwd, 0}, {"weighted_sum", t_weighted_sum, 0},
+    {"residual_bwd", t_residual_bwd, 0}, {"residual_ln_fwd", t_residual_ln_fwd, 0}, {"weighted_sum", t_weighted_sum, 0},
     {"weighted_scatter", t_weighted_scatter, 0}, {"dots_acc", t_dots_acc, 0},
     {"latent_sample", t_latent_sample, 0}, {"latent_grad", t_latent_grad, 0}, {"latent_kl", t_latent_kl, 0},
     {"latent_lk", t_latent_lk, 0}, {"latent_depth", t_latent_depth, 0}, {"latent_q", t_latent_q, 0},

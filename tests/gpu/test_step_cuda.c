@@ -37,6 +37,9 @@
  * backend, and the stream operations the emulator queued must equal what
  * counting.c's launch rules predict (the numbers --dry-run and --op-stats
  * report as CUDA launches).
+ * The device under test runs the step a second time with ll_model.unfused_ln
+ * set (each residual sum and the layer norm reading it as two ops): the
+ * fused residual_ln_fwd must give the same bits in every gradient.
  * The methods and toy shapes follow tests/cli/test_op_count.sh.  Skips (77)
  * without a GPU; LL_PARITY_SELFTEST=1 runs CPU against CPU (exact), and with
  * LL_PARITY_BREAK=<op> (tests/gpu/parity.h) it must fail. */
@@ -76,6 +79,7 @@ typedef struct {
     real *grads;        /* host copy */
     uint64_t fallbacks; /* gemm calls of the step that did not run fused (CUDA) */
     ll_backend *counted; /* the counting wrapper it ran on (emulation), or NULL */
+    int unfused_ln;      /* residual sums and their layer norms as two ops (ll_model.unfused_ln) */
 } side;
 
 /* ll_model_step's random structure as the trainer draws it (draw_structure) */
@@ -120,6 +124,7 @@ uint64_t ll_cuda_emu_stream_ops(void); /* tests/cuda_emu/emu_runtime.cc */
 static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hparams *hp, const ll_batch *b) {
     const uint64_t f0 = ll_backend_gemm_fallbacks(be);
     ll_model *m = sd->m = ll_model_new(hp, be);
+    m->unfused_ln = sd->unfused_ln;
     ll_model_init(m, (uint64_t)cfg->seed);
     m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
                             .ald_tau = cfg->ald_tau};
@@ -230,6 +235,20 @@ static int run_method(const method *me) {
         run_side(&sd[s], pb_be[s], &cfg, &hp, &b);
     }
 
+    /* the device under test again with each residual sum and the layer norm reading it as two
+     * ops: the fused residual_ln_fwd must give the same bits, statistics and every gradient */
+    {
+        side un;
+        memset(&un, 0, sizeof un);
+        un.unfused_ln = 1;
+        run_side(&un, pb_be[DUT], &cfg, &hp, &b);
+        if (memcmp(un.grads, sd[DUT].grads, un.m->n_params * sizeof(real)) || memcmp(un.st, sd[DUT].st, sizeof un.st)) {
+            fprintf(stderr, "  %s: the step with residual_ln_fwd differs from residual_fwd + layernorm_fwd on %s\n",
+                    me->name, pb_be[DUT]->name);
+            tu_failures++;
+        }
+        free_side(&un);
+    }
     static const struct { int slot; const char *name; } slots[] = {
         {LL_ST_LOSS, "loss"}, {LL_ST_NLL, "nll"}, {LL_ST_CE2, "ce2 (DDR)"}, {LL_ST_NLL2, "nll2 (DDR)"},
         {LL_ST_DDR, "ddr"},   {LL_ST_ALD, "ald"}, {LL_ST_KL, "kl"},         {LL_ST_LK, "lk"}};

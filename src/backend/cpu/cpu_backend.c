@@ -412,6 +412,7 @@ static ll_backend g_cpu = {
     .scale_gated = cpu_scale_gated,
     .dot_acc = cpu_dot_acc,
     .residual_fwd = cpu_residual_fwd,
+    .residual_ln_fwd = cpu_residual_ln_fwd,
     .residual_bwd = cpu_residual_bwd,
     .grad_finish = cpu_grad_finish,
     .weighted_sum = cpu_weighted_sum,

@@ -46,6 +46,9 @@ void cpu_residual_fwd(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, con
                       size_t n, real p, const ll_philox *rng, uint64_t offset);
 void cpu_residual_bwd(ll_backend *be, ll_act *ds, ll_act *dx, int dx_mode, const ll_act *s, real *dg1, real *dg2,
                       const real *g1, const real *g2, size_t n, real p, const ll_philox *rng, uint64_t offset);
+void cpu_residual_ln_fwd(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2, real p,
+                         const ll_philox *rng, uint64_t offset, ll_act *u, real *mean, real *rstd, const real *w,
+                         const real *b, int N, int C);
 void cpu_residual_fwd_real(real *y, real *s, const real *x, const real *g1, const real *g2, size_t n, real p,
                            const ll_philox *rng, uint64_t offset, int bf16);
 void cpu_residual_bwd_real(real *ds, real *dx, int dx_mode, const real *s, real *dg1, real *dg2, const real *g1,

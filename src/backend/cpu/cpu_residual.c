@@ -90,6 +90,15 @@ void cpu_residual_fwd(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, con
     cpu_residual_fwd_real((real *)y, (real *)s, (const real *)x, g1, g2, n, p, rng, offset, 0);
 }
 
+/* The CPU backends run the pair as their two ops (through be, so fp32 and
+ * bf16 each round as they always do): equal by construction. */
+void cpu_residual_ln_fwd(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2, real p,
+                         const ll_philox *rng, uint64_t offset, ll_act *u, real *mean, real *rstd, const real *w,
+                         const real *b, int N, int C) {
+    be->residual_fwd(be, y, s, x, g1, g2, (size_t)N * (size_t)C, p, rng, offset);
+    be->layernorm_fwd(be, u, mean, rstd, y, w, b, N, C);
+}
+
 void cpu_residual_bwd(ll_backend *be, ll_act *ds, ll_act *dx, int dx_mode, const ll_act *s, real *dg1, real *dg2,
                       const real *g1, const real *g2, size_t n, real p, const ll_philox *rng, uint64_t offset) {
     (void)be;

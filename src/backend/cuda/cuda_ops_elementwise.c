@@ -62,6 +62,14 @@ static void cu_residual_fwd(ll_backend *be, ll_act *y, ll_act *s, const ll_act *
     LL_CU(ll_cuda_residual_fwd(st, ll_cuda_act(be), y, s, x, g1, g2, n, p, r, offset));
 }
 
+static void cu_residual_ln_fwd(ll_backend *be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2,
+                               real p, const ll_philox *rng, uint64_t offset, ll_act *u, real *mean, real *rstd,
+                               const real *w, const real *b, int N, int C) {
+    cudaStream_t st = ll_cuda_enter(be);
+    const ll_philox r = rng_or_zero("residual_ln_fwd", p, rng);
+    LL_CU(ll_cuda_residual_ln_fwd(st, ll_cuda_act(be), y, s, x, g1, g2, p, r, offset, u, mean, rstd, w, b, N, C));
+}
+
 static void cu_residual_bwd(ll_backend *be, ll_act *ds, ll_act *dx, int dx_mode, const ll_act *s, real *dg1,
                             real *dg2, const real *g1, const real *g2, size_t n, real p, const ll_philox *rng,
                             uint64_t offset) {
@@ -74,6 +82,7 @@ static void cu_residual_bwd(ll_backend *be, ll_act *ds, ll_act *dx, int dx_mode,
 void ll_cuda_register_elementwise(ll_backend *be) {
     be->residual_fwd = cu_residual_fwd;
     be->residual_bwd = cu_residual_bwd;
+    be->residual_ln_fwd = cu_residual_ln_fwd;
     be->relu_fwd = cu_relu_fwd;
     be->relu_bwd = cu_relu_bwd;
     be->dropout_fwd = cu_dropout_fwd;
