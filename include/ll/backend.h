@@ -112,8 +112,8 @@ typedef enum {
     LL_EPI_NONE,
     LL_EPI_BIAS,      /* C[m, n] += bias[n] after the product (linear layer forward) */
     LL_EPI_BIAS_RELU, /* then C = max(C, 0) (FFN fc1) */
-    LL_EPI_BGRAD,     /* also bgrad[m] += sum_k op(A)[m, k]: with A = dY^T of a weight-gradient
-                       * gemm dW = dY^T X, the bias gradient (the column sums of dY) */
+    LL_EPI_BGRAD,     /* also bgrad[m] += sum_k op(A)[m, k] (= with bgrad_set): with A = dY^T of a
+                       * weight-gradient gemm dW = dY^T X, the bias gradient (the column sums of dY) */
 } ll_epilogue;
 
 /* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, row-major, each operand with
@@ -144,6 +144,7 @@ typedef struct {
     const void *bias;   /* BIAS, BIAS_RELU */
     ll_dtype bias_type; /* of bias: the activation dtype or `real` (LL_F32 = 0 when left out) */
     real *bgrad;        /* BGRAD (accumulated) */
+    int bgrad_set;      /* BGRAD: bgrad = the sums instead of += (a gradient known to be zero) */
 } ll_gemm_desc;
 
 struct ll_backend {

@@ -148,6 +148,10 @@ typedef struct ll_model {
     /* Tests: each residual sum and the layer norm that reads it as two ops
      * (the reference for backend residual_ln_fwd, which does both in one) */
     int unfused_ln;
+    /* [n_table]: the tensor's gradient is still zero since ll_model_zero_grads
+     * (NULL: unknown), so a linear layer's first weight/bias gradient of the
+     * update overwrites it (beta 0, BGRAD set) instead of adding */
+    uint8_t *grad_fresh;
 } ll_model;
 enum { LL_GRAD_DEC = 1, LL_GRAD_ENC = 2, LL_GRAD_LAYER = 8 };
 
@@ -199,6 +203,15 @@ void ll_model_dgates(ll_model *m, int stack, double *out);
  * the one download per update: LL_ST_N doubles, then (with_snapshot) the
  * snapshot area that ll_model_snapshot filled on the backend. */
 void ll_model_stats_zero(ll_model *m);
+/* Zero every gradient and remember it: until each tensor is written again, a
+ * linear layer's weight-gradient matmul writes instead of adding (no read of
+ * the old zeros, and the bias gradient straight from cuBLASLt's epilogue
+ * instead of a separate accumulation).  Gradients zeroed any other way are
+ * accumulated into as before. */
+void ll_model_zero_grads(ll_model *m);
+/* (model code) whether the gradient of the tensor at offset off is still
+ * zero, and from now on count it written */
+int ll_model_grad_take_fresh(ll_model *m, size_t off);
 void ll_model_stats_read(ll_model *m, double *stats, void *snapshot);
 /* Queue copies of the latent logits and last samples into the snapshot area
  * (layout: per stack with latent layers, logits [rows, L] then z [rows, L]). */

@@ -77,9 +77,9 @@ static void op_end(counting *k, ll_backend *in, size_t off, double t0) {
 static uint64_t chunks64(int k) { return k > 0 ? (uint64_t)(k + 63) / 64 : 0; } /* LL_CUDA_DLCL_CHUNK entries a launch */
 static uint64_t gemm_launches(const ll_gemm_desc *g) {
     if (g->M <= 0 || g->N <= 0) return 0;
-    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU;
-    if (g->K <= 0) return g->beta != 1 || bias;
-    return 1 + (g->epi == LL_EPI_BGRAD); /* BGRAD: into scratch, then an acc into bgrad */
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU, bgrad = g->epi == LL_EPI_BGRAD;
+    if (g->K <= 0) return (g->beta != 1 || bias) + (bgrad && g->bgrad_set); /* (+ the memset of bgrad) */
+    return 1 + (bgrad && !g->bgrad_set); /* BGRAD added: into scratch, then an acc into bgrad */
 }
 
 /* alloc/free: in dry mode, addresses that are never touched, and the bytes live and at peak */

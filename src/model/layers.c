@@ -49,10 +49,13 @@ static void linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, co
                                 .c_type = dx_type, .ldc = in};
         be->gemm(be, &g);
     }
-    /* dW[out,in] += dy^T x in fp32; the bias gradient (column sums of dy) in the epilogue */
-    const ll_gemm_desc g = {.trans_a = 1, .M = out, .N = in, .K = N, .alpha = 1, .beta = 1, .A = dy, .a_type = t,
-                            .lda = out, .B = x, .b_type = t, .ldb = in, .C = m->grads + w, .c_type = LL_REAL_DTYPE,
-                            .ldc = in, .epi = b ? LL_EPI_BGRAD : LL_EPI_NONE, .bgrad = b ? m->grads + b : NULL};
+    /* dW[out,in] += dy^T x in fp32; the bias gradient (column sums of dy) in the epilogue.  The
+     * update's first contribution to a zeroed gradient (ll_model_zero_grads) is written, not added */
+    const int fresh_w = ll_model_grad_take_fresh(m, w), fresh_b = b && ll_model_grad_take_fresh(m, b);
+    const ll_gemm_desc g = {.trans_a = 1, .M = out, .N = in, .K = N, .alpha = 1, .beta = fresh_w ? 0 : 1, .A = dy,
+                            .a_type = t, .lda = out, .B = x, .b_type = t, .ldb = in, .C = m->grads + w,
+                            .c_type = LL_REAL_DTYPE, .ldc = in, .epi = b ? LL_EPI_BGRAD : LL_EPI_NONE,
+                            .bgrad = b ? m->grads + b : NULL, .bgrad_set = fresh_b};
     be->gemm(be, &g);
 }
 

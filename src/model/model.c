@@ -264,6 +264,35 @@ void ll_model_dgates(ll_model *m, int stack, double *out) {
 
 void ll_model_stats_zero(ll_model *m) { m->be->memset0(m->be, m->stats, LL_ST_ADAM_T * sizeof(double)); }
 
+void ll_model_zero_grads(ll_model *m) {
+    m->be->memset0(m->be, m->grads, m->n_params * sizeof(real));
+    if (!m->grad_fresh) {
+        for (int i = 1; i < m->n_table; i++) /* the lookup below bisects the table: sorted, disjoint */
+            if (m->table[i].offset < m->table[i - 1].offset + m->table[i - 1].numel) return;
+        m->grad_fresh = ll_malloc(m->n_table ? (size_t)m->n_table : 1);
+    }
+    memset(m->grad_fresh, 1, (size_t)m->n_table);
+}
+
+int ll_model_grad_take_fresh(ll_model *m, size_t off) {
+    if (!m->grad_fresh) return 0;
+    int lo = 0, hi = m->n_table - 1;
+    while (lo <= hi) {
+        const int mid = (lo + hi) / 2;
+        const ll_param *p = &m->table[mid];
+        if (off < p->offset) {
+            hi = mid - 1;
+        } else if (off >= p->offset + p->numel) {
+            lo = mid + 1;
+        } else {
+            const int fresh = off == p->offset && m->grad_fresh[mid];
+            m->grad_fresh[mid] = 0;
+            return fresh;
+        }
+    }
+    return 0;
+}
+
 void ll_model_stats_read(ll_model *m, double *stats, void *snapshot) {
     if (!snapshot) {
         m->be->download(m->be, stats, m->stats, LL_ST_N * sizeof(double));
@@ -308,6 +337,7 @@ static void replica_sync(ll_model *r, const ll_model *m) {
     r->dec_mem = own.dec_mem;
     r->dec_mem_cap = own.dec_mem_cap;
     r->dec_busy = own.dec_busy;
+    r->grad_fresh = own.grad_fresh; /* its own gradients' */
     memcpy(r->enc_ctl, m->enc_ctl, sizeof(ll_layer_ctl) * (m->hp.Le ? m->hp.Le : 1));
     memcpy(r->dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * (m->hp.Ld ? m->hp.Ld : 1));
 }
@@ -362,6 +392,7 @@ void ll_model_free(ll_model *m) {
         free(m->st);
         free(m->enc_ctl);
         free(m->dec_ctl);
+        free(m->grad_fresh);
         free(m);
         return;
     }
@@ -388,6 +419,7 @@ void ll_model_free(ll_model *m) {
     if (m->st) free(m->st->stage); /* NULL: planned, never allocated (ll_model_plan) */
     free(m->st);
     free(m->table);
+    free(m->grad_fresh);
     free(m->enc);
     free(m->dec);
     free(m);

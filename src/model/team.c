@@ -107,7 +107,6 @@ void ll_model_step_team(ll_model *m, ll_step_team *t, const ll_batch *b, uint64_
         ll_model_step(t->rep[w], &s, seed, rng_step, 1, NULL); /* worker 0 is m: into m->stats */
     }
     ll_workers_end(saved);
-    ll_backend *be = m->be;
     /* the team runs on the CPU backends only: gradients, dgates and stats are
      * host memory, in real whatever the activation dtype */
     for (int w = 1; w < n; w++) {
@@ -116,7 +115,7 @@ void ll_model_step_team(ll_model *m, ll_step_team *t, const ll_batch *b, uint64_
         const real *rg = r->grads;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < m->n_params; i++) g[i] += rg[i];
-        be->memset0(be, r->grads, m->n_params * sizeof(real));
+        ll_model_zero_grads(r);
         for (int s = 0; s < 2; s++)
             for (int l = 0; l <= (s ? m->hp.Ld : m->hp.Le); l++) m->dgate_buf[s][l] += r->dgate_buf[s][l];
         for (int k = 0; k < LL_ST_ADAM_T; k++) m->stats[k] += r->stats[k];

@@ -55,6 +55,7 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
         d->step = *ll_backend_counts(be);
         for (int s = 0; s < 2; s++) /* every layer runs (no LayerDrop, gates on) */
             if (ll_latent_on(m, s)) ll_latent_sample(m, s, 0, 1, 0, 1, 0);
+        ll_model_zero_grads(m); /* as the trainer starts an update */
         ll_model_stats_zero(m);
         ll_model_step(m, &b, 1, 0, 1, NULL);
         ll_adam_step(&d->opt, m, 1e-4, 1e-4, 1.0 / b.n_tgt_tokens, 1);

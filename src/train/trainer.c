@@ -664,7 +664,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         double lr = ll_schedule_lr(&t.sched, t.ts.update);
         if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
-        t.m->be->memset0(t.m->be, t.m->grads, t.m->n_params * sizeof(real));
+        ll_model_zero_grads(t.m);
         ll_model_stats_zero(t.m);
         long ntok = 0, own = 0;
         t.dist->update = t.ts.update;

@@ -100,9 +100,10 @@ static void t_convert(void) {
 /* ---- gemm: every transpose pair, padded leading dimensions, beta 0 and 1, every epilogue ---- */
 static const char *epi_name[] = {"NONE", "BIAS", "BIAS_RELU", "BGRAD"};
 /* C in c_type (the activation dtype, or fp32 for a weight gradient); A, B in the activation dtype; the
- * bias in the activation dtype (the model's) or, with real_bias, in `real` */
+ * bias in the activation dtype (the model's) or, with real_bias, in `real`; bgrad_set: BGRAD writes
+ * the sums over bgrad's (random) values instead of adding */
 static void gemm_case_b(int ta, int tb, int M, int N, int K, real alpha, real beta, ll_epilogue epi, ll_dtype c_type,
-                        int real_bias) {
+                        int real_bias, int bgrad_set) {
     const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
     const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
     const ll_dtype bias_t = real_bias ? LL_REAL_DTYPE : pb_act;
@@ -115,18 +116,20 @@ static void gemm_case_b(int ta, int tb, int M, int N, int K, real alpha, real be
         const ll_gemm_desc g = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
                                 .A = A.d[s], .a_type = pb_act, .lda = lda, .B = B.d[s], .b_type = pb_act, .ldb = ldb,
                                 .C = C.d[s], .c_type = c_type, .ldc = ldc, .epi = epi, .bias = bias.d[s],
-                                .bias_type = bias_t, .bgrad = F(bg, s)};
+                                .bias_type = bias_t, .bgrad = F(bg, s), .bgrad_set = bgrad_set};
         BE->gemm(BE, &g);
     }
     char what[128];
     snprintf(what, sizeof what, "C %s (ta %d tb %d M %d N %d K %d beta %g, %s, %s bias)", ll_dtype_str(c_type), ta, tb,
              M, N, K, (double)beta, epi_name[epi], ll_dtype_str(bias_t));
     pb_cmp(what, &C, nc, TOL_RED); /* K-term dot products; the padding columns must be untouched */
-    if (epi == LL_EPI_BGRAD) pb_cmp("bgrad (accumulated): sums of op(A) over K", &bg, M, TOL_RED);
+    if (epi == LL_EPI_BGRAD)
+        pb_cmp(bgrad_set ? "bgrad (set): sums of op(A) over K" : "bgrad (accumulated): sums of op(A) over K", &bg, M,
+               TOL_RED);
     free(hc), pb_free(&A), pb_free(&B), pb_free(&C), pb_free(&bias), pb_free(&bg);
 }
 static void gemm_case(int ta, int tb, int M, int N, int K, real alpha, real beta, ll_epilogue epi, ll_dtype c_type) {
-    gemm_case_b(ta, tb, M, N, K, alpha, beta, epi, c_type, 0);
+    gemm_case_b(ta, tb, M, N, K, alpha, beta, epi, c_type, 0, 0);
 }
 static void t_gemm(void) {
     for (int ta = 0; ta < 2; ta++)
@@ -135,11 +138,14 @@ static void t_gemm(void) {
     gemm_case(0, 1, 37, 1000, 129, 1, 0, LL_EPI_BIAS, pb_act);       /* linear forward: C = X W^T + b */
     gemm_case(0, 1, 37, 1000, 129, 1, 1, LL_EPI_BIAS, pb_act);       /* accumulated: C += X W^T, then + b */
     gemm_case(0, 1, 37, 999, 130, 1, 0, LL_EPI_BIAS_RELU, pb_act);   /* FFN fc1 */
-    gemm_case_b(0, 1, 37, 999, 130, 1, 0, LL_EPI_BIAS_RELU, pb_act, 1); /* a bias in real (bf16: not fused) */
+    gemm_case_b(0, 1, 37, 999, 130, 1, 0, LL_EPI_BIAS_RELU, pb_act, 1, 0); /* a bias in real (bf16: not fused) */
     gemm_case(1, 0, 64, 96, 4099, 1, 1, LL_EPI_NONE, LL_REAL_DTYPE); /* weight gradient: long K, fp32 C */
     gemm_case(1, 0, 96, 64, 1001, 1, 1, LL_EPI_BGRAD, LL_REAL_DTYPE); /* dW = dY^T X with the bias gradient */
     gemm_case(0, 0, 96, 64, 1001, 1, 1, LL_EPI_BGRAD, LL_REAL_DTYPE); /* BGRAD over rows of A */
     gemm_case(1, 1, 33, 17, 257, 0.5f, 1, LL_EPI_BGRAD, LL_REAL_DTYPE);
+    /* an update's first weight gradient (ll_model_zero_grads): dW and the bias gradient written */
+    gemm_case_b(1, 0, 96, 64, 1001, 1, 0, LL_EPI_BGRAD, LL_REAL_DTYPE, 0, 1);
+    gemm_case_b(0, 0, 96, 64, 1001, 1, 0, LL_EPI_BGRAD, LL_REAL_DTYPE, 0, 1);
 }
 
 /* ---- layer norm ---- */

@@ -146,7 +146,7 @@ static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hp
     const int hard = latent && !cfg->latent_soft_select && upd > cfg->latent_soft_update;
     const uint64_t step = pick_step(cfg, m, (uint64_t)upd * cfg->update_freq);
     ll_model_reset_ctl(m);
-    be->memset0(be, m->grads, m->n_params * sizeof(real));
+    ll_model_zero_grads(m);
     ll_model_stats_zero(m);
     const int rows[2] = {ll_latent_pair_row(hp, cfg, 0, b->src_lang, b->tgt_lang),
                          ll_latent_pair_row(hp, cfg, 1, b->src_lang, b->tgt_lang)};

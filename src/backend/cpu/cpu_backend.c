@@ -240,7 +240,8 @@ void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, const re
     }
     gemm_real(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->lda, B, g->ldb, beta, C, g->ldc);
     if (g->epi == LL_EPI_BIAS_RELU) relu_strided(C, g->ldc, g->M, g->N);
-    if (g->epi == LL_EPI_BGRAD) { /* bgrad[m] += sum_k op(A)[m, k] */
+    if (g->epi == LL_EPI_BGRAD) { /* bgrad[m] += sum_k op(A)[m, k] (bgrad_set: =) */
+        if (g->bgrad_set) memset(g->bgrad, 0, sizeof(real) * (size_t)(g->M > 0 ? g->M : 0));
         if (g->trans_a)
             col_sums(g->bgrad, A, g->lda, g->K, g->M); /* A is [K, M] */
         else

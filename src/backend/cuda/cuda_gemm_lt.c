@@ -348,6 +348,7 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     if (g->K <= 0) { /* C = relu?(beta C + bias), bgrad += 0: no product, no cuBLASLt kernel */
         if (g->beta != 1 || bias)
             LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, g->beta, bias ? g->bias : NULL, biast, relu));
+        if (bgrad && g->bgrad_set) LL_CU(cudaMemsetAsync(g->bgrad, 0, sizeof(float) * (size_t)g->M, s));
         return;
     }
     ll_cuda_gemm_desc d = {
@@ -373,12 +374,14 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
         .bias_type = biast,
         .math = st->default_math,
     };
+    /* cuBLASLt writes the bias gradient: straight into bgrad when it is to be set (a zero
+     * gradient), else into scratch and added */
     float *bg_tmp = NULL;
-    if (bgrad) d.bgrad = bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M);
+    if (bgrad) d.bgrad = g->bgrad_set ? g->bgrad : (bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M));
     int rc = ll_cuda_gemm_lt(be, &d);
     if (rc == 0) {
         ll_cuda_sync_check("gemm (cuBLASLt)", __FILE__, __LINE__);
-        if (bgrad) LL_CU(ll_cuda_acc(s, LL_CUDA_F32, g->bgrad, bg_tmp, (size_t)g->M));
+        if (bg_tmp) LL_CU(ll_cuda_acc(s, LL_CUDA_F32, g->bgrad, bg_tmp, (size_t)g->M));
         return;
     }
     /* only "no algorithm for this" falls back; any other failure may have
@@ -405,6 +408,7 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     if (bgrad) { /* bgrad[m] += sum_k op(A)[m, k]: A stored [K, M] (trans_a: column sums) or [M, K] (row sums) */
         const int by_cols = !!g->trans_a, rows = by_cols ? g->K : g->M, cols = by_cols ? g->M : g->K;
         const size_t nb = ll_cuda_bias_grad_scratch_bytes(rows, cols, by_cols);
+        if (g->bgrad_set) LL_CU(cudaMemsetAsync(g->bgrad, 0, sizeof(float) * (size_t)g->M, s));
         LL_CU(ll_cuda_bias_grad(s, at, g->bgrad, g->A, g->lda, rows, cols, by_cols,
                                 nb ? ll_cuda_scratch(be, nb) : NULL));
     }
