@@ -5,6 +5,7 @@
 # $OUT/results.tsv (columns: see HEADER).
 #
 #   scripts/experiments.sh [GROUP ...]        CPU groups: depth latent deep paper paper_hard latent_static
+#                                             precision_depth
 #                                             (default: depth latent)
 #   scripts/experiments.sh --device cuda [GROUP ...]
 #       GPU groups (default: all three, 13 runs, about 25 minutes on one H100 at MINUTES=1.3):
@@ -219,6 +220,14 @@ for g in $groups; do
       --set latent.lk_anneal_updates=200 "${fast_logits[@]}"
     queue static_pre_d8 bible es --set model.dec_layers=8 --set model.norm=pre
     queue static_pre_d16 bible es --set model.dec_layers=16 --set model.norm=pre ;;
+  precision_depth) # issue 26: the residual stream in bf16 against fp32 on a deep pre-norm stack (32 + 32
+    # layers): the CPU bf16 backend stores every activation bf16 where the CUDA bf16 backend does (the
+    # stream is rounded at each of the 64 residual sums and again in the backward), fp32 masters and Adam
+    # in both.  Does that rounding cost quality at depth?  Same seeds, same batches.
+    # Short: UPDATES=800 SEEDS="1 2" TEST_LINES=300
+    d32=(--set model.enc_layers=32 --set model.dec_layers=32 --set model.norm=pre)
+    queue fp32_pre_32_32 bible es "${d32[@]}" --set train.precision=fp32
+    queue bf16_pre_32_32 bible es "${d32[@]}" --set train.precision=bf16 ;;
   paper_hard) # the same with the reference code's samples (hard straight-through after soft_update): which of
     # the two changes (soft samples, beta's scale) decides what o2m_paper shows
     queue o2m_paper_hard locale de --set latent.target_layers_dec=3 --set latent.soft_update=100 \

@@ -27,6 +27,12 @@ mkdir -p "$work"
 rm -rf "$work/src"
 mkdir -p "$work/src"
 (cd "$SRC" && tar --exclude='./build*' --exclude=./data --exclude=./.git --exclude=./.device -cf - .) | (cd "$work/src" && tar -xf -)
+# the files the mutants change, newer than any object an earlier run left in $work/build (tar keeps
+# the sources' times, and that run may have ended with a mutant compiled)
+declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm_row.cuh
+  [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
+  [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu)
+for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 b=$work/build
 # shellcheck disable=SC2086
 cmake -S "$work/src" -B "$b" -DLL_CUDA_EMU=ON -DLL_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -57,8 +63,8 @@ M = {
     "barrier": ("kernels/ll_cuda_common.cuh",
                 "previous call */\n    if (lane == 0) sh[w] = v;\n    __syncthreads();\n",
                 "previous call */\n    if (lane == 0) sh[w] = v;\n"),
-    "past_row": ("kernels/layernorm.cu", "for (int c = lane; c < C; c += WARP) ll_st(",
-                 "for (int c = lane; c <= C; c += WARP) ll_st("),
+    "past_row": ("kernels/layernorm_row.cuh", "for (int c = lane; c < C; c += LL_WARP) ll_st(",
+                 "for (int c = lane; c <= C; c += LL_WARP) ll_st("),
     "smem_short": ("kernels/attention.cu",
                    "sizeof(float) * ((size_t)BQ * Dh + WARP * (Dh + 1) + WARP * Dh)",
                    "sizeof(float) * ((size_t)BQ * Dh + WARP * (Dh + 1) + WARP * Dh - 1)"),
@@ -88,9 +94,6 @@ for m in barrier past_row smem_short no_sync bounds shared_short syncwarp; do
     status=1
   fi
 done
-declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm.cu
-  [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
-  [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu)
 for m in barrier past_row smem_short no_sync bounds shared_short syncwarp; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
