@@ -201,4 +201,6 @@ LL_EMU_MINMAX(unsigned long long)
                           __LINE__, LL_EMU_FTZ)
 #define LL_EMU_DYN_SHARED(T, name) T *const name = (T *)ll_emu::blk.dyn
 
+#include "emu_wmma.h" /* nvcuda::wmma */
+
 #endif
