@@ -49,6 +49,14 @@ message(STATUS "ll: NCCL ${LL_HAVE_NCCL} (emulated over MPI)")
 # that TSan would otherwise see as unsynchronised threads; it is left uninstrumented and only
 # its annotations (fibers, barrier acquire/release) reach TSan
 if(LL_SANITIZE MATCHES "thread")
+  # and no auto-vectorisation in the CUDA code: TSan does not see the gathers and scatters a vectoriser
+  # makes of strided lane loops (clang 14 turned wmma::store_matrix_sync's loop into a masked scatter,
+  # and a race on it went unreported); scalar accesses are all instrumented
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    target_compile_options(ll_cuda PRIVATE -fno-vectorize -fno-slp-vectorize)
+  else()
+    target_compile_options(ll_cuda PRIVATE -fno-tree-vectorize)
+  endif()
   set_source_files_properties(${LL_EMU_DIR}/emu_sched.cc PROPERTIES COMPILE_OPTIONS -fno-sanitize=thread
                               COMPILE_DEFINITIONS LL_EMU_TSAN=1)
 endif()

@@ -8,7 +8,9 @@
  * 32 lanes must reach the same call, else the scheduler reports divergence),
  * then, as CUDA documents them, each lane loads or multiplies; a store writes
  * only the lane's share (element i by lane i % 32), so lanes reading each
- * other's stores need a __syncwarp or __syncthreads first, as on a GPU.  mma_sync adds the exact products of bf16 or fp16
+ * other's stores need a __syncwarp or __syncthreads first, as on a GPU (TSan
+ * reports the missing one: cmake/cuda_emu.cmake keeps the vectoriser from
+ * turning this loop into a scatter TSan cannot see).  mma_sync adds the exact products of bf16 or fp16
  * elements in fp32, k in order: tensor cores keep fp32 sums too, in an order
  * of their own, so a kernel's tests allow for reordered sums. */
 #ifndef LL_CUDA_EMU_WMMA_H
