@@ -49,21 +49,29 @@ set_tests_properties(gpu_emu_ftz_shows PROPERTIES LABELS gpu WILL_FAIL TRUE ENVI
   "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FTZ=all")
 # The shell GPU tests at a size the emulation runs in CI: they train and decode on the
 # emulated device (a d 64, 1+1-layer model, 2 updates of 256 tokens, validation loss over 4 batches, 3-5 decoded lines, 2 + 2 resumed updates of
-# 512 tokens, TF32 runs of 512 tokens (256 under the sanitizers): the
+# 512 tokens, TF32 runs of 512 tokens (under the sanitizers: 256 tokens, 1 + 1 resumed updates, 2 TF32 and 1 NCCL update): the
 # tools end to end and the CPU comparison, not model quality)
 # Under the sanitizers the batches of the tiny-corpus tests are halved: there they check the host's
 # threads (stream worker, batch workers, NCCL watchdog, MPI ranks) and memory, which the same code
 # paths show at any size (the kernels' own races are the op tests' work).
 if(LL_SANITIZE)
   set(LL_EMU_TOKENS 256)
+  set(LL_EMU_SAN_UPDATES 1) # NCCL run: one update (one reduction and Adam step per rank)
+  set(LL_EMU_TF32_UPDATES 2)
+  set(LL_EMU_RESUME_UPDATES 2) # 1 + --resume 1 against 2 straight, validated at every update
+  set(LL_EMU_RESUME_VALID 1)
 else()
   set(LL_EMU_TOKENS 512)
+  set(LL_EMU_SAN_UPDATES 2)
+  set(LL_EMU_TF32_UPDATES 4)
+  set(LL_EMU_RESUME_UPDATES 4)
+  set(LL_EMU_RESUME_VALID 2)
 endif()
 set(LL_EMU_SHELL_ENV "LL_BIBLE_UPDATES=2;LL_BIBLE_MAX_TOKENS=256;LL_BIBLE_DECODE_LINES=3;LL_DECODE_PARITY_LINES=5"
-    "LL_RESUME_UPDATES=4;LL_RESUME_VALID=2;LL_RESUME_TOKENS=${LL_EMU_TOKENS}"
+    "LL_RESUME_UPDATES=${LL_EMU_RESUME_UPDATES};LL_RESUME_VALID=${LL_EMU_RESUME_VALID};LL_RESUME_TOKENS=${LL_EMU_TOKENS}"
     "LL_BIBLE_EXTRA=--set model.d_model=64 --set model.ffn_dim=128 --set model.enc_layers=1 --set model.dec_layers=1 --set train.valid_max_batches=4")
 if(TEST gpu_test_tf32)
-  set_property(TEST gpu_test_tf32 APPEND PROPERTY ENVIRONMENT "LL_TF32_TOKENS=${LL_EMU_TOKENS}")
+  set_property(TEST gpu_test_tf32 APPEND PROPERTY ENVIRONMENT "LL_TF32_TOKENS=${LL_EMU_TOKENS};LL_TF32_UPDATES=${LL_EMU_TF32_UPDATES}")
 endif()
 foreach(t gpu_test_bible300 gpu_test_decode_parity gpu_test_resume_cuda)
   if(TEST ${t})
@@ -73,12 +81,19 @@ endforeach()
 # NCCL over MPI: two ranks, one emulated device each
 if(TEST gpu_test_dist_nccl_mpirun)
   set_property(TEST gpu_test_dist_nccl_mpirun APPEND PROPERTY ENVIRONMENT
-               "LL_CUDA_EMU_DEVICES=2;LL_DIST_NCCL_UPDATES=2;LL_DIST_NCCL_TOKENS=${LL_EMU_TOKENS}")
+               "LL_CUDA_EMU_DEVICES=2;LL_DIST_NCCL_UPDATES=${LL_EMU_SAN_UPDATES};LL_DIST_NCCL_TOKENS=${LL_EMU_TOKENS}")
 endif()
 # (its checkpoint comparison: built with the GPU tests scripts/cuda_emu_test.sh builds)
 add_dependencies(gpu_test_dist_nccl ll_ckpt_diff)
 # attention over more than 65,535 sentences (gridDim.z slices): 30 s of emulation, minutes under
 # the sanitizers, so plain builds only
+# ... and the element-wise op tests on 2^16 + 3 elements instead of 2^20 + 3 (LL_GPU_TEST_SMALL: their
+# threads are independent, the sizes' grid sweeps are the plain build's check)
 if(LL_SANITIZE)
   set_property(TEST gpu_test_attention_cuda APPEND PROPERTY ENVIRONMENT "LL_GPU_TEST_BIG_BATCH=0")
+  foreach(t gpu_test_ops_cuda gpu_test_ops_cuda_bf16 gpu_emu_lt_refuse_epilogue gpu_emu_lt_refuse_all)
+    if(TEST ${t})
+      set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "LL_GPU_TEST_SMALL=1")
+    endif()
+  endforeach()
 endif()

@@ -33,7 +33,11 @@
  * LL_PARITY_BREAK=<op> breaks one op of the second CPU backend (must fail). */
 #include "parity.h"
 
-#define N1M ((size_t)(1u << 20) + 3) /* element-wise ops: not a multiple of any block size */
+/* element-wise ops: 2^20 + 3 elements, not a multiple of any block size; LL_GPU_TEST_SMALL=1 (the
+ * emulation's sanitizer builds, where these independent threads have nothing to race on and the
+ * size only costs time): 2^16 + 3, still many blocks */
+static size_t g_n1m = ((size_t)1 << 20) + 3;
+#define N1M g_n1m
 #define BOTH for (int s = 0; s < 2; s++)
 #define BE pb_be[s]
 
@@ -314,7 +318,8 @@ static void t_dot_acc(void) {
  * under the sanitizers); one backward case of RN_BIG, more than the gate
  * dot's 1024 blocks of 256 threads x 8 elements cover in one sweep ---- */
 #define RN ((size_t)100003)
-#define RN_BIG ((size_t)(1u << 21) + 5)
+static size_t g_rn_big = ((size_t)1 << 21) + 5; /* LL_GPU_TEST_SMALL=1: RN (the sweep is a plain build's check) */
+#define RN_BIG g_rn_big
 static const char *res_mode[] = {"none", "copy", "acc"};
 static void t_residual_fwd(void) {
     pbuf g = pb_rand_buf(2, 0.2, 1.3);
@@ -541,6 +546,8 @@ static int run_one(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    const char *small = getenv("LL_GPU_TEST_SMALL");
+    if (small && !strcmp(small, "1")) g_n1m = ((size_t)1 << 16) + 3, g_rn_big = RN;
     const int child = argc == 3 && !strcmp(argv[1], "--op");
     int rc = pb_setup(child);
     if (rc) return child ? 1 : rc;

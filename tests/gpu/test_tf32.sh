@@ -4,14 +4,15 @@
 # model, 4 updates, no dropout: the exact GPU run equals the CPU run (to Adam's
 # amplification of last-bit differences), the TF32 run differs from it (the
 # inputs really are rounded to 10 mantissa bits) but stays close.
-# LL_TF32_TOKENS: the batch (default 2048; smaller under the CPU emulation).
+# LL_TF32_TOKENS: the batch (default 2048; smaller under the CPU emulation); LL_TF32_UPDATES
+# (default 4; 2 under the emulation's sanitizers).
 # Skips (77) without a GPU.
 source "$(dirname "$0")/lib.sh"
 gpu_or_skip
 cat > "$T/t.cfg" <<CFG
 model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
 $(tiny_data "$T/bin" "${LL_TF32_TOKENS:-2048}")
-train: {seed: 1, lr: 1e-3, warmup_updates: 2, max_updates: 4, valid_interval: 4, log_interval: 1, precision: fp32}
+train: {seed: 1, lr: 1e-3, warmup_updates: 2, max_updates: ${LL_TF32_UPDATES:-4}, valid_interval: ${LL_TF32_UPDATES:-4}, log_interval: 1, precision: fp32}
 CFG
 run() { # run NAME DEVICE TF32
   "$BIN/lltrain" --config "$T/t.cfg" --set train.device="$2" --set train.tf32="$3" \
@@ -25,7 +26,7 @@ if [ "$GPUDEV" = cuda ]; then
 fi
 diff_of() { "$BIN/ll_ckpt_diff" "$T/$1/checkpoint_last.llm" "$T/$2/checkpoint_last.llm" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
 e=$(diff_of cpu exact) t=$(diff_of exact tf32)
-echo "parameters after 4 updates: |exact GPU - CPU| = $e, |TF32 - exact| = $t"
+echo "parameters after ${LL_TF32_UPDATES:-4} updates: |exact GPU - CPU| = $e, |TF32 - exact| = $t"
 python3 -c "import sys; sys.exit(0 if float('$e') < 1e-3 else 1)" || err "exact GPU run differs from the CPU by $e"
 if [ "$GPUDEV" = cuda ]; then
   python3 -c "import sys; sys.exit(0 if 0 < float('$t') < 0.05 else 1)" ||
