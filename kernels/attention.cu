@@ -8,7 +8,8 @@
  * the CPU backend's bit for bit.  Nothing of size Tq x Tk touches global
  * memory.
  *
- * Layout of the work (correctness first; tensor cores come with bf16):
+ * Layout of the work (fp32 math on SIMT cores; the bf16 forward runs on tensor
+ * cores where it can: kernels/attention_tc.cu):
  *  - forward: a block of 4 warps owns FWD_ROWS query rows of one (b, h); key/
  *    value tiles of 32 rows are staged in shared memory; a warp runs the
  *    online softmax of its rows with one key per lane for the scores and one
@@ -20,60 +21,7 @@
  * Row strides: q rows q_stride, k/v rows kv_stride, out/dout rows H*Dh. */
 #include <math.h>
 
-#include "ll_cuda_common.cuh"
-#include "philox.cuh"
-
-#define WARP 32
-#define WARPS 4
-#define MAX_SLOTS 4 /* head dims per lane: Dh <= 128 */
-#define FWD_ROWS_PER_WARP 4
-#define DQ_ROWS_PER_WARP 2
-#define DKV_KEYS_PER_WARP 2
-#define MAX_GRID_Z 65535 /* CUDA's limit on gridDim.z: larger batches launch in slices */
-
-/* q, k, v (and out, dout, dq, dk, dv) are of the kernels' element type T
- * (fp32 or bf16: loaded into fp32 shared memory, fp32 math); lse is fp32. */
-struct attn_args {
-    const void *q, *k, *v;
-    int q_stride, kv_stride;
-    const int *key_len; /* device, [B]; NULL: all keys */
-    int B, Tq, Tk, H, Dh, causal;
-    int b0;          /* first batch entry of this launch: b = b0 + blockIdx.z (gridDim.z <= 65535) */
-    float scale;     /* 1 / sqrt(Dh) */
-    float keep_scale; /* 1 / (1 - p) */
-    uint32_t thr;    /* keep iff half-word >= thr */
-    int drop;        /* p > 0 (as the CPU): thr may round to 0 for tiny p, keep_scale still applies */
-    ll_philox rng;
-    uint64_t rng_offset;
-};
-
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-static __device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-static __device__ __forceinline__ int key_limit(const attn_args &a, int b) {
-    int n = a.key_len ? a.key_len[b] : a.Tk;
-    return n < a.Tk ? (n > 0 ? n : 0) : a.Tk;
-}
-/* keys query i sees: 0..n-1 (the CPU's row_limit) */
-static __device__ __forceinline__ int row_limit(const attn_args &a, int lim, int i) {
-    const int c = i + (a.Tk - a.Tq) + 1;
-    if (a.causal && c < lim) return c > 0 ? c : 0;
-    return lim;
-}
-/* The dropout rule of dropout_fwd: half-word e of the stream, bits 16*(e&1).. of word e>>1. */
-static __device__ __forceinline__ bool keep_bit(const attn_args &a, int b, int h, int i, int j) {
-    const uint64_t e = a.rng_offset + (((uint64_t)b * a.H + h) * a.Tq + i) * a.Tk + j;
-    const uint32_t w = ll_philox_u32_dev(a.rng, e >> 1);
-    return ((w >> (16 * (unsigned)(e & 1))) & 0xffffu) >= a.thr;
-}
+#include "attention_common.cuh"
 
 /* Stage rows r0..r0+n-1 (n <= rows) of a [*, stride] matrix, columns col..col+Dh,
  * into s[rows][ld]; rows past n are zero. */
@@ -372,6 +320,7 @@ extern "C" cudaError_t ll_cuda_attention_fwd_dt(cudaStream_t stream, ll_cuda_dty
     cudaError_t e = make_args(&a, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, p, rng,
                               rng_offset);
     if (e != cudaSuccess) return e;
+    if (t == LL_CUDA_BF16 && ll_attention_tc_takes(Dh)) return ll_attention_fwd_tc(stream, a, (__nv_bfloat16 *)out, lse);
     const int BQ = WARPS * FWD_ROWS_PER_WARP;
     const size_t smem = sizeof(float) * ((size_t)BQ * Dh + WARP * (Dh + 1) + WARP * Dh);
     for (a.b0 = 0; a.b0 < B; a.b0 += MAX_GRID_Z) {

@@ -74,11 +74,17 @@ cudaError_t ll_cuda_attention_bwd(cudaStream_t stream, float *dq, float *dk, flo
                                   const float *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H,
                                   int Dh, int causal, float p, const ll_philox *rng, uint64_t rng_offset);
 /* The same with q, k, v, out (dout, dq, dk, dv) of type t (lse fp32): the
- * kernels are templated (fp32 shared memory and math, no tensor cores yet). */
+ * kernels are templated (fp32 shared memory and math).  The bf16 forward runs
+ * on tensor cores (kernels/attention_tc.cu) when the head size is a multiple
+ * of 16 and the device has bf16 WMMA (sm_80+); the backward is SIMT. */
 cudaError_t ll_cuda_attention_fwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *out, float *lse, const void *q,
                                      int q_stride, const void *k, const void *v, int kv_stride, const int *key_len,
                                      int B, int Tq, int Tk, int H, int Dh, int causal, float p, const ll_philox *rng,
                                      uint64_t rng_offset);
+/* Switch the tensor-core forward on (the default, unless LL_CUDA_ATTENTION=simt
+ * is in the environment) or off for the whole process; returns whether a bf16
+ * call of head size 16 took it before the call. */
+int ll_cuda_attention_tensor_cores(int on);
 cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dq, void *dk, void *dv,
                                      const void *dout, const void *out, const float *lse, const void *q, int q_stride,
                                      const void *k, const void *v, int kv_stride, const int *key_len, int B, int Tq,

@@ -13,40 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ll_cuda_common.cuh"
-#ifndef LL_CUDA_EMU
-#include <mma.h>
-#endif
+#include "wmma_tile.cuh"
 
-#define PT 16      /* the WMMA tile: 16 x 16 x 16 */
-#define PQ 32      /* query rows: two warps, one row tile each */
-#define PK 48      /* keys */
-#define PD 64      /* head dimension */
+#define PT LL_WT /* the WMMA tile: 16 x 16 x 16 */
+#define PQ 32    /* query rows: two warps, one row tile each */
+#define PK 48    /* keys */
+#define PD 64    /* head dimension */
 #define PWARPS (PQ / PT)
 #define PTHREADS 64 /* PWARPS warps */
-
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-#define LL_WMMA_BF16 1
-#endif
-
-#ifdef LL_WMMA_BF16
-/* acc = A[PT, K] B[K, PT] in PT-wide steps: A row-major (lda); B row-major (bstep = ldb) or
- * column-major, its columns the rows of ldb (bstep = 1) */
-template <typename LB>
-static __device__ void tile_product(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, PT, PT, PT, float> &acc,
-                                    const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *b, int ldb, size_t bstep,
-                                    int K) {
-    using namespace nvcuda;
-    wmma::fill_fragment(acc, 0.0f);
-    for (int kk = 0; kk < K; kk += PT) {
-        wmma::fragment<wmma::matrix_a, PT, PT, PT, __nv_bfloat16, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, PT, PT, PT, __nv_bfloat16, LB> fb;
-        wmma::load_matrix_sync(fa, a + kk, lda);
-        wmma::load_matrix_sync(fb, b + (size_t)kk * bstep, ldb);
-        wmma::mma_sync(acc, fa, fb, acc);
-    }
-}
-#endif
 
 /* q [PQ, PD], k [PK, PD], v [PK, PD] bf16 row-major; s [PQ, PK], o [PQ, PD] fp32 */
 static __global__ void __launch_bounds__(PTHREADS)
@@ -60,9 +34,10 @@ static __global__ void __launch_bounds__(PTHREADS)
     const int r0 = w * PT;
     /* S[r0.., j..] = sum over d of Q[r0.., d..] K[j.., d..]^T */
     for (int j = 0; j < PK; j += PT) {
-        wmma::fragment<wmma::accumulator, PT, PT, PT, float> acc;
+        ll_wmma_acc acc;
+        wmma::fill_fragment(acc, 0.0f);
         /* K^T: K's rows are B's columns */
-        tile_product<wmma::col_major>(acc, q + (size_t)r0 * PD, PD, k + (size_t)j * PD, PD, 1, PD);
+        ll_wmma_tile_product<wmma::col_major>(acc, q + (size_t)r0 * PD, PD, k + (size_t)j * PD, PD, 1, PD);
         for (int i = 0; i < acc.num_elements; i++) acc.x[i] *= 0.125f; /* the same op on every element */
         wmma::store_matrix_sync(&ss[r0][j], acc, PK, wmma::mem_row_major);
     }
@@ -75,8 +50,9 @@ static __global__ void __launch_bounds__(PTHREADS)
     __syncwarp();
     /* O[r0.., e..] = sum over j of bf16(S)[r0.., j..] V[j.., e..] */
     for (int e = 0; e < PD; e += PT) {
-        wmma::fragment<wmma::accumulator, PT, PT, PT, float> acc;
-        tile_product<wmma::row_major>(acc, &sp[r0][0], PK, v + e, PD, PD, PK);
+        ll_wmma_acc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        ll_wmma_tile_product<wmma::row_major>(acc, &sp[r0][0], PK, v + e, PD, PD, PK);
         wmma::store_matrix_sync(o + (size_t)r0 * PD + e, acc, PD, wmma::mem_row_major);
     }
     if (threadIdx.x == 0) *ran = 1;

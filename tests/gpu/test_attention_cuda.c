@@ -5,7 +5,13 @@
  * multiple of 32), dropout at a nonzero offset (a flipped mask bit would show
  * as an O(1) error), and strided q/k/v as the model passes them.  Backward
  * runs twice and must give the same bits (no atomics), and must overwrite
- * gradient buffers that start as garbage.  Skips (77) without a GPU. */
+ * gradient buffers that start as garbage.
+ * bf16 (run_bf16): the tensor-core forward (kernels/attention_tc.cu) and the
+ * SIMT forward on bf16 q/k/v, each against the CPU on the same bf16 values,
+ * within bf16 tolerance (a flipped dropout bit is still an O(1/Tk) error, far
+ * above it), repeatable bit for bit; the two paths must differ somewhere (P
+ * enters the tensor cores as bf16), so the switch is seen to switch.
+ * Skips (77) without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -112,6 +118,72 @@ static void run(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, 
     free(o), free(l), free(gq), free(gkv), free(gq2), free(gkv2), free(o2);
 }
 
+/* bf16 inputs (the CPU reference gets the same values as fp32), outputs back as fp32 */
+static uint16_t *to_bf16(float *x, size_t n) {
+    uint16_t *h = ll_malloc(n * sizeof(uint16_t) + 1);
+    for (size_t i = 0; i < n; i++) h[i] = ll_f32_to_bf16(x[i]), x[i] = ll_bf16_to_f32(h[i]);
+    return h;
+}
+static float *get_bf16(ll_backend *be, const void *p, size_t n) {
+    uint16_t *h = ll_malloc(n * sizeof(uint16_t) + 1);
+    float *f = ll_malloc(n * sizeof(float) + 1);
+    be->download(be, h, p, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) f[i] = ll_bf16_to_f32(h[i]);
+    free(h);
+    return f;
+}
+
+#define TOL_BF16 1e-2 /* out: bf16's own rounding is 2^-9 of |out| */
+#define TOL_BF16_LSE 1e-5 /* lse: fp32 sums of exact bf16 products */
+
+static int paths_differ; /* the tensor-core and SIMT outputs differed in some case */
+
+static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, int Dh, int causal, float p,
+                     const int *klen) {
+    const int C = H * Dh;
+    const size_t nq = (size_t)B * Tq * C, nkv = (size_t)B * Tk * 2 * C, no = (size_t)B * Tq * C, nl = (size_t)B * H * Tq;
+    ll_philox r, rng;
+    ll_philox_init(&r, 7, 8, (uint32_t)(B * 7 + Tq * 31 + Tk * 131 + Dh));
+    ll_philox_init(&rng, 1234, LL_RNG_DROPOUT, 19);
+    const uint64_t off = (uint64_t)5 * H * Tq * Tk + 3; /* odd: a row's keys straddle Philox blocks */
+    float *q = ll_malloc(nq * sizeof(float)), *kv = ll_malloc(nkv * sizeof(float));
+    for (size_t i = 0; i < nq; i++) q[i] = 4 * ll_philox_uniform(&r, i) - 2;
+    for (size_t i = 0; i < nkv; i++) kv[i] = 4 * ll_philox_uniform(&r, 10000000 + i) - 2;
+    uint16_t *hq = to_bf16(q, nq), *hkv = to_bf16(kv, nkv);
+    float *out = ll_malloc(no * sizeof(float)), *lse = ll_malloc(nl * sizeof(float));
+    cpu->attention_fwd(cpu, A_(out), lse, A_(q), C, A_(kv), A_(kv + C), 2 * C, klen, B, Tq, Tk, H, Dh, causal, p, &rng,
+                       off);
+
+    void *Q = put(gpu, hq, nq * sizeof(uint16_t)), *KV = put(gpu, hkv, nkv * sizeof(uint16_t));
+    uint16_t *poison = ll_malloc(no * sizeof(uint16_t));
+    for (size_t i = 0; i < no; i++) poison[i] = 0x7fc1; /* NaN: every element must be written */
+    void *O = put(gpu, poison, no * sizeof(uint16_t));
+    float *L = gpu->alloc(gpu, nl * sizeof(float));
+    int *KL = klen ? (int *)put(gpu, klen, B * sizeof(int)) : NULL;
+    float *o[3], *l[2];
+    for (int k = 0; k < 3; k++) { /* tensor cores, tensor cores again, SIMT */
+        ll_cuda_attention_tensor_cores(k < 2);
+        CHECK(ll_cuda_attention_fwd_dt(ll_cuda_stream(gpu), LL_CUDA_BF16, O, k == 1 ? NULL : L, Q, C, KV,
+                                       (uint16_t *)KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p, &rng,
+                                       off) == cudaSuccess);
+        o[k] = get_bf16(gpu, O, no);
+        if (k != 1) l[k ? 1 : 0] = get(gpu, L, nl);
+    }
+    ll_cuda_attention_tensor_cores(1);
+    const double e[4] = {rel_err(o[0], out, (size_t)B * Tq, C, C), rel_err(l[0], lse, nl, 1, 1),
+                         rel_err(o[2], out, (size_t)B * Tq, C, C), rel_err(l[1], lse, nl, 1, 1)};
+    CHECK_MSG(e[0] <= TOL_BF16 && e[1] <= TOL_BF16_LSE && e[2] <= TOL_BF16 && e[3] <= TOL_BF16_LSE,
+              "bf16 attention B=%d Tq=%d Tk=%d H=%d Dh=%d causal=%d p=%g: tensor cores out %.3g lse %.3g; SIMT out "
+              "%.3g lse %.3g",
+              B, Tq, Tk, H, Dh, causal, p, e[0], e[1], e[2], e[3]);
+    CHECK_MSG(!memcmp(o[0], o[1], no * sizeof(float)), "bf16 attention (tensor cores) not repeatable");
+    if (memcmp(o[0], o[2], no * sizeof(float))) paths_differ = 1;
+    gpu->free(gpu, Q), gpu->free(gpu, KV), gpu->free(gpu, O), gpu->free(gpu, L), gpu->free(gpu, KL);
+    free(q), free(kv), free(hq), free(hkv), free(out), free(lse), free(poison);
+    for (int k = 0; k < 3; k++) free(o[k]);
+    free(l[0]), free(l[1]);
+}
+
 int main(void) {
     gpu_or_skip();
     ll_backend *cpu = ll_backend_cpu();
@@ -127,6 +199,17 @@ int main(void) {
         run(cpu, gpu, 4, 1, 33, 2, 128, 0, p, kl4);    /* one query (decoding), Dh 128 */
         run(cpu, gpu, 2, 70, 40, 4, 32, 0, p, kl5);     /* cross, more queries than keys */
     }
+    /* bf16: the tensor-core forward (head sizes multiples of 16) against the CPU and the SIMT path */
+    CHECK_MSG(ll_cuda_attention_tensor_cores(1), "the bf16 attention forward does not run on tensor cores here");
+    for (int d = 0; d < 2; d++) {
+        const float p = d ? 0.25f : 0;
+        run_bf16(cpu, gpu, 3, 5, 19, 2, 16, 0, p, kl3);    /* cross, padded, one sentence without keys */
+        run_bf16(cpu, gpu, 2, 150, 150, 2, 64, 1, p, kl2); /* causal self-attention: 3 row blocks, 5 key tiles */
+        run_bf16(cpu, gpu, 2, 3, 9, 3, 48, 1, p, NULL);    /* causal, Tk > Tq, Dh 48 */
+        run_bf16(cpu, gpu, 4, 1, 33, 2, 128, 0, p, kl4);   /* one query (decoding), Dh 128: 2 warps */
+        run_bf16(cpu, gpu, 2, 70, 40, 2, 80, 0, p, kl5);   /* cross, more queries than keys, Dh 80 */
+    }
+    CHECK_MSG(paths_differ, "bf16 attention: the tensor-core and SIMT forwards gave the same bits everywhere");
     /* more sentences than CUDA's gridDim.z limit (65,535): launched in slices (B beam rows in
      * decoding can pass it); LL_GPU_TEST_BIG_BATCH=0 skips it (the sanitizer builds of the CPU
      * emulation of CUDA, where it takes minutes) */

@@ -1,0 +1,179 @@
+/* Attention forward on tensor cores (bf16 q, k, v and out; fp32 softmax and
+ * lse), the flash-attention loop with nvcuda::wmma tiles.
+ *
+ * Same contract, masks and dropout bits as attention_fwd_kernel
+ * (kernels/attention.cu), which remains the path for fp32, for head sizes
+ * that are not a multiple of 16 and for devices without bf16 WMMA.  One
+ * difference in rounding: the dropped probabilities enter P V as bf16 (the
+ * tensor cores' input type) split in two, P = hi + lo with hi = bf16(P) and
+ * lo = bf16(P - hi), and P V = hi V + lo V: P keeps ~16 bits where one bf16
+ * would keep 8, so the output stays as close to the SIMT kernel's fp32 P as
+ * the CPU's bf16 backend is (one bf16 P moved a training step's gradients
+ * past the bf16 noise floor of tests/gpu/test_step_cuda.c; flash attention
+ * rounds P once).  The second product is half as much tensor-core work again
+ * in a kernel that is bound by its loads and softmax at NMT lengths.
+ *
+ * Work layout: a block of W warps (4 for Dh <= 64, else 2: shared memory
+ * stays within 48 KiB) owns W * 16 query rows of one (sentence, head); each
+ * warp owns 16 rows.  Per key tile of 32 rows (K and V staged as bf16 for the
+ * block):
+ *   S = Q K^T                       two 16x16 WMMA tiles per warp -> shared fp32
+ *   online softmax on S             lane pair (2r, 2r+1) owns row r, 16 keys each;
+ *                                   dropout bits 8 per Philox block
+ *   O = alpha O + hi V + lo V        O lives in shared fp32: the lanes rescale its
+ *                                   rows, WMMA loads it as the accumulator, adds
+ *                                   P V and stores it back
+ * and at the end out = O / l, lse = m + log l.  Nothing of size Tq x Tk
+ * touches global memory. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_common.cuh"
+#include "wmma_tile.cuh"
+
+#define TC_KT 32      /* keys per tile */
+#define TC_MAX_WARPS 4
+#define TC_THREADS 128 /* TC_MAX_WARPS warps */
+
+static int tc_warps(int Dh) { return Dh <= 64 ? 4 : 2; }
+
+/* shared memory: sK, sV [TC_KT][Dh] and sQ [W*16][Dh] bf16; per warp sS [16][TC_KT]
+ * fp32, sO [16][Dh] fp32, sP [2][16][TC_KT] bf16 (hi, lo); every region a multiple
+ * of 32 bytes, 48 KiB at Dh 64 (4 warps) and 128 (2 warps) */
+static size_t tc_warp_floats(int Dh) { return (size_t)LL_WT * TC_KT + (size_t)LL_WT * Dh + LL_WT * TC_KT; }
+static size_t tc_smem(int Dh, int W) {
+    return sizeof(__nv_bfloat16) * ((size_t)2 * TC_KT * Dh + (size_t)W * LL_WT * Dh) +
+           sizeof(float) * W * tc_warp_floats(Dh);
+}
+
+/* rows r0..r0+n-1 of a bf16 [*, stride] matrix into s[rows][Dh]; rows past n zero */
+static __device__ __forceinline__ void stage_bf16(__nv_bfloat16 *s, int rows, const __nv_bfloat16 *g, int stride,
+                                                  int r0, int n, int Dh) {
+    for (int e = threadIdx.x; e < rows * Dh; e += blockDim.x) {
+        const int r = e / Dh, d = e % Dh;
+        s[e] = r < n ? g[(size_t)(r0 + r) * stride + d] : __float2bfloat16_rn(0.0f);
+    }
+}
+
+static __global__ void __launch_bounds__(TC_THREADS)
+    attention_fwd_tc_kernel(attn_args a, __nv_bfloat16 *__restrict__ out, float *__restrict__ lse) {
+#ifdef LL_WMMA_BF16
+    using namespace nvcuda;
+    LL_DYN_SHARED(float4, smem); /* float4: 16-byte aligned (a launch's dynamic block starts 128-aligned) */
+    const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int W = blockDim.x / WARP, BQ = W * LL_WT;
+    const int b = a.b0 + (int)blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)smem, *sV = sK + TC_KT * Dh, *sQall = sV + TC_KT * Dh;
+    float *sS = (float *)(sQall + (size_t)BQ * Dh) + (size_t)warp * tc_warp_floats(Dh);
+    float *sO = sS + LL_WT * TC_KT;
+    __nv_bfloat16 *sP = (__nv_bfloat16 *)(sO + LL_WT * Dh), *sQ = sQall + (size_t)warp * LL_WT * Dh;
+
+    const int lim = key_limit(a, b);
+    const int qn = min(BQ, a.Tq - q0);
+    const int kmax = row_limit(a, lim, q0 + qn - 1); /* the block's widest row */
+    const int wq = min(LL_WT, a.Tq - q0 - warp * LL_WT);     /* the warp's rows (<= 0: none) */
+    const int wmax = wq > 0 ? row_limit(a, lim, q0 + warp * LL_WT + wq - 1) : 0;
+    /* lane pair (2r, 2r+1): row r, keys half*16.. of each tile, columns half*Dh/2.. of O */
+    const int r = lane >> 1, half = lane & 1, i = q0 + warp * LL_WT + r;
+    const int n = i < a.Tq ? row_limit(a, lim, i) : 0;
+    float m = -INFINITY, l = 0.0f;
+    attn_keep_cache kc;
+
+    stage_bf16(sQall, BQ, (const __nv_bfloat16 *)a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, q0, qn,
+               Dh);
+    for (int e = lane; e < LL_WT * Dh; e += WARP) sO[e] = 0.0f;
+    const __nv_bfloat16 *kb = (const __nv_bfloat16 *)a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    const __nv_bfloat16 *vb = (const __nv_bfloat16 *)a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    for (int kt = 0; kt < kmax; kt += TC_KT) {
+        __syncthreads(); /* the previous tile consumed (and sQ staged, sO cleared) */
+        stage_bf16(sK, TC_KT, kb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
+        stage_bf16(sV, TC_KT, vb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
+        __syncthreads();
+        if (kt >= wmax) continue; /* warp-uniform: no row of the warp sees these keys */
+        for (int jt = 0; jt < TC_KT; jt += LL_WT) { /* S = Q K^T (K's rows are B's columns) */
+            ll_wmma_acc acc;
+            wmma::fill_fragment(acc, 0.0f);
+            ll_wmma_tile_product<wmma::col_major>(acc, sQ, Dh, sK + (size_t)jt * Dh, Dh, 1, Dh);
+            wmma::store_matrix_sync(sS + jt, acc, TC_KT, wmma::mem_row_major);
+        }
+        __syncwarp(); /* the warp's stores of S before each lane reads its row */
+        const int c0 = half * LL_WT;
+        float s[LL_WT], tmax = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < LL_WT; c++) {
+            const int j = kt + c0 + c;
+            s[c] = j < n ? sS[r * TC_KT + c0 + c] * a.scale : -INFINITY;
+            tmax = fmaxf(tmax, s[c]);
+        }
+        const float mn = fmaxf(m, fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1)));
+        /* a row with no visible key so far keeps m = -inf, O = 0 and l = 0 */
+        const float alpha = mn == -INFINITY ? 1.0f : __expf(m - mn); /* 0 on the first visible tile */
+        float psum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < LL_WT; c++) {
+            const int j = kt + c0 + c;
+            float p = j < n ? __expf(s[c] - mn) : 0.0f;
+            psum += p;
+            if (a.drop && j < n) p = kc.keep(a, b, h, i, j) ? p * a.keep_scale : 0.0f;
+            const __nv_bfloat16 hi = __float2bfloat16_rn(p);
+            sP[r * TC_KT + c0 + c] = hi;
+            sP[LL_WT * TC_KT + r * TC_KT + c0 + c] = __float2bfloat16_rn(p - __bfloat162float(hi));
+        }
+        l = l * alpha + psum + __shfl_xor_sync(0xffffffffu, psum, 1);
+        m = mn;
+        for (int d = half * (Dh / 2); d < (half + 1) * (Dh / 2); d++) sO[r * Dh + d] *= alpha;
+        __syncwarp(); /* P and the rescaled O before the tensor cores read them */
+        for (int e = 0; e < Dh; e += LL_WT) { /* O += hi V + lo V */
+            ll_wmma_acc acc;
+            wmma::load_matrix_sync(acc, sO + e, Dh, wmma::mem_row_major);
+            ll_wmma_tile_product<wmma::row_major>(acc, sP, TC_KT, sV + e, Dh, Dh, TC_KT);
+            ll_wmma_tile_product<wmma::row_major>(acc, sP + LL_WT * TC_KT, TC_KT, sV + e, Dh, Dh, TC_KT);
+            wmma::store_matrix_sync(sO + e, acc, Dh, wmma::mem_row_major);
+        }
+        __syncwarp(); /* O's stores before the lanes' next rescale */
+    }
+    __syncwarp(); /* the zeroed O, where no tile ran, before other lanes read it */
+    if (i < a.Tq) {
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* no visible key: out 0 */
+        __nv_bfloat16 *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
+        for (int d = half * (Dh / 2); d < (half + 1) * (Dh / 2); d++) orow[d] = __float2bfloat16_rn(sO[r * Dh + d] * inv);
+        if (lse && half == 0) lse[((size_t)b * a.H + h) * a.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+    }
+#else
+    (void)a, (void)out, (void)lse;
+#endif
+}
+
+/* The tensor-core forward can be switched off (LL_CUDA_ATTENTION=simt in the
+ * environment, or ll_cuda_attention_tensor_cores(0)): for A/B timing on a GPU
+ * and for tests that hold the two paths to each other. */
+static int tc_mode = -1; /* -1: not read yet; 0 off; 1 on (atomics: any host thread may launch) */
+
+extern "C" int ll_cuda_attention_tensor_cores(int on) {
+    const int was = ll_attention_tc_takes(LL_WT);
+    __atomic_store_n(&tc_mode, on ? 1 : 0, __ATOMIC_RELAXED);
+    return was;
+}
+
+bool ll_attention_tc_takes(int Dh) {
+    int mode = __atomic_load_n(&tc_mode, __ATOMIC_RELAXED);
+    if (mode < 0) {
+        const char *e = getenv("LL_CUDA_ATTENTION");
+        int fresh = !(e && !strcmp(e, "simt"));
+        mode = __atomic_compare_exchange_n(&tc_mode, &mode, fresh, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? fresh
+                                                                                                              : mode;
+    }
+    return mode && Dh % LL_WT == 0 && Dh <= WARP * MAX_SLOTS && ll_wmma_bf16_device();
+}
+
+cudaError_t ll_attention_fwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *out, float *lse) {
+    const int W = tc_warps(a.Dh), BQ = W * LL_WT;
+    const size_t smem = tc_smem(a.Dh, W);
+    for (a.b0 = 0; a.b0 < a.B; a.b0 += MAX_GRID_Z) {
+        const dim3 grid((a.Tq + BQ - 1) / BQ, a.H, (unsigned)(a.B - a.b0 < MAX_GRID_Z ? a.B - a.b0 : MAX_GRID_Z));
+        LL_LAUNCH(grid, W * WARP, smem, stream, attention_fwd_tc_kernel)(a, out, lse);
+        LL_CHECK_LAUNCH();
+    }
+    return cudaSuccess;
+}
