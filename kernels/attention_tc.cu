@@ -41,7 +41,9 @@ static int tc_warps(int Dh) { return Dh <= 64 ? 4 : 2; }
 /* shared memory: sK, sV [TC_KT][Dh] and sQ [W*16][Dh] bf16; per warp sS [16][TC_KT]
  * fp32, sO [16][Dh] fp32, sP [2][16][TC_KT] bf16 (hi, lo); every region a multiple
  * of 32 bytes, 48 KiB at Dh 64 (4 warps) and 128 (2 warps) */
-static size_t tc_warp_floats(int Dh) { return (size_t)LL_WT * TC_KT + (size_t)LL_WT * Dh + LL_WT * TC_KT; }
+static __host__ __device__ size_t tc_warp_floats(int Dh) {
+    return (size_t)LL_WT * TC_KT + (size_t)LL_WT * Dh + LL_WT * TC_KT;
+}
 static size_t tc_smem(int Dh, int W) {
     return sizeof(__nv_bfloat16) * ((size_t)2 * TC_KT * Dh + (size_t)W * LL_WT * Dh) +
            sizeof(float) * W * tc_warp_floats(Dh);
@@ -129,6 +131,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
             wmma::load_matrix_sync(acc, sO + e, Dh, wmma::mem_row_major);
             ll_wmma_tile_product<wmma::row_major>(acc, sP, TC_KT, sV + e, Dh, Dh, TC_KT);
             ll_wmma_tile_product<wmma::row_major>(acc, sP + LL_WT * TC_KT, TC_KT, sV + e, Dh, Dh, TC_KT);
+            __syncwarp(); /* every lane's loads of this O tile before any lane's store (layouts are opaque) */
             wmma::store_matrix_sync(sO + e, acc, Dh, wmma::mem_row_major);
         }
         __syncwarp(); /* O's stores before the lanes' next rescale */
@@ -137,7 +140,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
     if (i < a.Tq) {
         const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* no visible key: out 0 */
         __nv_bfloat16 *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
-        for (int d = half * (Dh / 2); d < (half + 1) * (Dh / 2); d++) orow[d] = __float2bfloat16_rn(sO[r * Dh + d] * inv);
+        for (int d = half * (Dh / 2); d < (half + 1) * (Dh / 2); d++)
+            orow[d] = __float2bfloat16_rn(sO[r * Dh + d] * inv);
         if (lse && half == 0) lse[((size_t)b * a.H + h) * a.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
     }
 #else

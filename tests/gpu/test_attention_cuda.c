@@ -141,7 +141,7 @@ static int paths_differ; /* the tensor-core and SIMT outputs differed in some ca
 static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, int Dh, int causal, float p,
                      const int *klen) {
     const int C = H * Dh;
-    const size_t nq = (size_t)B * Tq * C, nkv = (size_t)B * Tk * 2 * C, no = (size_t)B * Tq * C, nl = (size_t)B * H * Tq;
+    const size_t nq = (size_t)B * Tq * C, nkv = (size_t)B * Tk * 2 * C, no = nq, nl = (size_t)B * H * Tq;
     ll_philox r, rng;
     ll_philox_init(&r, 7, 8, (uint32_t)(B * 7 + Tq * 31 + Tk * 131 + Dh));
     ll_philox_init(&rng, 1234, LL_RNG_DROPOUT, 19);
