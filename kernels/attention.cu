@@ -341,6 +341,9 @@ extern "C" cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dty
     cudaError_t e = make_args(&a, q, q_stride, k, v, kv_stride, key_len, B, Tq, Tk, H, Dh, causal, p, rng,
                               rng_offset);
     if (e != cudaSuccess) return e;
+    if (t == LL_CUDA_BF16 && ll_attention_tc_takes(Dh))
+        return ll_attention_bwd_tc(stream, a, (__nv_bfloat16 *)dq, (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv,
+                                   (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)out, lse);
     if (Tq > 0) {
         const int BQ = WARPS * DQ_ROWS_PER_WARP;
         const size_t smem = sizeof(float) * (2 * (size_t)BQ * Dh + 2 * WARP * (Dh + 1));

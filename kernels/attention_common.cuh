@@ -72,9 +72,12 @@ struct attn_keep_cache {
     }
 };
 
-/* The bf16 forward on tensor cores (kernels/attention_tc.cu): whether it
- * takes a call of head size Dh, and its launcher (a's b0 is its own). */
+/* The bf16 kernels on tensor cores (kernels/attention_tc.cu): whether they
+ * take a call of head size Dh, and their launchers (a's b0 is their own). */
 bool ll_attention_tc_takes(int Dh);
 cudaError_t ll_attention_fwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *out, float *lse);
+cudaError_t ll_attention_bwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *dq, __nv_bfloat16 *dk,
+                                __nv_bfloat16 *dv, const __nv_bfloat16 *dout, const __nv_bfloat16 *out,
+                                const float *lse);
 
 #endif

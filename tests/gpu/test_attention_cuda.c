@@ -6,11 +6,12 @@
  * as an O(1) error), and strided q/k/v as the model passes them.  Backward
  * runs twice and must give the same bits (no atomics), and must overwrite
  * gradient buffers that start as garbage.
- * bf16 (run_bf16): the tensor-core forward (kernels/attention_tc.cu) and the
- * SIMT forward on bf16 q/k/v, each against the CPU on the same bf16 values,
- * within bf16 tolerance (a flipped dropout bit is still an O(1/Tk) error, far
- * above it), repeatable bit for bit; the two paths must differ somewhere (P
- * enters the tensor cores as bf16), so the switch is seen to switch.
+ * bf16 (run_bf16): the tensor-core forward and backward
+ * (kernels/attention_tc.cu) and the SIMT ones on bf16 q/k/v/dout, each
+ * against the CPU on the same bf16 values, within bf16 tolerance (a flipped
+ * dropout bit is still an O(1/Tk) error, far above it), repeatable bit for
+ * bit, gradients overwritten; the two paths must differ somewhere (other
+ * sums), so the switch is seen to switch.
  * Skips (77) without a GPU. */
 #include <math.h>
 #include <stdint.h>
@@ -146,42 +147,63 @@ static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, in
     ll_philox_init(&r, 7, 8, (uint32_t)(B * 7 + Tq * 31 + Tk * 131 + Dh));
     ll_philox_init(&rng, 1234, LL_RNG_DROPOUT, 19);
     const uint64_t off = (uint64_t)5 * H * Tq * Tk + 3; /* odd: a row's keys straddle Philox blocks */
-    float *q = ll_malloc(nq * sizeof(float)), *kv = ll_malloc(nkv * sizeof(float));
+    float *q = ll_malloc(nq * sizeof(float)), *kv = ll_malloc(nkv * sizeof(float)), *g = ll_malloc(no * sizeof(float));
     for (size_t i = 0; i < nq; i++) q[i] = 4 * ll_philox_uniform(&r, i) - 2;
     for (size_t i = 0; i < nkv; i++) kv[i] = 4 * ll_philox_uniform(&r, 10000000 + i) - 2;
-    uint16_t *hq = to_bf16(q, nq), *hkv = to_bf16(kv, nkv);
+    for (size_t i = 0; i < no; i++) g[i] = 2 * ll_philox_uniform(&r, 20000000 + i) - 1;
+    uint16_t *hq = to_bf16(q, nq), *hkv = to_bf16(kv, nkv), *hg = to_bf16(g, no);
     float *out = ll_malloc(no * sizeof(float)), *lse = ll_malloc(nl * sizeof(float));
+    float *dq = ll_malloc(nq * sizeof(float)), *dkv = ll_malloc(nkv * sizeof(float));
     cpu->attention_fwd(cpu, A_(out), lse, A_(q), C, A_(kv), A_(kv + C), 2 * C, klen, B, Tq, Tk, H, Dh, causal, p, &rng,
                        off);
+    cpu->attention_bwd(cpu, A_(dq), A_(dkv), A_(dkv + C), A_(g), A_(out), lse, A_(q), C, A_(kv), A_(kv + C), 2 * C,
+                       klen, B, Tq, Tk, H, Dh, causal, p, &rng, off);
 
     void *Q = put(gpu, hq, nq * sizeof(uint16_t)), *KV = put(gpu, hkv, nkv * sizeof(uint16_t));
-    uint16_t *poison = ll_malloc(no * sizeof(uint16_t));
-    for (size_t i = 0; i < no; i++) poison[i] = 0x7fc1; /* NaN: every element must be written */
+    void *G = put(gpu, hg, no * sizeof(uint16_t));
+    uint16_t *poison = ll_malloc((nkv > nq ? nkv : nq) * sizeof(uint16_t));
+    for (size_t i = 0; i < (nkv > nq ? nkv : nq); i++) poison[i] = 0x7fc1; /* NaN: every element must be written */
     void *O = put(gpu, poison, no * sizeof(uint16_t));
+    void *DQ = put(gpu, poison, nq * sizeof(uint16_t)), *DKV = put(gpu, poison, nkv * sizeof(uint16_t));
     float *L = gpu->alloc(gpu, nl * sizeof(float));
     int *KL = klen ? (int *)put(gpu, klen, B * sizeof(int)) : NULL;
-    float *o[3], *l[2];
+    float *o[3], *l[3], *gq[3], *gkv[3];
     for (int k = 0; k < 3; k++) { /* tensor cores, tensor cores again, SIMT */
         ll_cuda_attention_tensor_cores(k < 2);
-        CHECK(ll_cuda_attention_fwd_dt(ll_cuda_stream(gpu), LL_CUDA_BF16, O, k == 1 ? NULL : L, Q, C, KV,
+        cudaStream_t s = ll_cuda_stream(gpu);
+        CHECK(ll_cuda_attention_fwd_dt(s, LL_CUDA_BF16, O, L, Q, C, KV, (uint16_t *)KV + C, 2 * C, KL, B, Tq, Tk, H, Dh,
+                                       causal, p, &rng, off) == cudaSuccess);
+        CHECK(ll_cuda_attention_bwd_dt(s, LL_CUDA_BF16, DQ, DKV, (uint16_t *)DKV + C, G, O, L, Q, C, KV,
                                        (uint16_t *)KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p, &rng,
                                        off) == cudaSuccess);
-        o[k] = get_bf16(gpu, O, no);
-        if (k != 1) l[k ? 1 : 0] = get(gpu, L, nl);
+        o[k] = get_bf16(gpu, O, no), l[k] = get(gpu, L, nl), gq[k] = get_bf16(gpu, DQ, nq);
+        gkv[k] = get_bf16(gpu, DKV, nkv);
+        gpu->upload(gpu, DQ, poison, nq * sizeof(uint16_t)); /* the next run must overwrite them again */
+        gpu->upload(gpu, DKV, poison, nkv * sizeof(uint16_t));
     }
     ll_cuda_attention_tensor_cores(1);
-    const double e[4] = {rel_err(o[0], out, (size_t)B * Tq, C, C), rel_err(l[0], lse, nl, 1, 1),
-                         rel_err(o[2], out, (size_t)B * Tq, C, C), rel_err(l[1], lse, nl, 1, 1)};
-    CHECK_MSG(e[0] <= TOL_BF16 && e[1] <= TOL_BF16_LSE && e[2] <= TOL_BF16 && e[3] <= TOL_BF16_LSE,
-              "bf16 attention B=%d Tq=%d Tk=%d H=%d Dh=%d causal=%d p=%g: tensor cores out %.3g lse %.3g; SIMT out "
-              "%.3g lse %.3g",
-              B, Tq, Tk, H, Dh, causal, p, e[0], e[1], e[2], e[3]);
-    CHECK_MSG(!memcmp(o[0], o[1], no * sizeof(float)), "bf16 attention (tensor cores) not repeatable");
-    if (memcmp(o[0], o[2], no * sizeof(float))) paths_differ = 1;
-    gpu->free(gpu, Q), gpu->free(gpu, KV), gpu->free(gpu, O), gpu->free(gpu, L), gpu->free(gpu, KL);
-    free(q), free(kv), free(hq), free(hkv), free(out), free(lse), free(poison);
-    for (int k = 0; k < 3; k++) free(o[k]);
-    free(l[0]), free(l[1]);
+    for (int k = 0; k < 3; k += 2) {
+        double e[5] = {rel_err(o[k], out, (size_t)B * Tq, C, C), rel_err(l[k], lse, nl, 1, 1),
+                       rel_err(gq[k], dq, (size_t)B * Tq, C, C), 0, 0};
+        for (int hh = 0; hh < H; hh++) {
+            e[3] = fmax(e[3], rel_err(gkv[k] + hh * Dh, dkv + hh * Dh, (size_t)B * Tk, 2 * C, Dh));
+            e[4] = fmax(e[4], rel_err(gkv[k] + C + hh * Dh, dkv + C + hh * Dh, (size_t)B * Tk, 2 * C, Dh));
+        }
+        CHECK_MSG(e[0] <= TOL_BF16 && e[1] <= TOL_BF16_LSE && e[2] <= TOL_BF16 && e[3] <= TOL_BF16 &&
+                      e[4] <= TOL_BF16,
+                  "bf16 attention (%s) B=%d Tq=%d Tk=%d H=%d Dh=%d causal=%d p=%g: out %.3g lse %.3g dq %.3g dk %.3g "
+                  "dv %.3g",
+                  k ? "SIMT" : "tensor cores", B, Tq, Tk, H, Dh, causal, p, e[0], e[1], e[2], e[3], e[4]);
+    }
+    CHECK_MSG(!memcmp(o[0], o[1], no * sizeof(float)) && !memcmp(gq[0], gq[1], nq * sizeof(float)) &&
+                  !memcmp(gkv[0], gkv[1], nkv * sizeof(float)),
+              "bf16 attention (tensor cores) not repeatable");
+    if (memcmp(o[0], o[2], no * sizeof(float))) paths_differ |= 1;
+    if (memcmp(gq[0], gq[2], nq * sizeof(float)) || memcmp(gkv[0], gkv[2], nkv * sizeof(float))) paths_differ |= 2;
+    gpu->free(gpu, Q), gpu->free(gpu, KV), gpu->free(gpu, G), gpu->free(gpu, O), gpu->free(gpu, L);
+    gpu->free(gpu, DQ), gpu->free(gpu, DKV), gpu->free(gpu, KL);
+    free(q), free(kv), free(g), free(hq), free(hkv), free(hg), free(out), free(lse), free(dq), free(dkv), free(poison);
+    for (int k = 0; k < 3; k++) free(o[k]), free(l[k]), free(gq[k]), free(gkv[k]);
 }
 
 int main(void) {
@@ -199,7 +221,7 @@ int main(void) {
         run(cpu, gpu, 4, 1, 33, 2, 128, 0, p, kl4);    /* one query (decoding), Dh 128 */
         run(cpu, gpu, 2, 70, 40, 4, 32, 0, p, kl5);     /* cross, more queries than keys */
     }
-    /* bf16: the tensor-core forward (head sizes multiples of 16) against the CPU and the SIMT path */
+    /* bf16: the tensor-core kernels (head sizes multiples of 16) against the CPU and the SIMT path */
     CHECK_MSG(ll_cuda_attention_tensor_cores(1), "the bf16 attention forward does not run on tensor cores here");
     for (int d = 0; d < 2; d++) {
         const float p = d ? 0.25f : 0;
@@ -209,7 +231,8 @@ int main(void) {
         run_bf16(cpu, gpu, 4, 1, 33, 2, 128, 0, p, kl4);   /* one query (decoding), Dh 128: 2 warps */
         run_bf16(cpu, gpu, 2, 70, 40, 2, 80, 0, p, kl5);   /* cross, more queries than keys, Dh 80 */
     }
-    CHECK_MSG(paths_differ, "bf16 attention: the tensor-core and SIMT forwards gave the same bits everywhere");
+    CHECK_MSG(paths_differ == 3, "bf16 attention: the tensor-core and SIMT %s gave the same bits everywhere",
+              paths_differ & 1 ? "backwards" : "forwards");
     /* more sentences than CUDA's gridDim.z limit (65,535): launched in slices (B beam rows in
      * decoding can pass it); LL_GPU_TEST_BIG_BATCH=0 skips it (the sanitizer builds of the CPU
      * emulation of CUDA, where it takes minutes) */
