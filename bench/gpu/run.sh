@@ -10,13 +10,14 @@
 # the base model (128 sentences x 32 tokens).  The bf16 matmul peak is measured once
 # (bench/gpu/torch_gpu_peer.py) and every MFU is against it.  ll's per-op-class time
 # breakdown comes from `ll_gpu_bench --profile` (each op timed between stream syncs:
-# slower than the real step, but it shows where the time goes).
+# slower than the real step, but it shows where the time goes).  ll64 and base run once more
+# with LL_CUDA_ATTENTION=simt: the tensor-core attention against the SIMT kernels.
 #
 # On the GPU machine (see ../shared/gpu/README.md and scripts/gpu_check.sh):
 #   source .device/gpu/env.sh && cmake -S . -B /tmp/b -DLL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
 #     -DCMAKE_BUILD_TYPE=Release && cmake --build /tmp/b -j16 && bench/gpu/run.sh /tmp/b "$OUT/bench"
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${1:?usage: bench/gpu/run.sh BUILD_DIR OUTDIR [--quick]}
 OUT=${2:?usage: bench/gpu/run.sh BUILD_DIR OUTDIR [--quick]}
 QUICK=${3:-}
@@ -57,6 +58,20 @@ for model in ll64 base deep30; do
   ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
   say "| $model | ${te:-fail} | ${tc:--} | ${l:-fail} | $(ratio "$l" "$te") | $(ratio "$l" "$tc") | ${mfu:-} | ${lm:-} | ${tm:-} |"
   "$BUILD/ll_gpu_bench" --model "$model" --device cuda --steps 3 --profile >"$OUT/ll_${model}_profile.log" 2>&1
+done
+
+# attention: the tensor-core kernels (kernels/attention_tc.cu, the bf16 default) against the
+# SIMT ones (LL_CUDA_ATTENTION=simt), same binary, same step
+say ""
+say "| model | ll tok/s, attention on tensor cores | ll tok/s, SIMT attention | tensor cores / SIMT |"
+say "|---|---|---|---|"
+for model in ll64 base; do
+  LL_CUDA_ATTENTION=simt "$BUILD/ll_gpu_bench" --model "$model" --device cuda --peak-tflops "$PEAK" \
+    >"$OUT/ll_${model}_simt_attention.log" 2>&1
+  l=$(field "$OUT/ll_${model}.log" tok_s)
+  s=$(field "$OUT/ll_${model}_simt_attention.log" tok_s)
+  r=$([ -n "$l" ] && [ -n "$s" ] && awk -v a="$l" -v b="$s" 'BEGIN { printf "%.2fx", a / b }')
+  say "| $model | ${l:-fail} | ${s:-fail} | ${r:-} |"
 done
 
 say ""
