@@ -11,6 +11,10 @@
  * dw/db: a deterministic two-stage column reduction (no atomics), so results
  * are bit-reproducible run to run: stage 1 sums a chunk of rows per block into
  * a partial [R, C] in scratch, stage 2 adds the R partials in a fixed order.
+ * With dx wanted too and C <= LL_CUDA_LN_BWD_FUSED_MAX_C, stage 1 is the dx
+ * kernel itself (layernorm_bwd_fused_kernel: each warp keeps its rows' column
+ * sums in shared memory, the block adds its warps' in order): dout and x are
+ * read once, and a layer norm's backward is 2 launches instead of 3.
  *
  * Templated over the activation type (fp32, bf16) like the other kernel
  * files; ll_cuda_layernorm_fwd/bwd are the fp32 instances. */
@@ -60,6 +64,59 @@ static __global__ void layernorm_bwd_dx_kernel(T *__restrict__ dx, const T *__re
         float norm = (ll_ld(xr + c) - m) * rs;
         float dn = w[c] * ll_ld(dr + c);
         ll_st(dxr + c, ll_ld(dxr + c) + (dn - dn_mean - norm * dnn_mean) * rs);
+    }
+}
+
+/* dx (as layernorm_bwd_dx_kernel) and stage 1 of dw/db in one pass: block =
+ * chunk blockIdx.x of rows_per_chunk rows, its W warps taking the rows in
+ * turn; each warp sums dout * norm and dout per column into its own shared
+ * row (a lane owns columns lane, lane + 32, ...), then the block adds the
+ * warps' rows in order into pw/pb[chunk * C + col].  W = as many warps as
+ * 48 KiB of column sums hold, at most 16 (lnf_warps): fixed per C, so the
+ * sums' order, and the bits, are too. */
+#define LNF_MAX_THREADS 512
+static int lnf_warps(int C) {
+    const int w = 48 * 1024 / (2 * (int)sizeof(float) * C);
+    return w < LNF_MAX_THREADS / 32 ? w : LNF_MAX_THREADS / 32;
+}
+template <typename T>
+static __global__ void __launch_bounds__(LNF_MAX_THREADS)
+    layernorm_bwd_fused_kernel(T *__restrict__ dx, float *__restrict__ pw, float *__restrict__ pb,
+                               const T *__restrict__ dout, const T *__restrict__ x, const float *__restrict__ w,
+                               const float *__restrict__ mean, const float *__restrict__ rstd, int N, int C,
+                               int rows_per_chunk) {
+    LL_DYN_SHARED(float, sm); /* [2][W][C]: the warps' dw and db sums */
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, W = blockDim.x / WARP;
+    float *aw = sm + (size_t)warp * C, *ab = sm + (size_t)(W + warp) * C;
+    for (int c = lane; c < C; c += WARP) aw[c] = ab[c] = 0.0f;
+    const int r0 = blockIdx.x * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    for (int row = r0 + warp; row < r1; row += W) {
+        const T *xr = x + (size_t)row * C, *dr = dout + (size_t)row * C;
+        T *dxr = dx + (size_t)row * C;
+        const float m = mean[row], rs = rstd[row];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int c = lane; c < C; c += WARP) {
+            const float d = ll_ld(dr + c), norm = (ll_ld(xr + c) - m) * rs, dn = w[c] * d;
+            s1 += dn;
+            s2 += dn * norm;
+            aw[c] += d * norm; /* the lane's own column: no other lane touches it */
+            ab[c] += d;
+        }
+        const float dn_mean = warp_sum(s1) / (float)C, dnn_mean = warp_sum(s2) / (float)C;
+        for (int c = lane; c < C; c += WARP) {
+            const float norm = (ll_ld(xr + c) - m) * rs, dn = w[c] * ll_ld(dr + c);
+            ll_st(dxr + c, ll_ld(dxr + c) + (dn - dn_mean - norm * dnn_mean) * rs);
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int k = 0; k < W; k++) {
+            tw += sm[(size_t)k * C + c];
+            tb += sm[(size_t)(W + k) * C + c];
+        }
+        if (pw) pw[(size_t)blockIdx.x * C + c] = tw;
+        if (pb) pb[(size_t)blockIdx.x * C + c] = tb;
     }
 }
 
@@ -151,6 +208,19 @@ extern "C" cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dty
                                                 const float *w, const float *mean, const float *rstd, int N,
                                                 int C) {
     if (N <= 0 || C <= 0) return cudaSuccess;
+    if (dx && (dw || db) && C <= LL_CUDA_LN_BWD_FUSED_MAX_C) {
+        if (!scratch) return cudaErrorInvalidValue;
+        int rpc = dwdb_rows_per_chunk(N), R = dwdb_chunks(N);
+        float *pw = dw ? scratch : NULL, *pb = db ? scratch + (size_t)R * C : NULL;
+        const int W = lnf_warps(C);
+        const size_t smem = sizeof(float) * 2 * W * (size_t)C;
+        LL_DISPATCH(t, T, LL_LAUNCH((unsigned)R, W * WARP, smem, stream, layernorm_bwd_fused_kernel<T>)(
+                              (T *)dx, pw, pb, (const T *)dout, (const T *)x, w, mean, rstd, N, C, rpc);)
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+        LL_LAUNCH((unsigned)((C + 255) / 256), 256, 0, stream, layernorm_bwd_dwdb_final)(dw, db, pw, pb, R, C);
+        return cudaGetLastError();
+    }
     if (dx) {
         unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
         LL_DISPATCH(t, T, LL_LAUNCH(grid, ROWS_PER_BLOCK * WARP, 0, stream, layernorm_bwd_dx_kernel<T>)(

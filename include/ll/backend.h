@@ -449,6 +449,11 @@ typedef struct {
     uint64_t per_op_ns[sizeof(ll_backend) / sizeof(void *)]; /* ll_backend_timing: time inside each op */
     size_t mem_live, mem_peak; /* dry: backend bytes allocated now / at most */
 } ll_op_counts;
+/* The CUDA layer-norm backward runs dx and the dw/db partials in one kernel
+ * up to this width (its per-warp column sums fit 48 KiB of shared memory),
+ * then one kernel adds the partials: 2 launches, else 3 (a launch rule of
+ * counting.c, kept here so that the rule and kernels/layernorm.cu agree). */
+#define LL_CUDA_LN_BWD_FUSED_MAX_C 1536
 ll_backend *ll_backend_counting(ll_backend *inner);
 ll_backend *ll_backend_dry(ll_backend *like);
 /* Counting, and each op timed between syncs of `inner` (a profile: slower

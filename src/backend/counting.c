@@ -121,7 +121,8 @@ OPL(gemm, gemm_launches(g), (ll_backend * be, const ll_gemm_desc *g), (((countin
 OPL(layernorm_fwd, N > 0,
     (ll_backend * be, ll_act *o, real *mu, real *rs, const ll_act *x, const real *w, const real *b, int N, int C),
     (((counting *)be)->inner, o, mu, rs, x, w, b, N, C))
-OPL(layernorm_bwd, (N > 0) * ((dx != NULL) + 2 * (dw || db)),
+OPL(layernorm_bwd,
+    (N > 0) * (dx && (dw || db) && C <= LL_CUDA_LN_BWD_FUSED_MAX_C ? 2 : (dx != NULL) + 2 * (dw || db)),
     (ll_backend * be, ll_act *dx, real *dw, real *db, const ll_act *dy, const ll_act *x, const real *w,
      const real *mu, const real *rs, int N, int C),
     (((counting *)be)->inner, dx, dw, db, dy, x, w, mu, rs, N, C))

@@ -191,7 +191,9 @@ int main(void) {
     if (!gpu) return tu_finish("gpu_test_layernorm_cuda");
     CHECK(!strcmp(gpu->name, "cuda"));
 
-    static const int shapes[][2] = {{1, 7}, {64, 512}, {333, 1024}, {4096, 256}, {5, 33}, {17, 1000}};
+    /* C <= LL_CUDA_LN_BWD_FUSED_MAX_C (1536): dx and the dw/db partials in one kernel; above: three */
+    static const int shapes[][2] = {{1, 7},    {64, 512}, {333, 1024}, {4096, 256}, {5, 33},
+                                    {17, 1000}, {130, 1536}, {9, 1537}, {70, 2048}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_layernorm(cpu, gpu, shapes[i][0], shapes[i][1]);
 
     static const int gshapes[][3] = {{1, 1, 1}, {7, 5, 3}, {37, 53, 29}, {128, 256, 64}, {64, 1000, 512}};
