@@ -160,6 +160,14 @@ struct ll_backend {
     void (*memset0)(ll_backend *be, void *p, size_t bytes);
     void (*copy)(ll_backend *be, void *dst, const void *src, size_t bytes); /* device to device */
     void (*sync)(ll_backend *be);
+    /* A download in two halves, so the host can go on queueing work while it
+     * runs: download_start queues a copy of bytes from src into a buffer the
+     * backend owns (after everything queued so far) and returns at once;
+     * download_finish waits for that copy and hands it to host_dst.  One in
+     * flight per backend.  NULL where a backend has no such thing (the CPU:
+     * its download is a memcpy); ll_model_stats_start/finish fall back. */
+    void (*download_start)(ll_backend *be, const void *src, size_t bytes);
+    void (*download_finish)(ll_backend *be, void *host_dst, size_t bytes);
     /* dst[i] = src[i] converted (round to nearest even when narrowing); the
      * master -> weight-copy refresh, logits to fp32 for the host, tests. */
     void (*convert)(ll_backend *be, void *dst, ll_dtype dst_type, const void *src, ll_dtype src_type, size_t n);

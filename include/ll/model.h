@@ -119,6 +119,7 @@ typedef struct ll_model {
      * snapshot area (ll_model_snapshot) read in the same download */
     double *stats;
     size_t snap_bytes;
+    double stats_late[LL_ST_N]; /* ll_model_stats_start's copy where the backend has no download_start */
     size_t *rezero_alpha[2]; /* [L] offsets of the ReZero scalars */
     ll_objective obj;
     real *pos_table; /* [max_pos + 2, C] sinusoids on the device */
@@ -213,6 +214,13 @@ void ll_model_zero_grads(ll_model *m);
  * zero, and from now on count it written */
 int ll_model_grad_take_fresh(ll_model *m, size_t off);
 void ll_model_stats_read(ll_model *m, double *stats, void *snapshot);
+/* The same read in two halves (no snapshot): _start queues the download of the
+ * statistics of what is queued so far and returns without waiting (where the
+ * backend can: download_start), _finish waits for it.  The training loop reads
+ * an update's statistics this way while the next update runs, so the host never
+ * drains the device between updates that log nothing. */
+void ll_model_stats_start(ll_model *m);
+void ll_model_stats_finish(ll_model *m, double *stats);
 /* Queue copies of the latent logits and last samples into the snapshot area
  * (layout: per stack with latent layers, logits [rows, L] then z [rows, L]). */
 void ll_model_snapshot(ll_model *m);

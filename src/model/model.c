@@ -306,6 +306,22 @@ void ll_model_stats_read(ll_model *m, double *stats, void *snapshot) {
     free(buf);
 }
 
+void ll_model_stats_start(ll_model *m) {
+    ll_backend *be = m->be;
+    if (be->download_start)
+        be->download_start(be, m->stats, LL_ST_N * sizeof(double));
+    else
+        be->download(be, m->stats_late, m->stats, LL_ST_N * sizeof(double));
+}
+
+void ll_model_stats_finish(ll_model *m, double *stats) {
+    ll_backend *be = m->be;
+    if (be->download_start)
+        be->download_finish(be, stats, LL_ST_N * sizeof(double));
+    else
+        memcpy(stats, m->stats_late, LL_ST_N * sizeof(double));
+}
+
 void ll_model_snapshot(ll_model *m) {
     char *dst = (char *)(m->stats + LL_ST_N);
     for (int s = 0; s < 2; s++) {

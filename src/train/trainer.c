@@ -22,61 +22,8 @@
 #include "ll/latent.h"
 #include "ll/train.h"
 #include "signals.h"
+#include "trainer_impl.h"
 
-/* --op-stats: what crosses between host and backend per update. */
-typedef struct {
-    long updates;
-    uint64_t calls, min_calls, max_calls, max_reads, max_uploads;
-    uint64_t launches; /* CUDA stream operations of the calls (counting.c's rules) */
-    uint64_t per_op[sizeof(ll_backend) / sizeof(void *)];
-    ll_op_counts before;
-} op_tally;
-
-typedef struct {
-    long ntok;
-    double loss, nll, kl, lk, ddr, ald;
-} update_stats;
-
-typedef struct {
-    ll_config *cfg;
-    ll_model *m;
-    ll_adam opt;
-    ll_schedule sched;
-    ll_spm *spm;
-    const void *vocab;
-    size_t vocab_len;
-    char *config_text;
-    ll_dataset train, valid;
-    ll_dataset sub[LL_MAX_CORPORA]; /* one pair each (latent mode) */
-    int have_valid, latent;
-    int every_pair; /* one iterator per pair, one batch of each per update (data.sampling) */
-    ll_step_team *team; /* thread data parallelism (NULL: one worker) */
-    int n_streams;
-    ll_batcher *its[LL_MAX_CORPORA];
-    ll_latent_ctx lat;
-    ll_train_state ts;
-    FILE *metrics;
-    char mpath[LL_PATH_MAX + 64]; /* its name, for errors */
-    long saved_update; /* update of the newest checkpoint_last on disk */
-    int bad_streak;    /* consecutive skipped (non-finite) updates */
-    /* the progress line's running sums since the last one (kept in checkpoints so
-     * a resumed run logs the same records as an uninterrupted one) */
-    update_stats acc;
-    double log_gnorm;
-    long log_updates, log_tokens;
-    char path[LL_PATH_MAX + 64];
-    char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
-    int n_langs;
-    ll_backend *counted; /* --op-stats: the counting backend */
-    op_tally tally;
-    /* multi-process training (src/train/dist_train.c): rank 0 alone writes */
-    ll_dist *dist;     /* collectives on the backend's memory */
-    ll_dist_train *dt;
-    int rank, world;
-    int lock_fd;       /* rank 0: the save_dir lock (ll_run_lock), held until teardown */
-    long prev_writer;  /* the PID that held it before (its temporaries are removed) */
-    int uf;            /* micro-steps of a global update: update_freq x world */
-} trainer;
 
 static const char *save_path(trainer *t, const char *name) {
     snprintf(t->path, sizeof t->path, "%s/%s", t->cfg->save_dir, name);
@@ -369,53 +316,11 @@ static int setup(trainer *t, const ll_train_opts *o) {
     return 0;
 }
 
-static int o_host_differs(const trainer *t) { return t->dist->host != t->dist; }
-
-static void tally_update(trainer *t) {
-    const ll_op_counts *c = ll_backend_counts(t->counted), *b = &t->tally.before;
-    op_tally *y = &t->tally;
-    const uint64_t calls = c->calls - b->calls, reads = c->downloads - b->downloads;
-    const uint64_t ups = c->uploads - b->uploads;
-    y->min_calls = y->updates == 0 || calls < y->min_calls ? calls : y->min_calls;
-    y->max_calls = calls > y->max_calls ? calls : y->max_calls;
-    y->max_reads = reads > y->max_reads ? reads : y->max_reads;
-    y->max_uploads = ups > y->max_uploads ? ups : y->max_uploads;
-    y->calls += calls;
-    y->launches += c->launches - b->launches;
-    for (size_t i = 0; i < sizeof y->per_op / sizeof y->per_op[0]; i++) y->per_op[i] += c->per_op[i] - b->per_op[i];
-    y->updates++;
-}
-
-/* One line a parser can read, then the ops by count. */
-static void print_op_stats(const trainer *t) {
-    const op_tally *y = &t->tally;
-    const double n = y->updates ? (double)y->updates : 1;
-    fprintf(stderr,
-            "op-stats | updates %ld | host reads per update max %llu | uploads per update max %llu | "
-            "ops per update mean %.1f min %llu max %llu | CUDA launches per update mean %.1f | arena growths %zu | "
-            "activation peak %.1f MiB\n",
-            y->updates, (unsigned long long)y->max_reads, (unsigned long long)y->max_uploads, y->calls / n,
-            (unsigned long long)y->min_calls, (unsigned long long)y->max_calls, y->launches / n, t->m->arena.grown,
-            t->m->arena.peak / 1048576.0);
-    fprintf(stderr, "op-stats | per update:");
-    uint64_t left[sizeof y->per_op / sizeof y->per_op[0]];
-    memcpy(left, y->per_op, sizeof left);
-    for (int k = 0; k < 12; k++) { /* the 12 most frequent, descending */
-        size_t best = 0;
-        for (size_t i = 1; i < sizeof left / sizeof left[0]; i++)
-            if (left[i] > left[best]) best = i;
-        if (!left[best]) break;
-        fprintf(stderr, " %s %.1f", ll_backend_op_name(best), left[best] / n);
-        left[best] = 0;
-    }
-    fputc('\n', stderr);
-}
-
 static void teardown(trainer *t) {
     if (t->lock_fd > 0) close(t->lock_fd);
     if (t->metrics) fclose(t->metrics);
     ll_dist_train_free(t->dt);
-    if (t->dist && o_host_differs(t)) t->dist->finalize(t->dist); /* NCCL over the host's ranks */
+    if (t->dist && trn_host_differs(t)) t->dist->finalize(t->dist); /* NCCL over the host's ranks */
     for (int i = 0; i < t->n_streams; i++)
         if (t->its[i]) ll_batcher_free(t->its[i]);
     ll_step_team_free(t->team);
@@ -476,127 +381,6 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     return 0;
 }
 
-/* Next batch of stream i, rolling over epochs.  -1 + errbuf if it is empty. */
-static int next_batch(trainer *t, int i, ll_batch *b) {
-    if (ll_batcher_next(t->its[i], b)) return 0;
-    if (ll_batcher_next(t->its[i], b)) return 0; /* the epoch ended: the next call starts the next one */
-    return ll_fail("training data yields no batches");
-}
-
-/* What the log shows, summed over updates from the stats buffer reads. */
-static void add_stats(update_stats *u, const double *st) {
-    u->loss += st[LL_ST_LOSS];
-    u->nll += st[LL_ST_NLL];
-    u->kl += st[LL_ST_KL];
-    u->lk += st[LL_ST_LK];
-    u->ddr += st[LL_ST_DDR] + st[LL_ST_CE2];
-    u->ald += st[LL_ST_ALD];
-}
-
-/* Per-forward random structure: LayerDrop, cross-attention drop, and the
- * second DDR pass's own draws (reference-spec §3.2: drawn per pass). */
-static void draw_structure(trainer *t, uint64_t step) {
-    const ll_config *cfg = t->cfg;
-    ll_model *m = t->m;
-    if (cfg->enc_layerdrop > 0) ll_layerdrop_sample(m->enc_ctl, m->hp.Le, cfg->enc_layerdrop, cfg->seed, step, 0, 0);
-    if (cfg->dec_layerdrop > 0) ll_layerdrop_sample(m->dec_ctl, m->hp.Ld, cfg->dec_layerdrop, cfg->seed, step, 1, 0);
-    if (cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0)
-        ll_cad_sample(m->dec_ctl, m->hp.Ld, cfg->cad_p_net, cfg->cad_drop_depth, cfg->cad_p_net_above, cfg->seed, step, 0);
-    if (m->obj.ddr_dec_ctl) {
-        memcpy(m->obj.ddr_dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * m->hp.Ld); /* same latent gates */
-        if (cfg->dec_layerdrop > 0)
-            ll_layerdrop_sample(m->obj.ddr_dec_ctl, m->hp.Ld, cfg->dec_layerdrop, cfg->seed, step, 1, 1);
-        if (cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0)
-            ll_cad_sample(m->obj.ddr_dec_ctl, m->hp.Ld, cfg->cad_p_net, cfg->cad_drop_depth, cfg->cad_p_net_above,
-                          cfg->seed, step, 1);
-    }
-}
-
-/* Forward/backward of everything in one update; gradients and losses
- * accumulate on the backend (nothing is read here); *ntok gets the update's
- * target tokens (known on the host from the batches), *own those this rank
- * trained.  With several ranks, job j (a micro-step's batch, or one pair's)
- * is trained by rank j % world; every rank reads every job's batch and
- * replays its latent draws (ll/dist_train.h). */
-static int accumulate(trainer *t, ll_batch *b, long *ntok, long *own) {
-    const ll_config *cfg = t->cfg;
-    const long upd = t->ts.update;
-    const int per = t->every_pair ? t->n_streams : 1;
-    const int hard = t->latent && ll_latent_hard_samples(cfg, upd);
-    double tau = cfg->latent_tau; /* optional geometric schedule tau -> tau_final */
-    if (cfg->latent_tau_final > 0 && cfg->latent_tau_anneal_updates > 0) {
-        double f = upd >= cfg->latent_tau_anneal_updates ? 1.0 : (double)upd / cfg->latent_tau_anneal_updates;
-        tau = cfg->latent_tau * pow(cfg->latent_tau_final / cfg->latent_tau, f);
-    }
-    const long jobs = (long)t->uf * per;
-    long last_mine = -1;
-    for (long j = 0; j < jobs; j++)
-        if (ll_dist_train_owns(t->dt, j)) last_mine = j;
-    for (long j = 0; j < jobs; j++) {
-        const int k = (int)(j / per), p = (int)(j % per);
-        if (next_batch(t, t->every_pair ? p : 0, b)) return -1;
-        uint64_t step = ((uint64_t)upd * t->uf + k) * per + p; /* keys dropout and Gumbel noise */
-        int rows[2] = {ll_latent_pair_row(&t->m->hp, cfg, 0, b->src_lang, b->tgt_lang),
-                       ll_latent_pair_row(&t->m->hp, cfg, 1, b->src_lang, b->tgt_lang)};
-        for (int s = 0; s < 2; s++)
-            if (ll_latent_on(t->m, s)) ll_latent_sample(t->m, s, rows[s], cfg->seed, step, (real)tau, hard);
-        *ntok += b->n_tgt_tokens;
-        if (!ll_dist_train_owns(t->dt, j)) { /* another rank's job: its draws are replayed, nothing else */
-            for (int s = 0; s < 2; s++)
-                if (ll_latent_on(t->m, s)) t->lat.sampled[s][rows[s]] = 1;
-            continue;
-        }
-        draw_structure(t, step);
-        /* the last job starts the gradient buckets from inside its backward (not
-         * with a thread team: its workers' gradients are summed after the backward) */
-        if (j == last_mine && !t->team) ll_dist_train_arm(t->dt, 1);
-        /* the gates' gradients (the DDR pass shares the accumulators) go to the logits */
-        ll_model_step_team(t->m, t->team, b, (uint64_t)cfg->seed, step, NULL);
-        ll_dist_train_arm(t->dt, 0);
-        if (j == last_mine) ll_dist_train_ready(t->dt, LL_GRAD_DEC | LL_GRAD_ENC);
-        for (int s = 0; s < 2; s++)
-            if (ll_latent_on(t->m, s)) {
-                ll_latent_backward(t->m, s, rows[s]);
-                ll_latent_kl(t->m, &t->lat, s, rows[s], upd, b->n_tgt_tokens);
-            }
-        *own += b->n_tgt_tokens;
-    }
-    /* L_K once per global update, from the samples every rank holds: rank 0 adds it */
-    for (int s = 0; s < 2 && t->latent && t->rank == 0; s++) ll_latent_lk(t->m, &t->lat, s, upd, *ntok);
-    return 0;
-}
-
-/* Per-language q(z_l = 1) and last-sample utilisation, for scripts/plot,
- * from the snapshot read with the update's statistics. */
-static void log_latent_json(trainer *t, const real *snap, const double *st) {
-    static const char *names[2] = {"enc", "dec"};
-    fprintf(t->metrics, ",\"latent\":{");
-    int first_stack = 1;
-    for (int s = 0; s < 2; s++) {
-        if (!ll_latent_on(t->m, s)) continue;
-        const int L = s ? t->m->hp.Ld : t->m->hp.Le, R = t->m->hp.latent_rows;
-        const real *a = snap, *z = snap + (size_t)R * L;
-        snap += 2 * (size_t)R * L;
-        fprintf(t->metrics, "%s\"%s\":{\"q\":{", first_stack ? "" : ",", names[s]);
-        first_stack = 0;
-        int first = 1;
-        for (int r = 0; r < R; r++) {
-            if (!t->lat.prior[s].active[r]) continue;
-            char name[2 * LL_LANG_MAX + 8];
-            fprintf(t->metrics, "%s\"%s\":[", first ? "" : ",", ll_latent_row_name(&t->m->hp, t->cfg, r, name, sizeof name));
-            first = 0;
-            for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", ll_latent_q(a[(size_t)r * L + l]));
-            fputc(']', t->metrics);
-        }
-        double u[4096];
-        ll_latent_utilisation(&t->lat, s, z, u);
-        fprintf(t->metrics, "},\"u\":[");
-        for (int l = 0; l < L; l++) fprintf(t->metrics, "%s%.4f", l ? "," : "", u[l]);
-        fprintf(t->metrics, "],\"expected_depth\":%.4f}", st[s ? LL_ST_DEPTH_DEC : LL_ST_DEPTH_ENC]);
-    }
-    fputc('}', t->metrics);
-}
-
 /* ---- non-finite updates ----
  * The one place that decides what a bad update does.  The update was not
  * applied (a non-finite loss never reaches Adam; ll_adam_step refuses a
@@ -622,11 +406,31 @@ static int skip_bad_update(trainer *t, const update_stats *u, double gnorm) {
 }
 
 /* Validation is due after the update just done (valid_interval 0: at epoch ends). */
-static int valid_due(trainer *t) {
+static int valid_due_at(trainer *t, long update) {
     int64_t epoch, pos;
     ll_batcher_state(t->its[0], &epoch, &pos);
     const int vi = t->cfg->valid_interval;
-    return (vi > 0 && t->ts.update % vi == 0) || (vi == 0 && pos >= ll_batcher_n_batches(t->its[0]));
+    return (vi > 0 && update % vi == 0) || (vi == 0 && pos >= ll_batcher_n_batches(t->its[0]));
+}
+static int valid_due(trainer *t) { return valid_due_at(t, t->ts.update); }
+
+/* An update's statistics, taken in: Adam's step counts, the update count, the
+ * log's sums or a skipped update.  The update's log record, validation and
+ * checkpoint (if due) follow in the loop. */
+static int absorb_update(trainer *t, const double *st, long ntok) {
+    ll_adam_sync(&t->opt, st);
+    t->ts.update++;
+    update_stats u = {.ntok = ntok};
+    trn_add_stats(&u, st);
+    if (st[LL_ST_SKIP] != 0) /* the backend skipped it: non-finite loss or gradient norm */
+        return skip_bad_update(t, &u, st[LL_ST_GNORM]);
+    t->bad_streak = 0;
+    t->log_updates++;
+    t->log_tokens += ntok;
+    t->acc.ntok += ntok;
+    trn_add_stats(&t->acc, st);
+    t->log_gnorm += st[LL_ST_GNORM];
+    return 0;
 }
 
 int ll_train(ll_config *cfg, const ll_train_opts *o) {
@@ -654,21 +458,37 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     int out_of_time = 0; /* train.max_minutes passed (on any rank), after this update */
     ll_train_signals sigs;
     ll_train_signals_catch(&sigs, t.world);
+    /* An update whose record, validation and checkpoint are not due has its
+     * statistics read while the next update runs (ll_model_stats_start): the
+     * host queues update u + 1 before it waits for u, so it never drains the
+     * device between such updates.  late_ntok >= 0: such a read is in flight,
+     * and t.ts.update does not count that update yet. */
+    long late_ntok = -1;
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
+        const long q = t.ts.update + (late_ntok >= 0); /* the update about to be queued */
+        if (late_ntok >= 0 && ((t.world > 1 ? stop_sig : ll_train_signal()) || stop || out_of_time ||
+                               (max_updates && q >= max_updates) ||
+                               (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))))) {
+            double st[LL_ST_N]; /* the loop ends below: the update in flight first */
+            ll_model_stats_finish(t.m, st);
+            rc = absorb_update(&t, st, late_ntok);
+            late_ntok = -1;
+            if (rc) goto out;
+        }
         if ((t.world > 1 ? stop_sig : ll_train_signal()) || stop || (max_updates && t.ts.update >= max_updates)) break;
         if (out_of_time) {
             ll_log("train.max_minutes %g reached after %ld updates", (double)cfg->max_minutes, t.ts.update);
             break;
         }
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
-        double lr = ll_schedule_lr(&t.sched, t.ts.update);
+        double lr = ll_schedule_lr(&t.sched, q);
         if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
         ll_model_zero_grads(t.m);
         ll_model_stats_zero(t.m);
         long ntok = 0, own = 0;
-        t.dist->update = t.ts.update;
-        if ((rc = accumulate(&t, &b, &ntok, &own))) goto out;
+        t.dist->update = q;
+        if ((rc = trn_accumulate(&t, q, &b, &ntok, &own))) goto out;
         /* every rank learns of a signal, and of any rank's clock passing
          * train.max_minutes, at the same update, so all stop together */
         int sig = ll_train_signal();
@@ -678,32 +498,33 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         if (t.world > 1) stop_sig = sig;
         /* the logits take a step every I updates, from this update's gradient only */
         double lr_phi = -1;
-        if (t.latent && (t.ts.update + 1) % I == 0)
+        if (t.latent && (q + 1) % I == 0)
             lr_phi = cfg->latent_logits_lr > 0 ? lr * cfg->latent_logits_lr / cfg->lr : lr;
         ll_dist_train_step(t.dt, lr, lr_phi, 1.0 / (ntok ? ntok : 1), cfg->clip_norm); /* sums the ranks' gradients */
-        const int log_now = (t.ts.update + 1) % cfg->log_interval == 0 || (max_updates && t.ts.update + 1 == max_updates);
+        const int log_now = (q + 1) % cfg->log_interval == 0 || (max_updates && q + 1 == max_updates);
         if (t.latent && log_now) { /* E[L] and the logits/samples ride along with the stats */
             ll_latent_depth(t.m, &t.lat);
             ll_model_snapshot(t.m);
         }
-        /* the one backend-to-host read of the update */
+        if (late_ntok >= 0) { /* the previous update's statistics, read while this one was queued */
+            double st[LL_ST_N];
+            ll_model_stats_finish(t.m, st);
+            rc = absorb_update(&t, st, late_ntok);
+            late_ntok = -1;
+            if (rc) goto out;
+        }
+        /* nothing due after this update (--op-stats counts each update's read as its own) */
+        if (!t.counted && !log_now && !valid_due_at(&t, q + 1) &&
+            !(cfg->save_interval > 0 && (q + 1) % cfg->save_interval == 0)) {
+            ll_model_stats_start(t.m);
+            late_ntok = ntok;
+            continue;
+        }
+        /* the update's one backend-to-host read, waited for: its record, validation or checkpoint follow */
         double st[LL_ST_N];
         ll_model_stats_read(t.m, st, t.latent && log_now ? snap : NULL);
-        ll_adam_sync(&t.opt, st);
-        if (t.counted) tally_update(&t); /* before logging, checkpoints and validation */
-        t.ts.update++;
-        update_stats u = {.ntok = ntok};
-        add_stats(&u, st);
-        if (st[LL_ST_SKIP] != 0) { /* the backend skipped it: non-finite loss or gradient norm */
-            if ((rc = skip_bad_update(&t, &u, st[LL_ST_GNORM]))) goto out;
-        } else {
-            t.bad_streak = 0;
-            t.log_updates++;
-            t.log_tokens += ntok;
-            acc->ntok += ntok;
-            add_stats(acc, st);
-            t.log_gnorm += st[LL_ST_GNORM];
-        }
+        if (t.counted) trn_tally_update(&t); /* before logging, checkpoints and validation */
+        if ((rc = absorb_update(&t, st, ntok))) goto out;
         if (t.log_updates > 0 && log_now) {
             double now = ll_now();
             double tps = t.log_tokens / (now - t_log);
@@ -752,7 +573,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
                 fprintf(t.metrics, ",\"ddr\":%.6f,\"ald\":%.6f", acc->ddr / acc->ntok / M_LN2, acc->ald / acc->ntok / M_LN2);
             if (t.latent) {
                 fprintf(t.metrics, ",\"kl\":%.6g,\"lk\":%.6g", acc->kl / acc->ntok / M_LN2, acc->lk / acc->ntok / M_LN2);
-                log_latent_json(&t, snap, st);
+                trn_log_latent_json(&t, snap, st);
             }
             fprintf(t.metrics, "}\n");
             t.ts.metrics_records++;
@@ -790,7 +611,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     if (!rc && t.world > 1)
         ll_log("rank 0 waited %.2f s for collectives (%.1f%% of %.1f s of training)", ll_dist_train_wait_seconds(t.dt),
                100 * ll_dist_train_wait_seconds(t.dt) / (ll_now() - t_start), ll_now() - t_start);
-    if (!rc && t.counted) print_op_stats(&t);
+    if (!rc && t.counted) trn_print_op_stats(&t);
 out:
     free(snap);
     ll_train_signals_restore(&sigs);

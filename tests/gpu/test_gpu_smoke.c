@@ -62,6 +62,21 @@ int main(void) {
     for (size_t i = 0; i < count; i++) ok &= back[i] == ((i >= 100 && i < 1100) ? 0u : h[i]);
     CHECK(ok);
 
+    /* download in two halves: the copy is ordered on the stream, so a memset queued after
+     * download_start does not reach it; the copy is whole when download_finish returns */
+    CHECK(be->download_start != NULL && be->download_finish != NULL);
+    be->upload(be, d, h, count * sizeof *h);
+    be->download_start(be, d, count * sizeof *d);
+    be->memset0(be, d, count * sizeof *d);
+    memset(back, 0, count * sizeof *back);
+    be->download_finish(be, back, count * sizeof *d);
+    CHECK(!memcmp(h, back, count * sizeof *h));
+    be->download(be, back, d, sizeof *d); /* and the memset ran after it */
+    CHECK(back[0] == 0);
+    be->download_start(be, d, 4 * sizeof *d); /* a smaller one reuses the pinned buffer */
+    be->download_finish(be, back, 4 * sizeof *d);
+    CHECK(back[0] == 0 && back[3] == 0);
+
     be->free(be, d);
     be->free(be, NULL);
     free(h);

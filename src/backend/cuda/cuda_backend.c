@@ -52,6 +52,13 @@ typedef struct {
     } stage[STAGE_SLOTS];
     int stage_next;
     pthread_mutex_t stage_mu;
+    /* download_start/finish: one copy in flight into pinned memory */
+    struct {
+        void *host; /* cudaMallocHost, grow-only */
+        size_t cap, bytes;
+        cudaEvent_t done;
+        int pending;
+    } late;
 } cuda_impl;
 
 void ll_cuda_sync_check(const char *what, const char *file, int line) {
@@ -157,6 +164,29 @@ static void cu_download(ll_backend *be, void *host_dst, const void *src, size_t 
     cuda_impl *im = enter(be);
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
+}
+
+static void cu_download_start(ll_backend *be, const void *src, size_t bytes) {
+    cuda_impl *im = enter(be);
+    if (im->late.pending) ll_die("CUDA backend: download_start while another is in flight (one at a time)");
+    if (im->late.cap < bytes) {
+        if (im->late.host) CUDA_CHECK(cudaFreeHost(im->late.host));
+        im->late.cap = bytes < 4096 ? 4096 : bytes;
+        CUDA_CHECK(cudaMallocHost(&im->late.host, im->late.cap));
+    }
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(im->late.host, src, bytes, cudaMemcpyDeviceToHost, im->stream));
+    CUDA_CHECK(cudaEventRecord(im->late.done, im->stream));
+    im->late.bytes = bytes;
+    im->late.pending = 1;
+}
+
+static void cu_download_finish(ll_backend *be, void *host_dst, size_t bytes) {
+    cuda_impl *im = enter(be);
+    if (!im->late.pending || bytes > im->late.bytes)
+        ll_die("CUDA backend: download_finish of %zu bytes without a download_start of as many", bytes);
+    CUDA_CHECK(cudaEventSynchronize(im->late.done));
+    memcpy(host_dst, im->late.host, bytes);
+    im->late.pending = 0;
 }
 
 static void cu_memset0(ll_backend *be, void *p, size_t bytes) {
@@ -290,6 +320,11 @@ static cuda_impl *impl_new(int device) {
             ll_fail("cannot create a CUDA event on device %d: %s", device, cudaGetErrorString(e));
             return NULL;
         }
+    if ((e = cudaEventCreateWithFlags(&im->late.done, cudaEventDisableTiming)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ll_fail("cannot create a CUDA event on device %d: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
     pthread_mutex_init(&im->stage_mu, NULL);
     return im;
 }
@@ -323,6 +358,8 @@ ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
     be->memset0 = cu_memset0;
     be->copy = cu_copy;
     be->sync = cu_sync;
+    be->download_start = cu_download_start;
+    be->download_finish = cu_download_finish;
     be->convert = cu_convert;
     be->layernorm_fwd = cu_layernorm_fwd;
     be->layernorm_bwd = cu_layernorm_bwd;
