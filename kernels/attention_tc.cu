@@ -26,6 +26,7 @@
  * and at the end out = O / l, lse = m + log l.  Nothing of size Tq x Tk
  * touches global memory. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,13 +50,28 @@ static size_t tc_smem(int Dh, int W) {
            sizeof(float) * W * tc_warp_floats(Dh);
 }
 
-/* rows r0..r0+n-1 of a bf16 [*, stride] matrix into s[rows][Dh]; rows past n zero */
-static __device__ __forceinline__ void stage_bf16(__nv_bfloat16 *s, int rows, const __nv_bfloat16 *g, int stride,
-                                                  int r0, int n, int Dh) {
-    for (int e = threadIdx.x; e < rows * Dh; e += blockDim.x) {
+/* rows r0..r0+n-1 of a bf16 [*, stride] matrix into s[rows][Dh]; rows past n zero.  16-byte
+ * loads where g and stride allow (the model's packed q/k/v always do; Dh is a multiple of 16),
+ * threads `t0, t0 + nt, ...` of the block (a warp: its lanes) */
+static __device__ __forceinline__ void stage_rows(__nv_bfloat16 *s, int rows, const __nv_bfloat16 *g, int stride,
+                                                  int r0, int n, int Dh, int t0, int nt) {
+    if ((uintptr_t)g % 16 == 0 && stride % 8 == 0) {
+        const int V = Dh / 8; /* 8 bf16 per uint4 */
+        for (int e = t0; e < rows * V; e += nt) {
+            const int r = e / V, v = e % V;
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4 *)(s + (size_t)r * Dh + v * 8) = r < n ? *(const uint4 *)(g + (size_t)(r0 + r) * stride + v * 8) : z;
+        }
+        return;
+    }
+    for (int e = t0; e < rows * Dh; e += nt) {
         const int r = e / Dh, d = e % Dh;
         s[e] = r < n ? g[(size_t)(r0 + r) * stride + d] : __float2bfloat16_rn(0.0f);
     }
+}
+static __device__ __forceinline__ void stage_bf16(__nv_bfloat16 *s, int rows, const __nv_bfloat16 *g, int stride,
+                                                  int r0, int n, int Dh) {
+    stage_rows(s, rows, g, stride, r0, n, Dh, threadIdx.x, blockDim.x);
 }
 
 static __global__ void __launch_bounds__(TC_THREADS)
@@ -174,10 +190,7 @@ static __device__ __forceinline__ void split_store(__nv_bfloat16 *hi, int k, int
 /* warp-level: rows r0..r0+n-1 of a bf16 [*, stride] matrix into s[16][Dh], rows past n zero */
 static __device__ __forceinline__ void stage_warp(__nv_bfloat16 *s, const __nv_bfloat16 *g, int stride, int r0, int n,
                                                   int Dh, int lane) {
-    for (int e = lane; e < LL_WT * Dh; e += WARP) {
-        const int r = e / Dh, d = e % Dh;
-        s[e] = r < n ? g[(size_t)(r0 + r) * stride + d] : __float2bfloat16_rn(0.0f);
-    }
+    stage_rows(s, LL_WT, g, stride, r0, n, Dh, lane, WARP);
 }
 
 /* acc[e] (+)= A[16, K] M[K, e*16..] for e < NF = Dh/16, A = hi + lo (lo at A + 16 * lda), M
