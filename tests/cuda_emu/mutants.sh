@@ -18,6 +18,9 @@
 #   syncwarp   the fused residual + layer norm without the __syncwarp between
 #              the lanes' stores of the sum and their loads of other lanes'
 #              elements (TSan reports it as a race; here the values show it)
+#   tc_syncwarp the tensor-core attention forward without the __syncwarp between
+#              the WMMA store of S (each lane its share) and the lanes' reads of
+#              their rows
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,7 +34,7 @@ mkdir -p "$work/src"
 # the sources' times, and that run may have ended with a mutant compiled)
 declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm_row.cuh
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
-  [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu)
+  [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 b=$work/build
 # shellcheck disable=SC2086
@@ -40,7 +43,10 @@ cmake -S "$work/src" -B "$b" -DLL_CUDA_EMU=ON -DLL_SANITIZE=address,undefined -D
 export ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=0 LL_SOURCE_DIR=$work/src
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LL_NO_REEXEC=1
 
-build() { cmake --build "$b" -j"$jobs" --target gpu_test_ops_cuda gpu_test_layernorm_cuda > "$work/build.log" 2>&1; }
+build() {
+  cmake --build "$b" -j"$jobs" --target gpu_test_ops_cuda gpu_test_layernorm_cuda gpu_test_attention_cuda \
+    > "$work/build.log" 2>&1
+}
 
 # the covering test: 0 = passed
 run_test() {
@@ -51,6 +57,7 @@ run_test() {
     no_sync) "$b/gpu_test_ops_cuda" --op sync && "$b/gpu_test_ops_cuda" --op add ;;
     bounds | shared_short) "$b/gpu_test_ops_cuda" --op xent_fwd_bwd ;;
     syncwarp) "$b/gpu_test_ops_cuda" --op residual_ln_fwd ;;
+    tc_syncwarp) LL_GPU_TEST_BIG_BATCH=0 "$b/gpu_test_attention_cuda" ;;
   esac
 }
 
@@ -76,6 +83,8 @@ M = {
     "shared_short": ("kernels/losses.cu", "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LL_WARP];",
                      "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LOSS_THREADS / LL_WARP - 1];"),
     "syncwarp": ("kernels/residual.cu", "    __syncwarp();\n    ll_layernorm_row(", "    ll_layernorm_row("),
+    "tc_syncwarp": ("kernels/attention_tc.cu",
+                    "        __syncwarp(); /* the warp's stores of S before each lane reads its row */\n", ""),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -88,13 +97,13 @@ PY
 
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
   fi
 done
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then
