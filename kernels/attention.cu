@@ -225,20 +225,7 @@ static __global__ void attention_dkv_kernel(attn_args a, T *__restrict__ dk, T *
         __syncthreads();
         stage(sQ, Dh + 1, WARP, qb, a.q_stride, it, qn, Dh);
         stage(sG, Dh + 1, WARP, gb, C, it, qn, Dh);
-        for (int ii = warp; ii < WARP; ii += WARPS) { /* per-query statistics of the tile */
-            const int i = it + ii;
-            float t = 0.0f;
-            if (i < a.Tq) {
-                const T *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
-                for (int d = lane; d < Dh; d += WARP) t += ll_ld(gb + (size_t)i * C + d) * ll_ld(orow + d);
-            }
-            t = warp_sum(t);
-            if (lane == 0) {
-                sD[ii] = t;
-                sL[ii] = i < a.Tq ? lse[((size_t)b * a.H + h) * a.Tq + i] : 0.0f;
-                sN[ii] = i < a.Tq ? row_limit(a, lim, i) : 0;
-            }
-        }
+        query_tile_stats(a, b, h, lim, it, WARP, gb, out, lse, sD, sL, sN, warp, WARPS, lane);
         __syncthreads();
 #pragma unroll
         for (int r = 0; r < DKV_KEYS_PER_WARP; r++) {

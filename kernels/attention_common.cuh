@@ -31,16 +31,8 @@ struct attn_args {
     uint64_t rng_offset;
 };
 
-static __device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-static __device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
+static __device__ __forceinline__ float warp_sum(float v) { return ll_warp_sum(v); }
+static __device__ __forceinline__ float warp_max(float v) { return ll_warp_max(v); }
 
 static __device__ __forceinline__ int key_limit(const attn_args &a, int b) {
     int n = a.key_len ? a.key_len[b] : a.Tk;
@@ -57,6 +49,30 @@ static __device__ __forceinline__ bool keep_bit(const attn_args &a, int b, int h
     const uint64_t e = a.rng_offset + (((uint64_t)b * a.H + h) * a.Tq + i) * a.Tk + j;
     const uint32_t w = ll_philox_u32_dev(a.rng, e >> 1);
     return ((w >> (16 * (unsigned)(e & 1))) & 0xffffu) >= a.thr;
+}
+
+/* The dk/dv kernels' per-query statistics of a tile of queries it..it+rows-1 (rows past Tq:
+ * D 0, L 0, no visible key): D_i = rowsum(dO_i o O_i), lse_i and the row limit, into sD, sL,
+ * sN; warp w of W takes rows w, w + W, ...  gb: dout of (b, h), rows of stride H*Dh. */
+template <typename T>
+static __device__ __forceinline__ void query_tile_stats(const attn_args &a, int b, int h, int lim, int it, int rows,
+                                                        const T *gb, const T *out, const float *lse, float *sD,
+                                                        float *sL, int *sN, int warp, int W, int lane) {
+    const int C = a.H * a.Dh;
+    for (int ii = warp; ii < rows; ii += W) {
+        const int i = it + ii;
+        float t = 0.0f;
+        if (i < a.Tq) {
+            const T *orow = out + ((size_t)b * a.Tq + i) * C + h * a.Dh;
+            for (int d = lane; d < a.Dh; d += WARP) t += ll_ld(gb + (size_t)i * C + d) * ll_ld(orow + d);
+        }
+        t = warp_sum(t);
+        if (lane == 0) {
+            sD[ii] = t;
+            sL[ii] = i < a.Tq ? lse[((size_t)b * a.H + h) * a.Tq + i] : 0.0f;
+            sN[ii] = i < a.Tq ? row_limit(a, lim, i) : 0;
+        }
+    }
 }
 
 /* keep_bit for runs of consecutive elements (one row's keys): the 8 half-words

@@ -364,20 +364,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         stage_bf16(sQ, TC_QT, qb, a.q_stride, it, qn, Dh);
         stage_bf16(sG, TC_QT, gb, C, it, qn, Dh);
-        for (int ii = warp; ii < TC_QT; ii += W) { /* per-query statistics of the tile */
-            const int i = it + ii;
-            float t = 0.0f;
-            if (i < a.Tq) {
-                const __nv_bfloat16 *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
-                for (int d = lane; d < Dh; d += WARP) t += ll_ld(gb + (size_t)i * C + d) * ll_ld(orow + d);
-            }
-            t = warp_sum(t);
-            if (lane == 0) {
-                sD[ii] = t;
-                sL[ii] = i < a.Tq ? lse[((size_t)b * a.H + h) * a.Tq + i] : 0.0f;
-                sN[ii] = i < a.Tq ? row_limit(a, lim, i) : 0;
-            }
-        }
+        query_tile_stats(a, b, h, lim, it, TC_QT, gb, out, lse, sD, sL, sN, warp, W, lane);
         __syncthreads();
         if (wk0 >= sN[qn - 1]) continue; /* warp-uniform: no query of the tile sees the warp's keys */
         product_abt(sS, sK + (size_t)warp * LL_WT * Dh, sQ, Dh); /* S^T = K Q^T */
