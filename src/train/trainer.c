@@ -320,7 +320,7 @@ static void teardown(trainer *t) {
     if (t->lock_fd > 0) close(t->lock_fd);
     if (t->metrics) fclose(t->metrics);
     ll_dist_train_free(t->dt);
-    if (t->dist && trn_host_differs(t)) t->dist->finalize(t->dist); /* NCCL over the host's ranks */
+    if (t->dist && t->dist->host != t->dist) t->dist->finalize(t->dist); /* NCCL over the host's ranks */
     for (int i = 0; i < t->n_streams; i++)
         if (t->its[i]) ll_batcher_free(t->its[i]);
     ll_step_team_free(t->team);

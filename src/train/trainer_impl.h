@@ -65,7 +65,6 @@ typedef struct {
     int uf;            /* micro-steps of a global update: update_freq x world */
 } trainer;
 
-int trn_host_differs(const trainer *t);
 /* --op-stats: the update just done into t->tally; the table at the end */
 void trn_tally_update(trainer *t);
 void trn_print_op_stats(const trainer *t);

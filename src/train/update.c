@@ -7,8 +7,6 @@
 
 #include "trainer_impl.h"
 
-int trn_host_differs(const trainer *t) { return t->dist->host != t->dist; }
-
 void trn_tally_update(trainer *t) {
     const ll_op_counts *c = ll_backend_counts(t->counted), *b = &t->tally.before;
     op_tally *y = &t->tally;
