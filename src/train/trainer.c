@@ -433,6 +433,16 @@ static int absorb_update(trainer *t, const double *st, long ntok) {
     return 0;
 }
 
+/* The same for the update whose statistics ll_model_stats_start began to read
+ * (*late_ntok its tokens; -1 after). */
+static int absorb_late(trainer *t, long *late_ntok) {
+    double st[LL_ST_N];
+    ll_model_stats_finish(t->m, st);
+    const long ntok = *late_ntok;
+    *late_ntok = -1;
+    return absorb_update(t, st, ntok);
+}
+
 int ll_train(ll_config *cfg, const ll_train_opts *o) {
     trainer t;
     memset(&t, 0, sizeof t);
@@ -470,11 +480,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         if (late_ntok >= 0 && ((t.world > 1 ? stop_sig : ll_train_signal()) || stop || out_of_time ||
                                (max_updates && q >= max_updates) ||
                                (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))))) {
-            double st[LL_ST_N]; /* the loop ends below: the update in flight first */
-            ll_model_stats_finish(t.m, st);
-            rc = absorb_update(&t, st, late_ntok);
-            late_ntok = -1;
-            if (rc) goto out;
+            if ((rc = absorb_late(&t, &late_ntok))) goto out; /* the loop ends below: the update in flight first */
         }
         if ((t.world > 1 ? stop_sig : ll_train_signal()) || stop || (max_updates && t.ts.update >= max_updates)) break;
         if (out_of_time) {
@@ -506,13 +512,8 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             ll_latent_depth(t.m, &t.lat);
             ll_model_snapshot(t.m);
         }
-        if (late_ntok >= 0) { /* the previous update's statistics, read while this one was queued */
-            double st[LL_ST_N];
-            ll_model_stats_finish(t.m, st);
-            rc = absorb_update(&t, st, late_ntok);
-            late_ntok = -1;
-            if (rc) goto out;
-        }
+        /* the previous update's statistics, read while this one was queued */
+        if (late_ntok >= 0 && (rc = absorb_late(&t, &late_ntok))) goto out;
         /* nothing due after this update (--op-stats counts each update's read as its own) */
         if (!t.counted && !log_now && !valid_due_at(&t, q + 1) &&
             !(cfg->save_interval > 0 && (q + 1) % cfg->save_interval == 0)) {
