@@ -147,6 +147,15 @@ typedef struct {
     int bgrad_set;      /* BGRAD: bgrad = the sums instead of += (a gradient known to be zero) */
 } ll_gemm_desc;
 
+/* graph_begin/graph_end so far (a backend's, for logs and tests) */
+typedef struct {
+    uint64_t captures;       /* graph_end calls */
+    uint64_t nodes;          /* nodes in all captured graphs */
+    uint64_t updates;        /* an executable graph updated in place */
+    uint64_t instantiations; /* ... or built anew */
+    uint64_t launches;
+} ll_graph_stats;
+
 struct ll_backend {
     const char *name; /* "cpu" or "cuda" */
     void *impl;       /* backend private state (CUDA: stream, cuBLAS handle) */
@@ -168,6 +177,18 @@ struct ll_backend {
      * its download is a memcpy); ll_model_stats_start/finish fall back. */
     void (*download_start)(ll_backend *be, const void *src, size_t bytes);
     void (*download_finish)(ll_backend *be, void *host_dst, size_t bytes);
+    /* A training step as one CUDA graph (optional; NULL: ops run as queued).
+     * After graph_begin returns 0, the ops queued are recorded, not run;
+     * graph_end makes them a graph and launches it (stream-ordered, the host
+     * does not wait).  key names the step's structure (its shapes, which
+     * blocks run): the executable graph kept for that key is updated with
+     * the new parameters when the ops are the same, else built anew.  Between
+     * the two no op may read or write host memory or synchronise (upload,
+     * download, sync, free: the backend stops with a message); alloc and
+     * memset0 are fine.  -1 from graph_begin: not now (ops run as queued). */
+    int (*graph_begin)(ll_backend *be);
+    void (*graph_end)(ll_backend *be, uint64_t key);
+    void (*graph_stats)(ll_backend *be, ll_graph_stats *out); /* counts since the device was first used */
     /* dst[i] = src[i] converted (round to nearest even when narrowing); the
      * master -> weight-copy refresh, logits to fp32 for the host, tests. */
     void (*convert)(ll_backend *be, void *dst, ll_dtype dst_type, const void *src, ll_dtype src_type, size_t n);

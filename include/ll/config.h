@@ -68,6 +68,7 @@ typedef struct {
     char device[16];     /* "auto" | "cpu" | "cuda" */
     char precision[8];   /* "fp32" | "bf16": the activation dtype */
     int tf32;            /* fp32 matmuls on a GPU use TF32 tensor cores */
+    int cuda_graphs;     /* a training step as one CUDA graph (one process) */
 
     /* checkpoint */
     char save_dir[LL_PATH_MAX];

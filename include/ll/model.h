@@ -149,6 +149,9 @@ typedef struct ll_model {
     /* Tests: each residual sum and the layer norm that reads it as two ops
      * (the reference for backend residual_ln_fwd, which does both in one) */
     int unfused_ln;
+    /* Training steps (forward + backward of a batch) as one CUDA graph each
+     * where the backend has graph_begin (the trainer sets it: train.cuda_graphs) */
+    int graphs;
     /* [n_table]: the tensor's gradient is still zero since ll_model_zero_grads
      * (NULL: unknown), so a linear layer's first weight/bias gradient of the
      * update overwrites it (beta 0, BGRAD set) instead of adding */

@@ -142,6 +142,11 @@ const ll_cfg_key ll_cfg_keys[] = {
          "With train.device cuda and train.precision fp32: matrix products run on TF32 tensor cores (inputs rounded "
          "to 10 mantissa bits, fp32 accumulation), as PyTorch's allow_tf32 and most GPU trainers do; false keeps exact "
          "fp32 SIMT products (8x slower on an H100). No effect on the CPU, in bf16 or when decoding."),
+    BOOL("train.cuda_graphs", cuda_graphs, "true",
+         "With train.device cuda and one process: each batch's forward and backward is captured as one CUDA graph "
+         "and launched at once (an executable graph kept per batch shape and layer structure, updated with each "
+         "step's pointers and random streams), instead of ~4,500 kernel launches one by one; the results are the "
+         "same bits. Off with several ranks (their NCCL reductions start inside the backward) and under --op-stats."),
 
     /* checkpoint */
     STR("checkpoint.save_dir", save_dir, "checkpoints", 0,

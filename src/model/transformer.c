@@ -214,6 +214,27 @@ static void zero_dgates(ll_model *m) {
         m->be->memset0(m->be, m->dgate_buf[s], (size_t)((s ? m->hp.Ld : m->hp.Le) + 1) * sizeof(real));
 }
 
+/* What decides a step's sequence of ops besides the model: the batch's shape,
+ * the objectives and which blocks run (FNV-1a): a CUDA graph per key (not the
+ * pointers: a graph of the same ops is updated with new ones). */
+static uint64_t step_key(const ll_model *m, const ll_batch *b, int ddr, int ald) {
+    uint64_t h = 1469598103934665603ull;
+#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+    MIX(b->B), MIX(b->S), MIX(b->T), MIX(ddr), MIX(ald);
+    for (int s = 0; s < 2; s++) {
+        const ll_layer_ctl *c = s ? m->dec_ctl : m->enc_ctl;
+        for (int l = 0; l < (s ? m->hp.Ld : m->hp.Le); l++)
+            MIX(c[l].skip | c[l].skip_cross << 1 | c[l].off << 2 | (c[l].gate != NULL) << 3 | (c[l].dgate != NULL) << 4);
+    }
+    if (m->obj.ddr_dec_ctl)
+        for (int l = 0; l < m->hp.Ld; l++) {
+            const ll_layer_ctl *c = &m->obj.ddr_dec_ctl[l];
+            MIX(c->skip | c->skip_cross << 1 | c->off << 2);
+        }
+#undef MIX
+    return h;
+}
+
 /* Forward (and backward when do_backward) of one batch; losses into m->stats. */
 static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int train, int do_backward) {
     ll_backend *be = m->be;
@@ -223,6 +244,8 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
     const ll_dev_batch db = ll_batch_upload(m, b, ald, seed, step);
+    /* from here on no host transfer: the rest can be one CUDA graph */
+    const int graph = do_backward && m->graphs && be->graph_begin && be->graph_begin(be) == 0;
 
     /* clean pass */
     ll_pass pe = enc_pass(b, &db, seed, step, train, do_backward);
@@ -291,6 +314,7 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         ll_stack_run_bwd(m, &st->enc[1 + i], enc_grad_act(m, de, b));
     }
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_ENC, 0, -1);
+    if (graph) be->graph_end(be, step_key(m, b, ddr, ald));
 }
 
 void ll_loss_from_stats(const double *st, long ntokens, ll_loss_stats *out) {

@@ -202,6 +202,11 @@ static int setup(trainer *t, const ll_train_opts *o) {
     ll_adam_init(&t->opt, t->m, cfg);
     if (ll_backend_is_cpu(be)) /* after m->obj: replicas copy it */
         t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
+    /* each step one CUDA graph: not with several ranks, whose gradient hooks queue NCCL calls mid-backward */
+    t->m->graphs = cfg->cuda_graphs && be->graph_begin && t->world == 1;
+    if (t->m->graphs) ll_log("train.cuda_graphs true: each batch's forward and backward runs as one CUDA graph");
+    if (cfg->cuda_graphs && be->graph_begin && t->world > 1)
+        ll_log("train.cuda_graphs: off with %d ranks (their reductions start inside the backward)", t->world);
     ll_schedule_from_config(&t->sched, cfg);
     t->config_text = ll_config_dump(cfg);
     t->ts = (ll_train_state){.best_valid = INFINITY, .best_update = -1, .metrics_records = 0, .opt = &t->opt,
@@ -324,6 +329,14 @@ static void teardown(trainer *t) {
     for (int i = 0; i < t->n_streams; i++)
         if (t->its[i]) ll_batcher_free(t->its[i]);
     ll_step_team_free(t->team);
+    if (t->m && t->m->graphs && t->m->be->graph_stats) {
+        ll_graph_stats g;
+        t->m->be->graph_stats(t->m->be, &g);
+        if (g.captures)
+            ll_log("CUDA graphs: %llu steps, each one graph (%.0f nodes on average): %llu built, %llu updated in place",
+                   (unsigned long long)g.captures, (double)g.nodes / (double)g.captures,
+                   (unsigned long long)g.instantiations, (unsigned long long)g.updates);
+    }
     if (t->m) {
         free(t->m->obj.ddr_dec_ctl);
         ll_adam_free(&t->opt, t->m);

@@ -60,6 +60,7 @@ struct launch_desc {
     int line;
     size_t param_bytes;
     int ftz;
+    const void *func; /* the kernel (a graph node's identity) */
 };
 cudaError_t launch(const launch_desc &d, std::function<void()> body);
 
@@ -78,7 +79,7 @@ template <typename... P> struct launcher {
 template <typename... P>
 static inline launcher<P...> make_launcher(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s,
                                            const char *name, const char *file, int line, int ftz) {
-    return launcher<P...>{k, launch_desc{g, b, smem, s, name, file, line, 0, ftz}};
+    return launcher<P...>{k, launch_desc{g, b, smem, s, name, file, line, 0, ftz, reinterpret_cast<const void *>(k)}};
 }
 
 template <typename T> static inline uint64_t to_bits(T v) {

@@ -37,7 +37,9 @@ void set_last_error(cudaError_t e);
 void run_grid(const launch_desc &d, const std::function<void()> &body);
 
 /* Stream work (emu_runtime.cc): queued, run in order at a synchronisation. */
-void enqueue(cudaStream_t s, const char *what, std::function<void()> fn);
+/* During a stream capture the work is recorded into the graph instead (func: a
+ * kernel's function, which a graph update must find unchanged). */
+void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func = nullptr);
 /* The device allocation containing [p, p + n), or 0 when p is not device memory;
  * 2 when p is device memory but the range runs past its allocation. */
 int device_range(const void *p, size_t n);

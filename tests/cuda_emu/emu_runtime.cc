@@ -41,6 +41,18 @@
 
 #include "emu_internal.h"
 
+/* A captured graph: its nodes in stream order (a capture on one stream is a chain). */
+struct CUgraph_st {
+    struct node {
+        const char *what;
+        const void *func; /* a kernel node's function (its identity in cudaGraphExecUpdate), else NULL */
+        std::function<void()> fn;
+    };
+    std::vector<node> nodes;
+};
+struct CUgraphExec_st {
+    std::vector<CUgraph_st::node> nodes;
+};
 struct CUstream_st {
     struct item {
         const char *what;
@@ -51,10 +63,16 @@ struct CUstream_st {
     int device;
     std::deque<item> q;
     uint64_t queued, done; /* items ever queued / run */
+    /* stream capture (cudaStreamBeginCapture): work goes into cap instead of q */
+    CUgraph_st *cap;
+    cudaStreamCaptureMode cap_mode;
+    const char *cap_broken; /* what invalidated the capture, NULL while it is valid */
+    const void *cap_thread; /* the capturing thread (the address of a thread_local) */
 };
 struct CUevent_st {
     CUstream_st *stream; /* of the last record, NULL before one */
     uint64_t seq;        /* complete when stream->done >= seq */
+    CUgraph_st *cap;     /* last recorded inside this capture (NULL: an ordinary record) */
 };
 
 namespace ll_emu {
@@ -64,7 +82,7 @@ namespace {
  * keep their buffers for the life of the process: reachable for LeakSanitizer) */
 std::recursive_mutex &g_mu = *new std::recursive_mutex();
 std::map<uintptr_t, size_t> &g_allocs = *new std::map<uintptr_t, size_t>(); /* start -> bytes */
-std::set<uintptr_t> &g_pinned = *new std::set<uintptr_t>(); /* cudaMallocHost blocks */
+std::map<uintptr_t, size_t> &g_pinned = *new std::map<uintptr_t, size_t>(); /* cudaMallocHost blocks */
 size_t g_used;
 thread_local cudaError_t t_last = cudaSuccess;
 thread_local int t_device = 0;
@@ -127,6 +145,53 @@ void drain_all(int device) {
     for (CUstream_st *s : g_streams)
         if (device < 0 || s->device == device) drain(s, s->queued);
 }
+
+/* ---- stream capture's rules, as CUDA enforces them ----------------------------------- */
+thread_local char t_self; /* its address names the calling thread */
+void break_capture(CUstream_st *s, const char *why) {
+    if (s->cap_broken) return;
+    s->cap_broken = why;
+    if (getenv("LL_CUDA_EMU_VERBOSE")) fprintf(stderr, "cuda-emu: stream capture invalidated by %s\n", why);
+}
+/* A call CUDA calls potentially unsafe during a capture (it allocates, frees or
+ * synchronises outside the graph): it fails, and invalidates the capture, when
+ * this thread captures in global or thread-local mode or any thread captures in
+ * global mode; relaxed mode allows it. */
+cudaError_t unsafe_call(const char *what) {
+    bool hit = false;
+    for (CUstream_st *s : g_streams)
+        if (s->cap && (s->cap_mode == cudaStreamCaptureModeGlobal ||
+                       (s->cap_mode == cudaStreamCaptureModeThreadLocal && s->cap_thread == &t_self))) {
+            break_capture(s, what);
+            hit = true;
+        }
+    return hit ? (t_last = cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+}
+/* Whether [p, p + n) lies in one cudaMallocHost block. */
+bool pinned(const void *p, size_t n) {
+    const uintptr_t a = (uintptr_t)p;
+    auto it = g_pinned.upper_bound(a);
+    if (it == g_pinned.begin()) return false;
+    --it;
+    return a + n <= it->first + it->second;
+}
+/* A copy queued on a capturing stream: its host side must be pinned (the graph
+ * reads or writes it at every launch; the emulation is strict here). */
+cudaError_t capture_copy(CUstream_st *st, const void *dst, const void *src, size_t dn, size_t sn) {
+    if (!st->cap) return cudaSuccess;
+    if ((!device_range(dst, dn) && !pinned(dst, dn)) || (!device_range(src, sn) && !pinned(src, sn))) {
+        break_capture(st, "a copy to or from pageable host memory");
+        return t_last = cudaErrorStreamCaptureUnsupported;
+    }
+    return cudaSuccess;
+}
+/* An event last recorded inside a capture cannot be waited for from the host. */
+cudaError_t captured_event(CUevent_st *ev, const char *what) {
+    if (!ev->cap) return cudaSuccess;
+    for (CUstream_st *s : g_streams)
+        if (s->cap == ev->cap) break_capture(s, what);
+    return t_last = cudaErrorStreamCaptureUnsupported;
+}
 } // namespace
 
 const char *env(const char *name) { return getenv(name); }
@@ -134,11 +199,16 @@ int current_device() { return t_device; }
 void set_last_error(cudaError_t e) { t_last = e; }
 
 static uint64_t g_enqueued; /* every stream operation so far, all streams (ll_cuda_emu_stream_ops) */
+static uint64_t g_graph_launches;
 
-void enqueue(cudaStream_t s, const char *what, std::function<void()> fn) {
+void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     g_enqueued++;
     CUstream_st *st = stream_of(s);
+    if (st->cap) { /* captured, not run (after an invalidation: dropped, as the graph is lost) */
+        if (!st->cap_broken) st->cap->nodes.push_back(CUgraph_st::node{what, func, std::move(fn)});
+        return;
+    }
     st->q.push_back(CUstream_st::item{what, std::move(fn), NULL, 0});
     t_queues = true;
     st->queued++;
@@ -246,7 +316,7 @@ cudaError_t launch(const launch_desc &d, std::function<void()> body) {
         k.blocks += nb;
         k.threads += nb * dd.block.x * dd.block.y * dd.block.z;
         k.secs += now_s() - t0;
-    });
+    }, d.func);
     return cudaSuccess;
 }
 
@@ -335,6 +405,7 @@ const char *cudaGetErrorString(cudaError_t e) {
 cudaError_t cudaMalloc(void **p, size_t bytes) {
     LOCK;
     *p = NULL;
+    if (cudaError_t e = unsafe_call("cudaMalloc")) return e;
     if (g_used + bytes > mem_cap()) return t_last = cudaErrorMemoryAllocation;
     void *m = NULL;
     if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0) return t_last = cudaErrorMemoryAllocation;
@@ -349,16 +420,18 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
     LOCK;
     *p = NULL;
+    if (cudaError_t e = unsafe_call("cudaMallocHost")) return e;
     void *m = NULL;
     if (posix_memalign(&m, 256, bytes ? bytes : 1) != 0) return t_last = cudaErrorMemoryAllocation;
     memset(m, 0xFF, bytes);
-    g_pinned.insert((uintptr_t)m);
+    g_pinned[(uintptr_t)m] = bytes;
     *p = m;
     return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void *p) {
     LOCK;
     if (!p) return cudaSuccess;
+    if (cudaError_t e = unsafe_call("cudaFreeHost")) return e;
     if (!g_pinned.erase((uintptr_t)p)) return t_last = cudaErrorInvalidValue;
     drain_all(-1); /* as cudaFree: synchronises */
     free(p);
@@ -367,6 +440,7 @@ cudaError_t cudaFreeHost(void *p) {
 cudaError_t cudaFree(void *p) {
     LOCK;
     if (!p) return cudaSuccess;
+    if (cudaError_t e = unsafe_call("cudaFree")) return e;
     auto it = g_allocs.find((uintptr_t)p);
     if (it == g_allocs.end()) return t_last = cudaErrorInvalidValue;
     drain_all(-1); /* cudaFree synchronises the device */
@@ -400,11 +474,19 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
     if (n == 0) return cudaSuccess;
     cudaError_t e = check_copy(dst, src, n, n, kind);
     if (e != cudaSuccess) return t_last = e;
+    {
+        LOCK;
+        if ((e = capture_copy(stream_of(s), dst, src, n, n)) != cudaSuccess) return e;
+    }
     /* the host side is read or written when the copy runs, not now */
     enqueue(s, "cudaMemcpyAsync", [dst, src, n]() { memmove(dst, src, n); });
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    {
+        LOCK;
+        if (cudaError_t e = unsafe_call("cudaMemcpy")) return e;
+    }
     cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, 0);
     if (e != cudaSuccess) return e;
     return cudaStreamSynchronize(0);
@@ -415,6 +497,11 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     if (width > dpitch || width > spitch) return t_last = cudaErrorInvalidValue;
     cudaError_t e = check_copy(dst, src, dpitch * (height - 1) + width, spitch * (height - 1) + width, kind);
     if (e != cudaSuccess) return t_last = e;
+    {
+        LOCK;
+        e = capture_copy(stream_of(s), dst, src, dpitch * (height - 1) + width, spitch * (height - 1) + width);
+        if (e != cudaSuccess) return e;
+    }
     enqueue(s, "cudaMemcpy2DAsync", [=]() {
         for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     });
@@ -427,6 +514,10 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *p, int v, size_t n) {
+    {
+        LOCK;
+        if (cudaError_t e = unsafe_call("cudaMemset")) return e;
+    }
     cudaError_t e = cudaMemsetAsync(p, v, n, 0);
     return e != cudaSuccess ? e : cudaStreamSynchronize(0);
 }
@@ -446,17 +537,26 @@ cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     LOCK;
     CUstream_st *st = stream_of(s);
+    if (st->cap) {
+        break_capture(st, "cudaStreamSynchronize of the capturing stream");
+        return t_last = cudaErrorStreamCaptureUnsupported;
+    }
     drain(st, st->queued);
     return g_sticky;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
     LOCK;
     CUstream_st *st = stream_of(s);
+    if (st->cap) {
+        break_capture(st, "cudaStreamQuery of the capturing stream");
+        return t_last = cudaErrorStreamCaptureUnsupported;
+    }
     return st->done >= st->queued ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     LOCK;
     if (!s) return cudaErrorInvalidResourceHandle;
+    if (s->cap) return t_last = cudaErrorStreamCaptureUnsupported;
     drain(s, s->queued); /* queued work still completes, as on a GPU */
     for (size_t i = 0; i < g_streams.size(); i++)
         if (g_streams[i] == s) g_streams.erase(g_streams.begin() + (long)i);
@@ -465,6 +565,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaDeviceSynchronize(void) {
     LOCK;
+    if (cudaError_t e = unsafe_call("cudaDeviceSynchronize")) return e;
     drain_all(t_device);
     return g_sticky;
 }
@@ -482,6 +583,11 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev) {
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
     LOCK;
     CUstream_st *st = stream_of(s);
+    if (st->cap) { /* a node of the capture: only the same capture may wait for it */
+        ev->cap = st->cap;
+        return cudaSuccess;
+    }
+    ev->cap = NULL;
     ev->stream = st;
     ev->seq = st->queued; /* the work queued so far */
     return cudaSuccess;
@@ -490,6 +596,7 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
  * host asks, as if the GPU had been busy until then. */
 cudaError_t cudaEventQuery(cudaEvent_t ev) {
     LOCK;
+    if (cudaError_t e = captured_event(ev, "cudaEventQuery of an event recorded in the capture")) return e;
     if (ev->stream && ev->stream->done < ev->seq) {
         if (!t_queues) return cudaErrorNotReady; /* a watcher: progress is the host threads' */
         /* first answer "not ready" once for each record, so polling code runs its waiting path */
@@ -506,6 +613,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
     LOCK;
+    if (cudaError_t e = captured_event(ev, "cudaEventSynchronize of an event recorded in the capture")) return e;
     if (ev->stream) drain(ev->stream, ev->seq);
     return g_sticky;
 }
@@ -513,6 +621,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int fla
     (void)flags;
     LOCK;
     CUstream_st *st = stream_of(s);
+    if (st->cap || ev->cap) { /* a capture depends only on its own work */
+        if (st->cap && ev->cap == st->cap) return cudaSuccess; /* (one stream: already in order) */
+        if (st->cap) break_capture(st, "cudaStreamWaitEvent on work outside the capture");
+        return t_last = cudaErrorStreamCaptureIsolation;
+    }
     if (!ev->stream) return cudaSuccess; /* never recorded: nothing to wait for */
     /* the wait refers to the record as it is now, even if ev is recorded again */
     st->q.push_back(CUstream_st::item{"cudaStreamWaitEvent", nullptr, ev->stream, ev->seq});
@@ -533,6 +646,110 @@ cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute attr, int v) {
     (void)attr;
     (void)v;
     return cudaSuccess;
+}
+
+/* ---- CUDA graphs: stream capture, instantiation, update, launch ------------------------- */
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+    LOCK;
+    if (!s) return t_last = cudaErrorStreamCaptureUnsupported; /* not the legacy stream */
+    if (s->cap) return t_last = cudaErrorIllegalState;
+    s->cap = new CUgraph_st();
+    s->cap_mode = mode;
+    s->cap_broken = NULL;
+    s->cap_thread = &t_self;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    LOCK;
+    *g = NULL;
+    if (!s || !s->cap) return t_last = cudaErrorIllegalState;
+    if (s->cap_mode != cudaStreamCaptureModeRelaxed && s->cap_thread != &t_self)
+        return t_last = cudaErrorStreamCaptureWrongThread;
+    CUgraph_st *graph = s->cap;
+    s->cap = NULL;
+    if (s->cap_broken) { /* the capture is lost; the stream is usable again */
+        delete graph;
+        return t_last = cudaErrorStreamCaptureInvalidated;
+    }
+    *g = graph;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+    LOCK;
+    CUstream_st *st = stream_of(s);
+    *status = !st->cap ? cudaStreamCaptureStatusNone
+              : st->cap_broken ? cudaStreamCaptureStatusInvalidated
+                               : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *n) {
+    LOCK;
+    if (!g || !n) return t_last = cudaErrorInvalidValue;
+    if (nodes) return t_last = cudaErrorNotSupported; /* the emulation only counts them */
+    *n = g->nodes.size();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
+    (void)flags;
+    LOCK;
+    if (!g) return t_last = cudaErrorInvalidValue;
+    *e = new CUgraphExec_st{g->nodes};
+    return cudaSuccess;
+}
+/* The parameters of g's nodes into e when the two have the same nodes in the
+ * same order (a kernel node keeps its function), as CUDA allows; else e is
+ * unchanged and the caller instantiates g anew. */
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info) {
+    LOCK;
+    if (!e || !g) return t_last = cudaErrorInvalidValue;
+    cudaGraphExecUpdateResult r = cudaGraphExecUpdateSuccess;
+    if (e->nodes.size() != g->nodes.size()) r = cudaGraphExecUpdateErrorTopologyChanged;
+    for (size_t i = 0; r == cudaGraphExecUpdateSuccess && i < g->nodes.size(); i++) {
+        const CUgraph_st::node &a = e->nodes[i], &b = g->nodes[i];
+        if ((a.func != NULL) != (b.func != NULL) || (!a.func && strcmp(a.what, b.what)))
+            r = cudaGraphExecUpdateErrorNodeTypeChanged;
+        else if (a.func != b.func)
+            r = cudaGraphExecUpdateErrorFunctionChanged;
+    }
+    if (info) *info = cudaGraphExecUpdateResultInfo{r, NULL, NULL};
+    if (r != cudaGraphExecUpdateSuccess) return t_last = cudaErrorGraphExecUpdateFailure;
+    e->nodes = g->nodes;
+    return cudaSuccess;
+}
+/* Every node, in order, on s (each a stream operation of its own, as the stream
+ * runs them; ll_cuda_emu_stream_ops counted them when they were captured). */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+    LOCK;
+    if (!e) return t_last = cudaErrorInvalidValue;
+    CUstream_st *st = stream_of(s);
+    for (const CUgraph_st::node &n : e->nodes) {
+        if (st->cap) {
+            if (!st->cap_broken) st->cap->nodes.push_back(n);
+            continue;
+        }
+        st->q.push_back(CUstream_st::item{n.what, n.fn, NULL, 0});
+        st->queued++;
+    }
+    t_queues = true;
+    g_graph_launches++;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+    LOCK;
+    delete e; /* (nodes already launched were copied into their stream) */
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    LOCK;
+    delete g;
+    return cudaSuccess;
+}
+
+/* Test hook: cudaGraphLaunch calls so far. */
+uint64_t ll_cuda_emu_graph_launches(void) {
+    LOCK;
+    return g_graph_launches;
 }
 
 } // extern "C"

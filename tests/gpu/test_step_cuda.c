@@ -80,6 +80,7 @@ typedef struct {
     uint64_t fallbacks; /* gemm calls of the step that did not run fused (CUDA) */
     ll_backend *counted; /* the counting wrapper it ran on (emulation), or NULL */
     int unfused_ln;      /* residual sums and their layer norms as two ops (ll_model.unfused_ln) */
+    int graphs;          /* the step as one CUDA graph (ll_model.graphs) */
 } side;
 
 /* ll_model_step's random structure as the trainer draws it (draw_structure) */
@@ -125,6 +126,7 @@ static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hp
     const uint64_t f0 = ll_backend_gemm_fallbacks(be);
     ll_model *m = sd->m = ll_model_new(hp, be);
     m->unfused_ln = sd->unfused_ln;
+    m->graphs = sd->graphs;
     ll_model_init(m, (uint64_t)cfg->seed);
     m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
                             .ald_tau = cfg->ald_tau};
@@ -250,6 +252,36 @@ static int run_method(const method *me) {
             tu_failures++;
         }
         free_side(&un);
+        /* ... and as one CUDA graph, twice: two models of the same structure, so the second
+         * capture updates the first one's executable graph with its own pointers (an update
+         * that kept the old parameters would run the freed first model's step) */
+        if (pb_be[DUT]->graph_begin) {
+            for (int rep = 0; rep < 2; rep++) {
+                ll_graph_stats g0, g1;
+                pb_be[DUT]->graph_stats(pb_be[DUT], &g0);
+                side gr;
+                memset(&gr, 0, sizeof gr);
+                gr.graphs = 1;
+                run_side(&gr, pb_be[DUT], &cfg, &hp, &b);
+                pb_be[DUT]->graph_stats(pb_be[DUT], &g1);
+                if (g1.launches != g0.launches + 1 || (rep == 1 && g1.updates != g0.updates + 1)) {
+                    fprintf(stderr, "  %s: CUDA graph run %d: %llu launches, %llu updates (want 1, %d)\n", me->name,
+                            rep, (unsigned long long)(g1.launches - g0.launches),
+                            (unsigned long long)(g1.updates - g0.updates), rep);
+                    tu_failures++;
+                }
+                if (memcmp(gr.grads, sd[DUT].grads, gr.m->n_params * sizeof(real)) ||
+                    memcmp(gr.st, sd[DUT].st, sizeof gr.st)) {
+                    fprintf(stderr, "  %s: the step as a CUDA graph (run %d) differs from the step run op by op\n",
+                            me->name, rep);
+                    tu_failures++;
+                }
+                if (rep == 1 && !pb_quiet)
+                    printf("  %s: as a CUDA graph of %llu nodes: the same bits (instantiated, then updated)\n",
+                            me->name, (unsigned long long)((g1.nodes - g0.nodes)));
+                free_side(&gr);
+            }
+        }
     }
     static const struct { int slot; const char *name; } slots[] = {
         {LL_ST_LOSS, "loss"}, {LL_ST_NLL, "nll"}, {LL_ST_CE2, "ce2 (DDR)"}, {LL_ST_NLL2, "nll2 (DDR)"},

@@ -3,7 +3,9 @@
 # default and says so; train.tf32 false keeps exact fp32 products.  A tiny
 # model, 4 updates, no dropout: the exact GPU run equals the CPU run (to Adam's
 # amplification of last-bit differences), the TF32 run differs from it (the
-# inputs really are rounded to 10 mantissa bits) but stays close.
+# inputs really are rounded to 10 mantissa bits) but stays close.  And
+# train.cuda_graphs: the exact run (graphs, the default) and one with
+# train.cuda_graphs false end with the same parameters, bit for bit.
 # LL_TF32_TOKENS: the batch (default 2048; smaller under the CPU emulation); LL_TF32_UPDATES
 # (default 4; 2 under the emulation's sanitizers).
 # Skips (77) without a GPU.
@@ -19,13 +21,21 @@ run() { # run NAME DEVICE TF32
     --set checkpoint.save_dir="$T/$1" 2> "$T/$1.log" || { err "$1: $(tail -1 "$T/$1.log")"; return 1; }
 }
 run cpu cpu true && run exact "$GPUDEV" false && run tf32 "$GPUDEV" true || exit 1
+# train.cuda_graphs (on by default): each step one CUDA graph, the same bits as op by op
+"$BIN/lltrain" --config "$T/t.cfg" --set train.device="$GPUDEV" --set train.tf32=false --set train.cuda_graphs=false \
+  --set checkpoint.save_dir="$T/eager" 2> "$T/eager.log" || err "eager: $(tail -1 "$T/eager.log")"
 if [ "$GPUDEV" = cuda ]; then
   grep -q "train.tf32 true: fp32 matmuls on TF32 tensor cores" "$T/tf32.log" || err "the TF32 run does not say so"
   grep -q "train.tf32 false: fp32 matmuls exact" "$T/exact.log" || err "the exact run does not say so"
   grep -q "train.tf32" "$T/cpu.log" && err "the CPU run talks about TF32"
 fi
+if [ "$GPUDEV" = cuda ]; then
+  grep -q "CUDA graphs: ${LL_TF32_UPDATES:-4} steps, each one graph" "$T/exact.log" || err "the run did not step as CUDA graphs"
+  grep -q "CUDA graphs" "$T/eager.log" && err "train.cuda_graphs false still made graphs"
+fi
 diff_of() { "$BIN/ll_ckpt_diff" "$T/$1/checkpoint_last.llm" "$T/$2/checkpoint_last.llm" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
-e=$(diff_of cpu exact) t=$(diff_of exact tf32)
+e=$(diff_of cpu exact) t=$(diff_of exact tf32) g=$(diff_of exact eager)
+[ "$g" = 0 ] || err "the run with CUDA graphs differs from the one without: max_abs_diff ${g:-?}"
 echo "parameters after ${LL_TF32_UPDATES:-4} updates: |exact GPU - CPU| = $e, |TF32 - exact| = $t"
 python3 -c "import sys; sys.exit(0 if float('$e') < 1e-3 else 1)" || err "exact GPU run differs from the CPU by $e"
 if [ "$GPUDEV" = cuda ]; then

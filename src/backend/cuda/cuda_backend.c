@@ -37,6 +37,9 @@ _Static_assert(sizeof(real) == sizeof(float), "CUDA backend expects real == floa
  * memory, as before. */
 #define STAGE_MAX ((size_t)64 << 20)
 #define STAGE_SLOTS 2
+/* executable graphs kept, one per step structure (key), least recently used out */
+#define GRAPH_CACHE 8
+#define GRAPH_RETIRED 16
 
 typedef struct {
     int device;
@@ -59,6 +62,19 @@ typedef struct {
         cudaEvent_t done;
         int pending;
     } late;
+    /* graph_begin/graph_end (the training step as a CUDA graph) */
+    struct {
+        int capturing;
+        struct {
+            uint64_t key, used;
+            cudaGraphExec_t exec;
+        } cache[GRAPH_CACHE];
+        uint64_t clock;
+        /* scratch buffers outgrown during a capture: the graph still uses them */
+        void *retired[GRAPH_RETIRED];
+        int n_retired;
+        ll_graph_stats st;
+    } graph;
 } cuda_impl;
 
 void ll_cuda_sync_check(const char *what, const char *file, int line) {
@@ -83,6 +99,15 @@ static void cuda_check(cudaError_t e, const char *what, const char *file, int li
 #define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
 
 static cuda_impl *impl_of(ll_backend *be) { return (cuda_impl *)be->impl; }
+
+/* Inside a captured step a host transfer or wait would happen once, at the
+ * capture, not at each launch of the graph: a bug in the caller, never data. */
+static void no_capture(cuda_impl *im, const char *what) {
+    if (im->graph.capturing)
+        ll_die("CUDA backend: %s inside a step captured as a CUDA graph (between graph_begin and graph_end); "
+               "train.cuda_graphs: false runs the step without graphs",
+               what);
+}
 
 /* Make the backend's device current for the calling thread (cheap when it already is). */
 static cuda_impl *enter(ll_backend *be) {
@@ -126,6 +151,7 @@ static void *cu_alloc(ll_backend *be, size_t bytes) {
 static void cu_free(ll_backend *be, void *p) {
     if (!p) return;
     cuda_impl *im = enter(be);
+    no_capture(im, "free");
     /* work still queued on the stream may use p */
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
     CUDA_CHECK(cudaFree(p));
@@ -138,6 +164,7 @@ static void cu_free(ll_backend *be, void *p) {
 static void cu_upload(ll_backend *be, void *dst, const void *host_src, size_t bytes) {
     if (bytes == 0) return;
     cuda_impl *im = enter(be);
+    no_capture(im, "upload");
     if (bytes > STAGE_MAX) {
         CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, im->stream));
         CUDA_CHECK(cudaStreamSynchronize(im->stream));
@@ -162,12 +189,14 @@ static void cu_upload(ll_backend *be, void *dst, const void *host_src, size_t by
 static void cu_download(ll_backend *be, void *host_dst, const void *src, size_t bytes) {
     if (bytes == 0) return;
     cuda_impl *im = enter(be);
+    no_capture(im, "download");
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
 }
 
 static void cu_download_start(ll_backend *be, const void *src, size_t bytes) {
     cuda_impl *im = enter(be);
+    no_capture(im, "download_start");
     if (im->late.pending) ll_die("CUDA backend: download_start while another is in flight (one at a time)");
     if (im->late.cap < bytes) {
         if (im->late.host) CUDA_CHECK(cudaFreeHost(im->late.host));
@@ -182,6 +211,7 @@ static void cu_download_start(ll_backend *be, const void *src, size_t bytes) {
 
 static void cu_download_finish(ll_backend *be, void *host_dst, size_t bytes) {
     cuda_impl *im = enter(be);
+    no_capture(im, "download_finish");
     if (!im->late.pending || bytes > im->late.bytes)
         ll_die("CUDA backend: download_finish of %zu bytes without a download_start of as many", bytes);
     CUDA_CHECK(cudaEventSynchronize(im->late.done));
@@ -203,12 +233,19 @@ static void cu_copy(ll_backend *be, void *dst, const void *src, size_t bytes) {
 
 static void cu_sync(ll_backend *be) {
     cuda_impl *im = enter(be);
+    no_capture(im, "sync");
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
 }
 
 /* Device scratch of at least `bytes`, valid until the next call (stream-ordered). */
 static float *scratch(cuda_impl *im, size_t bytes) {
     if (bytes <= im->scratch_bytes) return im->scratch;
+    if (im->scratch && im->graph.capturing) { /* the recorded ops use it: freed after the launch */
+        if (im->graph.n_retired == GRAPH_RETIRED) ll_die("CUDA backend: scratch grew too often in one captured step");
+        im->graph.retired[im->graph.n_retired++] = im->scratch;
+        im->scratch = NULL;
+        im->scratch_bytes = 0;
+    }
     if (im->scratch) {
         CUDA_CHECK(cudaStreamSynchronize(im->stream));
         CUDA_CHECK(cudaFree(im->scratch));
@@ -290,6 +327,68 @@ void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const
     CUDA_CHECK(ll_cuda_launch_philox_uniform(im->stream, dev_out, n, *r, offset));
 }
 
+/* ---- the step as a CUDA graph ------------------------------------------------------
+ * Captured in relaxed mode (the arena and the scratch may still grow inside a
+ * step: cudaMalloc is allowed there, the frees wait for the launch), updated
+ * in place when the key's graph has the same nodes (cudaGraphExecUpdate: new
+ * pointers, shapes and Philox counters; a new kernel or node count fails it),
+ * instantiated otherwise, then launched on the stream. */
+
+static int cu_graph_begin(ll_backend *be) {
+    cuda_impl *im = enter(be);
+    if (im->graph.capturing) ll_die("CUDA backend: graph_begin inside a captured step");
+    CUDA_CHECK(cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed));
+    im->graph.capturing = 1;
+    return 0;
+}
+
+static void cu_graph_end(ll_backend *be, uint64_t key) {
+    cuda_impl *im = enter(be);
+    if (!im->graph.capturing) ll_die("CUDA backend: graph_end without graph_begin");
+    im->graph.capturing = 0;
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(im->stream, &g);
+    if (e != cudaSuccess)
+        ll_die("CUDA graph capture of a training step failed: %s (train.cuda_graphs: false runs it without graphs)",
+               cudaGetErrorString(e));
+    size_t nodes = 0;
+    CUDA_CHECK(cudaGraphGetNodes(g, NULL, &nodes));
+    im->graph.st.captures++;
+    im->graph.st.nodes += nodes;
+    int slot = -1, lru = 0;
+    for (int i = 0; i < GRAPH_CACHE; i++) {
+        if (im->graph.cache[i].exec && im->graph.cache[i].key == key) slot = i;
+        if (im->graph.cache[i].used < im->graph.cache[lru].used) lru = i;
+    }
+    if (slot >= 0) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(im->graph.cache[slot].exec, g, &info) == cudaSuccess) {
+            im->graph.st.updates++;
+        } else { /* another graph under the same key: built anew */
+            (void)cudaGetLastError();
+            CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
+            im->graph.cache[slot].exec = NULL;
+        }
+    } else {
+        slot = lru;
+        if (im->graph.cache[slot].exec) CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
+        im->graph.cache[slot].exec = NULL;
+    }
+    if (!im->graph.cache[slot].exec) {
+        CUDA_CHECK(cudaGraphInstantiate(&im->graph.cache[slot].exec, g, 0));
+        im->graph.cache[slot].key = key;
+        im->graph.st.instantiations++;
+    }
+    im->graph.cache[slot].used = ++im->graph.clock;
+    CUDA_CHECK(cudaGraphLaunch(im->graph.cache[slot].exec, im->stream));
+    im->graph.st.launches++;
+    CUDA_CHECK(cudaGraphDestroy(g));
+    for (int i = 0; i < im->graph.n_retired; i++) CUDA_CHECK(cudaFree(im->graph.retired[i])); /* (waits for the launch) */
+    im->graph.n_retired = 0;
+}
+
+static void cu_graph_stats(ll_backend *be, ll_graph_stats *out) { *out = impl_of(be)->graph.st; }
+
 /* ---- construction ---------------------------------------------------------------
  * One impl (stream, scratch) per device and one backend per (device, dtype),
  * created on first use and kept for the life of the process (like
@@ -360,6 +459,9 @@ ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
     be->sync = cu_sync;
     be->download_start = cu_download_start;
     be->download_finish = cu_download_finish;
+    be->graph_begin = cu_graph_begin;
+    be->graph_end = cu_graph_end;
+    be->graph_stats = cu_graph_stats;
     be->convert = cu_convert;
     be->layernorm_fwd = cu_layernorm_fwd;
     be->layernorm_bwd = cu_layernorm_bwd;
