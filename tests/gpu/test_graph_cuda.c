@@ -1,0 +1,184 @@
+/* CUDA graphs (train.cuda_graphs; docs/cuda-backend.md, "The step as a CUDA
+ * graph"):
+ *  1. CUDA's stream-capture rules, on the runtime itself: captured work runs
+ *     only when the graph is launched, once per launch; in global mode
+ *     cudaMalloc fails and invalidates the capture, in relaxed mode it is
+ *     allowed; synchronising the capturing stream fails and invalidates it;
+ *     cudaGraphExecUpdate accepts the same nodes with new parameters and
+ *     refuses other kernels or another node count.  On a GPU this checks the
+ *     emulation's stand-in against CUDA; under the emulation, the stand-in.
+ *  2. The backend's graph_begin/graph_end: the same key with the same ops is
+ *     updated in place (and runs on the new pointers), other ops under the
+ *     same key are built anew, and a host transfer inside a captured step
+ *     stops the process with a message instead of being captured.
+ * Skips (77) without a device. */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ll/backend.h"
+#include "ll/core.h"
+#include "ll_cuda.h"
+#include "../util/testutil.h"
+
+#define N 4099 /* elements: not a multiple of any block size */
+
+static void fill(float *h, float v) {
+    for (int i = 0; i < N; i++) h[i] = v + (float)(i % 7);
+}
+/* max |dev - want * (v + i % 7)| */
+static double off_by(ll_backend *be, const float *dev, float want, float v) {
+    static float h[N];
+    be->download(be, h, dev, sizeof h);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        const double e = (double)h[i] - (double)want * (v + (float)(i % 7));
+        if (e > worst || -e > worst) worst = e > 0 ? e : -e;
+    }
+    return worst;
+}
+
+static void test_runtime_rules(ll_backend *be) {
+    cudaStream_t s = ll_cuda_stream(be);
+    uint8_t *d = be->alloc(be, 64);
+    uint8_t h[64];
+    be->sync(be);
+
+    /* captured work runs at each launch, not at the capture */
+    enum cudaStreamCaptureStatus st;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive);
+    CHECK(cudaMemsetAsync(d, 7, 64, s) == cudaSuccess);
+    cudaGraph_t g = NULL;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess && g != NULL);
+    CHECK(cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone);
+    size_t nodes = 0;
+    CHECK(cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && nodes == 1);
+    be->download(be, h, d, 64);
+    CHECK_MSG(h[0] == 0 && h[63] == 0, "captured memset ran at the capture (%d)", h[0]);
+    cudaGraphExec_t e = NULL;
+    CHECK(cudaGraphInstantiate(&e, g, 0) == cudaSuccess);
+    CHECK(cudaGraphLaunch(e, s) == cudaSuccess);
+    be->download(be, h, d, 64);
+    CHECK_MSG(h[0] == 7 && h[63] == 7, "the launched graph did not run its memset (%d)", h[0]);
+
+    /* an update with the same node and new parameters: the next launch uses them */
+    cudaGraph_t g2 = NULL;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d, 9, 64, s) == cudaSuccess);
+    CHECK(cudaStreamEndCapture(s, &g2) == cudaSuccess);
+    cudaGraphExecUpdateResultInfo info;
+    CHECK(cudaGraphExecUpdate(e, g2, &info) == cudaSuccess && info.result == cudaGraphExecUpdateSuccess);
+    CHECK(cudaGraphLaunch(e, s) == cudaSuccess);
+    be->download(be, h, d, 64);
+    CHECK_MSG(h[0] == 9 && h[63] == 9, "the updated graph ran %d %d, not 9 9", h[0], h[63]);
+    /* ... and with another node count: refused, the executable graph unchanged */
+    cudaGraph_t g3 = NULL;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d, 1, 64, s) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d, 2, 16, s) == cudaSuccess);
+    CHECK(cudaStreamEndCapture(s, &g3) == cudaSuccess);
+    CHECK(cudaGraphExecUpdate(e, g3, &info) != cudaSuccess && info.result != cudaGraphExecUpdateSuccess);
+    (void)cudaGetLastError();
+    CHECK(cudaMemsetAsync(d, 0, 64, s) == cudaSuccess);
+    CHECK(cudaGraphLaunch(e, s) == cudaSuccess);
+    be->download(be, h, d, 64);
+    CHECK_MSG(h[0] == 9 && h[32] == 9, "a refused update changed the graph (%d %d)", h[0], h[32]);
+    CHECK(cudaGraphDestroy(g) == cudaSuccess && cudaGraphDestroy(g2) == cudaSuccess);
+    CHECK(cudaGraphDestroy(g3) == cudaSuccess && cudaGraphExecDestroy(e) == cudaSuccess);
+
+    /* global mode: cudaMalloc is refused and the capture is lost; the stream works on */
+    void *p = NULL;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d, 3, 64, s) == cudaSuccess);
+    CHECK(cudaMalloc(&p, 256) == cudaErrorStreamCaptureUnsupported);
+    CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated && g == NULL);
+    (void)cudaGetLastError();
+    be->download(be, h, d, 64);
+    CHECK_MSG(h[0] == 9, "work of a lost capture ran (%d)", h[0]);
+    /* relaxed mode (the backend's): cudaMalloc is allowed */
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    CHECK(cudaMalloc(&p, 256) == cudaSuccess);
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess && g != NULL);
+    CHECK(cudaGraphDestroy(g) == cudaSuccess && cudaFree(p) == cudaSuccess);
+    /* synchronising the capturing stream: refused in every mode, the capture lost */
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported);
+    CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated && g == NULL);
+    (void)cudaGetLastError();
+    be->free(be, d);
+}
+
+/* y = k x through the backend: graph_begin; acc(y, x) reps times; graph_end(key) */
+static void acc_graph(ll_backend *be, float *y, const float *x, int reps, uint64_t key) {
+    CHECK(be->graph_begin(be) == 0);
+    for (int r = 0; r < reps; r++) be->acc(be, (ll_act *)y, (const ll_act *)x, N);
+    be->graph_end(be, key);
+}
+
+static void test_backend(ll_backend *be) {
+    static float h[N];
+    float *x = be->alloc(be, sizeof h), *y = be->alloc(be, sizeof h), *y2 = be->alloc(be, sizeof h);
+    fill(h, 1);
+    be->upload(be, x, h, sizeof h);
+    ll_graph_stats a, b;
+    be->graph_stats(be, &a);
+    const uint64_t key = 0x6772617068ull;
+    acc_graph(be, y, x, 1, key); /* built: y = x */
+    acc_graph(be, y, x, 1, key); /* updated: y = 2x */
+    CHECK_MSG(off_by(be, y, 2, 1) == 0, "y after two launches is off by %g", off_by(be, y, 2, 1));
+    acc_graph(be, y2, x, 1, key); /* updated with another pointer: y2 = x, y untouched */
+    CHECK_MSG(off_by(be, y2, 1, 1) == 0 && off_by(be, y, 2, 1) == 0, "the update kept the old pointer");
+    acc_graph(be, y, x, 2, key); /* two nodes under the same key: built anew, y = 4x */
+    CHECK_MSG(off_by(be, y, 4, 1) == 0, "y after the rebuilt graph is off by %g", off_by(be, y, 4, 1));
+    be->graph_stats(be, &b);
+    CHECK_MSG(b.captures - a.captures == 4 && b.launches - a.launches == 4 && b.updates - a.updates == 2 &&
+                  b.instantiations - a.instantiations == 2 && b.nodes - a.nodes == 5,
+              "graph stats: %llu captures, %llu launches, %llu updates, %llu built, %llu nodes (want 4 4 2 2 5)",
+              (unsigned long long)(b.captures - a.captures), (unsigned long long)(b.launches - a.launches),
+              (unsigned long long)(b.updates - a.updates), (unsigned long long)(b.instantiations - a.instantiations),
+              (unsigned long long)(b.nodes - a.nodes));
+
+    /* a host transfer inside a captured step: the backend stops with one line (in a child) */
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0);
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        be->graph_begin(be);
+        be->download(be, h, x, sizeof h);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char msg[1024] = "";
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < sizeof msg && (r = read(pipefd[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)r;
+    msg[got] = 0;
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) != 0, "a download inside a capture did not stop the process");
+    CHECK_CONTAINS(msg, "download inside a step captured as a CUDA graph");
+    be->free(be, x);
+    be->free(be, y);
+    be->free(be, y2);
+}
+
+int main(void) {
+    if (ll_cuda_device_count() == 0) {
+        printf("no CUDA device: skipping\n");
+        return 77;
+    }
+    ll_backend *be = ll_backend_cuda(0);
+    CHECK_MSG(be != NULL, "ll_backend_cuda(0): %s", ll_errbuf());
+    if (!be) return tu_finish("gpu_test_graph_cuda");
+    CHECK(be->graph_begin && be->graph_end && be->graph_stats);
+    test_runtime_rules(be);
+    test_backend(be);
+    return tu_finish("gpu_test_graph_cuda");
+}
