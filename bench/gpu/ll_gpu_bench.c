@@ -2,11 +2,14 @@
  * of a model given by a config file on random batches, the same update the
  * trainer runs (latent-depth gates sampled and their KL when the config has
  * latent layers, label-smoothed CE, backward, clipping, Adam), one stats read
- * per update.  The peer is bench/gpu/torch_gpu_peer.py.
+ * per update, one update late (as lltrain: the host queues the next update
+ * while the GPU runs this one), each forward and backward one CUDA graph
+ * (train.cuda_graphs' default; --graphs off: kernel by kernel).  The peer is
+ * bench/gpu/torch_gpu_peer.py.
  *
  *   ll_gpu_bench --model ll64|base|deep30 | --config FILE  [--device cuda|cpu]
  *                [--precision bf16|fp32] [--batch 256] [--len 32] [--vocab 32000]
- *                [--steps 20] [--warmup 5] [--peak-tflops P] [--profile]
+ *                [--steps 20] [--warmup 5] [--peak-tflops P] [--graphs on|off] [--profile]
  *
  * --profile times every op between syncs (ll_backend_timing) and prints ms per
  * step by op and by op class: slower than the real step, but it shows where
@@ -30,7 +33,8 @@ static const char *model_config(const char *name) {
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s --model ll64|base|deep30 | --config FILE [--device cuda|cpu] [--precision bf16|fp32]\n"
-            "          [--batch B] [--len L] [--vocab V] [--steps N] [--warmup N] [--peak-tflops P] [--profile]\n",
+            "          [--batch B] [--len L] [--vocab V] [--steps N] [--warmup N] [--peak-tflops P] [--graphs on|off]\n"
+            "          [--profile]\n",
             argv0);
     exit(2);
 }
@@ -46,7 +50,7 @@ static ll_backend *pick_backend(const char *device, ll_dtype act) {
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     const char *model = "base", *cfg_path = NULL, *device = "cuda", *prec = NULL;
-    int B = 256, L = 32, V = 32000, steps = 20, warmup = 5, profile = 0;
+    int B = 256, L = 32, V = 32000, steps = 20, warmup = 5, profile = 0, graphs = 1;
     double peak = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -62,6 +66,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) steps = atoi(v), i++;
         else if (!strcmp(a, "--warmup")) warmup = atoi(v), i++;
         else if (!strcmp(a, "--peak-tflops")) peak = atof(v), i++;
+        else if (!strcmp(a, "--graphs") && (!strcmp(v, "on") || !strcmp(v, "off"))) graphs = !strcmp(v, "on"), i++;
         else usage(argv[0]);
     }
     if (B < 1 || L < 2 || V < 8 || steps < 1 || warmup < 0) usage(argv[0]);
@@ -78,6 +83,7 @@ int main(int argc, char **argv) {
     if (profile) be = timed = ll_backend_timing(be);
     ll_model *m = ll_model_new(&hp, be);
     ll_model_init(m, 1);
+    m->graphs = graphs && !profile; /* (the timing wrapper has no graph_begin anyway: it syncs per op) */
     ll_adam opt;
     ll_adam_init(&opt, m, &cfg);
     ll_latent_ctx lat;
@@ -114,9 +120,15 @@ int main(int argc, char **argv) {
 
     const long ntok = (long)B * L;
     double t0 = 0, st[LL_ST_N];
+    int late = 0; /* a statistics read in flight */
     if (profile) warmup = 1, steps = steps < 3 ? steps : 3;
     for (int s = 0; s < warmup + steps; s++) {
         if (s == warmup) {
+            if (late) {
+                ll_model_stats_finish(m, st);
+                fprintf(stderr, "step %d: loss %.4f grad norm %.3f\n", s - 1, st[LL_ST_LOSS] / ntok, st[LL_ST_GNORM]);
+                late = 0;
+            }
             be->sync(be);
             if (timed) memset(ll_backend_counts(timed)->per_op_ns, 0, sizeof ll_backend_counts(timed)->per_op_ns);
             if (timed) memset(ll_backend_counts(timed)->per_op, 0, sizeof ll_backend_counts(timed)->per_op);
@@ -138,10 +150,16 @@ int main(int argc, char **argv) {
             for (int k = 0; k < 2; k++) ll_latent_lk(m, &lat, k, s, ntok);
         }
         ll_adam_step(&opt, m, 5e-4, 5e-4, 1.0 / ntok, cfg.clip_norm);
-        ll_model_stats_read(m, st, NULL); /* the trainer's one read per update */
-        if (s < warmup || s == warmup + steps - 1)
-            fprintf(stderr, "step %d: loss %.4f grad norm %.3f\n", s, st[LL_ST_LOSS] / ntok, st[LL_ST_GNORM]);
+        /* the trainer's one read per update, taken in after the next update is queued */
+        if (late) {
+            ll_model_stats_finish(m, st);
+            if (s - 1 < warmup) fprintf(stderr, "step %d: loss %.4f grad norm %.3f\n", s - 1, st[LL_ST_LOSS] / ntok, st[LL_ST_GNORM]);
+        }
+        ll_model_stats_start(m);
+        late = 1;
     }
+    ll_model_stats_finish(m, st);
+    fprintf(stderr, "step %d: loss %.4f grad norm %.3f\n", warmup + steps - 1, st[LL_ST_LOSS] / ntok, st[LL_ST_GNORM]);
     const double dt = (ll_now() - t0) / steps;
     const double tflops = flops / dt / 1e12;
     /* backend memory ll holds: master weights, gradients, Adam moments, the
@@ -159,10 +177,10 @@ int main(int argc, char **argv) {
     /* the CPU emulation of CUDA (tests only): its timings are never a GPU's */
     if (!strcmp(device, "cuda")) device = "cuda-EMULATED-not-a-GPU";
 #endif
-    printf("RESULT ll_gpu_train model=%s device=%s precision=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
+    printf("RESULT ll_gpu_train model=%s device=%s precision=%s graphs=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
            "peak_mem_gib=%.2f\n",
-           model, device, ll_dtype_str(be->act), ntok / dt, dt, tflops, peak > 0 ? tflops / peak : 0,
-           mem / (1 << 30));
+           model, device, ll_dtype_str(be->act), m->graphs && be->graph_begin ? "on" : "off", ntok / dt, dt, tflops,
+           peak > 0 ? tflops / peak : 0, mem / (1 << 30));
     for (int k = 0; k < NB; k++) {
         free(b[k].src), free(b[k].tgt_in), free(b[k].tgt_out), free(b[k].src_len), free(b[k].tgt_len);
     }

@@ -11,7 +11,8 @@
 # (bench/gpu/torch_gpu_peer.py) and every MFU is against it.  ll's per-op-class time
 # breakdown comes from `ll_gpu_bench --profile` (each op timed between stream syncs:
 # slower than the real step, but it shows where the time goes).  ll64 and base run once more
-# with LL_CUDA_ATTENTION=simt: the tensor-core attention against the SIMT kernels.
+# with LL_CUDA_ATTENTION=simt: the tensor-core attention against the SIMT kernels; and
+# with --graphs off: one CUDA graph per step against kernel-by-kernel launches.
 #
 # On the GPU machine (see ../shared/gpu/README.md and scripts/gpu_check.sh):
 #   source .device/gpu/env.sh && cmake -S . -B /tmp/b -DLL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -70,6 +71,19 @@ for model in ll64 base; do
     >"$OUT/ll_${model}_simt_attention.log" 2>&1
   l=$(field "$OUT/ll_${model}.log" tok_s)
   s=$(field "$OUT/ll_${model}_simt_attention.log" tok_s)
+  r=$([ -n "$l" ] && [ -n "$s" ] && awk -v a="$l" -v b="$s" 'BEGIN { printf "%.2fx", a / b }')
+  say "| $model | ${l:-fail} | ${s:-fail} | ${r:-} |"
+done
+
+# CUDA graphs: each forward + backward one graph (the default) against kernel by kernel
+say ""
+say "| model | ll tok/s, one CUDA graph per step | ll tok/s, kernel by kernel | graphs / kernels |"
+say "|---|---|---|---|"
+for model in ll64 base; do
+  "$BUILD/ll_gpu_bench" --model "$model" --device cuda --peak-tflops "$PEAK" --graphs off \
+    >"$OUT/ll_${model}_no_graphs.log" 2>&1
+  l=$(field "$OUT/ll_${model}.log" tok_s)
+  s=$(field "$OUT/ll_${model}_no_graphs.log" tok_s)
   r=$([ -n "$l" ] && [ -n "$s" ] && awk -v a="$l" -v b="$s" 'BEGIN { printf "%.2fx", a / b }')
   say "| $model | ${l:-fail} | ${s:-fail} | ${r:-} |"
 done
