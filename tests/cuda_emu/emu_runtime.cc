@@ -20,6 +20,16 @@
  * by luck across streams gives a wrong value.  Queued work runs on the thread
  * that synchronises, under one global lock.
  *
+ * CUDA graphs.  A capturing stream records its work into the graph instead of
+ * queueing it; a launch queues the graph's nodes in order.  CUDA's capture
+ * rules hold: synchronising or querying the capturing stream, waiting from the
+ * host for an event recorded in the capture, or making the capture wait on
+ * outside work fails and invalidates it (cudaStreamEndCapture then returns
+ * cudaErrorStreamCaptureInvalidated and the work is lost), as do cudaMalloc,
+ * cudaFree, host allocations and synchronous copies in global and thread-local
+ * mode; cudaGraphExecUpdate takes the same nodes (a kernel node keeps its
+ * function) with new parameters and refuses anything else.
+ *
  * Launch limits a GPU enforces are returned as its errors (through
  * cudaGetLastError): more than 1,024 threads per block or a block dimension
  * over (1024, 1024, 64), grid x over 2^31-1, grid y/z over 65,535 and more
