@@ -74,7 +74,7 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
  * (counting.c's rules), in total and by op, most frequent first. */
 static void print_step_ops(const ll_op_counts *st) {
     printf("one step (forward, backward, Adam): %llu backend ops, %llu CUDA launches (kernels, async copies and "
-           "memsets; a steady-state step)\n",
+           "memsets; a steady-state step; with train.cuda_graphs the forward and backward's run as one CUDA graph)\n",
            (unsigned long long)st->calls, (unsigned long long)st->launches);
     const size_t nslots = sizeof st->per_op / sizeof st->per_op[0];
     uint8_t done[sizeof st->per_op / sizeof st->per_op[0]] = {0};
