@@ -214,13 +214,14 @@ static void zero_dgates(ll_model *m) {
         m->be->memset0(m->be, m->dgate_buf[s], (size_t)((s ? m->hp.Ld : m->hp.Le) + 1) * sizeof(real));
 }
 
-/* What decides a step's sequence of ops besides the model: the batch's shape,
- * the objectives and which blocks run (FNV-1a): a CUDA graph per key (not the
- * pointers: a graph of the same ops is updated with new ones). */
-static uint64_t step_key(const ll_model *m, const ll_batch *b, int ddr, int ald) {
+/* What decides a step's sequence of ops besides the model: the objectives and
+ * which blocks run (FNV-1a): a CUDA graph per key, updated with each step's
+ * pointers, shapes and random streams (CUDA updates a graph whose nodes have
+ * the same types in the same order, whatever their kernels and arguments). */
+static uint64_t step_key(const ll_model *m, int ddr, int ald) {
     uint64_t h = 1469598103934665603ull;
 #define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
-    MIX(b->B), MIX(b->S), MIX(b->T), MIX(ddr), MIX(ald);
+    MIX(ddr), MIX(ald);
     for (int s = 0; s < 2; s++) {
         const ll_layer_ctl *c = s ? m->dec_ctl : m->enc_ctl;
         for (int l = 0; l < (s ? m->hp.Ld : m->hp.Le); l++)
@@ -314,7 +315,7 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         ll_stack_run_bwd(m, &st->enc[1 + i], enc_grad_act(m, de, b));
     }
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_ENC, 0, -1);
-    if (graph) be->graph_end(be, step_key(m, b, ddr, ald));
+    if (graph) be->graph_end(be, step_key(m, ddr, ald));
 }
 
 void ll_loss_from_stats(const double *st, long ntokens, ll_loss_stats *out) {

@@ -27,8 +27,9 @@
  * outside work fails and invalidates it (cudaStreamEndCapture then returns
  * cudaErrorStreamCaptureInvalidated and the work is lost), as do cudaMalloc,
  * cudaFree, host allocations and synchronous copies in global and thread-local
- * mode; cudaGraphExecUpdate takes the same nodes (a kernel node keeps its
- * function) with new parameters and refuses anything else.
+ * mode; cudaGraphExecUpdate takes nodes of the same types in the same order
+ * (a kernel node may get another kernel, grid or arguments) and refuses
+ * another node count or type.
  *
  * Launch limits a GPU enforces are returned as its errors (through
  * cudaGetLastError): more than 1,024 threads per block or a block dimension
@@ -55,7 +56,7 @@
 struct CUgraph_st {
     struct node {
         const char *what;
-        const void *func; /* a kernel node's function (its identity in cudaGraphExecUpdate), else NULL */
+        const void *func; /* the kernel of a kernel node ll launched, else NULL */
         std::function<void()> fn;
     };
     std::vector<node> nodes;
@@ -714,21 +715,25 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned lon
     *e = new CUgraphExec_st{g->nodes};
     return cudaSuccess;
 }
-/* The parameters of g's nodes into e when the two have the same nodes in the
- * same order (a kernel node keeps its function), as CUDA allows; else e is
- * unchanged and the caller instantiates g anew. */
+/* A node's type as cudaGraphExecUpdate compares them: copies, memsets and
+ * kernels (a library's work -- a matmul, a sort, a collective -- is kernels). */
+static int node_type(const CUgraph_st::node &n) {
+    if (n.func) return 0;
+    if (!strncmp(n.what, "cudaMemcpy", 10)) return 1;
+    if (!strncmp(n.what, "cudaMemset", 10)) return 2;
+    return 0;
+}
+/* The parameters of g's nodes into e when the two have as many nodes of the
+ * same types in the same order, as CUDA allows (a kernel node may change its
+ * kernel, grid and arguments; our graphs are chains, so the topology is the
+ * count); else e is unchanged and the caller instantiates g anew. */
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info) {
     LOCK;
     if (!e || !g) return t_last = cudaErrorInvalidValue;
     cudaGraphExecUpdateResult r = cudaGraphExecUpdateSuccess;
     if (e->nodes.size() != g->nodes.size()) r = cudaGraphExecUpdateErrorTopologyChanged;
-    for (size_t i = 0; r == cudaGraphExecUpdateSuccess && i < g->nodes.size(); i++) {
-        const CUgraph_st::node &a = e->nodes[i], &b = g->nodes[i];
-        if ((a.func != NULL) != (b.func != NULL) || (!a.func && strcmp(a.what, b.what)))
-            r = cudaGraphExecUpdateErrorNodeTypeChanged;
-        else if (a.func != b.func)
-            r = cudaGraphExecUpdateErrorFunctionChanged;
-    }
+    for (size_t i = 0; r == cudaGraphExecUpdateSuccess && i < g->nodes.size(); i++)
+        if (node_type(e->nodes[i]) != node_type(g->nodes[i])) r = cudaGraphExecUpdateErrorNodeTypeChanged;
     if (info) *info = cudaGraphExecUpdateResultInfo{r, NULL, NULL};
     if (r != cudaGraphExecUpdateSuccess) return t_last = cudaErrorGraphExecUpdateFailure;
     e->nodes = g->nodes;

@@ -7,10 +7,12 @@
  *     cudaGraphExecUpdate accepts the same nodes with new parameters and
  *     refuses other kernels or another node count.  On a GPU this checks the
  *     emulation's stand-in against CUDA; under the emulation, the stand-in.
- *  2. The backend's graph_begin/graph_end: the same key with the same ops is
- *     updated in place (and runs on the new pointers), other ops under the
- *     same key are built anew, and a host transfer inside a captured step
- *     stops the process with a message instead of being captured.
+ *  2. The backend's graph_begin/graph_end: the same key with nodes of the
+ *     same types is updated in place (and runs on the new pointers and
+ *     shapes), another node count under the same key is built anew, a
+ *     structure that changes at every step makes the backend give graphs up,
+ *     and a host transfer inside a captured step stops the process with a
+ *     message instead of being captured.
  * Skips (77) without a device. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -91,6 +93,28 @@ static void test_runtime_rules(ll_backend *be) {
     CHECK(cudaGraphDestroy(g) == cudaSuccess && cudaGraphDestroy(g2) == cudaSuccess);
     CHECK(cudaGraphDestroy(g3) == cudaSuccess && cudaGraphExecDestroy(e) == cudaSuccess);
 
+    /* a kernel node may get another kernel (CUDA 12: same context, no dynamic parallelism):
+     * acc (y += x) updated to add (y = x + x) */
+    static float hx[N];
+    fill(hx, 1);
+    float *x = be->alloc(be, sizeof hx), *y = be->alloc(be, sizeof hx);
+    be->upload(be, x, hx, sizeof hx);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    be->acc(be, (ll_act *)y, (const ll_act *)x, N);
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    be->add(be, (ll_act *)y, (const ll_act *)x, (const ll_act *)x, N);
+    CHECK(cudaStreamEndCapture(s, &g2) == cudaSuccess);
+    CHECK(cudaGraphInstantiate(&e, g, 0) == cudaSuccess);
+    CHECK(cudaGraphExecUpdate(e, g2, &info) == cudaSuccess && info.result == cudaGraphExecUpdateSuccess);
+    be->memset0(be, y, sizeof hx);
+    for (int k = 0; k < 3; k++) CHECK(cudaGraphLaunch(e, s) == cudaSuccess); /* add: 2x; the old acc: 3x */
+    CHECK_MSG(off_by(be, y, 2, 1) == 0, "the graph updated to another kernel is off by %g", off_by(be, y, 2, 1));
+    CHECK(cudaGraphDestroy(g) == cudaSuccess && cudaGraphDestroy(g2) == cudaSuccess);
+    CHECK(cudaGraphExecDestroy(e) == cudaSuccess);
+    be->free(be, x);
+    be->free(be, y);
+
     /* global mode: cudaMalloc is refused and the capture is lost; the stream works on */
     void *p = NULL;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
@@ -113,11 +137,13 @@ static void test_runtime_rules(ll_backend *be) {
     be->free(be, d);
 }
 
-/* y = k x through the backend: graph_begin; acc(y, x) reps times; graph_end(key) */
-static void acc_graph(ll_backend *be, float *y, const float *x, int reps, uint64_t key) {
-    CHECK(be->graph_begin(be) == 0);
-    for (int r = 0; r < reps; r++) be->acc(be, (ll_act *)y, (const ll_act *)x, N);
-    be->graph_end(be, key);
+/* y[0..n) += reps x through the backend: graph_begin; acc(y, x, n) reps times; graph_end(key).
+ * 1 when it ran as a graph, 0 when graph_begin said no (then the accs ran as queued). */
+static int acc_graph(ll_backend *be, float *y, const float *x, int reps, uint64_t key, size_t n) {
+    const int graph = be->graph_begin(be) == 0;
+    for (int r = 0; r < reps; r++) be->acc(be, (ll_act *)y, (const ll_act *)x, n);
+    if (graph) be->graph_end(be, key);
+    return graph;
 }
 
 static void test_backend(ll_backend *be) {
@@ -128,17 +154,24 @@ static void test_backend(ll_backend *be) {
     ll_graph_stats a, b;
     be->graph_stats(be, &a);
     const uint64_t key = 0x6772617068ull;
-    acc_graph(be, y, x, 1, key); /* built: y = x */
-    acc_graph(be, y, x, 1, key); /* updated: y = 2x */
+    CHECK(acc_graph(be, y, x, 1, key, N)); /* built: y = x */
+    CHECK(acc_graph(be, y, x, 1, key, N)); /* updated: y = 2x */
     CHECK_MSG(off_by(be, y, 2, 1) == 0, "y after two launches is off by %g", off_by(be, y, 2, 1));
-    acc_graph(be, y2, x, 1, key); /* updated with another pointer: y2 = x, y untouched */
+    CHECK(acc_graph(be, y2, x, 1, key, N)); /* updated with another pointer: y2 = x, y untouched */
     CHECK_MSG(off_by(be, y2, 1, 1) == 0 && off_by(be, y, 2, 1) == 0, "the update kept the old pointer");
-    acc_graph(be, y, x, 2, key); /* two nodes under the same key: built anew, y = 4x */
+    CHECK(acc_graph(be, y, x, 2, key, N)); /* two nodes under the same key: built anew, y = 4x */
     CHECK_MSG(off_by(be, y, 4, 1) == 0, "y after the rebuilt graph is off by %g", off_by(be, y, 4, 1));
+    /* another shape, the same node types: updated (a smaller grid) */
+    be->memset0(be, y2, sizeof h);
+    CHECK(acc_graph(be, y2, x, 2, key, N / 3)); /* y2[0..N/3) = 2x, the rest 0 */
+    be->download(be, h, y2, sizeof h);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += h[i] != (i < N / 3 ? 2 * (1 + (float)(i % 7)) : 0.0f);
+    CHECK_MSG(bad == 0, "the graph updated to a third of the elements is wrong in %d of them", bad);
     be->graph_stats(be, &b);
-    CHECK_MSG(b.captures - a.captures == 4 && b.launches - a.launches == 4 && b.updates - a.updates == 2 &&
-                  b.instantiations - a.instantiations == 2 && b.nodes - a.nodes == 5,
-              "graph stats: %llu captures, %llu launches, %llu updates, %llu built, %llu nodes (want 4 4 2 2 5)",
+    CHECK_MSG(b.captures - a.captures == 5 && b.launches - a.launches == 5 && b.updates - a.updates == 3 &&
+                  b.instantiations - a.instantiations == 2 && b.nodes - a.nodes == 7,
+              "graph stats: %llu captures, %llu launches, %llu updates, %llu built, %llu nodes (want 5 5 3 2 7)",
               (unsigned long long)(b.captures - a.captures), (unsigned long long)(b.launches - a.launches),
               (unsigned long long)(b.updates - a.updates), (unsigned long long)(b.instantiations - a.instantiations),
               (unsigned long long)(b.nodes - a.nodes));
@@ -160,6 +193,24 @@ static void test_backend(ll_backend *be) {
     CHECK_MSG(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) != 0,
               "a download inside a capture did not stop the process (%s)", msg);
     CHECK_CONTAINS(msg, "download inside a step captured as a CUDA graph");
+    /* a structure that changes at every step: each needs a new graph, and after at most 16
+     * steps the backend gives graphs up (graph_begin says no) and the ops run as queued */
+    be->memset0(be, y, sizeof h);
+    int steps = 0, graphs = 0, total = 0;
+    for (; steps < 40; steps++) {
+        const int reps = 1 + steps % 3;
+        total += reps;
+        if (!acc_graph(be, y, x, reps, key, N)) break;
+        graphs++;
+    }
+    CHECK_MSG(steps < 40 && graphs <= 16, "graphs not given up after %d steps that each needed a new one", graphs);
+    for (int k = 0; k < 3; k++) { /* off for good */
+        const int reps = 1 + (steps + 1 + k) % 3;
+        total += reps;
+        CHECK(!acc_graph(be, y, x, reps, key, N));
+    }
+    CHECK_MSG(off_by(be, y, (float)total, 1) == 0, "the steps with and without graphs did not all run once (off by %g)",
+              off_by(be, y, (float)total, 1));
     be->free(be, x);
     be->free(be, y);
     be->free(be, y2);

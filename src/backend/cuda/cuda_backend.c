@@ -40,6 +40,10 @@ _Static_assert(sizeof(real) == sizeof(float), "CUDA backend expects real == floa
 /* executable graphs kept, one per step structure (key), least recently used out */
 #define GRAPH_CACHE 8
 #define GRAPH_RETIRED 16
+/* graphs off for good when more than GRAPH_BUILT_MAX of the last GRAPH_WINDOW steps needed a
+ * new executable graph: building one costs more than launching its kernels one by one */
+#define GRAPH_WINDOW 16
+#define GRAPH_BUILT_MAX 8
 
 typedef struct {
     int device;
@@ -65,6 +69,8 @@ typedef struct {
     /* graph_begin/graph_end (the training step as a CUDA graph) */
     struct {
         int capturing;
+        int off;              /* given up (GRAPH_BUILT_MAX): graph_begin says no */
+        uint32_t built_mask;  /* the last GRAPH_WINDOW steps: bit set = a graph was built */
         struct {
             uint64_t key, used;
             cudaGraphExec_t exec;
@@ -330,13 +336,14 @@ void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const
 /* ---- the step as a CUDA graph ------------------------------------------------------
  * Captured in relaxed mode (the arena and the scratch may still grow inside a
  * step: cudaMalloc is allowed there, the frees wait for the launch), updated
- * in place when the key's graph has the same nodes (cudaGraphExecUpdate: new
- * pointers, shapes and Philox counters; a new kernel or node count fails it),
+ * in place when the key's graph has as many nodes of the same types
+ * (cudaGraphExecUpdate: new pointers, shapes, kernels and Philox counters),
  * instantiated otherwise, then launched on the stream. */
 
 static int cu_graph_begin(ll_backend *be) {
     cuda_impl *im = enter(be);
     if (im->graph.capturing) ll_die("CUDA backend: graph_begin inside a captured step");
+    if (im->graph.off) return -1;
     CUDA_CHECK(cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed));
     im->graph.capturing = 1;
     return 0;
@@ -374,10 +381,19 @@ static void cu_graph_end(ll_backend *be, uint64_t key) {
         if (im->graph.cache[slot].exec) CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
         im->graph.cache[slot].exec = NULL;
     }
-    if (!im->graph.cache[slot].exec) {
+    const int built = !im->graph.cache[slot].exec;
+    if (built) {
         CUDA_CHECK(cudaGraphInstantiate(&im->graph.cache[slot].exec, g, 0));
         im->graph.cache[slot].key = key;
         im->graph.st.instantiations++;
+    }
+    im->graph.built_mask = im->graph.built_mask << 1 | (uint32_t)built;
+    const int recent = __builtin_popcount(im->graph.built_mask & ((1u << GRAPH_WINDOW) - 1));
+    if (im->graph.st.captures >= GRAPH_WINDOW && recent > GRAPH_BUILT_MAX) {
+        im->graph.off = 1;
+        ll_log("CUDA graphs off from here: %d of the last %d steps needed a new graph (their layer structure "
+               "changes from step to step, e.g. LayerDrop); kernels are launched one by one",
+               recent, GRAPH_WINDOW);
     }
     im->graph.cache[slot].used = ++im->graph.clock;
     CUDA_CHECK(cudaGraphLaunch(im->graph.cache[slot].exec, im->stream));
