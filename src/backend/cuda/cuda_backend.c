@@ -83,13 +83,17 @@ typedef struct {
     } graph;
 } cuda_impl;
 
-void ll_cuda_sync_check(const char *what, const char *file, int line) {
+static int sync_check_on(void) {
     static int on = -1;
     if (on < 0) {
         const char *v = getenv("LL_CUDA_SYNC_CHECK");
         on = v && *v && strcmp(v, "0");
     }
-    if (!on) return;
+    return on;
+}
+
+void ll_cuda_sync_check(const char *what, const char *file, int line) {
+    if (!sync_check_on()) return;
     cudaError_t e = cudaDeviceSynchronize();
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess)
@@ -343,7 +347,7 @@ void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const
 static int cu_graph_begin(ll_backend *be) {
     cuda_impl *im = enter(be);
     if (im->graph.capturing) ll_die("CUDA backend: graph_begin inside a captured step");
-    if (im->graph.off) return -1;
+    if (im->graph.off || sync_check_on()) return -1; /* (the check synchronises after every op) */
     CUDA_CHECK(cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed));
     im->graph.capturing = 1;
     return 0;
