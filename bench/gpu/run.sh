@@ -61,32 +61,33 @@ for model in ll64 base deep30; do
   "$BUILD/ll_gpu_bench" --model "$model" --device cuda --steps 3 --profile >"$OUT/ll_${model}_profile.log" 2>&1
 done
 
+# ab TAG HEADER ENV_OR_- ARGS...: ll64 and base once more with one switch flipped (an environment
+# assignment, or - for none, then extra ll_gpu_bench arguments), against the runs above
+ab() {
+  local tag=$1 header=$2 envset=$3 model l s r
+  shift 3
+  say ""
+  say "$header"
+  say "|---|---|---|---|"
+  for model in ll64 base; do
+    if [ "$envset" = - ]; then
+      "$BUILD/ll_gpu_bench" --model "$model" --device cuda --peak-tflops "$PEAK" "$@" >"$OUT/ll_${model}_$tag.log" 2>&1
+    else
+      env "$envset" "$BUILD/ll_gpu_bench" --model "$model" --device cuda --peak-tflops "$PEAK" "$@" \
+        >"$OUT/ll_${model}_$tag.log" 2>&1
+    fi
+    l=$(field "$OUT/ll_${model}.log" tok_s)
+    s=$(field "$OUT/ll_${model}_$tag.log" tok_s)
+    r=$([ -n "$l" ] && [ -n "$s" ] && awk -v a="$l" -v b="$s" 'BEGIN { printf "%.2fx", a / b }')
+    say "| $model | ${l:-fail} | ${s:-fail} | ${r:-} |"
+  done
+}
 # attention: the tensor-core kernels (kernels/attention_tc.cu, the bf16 default) against the
-# SIMT ones (LL_CUDA_ATTENTION=simt), same binary, same step
-say ""
-say "| model | ll tok/s, attention on tensor cores | ll tok/s, SIMT attention | tensor cores / SIMT |"
-say "|---|---|---|---|"
-for model in ll64 base; do
-  LL_CUDA_ATTENTION=simt "$BUILD/ll_gpu_bench" --model "$model" --device cuda --peak-tflops "$PEAK" \
-    >"$OUT/ll_${model}_simt_attention.log" 2>&1
-  l=$(field "$OUT/ll_${model}.log" tok_s)
-  s=$(field "$OUT/ll_${model}_simt_attention.log" tok_s)
-  r=$([ -n "$l" ] && [ -n "$s" ] && awk -v a="$l" -v b="$s" 'BEGIN { printf "%.2fx", a / b }')
-  say "| $model | ${l:-fail} | ${s:-fail} | ${r:-} |"
-done
-
-# CUDA graphs: each forward + backward one graph (the default) against kernel by kernel
-say ""
-say "| model | ll tok/s, one CUDA graph per step | ll tok/s, kernel by kernel | graphs / kernels |"
-say "|---|---|---|---|"
-for model in ll64 base; do
-  "$BUILD/ll_gpu_bench" --model "$model" --device cuda --peak-tflops "$PEAK" --graphs off \
-    >"$OUT/ll_${model}_no_graphs.log" 2>&1
-  l=$(field "$OUT/ll_${model}.log" tok_s)
-  s=$(field "$OUT/ll_${model}_no_graphs.log" tok_s)
-  r=$([ -n "$l" ] && [ -n "$s" ] && awk -v a="$l" -v b="$s" 'BEGIN { printf "%.2fx", a / b }')
-  say "| $model | ${l:-fail} | ${s:-fail} | ${r:-} |"
-done
+# SIMT ones; CUDA graphs: each forward + backward one graph (the default) against kernel by kernel
+ab simt_attention "| model | ll tok/s, attention on tensor cores | ll tok/s, SIMT attention | tensor cores / SIMT |" \
+  LL_CUDA_ATTENTION=simt
+ab no_graphs "| model | ll tok/s, one CUDA graph per step | ll tok/s, kernel by kernel | graphs / kernels |" - \
+  --graphs off
 
 say ""
 say "| decoding (base, 128 x 32) | torch sent/s | ll sent/s | ll / torch |"
