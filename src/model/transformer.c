@@ -218,20 +218,16 @@ static void zero_dgates(ll_model *m) {
  * which blocks run (FNV-1a): a CUDA graph per key, updated with each step's
  * pointers, shapes and random streams (CUDA updates a graph whose nodes have
  * the same types in the same order, whatever their kernels and arguments). */
+static uint64_t ctl_bits(const ll_layer_ctl *c) {
+    return (uint64_t)(c->skip | c->skip_cross << 1 | c->off << 2 | (c->gate != NULL) << 3 | (c->dgate != NULL) << 4);
+}
 static uint64_t step_key(const ll_model *m, int ddr, int ald) {
     uint64_t h = 1469598103934665603ull;
 #define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
     MIX(ddr), MIX(ald);
-    for (int s = 0; s < 2; s++) {
-        const ll_layer_ctl *c = s ? m->dec_ctl : m->enc_ctl;
-        for (int l = 0; l < (s ? m->hp.Ld : m->hp.Le); l++)
-            MIX(c[l].skip | c[l].skip_cross << 1 | c[l].off << 2 | (c[l].gate != NULL) << 3 | (c[l].dgate != NULL) << 4);
-    }
-    if (m->obj.ddr_dec_ctl)
-        for (int l = 0; l < m->hp.Ld; l++) {
-            const ll_layer_ctl *c = &m->obj.ddr_dec_ctl[l];
-            MIX(c->skip | c->skip_cross << 1 | c->off << 2);
-        }
+    for (int l = 0; l < m->hp.Le; l++) MIX(ctl_bits(&m->enc_ctl[l]));
+    for (int l = 0; l < m->hp.Ld; l++) MIX(ctl_bits(&m->dec_ctl[l]));
+    for (int l = 0; m->obj.ddr_dec_ctl && l < m->hp.Ld; l++) MIX(ctl_bits(&m->obj.ddr_dec_ctl[l]));
 #undef MIX
     return h;
 }
