@@ -23,7 +23,7 @@ static __global__ void ald_pool_kernel(float *__restrict__ G, const T *__restric
 }
 
 static __global__ void __launch_bounds__(ALD_THREADS)
-    ald_loss_kernel(float *__restrict__ dG, const float *__restrict__ G, int B, int C, double tau, double w,
+    ald_loss_kernel(float *__restrict__ dG, const float *__restrict__ G, int B, int C, double tau, const double *__restrict__ wp,
                     double *__restrict__ rowloss) {
     __shared__ double sh[LL_WARP];
     const int s = blockIdx.x;
@@ -47,6 +47,7 @@ static __global__ void __launch_bounds__(ALD_THREADS)
     const double delta = (cos2 - cos1) / tau; /* s- - s+ */
     if (threadIdx.x == 0) rowloss[s] = delta > 0 ? delta + log1p(exp(-delta)) : log1p(exp(delta)); /* softplus */
     if (!dG) return;
+    const double w = *wp;
     const double sg = 1 / (1 + exp(-delta));
     const double ds1 = -sg / tau, ds2 = sg / tau;
     const double den1 = fmax(n0 * n1, 1e-8), den2 = fmax(n0 * n2, 1e-8);
@@ -65,10 +66,10 @@ static __global__ void __launch_bounds__(ALD_THREADS)
 }
 
 static __global__ void __launch_bounds__(ALD_THREADS)
-    ald_finish(const double *__restrict__ rowloss, int B, double w, double *acc) {
+    ald_finish(const double *__restrict__ rowloss, int B, const double *__restrict__ w, double *acc) {
     __shared__ double sh[LL_WARP];
     const double tot = ll_block_sum_array(rowloss, B, sh);
-    if (threadIdx.x == 0) *acc += w * tot;
+    if (threadIdx.x == 0) *acc += *w * tot;
 }
 
 template <typename T>
@@ -97,7 +98,7 @@ extern "C" cudaError_t ll_cuda_ald_pool(cudaStream_t s, ll_cuda_dtype t, float *
 }
 
 extern "C" cudaError_t ll_cuda_ald_loss(cudaStream_t s, float *dG, double *acc, const float *G, int B, int C,
-                                        float tau, double w, void *scratch) {
+                                        float tau, const double *w, void *scratch) {
     if (B <= 0) return cudaSuccess;
     if (!scratch) return cudaErrorInvalidValue;
     double *rowloss = (double *)scratch;

@@ -237,7 +237,7 @@ cudaError_t ll_cuda_latent_q(cudaStream_t s, float *q, const float *logits, int 
 size_t ll_cuda_ald_scratch_bytes(int B);
 cudaError_t ll_cuda_ald_pool(cudaStream_t s, ll_cuda_dtype t, float *G, const void *h, const int *len, int B, int T,
                              int C);
-cudaError_t ll_cuda_ald_loss(cudaStream_t s, float *dG, double *acc, const float *G, int B, int C, float tau, double w,
+cudaError_t ll_cuda_ald_loss(cudaStream_t s, float *dG, double *acc, const float *G, int B, int C, float tau, const double *w,
                              void *scratch);
 cudaError_t ll_cuda_ald_unpool(cudaStream_t s, ll_cuda_dtype t, void *dh, const float *dG, const int *len, int B,
                                int T, int C);

@@ -120,6 +120,7 @@ int main(int argc, char **argv) {
 
     const long ntok = (long)B * L;
     double t0 = 0, st[LL_ST_N];
+    ll_graph_stats g0 = {0}, g1 = {0}; /* the timed steps': replayed as kept or captured */
     int late = 0; /* a statistics read in flight */
     if (profile) warmup = 1, steps = steps < 3 ? steps : 3;
     for (int s = 0; s < warmup + steps; s++) {
@@ -132,6 +133,7 @@ int main(int argc, char **argv) {
             be->sync(be);
             if (timed) memset(ll_backend_counts(timed)->per_op_ns, 0, sizeof ll_backend_counts(timed)->per_op_ns);
             if (timed) memset(ll_backend_counts(timed)->per_op, 0, sizeof ll_backend_counts(timed)->per_op);
+            if (be->graph_stats) be->graph_stats(be, &g0);
             t0 = ll_now();
         }
         const ll_batch *bk = &b[s % NB];
@@ -161,6 +163,7 @@ int main(int argc, char **argv) {
     ll_model_stats_finish(m, st);
     fprintf(stderr, "step %d: loss %.4f grad norm %.3f\n", warmup + steps - 1, st[LL_ST_LOSS] / ntok, st[LL_ST_GNORM]);
     const double dt = (ll_now() - t0) / steps;
+    if (be->graph_stats) be->graph_stats(be, &g1);
     const double tflops = flops / dt / 1e12;
     /* backend memory ll holds: master weights, gradients, Adam moments, the
      * activation-dtype weight copy (when it is not the master) and the arena */
@@ -178,9 +181,10 @@ int main(int argc, char **argv) {
     if (!strcmp(device, "cuda")) device = "cuda-EMULATED-not-a-GPU";
 #endif
     printf("RESULT ll_gpu_train model=%s device=%s precision=%s graphs=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
-           "peak_mem_gib=%.2f\n",
+           "peak_mem_gib=%.2f graph_replays=%llu graph_captures=%llu\n",
            model, device, ll_dtype_str(be->act), m->graphs && be->graph_begin ? "on" : "off", ntok / dt, dt, tflops,
-           peak > 0 ? tflops / peak : 0, mem / (1 << 30));
+           peak > 0 ? tflops / peak : 0, mem / (1 << 30), (unsigned long long)(g1.replays - g0.replays),
+           (unsigned long long)(g1.captures - g0.captures));
     for (int k = 0; k < NB; k++) {
         free(b[k].src), free(b[k].tgt_in), free(b[k].tgt_out), free(b[k].src_len), free(b[k].tgt_len);
     }

@@ -147,13 +147,14 @@ typedef struct {
     int bgrad_set;      /* BGRAD: bgrad = the sums instead of += (a gradient known to be zero) */
 } ll_gemm_desc;
 
-/* graph_begin/graph_end so far (a backend's, for logs and tests) */
+/* graph_begin/graph_end/graph_replay so far (a backend's, for logs and tests) */
 typedef struct {
     uint64_t captures;       /* graph_end calls */
     uint64_t nodes;          /* nodes in all captured graphs */
     uint64_t updates;        /* an executable graph updated in place */
     uint64_t instantiations; /* ... or built anew */
-    uint64_t launches;
+    uint64_t replays;        /* graph_replay launched a kept graph: no capture */
+    uint64_t launches;       /* all graph launches (captured or replayed) */
 } ll_graph_stats;
 
 struct ll_backend {
@@ -180,14 +181,19 @@ struct ll_backend {
     /* A training step as one CUDA graph (optional; NULL: ops run as queued).
      * After graph_begin returns 0, the ops queued are recorded, not run;
      * graph_end makes them a graph and launches it (stream-ordered, the host
-     * does not wait).  key names the step's structure (its shapes, which
-     * blocks run): the executable graph kept for that key is updated with
-     * the new parameters when the ops are the same, else built anew.  Between
-     * the two no op may read or write host memory or synchronise (upload,
-     * download, sync, free: the backend stops with a message); alloc and
-     * memset0 are fine.  -1 from graph_begin: not now (ops run as queued). */
+     * does not wait).  fp identifies the ops with all their arguments (the
+     * step's fingerprint, ll_backend_fingerprint); family the step's structure
+     * (which blocks run): a kept graph of the family is updated with the new
+     * arguments when its nodes are of the same types, else one is built.
+     * Between the two no op may read or write host memory or synchronise
+     * (upload, download, sync, free: the backend stops with a message); alloc
+     * and memset0 are fine.  -1 from graph_begin: not now (ops run as queued).
+     * graph_replay launches the kept graph of fingerprint fp as it is, if there
+     * is one and the backend's own buffers it used are still there: 0 launched,
+     * 1 none (capture the step), -1 graphs are off for good. */
     int (*graph_begin)(ll_backend *be);
-    void (*graph_end)(ll_backend *be, uint64_t key);
+    void (*graph_end)(ll_backend *be, uint64_t fp, uint64_t family);
+    int (*graph_replay)(ll_backend *be, uint64_t fp);
     void (*graph_stats)(ll_backend *be, ll_graph_stats *out); /* counts since the device was first used */
     /* dst[i] = src[i] converted (round to nearest even when narrowing); the
      * master -> weight-copy refresh, logits to fp32 for the host, tests. */
@@ -292,11 +298,12 @@ struct ll_backend {
     /* ALD (reference-spec §3.3); len [B] target lengths in backend memory.
      * Pooled vectors G and their gradients are fp32 (reductions).
      * ald_pool:   G[b] = mean over t < len[b] of h[b, t]       (G [B, C], h [B*T, C])
-     * ald_loss:   G [3, B, C] = clean, light, heavy; *acc += w * sum_b softplus((cos(G0,G2) - cos(G0,G1)) / tau);
+     * ald_loss:   G [3, B, C] = clean, light, heavy; *acc += *w * sum_b softplus((cos(G0,G2) - cos(G0,G1)) / tau);
+     *             w in backend memory (the batch's token count is in it: a step's ops stay the same)
      *             dG [3, B, C] = its gradient (overwritten; NULL: none)
      * ald_unpool: dh[b, t] = dG[b] / len[b] for t < len[b], else 0 (overwritten) */
     void (*ald_pool)(ll_backend *be, real *G, const ll_act *h, const int *len, int B, int T, int C);
-    void (*ald_loss)(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, double w);
+    void (*ald_loss)(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, const double *w);
     void (*ald_unpool)(ll_backend *be, ll_act *dh, const real *dG, const int *len, int B, int T, int C);
     /* *acc += sum of x^2 (a stats slot). */
     void (*sumsq)(ll_backend *be, double *acc, const real *x, size_t n);
@@ -489,6 +496,16 @@ ll_backend *ll_backend_dry(ll_backend *like);
  * than a real step, but it shows where the time goes).  The table, per op
  * and per op class, goes to f with ll_backend_print_profile. */
 ll_backend *ll_backend_timing(ll_backend *inner);
+/* A wrapper that hashes every op with its arguments (pointers by value, the
+ * gemm, Philox and prior descriptors by content): two runs of a training step
+ * with equal hashes issue the same ops with the same arguments, so the CUDA
+ * graph captured from one can be launched for the other.  In a shadow run the
+ * ops are hashed, not run (alloc and free still run: their addresses are
+ * hashed).  _take returns the hash since the last take and restarts it.
+ * Freed with ll_backend_counting_free. */
+ll_backend *ll_backend_fingerprint(ll_backend *inner);
+void ll_backend_fingerprint_shadow(ll_backend *fingerprint, int shadow);
+uint64_t ll_backend_fingerprint_take(ll_backend *fingerprint);
 void ll_backend_print_profile(FILE *f, const ll_op_counts *c, double steps);
 void ll_backend_counting_free(ll_backend *counting_or_dry);
 ll_op_counts *ll_backend_counts(ll_backend *counting);

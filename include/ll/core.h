@@ -71,7 +71,14 @@ double ll_now(void); /* monotonic seconds */
 typedef struct {
     uint32_t key[2];
     uint32_t ctr_hi[2]; /* counter words 2,3: stream selector */
+    /* when set, counter word 3 is read from here when the numbers are drawn,
+     * not from ctr_hi[1]: the training step in backend memory (uploaded with
+     * the batch), so a step replayed as a CUDA graph draws that step's numbers */
+    const uint32_t *ctr_hi1_at;
 } ll_philox;
+
+/* counter word 3 of r (ctr_hi1_at or ctr_hi[1]) */
+static inline uint32_t ll_philox_ctr3(const ll_philox *r) { return r->ctr_hi1_at ? *r->ctr_hi1_at : r->ctr_hi[1]; }
 
 void ll_philox_init(ll_philox *r, uint64_t seed, uint32_t stream_a, uint32_t stream_b);
 void ll_philox_block(const ll_philox *r, uint64_t block, uint32_t out[4]); /* 4 words per block */

@@ -152,6 +152,7 @@ typedef struct ll_model {
     /* Training steps (forward + backward of a batch) as one CUDA graph each
      * where the backend has graph_begin (the trainer sets it: train.cuda_graphs) */
     int graphs;
+    ll_backend *graph_fp; /* the fingerprinting wrapper of be those steps run on (transformer.c) */
     /* [n_table]: the tensor's gradient is still zero since ll_model_zero_grads
      * (NULL: unknown), so a linear layer's first weight/bias gradient of the
      * update overwrites it (beta 0, BGRAD set) instead of adding */

@@ -27,6 +27,8 @@ typedef struct {
     /* dry mode: ops are counted, not run; alloc hands out address space only */
     int dry;
     int timing; /* ll_backend_timing: each op timed between syncs of the inner backend */
+    int fingerprint; /* ll_backend_fingerprint: every op hashed into fp (alloc/free always run) */
+    uint64_t fp;
     uintptr_t next;
     dry_alloc *live;
     size_t n_live, cap_live;
@@ -59,17 +61,106 @@ static void op_end(counting *k, ll_backend *in, size_t off, double t0) {
     __atomic_fetch_add(&k->c.per_op_ns[off / sizeof(void *)], (uint64_t)((ll_now() - t0) * 1e9), __ATOMIC_RELAXED);
 }
 
+/* ---- fingerprints: every op and its arguments hashed ----
+ * Pointers by value (backend memory: where the op reads and writes), scalars
+ * by bytes, the descriptors passed by pointer (gemm, Philox stream, latent
+ * prior) by content, so two runs of a step with equal hashes issue the same
+ * ops with the same arguments (ll_backend_fingerprint). */
+static void fp_u64(counting *k, uint64_t v) {
+    uint64_t h = (k->fp ^ v) * 0x9E3779B97F4A7C15ull;
+    k->fp = (h ^ (h >> 29)) * 0xBF58476D1CE4E5B9ull;
+}
+static void fp_raw(counting *k, const void *p, size_t n) {
+    const unsigned char *c = p;
+    fp_u64(k, n);
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t v = 0;
+        memcpy(&v, c + i, n - i < 8 ? n - i : 8);
+        fp_u64(k, v);
+    }
+}
+#define FP_PTR(k, p) fp_u64(k, (uint64_t)(uintptr_t)(p))
+static void fp_gemm(counting *k, const void *px, size_t n) {
+    (void)n;
+    const ll_gemm_desc *g = *(const ll_gemm_desc *const *)px;
+    const int64_t iv[] = {g->trans_a, g->trans_b, g->M, g->N, g->K, g->a_type, g->lda, g->b_type, g->ldb,
+                          g->c_type, g->ldc, g->epi, g->bias_type, g->bgrad_set};
+    for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++) fp_u64(k, (uint64_t)iv[i]);
+    fp_raw(k, &g->alpha, sizeof g->alpha), fp_raw(k, &g->beta, sizeof g->beta);
+    FP_PTR(k, g->A), FP_PTR(k, g->B), FP_PTR(k, g->C), FP_PTR(k, g->bias), FP_PTR(k, g->bgrad);
+}
+static void fp_philox(counting *k, const void *px, size_t n) {
+    (void)n;
+    const ll_philox *r = *(const ll_philox *const *)px;
+    if (!r) return fp_u64(k, 0);
+    fp_u64(k, (uint64_t)r->key[0] << 32 | r->key[1]), fp_u64(k, (uint64_t)r->ctr_hi[0] << 32 | r->ctr_hi[1]);
+    FP_PTR(k, r->ctr_hi1_at);
+}
+static void fp_prior(counting *k, const void *px, size_t n) {
+    (void)n;
+    const ll_latent_prior *p = *(const ll_latent_prior *const *)px;
+    if (!p) return fp_u64(k, 0);
+    const int64_t iv[] = {p->L, p->rows, p->n_active, p->prior_agg, p->agg_across_layers};
+    for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++) fp_u64(k, (uint64_t)iv[i]);
+    fp_raw(k, p->active, sizeof p->active), fp_raw(k, &p->prior_p, sizeof p->prior_p);
+}
+static void fp_ptrs(counting *k, const void *const *v, int n) {
+    for (int i = 0; i < n; i++) FP_PTR(k, v[i]);
+}
+/* one argument (an lvalue: the op's parameter) */
+#define FP1(x)                                                                                          \
+    _Generic((x), const ll_gemm_desc *: fp_gemm, const ll_philox *: fp_philox, const ll_latent_prior *: fp_prior, \
+             default: fp_raw)(k_, &(x), sizeof(x));
+#define FP_E1(m, x) m(x)
+#define FP_E2(m, x, ...) m(x) FP_E1(m, __VA_ARGS__)
+#define FP_E3(m, x, ...) m(x) FP_E2(m, __VA_ARGS__)
+#define FP_E4(m, x, ...) m(x) FP_E3(m, __VA_ARGS__)
+#define FP_E5(m, x, ...) m(x) FP_E4(m, __VA_ARGS__)
+#define FP_E6(m, x, ...) m(x) FP_E5(m, __VA_ARGS__)
+#define FP_E7(m, x, ...) m(x) FP_E6(m, __VA_ARGS__)
+#define FP_E8(m, x, ...) m(x) FP_E7(m, __VA_ARGS__)
+#define FP_E9(m, x, ...) m(x) FP_E8(m, __VA_ARGS__)
+#define FP_E10(m, x, ...) m(x) FP_E9(m, __VA_ARGS__)
+#define FP_E11(m, x, ...) m(x) FP_E10(m, __VA_ARGS__)
+#define FP_E12(m, x, ...) m(x) FP_E11(m, __VA_ARGS__)
+#define FP_E13(m, x, ...) m(x) FP_E12(m, __VA_ARGS__)
+#define FP_E14(m, x, ...) m(x) FP_E13(m, __VA_ARGS__)
+#define FP_E15(m, x, ...) m(x) FP_E14(m, __VA_ARGS__)
+#define FP_E16(m, x, ...) m(x) FP_E15(m, __VA_ARGS__)
+#define FP_E17(m, x, ...) m(x) FP_E16(m, __VA_ARGS__)
+#define FP_E18(m, x, ...) m(x) FP_E17(m, __VA_ARGS__)
+#define FP_E19(m, x, ...) m(x) FP_E18(m, __VA_ARGS__)
+#define FP_E20(m, x, ...) m(x) FP_E19(m, __VA_ARGS__)
+#define FP_E21(m, x, ...) m(x) FP_E20(m, __VA_ARGS__)
+#define FP_E22(m, x, ...) m(x) FP_E21(m, __VA_ARGS__)
+#define FP_E23(m, x, ...) m(x) FP_E22(m, __VA_ARGS__)
+#define FP_E24(m, x, ...) m(x) FP_E23(m, __VA_ARGS__)
+#define FP_PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, _19, _20, _21, \
+                _22, _23, _24, NAME, ...)                                                                    \
+    NAME
+/* FP_ARGS (inner, a, b, ...): each of the op's arguments (the inner backend included: a constant) */
+#define FP_ARGS(...)                                                                                             \
+    FP_PICK(__VA_ARGS__, FP_E24, FP_E23, FP_E22, FP_E21, FP_E20, FP_E19, FP_E18, FP_E17, FP_E16, FP_E15, FP_E14, \
+            FP_E13, FP_E12, FP_E11, FP_E10, FP_E9, FP_E8, FP_E7, FP_E6, FP_E5, FP_E4, FP_E3, FP_E2, FP_E1)      \
+    (FP1, __VA_ARGS__)
+
 /* An op that forwards its arguments; `launches` (an expression of the
  * parameters) is how many stream operations -- kernel launches, async
  * memsets and copies -- the CUDA backend issues for the call, read off the
  * code of src/backend/cuda and kernels/ (docs/cuda-backend.md, "Launches per
  * step").  A cuBLASLt matmul counts as one kernel, CUB's radix sort as CUB_SORT. */
 #define CUB_SORT 6 /* onesweep over 32-bit keys: a histogram, 4 digit passes, a memset (CUB's own choice) */
-#define OPL(name, launches, params, args)                                                \
+#define OPL(name, launches, params, args) OPLX(name, launches, params, args, )
+/* extra: more to hash when fingerprinting (what a pointer argument points to) */
+#define OPLX(name, launches, params, args, extra)                                        \
     static void c_##name params {                                                        \
+        counting *k_ = (counting *)be;                                                   \
+        if (k_->fingerprint) {                                                           \
+            fp_u64(k_, offsetof(ll_backend, name));                                      \
+            FP_ARGS args extra                                                           \
+        }                                                                                \
         ll_backend *in_ = tick_l(be, offsetof(ll_backend, name), (uint64_t)(launches)); \
         if (!in_) return;                                                                \
-        counting *k_ = (counting *)be;                                                   \
         const double t0_ = op_start(k_, in_);                                            \
         in_->name args;                                                                  \
         op_end(k_, in_, offsetof(ll_backend, name), t0_);                                \
@@ -86,6 +177,11 @@ static uint64_t gemm_launches(const ll_gemm_desc *g) {
 static void *c_alloc(ll_backend *be, size_t n) {
     counting *k = (counting *)be;
     ll_backend *in = tick_l(be, offsetof(ll_backend, alloc), 1); /* CUDA zeroes it: one memset */
+    if (k->fingerprint) { /* memory is real in a shadow run too: the address goes into the hash */
+        void *p = k->inner->alloc(k->inner, n);
+        fp_u64(k, offsetof(ll_backend, alloc)), fp_u64(k, n), FP_PTR(k, p);
+        return p;
+    }
     if (in) return in->alloc(in, n);
     if (k->n_live == k->cap_live) {
         k->cap_live = k->cap_live ? 2 * k->cap_live : 256;
@@ -101,6 +197,10 @@ static void *c_alloc(ll_backend *be, size_t n) {
 static void c_free(ll_backend *be, void *p) {
     counting *k = (counting *)be;
     ll_backend *in = tick(be, offsetof(ll_backend, free));
+    if (k->fingerprint) {
+        fp_u64(k, offsetof(ll_backend, free)), FP_PTR(k, p);
+        in = k->inner;
+    }
     if (in) {
         in->free(in, p);
         return;
@@ -162,12 +262,12 @@ OPL(residual_ln_fwd, N > 0,
     (ll_backend * be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2, real p,
      const ll_philox *r, uint64_t o, ll_act *u, real *mu, real *rs, const real *w, const real *b, int N, int C),
     (((counting *)be)->inner, y, s, x, g1, g2, p, r, o, u, mu, rs, w, b, N, C))
-OPL(weighted_sum, n ? chunks64(k) : 0, (ll_backend * be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n),
-    (((counting *)be)->inner, y, xs, w, k, n))
-OPL(weighted_scatter, n ? chunks64(k) : 0, (ll_backend * be, ll_act *const *ys, const real *w, const ll_act *x, int k, size_t n),
-    (((counting *)be)->inner, ys, w, x, k, n))
-OPL(dots_acc, n ? 2 * chunks64(k) : 0, (ll_backend * be, real *d, const ll_act *x, const ll_act *const *ys, int k, size_t n),
-    (((counting *)be)->inner, d, x, ys, k, n))
+OPLX(weighted_sum, n ? chunks64(k) : 0, (ll_backend * be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n),
+    (((counting *)be)->inner, y, xs, w, k, n), fp_ptrs(k_, (const void *const *)xs, k);)
+OPLX(weighted_scatter, n ? chunks64(k) : 0, (ll_backend * be, ll_act *const *ys, const real *w, const ll_act *x, int k, size_t n),
+    (((counting *)be)->inner, ys, w, x, k, n), fp_ptrs(k_, (const void *const *)ys, k);)
+OPLX(dots_acc, n ? 2 * chunks64(k) : 0, (ll_backend * be, real *d, const ll_act *x, const ll_act *const *ys, int k, size_t n),
+    (((counting *)be)->inner, d, x, ys, k, n), fp_ptrs(k_, (const void *const *)ys, k);)
 OPL(latent_sample, 1,
     (ll_backend * be, real *z, real *dz, const real *a, int L, const ll_philox *r, real tau, int hard),
     (((counting *)be)->inner, z, dz, a, L, r, tau, hard))
@@ -186,7 +286,7 @@ OPL(latent_depth, 1, (ll_backend * be, double *acc, const real *a, const ll_late
 OPL(latent_q, 1, (ll_backend * be, real *q, const real *a, int L), (((counting *)be)->inner, q, a, L))
 OPL(ald_pool, 1, (ll_backend * be, real *G, const ll_act *h, const int *len, int B, int T, int C),
     (((counting *)be)->inner, G, h, len, B, T, C))
-OPL(ald_loss, 2, (ll_backend * be, real *dG, double *acc, const real *G, int B, int C, real tau, double w),
+OPL(ald_loss, 2, (ll_backend * be, real *dG, double *acc, const real *G, int B, int C, real tau, const double *w),
     (((counting *)be)->inner, dG, acc, G, B, C, tau, w))
 OPL(ald_unpool, 1, (ll_backend * be, ll_act *dh, const real *dG, const int *len, int B, int T, int C),
     (((counting *)be)->inner, dh, dG, len, B, T, C))
@@ -230,6 +330,11 @@ OPL(adam, n != 0,
      real eps, real wd, const double *st, int slot),
     (((counting *)be)->inner, p, pa, g, m, v, n, lr, b1, b2, eps, wd, st, slot))
 static void *c_linear_pack(ll_backend *be, const real *W, int N, int K) {
+    counting *k_ = (counting *)be;
+    if (k_->fingerprint) {
+        fp_u64(k_, offsetof(ll_backend, linear_pack));
+        FP_ARGS(be, W, N, K)
+    }
     ll_backend *in = tick(be, offsetof(ll_backend, linear_pack));
     return in ? in->linear_pack(in, W, N, K) : NULL;
 }
@@ -242,12 +347,14 @@ OPL(linear_unpack, 0, (ll_backend * be, void *pk), (((counting *)be)->inner, pk)
 static void c_upload(ll_backend *be, void *dst, const void *src, size_t n) {
     counting *k = (counting *)be;
     __atomic_fetch_add(&k->c.uploads, 1, __ATOMIC_RELAXED);
+    if (k->fingerprint) fp_u64(k, offsetof(ll_backend, upload)), FP_PTR(k, dst), FP_PTR(k, src), fp_u64(k, n);
     ll_backend *in = tick_l(be, offsetof(ll_backend, upload), n != 0);
     if (in) in->upload(in, dst, src, n);
 }
 static void c_download(ll_backend *be, void *dst, const void *src, size_t n) {
     counting *k = (counting *)be;
     __atomic_fetch_add(&k->c.downloads, 1, __ATOMIC_RELAXED);
+    if (k->fingerprint) fp_u64(k, offsetof(ll_backend, download)), FP_PTR(k, dst), FP_PTR(k, src), fp_u64(k, n);
     ll_backend *in = tick_l(be, offsetof(ll_backend, download), n != 0);
     if (in)
         in->download(in, dst, src, n);
@@ -284,6 +391,21 @@ ll_backend *ll_backend_dry(ll_backend *like) {
     k->dry = 1;
     k->next = (uintptr_t)1 << 44; /* far from any host mapping: never dereferenced */
     return &k->be;
+}
+
+ll_backend *ll_backend_fingerprint(ll_backend *inner) {
+    counting *k = (counting *)ll_backend_counting(inner);
+    if (!k) return NULL;
+    k->fingerprint = 1;
+    k->next = (uintptr_t)1 << 44; /* (dry mode's alloc is never used: alloc runs on inner) */
+    return &k->be;
+}
+void ll_backend_fingerprint_shadow(ll_backend *be, int shadow) { ((counting *)be)->dry = shadow; }
+uint64_t ll_backend_fingerprint_take(ll_backend *be) {
+    counting *k = (counting *)be;
+    const uint64_t h = k->fp;
+    k->fp = 0;
+    return h;
 }
 
 ll_backend *ll_backend_timing(ll_backend *inner) {

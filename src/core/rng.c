@@ -13,10 +13,11 @@ void ll_philox_init(ll_philox *r, uint64_t seed, uint32_t a, uint32_t b) {
     r->key[1] = (uint32_t)(seed >> 32);
     r->ctr_hi[0] = a;
     r->ctr_hi[1] = b;
+    r->ctr_hi1_at = NULL;
 }
 
 void ll_philox_block(const ll_philox *r, uint64_t block, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32), c2 = r->ctr_hi[0], c3 = r->ctr_hi[1];
+    uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32), c2 = r->ctr_hi[0], c3 = ll_philox_ctr3(r);
     uint32_t k0 = r->key[0], k1 = r->key[1];
     for (int round = 0; round < 10; round++) {
         uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
@@ -64,7 +65,7 @@ AVX512 static void philox_blocks16_avx512(const ll_philox *r, uint64_t block0, u
     const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, lane_block);
     __m512i c1 = _mm512_mask_add_epi32(_mm512_set1_epi32((int)(uint32_t)(block0 >> 32)), carry,
                                        _mm512_set1_epi32((int)(uint32_t)(block0 >> 32)), _mm512_set1_epi32(1));
-    __m512i c2 = _mm512_set1_epi32((int)r->ctr_hi[0]), c3 = _mm512_set1_epi32((int)r->ctr_hi[1]);
+    __m512i c2 = _mm512_set1_epi32((int)r->ctr_hi[0]), c3 = _mm512_set1_epi32((int)ll_philox_ctr3(r));
     uint32_t k0 = r->key[0], k1 = r->key[1];
     const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
     for (int round = 0; round < 10; round++) {

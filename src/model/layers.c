@@ -17,6 +17,10 @@ ll_act *ll_zeros(ll_model *m, size_t n) {
 void ll_site_rng(ll_philox *r, const ll_pass *p, int layer, int site) {
     uint32_t id = ((uint32_t)(p->stack * 4096 + layer) * 8 + site);
     ll_philox_init(r, p->seed, LL_RNG_DROPOUT | (id << 4), (uint32_t)p->rng_step);
+    if (p->rng_step_at) { /* the same stream, its step read when drawn */
+        r->ctr_hi[1] = 0;
+        r->ctr_hi1_at = p->rng_step_at;
+    }
 }
 
 ll_gemm_desc ll_gemm_xwt(const ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w) {

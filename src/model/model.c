@@ -436,6 +436,7 @@ void ll_model_free(ll_model *m) {
     free(m->st);
     free(m->table);
     free(m->grad_fresh);
+    ll_backend_counting_free(m->graph_fp);
     free(m->enc);
     free(m->dec);
     free(m);

@@ -87,6 +87,8 @@ typedef struct {
     int no_grad;          /* forward only (validation, decoding): each layer's temporaries are
                              released after it, so a stack's peak is one layer, not all of them */
     uint64_t seed, rng_step;
+    const uint32_t *rng_step_at; /* rng_step in backend memory (the batch upload): what the dropout
+                                    streams read, so a replayed CUDA graph draws this step's masks */
     int stack;            /* 0 encoder, 1 decoder */
     ll_layer_ctl *ctl;    /* decoder layer controls for this pass (NULL: the model's) */
     int row0;             /* first sentence of this batch slice in the whole batch: offsets
@@ -131,6 +133,10 @@ typedef struct ll_fwd_state {
 typedef struct {
     const int32_t *src, *tgt_in, *tgt_out, *ald_src[2];
     const int *src_len, *tgt_len;
+    /* the step's scalars that kernels read from backend memory, not from their arguments,
+     * so that a step's ops are the same from step to step (a CUDA graph replays them) */
+    const uint32_t *rng_step; /* the dropout streams' step */
+    const double *ald_w;      /* ALD weight * target tokens / sentences */
 } ll_dev_batch;
 /* A step's losses from a stats buffer read. */
 void ll_loss_from_stats(const double *st, long ntokens, ll_loss_stats *out);

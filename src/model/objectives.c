@@ -40,10 +40,9 @@ void ll_unk_corrupt(const ll_model *m, const ll_batch *b, uint64_t seed, uint64_
 void ll_ald_loss(ll_model *m, const ll_batch *b, const ll_dev_batch *db, ll_act *const *hs, ll_act **dh) {
     ll_backend *be = m->be;
     const int B = b->B, C = m->hp.C, T = b->T;
-    const double w = m->obj.ald_weight * b->n_tgt_tokens / (double)B;
     real *G = ll_fbuf(m, 3 * (size_t)B * C), *dG = dh ? ll_fbuf(m, 3 * (size_t)B * C) : NULL; /* fp32 */
     for (int i = 0; i < 3; i++) be->ald_pool(be, G + (size_t)i * B * C, hs[i], db->tgt_len, B, T, C);
-    be->ald_loss(be, dG, m->stats + LL_ST_ALD, G, B, C, m->obj.ald_tau, w);
+    be->ald_loss(be, dG, m->stats + LL_ST_ALD, G, B, C, m->obj.ald_tau, db->ald_w);
     if (dh)
         for (int i = 0; i < 3; i++) {
             dh[i] = ll_buf(m, (size_t)B * T * C);

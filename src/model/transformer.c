@@ -10,6 +10,7 @@
  *                               replaced by UNK; contrastive loss on pooled states
  * Backward replays exactly what ran (skipped layers, dropped branches). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model_internal.h"
@@ -134,27 +135,36 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, ll_act *dout) {
 static ll_pass enc_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed, uint64_t step, int train,
                         int grad) {
     return (ll_pass){.B = b->B, .T = b->S, .S = b->S, .self_len = db->src_len, .src_len = db->src_len,
-                     .train = train, .no_grad = !grad, .seed = seed, .rng_step = step, .stack = 0, .row0 = b->row0};
+                     .train = train, .no_grad = !grad, .seed = seed, .rng_step = step, .rng_step_at = db->rng_step,
+                     .stack = 0, .row0 = b->row0};
 }
 
 static ll_pass dec_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed, uint64_t step, int train,
                         int grad, const ll_act *enc_out) {
     return (ll_pass){.B = b->B, .T = b->T, .S = b->S, .self_len = db->tgt_len, .src_len = db->src_len,
-                     .enc_out = enc_out, .train = train, .no_grad = !grad, .seed = seed, .rng_step = step, .stack = 1,
+                     .enc_out = enc_out, .train = train, .no_grad = !grad, .seed = seed, .rng_step = step,
+                     .rng_step_at = db->rng_step, .stack = 1,
                      .row0 = b->row0};
 }
 
-/* Pack the batch on the host and upload it in one transfer (arena memory). */
+/* Pack the batch on the host and upload it in one transfer (arena memory):
+ * the step's scalars (ll_dev_batch), the tokens, the lengths. */
+#define BATCH_HEAD 16 /* double ald_w, uint32 rng step, 4 bytes of padding */
 ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t seed, uint64_t step) {
     const size_t ns = (size_t)b->B * b->S, nt = (size_t)b->B * b->T;
     const size_t ntok = ns + 2 * nt + (ald ? 2 * ns : 0);
-    const size_t bytes = sizeof(int32_t) * ntok + 2 * sizeof(int) * (size_t)b->B;
+    const size_t bytes = BATCH_HEAD + sizeof(int32_t) * ntok + 2 * sizeof(int) * (size_t)b->B;
     ll_fwd_state *st = m->st;
     if (st->stage_cap < bytes) {
         st->stage = ll_realloc(st->stage, bytes);
         st->stage_cap = bytes;
     }
-    int32_t *h = (int32_t *)st->stage;
+    const double ald_w = b->B > 0 ? m->obj.ald_weight * b->n_tgt_tokens / (double)b->B : 0;
+    const uint32_t rng_step = (uint32_t)step;
+    memset(st->stage, 0, BATCH_HEAD);
+    memcpy(st->stage, &ald_w, sizeof ald_w);
+    memcpy((char *)st->stage + sizeof ald_w, &rng_step, sizeof rng_step);
+    int32_t *h = (int32_t *)((char *)st->stage + BATCH_HEAD);
     memcpy(h, b->src, sizeof(int32_t) * ns);
     memcpy(h + ns, b->tgt_in, sizeof(int32_t) * nt);
     memcpy(h + ns + nt, b->tgt_out, sizeof(int32_t) * nt);
@@ -164,11 +174,12 @@ ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t s
     memcpy(lens + b->B, b->tgt_len, sizeof(int) * b->B);
     char *d = ll_arena_alloc(&m->arena, bytes);
     m->be->upload(m->be, d, st->stage, bytes);
-    const int32_t *t = (const int32_t *)d;
+    const int32_t *t = (const int32_t *)(d + BATCH_HEAD);
     const int *l = (const int *)(t + ntok);
     return (ll_dev_batch){.src = t, .tgt_in = t + ns, .tgt_out = t + ns + nt,
                           .ald_src = {ald ? t + ns + 2 * nt : NULL, ald ? t + 2 * ns + 2 * nt : NULL},
-                          .src_len = l, .tgt_len = l + b->B};
+                          .src_len = l, .tgt_len = l + b->B, .rng_step = (const uint32_t *)(d + sizeof ald_w),
+                          .ald_w = (const double *)d};
 }
 
 static ll_act *project(ll_model *m, const ll_act *h, int N) {
@@ -232,17 +243,15 @@ static uint64_t step_key(const ll_model *m, int ddr, int ald) {
     return h;
 }
 
-/* Forward (and backward when do_backward) of one batch; losses into m->stats. */
-static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int train, int do_backward) {
+/* The ops of a step on the uploaded batch db (forward, and backward when
+ * do_backward); losses into m->stats.  No host transfer: one CUDA graph. */
+static void run_ops(ll_model *m, const ll_batch *b, const ll_dev_batch *dbp, uint64_t seed, uint64_t step, int train,
+                    int do_backward) {
     ll_backend *be = m->be;
     ll_fwd_state *st = m->st;
     const int Nt = b->B * b->T, V = m->hp.V, C = m->hp.C;
     const int ddr = train && m->obj.ddr_alpha > 0, ald = train && m->obj.ald_weight > 0;
-    ll_arena_reset(&m->arena);
-    ll_arena_reset(&m->meta);
-    const ll_dev_batch db = ll_batch_upload(m, b, ald, seed, step);
-    /* from here on no host transfer: the rest can be one CUDA graph */
-    const int graph = do_backward && m->graphs && be->graph_begin && be->graph_begin(be) == 0;
+    const ll_dev_batch db = *dbp;
 
     /* clean pass */
     ll_pass pe = enc_pass(b, &db, seed, step, train, do_backward);
@@ -311,7 +320,64 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         ll_stack_run_bwd(m, &st->enc[1 + i], enc_grad_act(m, de, b));
     }
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_ENC, 0, -1);
-    if (graph) be->graph_end(be, step_key(m, ddr, ald));
+}
+
+/* run_ops on the fingerprinting wrapper (shadow: hashed, not run); its hash. */
+static uint64_t run_hashed(ll_model *m, ll_backend *be, int shadow, const ll_batch *b, const ll_dev_batch *db,
+                           uint64_t seed, uint64_t step, int train) {
+    ll_backend_fingerprint_shadow(m->graph_fp, shadow);
+    ll_backend_fingerprint_take(m->graph_fp);
+    m->be = m->graph_fp;
+    run_ops(m, b, db, seed, step, train, 1);
+    m->be = be;
+    return ll_backend_fingerprint_take(m->graph_fp);
+}
+
+/* A training step as a CUDA graph.  First a shadow run: the host side of the
+ * step with its ops hashed, not run (the Philox step and the batch-dependent
+ * scalars are in backend memory, so the ops of two steps of the same shape
+ * and structure are the same).  A kept graph of that hash is launched as it
+ * is; otherwise the host state the shadow run changed is put back and the
+ * step is captured.  0: done; -1: graphs are off, run the ops as queued. */
+static int run_graph(ll_model *m, const ll_batch *b, const ll_dev_batch *db, uint64_t seed, uint64_t step,
+                     int train) {
+    ll_backend *be = m->be;
+    const int ddr = train && m->obj.ddr_alpha > 0, ald = train && m->obj.ald_weight > 0;
+    if (!m->graph_fp && !(m->graph_fp = ll_backend_fingerprint(be))) ll_die("out of memory");
+    const ll_arena_mark act = ll_arena_get_mark(&m->arena), meta = ll_arena_get_mark(&m->meta);
+    uint8_t *fresh = NULL;
+    if (m->grad_fresh) {
+        fresh = ll_malloc((size_t)m->n_table);
+        memcpy(fresh, m->grad_fresh, (size_t)m->n_table);
+    }
+    int rc = be->graph_replay(be, run_hashed(m, be, 1, b, db, seed, step, train));
+    if (rc != 0) { /* the state before the shadow run */
+        ll_arena_release(&m->arena, act);
+        ll_arena_release(&m->meta, meta);
+        if (fresh) memcpy(m->grad_fresh, fresh, (size_t)m->n_table);
+    }
+    free(fresh);
+    if (rc == 1) {
+        if (be->graph_begin(be) != 0) return -1;
+        const uint64_t fp = run_hashed(m, be, 0, b, db, seed, step, train);
+        be->graph_end(be, fp, step_key(m, ddr, ald));
+        rc = 0;
+    }
+    if (rc < 0) m->graphs = 0; /* off for good: no more shadow runs */
+    return rc;
+}
+
+/* Forward (and backward when do_backward) of one batch; losses into m->stats. */
+static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, int train, int do_backward) {
+    const int ald = train && m->obj.ald_weight > 0;
+    ll_arena_reset(&m->arena);
+    ll_arena_reset(&m->meta);
+    const ll_dev_batch db = ll_batch_upload(m, b, ald, seed, step);
+    /* from here on no host transfer: the rest can be one CUDA graph */
+    if (do_backward && m->graphs && m->be->graph_begin && m->be->graph_replay &&
+        run_graph(m, b, &db, seed, step, train) == 0)
+        return;
+    run_ops(m, b, &db, seed, step, train, do_backward);
 }
 
 void ll_loss_from_stats(const double *st, long ntokens, ll_loss_stats *out) {

@@ -332,10 +332,12 @@ static void teardown(trainer *t) {
     if (t->m && t->m->graphs && t->m->be->graph_stats) {
         ll_graph_stats g;
         t->m->be->graph_stats(t->m->be, &g);
-        if (g.captures)
-            ll_log("CUDA graphs: %llu steps, each one graph (%.0f nodes on average): %llu built, %llu updated in place",
-                   (unsigned long long)g.captures, (double)g.nodes / (double)g.captures,
-                   (unsigned long long)g.instantiations, (unsigned long long)g.updates);
+        if (g.launches)
+            ll_log("CUDA graphs: %llu steps, each one graph: %llu replayed as kept, %llu captured (%.0f nodes on "
+                   "average; %llu built, %llu updated in place)",
+                   (unsigned long long)g.launches, (unsigned long long)g.replays, (unsigned long long)g.captures,
+                   g.captures ? (double)g.nodes / (double)g.captures : 0.0, (unsigned long long)g.instantiations,
+                   (unsigned long long)g.updates);
     }
     if (t->m) {
         free(t->m->obj.ddr_dec_ctl);

@@ -7,12 +7,15 @@
  *     cudaGraphExecUpdate accepts the same nodes with new parameters and
  *     refuses other kernels or another node count.  On a GPU this checks the
  *     emulation's stand-in against CUDA; under the emulation, the stand-in.
- *  2. The backend's graph_begin/graph_end: the same key with nodes of the
- *     same types is updated in place (and runs on the new pointers and
- *     shapes), another node count under the same key is built anew, a
- *     structure that changes at every step makes the backend give graphs up,
- *     and a host transfer inside a captured step stops the process with a
- *     message instead of being captured.
+ *  2. The backend's graph_begin/graph_end/graph_replay (2 graphs kept): a
+ *     kept fingerprint is launched again without a capture; a new one takes
+ *     a free slot, else the family's least recently used graph, updated in
+ *     place when its nodes are of the same types (and it then runs on the new
+ *     pointers and shapes, also when replayed), built anew otherwise; a graph
+ *     is not replayed once the backend's scratch has moved, nor when the
+ *     scratch grew inside its capture; a structure that changes at every step
+ *     makes the backend give graphs up, and a host transfer inside a captured
+ *     step stops the process with a message instead of being captured.
  * Skips (77) without a device. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -25,6 +28,7 @@
 #include "ll/backend.h"
 #include "ll/core.h"
 #include "ll_cuda.h"
+#include "../../src/backend/cuda/cuda_internal.h" /* ll_cuda_scratch */
 #include "../util/testutil.h"
 
 #define N 4099 /* elements: not a multiple of any block size */
@@ -137,12 +141,16 @@ static void test_runtime_rules(ll_backend *be) {
     be->free(be, d);
 }
 
-/* y[0..n) += reps x through the backend: graph_begin; acc(y, x, n) reps times; graph_end(key).
- * 1 when it ran as a graph, 0 when graph_begin said no (then the accs ran as queued). */
-static int acc_graph(ll_backend *be, float *y, const float *x, int reps, uint64_t key, size_t n) {
+/* y[0..n) += reps x through the backend as a training step runs: the kept graph of the
+ * step's fingerprint (here a hash of the arguments) launched again, else graph_begin;
+ * acc(y, x, n) reps times; graph_end(fp, family).  2: replayed, 1: captured, 0: graphs
+ * said no (then the accs ran as queued). */
+static int acc_graph(ll_backend *be, float *y, const float *x, int reps, uint64_t family, size_t n) {
+    const uint64_t fp = (((uint64_t)(uintptr_t)y * 31 + (uint64_t)(uintptr_t)x) * 131 + (uint64_t)reps * 7 + n) ^ family << 40;
+    if (be->graph_replay(be, fp) == 0) return 2;
     const int graph = be->graph_begin(be) == 0;
     for (int r = 0; r < reps; r++) be->acc(be, (ll_act *)y, (const ll_act *)x, n);
-    if (graph) be->graph_end(be, key);
+    if (graph) be->graph_end(be, fp, family);
     return graph;
 }
 
@@ -154,27 +162,45 @@ static void test_backend(ll_backend *be) {
     ll_graph_stats a, b;
     be->graph_stats(be, &a);
     const uint64_t key = 0x6772617068ull;
-    CHECK(acc_graph(be, y, x, 1, key, N)); /* built: y = x */
-    CHECK(acc_graph(be, y, x, 1, key, N)); /* updated: y = 2x */
-    CHECK_MSG(off_by(be, y, 2, 1) == 0, "y after two launches is off by %g", off_by(be, y, 2, 1));
-    CHECK(acc_graph(be, y2, x, 1, key, N)); /* updated with another pointer: y2 = x, y untouched */
-    CHECK_MSG(off_by(be, y2, 1, 1) == 0 && off_by(be, y, 2, 1) == 0, "the update kept the old pointer");
-    CHECK(acc_graph(be, y, x, 2, key, N)); /* two nodes under the same key: built anew, y = 4x */
-    CHECK_MSG(off_by(be, y, 4, 1) == 0, "y after the rebuilt graph is off by %g", off_by(be, y, 4, 1));
-    /* another shape, the same node types: updated (a smaller grid) */
+    CHECK(acc_graph(be, y, x, 1, key, N) == 1); /* built: y = x */
+    CHECK(acc_graph(be, y, x, 1, key, N) == 2); /* replayed: y = 2x */
+    CHECK_MSG(off_by(be, y, 2, 1) == 0, "y after a launch and a replay is off by %g", off_by(be, y, 2, 1));
+    CHECK(acc_graph(be, y2, x, 1, key, N) == 1); /* another pointer, a free slot: built, y2 = x */
+    CHECK(acc_graph(be, y, x, 1, key, N) == 2);  /* the first one still kept: y = 3x */
+    CHECK_MSG(off_by(be, y2, 1, 1) == 0 && off_by(be, y, 3, 1) == 0, "two kept graphs mixed up their pointers");
+    CHECK(acc_graph(be, y, x, 2, key, N) == 1); /* two nodes, no free slot: the LRU (y2's) rebuilt, y = 5x */
+    CHECK_MSG(off_by(be, y, 5, 1) == 0, "y after the rebuilt graph is off by %g", off_by(be, y, 5, 1));
+    /* another shape, the same node types: the family's LRU (y, 1 node) updated to a smaller grid, then replayed */
     be->memset0(be, y2, sizeof h);
-    CHECK(acc_graph(be, y2, x, 2, key, N / 3)); /* y2[0..N/3) = 2x, the rest 0 */
+    CHECK(acc_graph(be, y2, x, 1, key, N / 3) == 1); /* y2[0..N/3) = x, the rest 0 */
+    CHECK(acc_graph(be, y2, x, 1, key, N / 3) == 2); /* y2[0..N/3) = 2x */
     be->download(be, h, y2, sizeof h);
     int bad = 0;
     for (int i = 0; i < N; i++) bad += h[i] != (i < N / 3 ? 2 * (1 + (float)(i % 7)) : 0.0f);
     CHECK_MSG(bad == 0, "the graph updated to a third of the elements is wrong in %d of them", bad);
+    /* the scratch moves: no kept graph is replayed (they may point at it); the step is captured (updated) */
+    ll_cuda_scratch(be, ((size_t)64 << 20) + 12345);
+    CHECK(acc_graph(be, y2, x, 1, key, N / 3) == 1); /* y2[0..N/3) = 3x */
+    CHECK(acc_graph(be, y2, x, 1, key, N / 3) == 2); /* ... and then replayed: 4x */
     be->graph_stats(be, &b);
-    CHECK_MSG(b.captures - a.captures == 5 && b.launches - a.launches == 5 && b.updates - a.updates == 3 &&
-                  b.instantiations - a.instantiations == 2 && b.nodes - a.nodes == 7,
-              "graph stats: %llu captures, %llu launches, %llu updates, %llu built, %llu nodes (want 5 5 3 2 7)",
-              (unsigned long long)(b.captures - a.captures), (unsigned long long)(b.launches - a.launches),
-              (unsigned long long)(b.updates - a.updates), (unsigned long long)(b.instantiations - a.instantiations),
-              (unsigned long long)(b.nodes - a.nodes));
+    CHECK_MSG(b.captures - a.captures == 5 && b.replays - a.replays == 4 && b.launches - a.launches == 9 &&
+                  b.updates - a.updates == 2 && b.instantiations - a.instantiations == 3 && b.nodes - a.nodes == 6,
+              "graph stats: %llu captures, %llu replays, %llu launches, %llu updates, %llu built, %llu nodes "
+              "(want 5 4 9 2 3 6)",
+              (unsigned long long)(b.captures - a.captures), (unsigned long long)(b.replays - a.replays),
+              (unsigned long long)(b.launches - a.launches), (unsigned long long)(b.updates - a.updates),
+              (unsigned long long)(b.instantiations - a.instantiations), (unsigned long long)(b.nodes - a.nodes));
+    /* the scratch grows inside a capture: that graph runs once (the old scratch is freed after it), never again */
+    const uint64_t fp9 = 0x5CA7C4ull;
+    CHECK(be->graph_begin(be) == 0);
+    ll_cuda_scratch(be, ((size_t)128 << 20) + 12345);
+    be->acc(be, (ll_act *)y2, (const ll_act *)x, N / 3); /* 5x */
+    be->graph_end(be, fp9, key);
+    CHECK_MSG(be->graph_replay(be, fp9) == 1, "a graph captured while the scratch grew was kept for replays");
+    be->download(be, h, y2, sizeof h);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += h[i] != (i < N / 3 ? 5 * (1 + (float)(i % 7)) : 0.0f);
+    CHECK_MSG(bad == 0, "after the replays and the scratch moves y2 is wrong in %d elements", bad);
 
     /* a host transfer inside a captured step: the backend stops with one line (in a fresh
      * process of this program: CUDA does not carry over into a forked child) */
@@ -200,7 +226,7 @@ static void test_backend(ll_backend *be) {
     for (; steps < 40; steps++) {
         const int reps = 1 + steps % 3;
         total += reps;
-        if (!acc_graph(be, y, x, reps, key, N)) break;
+        if (!acc_graph(be, y, x, reps, key + (uint64_t)steps, N)) break;
         graphs++;
     }
     CHECK_MSG(steps < 40 && graphs <= 16, "graphs not given up after %d steps that each needed a new one", graphs);
@@ -227,6 +253,7 @@ static int download_in_capture(void) {
 }
 
 int main(int argc, char **argv) {
+    setenv("LL_CUDA_GRAPHS_KEPT", "2", 1); /* test_backend's slot choices */
     if (argc > 1 && !strcmp(argv[1], "--download-in-capture")) return download_in_capture();
     if (ll_cuda_device_count() == 0) {
         printf("no CUDA device: skipping\n");
@@ -235,7 +262,7 @@ int main(int argc, char **argv) {
     ll_backend *be = ll_backend_cuda(0);
     CHECK_MSG(be != NULL, "ll_backend_cuda(0): %s", ll_errbuf());
     if (!be) return tu_finish("gpu_test_graph_cuda");
-    CHECK(be->graph_begin && be->graph_end && be->graph_stats);
+    CHECK(be->graph_begin && be->graph_end && be->graph_replay && be->graph_stats);
     test_runtime_rules(be);
     test_backend(be);
     return tu_finish("gpu_test_graph_cuda");

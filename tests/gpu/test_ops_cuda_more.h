@@ -109,11 +109,13 @@ static void t_ald_loss(void) {
     pbuf G = pb_new(hg, n * sizeof(real)), dG = pb_poison(n);
     double hacc[2] = {0.5, 0.5};
     pbuf acc = pb_new(hacc, sizeof hacc);
-    BOTH BE->ald_loss(BE, F(dG, s), F64(acc, s), F(G, s), ALD_B, ALD_C, 0.1f, 0.8);
-    BOTH BE->ald_loss(BE, NULL, F64(acc, s) + 1, F(G, s), ALD_B, ALD_C, 0.5f, 2.0); /* dG NULL: loss only */
+    const double hw[2] = {0.8, 2.0}; /* the weights, in backend memory */
+    pbuf w = pb_new(hw, sizeof hw);
+    BOTH BE->ald_loss(BE, F(dG, s), F64(acc, s), F(G, s), ALD_B, ALD_C, 0.1f, F64(w, s));
+    BOTH BE->ald_loss(BE, NULL, F64(acc, s) + 1, F(G, s), ALD_B, ALD_C, 0.5f, F64(w, s) + 1); /* dG NULL: loss only */
     pb_cmp("dG (overwritten)", &dG, n, TOL_RED); /* cosines: dot products over C */
     pb_cmp_f64("stats slots (accumulated)", &acc, 2, TOL_RED, 1e-3);
-    free(hg), pb_free(&G), pb_free(&dG), pb_free(&acc);
+    free(hg), pb_free(&G), pb_free(&dG), pb_free(&acc), pb_free(&w);
 }
 static void t_ald_unpool(void) {
     pbuf dG = pb_rand_buf((size_t)ALD_B * ALD_C, -1, 1), dh = pb_poison_act((size_t)ALD_B * ALD_T * ALD_C);

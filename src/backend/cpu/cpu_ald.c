@@ -21,8 +21,9 @@ void cpu_ald_pool(ll_backend *be, real *G, const ll_act *h_, const int *len, int
     }
 }
 
-void cpu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau_r, double w) {
+void cpu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau_r, const double *wp) {
     (void)be;
+    const double w = *wp;
     const double tau = tau_r;
     double total = 0;
     if (dG) memset(dG, 0, sizeof(real) * 3 * (size_t)B * C);

@@ -67,7 +67,7 @@ void cpu_latent_q(ll_backend *be, real *q, const real *logits, int L);
 
 /* cpu_ald.c */
 void cpu_ald_pool(ll_backend *be, real *G, const ll_act *h, const int *len, int B, int T, int C);
-void cpu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, double w);
+void cpu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, const double *w);
 void cpu_ald_unpool(ll_backend *be, ll_act *dh, const real *dG, const int *len, int B, int T, int C);
 
 /* cpu_decode.c */

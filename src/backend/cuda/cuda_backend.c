@@ -37,7 +37,8 @@ _Static_assert(sizeof(real) == sizeof(float), "CUDA backend expects real == floa
  * memory, as before. */
 #define STAGE_MAX ((size_t)64 << 20)
 #define STAGE_SLOTS 2
-/* executable graphs kept, one per step structure (key), least recently used out */
+/* executable graphs kept, one per step fingerprint, least recently used out
+ * (LL_CUDA_GRAPHS_KEPT: fewer, 1 to GRAPH_CACHE) */
 #define GRAPH_CACHE 8
 #define GRAPH_RETIRED 16
 /* graphs off for good when more than GRAPH_BUILT_MAX of the last GRAPH_WINDOW steps needed a
@@ -72,10 +73,12 @@ typedef struct {
         int off;              /* given up (GRAPH_BUILT_MAX): graph_begin says no */
         uint32_t built_mask;  /* the last GRAPH_WINDOW steps: bit set = a graph was built */
         struct {
-            uint64_t key, used;
+            uint64_t fp, family, used;
+            uint64_t mem_gen; /* of the backend buffers the graph uses (the scratch) */
             cudaGraphExec_t exec;
         } cache[GRAPH_CACHE];
-        uint64_t clock;
+        uint64_t clock, steps;
+        uint64_t mem_gen; /* +1 whenever the scratch moves: kept graphs point at the old one */
         /* scratch buffers outgrown during a capture: the graph still uses them */
         void *retired[GRAPH_RETIRED];
         int n_retired;
@@ -263,6 +266,7 @@ static float *scratch(cuda_impl *im, size_t bytes) {
         im->scratch_bytes = 0;
     }
     size_t want = bytes + bytes / 2; /* grow geometrically */
+    im->graph.mem_gen++;
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, want);
     if (e != cudaSuccess) ll_die("CUDA out of memory on device %d: scratch of %zu bytes", im->device, want);
@@ -339,10 +343,21 @@ void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const
 
 /* ---- the step as a CUDA graph ------------------------------------------------------
  * Captured in relaxed mode (the arena and the scratch may still grow inside a
- * step: cudaMalloc is allowed there, the frees wait for the launch), updated
- * in place when the key's graph has as many nodes of the same types
- * (cudaGraphExecUpdate: new pointers, shapes, kernels and Philox counters),
- * instantiated otherwise, then launched on the stream. */
+ * step: cudaMalloc is allowed there, the frees wait for the launch), kept per
+ * fingerprint.  A step whose fingerprint is kept is launched as it is
+ * (graph_replay); a new one is captured and, when no slot is free, applied to
+ * the family's least recently used graph (cudaGraphExecUpdate: new pointers,
+ * shapes, kernels) or instantiated, then launched on the stream. */
+
+static int graphs_kept(void) {
+    static int n = 0;
+    if (!n) {
+        const char *v = getenv("LL_CUDA_GRAPHS_KEPT");
+        n = v && *v ? atoi(v) : GRAPH_CACHE;
+        if (n < 1 || n > GRAPH_CACHE) ll_die("LL_CUDA_GRAPHS_KEPT=%s: want 1 to %d", v, GRAPH_CACHE);
+    }
+    return n;
+}
 
 static int cu_graph_begin(ll_backend *be) {
     cuda_impl *im = enter(be);
@@ -353,7 +368,36 @@ static int cu_graph_begin(ll_backend *be) {
     return 0;
 }
 
-static void cu_graph_end(ll_backend *be, uint64_t key) {
+/* A step ran as a graph: built or not, for the give-up rule. */
+static void graph_step_done(cuda_impl *im, int slot, int built) {
+    im->graph.steps++;
+    im->graph.built_mask = im->graph.built_mask << 1 | (uint32_t)built;
+    const int recent = __builtin_popcount(im->graph.built_mask & ((1u << GRAPH_WINDOW) - 1));
+    if (im->graph.steps >= GRAPH_WINDOW && recent > GRAPH_BUILT_MAX) {
+        im->graph.off = 1;
+        ll_log("CUDA graphs off from here: %d of the last %d steps needed a new graph (their layer structure "
+               "changes from step to step, e.g. LayerDrop); kernels are launched one by one",
+               recent, GRAPH_WINDOW);
+    }
+    im->graph.cache[slot].used = ++im->graph.clock;
+    CUDA_CHECK(cudaGraphLaunch(im->graph.cache[slot].exec, im->stream));
+    im->graph.st.launches++;
+}
+
+static int cu_graph_replay(ll_backend *be, uint64_t fp) {
+    cuda_impl *im = enter(be);
+    if (im->graph.capturing) ll_die("CUDA backend: graph_replay inside a captured step");
+    if (im->graph.off || sync_check_on()) return -1;
+    for (int i = 0; i < GRAPH_CACHE; i++)
+        if (im->graph.cache[i].exec && im->graph.cache[i].fp == fp && im->graph.cache[i].mem_gen == im->graph.mem_gen) {
+            im->graph.st.replays++;
+            graph_step_done(im, i, 0);
+            return 0;
+        }
+    return 1;
+}
+
+static void cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     cuda_impl *im = enter(be);
     if (!im->graph.capturing) ll_die("CUDA backend: graph_end without graph_begin");
     im->graph.capturing = 0;
@@ -366,42 +410,44 @@ static void cu_graph_end(ll_backend *be, uint64_t key) {
     CUDA_CHECK(cudaGraphGetNodes(g, NULL, &nodes));
     im->graph.st.captures++;
     im->graph.st.nodes += nodes;
-    int slot = -1, lru = 0;
-    for (int i = 0; i < GRAPH_CACHE; i++) {
-        if (im->graph.cache[i].exec && im->graph.cache[i].key == key) slot = i;
-        if (im->graph.cache[i].used < im->graph.cache[lru].used) lru = i;
+    /* the slot: this fingerprint's (its scratch moved), a free one, the family's least recently
+     * used (updated in place when its nodes are of the same types), else the least recently used */
+    int same = -1, free_slot = -1, fam = -1, lru = 0;
+    for (int i = 0; i < graphs_kept(); i++) {
+        if (!im->graph.cache[i].exec) {
+            if (free_slot < 0) free_slot = i;
+            continue;
+        }
+        if (im->graph.cache[i].fp == fp) same = i;
+        if (im->graph.cache[i].family == family && (fam < 0 || im->graph.cache[i].used < im->graph.cache[fam].used))
+            fam = i;
+        if (im->graph.cache[i].used < im->graph.cache[lru].used) lru = i; /* (no slot is free when it is used) */
     }
-    if (slot >= 0) {
+    const int slot = same >= 0 ? same : free_slot >= 0 ? free_slot : fam >= 0 ? fam : lru;
+    if (im->graph.cache[slot].exec && slot != same && slot != fam) { /* another structure: no update */
+        CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
+        im->graph.cache[slot].exec = NULL;
+    }
+    if (im->graph.cache[slot].exec) {
         cudaGraphExecUpdateResultInfo info;
         if (cudaGraphExecUpdate(im->graph.cache[slot].exec, g, &info) == cudaSuccess) {
             im->graph.st.updates++;
-        } else { /* another graph under the same key: built anew */
+        } else { /* other node types: built anew */
             (void)cudaGetLastError();
             CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
             im->graph.cache[slot].exec = NULL;
         }
-    } else {
-        slot = lru;
-        if (im->graph.cache[slot].exec) CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
-        im->graph.cache[slot].exec = NULL;
     }
     const int built = !im->graph.cache[slot].exec;
     if (built) {
         CUDA_CHECK(cudaGraphInstantiate(&im->graph.cache[slot].exec, g, 0));
-        im->graph.cache[slot].key = key;
         im->graph.st.instantiations++;
     }
-    im->graph.built_mask = im->graph.built_mask << 1 | (uint32_t)built;
-    const int recent = __builtin_popcount(im->graph.built_mask & ((1u << GRAPH_WINDOW) - 1));
-    if (im->graph.st.captures >= GRAPH_WINDOW && recent > GRAPH_BUILT_MAX) {
-        im->graph.off = 1;
-        ll_log("CUDA graphs off from here: %d of the last %d steps needed a new graph (their layer structure "
-               "changes from step to step, e.g. LayerDrop); kernels are launched one by one",
-               recent, GRAPH_WINDOW);
-    }
-    im->graph.cache[slot].used = ++im->graph.clock;
-    CUDA_CHECK(cudaGraphLaunch(im->graph.cache[slot].exec, im->stream));
-    im->graph.st.launches++;
+    im->graph.cache[slot].fp = fp;
+    im->graph.cache[slot].family = family;
+    /* a graph whose ops used a scratch outgrown during the capture (freed below) is launched once, never replayed */
+    im->graph.cache[slot].mem_gen = im->graph.n_retired ? ~(uint64_t)0 : im->graph.mem_gen;
+    graph_step_done(im, slot, built);
     CUDA_CHECK(cudaGraphDestroy(g));
     for (int i = 0; i < im->graph.n_retired; i++) CUDA_CHECK(cudaFree(im->graph.retired[i])); /* (waits for the launch) */
     im->graph.n_retired = 0;
@@ -481,6 +527,7 @@ ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
     be->download_finish = cu_download_finish;
     be->graph_begin = cu_graph_begin;
     be->graph_end = cu_graph_end;
+    be->graph_replay = cu_graph_replay;
     be->graph_stats = cu_graph_stats;
     be->convert = cu_convert;
     be->layernorm_fwd = cu_layernorm_fwd;

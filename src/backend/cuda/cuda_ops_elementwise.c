@@ -17,7 +17,7 @@ static void cu_dropout_fwd(ll_backend *be, ll_act *x, uint8_t *mask, size_t n, r
                            uint64_t offset) {
     cudaStream_t s = ll_cuda_enter(be);
     if (p > 0 && !rng) ll_die("dropout_fwd: p = %g needs a Philox stream", (double)p);
-    ll_philox r = {{0, 0}, {0, 0}};
+    ll_philox r = {{0, 0}, {0, 0}, NULL};
     if (rng) r = *rng; /* by value into the kernel's arguments */
     LL_CU(ll_cuda_dropout_fwd(s, ll_cuda_act(be), x, mask, n, p, r, offset));
 }
@@ -50,7 +50,7 @@ static void cu_scale_gated(ll_backend *be, ll_act *x, const real *g1, const real
 /* The residual branch (kernels/residual.cu): the Philox stream by value. */
 static ll_philox rng_or_zero(const char *op, real p, const ll_philox *rng) {
     if (p > 0 && !rng) ll_die("%s: dropout %g needs a Philox stream", op, (double)p);
-    ll_philox r = {{0, 0}, {0, 0}};
+    ll_philox r = {{0, 0}, {0, 0}, NULL};
     if (rng) r = *rng;
     return r;
 }

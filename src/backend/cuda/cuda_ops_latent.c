@@ -38,7 +38,7 @@ static void cu_ald_pool(ll_backend *be, real *G, const ll_act *h, const int *len
     LL_CU(ll_cuda_ald_pool(ll_cuda_enter(be), ll_cuda_act(be), G, h, len, B, T, C));
 }
 
-static void cu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, double w) {
+static void cu_ald_loss(ll_backend *be, real *dG, double *acc, const real *G, int B, int C, real tau, const double *w) {
     cudaStream_t s = ll_cuda_enter(be);
     if (B <= 0) return;
     LL_CU(ll_cuda_ald_loss(s, dG, acc, G, B, C, tau, w, ll_cuda_scratch(be, ll_cuda_ald_scratch_bytes(B))));
