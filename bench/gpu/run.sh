@@ -88,6 +88,10 @@ ab simt_attention "| model | ll tok/s, attention on tensor cores | ll tok/s, SIM
   LL_CUDA_ATTENTION=simt
 ab no_graphs "| model | ll tok/s, one CUDA graph per step | ll tok/s, kernel by kernel | graphs / kernels |" - \
   --graphs off
+# kept graphs launched as they are (the default: the host only runs the shadow step) against a
+# capture and update every step
+ab capture_each_step "| model | ll tok/s, kept graphs replayed | ll tok/s, captured every step | replay / capture |" \
+  LL_CUDA_GRAPH_REPLAY=0
 
 say ""
 say "| decoding (base, 128 x 32) | torch sent/s | ll sent/s | ll / torch |"

@@ -384,10 +384,21 @@ static void graph_step_done(cuda_impl *im, int slot, int built) {
     im->graph.st.launches++;
 }
 
+/* LL_CUDA_GRAPH_REPLAY=0: every step captured (and updated into its kept graph), for A/B timing */
+static int replay_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LL_CUDA_GRAPH_REPLAY");
+        on = !(v && !strcmp(v, "0"));
+    }
+    return on;
+}
+
 static int cu_graph_replay(ll_backend *be, uint64_t fp) {
     cuda_impl *im = enter(be);
     if (im->graph.capturing) ll_die("CUDA backend: graph_replay inside a captured step");
     if (im->graph.off || sync_check_on()) return -1;
+    if (!replay_on()) return 1;
     for (int i = 0; i < GRAPH_CACHE; i++)
         if (im->graph.cache[i].exec && im->graph.cache[i].fp == fp && im->graph.cache[i].mem_gen == im->graph.mem_gen) {
             im->graph.st.replays++;
