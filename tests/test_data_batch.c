@@ -67,7 +67,11 @@ static uint64_t batch_hash(const ll_batch *b) {
     return ll_fnv1a64(b->tgt_in, sizeof(int32_t) * (size_t)b->B * (size_t)b->T, h);
 }
 
-static int check_batch(const ll_dataset *d, const ll_batch *b, int max_tokens) {
+/* round l up to a multiple of pad */
+static int round_up(int l, int pad) { return (l + pad - 1) / pad * pad; }
+
+/* b's layout; pad: its lengths padded up to a multiple of pad (ll_batcher_pad_to) */
+static int check_batch_pad(const ll_dataset *d, const ll_batch *b, int max_tokens, int pad) {
     int bad = 0;
     const ll_pair_data *pd = &d->pairs[b->pair];
     bad += !(b->B >= 1 && (b->B == 1 || b->B * (b->S > b->T ? b->S : b->T) <= max_tokens));
@@ -92,9 +96,10 @@ static int check_batch(const ll_dataset *d, const ll_batch *b, int max_tokens) {
         ns += ls;
         nt += lt;
     }
-    bad += ms != b->S || mt != b->T || ns != b->n_src_tokens || nt != b->n_tgt_tokens;
+    bad += round_up(ms, pad) != b->S || round_up(mt, pad) != b->T || ns != b->n_src_tokens || nt != b->n_tgt_tokens;
     return bad;
 }
+static int check_batch(const ll_dataset *d, const ll_batch *b, int max_tokens) { return check_batch_pad(d, b, max_tokens, 1); }
 
 /* Hashes of one epoch's batches; returns their number. */
 static int epoch_hashes(ll_batcher *it, ll_batch *b, uint64_t *out, int cap) {
@@ -295,6 +300,36 @@ static void test_budget_edge(const ll_dataset *d) {
     ll_batch_free(&b);
 }
 
+/* data.pad_to_multiple: lengths padded to a multiple of 8, the budget counting the padding,
+ * every sentence once per epoch, and fewer distinct batch shapes than without */
+static int distinct_shapes(ll_batcher *it, ll_batch *b, const ll_dataset *d, int MT, int pad, int *bad, int *sents) {
+    int n = 0, shapes[4096][3];
+    *bad = *sents = 0;
+    while (ll_batcher_next(it, b)) {
+        *bad += check_batch_pad(d, b, MT, pad);
+        *sents += b->B;
+        int k = 0;
+        while (k < n && !(shapes[k][0] == b->B && shapes[k][1] == b->S && shapes[k][2] == b->T)) k++;
+        if (k == n && n < 4096) shapes[n][0] = b->B, shapes[n][1] = b->S, shapes[n][2] = b->T, n++;
+    }
+    return n;
+}
+static void test_pad_to(const ll_dataset *d) {
+    const int MT = 300;
+    ll_batcher *plain = ll_batcher_new(d, MT, 5, 1), *pad = ll_batcher_new(d, MT, 5, 1);
+    ll_batcher_pad_to(pad, 8);
+    ll_batch b = {0};
+    int bad0, bad8, n0, n8;
+    const int s0 = distinct_shapes(plain, &b, d, MT, 1, &bad0, &n0), s8 = distinct_shapes(pad, &b, d, MT, 8, &bad8, &n8);
+    CHECK_MSG(bad0 == 0 && bad8 == 0, "layout errors: %d unpadded, %d padded to 8", bad0, bad8);
+    CHECK(n0 == NSENT[0] + NSENT[1] + NSENT[2] && n8 == n0);
+    CHECK_MSG(s8 < s0, "padding to 8 leaves %d distinct batch shapes, %d without", s8, s0);
+    printf("batch shapes in an epoch: %d distinct, %d with lengths padded to a multiple of 8\n", s0, s8);
+    ll_batch_free(&b);
+    ll_batcher_free(plain);
+    ll_batcher_free(pad);
+}
+
 int main(void) {
     const char *tmp = tu_tmpdir();
     ll_dataset d;
@@ -303,6 +338,7 @@ int main(void) {
     test_validation_order(&d);
     test_temperature(&d);
     test_budget_edge(&d);
+    test_pad_to(&d);
     ll_dataset_close(&d);
     return tu_finish("test_data_batch");
 }

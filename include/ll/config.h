@@ -43,6 +43,7 @@ typedef struct {
     ll_corpus_cfg valid[LL_MAX_CORPORA];
     int n_valid;
     int max_tokens;        /* per batch: max(B * max(S, T)), padded */
+    int pad_to_multiple;   /* training batches' S and T rounded up to a multiple of it */
     int max_len;           /* max tokens per side (incl. EOS); <= max_positions */
     char long_lines[8];    /* "skip" | "error" */
     char lang_tags[8];     /* "auto" | "on" | "off": target-language tag as decoder BOS */

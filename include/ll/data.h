@@ -174,8 +174,12 @@ ll_batcher *ll_batcher_new(const ll_dataset *d, int max_tokens, uint64_t seed, i
  * "uniform" (temperature = infinity).  NULL + errbuf on a bad mode/temperature. */
 ll_batcher *ll_batcher_new_ex(const ll_dataset *d, int max_tokens, uint64_t seed, int shuffle,
                               const char *sampling, float temperature);
-/* From cfg: data.max_tokens, train.seed, data.sampling, data.sampling_temperature. */
+/* From cfg: data.max_tokens, train.seed, data.sampling, data.sampling_temperature, data.pad_to_multiple. */
 ll_batcher *ll_batcher_from_config(const ll_dataset *d, const ll_config *cfg, int shuffle);
+/* Batch lengths S and T padded up to a multiple of `multiple` (PAD tokens; the
+ * token budget counts them): fewer distinct batch shapes, tensor-core-friendly
+ * sizes.  The batches are made again; before the first read only. */
+void ll_batcher_pad_to(ll_batcher *it, int multiple);
 void ll_batcher_free(ll_batcher *it);
 int ll_batcher_n_batches(const ll_batcher *it);          /* per epoch, all pairs */
 /* Batches of one pair (its own batching, before sampling). */

@@ -81,6 +81,11 @@ const ll_cfg_key ll_cfg_keys[] = {
     CORPORA("data.valid", valid, n_valid, "Validation corpora, same form as data.train."),
     INT("data.max_tokens", max_tokens, "4096", 1, INT_MAX,
         "Tokens per batch (per device): max(B * max(S, T)) with padding."),
+    INT("data.pad_to_multiple", pad_to_multiple, "1", 1, 1024,
+        "Training batches' source and target lengths padded up to a multiple of this (PAD tokens, counted in "
+        "data.max_tokens): 8 gives tensor-core-friendly shapes, and fewer distinct shapes, so that a kept CUDA "
+        "graph is replayed more often (train.cuda_graphs). 1 = no padding. Padding changes no loss, only which "
+        "dropout draws each element gets."),
     INT("data.max_len", max_len, "256", 1, 1 << 20, "Longest sentence in tokens per side, EOS included."),
     ENUM("data.long_lines", long_lines, "skip", "skip|error",
          "Sentence pairs longer than data.max_len: skip them (counted) or stop with an error."),

@@ -29,6 +29,7 @@ typedef struct {
 struct ll_batcher {
     const ll_dataset *d;
     int max_tokens, shuffle, mode;
+    int pad_to; /* batch lengths S, T rounded up to a multiple of it (ll_batcher_pad_to) */
     double temperature;
     uint64_t seed;
     pair_batches p[LL_MAX_CORPORA];
@@ -53,6 +54,8 @@ static int key_cmp(const void *a, const void *b) {
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
+/* a batch length as padded: up to a multiple of pad_to */
+static int padded(const ll_batcher *it, int l) { return it->pad_to > 1 ? (l + it->pad_to - 1) / it->pad_to * it->pad_to : l; }
 
 /* Sort by (target length, source length, random) and cut greedily under the budget. */
 static void make_pair_batches(ll_batcher *it, int pair) {
@@ -71,7 +74,7 @@ static void make_pair_batches(ll_batcher *it, int pair) {
     pb->n_batches = 0;
     int B = 0, longest = 0;
     for (int i = 0; i < n; i++) {
-        int l = imax(k[i].s, k[i].t);
+        int l = padded(it, imax(k[i].s, k[i].t));
         /* padded size if sentence i joins: a batch never exceeds the budget unless it is one sentence */
         if (B > 0 && (int64_t)(B + 1) * imax(longest, l) > it->max_tokens) B = 0;
         if (B == 0) {
@@ -115,6 +118,7 @@ ll_batcher *ll_batcher_new_ex(const ll_dataset *d, int max_tokens, uint64_t seed
     it->shuffle = shuffle;
     it->mode = mode;
     it->temperature = temperature;
+    it->pad_to = 1;
     for (int p = 0; p < d->n_pairs; p++) {
         make_pair_batches(it, p);
         it->total += it->p[p].n_batches;
@@ -129,8 +133,26 @@ ll_batcher *ll_batcher_new(const ll_dataset *d, int max_tokens, uint64_t seed, i
 }
 
 ll_batcher *ll_batcher_from_config(const ll_dataset *d, const ll_config *cfg, int shuffle) {
-    return ll_batcher_new_ex(d, cfg->max_tokens, (uint64_t)(uint32_t)cfg->seed, shuffle, cfg->sampling,
-                             cfg->sampling_temperature);
+    ll_batcher *it = ll_batcher_new_ex(d, cfg->max_tokens, (uint64_t)(uint32_t)cfg->seed, shuffle, cfg->sampling,
+                                       cfg->sampling_temperature);
+    if (it && cfg->pad_to_multiple > 1) ll_batcher_pad_to(it, cfg->pad_to_multiple);
+    return it;
+}
+
+void ll_batcher_pad_to(ll_batcher *it, int multiple) {
+    if (multiple < 1) ll_die("ll_batcher_pad_to: multiple %d < 1", multiple);
+    if (it->pos || it->epoch != 1) ll_die("ll_batcher_pad_to: the batcher has been read from");
+    it->pad_to = multiple;
+    it->total = 0;
+    for (int p = 0; p < it->d->n_pairs; p++) { /* the batches again, with the padded lengths in the budget */
+        free(it->p[p].order);
+        free(it->p[p].start);
+        make_pair_batches(it, p);
+        it->total += it->p[p].n_batches;
+    }
+    free(it->plan);
+    it->plan = ll_malloc(sizeof(plan_entry) * (size_t)(it->total ? it->total : 1));
+    it->plan_epoch = 0;
 }
 
 void ll_batcher_free(ll_batcher *it) {
@@ -222,6 +244,7 @@ static void fill_batch(const ll_batcher *it, int pair, int batch, ll_batch *b) {
         S = imax(S, ll_tokfile_len(&pd->src, idx[i]));
         T = imax(T, ll_tokfile_len(&pd->tgt, idx[i]));
     }
+    S = padded(it, S), T = padded(it, T);
     size_t need_tok = (size_t)B * (size_t)imax(S, T);
     if (need_tok > b->cap_tok || !b->src) {
         b->cap_tok = need_tok;

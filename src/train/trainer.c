@@ -222,6 +222,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
             t->sub[p].n_pairs = 1;
             t->sub[p].pairs[0] = t->train.pairs[p];
             t->its[p] = ll_batcher_new(&t->sub[p], cfg->max_tokens, (uint64_t)cfg->seed + 7919u * p, 1);
+            if (cfg->pad_to_multiple > 1) ll_batcher_pad_to(t->its[p], cfg->pad_to_multiple);
         }
     } else {
         t->n_streams = 1;

@@ -39,10 +39,11 @@ _Static_assert(sizeof(real) == sizeof(float), "CUDA backend expects real == floa
 #define STAGE_SLOTS 2
 /* executable graphs kept, one per step fingerprint, least recently used out
  * (LL_CUDA_GRAPHS_KEPT: fewer, 1 to GRAPH_CACHE) */
-#define GRAPH_CACHE 8
+#define GRAPH_CACHE 32
 #define GRAPH_RETIRED 16
-/* graphs off for good when more than GRAPH_BUILT_MAX of the last GRAPH_WINDOW steps needed a
- * new executable graph: building one costs more than launching its kernels one by one */
+/* graphs off for good when more than GRAPH_BUILT_MAX of the last GRAPH_WINDOW steps had a layer
+ * structure no kept graph has (LayerDrop): building a graph costs more than launching its kernels
+ * one by one.  (A new batch shape of a known structure is no such step: its graph is kept.) */
 #define GRAPH_WINDOW 16
 #define GRAPH_BUILT_MAX 8
 
@@ -71,7 +72,7 @@ typedef struct {
     struct {
         int capturing;
         int off;              /* given up (GRAPH_BUILT_MAX): graph_begin says no */
-        uint32_t built_mask;  /* the last GRAPH_WINDOW steps: bit set = a graph was built */
+        uint32_t new_mask;  /* the last GRAPH_WINDOW steps: bit set = a structure no graph had */
         struct {
             uint64_t fp, family, used;
             uint64_t mem_gen; /* of the backend buffers the graph uses (the scratch) */
@@ -368,14 +369,14 @@ static int cu_graph_begin(ll_backend *be) {
     return 0;
 }
 
-/* A step ran as a graph: built or not, for the give-up rule. */
-static void graph_step_done(cuda_impl *im, int slot, int built) {
+/* A step ran as a graph; new_structure: no kept graph had its family (the give-up rule). */
+static void graph_step_done(cuda_impl *im, int slot, int new_structure) {
     im->graph.steps++;
-    im->graph.built_mask = im->graph.built_mask << 1 | (uint32_t)built;
-    const int recent = __builtin_popcount(im->graph.built_mask & ((1u << GRAPH_WINDOW) - 1));
+    im->graph.new_mask = im->graph.new_mask << 1 | (uint32_t)new_structure;
+    const int recent = __builtin_popcount(im->graph.new_mask & ((1u << GRAPH_WINDOW) - 1));
     if (im->graph.steps >= GRAPH_WINDOW && recent > GRAPH_BUILT_MAX) {
         im->graph.off = 1;
-        ll_log("CUDA graphs off from here: %d of the last %d steps needed a new graph (their layer structure "
+        ll_log("CUDA graphs off from here: %d of the last %d steps had a layer structure no kept graph had (it "
                "changes from step to step, e.g. LayerDrop); kernels are launched one by one",
                recent, GRAPH_WINDOW);
     }
@@ -458,7 +459,7 @@ static void cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     im->graph.cache[slot].family = family;
     /* a graph whose ops used a scratch outgrown during the capture (freed below) is launched once, never replayed */
     im->graph.cache[slot].mem_gen = im->graph.n_retired ? ~(uint64_t)0 : im->graph.mem_gen;
-    graph_step_done(im, slot, built);
+    graph_step_done(im, slot, same < 0 && fam < 0);
     CUDA_CHECK(cudaGraphDestroy(g));
     for (int i = 0; i < im->graph.n_retired; i++) CUDA_CHECK(cudaFree(im->graph.retired[i])); /* (waits for the launch) */
     im->graph.n_retired = 0;
