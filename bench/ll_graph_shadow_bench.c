@@ -35,17 +35,8 @@ int main(int argc, char **argv) {
     m->obj = (ll_objective){.ddr_alpha = cfg.ddr_alpha, .ald_weight = cfg.ald_weight, .ald_p = cfg.ald_p,
                             .ald_tau = cfg.ald_tau};
     if (cfg.ddr_alpha > 0) m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
-    ll_batch b = {.B = B, .S = L, .T = L};
-    b.src = ll_calloc((size_t)B * L, sizeof(int32_t));
-    b.tgt_in = ll_calloc((size_t)B * L, sizeof(int32_t));
-    b.tgt_out = ll_calloc((size_t)B * L, sizeof(int32_t));
-    b.src_len = ll_calloc(B, sizeof(int));
-    b.tgt_len = ll_calloc(B, sizeof(int));
-    for (int i = 0; i < B; i++) {
-        b.src_len[i] = b.tgt_len[i] = L;
-        for (int t = 0; t < L; t++) b.src[i * L + t] = b.tgt_in[i * L + t] = b.tgt_out[i * L + t] = LL_EOS;
-    }
-    b.n_src_tokens = b.n_tgt_tokens = (long)B * L;
+    ll_batch b;
+    ll_batch_full(&b, B, L);
     ll_backend *fp = ll_backend_fingerprint(dry);
     double ms[2];
     uint64_t ops = 0, h[2] = {0, 0};

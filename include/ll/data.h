@@ -156,6 +156,9 @@ typedef struct {
  * grows the buffers in *b between calls, so pointers from an earlier batch are
  * invalid after the next call; ll_batch_free releases them. */
 void ll_batch_free(ll_batch *b);
+/* A batch of B sentences of L tokens on both sides, every token EOS, no padding:
+ * the largest step of a shape, for the dry run and host-side benchmarks. */
+void ll_batch_full(ll_batch *b, int B, int L);
 
 /* Epoch iterator (fairseq-style): within each pair, sentences are sorted by
  * (target length, source length) with a seeded random tie-break and cut

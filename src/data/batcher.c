@@ -307,6 +307,19 @@ void ll_batcher_seek(ll_batcher *it, int64_t epoch, int64_t pos) {
     it->pos = pos < 0 ? 0 : pos > it->total ? it->total : pos;
 }
 
+void ll_batch_full(ll_batch *b, int B, int L) {
+    *b = (ll_batch){.B = B, .S = L, .T = L, .n_src_tokens = (long)B * L, .n_tgt_tokens = (long)B * L};
+    b->src = ll_malloc(sizeof(int32_t) * (size_t)B * L);
+    b->tgt_in = ll_malloc(sizeof(int32_t) * (size_t)B * L);
+    b->tgt_out = ll_malloc(sizeof(int32_t) * (size_t)B * L);
+    b->src_len = ll_malloc(sizeof(int) * (size_t)B);
+    b->tgt_len = ll_malloc(sizeof(int) * (size_t)B);
+    for (int i = 0; i < B; i++) {
+        b->src_len[i] = b->tgt_len[i] = L;
+        for (int t = 0; t < L; t++) b->src[i * L + t] = b->tgt_in[i * L + t] = b->tgt_out[i * L + t] = LL_EOS;
+    }
+}
+
 void ll_batch_free(ll_batch *b) {
     free(b->src);
     free(b->tgt_in);

@@ -40,17 +40,8 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
     /* the largest shape: sentences of max_len tokens, as many as max_tokens allows (or the caller's) */
     const int T = d->T = T_opt > 0 ? T_opt : cfg->max_len;
     const int B = d->B = B_opt > 0 ? B_opt : cfg->max_tokens / T > 0 ? cfg->max_tokens / T : 1;
-    ll_batch b = {.B = B, .S = T, .T = T};
-    b.src = ll_calloc((size_t)B * T, sizeof(int32_t));
-    b.tgt_in = ll_calloc((size_t)B * T, sizeof(int32_t));
-    b.tgt_out = ll_calloc((size_t)B * T, sizeof(int32_t));
-    b.src_len = ll_calloc(B, sizeof(int));
-    b.tgt_len = ll_calloc(B, sizeof(int));
-    for (int i = 0; i < B; i++) {
-        b.src_len[i] = b.tgt_len[i] = T;
-        for (int t = 0; t < T; t++) b.src[i * T + t] = b.tgt_in[i * T + t] = b.tgt_out[i * T + t] = LL_EOS;
-    }
-    b.n_src_tokens = b.n_tgt_tokens = B * T;
+    ll_batch b;
+    ll_batch_full(&b, B, T);
     for (int rep = 0; rep < reps; rep++) {
         d->step = *ll_backend_counts(be);
         for (int s = 0; s < 2; s++) /* every layer runs (no LayerDrop, gates on) */
