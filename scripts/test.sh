@@ -20,9 +20,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-# what only the tests need: qemu-user (emulated Haswell and aarch64), clang
+# what only the tests need: qemu-user (emulated Haswell and aarch64), clang, ccache (the
+# mutation tests' ASan copy of the tree reuses the emulation's ASan objects through it)
 test_pkgs=()
-for p in qemu-user clang; do
+for p in qemu-user clang ccache; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || test_pkgs+=("$p")
 done
 if [ ${#test_pkgs[@]} -gt 0 ]; then

@@ -3,7 +3,9 @@
 # each mutant is a defect a GPU would punish, applied to a COPY of the source
 # tree; the GPU test that covers the code must then fail under the emulation,
 # or the emulation is not biting.  The copy is built once with ASan+UBSan (as
-# scripts/cuda_emu_test.sh asan) into $1/mutants; each mutant rebuilds one file.
+# scripts/cuda_emu_test.sh asan) into $1/mutants/src/build-mutants; each mutant rebuilds one file.
+# LL_EMU_LAUNCHER: the compiler launcher (scripts/cuda_emu_test.sh passes ccache, which then
+# serves the unmutated objects from the asan mode's build).
 #   barrier    ll_block_sum without the barrier between writing the warps'
 #              partials and warp 0 reading them (a race)
 #   past_row   layer norm forward writes one element past its row
@@ -26,20 +28,26 @@ set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 work=${1:?usage: mutants.sh BUILD_DIR}/mutants
 jobs=${JOBS:-2}
-mkdir -p "$work"
-rm -rf "$work/src"
+# the build folder inside the copy, one level down as build-emu-asan is in the tree: ccache's
+# base_dir then sees the same relative paths in both builds' commands (scripts/cuda_emu_test.sh)
+b=$work/src/build-mutants
 mkdir -p "$work/src"
-(cd "$SRC" && tar --exclude='./build*' --exclude=./data --exclude=./.git --exclude=./.device -cf - .) | (cd "$work/src" && tar -xf -)
-# the files the mutants change, newer than any object an earlier run left in $work/build (tar keeps
+rm -rf "$work/build" # the build folder of earlier versions of this script
+# a fresh copy, keeping the build folder (a rerun rebuilds only what changed); without the
+# build folders, data and runs/ (training output, gigabytes in a working tree)
+find "$work/src" -mindepth 1 -maxdepth 1 ! -name build-mutants -exec rm -rf {} +
+(cd "$SRC" && tar --exclude='./build*' --exclude=./data --exclude=./runs --exclude=./.git --exclude=./.device -cf - .) | (cd "$work/src" && tar -xf -)
+# the files the mutants change, newer than any object an earlier run left in $b (tar keeps
 # the sources' times, and that run may have ended with a mutant compiled)
 declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm_row.cuh
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
-b=$work/build
+launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
 cmake -S "$work/src" -B "$b" -DLL_CUDA_EMU=ON -DLL_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  ${LL_EMU_CMAKE_ARGS:-} > "$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
+  -DCMAKE_C_COMPILER_LAUNCHER="$launcher" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher" ${LL_EMU_CMAKE_ARGS:-} \
+  > "$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=0 LL_SOURCE_DIR=$work/src
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LL_NO_REEXEC=1
 
