@@ -225,10 +225,11 @@ static void zero_dgates(ll_model *m) {
         m->be->memset0(m->be, m->dgate_buf[s], (size_t)((s ? m->hp.Ld : m->hp.Le) + 1) * sizeof(real));
 }
 
-/* What decides a step's sequence of ops besides the model: the objectives and
- * which blocks run (FNV-1a): a CUDA graph per key, updated with each step's
- * pointers, shapes and random streams (CUDA updates a graph whose nodes have
- * the same types in the same order, whatever their kernels and arguments). */
+/* A step's family (FNV-1a): what decides its sequence of ops besides the model
+ * and the shapes -- the objectives and which blocks run.  A new step's graph is
+ * updated into a kept graph of its family (CUDA updates a graph whose nodes
+ * have the same types in the same order, whatever their kernels and arguments);
+ * the fingerprint (run_graph) says whether a kept graph is the step itself. */
 static uint64_t ctl_bits(const ll_layer_ctl *c) {
     return (uint64_t)(c->skip | c->skip_cross << 1 | c->off << 2 | (c->gate != NULL) << 3 | (c->dgate != NULL) << 4);
 }
