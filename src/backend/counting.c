@@ -81,6 +81,12 @@ static void fp_raw(counting *k, const void *p, size_t n) {
     }
 }
 #define FP_PTR(k, p) fp_u64(k, (uint64_t)(uintptr_t)(p))
+/* a field added to one of these must be hashed below (else a kept CUDA graph could be replayed
+ * for a step that differs in it): the sizes as of the fields hashed, on 64-bit targets */
+_Static_assert(sizeof(void *) != 8 || sizeof(ll_gemm_desc) == (sizeof(real) == 4 ? 120 : 128),
+               "a new ll_gemm_desc field: hash it in fp_gemm");
+_Static_assert(sizeof(void *) != 8 || sizeof(ll_philox) == 24, "a new ll_philox field: hash it in fp_philox");
+_Static_assert(sizeof(void *) != 8 || sizeof(ll_latent_prior) == 160, "a new ll_latent_prior field: hash it in fp_prior");
 static void fp_gemm(counting *k, const void *px, size_t n) {
     (void)n;
     const ll_gemm_desc *g = *(const ll_gemm_desc *const *)px;
