@@ -21,7 +21,7 @@
 #define LL_PHILOX_W1 0xBB67AE85u
 
 /* One Philox4x32-10 block: 4 words for counter (block, ctr_hi); word 3 read from
- * device memory when r.ctr_hi1_at is set (ll_philox_resolve_dev reads it once). */
+ * device memory when r.ctr_hi1_at is set (the training step, a CUDA graph replays). */
 static __device__ __forceinline__ void ll_philox_block_dev(const ll_philox &r, uint64_t block, uint32_t out[4]) {
     uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32), c2 = r.ctr_hi[0];
     uint32_t c3 = r.ctr_hi1_at ? *r.ctr_hi1_at : r.ctr_hi[1];
@@ -42,15 +42,6 @@ static __device__ __forceinline__ void ll_philox_block_dev(const ll_philox &r, u
     out[1] = c1;
     out[2] = c2;
     out[3] = c3;
-}
-
-/* r with counter word 3 read from device memory now: a kernel that draws many
- * blocks reads it once */
-static __device__ __forceinline__ ll_philox ll_philox_resolve_dev(const ll_philox &r) {
-    ll_philox o = r;
-    if (o.ctr_hi1_at) o.ctr_hi[1] = *o.ctr_hi1_at;
-    o.ctr_hi1_at = NULL;
-    return o;
 }
 
 /* The i-th 32-bit word of the stream (== ll_philox_u32). */

@@ -369,8 +369,9 @@ static int cu_graph_begin(ll_backend *be) {
     return 0;
 }
 
-/* A step ran as a graph; new_structure: no kept graph had its family (the give-up rule). */
-static void graph_step_done(cuda_impl *im, int slot, int new_structure) {
+/* Launch the kept graph of slot for this step; new_structure: no kept graph had its family
+ * (the give-up rule). */
+static void graph_launch(cuda_impl *im, int slot, int new_structure) {
     im->graph.steps++;
     im->graph.new_mask = im->graph.new_mask << 1 | (uint32_t)new_structure;
     const int recent = __builtin_popcount(im->graph.new_mask & ((1u << GRAPH_WINDOW) - 1));
@@ -403,7 +404,7 @@ static int cu_graph_replay(ll_backend *be, uint64_t fp) {
     for (int i = 0; i < GRAPH_CACHE; i++)
         if (im->graph.cache[i].exec && im->graph.cache[i].fp == fp && im->graph.cache[i].mem_gen == im->graph.mem_gen) {
             im->graph.st.replays++;
-            graph_step_done(im, i, 0);
+            graph_launch(im, i, 0);
             return 0;
         }
     return 1;
@@ -459,7 +460,7 @@ static void cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     im->graph.cache[slot].family = family;
     /* a graph whose ops used a scratch outgrown during the capture (freed below) is launched once, never replayed */
     im->graph.cache[slot].mem_gen = im->graph.n_retired ? ~(uint64_t)0 : im->graph.mem_gen;
-    graph_step_done(im, slot, same < 0 && fam < 0);
+    graph_launch(im, slot, same < 0 && fam < 0);
     CUDA_CHECK(cudaGraphDestroy(g));
     for (int i = 0; i < im->graph.n_retired; i++) CUDA_CHECK(cudaFree(im->graph.retired[i])); /* (waits for the launch) */
     im->graph.n_retired = 0;
