@@ -202,6 +202,11 @@ LL_EMU_MINMAX(unsigned long long)
                           __LINE__, LL_EMU_FTZ)
 #define LL_EMU_DYN_SHARED(T, name) T *const name = (T *)ll_emu::blk.dyn
 
+/* The device runtime's conditional-node call (CUDA declares it for nvcc only): sets the
+ * handle's value for the graph launch running the kernel; a kernel outside a graph launch,
+ * or a handle of another graph, stops the process (emu_graph.cc). */
+extern "C" void cudaGraphSetConditional(cudaGraphConditionalHandle handle, unsigned int value);
+
 #include "emu_wmma.h" /* nvcuda::wmma */
 
 #endif

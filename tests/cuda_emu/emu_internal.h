@@ -7,7 +7,11 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
+#include <deque>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "emu_device.h"
 
@@ -47,6 +51,87 @@ int current_device();
 /* Environment switches (LL_CUDA_EMU_*), read once. */
 const char *env(const char *name);
 
+/* ---- streams, events and graphs (emu_runtime.cc; graphs in emu_graph.cc) ---------- */
+enum node_kind { NODE_KERNEL, NODE_COPY, NODE_MEMSET, NODE_HOST, NODE_COND };
+/* an executable graph's conditional values (shared with its queued nodes, which may run
+ * after cudaGraphExecDestroy); only the thread running the queues touches them, under the lock */
+struct graph_values {
+    struct def {
+        cudaGraphConditionalHandle h;
+        unsigned value, flags;
+    };
+    std::vector<def> defs;
+    std::vector<std::pair<cudaGraphConditionalHandle, unsigned>> value; /* sorted by handle */
+};
+/* the values of the graph launch whose node runs now (NULL outside one): cudaGraphSetConditional's */
+extern graph_values *g_graph_running;
+std::recursive_mutex &emu_mutex();
+const void *thread_self(); /* names the calling thread */
+void note_queued();        /* this thread queued work (it drives the queues when it polls) */
+
+} // namespace ll_emu
+
+struct CUgraphNode_st {
+    CUgraph_st *graph;
+};
+/* A graph: its nodes in an order that respects their dependencies (a capture on one stream
+ * is a chain; a node that depends on fewer goes right after its last dependency). */
+struct CUgraph_st {
+    struct cond_part {
+        cudaGraphConditionalHandle handle;
+        cudaGraphConditionalNodeType type;
+        unsigned size;
+        std::shared_ptr<CUgraph_st> body[2]; /* owned by the node */
+        cudaGraph_t out[2];                  /* phGraph_out: valid while the node lives */
+    };
+    struct node {
+        const char *what;
+        const void *func; /* the kernel of a kernel node ll launched, else NULL */
+        std::function<void()> fn;
+        int kind;
+        CUgraphNode_st *id; /* its handle (owned by ids); NULL in an executable copy */
+        std::shared_ptr<cond_part> cond;
+    };
+    std::vector<node> nodes;
+    std::vector<std::unique_ptr<CUgraphNode_st>> ids;
+    CUgraph_st *parent = nullptr; /* a conditional body: the graph of its node */
+    std::vector<ll_emu::graph_values::def> handles; /* created on this graph */
+    CUstream_st *capturer = nullptr;                /* the stream capturing into it */
+    const char *broken = nullptr;                   /* a capture into it was invalidated */
+};
+struct CUstream_st {
+    struct item {
+        const char *what;
+        std::function<void()> fn;
+        CUstream_st *wait_stream; /* a wait for an event: run that stream up to wait_seq first */
+        uint64_t wait_seq;
+        std::shared_ptr<ll_emu::graph_values> vals; /* a graph launch's node: its exec's values */
+    };
+    int device;
+    std::deque<item> q;
+    uint64_t queued, done; /* items ever queued / run */
+    /* stream capture (cudaStreamBeginCapture[ToGraph]): work goes into cap instead of q */
+    CUgraph_st *cap;
+    bool cap_owned; /* cap was made by cudaStreamBeginCapture (lost with an invalidated capture) */
+    cudaStreamCaptureMode cap_mode;
+    const char *cap_broken; /* what invalidated the capture, NULL while it is valid */
+    const void *cap_thread; /* the capturing thread (the address of a thread_local) */
+    unsigned long long cap_id;
+    std::vector<cudaGraphNode_t> cap_deps; /* what the next captured node depends on */
+    std::vector<cudaGraphEdgeData> cap_edges;
+};
+struct CUevent_st {
+    CUstream_st *stream; /* of the last record, NULL before one */
+    uint64_t seq;        /* complete when stream->done >= seq */
+    CUgraph_st *cap;     /* last recorded inside this capture (NULL: an ordinary record) */
+};
+
+namespace ll_emu {
+CUstream_st *stream_of(cudaStream_t s);
+void break_capture(CUstream_st *s, const char *why);
+/* Record a node captured on st into its graph, after the stream's dependencies (emu_graph.cc). */
+void capture_node(CUstream_st *st, CUgraph_st::node n);
+int node_kind_of(const char *what, const void *func);
 } // namespace ll_emu
 
 #endif

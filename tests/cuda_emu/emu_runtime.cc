@@ -27,9 +27,8 @@
  * outside work fails and invalidates it (cudaStreamEndCapture then returns
  * cudaErrorStreamCaptureInvalidated and the work is lost), as do cudaMalloc,
  * cudaFree, host allocations and synchronous copies in global and thread-local
- * mode; cudaGraphExecUpdate takes nodes of the same types in the same order
- * (a kernel node may get another kernel, grid or arguments) and refuses
- * another node count or type.
+ * mode.  The graph API itself (capture, conditional nodes, instantiation,
+ * update, launch) is in emu_graph.cc.
  *
  * Launch limits a GPU enforces are returned as its errors (through
  * cudaGetLastError): more than 1,024 threads per block or a block dimension
@@ -51,40 +50,6 @@
 #include <vector>
 
 #include "emu_internal.h"
-
-/* A captured graph: its nodes in stream order (a capture on one stream is a chain). */
-struct CUgraph_st {
-    struct node {
-        const char *what;
-        const void *func; /* the kernel of a kernel node ll launched, else NULL */
-        std::function<void()> fn;
-    };
-    std::vector<node> nodes;
-};
-struct CUgraphExec_st {
-    std::vector<CUgraph_st::node> nodes;
-};
-struct CUstream_st {
-    struct item {
-        const char *what;
-        std::function<void()> fn;
-        CUstream_st *wait_stream; /* a wait for an event: run that stream up to wait_seq first */
-        uint64_t wait_seq;
-    };
-    int device;
-    std::deque<item> q;
-    uint64_t queued, done; /* items ever queued / run */
-    /* stream capture (cudaStreamBeginCapture): work goes into cap instead of q */
-    CUgraph_st *cap;
-    cudaStreamCaptureMode cap_mode;
-    const char *cap_broken; /* what invalidated the capture, NULL while it is valid */
-    const void *cap_thread; /* the capturing thread (the address of a thread_local) */
-};
-struct CUevent_st {
-    CUstream_st *stream; /* of the last record, NULL before one */
-    uint64_t seq;        /* complete when stream->done >= seq */
-    CUgraph_st *cap;     /* last recorded inside this capture (NULL: an ordinary record) */
-};
 
 namespace ll_emu {
 
@@ -126,7 +91,7 @@ size_t mem_cap() {
     return (e && atol(e) > 0 ? (size_t)atol(e) : (size_t)8192) << 20;
 }
 
-CUstream_st *stream_of(cudaStream_t s) {
+CUstream_st *null_stream(cudaStream_t s) {
     if (s) return s;
     const int d = t_device;
     if (!g_null[d]) {
@@ -146,7 +111,10 @@ void drain(CUstream_st *s, uint64_t upto) {
         if (it.wait_stream) {
             drain(it.wait_stream, it.wait_seq);
         } else {
+            graph_values *const outer = g_graph_running; /* (a wait may run another stream's graph) */
+            g_graph_running = it.vals.get();
             it.fn();
+            g_graph_running = outer;
         }
         s->done++;
     }
@@ -159,11 +127,6 @@ void drain_all(int device) {
 
 /* ---- stream capture's rules, as CUDA enforces them ----------------------------------- */
 thread_local char t_self; /* its address names the calling thread */
-void break_capture(CUstream_st *s, const char *why) {
-    if (s->cap_broken) return;
-    s->cap_broken = why;
-    if (getenv("LL_CUDA_EMU_VERBOSE")) fprintf(stderr, "cuda-emu: stream capture invalidated by %s\n", why);
-}
 /* A call CUDA calls potentially unsafe during a capture (it allocates, frees or
  * synchronises outside the graph): it fails, and invalidates the capture, when
  * this thread captures in global or thread-local mode or any thread captures in
@@ -205,22 +168,39 @@ cudaError_t captured_event(CUevent_st *ev, const char *what) {
 }
 } // namespace
 
+CUstream_st *stream_of(cudaStream_t s) { return null_stream(s); }
+std::recursive_mutex &emu_mutex() { return g_mu; }
+const void *thread_self() { return &t_self; }
+void note_queued() { t_queues = true; }
+void break_capture(CUstream_st *s, const char *why) {
+    if (s->cap_broken) return;
+    s->cap_broken = why;
+    if (getenv("LL_CUDA_EMU_VERBOSE")) fprintf(stderr, "cuda-emu: stream capture invalidated by %s\n", why);
+    /* a conditional body's capture: the body is unusable, and so is every graph above it
+     * (CUDA leaves the parent graph invalid) */
+    if (CUgraph_st *g = s->cap; g && g->parent) {
+        g->broken = why;
+        for (CUgraph_st *a = g->parent; a; a = a->parent)
+            for (CUstream_st *t : g_streams)
+                if (t->cap == a) break_capture(t, "an invalidated capture into a conditional body");
+    }
+}
+
 const char *env(const char *name) { return getenv(name); }
 int current_device() { return t_device; }
 void set_last_error(cudaError_t e) { t_last = e; }
 
 static uint64_t g_enqueued; /* every stream operation so far, all streams (ll_cuda_emu_stream_ops) */
-static uint64_t g_graph_launches;
 
 void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     g_enqueued++;
     CUstream_st *st = stream_of(s);
     if (st->cap) { /* captured, not run (after an invalidation: dropped, as the graph is lost) */
-        if (!st->cap_broken) st->cap->nodes.push_back(CUgraph_st::node{what, func, std::move(fn)});
+        capture_node(st, CUgraph_st::node{what, func, std::move(fn), node_kind_of(what, func), NULL, nullptr});
         return;
     }
-    st->q.push_back(CUstream_st::item{what, std::move(fn), NULL, 0});
+    st->q.push_back(CUstream_st::item{what, std::move(fn), NULL, 0, nullptr});
     t_queues = true;
     st->queued++;
 }
@@ -646,7 +626,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int fla
     }
     if (!ev->stream) return cudaSuccess; /* never recorded: nothing to wait for */
     /* the wait refers to the record as it is now, even if ev is recorded again */
-    st->q.push_back(CUstream_st::item{"cudaStreamWaitEvent", nullptr, ev->stream, ev->seq});
+    st->q.push_back(CUstream_st::item{"cudaStreamWaitEvent", nullptr, ev->stream, ev->seq, nullptr});
     t_queues = true;
     st->queued++;
     return cudaSuccess;
@@ -666,112 +646,17 @@ cudaError_t cudaFuncSetAttribute(const void *f, cudaFuncAttribute attr, int v) {
     return cudaSuccess;
 }
 
-/* ---- CUDA graphs: stream capture, instantiation, update, launch ------------------------- */
-
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
-    LOCK;
-    if (!s) return t_last = cudaErrorStreamCaptureUnsupported; /* not the legacy stream */
-    if (s->cap) return t_last = cudaErrorIllegalState;
-    s->cap = new CUgraph_st();
-    s->cap_mode = mode;
-    s->cap_broken = NULL;
-    s->cap_thread = &t_self;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
-    LOCK;
-    *g = NULL;
-    if (!s || !s->cap) return t_last = cudaErrorIllegalState;
-    if (s->cap_mode != cudaStreamCaptureModeRelaxed && s->cap_thread != &t_self)
-        return t_last = cudaErrorStreamCaptureWrongThread;
-    CUgraph_st *graph = s->cap;
-    s->cap = NULL;
-    if (s->cap_broken) { /* the capture is lost; the stream is usable again */
-        delete graph;
-        return t_last = cudaErrorStreamCaptureInvalidated;
-    }
-    *g = graph;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+/* A host function: a stream operation; never in a conditional body (CUDA allows only
+ * kernels, memsets, copies, empty, child graph and conditional nodes there). */
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data) {
     LOCK;
     CUstream_st *st = stream_of(s);
-    *status = !st->cap ? cudaStreamCaptureStatusNone
-              : st->cap_broken ? cudaStreamCaptureStatusInvalidated
-                               : cudaStreamCaptureStatusActive;
-    return cudaSuccess;
-}
-cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *n) {
-    LOCK;
-    if (!g || !n) return t_last = cudaErrorInvalidValue;
-    if (nodes) return t_last = cudaErrorNotSupported; /* the emulation only counts them */
-    *n = g->nodes.size();
-    return cudaSuccess;
-}
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
-    (void)flags;
-    LOCK;
-    if (!g) return t_last = cudaErrorInvalidValue;
-    *e = new CUgraphExec_st{g->nodes};
-    return cudaSuccess;
-}
-/* A node's type as cudaGraphExecUpdate compares them: copies, memsets and
- * kernels (a library's work -- a matmul, a sort, a collective -- is kernels). */
-static int node_type(const CUgraph_st::node &n) {
-    if (n.func) return 0;
-    if (!strncmp(n.what, "cudaMemcpy", 10)) return 1;
-    if (!strncmp(n.what, "cudaMemset", 10)) return 2;
-    return 0;
-}
-/* The parameters of g's nodes into e when the two have as many nodes of the
- * same types in the same order, as CUDA allows (a kernel node may change its
- * kernel, grid and arguments; our graphs are chains, so the topology is the
- * count); else e is unchanged and the caller instantiates g anew. */
-cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info) {
-    LOCK;
-    if (!e || !g) return t_last = cudaErrorInvalidValue;
-    cudaGraphExecUpdateResult r = cudaGraphExecUpdateSuccess;
-    if (e->nodes.size() != g->nodes.size()) r = cudaGraphExecUpdateErrorTopologyChanged;
-    for (size_t i = 0; r == cudaGraphExecUpdateSuccess && i < g->nodes.size(); i++)
-        if (node_type(e->nodes[i]) != node_type(g->nodes[i])) r = cudaGraphExecUpdateErrorNodeTypeChanged;
-    if (info) *info = cudaGraphExecUpdateResultInfo{r, NULL, NULL};
-    if (r != cudaGraphExecUpdateSuccess) return t_last = cudaErrorGraphExecUpdateFailure;
-    e->nodes = g->nodes;
-    return cudaSuccess;
-}
-/* Every node, in order, on s (each a stream operation of its own, as the stream
- * runs them; ll_cuda_emu_stream_ops counted them when they were captured). */
-cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
-    LOCK;
-    if (!e) return t_last = cudaErrorInvalidValue;
-    CUstream_st *st = stream_of(s);
-    for (const CUgraph_st::node &n : e->nodes) {
-        if (st->cap) {
-            if (!st->cap_broken) st->cap->nodes.push_back(n);
-            continue;
-        }
-        st->q.push_back(CUstream_st::item{n.what, n.fn, NULL, 0});
-        st->queued++;
+    if (st->cap && st->cap->parent) {
+        break_capture(st, "a host function captured into a conditional body");
+        return t_last = cudaErrorStreamCaptureUnsupported;
     }
-    t_queues = true;
-    g_graph_launches++;
+    enqueue(s, "cudaLaunchHostFunc", [fn, data]() { fn(data); });
     return cudaSuccess;
-}
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
-    LOCK;
-    delete e; /* (nodes already launched were copied into their stream) */
-    return cudaSuccess;
-}
-cudaError_t cudaGraphDestroy(cudaGraph_t g) {
-    LOCK;
-    delete g;
-    return cudaSuccess;
-}
-
-/* Test hook: cudaGraphLaunch calls so far. */
-uint64_t ll_cuda_emu_graph_launches(void) {
-    LOCK;
-    return g_graph_launches;
 }
 
 } // extern "C"

@@ -1,0 +1,431 @@
+/* CUDA graphs of the emulation (tests only; docs/cuda-backend.md, "Testing
+ * without a GPU"): stream capture, conditional nodes, instantiation, update,
+ * launch.
+ *
+ * A capturing stream records its work into the graph instead of queueing it; a
+ * launch queues the graph's nodes in order.  The capture rules CUDA enforces
+ * live in emu_runtime.cc (what invalidates a capture); cudaGraphExecUpdate
+ * takes nodes of the same types in the same order (a kernel node may get
+ * another kernel, grid or arguments) and refuses another node count or type.
+ *
+ * Graphs are node lists in an order that respects the dependencies: a node
+ * goes right after the last node it depends on (the end, for a chain).  So a
+ * node captured without depending on a conditional node added by
+ * cudaGraphAddNode (cudaStreamUpdateCaptureDependencies forgotten) runs before
+ * that conditional here, as it may on a GPU.
+ *
+ * Conditional nodes (IF with one or two bodies; CUDA 12.4 / 12.8): handles
+ * belong to a graph and serve nodes in it or in its bodies; every handle must
+ * serve a node by instantiation (CUDA: "may cause instantiation to fail"; the
+ * emulation always fails).  Bodies hold kernels, copies, memsets and
+ * conditionals only: a host function captured into one invalidates its capture
+ * and every capture of the graphs above it.  An executable graph keeps its own
+ * copy of the bodies and its own values; a launch first resets the handles made
+ * with cudaGraphCondAssignDefault, and a conditional node runs, in stream
+ * order, the body its value selects.  cudaGraphSetConditional (from a kernel)
+ * outside a graph launch, or with a handle the launched graph does not have,
+ * stops the process. */
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+
+#include "emu_internal.h"
+
+namespace ll_emu {
+
+graph_values *g_graph_running;
+
+namespace {
+uint64_t g_graph_launches;
+unsigned long long g_capture_ids, g_handle_ids = 0x5eed0000ull; /* not 0 or 1: a value is no handle */
+
+cudaError_t err(cudaError_t e) {
+    set_last_error(e);
+    return e;
+}
+
+/* where in g a node depending on deps goes: right after the last of them */
+size_t position_after(const CUgraph_st *g, const cudaGraphNode_t *deps, size_t n) {
+    if (n == 1 && !g->nodes.empty() && g->nodes.back().id == deps[0]) return g->nodes.size(); /* a chain */
+    size_t pos = 0;
+    for (size_t i = 0; i < g->nodes.size(); i++)
+        for (size_t k = 0; k < n; k++)
+            if (g->nodes[i].id == deps[k]) pos = std::max(pos, i + 1);
+    return pos;
+}
+CUgraphNode_st *insert_node(CUgraph_st *g, CUgraph_st::node n, size_t pos) {
+    g->ids.emplace_back(new CUgraphNode_st{g});
+    n.id = g->ids.back().get();
+    g->nodes.insert(g->nodes.begin() + (long)pos, std::move(n));
+    return g->ids.back().get();
+}
+/* 0 when deps are distinct nodes of g with default edges */
+cudaError_t check_deps(const CUgraph_st *g, const cudaGraphNode_t *deps, const cudaGraphEdgeData *data, size_t n) {
+    if (n && !deps) return cudaErrorInvalidValue;
+    for (size_t i = 0; i < n; i++) {
+        if (!deps[i] || deps[i]->graph != g) return cudaErrorInvalidValue;
+        for (size_t k = 0; k < i; k++)
+            if (deps[k] == deps[i]) return cudaErrorInvalidValue;
+        static const cudaGraphEdgeData zero = {};
+        if (data && memcmp(&data[i], &zero, sizeof zero)) return cudaErrorInvalidValue; /* (not modelled) */
+    }
+    return cudaSuccess;
+}
+const CUgraph_st *capturing_in(const CUgraph_st *g) {
+    if (g->capturer) return g;
+    for (const auto &n : g->nodes)
+        if (n.cond)
+            for (unsigned i = 0; i < n.cond->size; i++)
+                if (const CUgraph_st *b = capturing_in(n.cond->body[i].get())) return b;
+    return nullptr;
+}
+/* An executable copy (the graph may be changed or destroyed after instantiation). */
+std::shared_ptr<CUgraph_st> clone(const CUgraph_st &g, CUgraph_st *parent) {
+    auto c = std::make_shared<CUgraph_st>();
+    c->parent = parent;
+    c->handles = g.handles;
+    for (const auto &n : g.nodes) {
+        CUgraph_st::node m{n.what, n.func, n.fn, n.kind, nullptr, nullptr};
+        if (n.cond) {
+            m.cond = std::make_shared<CUgraph_st::cond_part>(*n.cond);
+            for (unsigned i = 0; i < n.cond->size; i++) {
+                m.cond->body[i] = clone(*n.cond->body[i], c.get());
+                m.cond->out[i] = m.cond->body[i].get();
+            }
+        }
+        c->nodes.push_back(std::move(m));
+    }
+    return c;
+}
+/* What instantiation requires of g and its bodies; collects the handles and those in use. */
+cudaError_t check_tree(const CUgraph_st &g, bool body, std::vector<graph_values::def> &defs,
+                       std::vector<cudaGraphConditionalHandle> &used) {
+    if (g.broken) return cudaErrorInvalidValue; /* a body whose capture was invalidated */
+    if (g.capturer) return cudaErrorInvalidValue;
+    defs.insert(defs.end(), g.handles.begin(), g.handles.end());
+    for (const auto &n : g.nodes) {
+        if (body && n.kind == NODE_HOST) return cudaErrorNotSupported;
+        if (!n.cond) continue;
+        used.push_back(n.cond->handle);
+        for (unsigned i = 0; i < n.cond->size; i++)
+            if (cudaError_t e = check_tree(*n.cond->body[i], true, defs, used)) return e;
+    }
+    return cudaSuccess;
+}
+cudaError_t make_values(const CUgraph_st &g, std::shared_ptr<graph_values> *out) {
+    auto v = std::make_shared<graph_values>();
+    std::vector<cudaGraphConditionalHandle> used;
+    if (cudaError_t e = check_tree(g, false, v->defs, used)) return e;
+    for (const auto &d : v->defs) {
+        if (std::find(used.begin(), used.end(), d.h) == used.end()) return cudaErrorInvalidValue; /* serves no node */
+        v->value.emplace_back(d.h, d.value);
+    }
+    std::sort(v->value.begin(), v->value.end());
+    *out = v;
+    return cudaSuccess;
+}
+unsigned *value_of(graph_values *v, cudaGraphConditionalHandle h) {
+    auto it = std::lower_bound(v->value.begin(), v->value.end(), std::make_pair(h, 0u));
+    return it != v->value.end() && it->first == h ? &it->second : nullptr;
+}
+void run_nodes(const CUgraph_st &g);
+/* A conditional node, when the nodes before it have run. */
+void run_cond(const CUgraph_st::cond_part &c) {
+    const unsigned *v = g_graph_running ? value_of(g_graph_running, c.handle) : nullptr;
+    if (!v) fail("a conditional node runs without its handle's value (emulation defect)");
+    if (*v) run_nodes(*c.body[0]);
+    else if (c.size == 2) run_nodes(*c.body[1]);
+}
+void run_nodes(const CUgraph_st &g) {
+    for (const auto &n : g.nodes) {
+        if (n.cond) run_cond(*n.cond);
+        else n.fn();
+    }
+}
+/* node kinds as cudaGraphExecUpdate compares them, recursively through bodies */
+cudaGraphExecUpdateResult match(const CUgraph_st &a, const CUgraph_st &b) {
+    if (a.nodes.size() != b.nodes.size()) return cudaGraphExecUpdateErrorTopologyChanged;
+    for (size_t i = 0; i < a.nodes.size(); i++) {
+        const auto &x = a.nodes[i], &y = b.nodes[i];
+        if (x.kind != y.kind) return cudaGraphExecUpdateErrorNodeTypeChanged;
+        if (!x.cond) continue;
+        if (x.cond->type != y.cond->type || x.cond->size != y.cond->size)
+            return cudaGraphExecUpdateErrorParametersChanged; /* "changing node parameters is not supported" */
+        for (unsigned k = 0; k < x.cond->size; k++)
+            if (cudaGraphExecUpdateResult r = match(*x.cond->body[k], *y.cond->body[k])) return r;
+    }
+    return cudaGraphExecUpdateSuccess;
+}
+bool has_cond(const CUgraph_st &g) {
+    for (const auto &n : g.nodes)
+        if (n.cond) return true;
+    return false;
+}
+} // namespace
+
+int node_kind_of(const char *what, const void *func) {
+    if (func) return NODE_KERNEL;
+    if (!strncmp(what, "cudaMemcpy", 10)) return NODE_COPY;
+    if (!strncmp(what, "cudaMemset", 10)) return NODE_MEMSET;
+    if (!strcmp(what, "cudaLaunchHostFunc")) return NODE_HOST;
+    return NODE_KERNEL; /* a library's work (a matmul, a sort, a collective) is kernels */
+}
+
+void capture_node(CUstream_st *st, CUgraph_st::node n) {
+    if (st->cap_broken) return;
+    CUgraph_st *g = st->cap;
+    CUgraphNode_st *id = insert_node(g, std::move(n), position_after(g, st->cap_deps.data(), st->cap_deps.size()));
+    st->cap_deps.assign(1, id);
+}
+
+} // namespace ll_emu
+
+struct CUgraphExec_st {
+    std::shared_ptr<CUgraph_st> root; /* the executable copy */
+    std::shared_ptr<ll_emu::graph_values> vals;
+};
+
+using namespace ll_emu;
+
+#define LOCK std::lock_guard<std::recursive_mutex> lk_(emu_mutex())
+
+extern "C" {
+
+/* Device side: the value of h for the graph launch running this kernel. */
+void cudaGraphSetConditional(cudaGraphConditionalHandle h, unsigned int value) {
+    if (!g_graph_running)
+        fail("cudaGraphSetConditional(handle %#llx) in a kernel that is not part of a graph launch", h);
+    unsigned *v = value_of(g_graph_running, h);
+    if (!v) fail("cudaGraphSetConditional(handle %#llx): not a handle of the graph being launched", h);
+    *v = value;
+}
+
+static cudaError_t begin_capture(CUstream_st *s, CUgraph_st *g, bool owned, const cudaGraphNode_t *deps,
+                                 size_t n, cudaStreamCaptureMode mode) {
+    s->cap = g;
+    s->cap_owned = owned;
+    s->cap_mode = mode;
+    s->cap_broken = NULL;
+    s->cap_thread = thread_self();
+    s->cap_id = ++g_capture_ids;
+    s->cap_deps.assign(deps, deps + n);
+    g->capturer = s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+    LOCK;
+    if (!s) return err(cudaErrorStreamCaptureUnsupported); /* not the legacy stream */
+    if (s->cap) return err(cudaErrorIllegalState);
+    return begin_capture(s, new CUgraph_st(), true, NULL, 0, mode);
+}
+/* Capture into an existing graph (a conditional body): one capture into a graph at a time. */
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t *deps,
+                                          const cudaGraphEdgeData *data, size_t n, cudaStreamCaptureMode mode) {
+    LOCK;
+    if (!s) return err(cudaErrorStreamCaptureUnsupported);
+    if (!g) return err(cudaErrorInvalidValue);
+    if (s->cap || g->capturer) return err(cudaErrorIllegalState);
+    if (cudaError_t e = check_deps(g, deps, data, n)) return err(e);
+    return begin_capture(s, g, false, deps, n, mode);
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    LOCK;
+    *g = NULL;
+    if (!s || !s->cap) return err(cudaErrorIllegalState);
+    if (s->cap_mode != cudaStreamCaptureModeRelaxed && s->cap_thread != thread_self())
+        return err(cudaErrorStreamCaptureWrongThread);
+    CUgraph_st *graph = s->cap;
+    graph->capturer = NULL;
+    s->cap = NULL;
+    s->cap_deps.clear();
+    if (const CUgraph_st *b = capturing_in(graph))
+        fail("cudaStreamEndCapture of a graph while stream %p still captures into its conditional body %p",
+             (void *)b->capturer, (const void *)b);
+    if (s->cap_broken) { /* the capture is lost (a body stays its node's, unusable); the stream is usable again */
+        if (s->cap_owned) delete graph;
+        return err(cudaErrorStreamCaptureInvalidated);
+    }
+    *g = graph;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+    LOCK;
+    CUstream_st *st = stream_of(s);
+    *status = !st->cap ? cudaStreamCaptureStatusNone
+              : st->cap_broken ? cudaStreamCaptureStatusInvalidated
+                               : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+/* (CUDA 13's signature) outside a capture: status None, nothing else */
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, cudaStreamCaptureStatus *status, unsigned long long *id,
+                                     cudaGraph_t *graph, const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
+                                     size_t *n) {
+    LOCK;
+    if (!status || (edges && !deps)) return err(cudaErrorInvalidValue);
+    CUstream_st *st = stream_of(s);
+    *status = !st->cap ? cudaStreamCaptureStatusNone
+              : st->cap_broken ? cudaStreamCaptureStatusInvalidated
+                               : cudaStreamCaptureStatusActive;
+    if (id) *id = st->cap ? st->cap_id : 0;
+    if (graph) *graph = st->cap;
+    st->cap_edges.assign(st->cap_deps.size(), cudaGraphEdgeData{});
+    if (deps) *deps = st->cap && !st->cap_deps.empty() ? st->cap_deps.data() : NULL;
+    if (edges) *edges = st->cap && !st->cap_deps.empty() ? st->cap_edges.data() : NULL;
+    if (n) *n = st->cap ? st->cap_deps.size() : 0;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t s, cudaGraphNode_t *deps,
+                                                const cudaGraphEdgeData *data, size_t n, unsigned int flags) {
+    LOCK;
+    CUstream_st *st = stream_of(s);
+    if (!st->cap) return err(cudaErrorIllegalState);
+    if (flags != cudaStreamAddCaptureDependencies && flags != cudaStreamSetCaptureDependencies)
+        return err(cudaErrorInvalidValue);
+    if (cudaError_t e = check_deps(st->cap, deps, data, n)) return err(e);
+    if (st->cap_broken) return err(cudaErrorStreamCaptureInvalidated);
+    if (flags == cudaStreamSetCaptureDependencies) st->cap_deps.clear();
+    for (size_t i = 0; i < n; i++)
+        if (std::find(st->cap_deps.begin(), st->cap_deps.end(), deps[i]) == st->cap_deps.end())
+            st->cap_deps.push_back(deps[i]);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphCreate(cudaGraph_t *g, unsigned int flags) {
+    LOCK;
+    if (!g || flags) return err(cudaErrorInvalidValue);
+    *g = new CUgraph_st();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *h, cudaGraph_t g, unsigned int def,
+                                             unsigned int flags) {
+    LOCK;
+    if (!h || !g || (flags & ~(unsigned)cudaGraphCondAssignDefault)) return err(cudaErrorInvalidValue);
+    *h = ++g_handle_ids;
+    g->handles.push_back(graph_values::def{*h, def, flags});
+    return cudaSuccess;
+}
+/* Only conditional nodes (the rest is captured); IF with one or two bodies. */
+cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t g, const cudaGraphNode_t *deps,
+                             const cudaGraphEdgeData *data, size_t n, cudaGraphNodeParams *p) {
+    LOCK;
+    if (!node || !g || !p) return err(cudaErrorInvalidValue);
+    if (p->type != cudaGraphNodeTypeConditional) return err(cudaErrorNotSupported);
+    if (cudaError_t e = check_deps(g, deps, data, n)) return err(e);
+    cudaConditionalNodeParams &c = p->conditional;
+    if (c.type == cudaGraphCondTypeWhile || c.type == cudaGraphCondTypeSwitch) return err(cudaErrorNotSupported);
+    if (c.type != cudaGraphCondTypeIf || (c.size != 1 && c.size != 2)) return err(cudaErrorInvalidValue);
+    bool known = false; /* the handle: of g or of a graph above it */
+    for (const CUgraph_st *a = g; a && !known; a = a->parent)
+        for (const auto &d : a->handles) known = known || d.h == c.handle;
+    if (!known) return err(cudaErrorInvalidValue);
+    auto cp = std::make_shared<CUgraph_st::cond_part>();
+    cp->handle = c.handle;
+    cp->type = c.type;
+    cp->size = c.size;
+    for (unsigned i = 0; i < c.size; i++) {
+        cp->body[i] = std::make_shared<CUgraph_st>();
+        cp->body[i]->parent = g;
+        cp->out[i] = cp->body[i].get();
+    }
+    c.phGraph_out = cp->out;
+    *node = insert_node(g, CUgraph_st::node{"conditional node", NULL, nullptr, NODE_COND, NULL, cp},
+                        position_after(g, deps, n));
+    return cudaSuccess;
+}
+/* the top-level nodes, as CUDA counts them */
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *n) {
+    LOCK;
+    if (!g || !n) return err(cudaErrorInvalidValue);
+    if (nodes) return err(cudaErrorNotSupported); /* the emulation only counts them */
+    *n = g->nodes.size();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
+    (void)flags;
+    LOCK;
+    if (!e || !g || g->parent) return err(cudaErrorInvalidValue); /* (a body runs as its node's) */
+    std::shared_ptr<graph_values> v;
+    if (cudaError_t r = make_values(*g, &v)) return err(r);
+    *e = new CUgraphExec_st{clone(*g, NULL), v};
+    return cudaSuccess;
+}
+/* The parameters of g's nodes into e when the two have as many nodes of the
+ * same types in the same order, conditionals of the same type and size with
+ * bodies that match in turn, as CUDA allows (a kernel node may change its
+ * kernel, grid and arguments; our graphs are chains, so the topology is the
+ * count); else e is unchanged and the caller instantiates g anew.  g's handles
+ * take the place of e's (CUDA pairs them; their defaults and flags are g's). */
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info) {
+    LOCK;
+    if (!e || !g) return err(cudaErrorInvalidValue);
+    cudaGraphExecUpdateResult r = match(*e->root, *g);
+    std::shared_ptr<graph_values> v;
+    if (r == cudaGraphExecUpdateSuccess && make_values(*g, &v) != cudaSuccess) r = cudaGraphExecUpdateErrorNotSupported;
+    if (info) *info = cudaGraphExecUpdateResultInfo{r, NULL, NULL};
+    if (r != cudaGraphExecUpdateSuccess) return err(cudaErrorGraphExecUpdateFailure);
+    e->root = clone(*g, NULL);
+    e->vals = v;
+    return cudaSuccess;
+}
+/* Every node, in order, on s (each a stream operation of its own, as the stream
+ * runs them; ll_cuda_emu_stream_ops counted them when they were captured); the
+ * handles with cudaGraphCondAssignDefault take their defaults first. */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+    LOCK;
+    if (!e) return err(cudaErrorInvalidValue);
+    CUstream_st *st = stream_of(s);
+    if (st->cap) {
+        if (has_cond(*e->root)) { /* its handles are its own: not copied into another graph */
+            break_capture(st, "cudaGraphLaunch of a graph with conditional nodes into a capture");
+            return err(cudaErrorStreamCaptureUnsupported);
+        }
+        for (const CUgraph_st::node &n : e->root->nodes)
+            capture_node(st, CUgraph_st::node{n.what, n.func, n.fn, n.kind, NULL, nullptr});
+        g_graph_launches++;
+        return cudaSuccess;
+    }
+    const std::shared_ptr<graph_values> v = e->vals;
+    if (!v->defs.empty()) {
+        st->q.push_back(CUstream_st::item{"graph launch: conditional defaults", [v]() {
+                                              for (const auto &d : v->defs)
+                                                  if (d.flags & cudaGraphCondAssignDefault) *value_of(v.get(), d.h) = d.value;
+                                          },
+                                          NULL, 0, v});
+        st->queued++;
+    }
+    for (const CUgraph_st::node &n : e->root->nodes) {
+        std::function<void()> fn = n.fn;
+        if (n.cond) fn = [c = n.cond]() { run_cond(*c); };
+        st->q.push_back(CUstream_st::item{n.what, std::move(fn), NULL, 0, v});
+        st->queued++;
+    }
+    note_queued();
+    g_graph_launches++;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+    LOCK;
+    delete e; /* (nodes already launched hold what they need) */
+    return cudaSuccess;
+}
+/* A body belongs to its node (destroyed with its graph); a graph still captured into
+ * (or one of its bodies) cannot be destroyed. */
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    LOCK;
+    if (!g) return err(cudaErrorInvalidValue);
+    if (g->parent) return err(cudaErrorInvalidValue);
+    if (const CUgraph_st *b = capturing_in(g))
+        fail("cudaGraphDestroy of a graph while stream %p captures into it or its body %p", (void *)b->capturer,
+             (const void *)b);
+    delete g;
+    return cudaSuccess;
+}
+
+/* Test hook: cudaGraphLaunch calls so far. */
+uint64_t ll_cuda_emu_graph_launches(void) {
+    LOCK;
+    return g_graph_launches;
+}
+
+} // extern "C"
