@@ -91,6 +91,11 @@ cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void 
                                      int Tk, int H, int Dh, int causal, float p, const ll_philox *rng,
                                      uint64_t rng_offset);
 
+/* ---- conditional nodes (kernels/graph_cond.cu) ----------------------------------
+ * Sets h to (*run != 0) when the kernel runs: the condition of an IF node whose
+ * bodies were captured into the graph that launches it. */
+cudaError_t ll_cuda_launch_cond_set(cudaStream_t stream, cudaGraphConditionalHandle h, const uint8_t *run);
+
 /* ---- Philox (kernels/philox.cu; device functions in kernels/philox.cuh) -------
  * out[i] = ll_philox_u32(r, offset + i) / ll_philox_uniform(r, offset + i),
  * bit for bit the CPU stream of src/core/rng.c. */

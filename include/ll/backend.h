@@ -155,6 +155,7 @@ typedef struct {
     uint64_t instantiations; /* ... or built anew */
     uint64_t replays;        /* graph_replay launched a kept graph: no capture */
     uint64_t launches;       /* all graph launches (captured or replayed) */
+    uint64_t conditionals;   /* conditional nodes in all captured graphs (cond_if) */
 } ll_graph_stats;
 
 struct ll_backend {
@@ -195,6 +196,17 @@ struct ll_backend {
     void (*graph_end)(ll_backend *be, uint64_t fp, uint64_t family);
     int (*graph_replay)(ll_backend *be, uint64_t fp);
     void (*graph_stats)(ll_backend *be, ll_graph_stats *out); /* counts since the device was first used */
+    /* Inside a captured step, one of two op sequences chosen at each launch
+     * (a CUDA IF node with an else body): the ops queued between cond_if and
+     * cond_else run when the byte *run (backend memory) is non-zero, those
+     * between cond_else and cond_end when it is zero.  host_run is that byte's
+     * value, known to the host: a backend that is not capturing (or has no
+     * conditionals) returns -1 and the caller queues only the ops of that
+     * branch (ll_backend_fingerprint does).  0: both branches are recorded.
+     * Calls nest. */
+    int (*cond_if)(ll_backend *be, const uint8_t *run, int host_run);
+    void (*cond_else)(ll_backend *be);
+    void (*cond_end)(ll_backend *be);
     /* dst[i] = src[i] converted (round to nearest even when narrowing); the
      * master -> weight-copy refresh, logits to fp32 for the host, tests. */
     void (*convert)(ll_backend *be, void *dst, ll_dtype dst_type, const void *src, ll_dtype src_type, size_t n);

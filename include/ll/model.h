@@ -69,6 +69,13 @@ typedef struct {
     uint8_t skip;       /* layer is the identity: not computed at all */
     uint8_t skip_cross; /* decoder: only the self-attention path (no cross-attention) */
     uint8_t off;        /* latent layer dropped at inference (z = 0): see ll_layer_off */
+    /* LayerDrop / cross-attention drop inside a CUDA graph (ll_model.drop_conds):
+     * may_skip(_cross), set once by the trainer, say the decision varies from
+     * step to step; run_at/cross_at are then !skip / !skip_cross as bytes in
+     * backend memory (uploaded with each batch), read by the graph's conditional
+     * nodes, so that one graph serves every draw (NULL: not uploaded) */
+    uint8_t may_skip, may_skip_cross;
+    const uint8_t *run_at, *cross_at;
 } ll_layer_ctl;
 
 /* z = 0 (a latent layer dropped at inference, a host decision): the
@@ -153,6 +160,14 @@ typedef struct ll_model {
      * where the backend has graph_begin (the trainer sets it: train.cuda_graphs) */
     int graphs;
     ll_backend *graph_fp; /* the fingerprinting wrapper of be those steps run on (transformer.c) */
+    /* LayerDrop and cross-attention drop as data in those graphs: the layers and
+     * branches whose ctl says may_skip(_cross) are queued with both outcomes
+     * (backend cond_if: the branch, or its identity) and the step's draws are
+     * uploaded with the batch, so a kept graph is replayed whatever they are.
+     * 1: while graphs are on (the trainer sets it); 2: also without graphs
+     * (tests: the same ops, the host's branch only); 0: skipped ops not queued */
+    int drop_conds;
+    int cond_active; /* set while a training step runs that way (transformer.c) */
     /* [n_table]: the tensor's gradient is still zero since ll_model_zero_grads
      * (NULL: unknown), so a linear layer's first weight/bias gradient of the
      * update overwrites it (beta 0, BGRAD set) instead of adding */

@@ -14,11 +14,16 @@
 #include "ll/core.h"
 
 #define SLOTS (sizeof(ll_backend) / sizeof(void *))
+#define COND_MAX 8 /* conditionals nested */
 
 typedef struct {
     void *p;
     size_t n;
 } dry_alloc;
+
+typedef struct {
+    uint8_t fwd, run, in_else, drops;
+} cond_frame;
 
 typedef struct {
     ll_backend be; /* first: the wrapper is handed out as an ll_backend */
@@ -29,6 +34,10 @@ typedef struct {
     int timing; /* ll_backend_timing: each op timed between syncs of the inner backend */
     int fingerprint; /* ll_backend_fingerprint: every op hashed into fp (alloc/free always run) */
     uint64_t fp;
+    /* cond_if frames: fwd, the inner backend records both branches; else only the
+     * host's branch is forwarded (off > 0 while inside the other one) */
+    cond_frame cond[COND_MAX];
+    int cond_depth, off;
     uintptr_t next;
     dry_alloc *live;
     size_t n_live, cap_live;
@@ -37,6 +46,7 @@ typedef struct {
 /* Count the op and its CUDA launches; the backend to run it on, or NULL in dry mode. */
 static ll_backend *tick_l(ll_backend *be, size_t off, uint64_t launches) {
     counting *k = (counting *)be;
+    if (k->off) return NULL; /* the branch of a conditional the host did not take */
     if (k->fingerprint) return k->dry ? NULL : k->inner; /* (counts unused: no atomics on its path) */
     __atomic_fetch_add(&k->c.per_op[off / sizeof(void *)], 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&k->c.calls, 1, __ATOMIC_RELAXED);
@@ -184,6 +194,7 @@ static uint64_t gemm_launches(const ll_gemm_desc *g) {
 static void *c_alloc(ll_backend *be, size_t n) {
     counting *k = (counting *)be;
     ll_backend *in = tick_l(be, offsetof(ll_backend, alloc), 1); /* CUDA zeroes it: one memset */
+    if (!k->dry) in = k->inner; /* (memory is allocated in either branch of a conditional) */
     if (k->fingerprint) { /* memory is real in a shadow run too: the address goes into the hash */
         void *p = k->inner->alloc(k->inner, n);
         fp_u64(k, offsetof(ll_backend, alloc)), fp_u64(k, n), FP_PTR(k, p);
@@ -204,6 +215,7 @@ static void *c_alloc(ll_backend *be, size_t n) {
 static void c_free(ll_backend *be, void *p) {
     counting *k = (counting *)be;
     ll_backend *in = tick(be, offsetof(ll_backend, free));
+    if (!k->dry) in = k->inner;
     if (k->fingerprint) {
         fp_u64(k, offsetof(ll_backend, free)), FP_PTR(k, p);
         in = k->inner;
@@ -350,6 +362,40 @@ OPL(linear_packed, 0,
     (((counting *)be)->inner, Y, ldy, X, ldx, pk, bias, M))
 OPL(linear_unpack, 0, (ll_backend * be, void *pk), (((counting *)be)->inner, pk))
 
+/* Conditionals: hashed by the flag's address (its value is data); forwarded
+ * when the inner backend records both branches (a CUDA capture), else only the
+ * ops of the host's branch go through. */
+static int c_cond_if(ll_backend *be, const uint8_t *run, int host_run) {
+    counting *k = (counting *)be;
+    if (k->cond_depth == COND_MAX) ll_die("backend: conditionals nested deeper than %d", COND_MAX);
+    if (k->fingerprint) fp_u64(k, offsetof(ll_backend, cond_if)), FP_PTR(k, run);
+    ll_backend *in = tick_l(be, offsetof(ll_backend, cond_if), 1); /* the condition's kernel (and the node) */
+    const int fwd = in && in->cond_if && in->cond_if(in, run, host_run) == 0;
+    const int drops = !fwd && !k->dry && !host_run; /* (a shadow run hashes both branches) */
+    k->cond[k->cond_depth++] = (cond_frame){.fwd = (uint8_t)fwd, .run = host_run != 0, .drops = (uint8_t)drops};
+    k->off += drops;
+    return 0;
+}
+static void c_cond_else(ll_backend *be) {
+    counting *k = (counting *)be;
+    if (!k->cond_depth || k->cond[k->cond_depth - 1].in_else) ll_die("backend: cond_else without cond_if");
+    cond_frame *f = &k->cond[k->cond_depth - 1];
+    if (k->fingerprint) fp_u64(k, offsetof(ll_backend, cond_else));
+    k->off -= f->drops;
+    f->in_else = 1;
+    f->drops = !f->fwd && !k->dry && f->run;
+    k->off += f->drops;
+    if (f->fwd) k->inner->cond_else(k->inner);
+}
+static void c_cond_end(ll_backend *be) {
+    counting *k = (counting *)be;
+    if (!k->cond_depth) ll_die("backend: cond_end without cond_if");
+    cond_frame *f = &k->cond[--k->cond_depth];
+    if (k->fingerprint) fp_u64(k, offsetof(ll_backend, cond_end));
+    k->off -= f->drops;
+    if (f->fwd) k->inner->cond_end(k->inner);
+}
+
 /* host transfers: counted apart as well as per op */
 static void c_upload(ll_backend *be, void *dst, const void *src, size_t n) {
     counting *k = (counting *)be;
@@ -388,6 +434,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(adam);
     SET(copy_rows), SET(reorder_rows), SET(beam_topk), SET(attention_cached), SET(beam_ancestry);
     SET(linear_pack), SET(linear_packed), SET(linear_unpack);
+    w->be.cond_if = c_cond_if, w->be.cond_else = c_cond_else, w->be.cond_end = c_cond_end; /* (any inner) */
     return &w->be;
 }
 #undef SET
@@ -477,7 +524,8 @@ const char *ll_backend_op_name(size_t slot) {
         N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(residual_ln_fwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
-        N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
+        N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack),
+        N(cond_if)};
 #undef N
     return slot < SLOTS && names[slot] ? names[slot] : "?";
 }

@@ -209,37 +209,42 @@ static int site_of(ll_sub_kind kind) { return kind == SUB_SELF ? SITE_SELF : kin
 static const real *gate_ptr(const ll_block *k) { return k->ctl ? k->ctl->gate : NULL; }
 static const real *alpha_ptr(const ll_model *m, const ll_block *k) { return k->alpha ? m->params + k->alpha : NULL; }
 
-void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
+/* The branch off (cross-attention drop, or a latent z = 0 at inference):
+ * pre-norm/ReZero y = x, post-norm y = LN(x).  y_into (a conditional's
+ * else branch): y is written there, with the layer norm that reads it. */
+static void block_off_fwd(ll_model *m, ll_block *k, ll_act *y_into) {
     ll_backend *be = m->be;
-    const int C = m->hp.C, N = p->B * p->T;
+    const int C = m->hp.C, N = k->n_rows;
     const size_t n = (size_t)N * C;
-    const ll_layer_ctl *ctl = k->ctl;
-    const int post = m->hp.post_norm, rezero = k->alpha != 0;
-    k->mode = BLOCK_RUN;
-    if (ctl && ctl->skip) { /* the whole layer is the identity (LayerDrop, pruned latent layer) */
-        k->mode = BLOCK_IDENTITY;
+    k->mode = BLOCK_OFF;
+    if (m->hp.post_norm) {
+        k->y = y_into ? y_into : ll_buf(m, n);
+        be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->x, m->params + k->ln_w, m->params + k->ln_b, N, C);
+        return;
+    }
+    if (!y_into) {
         k->y = (ll_act *)k->x;
         return;
     }
-    if (k->ln_done && (post || rezero)) ll_die("internal: a pre-norm LN handed to a post-norm/ReZero block");
-    if (!k->ln_done) {
-        k->mean = ll_fbuf(m, N);
-        k->rstd = ll_fbuf(m, N);
+    k->y = y_into;
+    be->copy(be, y_into, k->x, ACT_BYTES(m, n));
+    if (k->has_next_ln) { /* what the residual sum's op computes in the other branch */
+        const ll_ln_target *t = &k->next_ln;
+        be->layernorm_fwd(be, *t->u, *t->mean, *t->rstd, y_into, m->params + t->w, m->params + t->b, N, C);
+        *t->done = 1;
     }
-    /* branch off (CAD, or a latent z = 0 at inference): pre/ReZero y = x, post y = LN(x) */
-    if (ll_layer_off(ctl) || (ctl && ctl->skip_cross && k->kind == SUB_CROSS)) {
-        k->mode = BLOCK_OFF;
-        if (!post) {
-            k->y = (ll_act *)k->x;
-        } else {
-            k->a = (ll_act *)k->x;
-            k->y = ll_buf(m, n);
-            be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->a, m->params + k->ln_w, m->params + k->ln_b, N, C);
-        }
-        return;
-    }
+}
+
+/* The branch computed: y = x + z alpha drop(Sub(...)) (and its norms).  y_into:
+ * y and the next layer norm's buffers are given (a conditional's if branch). */
+static void block_run_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, ll_act *y_into) {
+    ll_backend *be = m->be;
+    const int C = m->hp.C, N = k->n_rows;
+    const size_t n = (size_t)N * C;
+    const int post = m->hp.post_norm, rezero = k->alpha != 0;
+    k->mode = BLOCK_RUN;
     const real *gate = gate_ptr(k), *alpha = alpha_ptr(m, k);
-    k->y = ll_buf(m, n);
+    k->y = y_into ? y_into : ll_buf(m, n);
     ll_act *s = k->s = ll_buf(m, n);
     if (!post && !rezero) {
         if (k->ln_done) { /* u, mean, rstd: the previous block's residual_ln_fwd */
@@ -269,9 +274,11 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
                             m->params + k->ln_w, m->params + k->ln_b, N, C);
     } else if (k->has_next_ln) {
         const ll_ln_target *t = &k->next_ln;
-        *t->u = ll_buf(m, n);
-        *t->mean = ll_fbuf(m, N);
-        *t->rstd = ll_fbuf(m, N);
+        if (!y_into) {
+            *t->u = ll_buf(m, n);
+            *t->mean = ll_fbuf(m, N);
+            *t->rstd = ll_fbuf(m, N);
+        }
         be->residual_ln_fwd(be, k->y, s, k->x, gate, alpha, k->drop_p, rng, k->drop_off, *t->u, *t->mean, *t->rstd,
                             m->params + t->w, m->params + t->b, N, C);
         *t->done = 1;
@@ -280,25 +287,76 @@ void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     }
 }
 
-void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, ll_act *dy, ll_act *dx, int dx_fresh) {
-    ll_backend *be = m->be;
+void ll_block_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer) {
     const int C = m->hp.C, N = p->B * p->T;
+    const size_t n = (size_t)N * C;
+    const ll_layer_ctl *ctl = k->ctl;
+    const int post = m->hp.post_norm, rezero = k->alpha != 0;
+    k->n_rows = N;
+    k->mode = BLOCK_RUN;
+    if (ctl && ctl->skip && !ll_cond_layer(m, ctl)) { /* the whole layer is the identity (LayerDrop, pruned latent layer) */
+        k->mode = BLOCK_IDENTITY;
+        k->y = (ll_act *)k->x;
+        return;
+    }
+    if (k->ln_done && (post || rezero)) ll_die("internal: a pre-norm LN handed to a post-norm/ReZero block");
+    if (!k->ln_done) {
+        k->mean = ll_fbuf(m, N);
+        k->rstd = ll_fbuf(m, N);
+    }
+    if (ll_cond_cross(m, k)) { /* both outcomes queued; the uploaded draw picks one at each launch */
+        ll_backend *be = m->be;
+        ll_act *y = k->y_into ? k->y_into : ll_buf(m, n);
+        if (k->has_next_ln) {
+            const ll_ln_target *t = &k->next_ln;
+            *t->u = ll_buf(m, n);
+            *t->mean = ll_fbuf(m, N);
+            *t->rstd = ll_fbuf(m, N);
+        }
+        be->cond_if(be, ctl->cross_at, !ctl->skip_cross);
+        block_run_fwd(m, k, p, layer, y);
+        be->cond_else(be);
+        block_off_fwd(m, k, y);
+        be->cond_end(be);
+        k->mode = BLOCK_COND;
+        k->ln_done = 0;
+        return;
+    }
+    if (ll_layer_off(ctl) || (ctl && ctl->skip_cross && k->kind == SUB_CROSS)) {
+        block_off_fwd(m, k, k->y_into);
+        return;
+    }
+    block_run_fwd(m, k, p, layer, k->y_into);
+}
+
+/* dx_fresh: dx holds garbage, so the first contribution is a copy (saves a memset) */
+static void first(ll_model *m, ll_act *dx, const ll_act *src, size_t n, int dx_fresh) {
+    if (dx_fresh)
+        m->be->copy(m->be, dx, src, ACT_BYTES(m, n));
+    else
+        m->be->acc(m->be, dx, src, n);
+}
+
+/* Backward of an identity (skipped layer) or a branch that was off. */
+static void block_off_bwd(ll_model *m, ll_block *k, ll_act *dy, ll_act *dx, int dx_fresh) {
+    ll_backend *be = m->be;
+    const int C = m->hp.C, N = k->n_rows;
+    const size_t n = (size_t)N * C;
+    if (k->mode == BLOCK_IDENTITY || !m->hp.post_norm) {
+        first(m, dx, dy, n, dx_fresh);
+        return;
+    }
+    if (dx_fresh) be->memset0(be, dx, ACT_BYTES(m, n));
+    be->layernorm_bwd(be, dx, m->grads + k->ln_w, m->grads + k->ln_b, dy, k->x, m->params + k->ln_w, k->mean,
+                      k->rstd, N, C);
+}
+
+static void block_run_bwd(ll_model *m, ll_block *k, const ll_pass *p, ll_act *dy, ll_act *dx, int dx_fresh) {
+    ll_backend *be = m->be;
+    const int C = m->hp.C, N = k->n_rows;
     const size_t n = (size_t)N * C;
     ll_layer_ctl *ctl = k->ctl;
     const int post = m->hp.post_norm, rezero = k->alpha != 0;
-    /* dx_fresh: dx holds garbage, so the first contribution is a copy (saves a memset) */
-#define FIRST(dst, src) (dx_fresh ? be->copy(be, dst, src, ACT_BYTES(m, n)) : be->acc(be, dst, src, n))
-    if (k->mode == BLOCK_IDENTITY || (k->mode == BLOCK_OFF && !post)) {
-        FIRST(dx, dy);
-        return;
-    }
-    if (k->mode == BLOCK_OFF) {
-        if (dx_fresh) be->memset0(be, dx, ACT_BYTES(m, n));
-        be->layernorm_bwd(be, dx, m->grads + k->ln_w, m->grads + k->ln_b, dy, k->a, m->params + k->ln_w, k->mean,
-                          k->rstd, N, C);
-        return;
-    }
-#undef FIRST
     ll_act *ds = dy; /* gradient of the residual sum x + z alpha drop(s) */
     if (post) {
         ds = ll_zeros(m, n);
@@ -321,6 +379,23 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, ll_act *dy, ll_act
     }
 }
 
+void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, ll_act *dy, ll_act *dx, int dx_fresh) {
+    if (k->mode == BLOCK_COND) { /* the branches of the forward's conditional, in the same order */
+        ll_backend *be = m->be;
+        be->cond_if(be, k->ctl->cross_at, !k->ctl->skip_cross);
+        block_run_bwd(m, k, p, dy, dx, dx_fresh);
+        be->cond_else(be);
+        block_off_bwd(m, k, dy, dx, dx_fresh);
+        be->cond_end(be);
+        return;
+    }
+    if (k->mode == BLOCK_IDENTITY || k->mode == BLOCK_OFF) {
+        block_off_bwd(m, k, dy, dx, dx_fresh);
+        return;
+    }
+    block_run_bwd(m, k, p, dy, dx, dx_fresh);
+}
+
 /* One layer = its blocks in order (self-attention, [cross-attention,] FFN).
  * Here, not in transformer.c, so that the stack drivers (transformer.c and
  * dlcl.c) both call down into layers.c and never into each other. */
@@ -328,8 +403,11 @@ void ll_block_bwd(ll_model *m, ll_block *k, const ll_pass *p, ll_act *dy, ll_act
  * (Decided by the layer controls alone, which are set before the forward.) */
 static int runs_with_ln(const ll_model *m, const ll_block *k) {
     const ll_layer_ctl *ctl = k->ctl;
-    if (m->hp.post_norm || k->alpha || (ctl && ctl->skip) || ll_layer_off(ctl)) return 0;
-    return !(ctl && ctl->skip_cross && k->kind == SUB_CROSS);
+    if (m->hp.post_norm || k->alpha || ll_layer_off(ctl)) return 0;
+    if (ctl && ctl->skip && !ll_cond_layer(m, ctl)) return 0;
+    /* a conditional cross-attention block computes its LN when it runs, and its
+     * other branch the LN of the block after it */
+    return !(ctl && ctl->skip_cross && k->kind == SUB_CROSS && !ll_cond_cross(m, k));
 }
 
 /* The layer norm that reads block i's output, if one does directly: the next
@@ -358,14 +436,28 @@ static void find_next_ln(const ll_model *m, ll_stack_run *r, int i, int l) {
 }
 
 ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x) {
+    const ll_layer_ctl *ctl = r->blocks[l * r->per_layer].ctl;
+    const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
+    const int cond = ll_cond_layer(m, ctl);
+    ll_act *const x_in = x, *y = NULL;
+    if (cond) { /* LayerDrop in a graph: the layer, or y = x, chosen by the uploaded draw */
+        y = ll_buf(m, n);
+        m->be->cond_if(m->be, ctl->run_at, !ctl->skip);
+    }
     for (int j = 0; j < r->per_layer; j++) {
         ll_block *k = &r->blocks[l * r->per_layer + j];
         k->x = x;
+        k->y_into = cond && j == r->per_layer - 1 ? y : NULL;
         find_next_ln(m, r, l * r->per_layer + j, l);
         ll_block_fwd(m, k, &r->p, l);
         x = k->y;
     }
-    return x;
+    if (!cond) return x;
+    if (x != y) m->be->copy(m->be, y, x, ACT_BYTES(m, n)); /* (the last block's branch was off) */
+    m->be->cond_else(m->be);
+    m->be->copy(m->be, y, x_in, ACT_BYTES(m, n));
+    m->be->cond_end(m->be);
+    return y;
 }
 
 ll_act *ll_layer_fwd_into(ll_model *m, ll_stack_run *r, int l, ll_act *x, ll_act *dst) {
@@ -379,9 +471,17 @@ ll_act *ll_layer_fwd_into(ll_model *m, ll_stack_run *r, int l, ll_act *x, ll_act
 
 void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, ll_act *dy, ll_act *dx) {
     const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
+    const ll_layer_ctl *ctl = r->blocks[l * r->per_layer].ctl;
+    const int cond = ll_cond_layer(m, ctl);
+    ll_act *const dy_in = dy;
+    if (cond) m->be->cond_if(m->be, ctl->run_at, !ctl->skip);
     for (int j = r->per_layer - 1; j >= 0; j--) {
         ll_act *d = j == 0 ? dx : ll_buf(m, n);
         ll_block_bwd(m, &r->blocks[l * r->per_layer + j], &r->p, dy, d, 1);
         dy = d;
     }
+    if (!cond) return;
+    m->be->cond_else(m->be);
+    m->be->copy(m->be, dx, dy_in, ACT_BYTES(m, n));
+    m->be->cond_end(m->be);
 }

@@ -5,7 +5,7 @@
 #include "ll/model.h"
 
 typedef enum { SUB_SELF, SUB_CROSS, SUB_FFN } ll_sub_kind;
-enum { BLOCK_RUN = 0, BLOCK_IDENTITY = 1, BLOCK_OFF = 2 };
+enum { BLOCK_RUN = 0, BLOCK_IDENTITY = 1, BLOCK_OFF = 2, BLOCK_COND = 3 };
 
 /* Dropout sites: each gets its own Philox stream, so masks do not depend on
  * the order in which ops run (and match across backends). */
@@ -28,7 +28,10 @@ typedef struct {
     const ll_layer_offsets *L;
     ll_layer_ctl *ctl; /* the layer's gate/skip (shared by its blocks) */
     size_t alpha;      /* ReZero: offset of the layer's learnable scale (0 = none, and then LN as usual) */
-    int mode;          /* set by forward: BLOCK_RUN, BLOCK_IDENTITY (layer skipped), BLOCK_OFF (branch off) */
+    int mode;          /* set by forward: BLOCK_RUN, BLOCK_IDENTITY (layer skipped), BLOCK_OFF (branch off),
+                        * BLOCK_COND (both queued as a conditional: cross-attention drop in a graph) */
+    int n_rows;        /* B * T of the forward */
+    ll_act *y_into;    /* set by the caller: y goes there (the output of a conditional layer) */
     /* activations (ll_act: the backend's activation dtype); statistics are real */
     ll_act *s;       /* sub-layer output after dropout (for dgate) */
     const ll_act *x; /* input (owned by the previous block) */
@@ -56,6 +59,16 @@ typedef struct {
     ll_ln_target next_ln;
     int has_next_ln, ln_done;
 } ll_block;
+
+/* LayerDrop and cross-attention drop queued as conditionals (ll_model.drop_conds):
+ * in a step that runs that way, for a layer / cross-attention block whose draw
+ * varies and was uploaded. */
+static inline int ll_cond_layer(const ll_model *m, const ll_layer_ctl *c) {
+    return m->cond_active && c && c->may_skip && c->run_at;
+}
+static inline int ll_cond_cross(const ll_model *m, const ll_block *k) {
+    return m->cond_active && k->kind == SUB_CROSS && k->ctl && k->ctl->may_skip_cross && k->ctl->cross_at;
+}
 
 /* Slots of a decoder layer's packed weights (ll_inc.packed). */
 enum { PK_QKV, PK_O, PK_CQ, PK_CO, PK_FC1, PK_FC2 };

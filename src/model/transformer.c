@@ -69,6 +69,8 @@ ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
     /* across layers only here: DLCL feeds each layer a combination, and a forward that
      * releases each layer's temporaries would free what the next layer reads */
     r->fuse_across = !ll_dlcl_on(m, r->stack) && !ll_layer_releases(&r->p) && has_final_ln(m);
+    for (int l = 0; l < r->L; l++) /* a conditional layer's ops stay inside its branches */
+        if (ll_cond_layer(m, r->blocks[l * r->per_layer].ctl)) r->fuse_across = 0;
     if (ll_dlcl_on(m, r->stack)) {
         r->top = ll_dlcl_stack_fwd(m, r);
     } else {
@@ -149,11 +151,40 @@ static ll_pass dec_pass(const ll_batch *b, const ll_dev_batch *db, uint64_t seed
 
 /* Pack the batch on the host and upload it in one transfer (arena memory):
  * the step's scalars (ll_dev_batch), the tokens, the lengths. */
-#define BATCH_HEAD 16 /* double ald_w, uint32 rng step, 4 bytes of padding */
+#define BATCH_HEAD 16 /* double ald_w, uint32 rng step, 4 bytes of padding; then the draws */
+
+/* With drop_conds, the step's LayerDrop and cross-attention drop draws follow
+ * the head: per layer of each control array, the bytes !skip and !skip_cross,
+ * which the graph's conditionals read (ll_layer_ctl.run_at/cross_at). */
+static ll_layer_ctl *draw_ctls(ll_model *m, int i, int *L) {
+    *L = i ? m->hp.Ld : m->hp.Le;
+    return i == 0 ? m->enc_ctl : i == 1 ? m->dec_ctl : m->obj.ddr_dec_ctl;
+}
+static size_t draws_bytes(const ll_model *m) {
+    if (!m->drop_conds) return 0;
+    const size_t n = 2 * ((size_t)m->hp.Le + m->hp.Ld + (m->obj.ddr_dec_ctl ? m->hp.Ld : 0));
+    return (n + 15) & ~(size_t)15;
+}
+static void draws_write(ll_model *m, uint8_t *h) {
+    for (int i = 0, L; i < 3; i++) {
+        const ll_layer_ctl *c = draw_ctls(m, i, &L);
+        for (int l = 0; c && l < L; l++, h += 2) h[0] = !c[l].skip, h[1] = !c[l].skip_cross;
+    }
+}
+static void draws_point(ll_model *m, const uint8_t *d) {
+    for (int i = 0, L; i < 3; i++) {
+        ll_layer_ctl *c = draw_ctls(m, i, &L);
+        for (int l = 0; c && l < L; l++, d += 2) {
+            c[l].run_at = c[l].may_skip ? d : NULL;
+            c[l].cross_at = c[l].may_skip_cross ? d + 1 : NULL;
+        }
+    }
+}
 ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t seed, uint64_t step) {
     const size_t ns = (size_t)b->B * b->S, nt = (size_t)b->B * b->T;
     const size_t ntok = ns + 2 * nt + (ald ? 2 * ns : 0);
-    const size_t bytes = BATCH_HEAD + sizeof(int32_t) * ntok + 2 * sizeof(int) * (size_t)b->B;
+    const size_t head = BATCH_HEAD + draws_bytes(m);
+    const size_t bytes = head + sizeof(int32_t) * ntok + 2 * sizeof(int) * (size_t)b->B;
     ll_fwd_state *st = m->st;
     if (st->stage_cap < bytes) {
         st->stage = ll_realloc(st->stage, bytes);
@@ -161,10 +192,11 @@ ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t s
     }
     const double ald_w = b->B > 0 ? m->obj.ald_weight * b->n_tgt_tokens / (double)b->B : 0;
     const uint32_t rng_step = (uint32_t)step;
-    memset(st->stage, 0, BATCH_HEAD);
+    memset(st->stage, 0, head);
     memcpy(st->stage, &ald_w, sizeof ald_w);
     memcpy((char *)st->stage + sizeof ald_w, &rng_step, sizeof rng_step);
-    int32_t *h = (int32_t *)((char *)st->stage + BATCH_HEAD);
+    if (m->drop_conds) draws_write(m, (uint8_t *)st->stage + BATCH_HEAD);
+    int32_t *h = (int32_t *)((char *)st->stage + head);
     memcpy(h, b->src, sizeof(int32_t) * ns);
     memcpy(h + ns, b->tgt_in, sizeof(int32_t) * nt);
     memcpy(h + ns + nt, b->tgt_out, sizeof(int32_t) * nt);
@@ -174,7 +206,8 @@ ll_dev_batch ll_batch_upload(ll_model *m, const ll_batch *b, int ald, uint64_t s
     memcpy(lens + b->B, b->tgt_len, sizeof(int) * b->B);
     char *d = ll_arena_alloc(&m->arena, bytes);
     m->be->upload(m->be, d, st->stage, bytes);
-    const int32_t *t = (const int32_t *)(d + BATCH_HEAD);
+    if (m->drop_conds) draws_point(m, (const uint8_t *)d + BATCH_HEAD);
+    const int32_t *t = (const int32_t *)(d + head);
     const int *l = (const int *)(t + ntok);
     return (ll_dev_batch){.src = t, .tgt_in = t + ns, .tgt_out = t + ns + nt,
                           .ald_src = {ald ? t + ns + 2 * nt : NULL, ald ? t + 2 * ns + 2 * nt : NULL},
@@ -230,16 +263,18 @@ static void zero_dgates(ll_model *m) {
  * updated into a kept graph of its family (CUDA updates a graph whose nodes
  * have the same types in the same order, whatever their kernels and arguments);
  * the fingerprint (run_graph) says whether a kept graph is the step itself. */
-static uint64_t ctl_bits(const ll_layer_ctl *c) {
-    return (uint64_t)(c->skip | c->skip_cross << 1 | c->off << 2 | (c->gate != NULL) << 3 | (c->dgate != NULL) << 4);
+static uint64_t ctl_bits(const ll_model *m, const ll_layer_ctl *c) {
+    /* a draw queued as a conditional is data, not structure */
+    const int skip = c->skip && !ll_cond_layer(m, c), cross = c->skip_cross && !(m->cond_active && c->cross_at);
+    return (uint64_t)(skip | cross << 1 | c->off << 2 | (c->gate != NULL) << 3 | (c->dgate != NULL) << 4);
 }
 static uint64_t step_key(const ll_model *m, int ddr, int ald) {
     uint64_t h = 1469598103934665603ull;
 #define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
     MIX(ddr), MIX(ald);
-    for (int l = 0; l < m->hp.Le; l++) MIX(ctl_bits(&m->enc_ctl[l]));
-    for (int l = 0; l < m->hp.Ld; l++) MIX(ctl_bits(&m->dec_ctl[l]));
-    for (int l = 0; m->obj.ddr_dec_ctl && l < m->hp.Ld; l++) MIX(ctl_bits(&m->obj.ddr_dec_ctl[l]));
+    for (int l = 0; l < m->hp.Le; l++) MIX(ctl_bits(m, &m->enc_ctl[l]));
+    for (int l = 0; l < m->hp.Ld; l++) MIX(ctl_bits(m, &m->dec_ctl[l]));
+    for (int l = 0; m->obj.ddr_dec_ctl && l < m->hp.Ld; l++) MIX(ctl_bits(m, &m->obj.ddr_dec_ctl[l]));
 #undef MIX
     return h;
 }
@@ -364,7 +399,10 @@ static int run_graph(ll_model *m, const ll_batch *b, const ll_dev_batch *db, uin
         be->graph_end(be, fp, step_key(m, ddr, ald));
         rc = 0;
     }
-    if (rc < 0) m->graphs = 0; /* off for good: no more shadow runs */
+    if (rc < 0) { /* off for good: no more shadow runs, and skipped ops are not queued */
+        m->graphs = 0;
+        if (m->drop_conds == 1) m->drop_conds = 0;
+    }
     return rc;
 }
 
@@ -375,9 +413,20 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
     ll_arena_reset(&m->meta);
     const ll_dev_batch db = ll_batch_upload(m, b, ald, seed, step);
     /* from here on no host transfer: the rest can be one CUDA graph */
+    m->cond_active = train && do_backward && m->drop_conds;
     if (do_backward && m->graphs && m->be->graph_begin && m->be->graph_replay &&
-        run_graph(m, b, &db, seed, step, train) == 0)
+        run_graph(m, b, &db, seed, step, train) == 0) {
+        m->cond_active = 0;
         return;
+    }
+    m->cond_active = train && do_backward && m->drop_conds;
+    if (m->cond_active) { /* the graph's ops, each conditional's host branch run (the wrapper drops the other) */
+        ll_backend *be = m->be;
+        if (!m->graph_fp && !(m->graph_fp = ll_backend_fingerprint(be))) ll_die("out of memory");
+        run_hashed(m, be, 0, b, &db, seed, step, train);
+        m->cond_active = 0;
+        return;
+    }
     run_ops(m, b, &db, seed, step, train, do_backward);
 }
 

@@ -205,6 +205,13 @@ static int setup(trainer *t, const ll_train_opts *o) {
     /* each step one CUDA graph: not with several ranks, whose gradient hooks queue NCCL calls mid-backward */
     t->m->graphs = cfg->cuda_graphs && be->graph_begin && t->world == 1;
     if (t->m->graphs) ll_log("train.cuda_graphs true: each batch's forward and backward runs as one CUDA graph");
+    const int drops = cfg->enc_layerdrop > 0 || cfg->dec_layerdrop > 0 || cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0;
+    const char *conds = getenv("LL_CUDA_GRAPH_CONDS"); /* 0: A/B against a capture per draw */
+    if (t->m->graphs && drops && be->cond_if && !(conds && !strcmp(conds, "0"))) {
+        t->m->drop_conds = 1;
+        ll_log("LayerDrop / cross-attention drop in the graphs as conditional nodes: each step's draw is uploaded "
+               "with its batch, one graph per batch shape serves every draw");
+    }
     if (cfg->cuda_graphs && be->graph_begin && t->world > 1)
         ll_log("train.cuda_graphs: off with %d ranks (their reductions start inside the backward)", t->world);
     ll_schedule_from_config(&t->sched, cfg);

@@ -69,6 +69,11 @@ void trn_add_stats(update_stats *u, const double *st) {
 static void draw_structure(trainer *t, uint64_t step) {
     const ll_config *cfg = t->cfg;
     ll_model *m = t->m;
+    for (int l = 0; m->drop_conds && l < m->hp.Le; l++) m->enc_ctl[l].may_skip = cfg->enc_layerdrop > 0;
+    for (int l = 0; m->drop_conds && l < m->hp.Ld; l++) { /* which draws vary: the graph's conditionals */
+        m->dec_ctl[l].may_skip = cfg->dec_layerdrop > 0;
+        m->dec_ctl[l].may_skip_cross = (l < cfg->cad_drop_depth ? cfg->cad_p_net : cfg->cad_p_net_above) > 0;
+    }
     if (cfg->enc_layerdrop > 0) ll_layerdrop_sample(m->enc_ctl, m->hp.Le, cfg->enc_layerdrop, cfg->seed, step, 0, 0);
     if (cfg->dec_layerdrop > 0) ll_layerdrop_sample(m->dec_ctl, m->hp.Ld, cfg->dec_layerdrop, cfg->seed, step, 1, 0);
     if (cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0)

@@ -41,6 +41,7 @@ _Static_assert(sizeof(real) == sizeof(float), "CUDA backend expects real == floa
  * (LL_CUDA_GRAPHS_KEPT: fewer, 1 to GRAPH_CACHE) */
 #define GRAPH_CACHE 32
 #define GRAPH_RETIRED 16
+#define COND_MAX 8 /* conditionals nested in a captured step */
 /* graphs off for good when more than GRAPH_BUILT_MAX of the last GRAPH_WINDOW steps had a layer
  * structure no kept graph has (LayerDrop): building a graph costs more than launching its kernels
  * one by one.  (A new batch shape of a known structure is no such step: its graph is kept.) */
@@ -84,6 +85,15 @@ typedef struct {
         void *retired[GRAPH_RETIRED];
         int n_retired;
         ll_graph_stats st;
+        /* cond_if: the bodies being captured, each on its own stream (the ops
+         * queue on im->stream, which is the innermost body's meanwhile) */
+        struct {
+            cudaStream_t parent, body;
+            cudaGraph_t bodies[2];
+            int in_else;
+        } cond[COND_MAX];
+        cudaStream_t cond_streams[COND_MAX]; /* created on first use, one per depth */
+        int cond_depth, had_cond;
     } graph;
 } cuda_impl;
 
@@ -366,7 +376,74 @@ static int cu_graph_begin(ll_backend *be) {
     if (im->graph.off || sync_check_on()) return -1; /* (the check synchronises after every op) */
     CUDA_CHECK(cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed));
     im->graph.capturing = 1;
+    im->graph.had_cond = 0;
     return 0;
+}
+
+/* An IF node with an else body in the graph being captured: a one-thread
+ * kernel sets its handle from *run when the graph runs, the node follows it,
+ * and the ops up to cond_else / cond_end are captured into the two bodies
+ * (cudaStreamBeginCaptureToGraph on a stream of this depth). */
+static int cu_cond_if(ll_backend *be, const uint8_t *run, int host_run) {
+    (void)host_run;
+    cuda_impl *im = enter(be);
+    if (!im->graph.capturing) return -1; /* the caller queues the host's branch */
+    const int d = im->graph.cond_depth;
+    if (d == COND_MAX) ll_die("CUDA backend: conditionals nested deeper than %d", COND_MAX);
+    cudaStream_t cur = im->stream;
+    enum cudaStreamCaptureStatus status;
+    cudaGraph_t g = NULL;
+    const cudaGraphNode_t *deps = NULL;
+    size_t n_deps = 0;
+    CUDA_CHECK(cudaStreamGetCaptureInfo(cur, &status, NULL, &g, NULL, NULL, NULL));
+    cudaGraphConditionalHandle h;
+    CUDA_CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, cudaGraphCondAssignDefault));
+    CUDA_CHECK(ll_cuda_launch_cond_set(cur, h, run));
+    CUDA_CHECK(cudaStreamGetCaptureInfo(cur, &status, NULL, &g, &deps, NULL, &n_deps));
+    struct cudaGraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = cudaGraphNodeTypeConditional;
+    p.conditional.handle = h;
+    p.conditional.type = cudaGraphCondTypeIf;
+    p.conditional.size = 2; /* [0] when *run != 0, [1] otherwise */
+    cudaGraphNode_t node;
+    CUDA_CHECK(cudaGraphAddNode(&node, g, deps, NULL, n_deps, &p));
+    CUDA_CHECK(cudaStreamUpdateCaptureDependencies(cur, &node, NULL, 1, cudaStreamSetCaptureDependencies));
+    if (!im->graph.cond_streams[d])
+        CUDA_CHECK(cudaStreamCreateWithFlags(&im->graph.cond_streams[d], cudaStreamNonBlocking));
+    im->graph.cond[d].parent = cur;
+    im->graph.cond[d].body = im->graph.cond_streams[d];
+    im->graph.cond[d].bodies[0] = p.conditional.phGraph_out[0];
+    im->graph.cond[d].bodies[1] = p.conditional.phGraph_out[1];
+    im->graph.cond[d].in_else = 0;
+    CUDA_CHECK(cudaStreamBeginCaptureToGraph(im->graph.cond[d].body, im->graph.cond[d].bodies[0], NULL, NULL, 0,
+                                             cudaStreamCaptureModeRelaxed));
+    im->stream = im->graph.cond[d].body;
+    im->graph.cond_depth = d + 1;
+    im->graph.had_cond = 1;
+    im->graph.st.conditionals++;
+    return 0;
+}
+
+static void cu_cond_else(ll_backend *be) {
+    cuda_impl *im = enter(be);
+    const int d = im->graph.cond_depth - 1;
+    if (d < 0 || im->graph.cond[d].in_else) ll_die("CUDA backend: cond_else without cond_if");
+    cudaGraph_t g = NULL;
+    CUDA_CHECK(cudaStreamEndCapture(im->graph.cond[d].body, &g));
+    im->graph.cond[d].in_else = 1;
+    CUDA_CHECK(cudaStreamBeginCaptureToGraph(im->graph.cond[d].body, im->graph.cond[d].bodies[1], NULL, NULL, 0,
+                                             cudaStreamCaptureModeRelaxed));
+}
+
+static void cu_cond_end(ll_backend *be) {
+    cuda_impl *im = enter(be);
+    const int d = im->graph.cond_depth - 1;
+    if (d < 0) ll_die("CUDA backend: cond_end without cond_if");
+    cudaGraph_t g = NULL;
+    CUDA_CHECK(cudaStreamEndCapture(im->graph.cond[d].body, &g));
+    im->stream = im->graph.cond[d].parent;
+    im->graph.cond_depth = d;
 }
 
 /* Launch the kept graph of slot for this step; new_structure: no kept graph had its family
@@ -413,6 +490,7 @@ static int cu_graph_replay(ll_backend *be, uint64_t fp) {
 static void cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     cuda_impl *im = enter(be);
     if (!im->graph.capturing) ll_die("CUDA backend: graph_end without graph_begin");
+    if (im->graph.cond_depth) ll_die("CUDA backend: graph_end inside a conditional (cond_if without cond_end)");
     im->graph.capturing = 0;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(im->stream, &g);
@@ -438,6 +516,10 @@ static void cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     }
     const int slot = same >= 0 ? same : free_slot >= 0 ? free_slot : fam >= 0 ? fam : lru;
     if (im->graph.cache[slot].exec && slot != same && slot != fam) { /* another structure: no update */
+        CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
+        im->graph.cache[slot].exec = NULL;
+    }
+    if (im->graph.cache[slot].exec && im->graph.had_cond) { /* its conditionals' handles are new: built anew */
         CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
         im->graph.cache[slot].exec = NULL;
     }
@@ -542,6 +624,9 @@ ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
     be->graph_end = cu_graph_end;
     be->graph_replay = cu_graph_replay;
     be->graph_stats = cu_graph_stats;
+    be->cond_if = cu_cond_if;
+    be->cond_else = cu_cond_else;
+    be->cond_end = cu_cond_end;
     be->convert = cu_convert;
     be->layernorm_fwd = cu_layernorm_fwd;
     be->layernorm_bwd = cu_layernorm_bwd;

@@ -310,7 +310,7 @@ static ll_cuda_dtype op_type(ll_dtype t, const char *which) {
 
 /* The plain product through cuBLAS (no cuBLASLt algorithm): same swapped
  * operands; cublasGemmEx takes fp32 or bf16 A/B with fp32 or bf16 C, fp32 accumulation. */
-static void blas_gemm(lt_state *st, const ll_cuda_gemm_desc *d, int lt_status) {
+static void blas_gemm(lt_state *st, cudaStream_t stream, const ll_cuda_gemm_desc *d, int lt_status) {
     if (!st->warned) {
         st->warned = 1;
         ll_warn("cuBLASLt has no algorithm for gemm M %d N %d K %d (ld %d/%d/%d, status %d); using cublasGemmEx for "
@@ -318,6 +318,7 @@ static void blas_gemm(lt_state *st, const ll_cuda_gemm_desc *d, int lt_status) {
                 d->M, d->N, d->K, d->lda, d->ldb, d->ldc, lt_status);
     }
     const float a = d->alpha, b = d->beta;
+    cublasSetStream(st->blas, stream); /* the backend's stream now (a conditional's body has its own) */
     cublasStatus_t bs = cublasGemmEx(st->blas, d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                      d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, d->N, d->M, d->K, &a, d->B,
                                      cuda_type(d->b_type), d->ldb, d->A, cuda_type(d->a_type), d->lda, &b, d->C,
@@ -402,7 +403,7 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
         rc = ll_cuda_gemm_lt(be, &d);
         if (rc != 0 && rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
     }
-    if (rc != 0) blas_gemm(st, &d, rc);
+    if (rc != 0) blas_gemm(st, s, &d, rc);
     ll_cuda_sync_check("gemm (fallback)", __FILE__, __LINE__);
     if (bias) LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, 1.0f, g->bias, biast, relu));
     if (bgrad) { /* bgrad[m] += sum_k op(A)[m, k]: A stored [K, M] (trans_a: column sums) or [M, K] (row sums) */
