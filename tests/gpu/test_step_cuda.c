@@ -85,10 +85,18 @@ typedef struct {
                              structure and latent samples), whose statistics and gradients are read */
     int n_more;
     ll_graph_stats more_graphs; /* what the last of them did (graphs) */
+    int drop_conds;      /* LayerDrop / CAD as conditionals (ll_model.drop_conds), each further step with
+                            draws of its own (other than the first step's) */
+    uint64_t conditionals; /* conditional nodes captured by the side's steps */
 } side;
 
 /* ll_model_step's random structure as the trainer draws it (draw_structure) */
 static void draw_structure(const ll_config *cfg, ll_model *m, uint64_t step) {
+    for (int l = 0; m->drop_conds && l < m->hp.Le; l++) m->enc_ctl[l].may_skip = cfg->enc_layerdrop > 0;
+    for (int l = 0; m->drop_conds && l < m->hp.Ld; l++) {
+        m->dec_ctl[l].may_skip = cfg->dec_layerdrop > 0;
+        m->dec_ctl[l].may_skip_cross = (l < cfg->cad_drop_depth ? cfg->cad_p_net : cfg->cad_p_net_above) > 0;
+    }
     if (cfg->enc_layerdrop > 0) ll_layerdrop_sample(m->enc_ctl, m->hp.Le, cfg->enc_layerdrop, cfg->seed, step, 0, 0);
     if (cfg->dec_layerdrop > 0) ll_layerdrop_sample(m->dec_ctl, m->hp.Ld, cfg->dec_layerdrop, cfg->seed, step, 1, 0);
     if (cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0)
@@ -120,6 +128,28 @@ static uint64_t pick_step(const ll_config *cfg, ll_model *m, uint64_t base) {
     return base;
 }
 
+static int has_drops(const ll_config *cfg) {
+    return cfg->enc_layerdrop > 0 || cfg->dec_layerdrop > 0 || cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0;
+}
+static uint64_t draws_sig(const ll_model *m) {
+    uint64_t h = 1469598103934665603ull;
+    for (int l = 0; l < m->hp.Le; l++) h = (h ^ m->enc_ctl[l].skip) * 1099511628211ull;
+    for (int l = 0; l < m->hp.Ld; l++) h = (h ^ (m->dec_ctl[l].skip | m->dec_ctl[l].skip_cross << 1)) * 1099511628211ull;
+    for (int l = 0; m->obj.ddr_dec_ctl && l < m->hp.Ld; l++)
+        h = (h ^ (m->obj.ddr_dec_ctl[l].skip | m->obj.ddr_dec_ctl[l].skip_cross << 1)) * 1099511628211ull;
+    return h;
+}
+/* The first step from `from` whose draws differ from step's (deterministic: both sides agree). */
+static uint64_t other_draws(const ll_config *cfg, ll_model *m, uint64_t step, uint64_t from) {
+    draw_structure(cfg, m, step);
+    const uint64_t h = draws_sig(m);
+    for (uint64_t s = from; s < from + 64; s++) {
+        draw_structure(cfg, m, s);
+        if (draws_sig(m) != h) return s;
+    }
+    return from;
+}
+
 #ifdef LL_CUDA_EMU
 uint64_t ll_cuda_emu_stream_ops(void); /* tests/cuda_emu/emu_runtime.cc */
 #endif
@@ -131,6 +161,9 @@ static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hp
     ll_model *m = sd->m = ll_model_new(hp, be);
     m->unfused_ln = sd->unfused_ln;
     m->graphs = sd->graphs;
+    m->drop_conds = sd->drop_conds ? (sd->graphs ? 1 : 2) : 0;
+    ll_graph_stats gs0 = {0}, gs1 = {0};
+    if (be->graph_stats) be->graph_stats(be, &gs0);
     ll_model_init(m, (uint64_t)cfg->seed);
     if (sd->n_more) ll_arena_reserve(&m->arena, (size_t)64 << 20); /* as the trainer: no growth, so no move after step 1 */
     m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
@@ -172,7 +205,12 @@ static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hp
         if (sd->graphs) be->graph_stats(be, &g0);
         ll_model_zero_grads(m);
         ll_model_stats_zero(m);
-        ll_model_step(m, &sd->more[i], (uint64_t)cfg->seed, step + 1 + (uint64_t)i, 1, NULL);
+        uint64_t next = step + 1 + (uint64_t)i;
+        if (sd->drop_conds) { /* other draws: the kept graph must serve them */
+            next = other_draws(cfg, m, step, next);
+            draw_structure(cfg, m, next);
+        }
+        ll_model_step(m, &sd->more[i], (uint64_t)cfg->seed, next, 1, NULL);
         if (sd->graphs) {
             be->graph_stats(be, &sd->more_graphs);
             sd->more_graphs.captures -= g0.captures, sd->more_graphs.replays -= g0.replays;
@@ -183,6 +221,8 @@ static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hp
     sd->grads = ll_malloc(m->n_params * sizeof(real));
     be->download(be, sd->grads, m->grads, m->n_params * sizeof(real));
     sd->fallbacks = ll_backend_gemm_fallbacks(be) - f0;
+    if (be->graph_stats) be->graph_stats(be, &gs1);
+    sd->conditionals = gs1.conditionals - gs0.conditionals;
 }
 
 static void free_side(side *sd) {
@@ -274,7 +314,10 @@ static int run_method(const method *me) {
          * step: replayed without a capture, it must equal the same two updates run op by op
          * (A's arena is reserved, as the trainer does, so it does not move); (3) model B, the same structure, one graph kept
          * (LL_CUDA_GRAPHS_KEPT=1): its capture updates A's executable graph with B's pointers
-         * (an update that kept the old parameters would run the freed model A's step) */
+         * (an update that kept the old parameters would run the freed model A's step).
+         * LayerDrop / CAD methods: A runs with the draws as conditionals (ll_model.drop_conds)
+         * and its second update has draws of its own, which the replayed graph must follow;
+         * the op-by-op reference queues the same conditionals (each one's host branch). */
         if (pb_be[DUT]->graph_begin) {
             ll_batch more[1] = {{0}};
             for (int i = 0; i < 1; i++) {
@@ -287,6 +330,7 @@ static int run_method(const method *me) {
             ea.more = ga.more = more;
             ea.n_more = ga.n_more = 1;
             ga.graphs = 1;
+            ea.drop_conds = ga.drop_conds = has_drops(&cfg); /* LayerDrop / CAD: new draws, the same graph */
             run_side(&ea, pb_be[DUT], &cfg, &hp, &b);
             run_side(&ga, pb_be[DUT], &cfg, &hp, &b);
             if (ga.more_graphs.replays != 1 || ga.more_graphs.captures != 0 || ga.more_graphs.launches != 1) {
@@ -299,6 +343,11 @@ static int run_method(const method *me) {
                 fprintf(stderr, "  %s: the replayed CUDA graph step differs from the step run op by op\n", me->name);
                 tu_failures++;
             }
+            if (ga.drop_conds && !ga.conditionals) {
+                fprintf(stderr, "  %s: LayerDrop / CAD as conditionals, but the graph has no conditional node\n",
+                        me->name);
+                tu_failures++;
+            }
             free_side(&ea);
             free_side(&ga);
             gc_free_batch(&more[0]);
@@ -309,10 +358,16 @@ static int run_method(const method *me) {
             gr.graphs = 1;
             run_side(&gr, pb_be[DUT], &cfg, &hp, &b);
             pb_be[DUT]->graph_stats(pb_be[DUT], &g1);
-            if (g1.launches != g0.launches + 1 || g1.updates != g0.updates + 1) {
-                fprintf(stderr, "  %s: model B's step as a CUDA graph: %llu launches, %llu updates (want 1, 1)\n",
+            /* (after A's graph with conditionals, of another family: B's is built, not updated) */
+            const uint64_t want_upd = !has_drops(&cfg);
+            if (g1.launches != g0.launches + 1 || g1.updates != g0.updates + want_upd ||
+                g1.instantiations != g0.instantiations + !want_upd) {
+                fprintf(stderr, "  %s: model B's step as a CUDA graph: %llu launches, %llu updates, %llu built (want 1, "
+                        "%llu, %llu)\n",
                         me->name, (unsigned long long)(g1.launches - g0.launches),
-                        (unsigned long long)(g1.updates - g0.updates));
+                        (unsigned long long)(g1.updates - g0.updates),
+                        (unsigned long long)(g1.instantiations - g0.instantiations), (unsigned long long)want_upd,
+                        (unsigned long long)!want_upd);
                 tu_failures++;
             }
             if (memcmp(gr.grads, sd[DUT].grads, gr.m->n_params * sizeof(real)) || memcmp(gr.st, sd[DUT].st, sizeof gr.st)) {
