@@ -524,8 +524,8 @@ const char *ll_backend_op_name(size_t slot) {
         N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(residual_ln_fwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
-        N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack),
-        N(cond_if)};
+        N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
+    /* (graph_* and cond_*: the graph's structure, not ops of the parity and profile tables) */
 #undef N
     return slot < SLOTS && names[slot] ? names[slot] : "?";
 }
