@@ -341,10 +341,11 @@ static void teardown(trainer *t) {
         ll_graph_stats g;
         t->m->be->graph_stats(t->m->be, &g);
         if (g.launches)
-            ll_log("CUDA graphs: %llu steps, each one graph: %llu replayed as kept, %llu captured (%.0f nodes on "
-                   "average; %llu built, %llu updated in place)",
+            ll_log("CUDA graphs: %llu steps, each one graph: %llu replayed as kept, %llu captured (%.0f nodes and %.0f "
+                   "conditional nodes on average; %llu built, %llu updated in place)",
                    (unsigned long long)g.launches, (unsigned long long)g.replays, (unsigned long long)g.captures,
-                   g.captures ? (double)g.nodes / (double)g.captures : 0.0, (unsigned long long)g.instantiations,
+                   g.captures ? (double)g.nodes / (double)g.captures : 0.0,
+                   g.captures ? (double)g.conditionals / (double)g.captures : 0.0, (unsigned long long)g.instantiations,
                    (unsigned long long)g.updates);
     }
     if (t->m) {

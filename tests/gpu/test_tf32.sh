@@ -6,7 +6,8 @@
 # inputs really are rounded to 10 mantissa bits) but stays close.  And
 # train.cuda_graphs: the exact run (graphs, the default; some steps replay
 # kept graphs) and one with train.cuda_graphs false end with the same
-# parameters, bit for bit.
+# parameters, bit for bit; so do the two with LayerDrop and cross-attention
+# drop, whose graphs take each step's draws as data (conditional nodes).
 # LL_TF32_TOKENS: the batch (default 2048; smaller under the CPU emulation); LL_TF32_UPDATES
 # (default 4; 2 under the emulation's sanitizers).
 # Skips (77) without a GPU.
@@ -25,6 +26,22 @@ run cpu cpu true && run exact "$GPUDEV" false && run tf32 "$GPUDEV" true || exit
 # train.cuda_graphs (on by default): each step one CUDA graph, the same bits as op by op
 "$BIN/lltrain" --config "$T/t.cfg" --set train.device="$GPUDEV" --set train.tf32=false --set train.cuda_graphs=false \
   --set checkpoint.save_dir="$T/eager" 2> "$T/eager.log" || err "eager: $(tail -1 "$T/eager.log")"
+# LayerDrop and cross-attention drop: with graphs their draws are conditional nodes' data (kept graphs
+# serve every draw); without, the skipped ops are not queued.  The same parameters either way.
+drops=(--set model.enc_layerdrop=0.4 --set model.dec_layerdrop=0.4 --set deep.p_net=0.5 --set deep.drop_depth=2
+  --set train.device="$GPUDEV" --set train.tf32=false)
+"$BIN/lltrain" --config "$T/t.cfg" "${drops[@]}" --set checkpoint.save_dir="$T/drops" 2> "$T/drops.log" ||
+  err "drops: $(tail -1 "$T/drops.log")"
+"$BIN/lltrain" --config "$T/t.cfg" "${drops[@]}" --set train.cuda_graphs=false --set checkpoint.save_dir="$T/drops_eager" \
+  2> "$T/drops_eager.log" || err "drops_eager: $(tail -1 "$T/drops_eager.log")"
+if [ "$GPUDEV" = cuda ]; then
+  grep -q "cross-attention drop in the graphs as conditional nodes" "$T/drops.log" ||
+    err "the LayerDrop run does not queue its draws as conditionals"
+  if [ "${LL_TF32_UPDATES:-4}" -ge 4 ]; then
+    grep -Eq "each one graph: [1-9][0-9]* replayed as kept" "$T/drops.log" ||
+      err "LayerDrop: no step replayed a kept graph: $(grep 'CUDA graphs' "$T/drops.log" | tail -1)"
+  fi
+fi
 if [ "$GPUDEV" = cuda ]; then
   grep -q "train.tf32 true: fp32 matmuls on TF32 tensor cores" "$T/tf32.log" || err "the TF32 run does not say so"
   grep -q "train.tf32 false: fp32 matmuls exact" "$T/exact.log" || err "the exact run does not say so"
@@ -42,6 +59,8 @@ fi
 diff_of() { "$BIN/ll_ckpt_diff" "$T/$1/checkpoint_last.llm" "$T/$2/checkpoint_last.llm" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
 e=$(diff_of cpu exact) t=$(diff_of exact tf32) g=$(diff_of exact eager)
 [ "$g" = 0 ] || err "the run with CUDA graphs differs from the one without: max_abs_diff ${g:-?}"
+d=$(diff_of drops drops_eager)
+[ "$d" = 0 ] || err "LayerDrop + CAD: the run with CUDA graphs differs from the one without: max_abs_diff ${d:-?}"
 echo "parameters after ${LL_TF32_UPDATES:-4} updates: |exact GPU - CPU| = $e, |TF32 - exact| = $t"
 python3 -c "import sys; sys.exit(0 if float('$e') < 1e-3 else 1)" || err "exact GPU run differs from the CPU by $e"
 if [ "$GPUDEV" = cuda ]; then
