@@ -10,7 +10,11 @@
  *   ll_gpu_bench --model ll64|base|deep30 | --config FILE  [--device cuda|cpu]
  *                [--precision bf16|fp32] [--batch 256] [--len 32] [--vocab 32000]
  *                [--steps 20] [--warmup 5] [--peak-tflops P] [--graphs on|off] [--profile]
+ *                [--set section.key=value ...]
  *
+ * LayerDrop and cross-attention drop (when the config has them) are drawn per
+ * step as the trainer draws them; with graphs their draws are the graphs'
+ * conditional nodes' data (LL_CUDA_GRAPH_CONDS=0: a capture per draw, the A/B).
  * --profile times every op between syncs (ll_backend_timing) and prints ms per
  * step by op and by op class: slower than the real step, but it shows where
  * the time goes.  Prints
@@ -34,7 +38,7 @@ static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s --model ll64|base|deep30 | --config FILE [--device cuda|cpu] [--precision bf16|fp32]\n"
             "          [--batch B] [--len L] [--vocab V] [--steps N] [--warmup N] [--peak-tflops P] [--graphs on|off]\n"
-            "          [--profile]\n",
+            "          [--profile] [--set section.key=value ...]\n",
             argv0);
     exit(2);
 }
@@ -52,6 +56,8 @@ int main(int argc, char **argv) {
     const char *model = "base", *cfg_path = NULL, *device = "cuda", *prec = NULL;
     int B = 256, L = 32, V = 32000, steps = 20, warmup = 5, profile = 0, graphs = 1;
     double peak = 0;
+    const char *sets[32];
+    int n_sets = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--profile")) profile = 1;
@@ -67,6 +73,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) warmup = atoi(v), i++;
         else if (!strcmp(a, "--peak-tflops")) peak = atof(v), i++;
         else if (!strcmp(a, "--graphs") && (!strcmp(v, "on") || !strcmp(v, "off"))) graphs = !strcmp(v, "on"), i++;
+        else if (!strcmp(a, "--set") && n_sets < 32) sets[n_sets++] = v, i++;
         else usage(argv[0]);
     }
     if (B < 1 || L < 2 || V < 8 || steps < 1 || warmup < 0) usage(argv[0]);
@@ -77,6 +84,8 @@ int main(int argc, char **argv) {
 
     ll_config cfg;
     if (ll_config_load(&cfg, cfg_path)) ll_die("%s", ll_errbuf());
+    for (int i = 0; i < n_sets; i++)
+        if (ll_config_set(&cfg, sets[i])) ll_die("--set %s: %s", sets[i], ll_errbuf());
     ll_hparams hp;
     ll_hparams_from_config(&hp, &cfg, V);
     ll_backend *be = pick_backend(device, act), *timed = NULL;
@@ -84,6 +93,9 @@ int main(int argc, char **argv) {
     ll_model *m = ll_model_new(&hp, be);
     ll_model_init(m, 1);
     m->graphs = graphs && !profile; /* (the timing wrapper has no graph_begin anyway: it syncs per op) */
+    const int drops = cfg.enc_layerdrop > 0 || cfg.dec_layerdrop > 0 || cfg.cad_p_net > 0 || cfg.cad_p_net_above > 0;
+    const char *conds = getenv("LL_CUDA_GRAPH_CONDS");
+    m->drop_conds = m->graphs && drops && be->cond_if && !(conds && !strcmp(conds, "0")); /* as the trainer */
     ll_adam opt;
     ll_adam_init(&opt, m, &cfg);
     ll_latent_ctx lat;
@@ -142,6 +154,18 @@ int main(int argc, char **argv) {
         if (latent)
             for (int k = 0; k < 2; k++)
                 if (ll_latent_on(m, k)) ll_latent_sample(m, k, 0, 1, (uint64_t)s, (real)cfg.latent_tau, 0);
+        if (drops) { /* the trainer's draws (src/train/update.c: draw_structure, without DDR) */
+            for (int l = 0; l < hp.Le; l++) m->enc_ctl[l].may_skip = m->drop_conds && cfg.enc_layerdrop > 0;
+            for (int l = 0; l < hp.Ld; l++) {
+                m->dec_ctl[l].may_skip = m->drop_conds && cfg.dec_layerdrop > 0;
+                m->dec_ctl[l].may_skip_cross =
+                    m->drop_conds && (l < cfg.cad_drop_depth ? cfg.cad_p_net : cfg.cad_p_net_above) > 0;
+            }
+            if (cfg.enc_layerdrop > 0) ll_layerdrop_sample(m->enc_ctl, hp.Le, cfg.enc_layerdrop, 1, (uint64_t)s, 0, 0);
+            if (cfg.dec_layerdrop > 0) ll_layerdrop_sample(m->dec_ctl, hp.Ld, cfg.dec_layerdrop, 1, (uint64_t)s, 1, 0);
+            if (cfg.cad_p_net > 0 || cfg.cad_p_net_above > 0)
+                ll_cad_sample(m->dec_ctl, hp.Ld, cfg.cad_p_net, cfg.cad_drop_depth, cfg.cad_p_net_above, 1, (uint64_t)s, 0);
+        }
         ll_model_step(m, bk, 1, (uint64_t)s, 1, NULL);
         if (latent) {
             for (int k = 0; k < 2; k++)
@@ -181,10 +205,11 @@ int main(int argc, char **argv) {
     if (!strcmp(device, "cuda")) device = "cuda-EMULATED-not-a-GPU";
 #endif
     printf("RESULT ll_gpu_train model=%s device=%s precision=%s graphs=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
-           "peak_mem_gib=%.2f graph_replays=%llu graph_captures=%llu\n",
+           "peak_mem_gib=%.2f graph_replays=%llu graph_captures=%llu graph_conditionals=%.0f\n",
            model, device, ll_dtype_str(be->act), m->graphs && be->graph_begin ? "on" : "off", ntok / dt, dt, tflops,
            peak > 0 ? tflops / peak : 0, mem / (1 << 30), (unsigned long long)(g1.replays - g0.replays),
-           (unsigned long long)(g1.captures - g0.captures));
+           (unsigned long long)(g1.captures - g0.captures),
+           g1.captures ? (double)g1.conditionals / (double)g1.captures : 0.0); /* per captured graph */
     for (int k = 0; k < NB; k++) {
         free(b[k].src), free(b[k].tgt_in), free(b[k].tgt_out), free(b[k].src_len), free(b[k].tgt_len);
     }

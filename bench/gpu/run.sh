@@ -93,6 +93,26 @@ ab no_graphs "| model | ll tok/s, one CUDA graph per step | ll tok/s, kernel by 
 ab capture_each_step "| model | ll tok/s, kept graphs replayed | ll tok/s, captured every step | replay / capture |" \
   LL_CUDA_GRAPH_REPLAY=0
 
+# LayerDrop and cross-attention drop: their draws as the graphs' conditional nodes (the default),
+# a capture per draw (LL_CUDA_GRAPH_CONDS=0; graphs then give up), kernel by kernel
+say ""
+say "| model (random structure) | ll tok/s, conditional nodes | ll tok/s, capture per draw | ll tok/s, kernel by kernel | conditionals / kernels |"
+say "|---|---|---|---|---|"
+for dm in "base+LayerDrop 0.2:--model base --set model.enc_layerdrop=0.2 --set model.dec_layerdrop=0.2" \
+          "deep decoder 15/15, CAD 0.5:--config configs/deep_decoder_15_15.cfg"; do
+  name=${dm%%:*}
+  read -r -a args <<< "${dm#*:}"
+  tag=$(echo "$name" | tr -c 'a-z0-9' _)
+  "$BUILD/ll_gpu_bench" "${args[@]}" --device cuda --peak-tflops "$PEAK" >"$OUT/ll_${tag}_conds.log" 2>&1
+  LL_CUDA_GRAPH_CONDS=0 "$BUILD/ll_gpu_bench" "${args[@]}" --device cuda --peak-tflops "$PEAK" \
+    >"$OUT/ll_${tag}_capture.log" 2>&1
+  "$BUILD/ll_gpu_bench" "${args[@]}" --device cuda --peak-tflops "$PEAK" --graphs off >"$OUT/ll_${tag}_kernels.log" 2>&1
+  c=$(field "$OUT/ll_${tag}_conds.log" tok_s) p=$(field "$OUT/ll_${tag}_capture.log" tok_s)
+  k=$(field "$OUT/ll_${tag}_kernels.log" tok_s)
+  r=$([ -n "$c" ] && [ -n "$k" ] && awk -v a="$c" -v b="$k" 'BEGIN { printf "%.2fx", a / b }')
+  say "| $name | ${c:-fail} | ${p:-fail} | ${k:-fail} | ${r:-} |"
+done
+
 say ""
 say "| decoding (base, 128 x 32) | torch sent/s | ll sent/s | ll / torch |"
 say "|---|---|---|---|"
