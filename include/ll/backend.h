@@ -191,9 +191,11 @@ struct ll_backend {
      * and memset0 are fine.  -1 from graph_begin: not now (ops run as queued).
      * graph_replay launches the kept graph of fingerprint fp as it is, if there
      * is one and the backend's own buffers it used are still there: 0 launched,
-     * 1 none (capture the step), -1 graphs are off for good. */
+     * 1 none (capture the step), -1 graphs are off for good.  graph_end: 0
+     * launched; -1 the capture could not be made a graph (conditional nodes
+     * the driver refused): nothing ran, graphs are off, run the ops as queued. */
     int (*graph_begin)(ll_backend *be);
-    void (*graph_end)(ll_backend *be, uint64_t fp, uint64_t family);
+    int (*graph_end)(ll_backend *be, uint64_t fp, uint64_t family);
     int (*graph_replay)(ll_backend *be, uint64_t fp);
     void (*graph_stats)(ll_backend *be, ll_graph_stats *out); /* counts since the device was first used */
     /* Inside a captured step, one of two op sequences chosen at each launch

@@ -392,13 +392,20 @@ static int run_graph(ll_model *m, const ll_batch *b, const ll_dev_batch *db, uin
         ll_arena_release(&m->meta, meta);
         if (fresh) memcpy(m->grad_fresh, fresh, (size_t)m->n_table);
     }
-    free(fresh);
     if (rc == 1) {
-        if (be->graph_begin(be) != 0) return -1;
-        const uint64_t fp = run_hashed(m, be, 0, b, db, seed, step, train);
-        be->graph_end(be, fp, step_key(m, ddr, ald));
-        rc = 0;
+        rc = be->graph_begin(be);
+        if (rc == 0) {
+            const uint64_t fp = run_hashed(m, be, 0, b, db, seed, step, train);
+            rc = be->graph_end(be, fp, step_key(m, ddr, ald));
+        }
+        if (rc != 0) { /* nothing ran: the state before the capture, and the ops as queued */
+            ll_arena_release(&m->arena, act);
+            ll_arena_release(&m->meta, meta);
+            if (fresh) memcpy(m->grad_fresh, fresh, (size_t)m->n_table);
+            rc = -1;
+        }
     }
+    free(fresh);
     if (rc < 0) { /* off for good: no more shadow runs, and skipped ops are not queued */
         m->graphs = 0;
         if (m->drop_conds == 1) m->drop_conds = 0;
@@ -419,7 +426,7 @@ static void run(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t step, in
         m->cond_active = 0;
         return;
     }
-    m->cond_active = train && do_backward && m->drop_conds;
+    m->cond_active = train && do_backward && m->drop_conds; /* (graphs gone off: drop_conds 1 is cleared) */
     if (m->cond_active) { /* the graph's ops, each conditional's host branch run (the wrapper drops the other) */
         ll_backend *be = m->be;
         if (!m->graph_fp && !(m->graph_fp = ll_backend_fingerprint(be))) ll_die("out of memory");

@@ -301,6 +301,9 @@ cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *h, cuda
                                              unsigned int flags) {
     LOCK;
     if (!h || !g || (flags & ~(unsigned)cudaGraphCondAssignDefault)) return err(cudaErrorInvalidValue);
+    /* a driver older than conditional nodes (CUDA 12.4), for the backend's way around it */
+    const char *no = getenv("LL_CUDA_EMU_NO_CONDITIONALS");
+    if (no && *no && strcmp(no, "0")) return err(cudaErrorNotSupported);
     *h = ++g_handle_ids;
     g->handles.push_back(graph_values::def{*h, def, flags});
     return cudaSuccess;

@@ -26,6 +26,7 @@ run cpu cpu true && run exact "$GPUDEV" false && run tf32 "$GPUDEV" true || exit
 # train.cuda_graphs (on by default): each step one CUDA graph, the same bits as op by op
 "$BIN/lltrain" --config "$T/t.cfg" --set train.device="$GPUDEV" --set train.tf32=false --set train.cuda_graphs=false \
   --set checkpoint.save_dir="$T/eager" 2> "$T/eager.log" || err "eager: $(tail -1 "$T/eager.log")"
+diff_of() { "$BIN/ll_ckpt_diff" "$T/$1/checkpoint_last.llm" "$T/$2/checkpoint_last.llm" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
 # LayerDrop and cross-attention drop: with graphs their draws are conditional nodes' data (kept graphs
 # serve every draw); without, the skipped ops are not queued.  The same parameters either way.
 drops=(--set model.enc_layerdrop=0.4 --set model.dec_layerdrop=0.4 --set deep.p_net=0.5 --set deep.drop_depth=2
@@ -34,6 +35,16 @@ drops=(--set model.enc_layerdrop=0.4 --set model.dec_layerdrop=0.4 --set deep.p_
   err "drops: $(tail -1 "$T/drops.log")"
 "$BIN/lltrain" --config "$T/t.cfg" "${drops[@]}" --set train.cuda_graphs=false --set checkpoint.save_dir="$T/drops_eager" \
   2> "$T/drops_eager.log" || err "drops_eager: $(tail -1 "$T/drops_eager.log")"
+# the emulation as a driver without conditional nodes: the step that fails to capture runs without a
+# graph, graphs go off with a warning, and the run still ends with the same parameters
+if "$BIN/lltrain" --devices 2>&1 | grep -q EMULATED; then
+  LL_CUDA_EMU_NO_CONDITIONALS=1 "$BIN/lltrain" --config "$T/t.cfg" "${drops[@]}" --set checkpoint.save_dir="$T/drops_nocond" \
+    2> "$T/drops_nocond.log" || err "drops_nocond: $(tail -1 "$T/drops_nocond.log")"
+  grep -q "CUDA graphs off: a step with conditional nodes .* could not be captured" "$T/drops_nocond.log" ||
+    err "a refused conditional node does not turn graphs off with a warning: $(grep -i 'graph' "$T/drops_nocond.log" | tail -2)"
+  n=$(diff_of drops_nocond drops_eager)
+  [ "$n" = 0 ] || err "LayerDrop + CAD after conditional nodes were refused: max_abs_diff ${n:-?} against the run without graphs"
+fi
 if [ "$GPUDEV" = cuda ]; then
   grep -q "cross-attention drop in the graphs as conditional nodes" "$T/drops.log" ||
     err "the LayerDrop run does not queue its draws as conditionals"
@@ -56,7 +67,6 @@ if [ "$GPUDEV" = cuda ]; then
   fi
   grep -q "CUDA graphs" "$T/eager.log" && err "train.cuda_graphs false still made graphs"
 fi
-diff_of() { "$BIN/ll_ckpt_diff" "$T/$1/checkpoint_last.llm" "$T/$2/checkpoint_last.llm" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
 e=$(diff_of cpu exact) t=$(diff_of exact tf32) g=$(diff_of exact eager)
 [ "$g" = 0 ] || err "the run with CUDA graphs differs from the one without: max_abs_diff ${g:-?}"
 d=$(diff_of drops drops_eager)

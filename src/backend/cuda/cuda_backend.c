@@ -94,6 +94,8 @@ typedef struct {
         } cond[COND_MAX];
         cudaStream_t cond_streams[COND_MAX]; /* created on first use, one per depth */
         int cond_depth, had_cond;
+        int spoiled; /* a conditional could not be built: graph_end discards the capture */
+        char spoil_why[160];
     } graph;
 } cuda_impl;
 
@@ -376,30 +378,48 @@ static int cu_graph_begin(ll_backend *be) {
     if (im->graph.off || sync_check_on()) return -1; /* (the check synchronises after every op) */
     CUDA_CHECK(cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed));
     im->graph.capturing = 1;
-    im->graph.had_cond = 0;
+    im->graph.had_cond = im->graph.spoiled = 0;
     return 0;
 }
 
 /* An IF node with an else body in the graph being captured: a one-thread
  * kernel sets its handle from *run when the graph runs, the node follows it,
  * and the ops up to cond_else / cond_end are captured into the two bodies
- * (cudaStreamBeginCaptureToGraph on a stream of this depth). */
+ * (cudaStreamBeginCaptureToGraph on a stream of this depth).  A CUDA error on
+ * the way (a driver without conditional nodes, a body rule) spoils the capture
+ * instead of stopping the run: the ops go on into the step's capture as they
+ * come, graph_end discards it, and the step runs without a graph. */
+static int cond_spoil(cuda_impl *im, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    if (!im->graph.spoiled) snprintf(im->graph.spoil_why, sizeof im->graph.spoil_why, "%s: %s", what, cudaGetErrorString(e));
+    im->graph.spoiled = 1;
+    return -1;
+}
+#define COND_TRY(call) cond_spoil(im, (call), #call)
+
 static int cu_cond_if(ll_backend *be, const uint8_t *run, int host_run) {
     (void)host_run;
     cuda_impl *im = enter(be);
     if (!im->graph.capturing) return -1; /* the caller queues the host's branch */
     const int d = im->graph.cond_depth;
     if (d == COND_MAX) ll_die("CUDA backend: conditionals nested deeper than %d", COND_MAX);
+    im->graph.cond_depth = d + 1;
+    im->graph.cond[d].body = NULL; /* (spoiled: both branches go on into the enclosing capture) */
+    im->graph.cond[d].in_else = 0;
+    im->graph.had_cond = 1;
+    if (im->graph.spoiled) return 0;
     cudaStream_t cur = im->stream;
     enum cudaStreamCaptureStatus status;
     cudaGraph_t g = NULL;
     const cudaGraphNode_t *deps = NULL;
     size_t n_deps = 0;
-    CUDA_CHECK(cudaStreamGetCaptureInfo(cur, &status, NULL, &g, NULL, NULL, NULL));
     cudaGraphConditionalHandle h;
-    CUDA_CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, cudaGraphCondAssignDefault));
-    CUDA_CHECK(ll_cuda_launch_cond_set(cur, h, run));
-    CUDA_CHECK(cudaStreamGetCaptureInfo(cur, &status, NULL, &g, &deps, NULL, &n_deps));
+    if (COND_TRY(cudaStreamGetCaptureInfo(cur, &status, NULL, &g, NULL, NULL, NULL)) ||
+        COND_TRY(cudaGraphConditionalHandleCreate(&h, g, 0, cudaGraphCondAssignDefault)) ||
+        COND_TRY(ll_cuda_launch_cond_set(cur, h, run)) ||
+        COND_TRY(cudaStreamGetCaptureInfo(cur, &status, NULL, &g, &deps, NULL, &n_deps)))
+        return 0;
     struct cudaGraphNodeParams p;
     memset(&p, 0, sizeof p);
     p.type = cudaGraphNodeTypeConditional;
@@ -407,20 +427,20 @@ static int cu_cond_if(ll_backend *be, const uint8_t *run, int host_run) {
     p.conditional.type = cudaGraphCondTypeIf;
     p.conditional.size = 2; /* [0] when *run != 0, [1] otherwise */
     cudaGraphNode_t node;
-    CUDA_CHECK(cudaGraphAddNode(&node, g, deps, NULL, n_deps, &p));
-    CUDA_CHECK(cudaStreamUpdateCaptureDependencies(cur, &node, NULL, 1, cudaStreamSetCaptureDependencies));
-    if (!im->graph.cond_streams[d])
-        CUDA_CHECK(cudaStreamCreateWithFlags(&im->graph.cond_streams[d], cudaStreamNonBlocking));
+    if (COND_TRY(cudaGraphAddNode(&node, g, deps, NULL, n_deps, &p)) ||
+        COND_TRY(cudaStreamUpdateCaptureDependencies(cur, &node, NULL, 1, cudaStreamSetCaptureDependencies)))
+        return 0;
+    if (!im->graph.cond_streams[d] &&
+        COND_TRY(cudaStreamCreateWithFlags(&im->graph.cond_streams[d], cudaStreamNonBlocking)))
+        return 0;
+    if (COND_TRY(cudaStreamBeginCaptureToGraph(im->graph.cond_streams[d], p.conditional.phGraph_out[0], NULL, NULL, 0,
+                                               cudaStreamCaptureModeRelaxed)))
+        return 0;
     im->graph.cond[d].parent = cur;
     im->graph.cond[d].body = im->graph.cond_streams[d];
     im->graph.cond[d].bodies[0] = p.conditional.phGraph_out[0];
     im->graph.cond[d].bodies[1] = p.conditional.phGraph_out[1];
-    im->graph.cond[d].in_else = 0;
-    CUDA_CHECK(cudaStreamBeginCaptureToGraph(im->graph.cond[d].body, im->graph.cond[d].bodies[0], NULL, NULL, 0,
-                                             cudaStreamCaptureModeRelaxed));
     im->stream = im->graph.cond[d].body;
-    im->graph.cond_depth = d + 1;
-    im->graph.had_cond = 1;
     im->graph.st.conditionals++;
     return 0;
 }
@@ -429,22 +449,28 @@ static void cu_cond_else(ll_backend *be) {
     cuda_impl *im = enter(be);
     const int d = im->graph.cond_depth - 1;
     if (d < 0 || im->graph.cond[d].in_else) ll_die("CUDA backend: cond_else without cond_if");
-    cudaGraph_t g = NULL;
-    CUDA_CHECK(cudaStreamEndCapture(im->graph.cond[d].body, &g));
     im->graph.cond[d].in_else = 1;
-    CUDA_CHECK(cudaStreamBeginCaptureToGraph(im->graph.cond[d].body, im->graph.cond[d].bodies[1], NULL, NULL, 0,
-                                             cudaStreamCaptureModeRelaxed));
+    if (!im->graph.cond[d].body) return;
+    cudaGraph_t g = NULL;
+    if (!COND_TRY(cudaStreamEndCapture(im->graph.cond[d].body, &g)) &&
+        !COND_TRY(cudaStreamBeginCaptureToGraph(im->graph.cond[d].body, im->graph.cond[d].bodies[1], NULL, NULL, 0,
+                                                cudaStreamCaptureModeRelaxed)))
+        return;
+    im->stream = im->graph.cond[d].parent; /* the rest of the step into the (spoiled) enclosing capture */
+    im->graph.cond[d].body = NULL;
 }
 
 static void cu_cond_end(ll_backend *be) {
     cuda_impl *im = enter(be);
     const int d = im->graph.cond_depth - 1;
     if (d < 0) ll_die("CUDA backend: cond_end without cond_if");
-    cudaGraph_t g = NULL;
-    CUDA_CHECK(cudaStreamEndCapture(im->graph.cond[d].body, &g));
-    im->stream = im->graph.cond[d].parent;
     im->graph.cond_depth = d;
+    if (!im->graph.cond[d].body) return;
+    cudaGraph_t g = NULL;
+    COND_TRY(cudaStreamEndCapture(im->graph.cond[d].body, &g));
+    im->stream = im->graph.cond[d].parent;
 }
+#undef COND_TRY
 
 /* Launch the kept graph of slot for this step; new_structure: no kept graph had its family
  * (the give-up rule). */
@@ -487,16 +513,30 @@ static int cu_graph_replay(ll_backend *be, uint64_t fp) {
     return 1;
 }
 
-static void cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
+static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     cuda_impl *im = enter(be);
     if (!im->graph.capturing) ll_die("CUDA backend: graph_end without graph_begin");
     if (im->graph.cond_depth) ll_die("CUDA backend: graph_end inside a conditional (cond_if without cond_end)");
     im->graph.capturing = 0;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(im->stream, &g);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess && !im->graph.had_cond)
         ll_die("CUDA graph capture of a training step failed: %s (train.cuda_graphs: false runs it without graphs)",
                cudaGetErrorString(e));
+    if (e != cudaSuccess || im->graph.spoiled) { /* conditional nodes refused: nothing ran, the caller runs the step */
+        if (e != cudaSuccess && !im->graph.spoiled)
+            snprintf(im->graph.spoil_why, sizeof im->graph.spoil_why, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        if (g) CUDA_CHECK(cudaGraphDestroy(g));
+        for (int i = 0; i < im->graph.n_retired; i++) CUDA_CHECK(cudaFree(im->graph.retired[i])); /* (nothing uses them) */
+        im->graph.n_retired = 0;
+        im->graph.off = 1;
+        ll_warn("CUDA graphs off: a step with conditional nodes (LayerDrop / cross-attention drop) could not be "
+                "captured (%s); its kernels and the rest run one by one (LL_CUDA_GRAPH_CONDS=0 keeps graphs for "
+                "steps of one draw)",
+                im->graph.spoil_why);
+        return -1;
+    }
     size_t nodes = 0;
     CUDA_CHECK(cudaGraphGetNodes(g, NULL, &nodes));
     im->graph.st.captures++;
@@ -546,6 +586,7 @@ static void cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     CUDA_CHECK(cudaGraphDestroy(g));
     for (int i = 0; i < im->graph.n_retired; i++) CUDA_CHECK(cudaFree(im->graph.retired[i])); /* (waits for the launch) */
     im->graph.n_retired = 0;
+    return 0;
 }
 
 static void cu_graph_stats(ll_backend *be, ll_graph_stats *out) { *out = impl_of(be)->graph.st; }
