@@ -19,7 +19,9 @@
 #include "ll/backend.h"
 #include "ll/config.h"
 #include "ll/model.h"
+#include "gradcheck/gradcheck.h"
 #include "util/testutil.h"
+#include "util/toy_config.h"
 
 static void test_wrapper(void) {
     ll_backend *cpu = ll_backend_cpu(), *fp = ll_backend_fingerprint(cpu);
@@ -70,27 +72,6 @@ static void test_wrapper(void) {
     ll_backend_counting_free(fp);
 }
 
-static void make_batch(ll_batch *b, int B, int S, int T, uint64_t seed) {
-    ll_philox r;
-    ll_philox_init(&r, seed, 99, 0);
-    memset(b, 0, sizeof *b);
-    b->B = B, b->S = S, b->T = T;
-    b->src = calloc((size_t)B * S, sizeof(int32_t));
-    b->tgt_in = calloc((size_t)B * T, sizeof(int32_t));
-    b->tgt_out = calloc((size_t)B * T, sizeof(int32_t));
-    b->src_len = calloc(B, sizeof(int));
-    b->tgt_len = calloc(B, sizeof(int));
-    for (int i = 0; i < B; i++) {
-        const int sl = 2 + (int)ll_philox_below(&r, 2 * (uint64_t)i, S - 1);
-        const int tl = 2 + (int)ll_philox_below(&r, 2 * (uint64_t)i + 1, T - 1);
-        b->src_len[i] = sl, b->tgt_len[i] = tl;
-        for (int t = 0; t < S; t++) b->src[i * S + t] = t < sl - 1 ? 5 + (t + i) % 20 : t == sl - 1 ? LL_EOS : LL_PAD;
-        for (int t = 0; t < T; t++) b->tgt_out[i * T + t] = t < tl - 1 ? 6 + (t * i) % 20 : t == tl - 1 ? LL_EOS : LL_PAD;
-        for (int t = 0; t < T; t++) b->tgt_in[i * T + t] = t == 0 ? LL_EOS : t < tl ? b->tgt_out[i * T + t - 1] : LL_PAD;
-        b->n_src_tokens += sl, b->n_tgt_tokens += tl;
-    }
-}
-
 /* The draws of step `draw` (2 bits per layer and control array, from a fixed pattern
  * that covers both outcomes and neighbours that differ), with every layer marked variable. */
 static void set_draws(ll_model *m, int draw) {
@@ -114,26 +95,15 @@ static double train_step(ll_model *m, const ll_batch *b, uint64_t step, real *g)
 }
 
 static void test_model(const char *name, const char *const *extra, int n_extra) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/configs/deep_decoder_15_15.cfg", tu_source_dir()); /* DDR, ALD, CAD */
-    ll_config cfg;
-    if (ll_config_load(&cfg, path)) {
-        CHECK_MSG(0, "%s", ll_errbuf());
-        return;
-    }
     const char *toy[] = {"model.d_model=16", "model.ffn_dim=32", "model.heads=2", "model.enc_layers=3",
                          "model.dec_layers=3"};
-    for (size_t i = 0; i < sizeof toy / sizeof toy[0]; i++) CHECK(ll_config_set(&cfg, toy[i]) == 0);
+    ll_config cfg;
+    if (tu_toy_config(&cfg, "deep_decoder_15_15", toy, 5)) return; /* DDR, ALD, CAD */
     for (int i = 0; i < n_extra; i++) CHECK_MSG(ll_config_set(&cfg, extra[i]) == 0, "%s: %s", extra[i], ll_errbuf());
-    ll_hparams hp;
-    ll_hparams_from_config(&hp, &cfg, 40);
-    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
-    ll_model_init(m, 1);
-    m->obj = (ll_objective){.ddr_alpha = cfg.ddr_alpha, .ald_weight = cfg.ald_weight, .ald_p = cfg.ald_p,
-                            .ald_tau = cfg.ald_tau};
-    m->obj.ddr_dec_ctl = calloc((size_t)hp.Ld, sizeof(ll_layer_ctl));
+    ll_model *m = tu_toy_model(&cfg, 40);
+    const ll_hparams hp = m->hp;
     ll_batch b;
-    make_batch(&b, 4, 7, 6, 1);
+    gc_make_batch(&b, 4, 7, 6, hp.V, 1);
     real *g0 = malloc(m->n_params * sizeof(real)), *g1 = malloc(m->n_params * sizeof(real));
     int skipped = 0, ran = 0;
     for (int draw = 0; draw < 4; draw++) {
@@ -175,10 +145,8 @@ static void test_model(const char *name, const char *const *extra, int n_extra) 
     CHECK_MSG(plain[0] != plain[1] && h[0] != plain[0], "%s: the hash does not see the draws' structure", name);
     ll_backend_counting_free(fp);
     free(g0), free(g1);
-    free(m->obj.ddr_dec_ctl);
-    m->obj.ddr_dec_ctl = NULL;
-    ll_model_free(m);
-    ll_batch_free(&b);
+    tu_toy_model_free(m);
+    gc_free_batch(&b);
     ll_config_free(&cfg);
 }
 

@@ -18,6 +18,7 @@
 #include "ll/config.h"
 #include "ll/model.h"
 #include "util/testutil.h"
+#include "util/toy_config.h"
 
 /* a fixed sequence of ops; `which` changes one argument of it (0: none) */
 static uint64_t ops_hash(ll_backend *fp, float *buf, int which) {
@@ -101,24 +102,13 @@ static uint64_t step_hash(ll_model *m, ll_backend *fp, const ll_batch *b, uint64
 }
 
 static void test_steps(void) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/configs/deep_decoder_15_15.cfg", tu_source_dir()); /* DDR, ALD, CAD */
-    ll_config cfg;
-    if (ll_config_load(&cfg, path)) {
-        CHECK_MSG(0, "%s", ll_errbuf());
-        return;
-    }
     const char *toy[] = {"model.d_model=16", "model.ffn_dim=32", "model.heads=2", "model.enc_layers=2",
                          "model.dec_layers=2"};
-    for (size_t i = 0; i < sizeof toy / sizeof toy[0]; i++) CHECK(ll_config_set(&cfg, toy[i]) == 0);
-    ll_hparams hp;
-    ll_hparams_from_config(&hp, &cfg, 40);
-    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
-    ll_model_init(m, 1);
-    m->obj = (ll_objective){.ddr_alpha = cfg.ddr_alpha, .ald_weight = cfg.ald_weight, .ald_p = cfg.ald_p,
-                            .ald_tau = cfg.ald_tau};
+    ll_config cfg;
+    if (tu_toy_config(&cfg, "deep_decoder_15_15", toy, 5)) return; /* DDR, ALD, CAD */
+    ll_model *m = tu_toy_model(&cfg, 40);
+    const ll_hparams hp = m->hp;
     CHECK(cfg.ddr_alpha > 0 && cfg.ald_weight > 0 && hp.dropout > 0);
-    m->obj.ddr_dec_ctl = calloc((size_t)hp.Ld, sizeof(ll_layer_ctl));
     ll_backend *fp = ll_backend_fingerprint(m->be);
     ll_backend_fingerprint_shadow(fp, 1);
     ll_batch b1, b2, b3;
@@ -135,9 +125,7 @@ static void test_steps(void) {
     m->dec_ctl[1].skip_cross = 0;
     CHECK(step_hash(m, fp, &b1, 15, 1) == h1);
     ll_backend_counting_free(fp);
-    free(m->obj.ddr_dec_ctl);
-    m->obj.ddr_dec_ctl = NULL;
-    ll_model_free(m);
+    tu_toy_model_free(m);
     ll_batch_free(&b1), ll_batch_free(&b2), ll_batch_free(&b3);
     ll_config_free(&cfg);
 }
