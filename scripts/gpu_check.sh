@@ -199,10 +199,11 @@ if [ $built -eq 0 ]; then
     # initialisation asks cudaFuncGetAttributes for kernels of other architectures (error 209,
     # inside pncclCommInitRank): API errors are not reported for that test, memory errors are
     export LL_GPU_TEST_BIG_BATCH=0
-    for t in gpu_smoke attention_cuda layernorm_cuda typed_cuda decode_cuda step_cuda dist_nccl ops_cuda graph_cuda; do
+    for t in gpu_smoke attention_cuda layernorm_cuda typed_cuda decode_cuda step_cuda dist_nccl ops_cuda graph_cuda \
+      graph_cond_cuda; do
       api=()
-      # (graph_cuda provokes CUDA's capture errors on purpose)
-      [ $t = dist_nccl ] || [ $t = graph_cuda ] && api=(--report-api-errors no)
+      # (graph_cuda and graph_cond_cuda provoke CUDA's capture errors on purpose)
+      [ $t = dist_nccl ] || [ $t = graph_cuda ] || [ $t = graph_cond_cuda ] && api=(--report-api-errors no)
       step "memcheck-$t" 150 "$CS" --tool memcheck --leak-check no "${api[@]}" --error-exitcode 99 "$B/gpu_test_$t"
       grep -E '^=+ (ERROR SUMMARY|Invalid|Program hit)' "$L/memcheck-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
     done
