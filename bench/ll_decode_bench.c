@@ -83,6 +83,8 @@ int main(int argc, char **argv) {
         ll_nbest *out = calloc(B, sizeof *out);
         double best = 1e30;
         long tokens = 0;
+        ll_graph_stats g0 = {0}, g1 = {0}; /* search steps as CUDA graphs (LL_CUDA_DECODE_GRAPHS=0: none) */
+        if (be->graph_stats) be->graph_stats(be, &g0);
         for (int rep = 0; rep < repeats + 1; rep++) {
             double t0 = ll_now();
             ll_translate_ids(m, (const int32_t *const *)srcs, len, B, &to, out, NULL); /* lldecode's path */
@@ -94,8 +96,10 @@ int main(int argc, char **argv) {
             }
             if (rep > 0 && dt < best) best = dt; /* the first run warms up */
         }
-        printf("RESULT ll_decode beam=%d inter=%d sent_per_s=%.2f tok_per_s=%.1f\n", beam, ll_translate_workers(&to),
-               B / best, tokens / best);
+        if (be->graph_stats) be->graph_stats(be, &g1);
+        printf("RESULT ll_decode beam=%d inter=%d sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu graph_replays=%llu\n",
+               beam, ll_translate_workers(&to), B / best, tokens / best, (unsigned long long)(g1.launches - g0.launches),
+               (unsigned long long)(g1.replays - g0.replays));
         fflush(stdout);
         free(out);
         while (*p && *p != ',') p++;

@@ -2,8 +2,9 @@
  * the rows' ancestry tables, self-attention through them, and the beam
  * search's top-k over the vocabulary (contracts: include/ll/backend.h,
  * copy_rows / reorder_rows / beam_ancestry / attention_cached / beam_topk;
- * the CPU references are src/backend/cpu/cpu_decode.c and cpu_attention.c).  copy_rows needs no kernel: it is one
- * cudaMemcpy2DAsync (src/backend/cuda/cuda_ops_decode.c).
+ * the CPU references are src/backend/cpu/cpu_decode.c and cpu_attention.c).  copy_rows is one
+ * cudaMemcpy2DAsync (src/backend/cuda/cuda_ops_decode.c) unless its destination
+ * offset is read on the device (a decoding step in a CUDA graph): then a kernel.
  *
  * beam_topk: one block per sentence.  Each thread scans a strided share of the
  * sentence's beam x V candidates in increasing (row, token) order and keeps
@@ -52,12 +53,45 @@ extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void
     return cudaSuccess;
 }
 
+/* ---- copy_rows at a device offset -------------------------------------------------- */
+
+/* words of W bytes (every size and address a multiple of W) */
+template <typename W>
+static __global__ void copy_rows_at_kernel(unsigned char *__restrict__ dst, size_t dst_stride,
+                                           const unsigned char *__restrict__ src, size_t src_stride, size_t n,
+                                           const int *__restrict__ at, size_t at_stride) {
+    const int r = blockIdx.y;
+    W *d = (W *)(dst + (size_t)*at * at_stride + (size_t)r * dst_stride);
+    const W *s = (const W *)(src + (size_t)r * src_stride);
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n / sizeof(W); j += (size_t)gridDim.x * blockDim.x)
+        d[j] = s[j];
+}
+
+extern "C" cudaError_t ll_cuda_copy_rows_at(cudaStream_t stream, void *dst, size_t dst_stride, const void *src,
+                                            size_t src_stride, int rows, size_t n, const int *at, size_t at_stride) {
+    if (rows <= 0 || n == 0) return cudaSuccess;
+    if (rows > 65535) return cudaErrorInvalidValue; /* grid.y limit */
+    const size_t all = (size_t)dst | (size_t)src | dst_stride | src_stride | n | at_stride;
+    const size_t w = all % 4 == 0 ? 4 : 1, bx = (n / w + 255) / 256;
+    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)rows);
+    if (w == 4)
+        LL_LAUNCH(grid, 256, 0, stream, copy_rows_at_kernel<uint32_t>)((unsigned char *)dst, dst_stride,
+                                                                       (const unsigned char *)src, src_stride, n, at,
+                                                                       at_stride);
+    else
+        LL_LAUNCH(grid, 256, 0, stream, copy_rows_at_kernel<unsigned char>)((unsigned char *)dst, dst_stride,
+                                                                            (const unsigned char *)src, src_stride, n,
+                                                                            at, at_stride);
+    return cudaGetLastError();
+}
+
 /* ---- beam_ancestry ---------------------------------------------------------------- */
 
 /* pass 0: scratch[r] = anc[from[r]] + shift; pass 1: back, then entry t = r */
 static __global__ void ancestry_pass(int *__restrict__ anc, int *__restrict__ scratch, const int *__restrict__ from,
-                                     int rows, int t, int stride, int group, int pass) {
+                                     int rows, int t, const int *__restrict__ t_at, int stride, int group, int pass) {
     const int r = blockIdx.x;
+    if (t_at) t += *t_at;
     if (from) {
         const int f = from[r], shift = (r / group - f / group) * group;
         for (int j = threadIdx.x; j < t; j += blockDim.x) {
@@ -71,10 +105,10 @@ static __global__ void ancestry_pass(int *__restrict__ anc, int *__restrict__ sc
 }
 
 extern "C" cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int *scratch, const int *from, int rows,
-                                             int t, int stride, int group) {
+                                             int t, const int *t_at, int stride, int group) {
     if (rows <= 0) return cudaSuccess;
     for (int pass = from ? 0 : 1; pass < 2; pass++) {
-        LL_LAUNCH(rows, 128, 0, stream, ancestry_pass)(anc, scratch, from, rows, t, stride, group, pass);
+        LL_LAUNCH(rows, 128, 0, stream, ancestry_pass)(anc, scratch, from, rows, t, t_at, stride, group, pass);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -90,9 +124,10 @@ extern "C" cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int 
 template <typename T>
 static __global__ void attention_cached_kernel(T *__restrict__ out, const T *__restrict__ q, int q_stride,
                                                const T *__restrict__ kv, int kv_stride, size_t row_stride,
-                                               const int *__restrict__ anc, int anc_stride, int n_keys, int H,
-                                               int Dh, float scale) {
+                                               const int *__restrict__ anc, int anc_stride, int n_keys,
+                                               const int *__restrict__ n_at, int H, int Dh, float scale) {
     const int r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, C = H * Dh;
+    if (n_at) n_keys += *n_at;
     float qv[CACHED_MAXD], acc[CACHED_MAXD];
     for (int i = 0; i < CACHED_MAXD; i++) {
         const int d = lane + WARP * i;
@@ -127,7 +162,8 @@ static __global__ void attention_cached_kernel(T *__restrict__ out, const T *__r
 
 extern "C" cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dtype t, void *out, const void *q,
                                                 int q_stride, const void *kv, int kv_stride, size_t row_stride,
-                                                const int *anc, int anc_stride, int n_keys, int rows, int H, int Dh) {
+                                                const int *anc, int anc_stride, int n_keys, const int *n_at, int rows,
+                                                int H, int Dh) {
     if (rows <= 0 || H <= 0) return cudaSuccess;
     if (Dh <= 0 || Dh > WARP * CACHED_MAXD || H > 65535) return cudaErrorInvalidValue;
     dim3 grid((unsigned)rows, (unsigned)H);
@@ -136,7 +172,7 @@ extern "C" cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dty
     const float scale = 1.0f / sqrtf((float)Dh);
     LL_DISPATCH(t, T, LL_LAUNCH(grid, WARP, 0, stream, attention_cached_kernel<T>)(
                           (T *)out, (const T *)q, q_stride, (const T *)kv, kv_stride, row_stride, anc, anc_stride,
-                          n_keys, H, Dh, scale);)
+                          n_keys, n_at, H, Dh, scale);)
     return cudaGetLastError();
 }
 

@@ -24,9 +24,10 @@
 
 template <typename T>
 static __global__ void embed_fwd_kernel(T *__restrict__ out, const int32_t *__restrict__ tok, const T *__restrict__ emb,
-                                        const float *__restrict__ pos, int pos_offset, float scale, int N, int T_, int C,
-                                        int pad) {
+                                        const float *__restrict__ pos, int pos_offset, const int *__restrict__ pos_at,
+                                        float scale, int N, int T_, int C, int pad) {
     const size_t total = (size_t)N * C;
+    if (pos_at) pos_offset += *pos_at;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const int r = (int)(i / (size_t)C), c = (int)(i % (size_t)C);
         const int t = tok[r];
@@ -41,12 +42,12 @@ static __global__ void embed_fwd_kernel(T *__restrict__ out, const int32_t *__re
 }
 
 extern "C" cudaError_t ll_cuda_embed_fwd(cudaStream_t s, ll_cuda_dtype t, void *out, const int32_t *tok,
-                                         const void *emb, const float *pos, int pos_offset, float scale, int N, int T,
-                                         int C, int pad) {
+                                         const void *emb, const float *pos, int pos_offset, const int *pos_at,
+                                         float scale, int N, int T, int C, int pad) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     if (T <= 0) return cudaErrorInvalidValue;
     LL_DISPATCH(t, E, LL_LAUNCH(ll_grid((size_t)N * C, EMB_THREADS), EMB_THREADS, 0, s, embed_fwd_kernel<E>)(
-                          (E *)out, tok, (const E *)emb, pos, pos_offset, scale, N, T, C, pad);)
+                          (E *)out, tok, (const E *)emb, pos, pos_offset, pos_at, scale, N, T, C, pad);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

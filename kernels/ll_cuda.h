@@ -161,13 +161,14 @@ cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float *bgrad, con
 cudaError_t ll_cuda_convert(cudaStream_t s, void *dst, ll_dtype dt, const void *src, ll_dtype st, size_t n);
 
 /* ---- embeddings (kernels/embed.cu) -------------------------------------------------
- * embed_fwd: out[r] = scale * emb[tok[r]] + pos[r % T + pos_offset], pad rows 0
+ * embed_fwd: out[r] = scale * emb[tok[r]] + pos[r % T + pos_offset (+ *pos_at)], pad rows 0
  * (out, emb of type t; the sinusoids pos fp32).  embed_bwd: demb (fp32) [tok[r]] += scale * dout[r]
  * for non-pad rows, deterministic: a stable radix sort of the rows by token,
  * then one block per distinct token adds its rows in ascending row order (the
  * CPU's order).  scratch: ll_cuda_embed_bwd_scratch_bytes(N) bytes. */
 cudaError_t ll_cuda_embed_fwd(cudaStream_t s, ll_cuda_dtype t, void *out, const int32_t *tok, const void *emb,
-                              const float *pos, int pos_offset, float scale, int N, int T, int C, int pad);
+                              const float *pos, int pos_offset, const int *pos_at, float scale, int N, int T, int C,
+                              int pad);
 size_t ll_cuda_embed_bwd_scratch_bytes(int N);
 cudaError_t ll_cuda_embed_bwd(cudaStream_t s, ll_cuda_dtype t, float *demb, const void *dout, const int32_t *tok,
                               float scale, int N, int C, int pad, void *scratch, size_t scratch_bytes);
@@ -320,12 +321,17 @@ cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *scor
                               const void *logp, const double *cum, const uint8_t *mode, int groups, int beam, int V,
                               int k, int pad, int bos, int eos);
 /* attention_cached (one warp per row and head; Dh <= 128, else
- * cudaErrorInvalidValue) and beam_ancestry, as the ops; q, kv, out of type t */
+ * cudaErrorInvalidValue) and beam_ancestry, as the ops; q, kv, out of type t.
+ * The `*_at` ints (NULL: 0) are read on the device, added to the value beside. */
 cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dtype t, void *out, const void *q, int q_stride,
                                      const void *kv, int kv_stride, size_t row_stride, const int *anc, int anc_stride,
-                                     int n_keys, int rows, int H, int Dh);
+                                     int n_keys, const int *n_at, int rows, int H, int Dh);
 cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int *scratch, const int *from, int rows, int t,
-                                  int stride, int group);
+                                  const int *t_at, int stride, int group);
+/* copy_rows with a destination offset read on the device: dst + *at * at_stride
+ * (all in bytes); without one, the op is a cudaMemcpy2DAsync */
+cudaError_t ll_cuda_copy_rows_at(cudaStream_t stream, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                                 int rows, size_t n, const int *at, size_t at_stride);
 
 /* ---- host helpers (src/backend/cuda/cuda_backend.c) ---------------------------
  * `be` must come from ll_backend_cuda(). */

@@ -177,8 +177,9 @@ static void test_norm_embed(void) {
     for (int i = 0; i < (T + 2) * C; i++) pos[i] = sinf(0.1f * i);
     int32_t tok[50];
     for (int i = 0; i < N; i++) tok[i] = i % 7 == 3 ? LL_PAD : 4 + i % (V - 4);
-    F->embed_fwd(F, AF(e), tok, AF(emb), pos, 2, 3.5f, N, T, C, LL_PAD);
-    H->embed_fwd(H, AH(e), tok, AH(emb), pos, 2, 3.5f, N, T, C, LL_PAD);
+    const int one = 1; /* position offset 1 + 1 read through a pointer */
+    F->embed_fwd(F, AF(e), tok, AF(emb), pos, 1, &one, 3.5f, N, T, C, LL_PAD);
+    H->embed_fwd(H, AH(e), tok, AH(emb), pos, 1, &one, 3.5f, N, T, C, LL_PAD);
     OP_OK("embed_fwd", rel1(&e));
     float *gf = calloc((size_t)V * C, sizeof(float)), *gh = calloc((size_t)V * C, sizeof(float));
     F->embed_bwd(F, gf, AF(dy), tok, 3.5f, N, C, LL_PAD);

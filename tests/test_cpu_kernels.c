@@ -300,9 +300,13 @@ static void test_row_ops(void) {
                 CHECK(buf[r * STRIDE + j] ==
                       (r < rows && j < N ? orig[fr[r] * STRIDE + j] : orig[r * STRIDE + j]));
     }
-    be->copy_rows(be, (ll_act *)(buf + 1), STRIDE, (const ll_act *)(src + 2), 4 * N, R, 3);
+    be->copy_rows(be, (ll_act *)(buf + 1), STRIDE, (const ll_act *)(src + 2), 4 * N, R, 3, NULL, 0);
     for (int r = 0; r < R; r++)
         for (int j = 0; j < 3; j++) CHECK(buf[r * STRIDE + 1 + j] == src[r * 4 * N + 2 + j]);
+    const int at = 2; /* the destination advanced by *at * 3 elements (a decoding step's position) */
+    be->copy_rows(be, (ll_act *)buf, STRIDE, (const ll_act *)(src + 1), 4 * N, R, 2, &at, 3);
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 2; j++) CHECK(buf[r * STRIDE + 6 + j] == src[r * 4 * N + 1 + j]);
 }
 
 /* beam_ancestry against what it replaces: a random beam search (reorders
@@ -323,7 +327,8 @@ static void test_ancestry(void) {
                 for (int r = 0; r < rows; r++) from[r] = r / G * G + rand() % G;
                 be->reorder_rows(be, A_(moved), A_(scratch), from, rows, (size_t)t * N, (size_t)T * N);
             }
-            be->beam_ancestry(be, anc, ascr, t > 0 ? from : NULL, rows, t, T, G);
+            be->beam_ancestry(be, anc, ascr, t > 0 ? from : NULL, rows, trial % 2 ? t : 0, trial % 2 ? NULL : &t, T,
+                              G); /* t on the host, or read through a pointer as in a decoding step */
             for (int r = 0; r < rows; r++)
                 for (int e = 0; e < N; e++)
                     moved[(r * T + t) * N + e] = fixed[(r * T + t) * N + e] = (real)(trial * 1000 + t * 100 + r * 3 + e);
@@ -332,7 +337,7 @@ static void test_ancestry(void) {
                 be->reorder_rows(be, A_(moved), A_(scratch), from, rows - G, (size_t)(t + 1) * N, (size_t)T * N);
                 be->reorder_rows(be, A_(fixed), A_(scratch), from, rows - G, (size_t)(t + 1) * N, (size_t)T * N);
                 rows -= G;
-                be->beam_ancestry(be, anc, ascr, from, rows, t + 1, T, G);
+                be->beam_ancestry(be, anc, ascr, from, rows, t + 1, NULL, T, G);
             }
             for (int r = 0; r < rows; r++)
                 for (int j = 0; j <= t; j++) {

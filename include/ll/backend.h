@@ -222,10 +222,13 @@ struct ll_backend {
     void (*layernorm_bwd)(ll_backend *be, ll_act *dx, real *dw, real *db, const ll_act *dout, const ll_act *x,
                           const real *w, const real *mean, const real *rstd, int N, int C);
 
-    /* out[r] = scale * emb[tok[r]] + pos[(r % T) + pos_offset]; rows whose token is pad are zero.
-     * emb: the weight copy (activation dtype); pos: fp32 sinusoids; demb: fp32 gradient. */
+    /* out[r] = scale * emb[tok[r]] + pos[(r % T) + pos_offset + *pos_at]; rows whose token is pad are zero.
+     * emb: the weight copy (activation dtype); pos: fp32 sinusoids; demb: fp32 gradient.
+     * pos_at (NULL: 0) is an int in backend memory, read when the op runs: a
+     * decoding step's position, so that the step's ops are the same at every
+     * step (one CUDA graph replayed; src/model/infer.c). */
     void (*embed_fwd)(ll_backend *be, ll_act *out, const int32_t *tok, const ll_act *emb, const real *pos,
-                      int pos_offset, real scale, int N, int T, int C, int pad);
+                      int pos_offset, const int *pos_at, real scale, int N, int T, int C, int pad);
     void (*embed_bwd)(ll_backend *be, real *demb, const ll_act *dout, const int32_t *tok, real scale, int N, int C,
                       int pad);
 
@@ -381,7 +384,11 @@ struct ll_backend {
 
     /* Incremental decoding (src/model/infer.c, src/decode/beam.c).
      * copy_rows: rows x n elements, row i of src (stride src_stride elements)
-     *   to row i of dst (stride dst_stride): the KV-cache write of a step.
+     *   to row i of dst (stride dst_stride): the KV-cache write of a step;
+     *   with at (NULL: none), dst starts *at * at_stride elements further.
+     * The `*_at` arguments (NULL: 0) are ints in backend memory, read when the
+     *   op runs and added to the host value beside them: the step's position,
+     *   so that a step's ops are the same at every step (one CUDA graph).
      * reorder_rows: row r of buf (stride `stride` elements, the first n used)
      *   becomes old row from[r], for r < rows (beam reorder, dropping finished
      *   sentences); from [rows] in backend memory; scratch holds rows * n.
@@ -398,29 +405,29 @@ struct ll_backend {
      * attention_cached: a decoding step's self-attention over the KV cache,
      *   read through per-row ancestry instead of reordered copies (beam
      *   hypotheses share their prefix's cache entries).  Query row r
-     *   (q + r*q_stride, H heads of Dh) attends to keys j < n_keys: key j at
+     *   (q + r*q_stride, H heads of Dh) attends to keys j < n_keys + *n_at: key j at
      *   kv + a*row_stride + j*kv_stride and its value C = H*Dh elements
      *   further, where a = anc[r*anc_stride + j] (anc NULL: a = r).  Softmax
      *   in fp32; no mask beyond n_keys, no dropout, no lse; out [rows, C].
      * beam_ancestry: anc [rows, stride] ints in backend memory; entry (r, j)
      *   is the cache row that holds position j of hypothesis r.  With from
-     *   (backend [rows]; NULL: no move): entries j < t of row r become those
+     *   (backend [rows]; NULL: no move), and t += *t_at: entries j < t of row r become those
      *   of old row from[r] plus (r/group - from[r]/group)*group (a compaction
      *   moves a whole sentence's `group` cache rows by that much; a beam
      *   reorder stays inside the group: + 0); then, if t < stride, entry t
      *   of every row = r (the row writes position t itself).  scratch:
      *   rows*t ints. */
     void (*copy_rows)(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
-                      size_t n);
+                      size_t n, const int *at, size_t at_stride);
     void (*reorder_rows)(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
                          size_t stride);
     void (*beam_topk)(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
                       const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
     void (*attention_cached)(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
-                             int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys, int rows,
-                             int H, int Dh);
-    void (*beam_ancestry)(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, int stride,
-                          int group);
+                             int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys,
+                             const int *n_at, int rows, int H, int Dh);
+    void (*beam_ancestry)(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, const int *t_at,
+                          int stride, int group);
 
     /* fairseq Adam with decoupled weight decay (reference-spec §5.3) on the
      * gradient times stats[LL_ST_GMUL]; the 1-based step is stats[t_slot]; does

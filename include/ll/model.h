@@ -168,6 +168,11 @@ typedef struct ll_model {
      * (tests: the same ops, the host's branch only); 0: skipped ops not queued */
     int drop_conds;
     int cond_active; /* set while a training step runs that way (transformer.c) */
+    /* Beam-search steps as CUDA graphs (src/model/infer.c): 0 where the backend
+     * has graphs (unless LL_CUDA_DECODE_GRAPHS=0), -1 never (lldecode
+     * --no-cuda-graphs), 2 tests: the graphed path's ops and compaction policy,
+     * run through the fingerprinting wrapper without a graph */
+    int decode_graphs;
     /* [n_table]: the tensor's gradient is still zero since ll_model_zero_grads
      * (NULL: unknown), so a linear layer's first weight/bias gradient of the
      * update overwrites it (beta 0, BGRAD set) instead of adding */
@@ -308,6 +313,7 @@ typedef struct {
     void **packed;      /* [Ld * LL_DEC_PACKED + 1] weights packed for the backend's
                            linear_packed (NULL entries: use gemm); last = output projection */
     int own_packed;     /* packed by ll_decode_begin (no ll_decode_pack in force) */
+    int graphs;         /* steps as CUDA graphs (1), or that path without them (2: ll_model.decode_graphs) */
 } ll_dec_state;
 #define LL_DEC_PACKED 6 /* per decoder layer: qkv, o, cq, co, fc1, fc2 */
 
@@ -338,6 +344,10 @@ void ll_decode_unpack(ll_model *m);
  * the current sentences): their rows move to the front and B, N shrink, so
  * later steps skip finished sentences (fairseq drops them from the batch). */
 void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep);
+/* Whether a search should compact now, n_keep of the d->B sentences live:
+ * always, except when steps are graphs (d->graphs): a new batch size is a new
+ * graph, so finished sentences ride along (their rows at -inf) until half are. */
+int ll_decode_compact_wanted(const ll_dec_state *d, int n_keep);
 
 /* ---- random structure (src/model/cad.c) ---- */
 /* Cross-attention drop: skip_cross of decoder layer l (0-based) with

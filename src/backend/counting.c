@@ -246,9 +246,9 @@ OPL(layernorm_bwd,
      const real *mu, const real *rs, int N, int C),
     (((counting *)be)->inner, dx, dw, db, dy, x, w, mu, rs, N, C))
 OPL(embed_fwd, N > 0,
-    (ll_backend * be, ll_act *o, const int32_t *t, const ll_act *e, const real *p, int po, real s, int N, int T,
-     int C, int pad),
-    (((counting *)be)->inner, o, t, e, p, po, s, N, T, C, pad))
+    (ll_backend * be, ll_act *o, const int32_t *t, const ll_act *e, const real *p, int po, const int *pat, real s,
+     int N, int T, int C, int pad),
+    (((counting *)be)->inner, o, t, e, p, po, pat, s, N, T, C, pad))
 OPL(embed_bwd, N > 0 ? 2 + CUB_SORT : 0, (ll_backend * be, real *de, const ll_act *d, const int32_t *t, real s, int N, int C, int pad),
     (((counting *)be)->inner, de, d, t, s, N, C, pad))
 OPL(relu_fwd, n != 0, (ll_backend * be, ll_act *x, size_t n), (((counting *)be)->inner, x, n))
@@ -329,8 +329,9 @@ OPL(sym_kl, 2,
      int pad, real al, double *acc),
     (((counting *)be)->inner, a, b, da, db, t, N, V, pad, al, acc))
 OPL(log_softmax, 1, (ll_backend * be, ll_act *x, int N, int V), (((counting *)be)->inner, x, N, V))
-OPL(copy_rows, rows > 0, (ll_backend * be, ll_act *d, size_t ds, const ll_act *s, size_t ss, int rows, size_t n),
-    (((counting *)be)->inner, d, ds, s, ss, rows, n))
+OPL(copy_rows, rows > 0,
+    (ll_backend * be, ll_act *d, size_t ds, const ll_act *s, size_t ss, int rows, size_t n, const int *at, size_t ats),
+    (((counting *)be)->inner, d, ds, s, ss, rows, n, at, ats))
 OPL(reorder_rows, 2 * (rows > 0),
     (ll_backend * be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n, size_t stride),
     (((counting *)be)->inner, buf, scratch, from, rows, n, stride))
@@ -340,10 +341,11 @@ OPL(beam_topk, 2,
     (((counting *)be)->inner, score, lp, flat, logp, cum, mode, groups, beam, V, k, pad, bos, eos))
 OPL(attention_cached, 1,
     (ll_backend * be, ll_act *out, const ll_act *q, int qs, const ll_act *kv, int kvs, size_t rs, const int *anc,
-     int as, int nk, int rows, int H, int Dh),
-    (((counting *)be)->inner, out, q, qs, kv, kvs, rs, anc, as, nk, rows, H, Dh))
-OPL(beam_ancestry, from ? 2 : 1, (ll_backend * be, int *anc, int *scratch, const int *from, int rows, int t, int stride, int group),
-    (((counting *)be)->inner, anc, scratch, from, rows, t, stride, group))
+     int as, int nk, const int *nat, int rows, int H, int Dh),
+    (((counting *)be)->inner, out, q, qs, kv, kvs, rs, anc, as, nk, nat, rows, H, Dh))
+OPL(beam_ancestry, from ? 2 : 1,
+    (ll_backend * be, int *anc, int *scratch, const int *from, int rows, int t, const int *tat, int stride, int group),
+    (((counting *)be)->inner, anc, scratch, from, rows, t, tat, stride, group))
 OPL(adam, n != 0,
     (ll_backend * be, real *p, ll_act *pa, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
      real eps, real wd, const double *st, int slot),

@@ -52,6 +52,8 @@ static void usage(FILE *out) {
             "  --device D         cpu (default), cuda (GPU 0; an error without one) or auto (GPU 0 when\n"
             "                     there is one and the CUDA backend is complete, else the CPU); a model\n"
             "                     file is fp32 on the host, whichever device trained it\n"
+            "  --no-cuda-graphs   on a GPU, run each search step's kernels one by one instead of as a\n"
+            "                     CUDA graph (one per batch shape, replayed every step)\n"
             "  --quiet            no summary or warnings on stderr\n");
 }
 
@@ -81,7 +83,7 @@ typedef struct {
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
     int bf16; /* --precision bf16 */
     double lenpen, max_len_a;
-    int raw_ids, quiet;
+    int raw_ids, quiet, no_graphs;
 } opts;
 
 /* Index of a language (given, or the only one on that side of the training data); -1 if ambiguous. */
@@ -222,6 +224,8 @@ int main(int argc, char **argv) {
             o.raw_ids = 1;
         } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
             o.quiet = 1;
+        } else if (!strcmp(a, "--no-cuda-graphs")) {
+            o.no_graphs = 1;
         } else if (!v) {
             ll_die("unknown or incomplete argument '%s' (see lldecode --help)", a);
         } else if (!strcmp(a, "--model")) {
@@ -273,7 +277,7 @@ int main(int argc, char **argv) {
         } else {
             ll_die("unknown argument '%s' (see lldecode --help)", a);
         }
-        if (strcmp(a, "--raw-ids") && strcmp(a, "--quiet") && strcmp(a, "-q")) i++;
+        if (strcmp(a, "--raw-ids") && strcmp(a, "--quiet") && strcmp(a, "-q") && strcmp(a, "--no-cuda-graphs")) i++;
     }
     if (!o.model) ll_die("--model FILE is required (see lldecode --help)");
     if (o.quiet) ll_verbosity = 0;
@@ -286,6 +290,7 @@ int main(int argc, char **argv) {
     ll_config cfg;
     ll_model *m = ll_model_from_file(k, o.model, be, &cfg);
     if (!m) ll_die("%s", ll_errbuf());
+    if (o.no_graphs) m->decode_graphs = -1;
     size_t vlen = 0;
     const void *vocab = ll_ckpt_vocab(k, &vlen);
     ll_spm *spm = ll_spm_load_bytes(vocab, vlen);

@@ -8,7 +8,10 @@
  * hypotheses are finalized or at its max length.  Rows that could not be
  * filled (fewer live candidates than `beam`, and rows 1.. at step 0) carry
  * -inf scores: fairseq keeps -inf candidates in such slots, which never
- * finalize or outrank a finite one, so skipping them selects the same set. */
+ * finalize or outrank a finite one, so skipping them selects the same set.
+ * Finished sentences leave the batch (ll_decode_compact) when
+ * ll_decode_compact_wanted says so; until then their rows ride along "dead"
+ * (-inf, no candidates), which changes nothing for the others. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +117,7 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     int32_t *flat = ll_malloc(sizeof(int32_t) * (size_t)B * k);
     uint8_t *mode = ll_malloc(B);
     int *from = ll_malloc(sizeof(int) * N), *act = ll_malloc(sizeof(int) * B), *keep = ll_malloc(sizeof(int) * B);
+    uint8_t *dead = ll_calloc(B, 1); /* slot j's sentence is finished but still in the batch */
     cand *c = ll_malloc(sizeof(cand) * k);
     /* step 0 expands only row 0 of each sentence (all rows are identical) */
     for (int r = 0; r < N; r++) cum[r] = r % beam ? -INFINITY : 0;
@@ -130,6 +134,14 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
         for (int j = 0; j < nact; j++) {
             sent *s = &ss[act[j]];
             const int base = j * beam;
+            if (dead[j]) { /* any valid input; -inf: no candidates */
+                for (int r = base; r < base + beam; r++) {
+                    from[r] = r;
+                    tok2[(size_t)r * T + step] = LL_EOS;
+                    cum2[r] = -INFINITY;
+                }
+                continue;
+            }
             const int nc = take_candidates(score + (size_t)j * k, lp + (size_t)j * k, flat + (size_t)j * k, V, k, c);
             /* EOS within the first `beam` ranks: finalized (up to beam per sentence) */
             for (int q = 0; q < nc && q < beam; q++) {
@@ -164,21 +176,23 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
                 tok2[(size_t)r * T + step] = LL_EOS; /* any valid input; its output is ignored */
                 cum2[r] = -INFINITY;
             }
-            if (done)
+            if (done) {
                 finish(s, o->nbest, &out[act[j]]);
-            else
+                dead[j] = 1;
+            } else
                 keep[n_keep++] = j;
         }
         int32_t *ti = tok; tok = tok2; tok2 = ti;
         float *pi = ps; ps = ps2; ps2 = pi;
         double *ci = cum; cum = cum2; cum2 = ci;
         if (n_keep == 0) break;
-        if (n_keep < nact) {
+        if (n_keep < nact && ll_decode_compact_wanted(d, n_keep)) {
             /* drop finished sentences: move the kept rows down (ascending, so in place) */
             ll_decode_compact(m, d, keep, n_keep);
             for (int jj = 0; jj < n_keep; jj++) {
                 const int j = keep[jj];
                 act[jj] = act[j];
+                dead[jj] = 0;
                 if (j == jj) continue;
                 for (int b = 0; b < beam; b++) {
                     const int to = jj * beam + b, fr = j * beam + b;
@@ -211,5 +225,6 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     free(from);
     free(act);
     free(keep);
+    free(dead);
     free(c);
 }

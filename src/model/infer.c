@@ -77,6 +77,9 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     m->dec_busy = 1;
     ll_dec_state *d = ll_calloc(1, sizeof *d);
     *d = (ll_dec_state){.N = N, .B = B, .S = S, .beam = beam, .max_T = max_T, .t = 0};
+    const char *genv = getenv("LL_CUDA_DECODE_GRAPHS"); /* "0": steps without graphs, for A/B timing */
+    d->graphs = m->decode_graphs == 2 ? 2
+                : m->decode_graphs == 0 && be->graph_begin && be->graph_replay && !(genv && !strcmp(genv, "0"));
     d->sent_src_len = ll_calloc(B, sizeof(int));
     memcpy(d->sent_src_len, src_len, sizeof(int) * B);
     d->from = ll_calloc(N, sizeof(int));
@@ -145,22 +148,26 @@ static int root_rows_only(const ll_dec_state *d, const int32_t *prev_tok, const 
     return 1;
 }
 
-/* The step proper: uploads prev_tok (+ the pending reorder, + cum/mode when
- * given), runs the decoder on one position per row and leaves the
- * log-probabilities in d->logp.  roots (root_rows_only): the decoder runs
- * rows' = sentences, row b standing for row b*beam (its cache row; d->logp and
- * *dev_cum then hold B rows).  The caller releases the arena marks. */
-static void step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum, const uint8_t *mode,
-                 int roots, const double **dev_cum, const uint8_t **dev_mode) {
-    ll_backend *be = m->be;
-    const ll_hparams *hp = &m->hp;
-    const int C = hp->C, N = d->N, t = d->t, beam = d->beam;
-    const int rows = roots ? d->B : N, mul = roots ? beam : 1; /* rows run; cache row of row r = r * mul */
+/* A step's upload in backend memory. */
+typedef struct {
+    const double *cum;    /* [rows] (NULL: none given) */
+    const int32_t *tok;   /* [rows] */
+    const int *from;      /* [N] the pending reorder (roots: each row's root) */
+    const int *t;         /* the step's position */
+    const uint8_t *mode;  /* [B] */
+} step_in;
+
+/* One upload: [cum rows doubles][tok rows][from N][t][mode B bytes].  roots
+ * (root_rows_only): the decoder runs rows' = sentences, row b standing for row
+ * b*beam (its cache row; d->logp and cum then hold B rows). */
+static step_in step_upload(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,
+                           const uint8_t *mode, int roots) {
+    const int N = d->N, t = d->t, beam = d->beam;
+    const int rows = roots ? d->B : N, mul = roots ? beam : 1;
     if (t >= d->max_T) ll_die("decode: step %d exceeds the cache capacity %d", t, d->max_T);
-    if (t + LL_PAD + 1 >= hp->max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
-    /* one upload: [cum rows doubles][tok rows][from N][mode B bytes] */
+    if (t + LL_PAD + 1 >= m->hp.max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
     const size_t nc = cum ? (size_t)rows : 0;
-    const size_t bytes = sizeof(double) * nc + sizeof(int32_t) * ((size_t)rows + N) + d->B;
+    const size_t bytes = sizeof(double) * nc + sizeof(int32_t) * ((size_t)rows + N + 1) + d->B;
     char *h = stage(d, bytes);
     double *hc = (double *)h;
     int32_t *ht = (int32_t *)(hc + nc);
@@ -169,28 +176,40 @@ static void step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const do
         if (cum) hc[r] = cum[r * mul];
         ht[r] = prev_tok[r * mul];
     }
-    /* roots: every row's position 0 is its sentence's first row's (below) */
+    /* roots: every row's position 0 is its sentence's first row's (step_ops) */
     for (int r = 0; r < N; r++) hf[r] = roots ? r - r % beam : d->from[r];
-    if (mode) memcpy(hf + N, mode, d->B);
+    hf[N] = t;
+    if (mode) memcpy(hf + N + 1, mode, d->B);
     char *dev = ll_arena_alloc(&m->arena, bytes);
-    be->upload(be, dev, h, bytes);
-    const int32_t *dt = (const int32_t *)(dev + sizeof(double) * nc);
-    const int *df = (const int *)(dt + rows);
-    if (dev_cum) *dev_cum = (const double *)dev;
-    if (dev_mode) *dev_mode = (const uint8_t *)(df + N);
+    m->be->upload(m->be, dev, h, bytes);
+    step_in in = {.cum = cum ? (const double *)dev : NULL, .tok = (const int32_t *)(dev + sizeof(double) * nc)};
+    in.from = (const int *)(in.tok + rows);
+    in.t = in.from + N;
+    in.mode = (const uint8_t *)(in.t + 1);
+    return in;
+}
+
+/* The step's ops, no transfer among them (a CUDA graph holds them; the
+ * position is read from backend memory, so every step of a shape queues the
+ * same ops): the decoder on one position per row, the log-probabilities in
+ * d->logp, and with k > 0 beam_topk's candidates into out. */
+static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
+    ll_backend *be = m->be;
+    const ll_hparams *hp = &m->hp;
+    const int C = hp->C, N = d->N, beam = d->beam;
+    const int rows = roots ? d->B : N, mul = roots ? beam : 1; /* rows run; cache row of row r = r * mul */
     /* the pending reorder moves the rows' ancestry, not their caches; every
      * row writes position t into its own cache row */
-    be->beam_ancestry(be, d->anc, d->anc_scratch, d->reorder_pending ? df : NULL, N, t, d->max_T, beam);
+    be->beam_ancestry(be, d->anc, d->anc_scratch, d->reorder_pending ? in->from : NULL, N, 0, in->t, d->max_T, beam);
     if (roots) /* entry 0 of every row := its root's (entry 0 of a root is itself) */
-        be->beam_ancestry(be, d->anc, d->anc_scratch, df, N, 1, d->max_T, beam);
-    d->reorder_pending = 0;
+        be->beam_ancestry(be, d->anc, d->anc_scratch, in->from, N, 1, NULL, d->max_T, beam);
 
-    ll_inc inc = {.packed = d->packed, .self_kv = d->self_kv, .cross_kv = d->cross_kv, .max_T = d->max_T, .t = t,
-                  .sents = d->B, .beam = roots ? 1 : beam, .anc = roots ? NULL : d->anc, .row_mul = mul,
-                  .sent_src_len = d->dev_src_len};
+    ll_inc inc = {.packed = d->packed, .self_kv = d->self_kv, .cross_kv = d->cross_kv, .max_T = d->max_T,
+                  .t = in->t, .sents = d->B, .beam = roots ? 1 : beam, .anc = roots ? NULL : d->anc,
+                  .row_mul = mul, .sent_src_len = d->dev_src_len};
     ll_pass p = {.B = rows, .T = 1, .S = d->S, .train = 0, .no_grad = 1, .stack = 1, .inc = &inc};
     ll_stack_run r;
-    ll_stack_run_init(m, &r, 1, &p, dt);
+    ll_stack_run_init(m, &r, 1, &p, in->tok);
     const ll_act *x = ll_stack_run_fwd(m, &r);
     const void *pk = d->packed[(size_t)hp->Ld * LL_DEC_PACKED];
     if (pk) {
@@ -200,12 +219,59 @@ static void step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const do
         be->gemm(be, &g);
     }
     be->log_softmax(be, d->logp, rows, hp->V);
+    if (k > 0) {
+        const size_t nk = (size_t)d->B * k, o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
+        be->beam_topk(be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, in->cum, in->mode,
+                      d->B, roots ? 1 : beam, hp->V, k, LL_PAD, LL_BOS, LL_EOS);
+    }
+}
+
+/* step_ops run through the fingerprinting wrapper (shadow: hashed, not run); their hash. */
+static uint64_t step_hashed(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out,
+                            int shadow) {
+    ll_backend *be = m->be;
+    ll_backend_fingerprint_shadow(m->graph_fp, shadow);
+    ll_backend_fingerprint_take(m->graph_fp);
+    m->be = m->graph_fp;
+    step_ops(m, d, in, roots, k, out);
+    m->be = be;
+    return ll_backend_fingerprint_take(m->graph_fp);
+}
+
+/* The step as a CUDA graph, as a training step (transformer.c, run_graph): a
+ * shadow run hashes its ops; a kept graph of that hash is launched as it is,
+ * else the step is captured.  Graphs of one kind of step (first step, with or
+ * without a reorder, with or without top-k) are a family: a new batch size
+ * updates the kept one in place.  0: done; -1: graphs off, run the ops. */
+static int step_graphed(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
+    ll_backend *be = m->be;
+    if (!m->graph_fp && !(m->graph_fp = ll_backend_fingerprint(be))) ll_die("out of memory");
+    const ll_arena_mark act = ll_arena_get_mark(&m->arena), meta = ll_arena_get_mark(&m->meta);
+    int rc = be->graph_replay(be, step_hashed(m, d, in, roots, k, out, 1));
+    if (rc == 0) return 0;
+    ll_arena_release(&m->arena, act);
+    ll_arena_release(&m->meta, meta);
+    if (rc == 1 && be->graph_begin(be) == 0) {
+        const uint64_t fp = step_hashed(m, d, in, roots, k, out, 0);
+        const uint64_t family = 0x6c6c6465636f6465ull ^ (uint64_t)(roots | d->reorder_pending << 1 | (k > 0) << 2);
+        if (be->graph_end(be, fp, family) == 0) return 0;
+        ll_arena_release(&m->arena, act);
+        ll_arena_release(&m->meta, meta);
+    }
+    d->graphs = 0; /* off for this decode: the ops as queued */
+    return -1;
+}
+
+static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
+    if (d->graphs != 1 || step_graphed(m, d, in, roots, k, out) != 0) step_ops(m, d, in, roots, k, out);
+    d->reorder_pending = 0;
     d->t++;
 }
 
 const ll_act *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev_tok) {
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
-    step(m, d, prev_tok, NULL, NULL, 0, NULL, NULL);
+    const step_in in = step_upload(m, d, prev_tok, NULL, NULL, 0);
+    run_step(m, d, &in, 0, 0, NULL);
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
     return d->logp;
@@ -231,18 +297,15 @@ void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, 
                          const uint8_t *mode, int k, double *score, real *lp, int32_t *flat) {
     ll_backend *be = m->be;
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
-    const double *dc;
-    const uint8_t *dm;
-    const int roots = root_rows_only(d, prev_tok, cum), beam = roots ? 1 : d->beam;
-    step(m, d, prev_tok, cum, mode, roots, &dc, &dm);
+    const int roots = root_rows_only(d, prev_tok, cum);
+    const step_in in = step_upload(m, d, prev_tok, cum, mode, roots);
     /* results in one block, read in one download: [score][lp][flat], widest
      * first so each array is aligned (real is double in the gradient-check build) */
     const size_t nk = (size_t)d->B * k;
     const size_t o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
     const size_t bytes = o_flat + nk * sizeof(int32_t);
     char *out = ll_arena_alloc(&m->arena, bytes);
-    be->beam_topk(be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, dc, dm, d->B, beam,
-                  m->hp.V, k, LL_PAD, LL_BOS, LL_EOS);
+    run_step(m, d, &in, roots, k, out);
     char *h = stage(d, bytes);
     be->download(be, h, out, bytes);
     memcpy(score, h, nk * sizeof(double));
@@ -304,10 +367,12 @@ void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep
             be->reorder_rows(be, d->self_kv[l], d->scratch_kv, dev + n_keep, (int)nrow, used, srow);
     }
     /* the ancestry follows its rows, shifted by as many rows as they moved */
-    be->beam_ancestry(be, d->anc, d->anc_scratch, dev + n_keep, (int)nrow, d->t, d->max_T, beam);
+    be->beam_ancestry(be, d->anc, d->anc_scratch, dev + n_keep, (int)nrow, d->t, NULL, d->max_T, beam);
     ll_arena_release(&m->arena, mk);
     for (int j = 0; j < n_keep; j++) d->sent_src_len[j] = h[n_keep + nrow + j];
     be->upload(be, d->dev_src_len, d->sent_src_len, sizeof(int) * n_keep);
     d->B = n_keep;
     d->N = n_keep * beam;
 }
+
+int ll_decode_compact_wanted(const ll_dec_state *d, int n_keep) { return !d->graphs || 2 * n_keep <= d->B; }

@@ -108,8 +108,8 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
             const ll_inc *c = p->inc;
             ll_act *cache = c->self_kv[layer];
             const size_t row = (size_t)c->max_T * 2 * C * c->row_mul;
-            be->copy_rows(be, ACT(m, cache, (size_t)c->t * 2 * C), row, ACT(m, k->qkv, C), 3 * C, N, 2 * C);
-            be->attention_cached(be, k->ctx, k->qkv, 3 * C, cache, 2 * C, row, c->anc, c->max_T, c->t + 1, N, H, Dh);
+            be->copy_rows(be, cache, row, ACT(m, k->qkv, C), 3 * C, N, 2 * C, c->t, 2 * C); /* at position t */
+            be->attention_cached(be, k->ctx, k->qkv, 3 * C, cache, 2 * C, row, c->anc, c->max_T, 1, c->t, N, H, Dh);
         } else {
             k->lse = ll_fbuf(m, (size_t)p->B * H * p->T);
             ll_site_rng(&k->attn_rng, p, layer, SITE_SELF_PROBS);

@@ -80,7 +80,9 @@ typedef struct {
     void *const *packed;      /* [Ld * LL_DEC_PACKED + 1] handles (NULL entries: gemm) */
     ll_act *const *self_kv;   /* per layer [rows, max_T, 2C] */
     ll_act *const *cross_kv;  /* per layer [sentences, S, 2C] */
-    int max_T, t;             /* cache capacity; this step's position */
+    int max_T;                /* cache capacity */
+    const int *t;             /* backend int: this step's position (read by the ops, so that
+                                 every step queues the same ops: one CUDA graph) */
     int sents, beam;          /* rows = sents * beam, grouped by sentence */
     const int *anc;           /* backend [rows, max_T]: the cache row holding each position (beam_ancestry);
                                  NULL: each row's own, row r = cache row r * row_mul */

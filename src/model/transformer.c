@@ -24,7 +24,7 @@ static ll_act *embed(ll_model *m, ll_stack_run *r) {
     const size_t emb = r->stack ? m->dec_emb : m->enc_emb;
     ll_act *x = ll_buf(m, (size_t)N * C);
     /* positions start at pad + 1 = 2, as in fairseq (incremental decoding: the step's position) */
-    be->embed_fwd(be, x, r->tok, ACT(m, m->wact, emb), m->pos_table, LL_PAD + 1 + (p->inc ? p->inc->t : 0),
+    be->embed_fwd(be, x, r->tok, ACT(m, m->wact, emb), m->pos_table, LL_PAD + 1, p->inc ? p->inc->t : NULL,
                   sqrt((real)C), N, p->T, C, LL_PAD);
     r->emb_mask = NULL;
     if (p->train && m->hp.dropout > 0) {

@@ -205,6 +205,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
     /* each step one CUDA graph: not with several ranks, whose gradient hooks queue NCCL calls mid-backward */
     t->m->graphs = cfg->cuda_graphs && be->graph_begin && t->world == 1;
     if (t->m->graphs) ll_log("train.cuda_graphs true: each batch's forward and backward runs as one CUDA graph");
+    if (!cfg->cuda_graphs) t->m->decode_graphs = -1; /* (validation BLEU's search steps too) */
     const int drops = cfg->enc_layerdrop > 0 || cfg->dec_layerdrop > 0 || cfg->cad_p_net > 0 || cfg->cad_p_net_above > 0;
     const char *conds = getenv("LL_CUDA_GRAPH_CONDS"); /* 0: A/B against a capture per draw */
     if (t->m->graphs && drops && be->cond_if && !(conds && !strcmp(conds, "0"))) {

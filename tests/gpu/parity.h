@@ -409,9 +409,9 @@ static inline void brk_residual_ln_fwd(ll_backend *be, ll_act *y, ll_act *s, con
     }
 }
 static inline void brk_embed_fwd(ll_backend *be, ll_act *out, const int32_t *tok, const ll_act *emb, const real *pos,
-                                 int pos_offset, real scale, int N, int T, int C, int pad) {
-    (void)be, (void)out, (void)tok, (void)emb, (void)pos, (void)pos_offset, (void)scale, (void)N, (void)T, (void)C,
-        (void)pad;
+                                 int pos_offset, const int *pos_at, real scale, int N, int T, int C, int pad) {
+    (void)be, (void)out, (void)tok, (void)emb, (void)pos, (void)pos_offset, (void)pos_at, (void)scale, (void)N, (void)T,
+        (void)C, (void)pad;
     ll_die("CUDA error at kernels/embed.cu:1 (simulated by LL_PARITY_BREAK): an illegal memory access");
 }
 static inline void break_op(ll_backend *dut, const char *op) {

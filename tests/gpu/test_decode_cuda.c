@@ -40,8 +40,8 @@ static void test_rows(ll_backend *cpu, ll_backend *gpu) {
     float *src = ll_malloc((size_t)R * 3 * N * sizeof(float));
     for (size_t i = 0; i < (size_t)R * 3 * N; i++) src[i] = -(float)i;
     float *SRC = put(gpu, src, (size_t)R * 3 * N * sizeof(float));
-    cpu->copy_rows(cpu, (ll_act *)(buf + 5), STRIDE, (const ll_act *)(src + N), 3 * N, R, 2 * N / 3);
-    gpu->copy_rows(gpu, (ll_act *)(B + 5), STRIDE, (const ll_act *)(SRC + N), 3 * N, R, 2 * N / 3);
+    cpu->copy_rows(cpu, (ll_act *)(buf + 5), STRIDE, (const ll_act *)(src + N), 3 * N, R, 2 * N / 3, NULL, 0);
+    gpu->copy_rows(gpu, (ll_act *)(B + 5), STRIDE, (const ll_act *)(SRC + N), 3 * N, R, 2 * N / 3, NULL, 0);
     gpu->download(gpu, got, B, nb * sizeof(float));
     CHECK_MSG(!memcmp(got, buf, nb * sizeof(float)), "copy_rows differs from the CPU");
     gpu->free(gpu, B), gpu->free(gpu, S), gpu->free(gpu, F), gpu->free(gpu, SRC);
@@ -95,6 +95,34 @@ static void check_fallbacks(ll_backend *gpu, uint64_t since, const char *what) {
                   what, (unsigned long long)n);
 }
 
+/* The search above ran its steps as CUDA graphs: most of them replays of a
+ * kept graph, and the same hypotheses, bit for bit, as the same search with
+ * each step's ops queued one by one (decode_graphs 2: the same compaction). */
+static void check_graphs(ll_model *mg, const int32_t *src, const int *len, int B, int S, const ll_search_opts *o,
+                         const ll_nbest *og, const ll_graph_stats *g0, const ll_graph_stats *g1, const char *what) {
+    const uint64_t launches = g1->launches - g0->launches, replays = g1->replays - g0->replays;
+    fprintf(stderr, "%s: %llu steps as graphs, %llu of them replays (%llu captures, %llu updated in place)\n", what,
+            (unsigned long long)launches, (unsigned long long)replays, (unsigned long long)(g1->captures - g0->captures),
+            (unsigned long long)(g1->updates - g0->updates));
+    CHECK_MSG(launches >= 8 && replays * 2 > launches, "%s: %llu of %llu graph launches were replays", what,
+              (unsigned long long)replays, (unsigned long long)launches);
+    ll_nbest *oe = ll_calloc(B, sizeof *oe);
+    mg->decode_graphs = 2;
+    ll_beam_search(mg, src, len, B, S, o, oe);
+    mg->decode_graphs = 0;
+    int same = 1;
+    for (int b = 0; b < B; b++) {
+        same &= oe[b].n == og[b].n;
+        for (int i = 0; same && i < oe[b].n; i++)
+            same &= oe[b].h[i].len == og[b].h[i].len && oe[b].h[i].score == og[b].h[i].score &&
+                    !memcmp(oe[b].h[i].tokens, og[b].h[i].tokens, sizeof(int32_t) * oe[b].h[i].len) &&
+                    !memcmp(oe[b].h[i].pos_scores, og[b].h[i].pos_scores, sizeof(float) * oe[b].h[i].len);
+        ll_nbest_free(&oe[b]);
+    }
+    free(oe);
+    CHECK_MSG(same, "%s: the steps as CUDA graphs give other hypotheses than the same ops run one by one", what);
+}
+
 /* A whole search: same weights on both backends, same n-best lists (cpu NULL:
  * the search on gpu alone, checked for gemm fallbacks only). */
 static void test_search(ll_backend *cpu, ll_backend *gpu) {
@@ -117,14 +145,19 @@ static void test_search(ll_backend *cpu, ll_backend *gpu) {
     ll_search_opts_default(&o);
     o.beam = 4;
     o.nbest = 2;
-    o.max_len_b = 12;
+    o.max_len_a = 1; /* sentences end at different steps: lazy compaction, new batch sizes */
+    o.max_len_b = 4;
     ll_nbest oc[B], og[B];
     memset(oc, 0, sizeof oc), memset(og, 0, sizeof og);
     const uint64_t f0 = ll_backend_gemm_fallbacks(gpu);
+    ll_graph_stats g0, g1;
+    gpu->graph_stats(gpu, &g0);
     ll_beam_search(mg, src, len, B, S, &o, og);
+    gpu->graph_stats(gpu, &g1);
     char what[64];
     snprintf(what, sizeof what, "beam search (%s)", ll_dtype_str(gpu->act));
     check_fallbacks(gpu, f0, what);
+    check_graphs(mg, src, len, B, S, &o, og, &g0, &g1, what);
     if (!mc) {
         int found = 1;
         for (int b = 0; b < B; b++) found &= og[b].n > 0, ll_nbest_free(&og[b]);

@@ -199,14 +199,16 @@ static int32_t *tokens(int n, int V, int pad_every) {
 static void t_embed_fwd(void) {
     const int V = 32003, C = 200, maxpos = 64;
     pbuf emb = pb_rand_act((size_t)V * C, -1, 1), pos = pb_rand_buf((size_t)(maxpos + 2) * C, -1, 1);
-    const int shapes[2][3] = {{7, 13, 3}, {9, 1, 17}}; /* B, T, pos_offset: training; one decoding step */
+    /* B, T, pos_offset, of it read on the device: training; one decoding step */
+    const int shapes[2][4] = {{7, 13, 3, 0}, {9, 1, 17, 15}};
     for (int k = 0; k < 2; k++) {
-        const int N = shapes[k][0] * shapes[k][1], T = shapes[k][1], off = shapes[k][2];
+        const int N = shapes[k][0] * shapes[k][1], T = shapes[k][1], off = shapes[k][2], at = shapes[k][3];
         int32_t *ht = tokens(N, V, 5); /* every 5th row is pad (id 1): a zero row */
-        pbuf tok = pb_new(ht, N * sizeof(int32_t)), out = pb_poison_act((size_t)N * C);
-        BOTH BE->embed_fwd(BE, A(out, s), I32(tok, s), A(emb, s), F(pos, s), off, sqrtf((float)C), N, T, C, 1);
+        pbuf tok = pb_new(ht, N * sizeof(int32_t)), out = pb_poison_act((size_t)N * C), pat = pb_new(&at, sizeof at);
+        BOTH BE->embed_fwd(BE, A(out, s), I32(tok, s), A(emb, s), F(pos, s), off - at, at ? INT(pat, s) : NULL,
+                           sqrtf((float)C), N, T, C, 1);
         pb_cmp("out", &out, (size_t)N * C, TOL_EW);
-        free(ht), pb_free(&tok), pb_free(&out);
+        free(ht), pb_free(&tok), pb_free(&out), pb_free(&pat);
     }
     pb_free(&emb), pb_free(&pos);
 }

@@ -9,11 +9,19 @@ static void t_copy_rows(void) {
     const int rows = 37;
     const size_t n = 301, ds = 517, ss = 3 * 301 + 2; /* the KV-cache write: k of a packed qkv row */
     pbuf src = pb_rand_act(rows * ss, -1, 1), dst = pb_rand_act(rows * ds, -1, 1);
-    BOTH BE->copy_rows(BE, AT(dst, s, 7), ds, AT(src, s, n), ss, rows, n);
+    BOTH BE->copy_rows(BE, AT(dst, s, 7), ds, AT(src, s, n), ss, rows, n, NULL, 0);
     pb_cmp_exact("dst rows (the rest untouched)", &dst);
-    BOTH BE->copy_rows(BE, A(dst, s), ds, A(src, s), ss, 1, ds); /* one long row */
+    BOTH BE->copy_rows(BE, A(dst, s), ds, A(src, s), ss, 1, ds, NULL, 0); /* one long row */
     pb_cmp_exact("dst (one row)", &dst);
-    pb_free(&src), pb_free(&dst);
+    /* a decoding step's write: the offset read on the device (a kernel on CUDA;
+     * 4-byte words in fp32, bytes in bf16, where n * 2 is not a multiple of 4) */
+    const int at = 3;
+    pbuf a = pb_new(&at, sizeof at);
+    BOTH BE->copy_rows(BE, AT(dst, s, 2), ds, AT(src, s, 1), ss, rows, n, INT(a, s), 11);
+    pb_cmp_exact("dst rows at a device offset", &dst);
+    BOTH BE->copy_rows(BE, A(dst, s), ds, A(src, s), ss, rows, n - 1, INT(a, s), 2); /* even sizes */
+    pb_cmp_exact("dst rows at a device offset (even sizes)", &dst);
+    pb_free(&src), pb_free(&dst), pb_free(&a);
 }
 
 static void t_reorder_rows(void) {
@@ -65,7 +73,7 @@ static void t_beam_topk(void) {
 /* self-attention through the rows' ancestry: keys of row r at cache rows
  * anc[r][j] (any row of the batch), or the row's own (anc NULL); head sizes
  * 64 (the CPU's vector path) and 40 (its plain loop; not a multiple of 32) */
-static void cached_case(int rows, int H, int Dh, int max_T, int n_keys, int with_anc) {
+static void cached_case(int rows, int H, int Dh, int max_T, int n_keys, int with_anc, int keys_at) {
     const int C = H * Dh, qs = 3 * C + 5;
     const size_t row_stride = (size_t)max_T * 2 * C + 7;
     pbuf q = pb_rand_act((size_t)rows * qs, -1, 1), kv = pb_rand_act((size_t)rows * row_stride, -2, 2);
@@ -73,20 +81,24 @@ static void cached_case(int rows, int H, int Dh, int max_T, int n_keys, int with
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < max_T; j++) ha[(size_t)r * max_T + j] = (r * 7 + j * 3 + (r * j) % 5) % rows;
     pbuf anc = pb_new(ha, sizeof(int) * (size_t)rows * max_T), out = pb_poison_act((size_t)rows * C);
+    pbuf nat = pb_new(&keys_at, sizeof keys_at); /* keys_at of the n_keys counted on the device */
     BOTH BE->attention_cached(BE, A(out, s), AT(q, s, 2), qs, A(kv, s), 2 * C, row_stride,
-                              with_anc ? INT(anc, s) : NULL, max_T, n_keys, rows, H, Dh);
+                              with_anc ? INT(anc, s) : NULL, max_T, n_keys - keys_at, keys_at ? INT(nat, s) : NULL,
+                              rows, H, Dh);
     char what[96];
     snprintf(what, sizeof what, "out (rows %d, H %d, Dh %d, keys %d%s)", rows, H, Dh, n_keys,
              with_anc ? ", ancestry" : ", own rows");
     pb_cmp(what, &out, (size_t)rows * C, TOL_ATT); /* softmax: sums over the keys */
     free(ha);
-    pb_free(&q), pb_free(&kv), pb_free(&anc), pb_free(&out);
+    pb_free(&q), pb_free(&kv), pb_free(&anc), pb_free(&out), pb_free(&nat);
 }
 static void t_attention_cached(void) {
-    cached_case(13, 4, 64, 12, 9, 1);
-    cached_case(13, 4, 64, 12, 12, 0);
-    cached_case(7, 3, 40, 5, 5, 1);
-    cached_case(3, 2, 32, 4, 0, 1); /* no key: out = 0 */
+    cached_case(13, 4, 64, 12, 9, 1, 0);
+    cached_case(13, 4, 64, 12, 12, 0, 0);
+    cached_case(7, 3, 40, 5, 5, 1, 0);
+    cached_case(3, 2, 32, 4, 0, 1, 0); /* no key: out = 0 */
+    cached_case(13, 4, 64, 12, 9, 1, 8); /* a decoding step: 1 + the position read on the device */
+    cached_case(7, 3, 40, 5, 5, 0, 4);
 }
 
 /* the ancestry tables: a beam reorder (inside groups), a compaction (rows
@@ -98,14 +110,20 @@ static void t_beam_ancestry(void) {
     pbuf anc = pb_new(ha, sizeof(int) * total * stride), scratch = pb_new(NULL, sizeof(int) * total * stride);
     const int reorder[8] = {1, 1, 0, 3, 6, 4, 4, 7}, compact[8] = {0, 1, 2, 3, 8, 9, 10, 11};
     pbuf fr = pb_new(reorder, sizeof reorder), fc = pb_new(compact, sizeof compact);
-    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fr, s), 8, 6, stride, group);
+    const int five = 5;
+    pbuf t5 = pb_new(&five, sizeof five); /* a decoding step's position, read on the device */
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fr, s), 8, 6, NULL, stride, group);
     pb_cmp_exact("anc after a reorder (entries < t moved, entry t = r; rows past 8 untouched)", &anc);
-    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fc, s), 8, 7, stride, group);
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fc, s), 8, 7, NULL, stride, group);
     pb_cmp_exact("anc after a compaction (shifted by the rows moved)", &anc);
-    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), NULL, 12, 8, stride, group);
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), NULL, 12, 8, NULL, stride, group);
     pb_cmp_exact("anc, no move (entry t = r only)", &anc);
-    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fr, s), 8, stride, stride, group);
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fr, s), 8, stride, NULL, stride, group);
     pb_cmp_exact("anc, t == stride (no entry t)", &anc);
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), INT(fr, s), 8, 2, INT(t5, s), stride, group);
+    pb_cmp_exact("anc after a reorder, t = 2 + 5 read on the device", &anc);
+    BOTH BE->beam_ancestry(BE, INT(anc, s), INT(scratch, s), NULL, 12, 0, INT(t5, s), stride, group);
+    pb_cmp_exact("anc, no move, t = 5 read on the device", &anc);
     free(ha);
-    pb_free(&anc), pb_free(&scratch), pb_free(&fr), pb_free(&fc);
+    pb_free(&anc), pb_free(&scratch), pb_free(&fr), pb_free(&fc), pb_free(&t5);
 }

@@ -203,7 +203,7 @@ typedef struct {
 } ch_ctx;
 static double ch_loss(void *p) {
     ch_ctx *c = p;
-    be->embed_fwd(be, A_(c->x), c->tok, A_(c->emb), c->pos, 2, 1.7, c->N, c->T, c->C, LL_PAD);
+    be->embed_fwd(be, A_(c->x), c->tok, A_(c->emb), c->pos, 2, NULL, 1.7, c->N, c->T, c->C, LL_PAD);
     /* y = relu(x W^T + b): gemm with the bias+ReLU epilogue */
     const ll_gemm_desc g = {.trans_b = 1, .M = c->N, .N = c->O, .K = c->C, .alpha = 1, .A = c->x, .a_type = T_,
                             .lda = c->C, .B = c->w, .b_type = T_, .ldb = c->C, .C = c->y, .c_type = T_, .ldc = c->O,

@@ -159,9 +159,10 @@ static void attention_few_queries(real *out, real *lse, const real *q, int q_str
  * share their ancestors' cache entries, so after the first row of a sentence
  * the keys come from cache, where reordered copies each came from memory. */
 void cpu_attention_cached(ll_backend *be, ll_act *out_, const ll_act *q_, int q_stride, const ll_act *kv_,
-                          int kv_stride, size_t row_stride, const int *anc_all, int anc_stride, int n_keys, int rows,
-                          int H, int Dh) {
+                          int kv_stride, size_t row_stride, const int *anc_all, int anc_stride, int n_keys,
+                          const int *n_at, int rows, int H, int Dh) {
     (void)be;
+    if (n_at) n_keys += *n_at;
     real *out = (real *)out_;
     const real *q = (const real *)q_, *kv = (const real *)kv_;
     const real scale = 1 / sqrt((real)Dh);

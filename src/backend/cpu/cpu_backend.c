@@ -139,8 +139,9 @@ static void gemm_real(int ta, int tb, int M, int N, int K, real alpha, const rea
 }
 
 static void cpu_embed_fwd(ll_backend *be, ll_act *out_, const int32_t *tok, const ll_act *emb_, const real *pos,
-                          int pos_offset, real scale, int N, int T, int C, int pad) {
+                          int pos_offset, const int *pos_at, real scale, int N, int T, int C, int pad) {
     (void)be;
+    if (pos_at) pos_offset += *pos_at;
     real *out = (real *)out_;
     const real *emb = (const real *)emb_;
 #pragma omp parallel for schedule(static)

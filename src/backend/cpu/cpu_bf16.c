@@ -137,8 +137,9 @@ static void b_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, cons
 
 /* Direct: converting the whole [V, C] table per call would cost more than the op. */
 static void b_embed_fwd(ll_backend *be, ll_act *out, const int32_t *tok, const ll_act *emb, const real *pos,
-                        int pos_offset, real scale, int N, int T, int C, int pad) {
+                        int pos_offset, const int *pos_at, real scale, int N, int T, int C, int pad) {
     (void)be;
+    if (pos_at) pos_offset += *pos_at;
     bf16 *o = (bf16 *)out;
     const bf16 *e = (const bf16 *)emb;
 #pragma omp parallel for schedule(static) num_threads(nthreads((size_t)N * C))
@@ -353,12 +354,12 @@ static void b_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, 
 
 /* the cache through the rows' ancestry: every referenced row lies below rows * row_stride */
 static void b_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
-                               int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys, int rows,
-                               int H, int Dh) {
+                               int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys,
+                               const int *n_at, int rows, int H, int Dh) {
     const size_t C = (size_t)H * Dh, nq = (size_t)rows;
     real *o = scratch(0, nq * C);
     cpu_attention_cached(be, R(o), R(in2(1, q, nq, C, q_stride)), q_stride, R(in1(2, kv, (size_t)rows * row_stride)),
-                         kv_stride, row_stride, anc, anc_stride, n_keys, rows, H, Dh);
+                         kv_stride, row_stride, anc, anc_stride, n_keys, n_at, rows, H, Dh);
     back1(out, o, nq * C);
 }
 

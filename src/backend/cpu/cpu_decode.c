@@ -11,8 +11,9 @@
 
 /* Copies only: the same code serves every activation dtype (element size from be). */
 void cpu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
-                   size_t n) {
+                   size_t n, const int *at, size_t at_stride) {
     const size_t e = ll_act_size(be);
+    if (at) dst = (ll_act *)((char *)dst + (size_t)*at * at_stride * e);
     for (int i = 0; i < rows; i++)
         memcpy((char *)dst + i * dst_stride * e, (const char *)src + i * src_stride * e, n * e);
 }
@@ -34,9 +35,10 @@ void cpu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *f
 
 /* The rows' ancestry tables (contract in include/ll/backend.h): a beam
  * reorder moves rows * t ints instead of every layer's cache rows. */
-void cpu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, int stride,
-                       int group) {
+void cpu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, const int *t_at,
+                       int stride, int group) {
     (void)be;
+    if (t_at) t += *t_at;
     if (from) {
         for (int r = 0; r < rows; r++) {
             const int f = from[r], shift = (r / group - f / group) * group;

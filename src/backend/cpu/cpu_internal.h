@@ -72,13 +72,14 @@ void cpu_ald_unpool(ll_backend *be, ll_act *dh, const real *dG, const int *len, 
 
 /* cpu_decode.c */
 void cpu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
-                   size_t n);
+                   size_t n, const int *at, size_t at_stride);
 void cpu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
                       size_t stride);
 void cpu_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv, int kv_stride,
-                          size_t row_stride, const int *anc, int anc_stride, int n_keys, int rows, int H, int Dh);
-void cpu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, int stride,
-                       int group);
+                          size_t row_stride, const int *anc, int anc_stride, int n_keys, const int *n_at, int rows,
+                          int H, int Dh);
+void cpu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, const int *t_at,
+                       int stride, int group);
 void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
                    const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
 

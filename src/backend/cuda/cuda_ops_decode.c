@@ -7,9 +7,15 @@
 
 /* A copy moves bytes: every activation dtype. */
 static void cu_copy_rows(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
-                         size_t n) {
+                         size_t n, const int *at, size_t at_stride) {
     if (rows <= 0 || n == 0) return;
     const size_t e = ll_act_size(be);
+    if (at) {
+        ll_cuda_check_launch(ll_cuda_copy_rows_at(ll_cuda_enter(be), dst, dst_stride * e, src, src_stride * e, rows,
+                                                  n * e, at, at_stride * e),
+                             "copy_rows");
+        return;
+    }
     ll_cuda_check_launch(cudaMemcpy2DAsync(dst, dst_stride * e, src, src_stride * e, n * e, (size_t)rows,
                                            cudaMemcpyDeviceToDevice, ll_cuda_enter(be)),
                          "copy_rows");
@@ -34,17 +40,17 @@ static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat,
 }
 
 static void cu_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
-                                int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys, int rows,
-                                int H, int Dh) {
+                                int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys,
+                                const int *n_at, int rows, int H, int Dh) {
     if (Dh > 128) ll_die("attention_cached: head size %d exceeds the CUDA limit 128", Dh);
     ll_cuda_check_launch(ll_cuda_attention_cached(ll_cuda_enter(be), ll_cuda_act(be), out, q, q_stride, kv, kv_stride,
-                                                  row_stride, anc, anc_stride, n_keys, rows, H, Dh),
+                                                  row_stride, anc, anc_stride, n_keys, n_at, rows, H, Dh),
                          "attention_cached");
 }
 
-static void cu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, int stride,
-                             int group) {
-    ll_cuda_check_launch(ll_cuda_beam_ancestry(ll_cuda_enter(be), anc, scratch, from, rows, t, stride, group),
+static void cu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t,
+                             const int *t_at, int stride, int group) {
+    ll_cuda_check_launch(ll_cuda_beam_ancestry(ll_cuda_enter(be), anc, scratch, from, rows, t, t_at, stride, group),
                          "beam_ancestry");
 }
 

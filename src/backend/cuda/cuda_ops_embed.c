@@ -3,8 +3,9 @@
 #include "cuda_internal.h"
 
 static void cu_embed_fwd(ll_backend *be, ll_act *out, const int32_t *tok, const ll_act *emb, const real *pos,
-                         int pos_offset, real scale, int N, int T, int C, int pad) {
-    LL_CU(ll_cuda_embed_fwd(ll_cuda_enter(be), ll_cuda_act(be), out, tok, emb, pos, pos_offset, scale, N, T, C, pad));
+                         int pos_offset, const int *pos_at, real scale, int N, int T, int C, int pad) {
+    LL_CU(ll_cuda_embed_fwd(ll_cuda_enter(be), ll_cuda_act(be), out, tok, emb, pos, pos_offset, pos_at, scale, N, T, C,
+                            pad));
 }
 
 /* Scratch: 3 N ints plus CUB's sort storage (a few N ints): grows with the
