@@ -346,7 +346,8 @@ void ll_decode_unpack(ll_model *m);
 void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep);
 /* Whether a search should compact now, n_keep of the d->B sentences live:
  * always, except when steps are graphs (d->graphs): a new batch size is a new
- * graph, so finished sentences ride along (their rows at -inf) until half are. */
+ * graph, so finished sentences ride along (their rows at -inf) until only a
+ * quarter of the batch is live. */
 int ll_decode_compact_wanted(const ll_dec_state *d, int n_keep);
 
 /* ---- random structure (src/model/cad.c) ---- */

@@ -375,4 +375,7 @@ void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep
     d->N = n_keep * beam;
 }
 
-int ll_decode_compact_wanted(const ll_dec_state *d, int n_keep) { return !d->graphs || 2 * n_keep <= d->B; }
+/* A quarter: each compaction is a new batch size, so a capture for each kind of step
+ * (2-3), while on a GPU a step's time hardly depends on its rows at these sizes (its
+ * kernels are small); to be tuned on a GPU (bench/gpu/run.sh's decoding rows). */
+int ll_decode_compact_wanted(const ll_dec_state *d, int n_keep) { return !d->graphs || 4 * n_keep <= d->B; }

@@ -276,7 +276,7 @@ static int same_hypo(const ll_hypo *a, const ll_hypo *b, double tol) {
     return 1;
 }
 
-/* lazy: finished sentences stay in the batch until half are (the policy of
+/* lazy: finished sentences stay in the batch until a quarter is live (the policy of
  * steps run as CUDA graphs, ll_decode_compact_wanted), else they leave at once */
 static void test_reference(int lazy) {
     const int V = 12, B = 5;
