@@ -297,6 +297,8 @@ int main(int argc, char **argv) {
     if (!spm) ll_die("%s: no usable vocabulary in the model file", o.model);
     ll_ckpt_close(k); /* parameters were copied into the model */
 
+    ll_graph_stats g0 = {0}, g1 = {0}; /* search steps as CUDA graphs (a GPU; not --no-cuda-graphs) */
+    if (be->graph_stats) be->graph_stats(be, &g0);
     ll_translate_opts to = {.max_tokens = (int)o.max_tokens, .max_sents = (int)o.max_sents,
                             .inter_threads = (int)o.inter_threads};
     ll_search_opts_default(&to.search);
@@ -406,6 +408,11 @@ int main(int argc, char **argv) {
                         "%.0f target tokens/s\n",
                 lineno, total.sents, total.batches, to.search.beam, total.seconds, total.sents / s,
                 total.out_tokens / s);
+        if (be->graph_stats) be->graph_stats(be, &g1);
+        if (g1.launches > g0.launches)
+            fprintf(stderr, "lldecode: CUDA graphs: %llu search steps launched as graphs, %llu of them replayed as kept "
+                            "(--no-cuda-graphs: none)\n",
+                    (unsigned long long)(g1.launches - g0.launches), (unsigned long long)(g1.replays - g0.replays));
     }
     free(line);
     free(lines);

@@ -32,6 +32,11 @@ for dev in "$GPUDEV" cpu; do
     err "lldecode --device $dev failed: $(tail -1 "$T/decode.$dev.log")"
   secs[$dev]=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
 done
+# the GPU's search steps ran as CUDA graphs, most of them replays of a kept one
+g=$(grep "CUDA graphs:" "$T/decode.$GPUDEV.log" || true)
+echo "decode-parity: ${g:-no CUDA graphs line}"
+r=$(sed -n 's/.*graphs, \([0-9]*\) of them replayed.*/\1/p' <<< "$g")
+[ "${r:-0}" -gt 0 ] || err "lldecode --device $GPUDEV: no search step was replayed as a kept CUDA graph"
 if [ -s "$T/test.$GPUDEV.es" ] && [ -s "$T/test.cpu.es" ]; then
   bg=$("$BIN/lleval" --ref "$REFF" --input "$T/test.$GPUDEV.es" --metrics bleu -b)
   bc=$("$BIN/lleval" --ref "$REFF" --input "$T/test.cpu.es" --metrics bleu -b)
