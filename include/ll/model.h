@@ -173,6 +173,7 @@ typedef struct ll_model {
      * --no-cuda-graphs), 2 tests: the graphed path's ops and compaction policy,
      * run through the fingerprinting wrapper without a graph */
     int decode_graphs;
+    ll_graph_stats dec_graph_st; /* the backend's graph counts that came from search steps */
     /* [n_table]: the tensor's gradient is still zero since ll_model_zero_grads
      * (NULL: unknown), so a linear layer's first weight/bias gradient of the
      * update overwrites it (beta 0, BGRAD set) instead of adding */

@@ -341,6 +341,13 @@ static void teardown(trainer *t) {
     if (t->m && t->m->graphs && t->m->be->graph_stats) {
         ll_graph_stats g;
         t->m->be->graph_stats(t->m->be, &g);
+        const ll_graph_stats *s = &t->m->dec_graph_st; /* validation BLEU's search steps: their own line */
+        g.captures -= s->captures, g.nodes -= s->nodes, g.updates -= s->updates;
+        g.instantiations -= s->instantiations, g.replays -= s->replays, g.launches -= s->launches;
+        g.conditionals -= s->conditionals;
+        if (s->launches)
+            ll_log("CUDA graphs: %llu validation search steps, each one graph: %llu replayed as kept, %llu captured",
+                   (unsigned long long)s->launches, (unsigned long long)s->replays, (unsigned long long)s->captures);
         if (g.launches)
             ll_log("CUDA graphs: %llu steps, each one graph: %llu replayed as kept, %llu captured (%.0f nodes and %.0f "
                    "conditional nodes on average; %llu built, %llu updated in place)",
