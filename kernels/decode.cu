@@ -59,29 +59,30 @@ extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void
 template <typename W>
 static __global__ void copy_rows_at_kernel(unsigned char *__restrict__ dst, size_t dst_stride,
                                            const unsigned char *__restrict__ src, size_t src_stride, size_t n,
-                                           const int *__restrict__ at, size_t at_stride) {
-    const int r = blockIdx.y;
-    W *d = (W *)(dst + (size_t)*at * at_stride + (size_t)r * dst_stride);
-    const W *s = (const W *)(src + (size_t)r * src_stride);
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n / sizeof(W); j += (size_t)gridDim.x * blockDim.x)
-        d[j] = s[j];
+                                           int rows, const int *__restrict__ at, size_t at_stride) {
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) { /* (rows beyond grid.y's 65,535 too) */
+        W *d = (W *)(dst + (size_t)*at * at_stride + (size_t)r * dst_stride);
+        const W *s = (const W *)(src + (size_t)r * src_stride);
+        for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n / sizeof(W);
+             j += (size_t)gridDim.x * blockDim.x)
+            d[j] = s[j];
+    }
 }
 
 extern "C" cudaError_t ll_cuda_copy_rows_at(cudaStream_t stream, void *dst, size_t dst_stride, const void *src,
                                             size_t src_stride, int rows, size_t n, const int *at, size_t at_stride) {
     if (rows <= 0 || n == 0) return cudaSuccess;
-    if (rows > 65535) return cudaErrorInvalidValue; /* grid.y limit */
     const size_t all = (size_t)dst | (size_t)src | dst_stride | src_stride | n | at_stride;
     const size_t w = all % 4 == 0 ? 4 : 1, bx = (n / w + 255) / 256;
-    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)rows);
+    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(rows < 65535 ? rows : 65535));
     if (w == 4)
         LL_LAUNCH(grid, 256, 0, stream, copy_rows_at_kernel<uint32_t>)((unsigned char *)dst, dst_stride,
-                                                                       (const unsigned char *)src, src_stride, n, at,
-                                                                       at_stride);
+                                                                       (const unsigned char *)src, src_stride, n, rows,
+                                                                       at, at_stride);
     else
         LL_LAUNCH(grid, 256, 0, stream, copy_rows_at_kernel<unsigned char>)((unsigned char *)dst, dst_stride,
                                                                             (const unsigned char *)src, src_stride, n,
-                                                                            at, at_stride);
+                                                                            rows, at, at_stride);
     return cudaGetLastError();
 }
 
