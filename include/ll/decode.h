@@ -47,7 +47,8 @@ int ll_search_max_len(const ll_model *m, const ll_search_opts *o, int src_len);
 /* Decode B sentences together: src [B*S] right-padded with LL_PAD, src_len[i]
  * counts EOS.  Fills out[B] (release each with ll_nbest_free).  Sentences
  * that finish are dropped from the batch (ll_decode_compact), so the cost
- * follows the sentences still being searched.  CPU backend: src and the
+ * follows the sentences still being searched (steps as CUDA graphs: once
+ * ll_decode_compact_wanted says so; until then they ride along as dead rows).  CPU backend: src and the
  * per-step buffers are host memory. */
 void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, int S, const ll_search_opts *o,
                     ll_nbest *out);
