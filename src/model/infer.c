@@ -176,8 +176,9 @@ static step_in step_upload(ll_model *m, ll_dec_state *d, const int32_t *prev_tok
         if (cum) hc[r] = cum[r * mul];
         ht[r] = prev_tok[r * mul];
     }
-    /* roots: every row's position 0 is its sentence's first row's (step_ops) */
-    for (int r = 0; r < N; r++) hf[r] = roots ? r - r % beam : d->from[r];
+    /* roots: every row's position 0 is its sentence's first row's (step_ops); no
+     * reorder pending: no move (graphs: one kind of step with or without one) */
+    for (int r = 0; r < N; r++) hf[r] = roots ? r - r % beam : d->reorder_pending ? d->from[r] : r;
     hf[N] = t;
     if (mode) memcpy(hf + N + 1, mode, d->B);
     char *dev = ll_arena_alloc(&m->arena, bytes);
@@ -199,8 +200,11 @@ static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
     const int C = hp->C, N = d->N, beam = d->beam;
     const int rows = roots ? d->B : N, mul = roots ? beam : 1; /* rows run; cache row of row r = r * mul */
     /* the pending reorder moves the rows' ancestry, not their caches; every
-     * row writes position t into its own cache row */
-    be->beam_ancestry(be, d->anc, d->anc_scratch, d->reorder_pending ? in->from : NULL, N, 0, in->t, d->max_T, beam);
+     * row writes position t into its own cache row.  As graphs, steps with and
+     * without a reorder are one kind (identity moves), so a batch is captured
+     * for fewer kinds of step. */
+    const int reorder = !roots && (d->reorder_pending || d->graphs);
+    be->beam_ancestry(be, d->anc, d->anc_scratch, reorder ? in->from : NULL, N, 0, in->t, d->max_T, beam);
     if (roots) /* entry 0 of every row := its root's (entry 0 of a root is itself) */
         be->beam_ancestry(be, d->anc, d->anc_scratch, in->from, N, 1, NULL, d->max_T, beam);
 
@@ -240,9 +244,9 @@ static uint64_t step_hashed(ll_model *m, ll_dec_state *d, const step_in *in, int
 
 /* The step as a CUDA graph, as a training step (transformer.c, run_graph): a
  * shadow run hashes its ops; a kept graph of that hash is launched as it is,
- * else the step is captured.  Graphs of one kind of step (first step, with or
- * without a reorder, with or without top-k) are a family: a new batch size
- * updates the kept one in place.  0: done; -1: graphs off, run the ops. */
+ * else the step is captured.  Graphs of one kind of step (the first step or a
+ * later one, with or without top-k) are a family: a new batch size updates the
+ * kept one in place where no slot is free.  0: done; -1: graphs off, run the ops. */
 static int step_graphed(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
     ll_backend *be = m->be;
     if (!m->graph_fp && !(m->graph_fp = ll_backend_fingerprint(be))) ll_die("out of memory");
@@ -253,7 +257,7 @@ static int step_graphed(ll_model *m, ll_dec_state *d, const step_in *in, int roo
     ll_arena_release(&m->meta, meta);
     if (rc == 1 && be->graph_begin(be) == 0) {
         const uint64_t fp = step_hashed(m, d, in, roots, k, out, 0);
-        const uint64_t family = 0x6c6c6465636f6465ull ^ (uint64_t)(roots | d->reorder_pending << 1 | (k > 0) << 2);
+        const uint64_t family = 0x6c6c6465636f6465ull ^ (uint64_t)(roots | (k > 0) << 1);
         if (be->graph_end(be, fp, family) == 0) return 0;
         ll_arena_release(&m->arena, act);
         ll_arena_release(&m->meta, meta);
