@@ -482,6 +482,8 @@ int ll_backend_set_tf32(ll_backend *be, int on);
  * epilogue as separate kernels, or cublasGemmEx).  0 on other backends.  The
  * step and decode tests require none (docs/cuda-backend.md). */
 uint64_t ll_backend_gemm_fallbacks(ll_backend *be);
+/* acc += b - a, count by count (what happened between two graph_stats reads) */
+void ll_graph_stats_add(ll_graph_stats *acc, const ll_graph_stats *b, const ll_graph_stats *a);
 /* The backend a setting names (train.device, lldecode --device) with
  * activations in `act` (train.precision, lldecode --precision): "cpu"
  * (ll_backend_cpu_precision(act)); "cuda" (GPU `gpu`, e.g. a rank's local

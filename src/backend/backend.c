@@ -90,3 +90,10 @@ ll_backend *ll_backend_select(const char *device, ll_dtype act, int gpu, const c
     ll_log("%s auto: %s: using the CPU (%s activations)", setting, why, ll_dtype_str(act));
     return ll_backend_cpu_precision(act);
 }
+
+void ll_graph_stats_add(ll_graph_stats *acc, const ll_graph_stats *b, const ll_graph_stats *a) {
+    acc->captures += b->captures - a->captures, acc->nodes += b->nodes - a->nodes;
+    acc->updates += b->updates - a->updates, acc->instantiations += b->instantiations - a->instantiations;
+    acc->replays += b->replays - a->replays, acc->launches += b->launches - a->launches;
+    acc->conditionals += b->conditionals - a->conditionals;
+}

@@ -266,14 +266,6 @@ static int step_graphed(ll_model *m, ll_dec_state *d, const step_in *in, int roo
     return -1;
 }
 
-/* The sum of b - a over every count into acc. */
-static void graph_stats_add(ll_graph_stats *acc, const ll_graph_stats *a, const ll_graph_stats *b) {
-    acc->captures += b->captures - a->captures, acc->nodes += b->nodes - a->nodes;
-    acc->updates += b->updates - a->updates, acc->instantiations += b->instantiations - a->instantiations;
-    acc->replays += b->replays - a->replays, acc->launches += b->launches - a->launches;
-    acc->conditionals += b->conditionals - a->conditionals;
-}
-
 static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
     ll_graph_stats g0, g1;
     const int graphed = d->graphs == 1 && m->be->graph_stats;
@@ -281,7 +273,7 @@ static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
     if (d->graphs != 1 || step_graphed(m, d, in, roots, k, out) != 0) step_ops(m, d, in, roots, k, out);
     if (graphed) { /* (the trainer's log tells training steps from search steps) */
         m->be->graph_stats(m->be, &g1);
-        graph_stats_add(&m->dec_graph_st, &g0, &g1);
+        ll_graph_stats_add(&m->dec_graph_st, &g1, &g0);
     }
     d->reorder_pending = 0;
     d->t++;

@@ -341,10 +341,9 @@ static void teardown(trainer *t) {
     if (t->m && t->m->graphs && t->m->be->graph_stats) {
         ll_graph_stats g;
         t->m->be->graph_stats(t->m->be, &g);
-        const ll_graph_stats *s = &t->m->dec_graph_st; /* validation BLEU's search steps: their own line */
-        g.captures -= s->captures, g.nodes -= s->nodes, g.updates -= s->updates;
-        g.instantiations -= s->instantiations, g.replays -= s->replays, g.launches -= s->launches;
-        g.conditionals -= s->conditionals;
+        /* validation BLEU's search steps: their own line */
+        const ll_graph_stats *s = &t->m->dec_graph_st, none = {0};
+        ll_graph_stats_add(&g, &none, s);
         if (s->launches)
             ll_log("CUDA graphs: %llu validation search steps, each one graph: %llu replayed as kept, %llu captured",
                    (unsigned long long)s->launches, (unsigned long long)s->replays, (unsigned long long)s->captures);
