@@ -33,8 +33,9 @@
 #   5. the CPU suite (ctest -LE gpu) in the time left
 #   6. (GPU_CHECK_STEPS names it) sanitize: compute-sanitizer memcheck on every
 #      quick GPU test, racecheck and synccheck on attention, layer norm, ops
-#   7. (GPU_CHECK_STEPS names it) bench: ll_gpu_bench (base, ll64, deep30; base
-#      --profile), the PyTorch peer's eager base step, decoding
+#   7. (GPU_CHECK_STEPS names it) bench: ll64 against PyTorch eager, decoding
+#      (graphs on and off) against PyTorch, base against torch.compile, ll64 kernel
+#      by kernel and profiled, deep30, PyTorch eager base
 # Environment: GPU_CHECK_BUDGET (s), GPU_CHECK_TRAIN_MIN (minutes, or "full":
 # configs/bible_gpu.cfg exactly as the quick start runs it), GPU_CHECK_BUILD
 # (build folder, default /tmp/ll-gpu-build; an existing one is built
@@ -199,8 +200,8 @@ if [ $built -eq 0 ]; then
     # initialisation asks cudaFuncGetAttributes for kernels of other architectures (error 209,
     # inside pncclCommInitRank): API errors are not reported for that test, memory errors are
     export LL_GPU_TEST_BIG_BATCH=0
-    for t in gpu_smoke attention_cuda layernorm_cuda typed_cuda decode_cuda step_cuda dist_nccl ops_cuda graph_cuda \
-      graph_cond_cuda; do
+    for t in gpu_smoke attention_cuda wmma_cuda layernorm_cuda typed_cuda decode_cuda step_cuda dist_nccl graph_cuda \
+      graph_cond_cuda ops_cuda; do
       api=()
       # (graph_cuda and graph_cond_cuda provoke CUDA's capture errors on purpose)
       [ $t = dist_nccl ] || [ $t = graph_cuda ] || [ $t = graph_cond_cuda ] && api=(--report-api-errors no)
@@ -208,7 +209,7 @@ if [ $built -eq 0 ]; then
       grep -E '^=+ (ERROR SUMMARY|Invalid|Program hit)' "$L/memcheck-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
     done
     for tool in racecheck synccheck; do
-      for t in attention_cuda layernorm_cuda ops_cuda; do
+      for t in attention_cuda wmma_cuda layernorm_cuda ops_cuda; do
         step "$tool-$t" 150 "$CS" --tool "$tool" --error-exitcode 99 "$B/gpu_test_$t"
         grep -E '^=+ (ERROR SUMMARY|RACECHECK SUMMARY|.*hazard)' "$L/$tool-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
       done
@@ -217,19 +218,27 @@ if [ $built -eq 0 ]; then
     say "sanitize       SKIPPED: no compute-sanitizer"
   fi
 
-  # 7. first benchmark figures: ll's step on the three models, PyTorch eager on base, decoding
+  # 7. benchmark figures, the GPU-speed issue's targets first: ll64 against PyTorch eager, decoding
+  # against PyTorch's incremental decoding (with and without the search steps as graphs), base
+  # against torch.compile; then ll64 kernel by kernel and its per-op-class profile, deep30
   if want bench; then
     step bench-peak 60 python3 bench/gpu/torch_gpu_peer.py --model base --steps 1 --warmup 1
     PEAK=$(sed -n 's/^RESULT torch_gpu_peak bf16_tflops=\([0-9.]*\).*/\1/p' "$L/bench-peak.log")
     PEAK=${PEAK:-784}
-    step bench-torch-base 90 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
-    for m in base ll64 deep30; do
-      step "bench-ll-$m" 90 "$B/ll_gpu_bench" --model "$m" --device cuda --peak-tflops "$PEAK"
-    done
-    step bench-ll-base-profile 60 "$B/ll_gpu_bench" --model base --device cuda --steps 3 --profile
-    step bench-decode 90 "$B/ll_decode_bench" --device cuda --model base --batch 128 --src-len 32 --len 32 --beams 5,1
-    grep -h '^RESULT' "$L"/bench-*.log | sed 's/^/  /' | tee -a "$S"
-    grep -h 'sent_per_s' "$L/bench-decode.log" | sed 's/^/  /' | tee -a "$S"
+    DEC=(--device cuda --model base --batch 128 --src-len 32 --len 32 --beams 5,1)
+    step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
+    step bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
+    step bench-decode 90 "$B/ll_decode_bench" "${DEC[@]}"
+    step bench-decode-nographs 90 env LL_CUDA_DECODE_GRAPHS=0 "$B/ll_decode_bench" "${DEC[@]}"
+    step bench-torch-decode 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --peak-tflops "$PEAK"
+    step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK"
+    step bench-torch-base-compile 150 python3 bench/gpu/torch_gpu_peer.py --model base --compile --peak-tflops "$PEAK"
+    step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off
+    step bench-ll-ll64-profile 60 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile
+    step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"
+    step bench-torch-base 60 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
+    for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
+    grep -H 'sent_per_s' "$L"/bench-decode*.log | sed "s|^$L/||; s/^/  /" | tee -a "$S"
   fi
 fi
 
