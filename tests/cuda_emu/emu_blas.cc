@@ -13,7 +13,8 @@
  * fp32/fp32 or bf16/bf16 -> fp32 or bf16, a bias or bias-gradient type other
  * than D's (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: the exceptions are
  * IMMA and FP8 kernels; INVALID_VALUE, as cuBLASLt 13.0 answers on an H200),
- * BGRADB of an untransposed fp32 B (refused there, 2026-11-26), other
+ * BGRADB of an untransposed B into an fp32 D (refused there with fp32
+ * operands, 2026-11-26, and with bf16 ones on an H100, 2026-11-27), other
  * epilogues, K = 0, leading dimensions below the rows.  The algorithm it returns assumes the alignments it was told (the
  * MIN_ALIGNMENT preferences, default 256 bytes, and the bias pointer's, read
  * at heuristic time: NULL counts as perfectly aligned); a matmul with a less
@@ -171,9 +172,10 @@ cublasStatus_t supported(const lt_desc *d, const lt_layout *A, const lt_layout *
         if (d->bias_type != -1 && d->bias_type != (int)D->type)
             return *why = "bias type differs from D's type (cublasLt.h: only IMMA and FP8 kernels allow that)",
                    CUBLAS_STATUS_INVALID_VALUE;
-        /* refused there at every shape tried: a bias gradient of an fp32 B that is not transposed */
-        if (d->epi == CUBLASLT_EPILOGUE_BGRADB && A->type == CUDA_R_32F && !d->tb)
-            return *why = "BGRADB with fp32 operands and transb N (refused by cuBLASLt 13.0 on an H200)",
+        /* refused there at every shape tried: a bias gradient of an untransposed B into an fp32 D
+         * (fp32 operands on an H200, bf16 ones on an H100; into a bf16 D it runs) */
+        if (d->epi == CUBLASLT_EPILOGUE_BGRADB && D->type == CUDA_R_32F && !d->tb)
+            return *why = "BGRADB into an fp32 D with transb N (refused by cuBLASLt 13.0 on an H100 and an H200)",
                    CUBLAS_STATUS_NOT_SUPPORTED;
         break;
     default: return *why = "epilogue", CUBLAS_STATUS_NOT_SUPPORTED;

@@ -20,7 +20,8 @@
  * emulation always fails).  Bodies hold kernels, copies, memsets and
  * conditionals only: a host function captured into one invalidates its capture
  * and every capture of the graphs above it.  An executable graph keeps its own
- * copy of the bodies and its own values; a launch first resets the handles made
+ * copy of the bodies and its own values (a graph with a conditional node has one
+ * executable at a time, as an H100 answered); a launch first resets the handles made
  * with cudaGraphCondAssignDefault, and a conditional node runs, in stream
  * order, the body its value selects.  cudaGraphSetConditional (from a kernel)
  * outside a graph launch, or with a handle the launched graph does not have,
@@ -184,6 +185,10 @@ void capture_node(CUstream_st *st, CUgraph_st::node n) {
 struct CUgraphExec_st {
     std::shared_ptr<CUgraph_st> root; /* the executable copy */
     std::shared_ptr<ll_emu::graph_values> vals;
+    std::shared_ptr<int> live; /* the live executables of the graph it was instantiated from */
+    ~CUgraphExec_st() {
+        if (live) --*live;
+    }
 };
 
 using namespace ll_emu;
@@ -350,7 +355,11 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned lon
     if (!e || !g || g->parent) return err(cudaErrorInvalidValue); /* (a body runs as its node's) */
     std::shared_ptr<graph_values> v;
     if (cudaError_t r = make_values(*g, &v)) return err(r);
-    *e = new CUgraphExec_st{clone(*g, NULL), v};
+    /* a GPU (H100, CUDA 13.0) refused a second executable of a graph with a conditional node while
+     * the first lived (the error it gave: tests/gpu/test_graph_cond_cuda.c prints it) */
+    if (has_cond(*g) && *g->live > 0) return err(cudaErrorNotSupported);
+    *e = new CUgraphExec_st{clone(*g, NULL), v, has_cond(*g) ? g->live : nullptr};
+    if ((*e)->live) ++*(*e)->live;
     return cudaSuccess;
 }
 /* The parameters of g's nodes into e when the two have as many nodes of the

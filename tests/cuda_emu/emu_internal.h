@@ -98,6 +98,7 @@ struct CUgraph_st {
     std::vector<ll_emu::graph_values::def> handles; /* created on this graph */
     CUstream_st *capturer = nullptr;                /* the stream capturing into it */
     const char *broken = nullptr;                   /* a capture into it was invalidated */
+    std::shared_ptr<int> live = std::make_shared<int>(0); /* its executables (cudaGraphInstantiate) */
 };
 struct CUstream_st {
     struct item {

@@ -115,12 +115,13 @@ static void test_gemm_b(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int 
     if (bias_epi && misalign && K > 0)
         CHECK_MSG(fell_back == 1, "gemm epi %d, bias off 16-byte alignment: %llu fallbacks counted, want 1", (int)epi,
                   (unsigned long long)fell_back);
-    /* cuBLASLt 13.0 on an H200 refuses the bias gradient of fp32 operands with trans_a = 0 (its
-     * BGRADB of an untransposed B; cuda_gemm_lt.c): the fallback must run, and be counted */
-    const int refused_bgrad = epi == LL_EPI_BGRAD && act == LL_F32 && !ta;
+    /* cuBLASLt 13.0 refuses the bias gradient into an fp32 C with trans_a = 0 (its BGRADB of an
+     * untransposed B; cuda_gemm_lt.c): fp32 operands on an H200 (2026-11-26), bf16 operands on an
+     * H100 (2026-11-27); into a bf16 C it runs.  The fallback must run, and be counted */
+    const int refused_bgrad = epi == LL_EPI_BGRAD && ct == LL_F32 && !ta;
     if (refused_bgrad && K > 0 && !misalign)
-        CHECK_MSG(fell_back == 1, "gemm fp32 BGRAD ta 0 M %d N %d K %d: %llu fallbacks counted, want 1", M, N, K,
-                  (unsigned long long)fell_back);
+        CHECK_MSG(fell_back == 1, "gemm %s -> fp32 BGRAD ta 0 M %d N %d K %d: %llu fallbacks counted, want 1",
+                  ll_dtype_str(act), M, N, K, (unsigned long long)fell_back);
     if (!forced_refusals() && !misalign && model_like && K > 0 && (!bias_epi || bias_t == ct) && !refused_bgrad)
         CHECK_MSG(fell_back == 0, "gemm %s -> %s epi %d ta %d tb %d M %d N %d K %d: cuBLASLt refused it (fallback)",
                   ll_dtype_str(act), ll_dtype_str(ct), (int)epi, ta, tb, M, N, K);

@@ -296,9 +296,10 @@ void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m) {
  *    (kernels/gemm_epi.cu), so the op is always correct; warned once and
  *    counted (ll_backend_gemm_fallbacks: the step and decode tests require
  *    none, so a model call that cuBLASLt would refuse shows in CI).
- *    Seen on an H200 with cuBLASLt 13.0 (2026-11-26, gpu_test_typed_cuda):
- *    BGRAD with fp32 operands and trans_a = 0 (its BGRADB on an untransposed
- *    B) is refused at every shape tried; the model's weight gradients have
+ *    Seen with cuBLASLt 13.0 (gpu_test_typed_cuda; fp32 operands on an H200,
+ *    2026-11-26, bf16 ones on an H100, 2026-11-27): BGRAD into an fp32 C
+ *    with trans_a = 0 (its BGRADB on an untransposed B) is refused at every
+ *    shape tried, into a bf16 C it runs; the model's weight gradients have
  *    trans_a = 1, which runs fused.  The emulation's stand-in refuses the same
  *    (tests/cuda_emu/emu_blas.cc). */
 
