@@ -80,11 +80,14 @@ static __device__ __forceinline__ void query_tile_stats(const attn_args &a, int 
  * n / 8 blocks instead of n. */
 struct attn_keep_cache {
     uint64_t block = ~(uint64_t)0;
-    uint32_t w[4];
+    uint32_t w[4] = {0, 0, 0, 0}; /* (set before the first use: block starts at no block) */
     __device__ __forceinline__ bool keep(const attn_args &a, int b, int h, int i, int j) {
         const uint64_t e = a.rng_offset + (((uint64_t)b * a.H + h) * a.Tq + i) * a.Tk + j;
         if (e >> 3 != block) ll_philox_block_dev(a.rng, block = e >> 3, w);
-        return ((w[(e >> 1) & 3] >> (16 * (unsigned)(e & 1))) & 0xffffu) >= a.thr;
+        /* w picked by constant indices: an array indexed at run time would live in local memory */
+        const unsigned k = (unsigned)(e >> 1) & 3u;
+        const uint32_t x = k == 0 ? w[0] : k == 1 ? w[1] : k == 2 ? w[2] : w[3];
+        return ((x >> (16 * (unsigned)(e & 1))) & 0xffffu) >= a.thr;
     }
 };
 

@@ -36,130 +36,182 @@
 #define TC_KT 32      /* keys per tile */
 #define TC_MAX_WARPS 4
 #define TC_THREADS 128 /* TC_MAX_WARPS warps */
+/* Row strides in shared memory, padded so that a warp's accesses spread over the 32 banks:
+ * bf16 tiles of Dh columns take Dh + TC_PAD (consecutive rows 16 bytes apart in bank space,
+ * so the tensor cores' 8-row loads are conflict-free), S tiles of 32 fp32 TC_SLD, P and dS
+ * tiles of 32 bf16 TC_PLD; fp32 staging of 16 x Dh accumulators Dh + 4.  Each stride keeps
+ * WMMA's rules (a multiple of 16 bytes; tiles start 32-byte aligned). */
+#define TC_PAD 8
+#define TC_SLD (TC_KT + 4)
+#define TC_PLD (TC_KT + 8)
+#define TC_WARP_BYTES (LL_WT * TC_SLD * 4 + 2 * LL_WT * TC_PLD * 2) /* sS fp32 + sP hi/lo bf16 */
 
-static int tc_warps(int Dh) { return Dh <= 64 ? 4 : 2; }
-
-/* shared memory: sK, sV [TC_KT][Dh] and sQ [W*16][Dh] bf16; per warp sS [16][TC_KT]
- * fp32, sO [16][Dh] fp32, sP [2][16][TC_KT] bf16 (hi, lo); every region a multiple
- * of 32 bytes, 48 KiB at Dh 64 (4 warps) and 128 (2 warps) */
-static __host__ __device__ size_t tc_warp_floats(int Dh) {
-    return (size_t)LL_WT * TC_KT + (size_t)LL_WT * Dh + LL_WT * TC_KT;
+/* warps per block: 16 query rows each, at most 4 (Dh <= 64) or 2 (shared memory), no more
+ * than the rows need (a warp without rows would only hold shared memory) */
+static int tc_warps(int Dh, int rows) {
+    const int w = Dh <= 64 ? 4 : 2, need = (rows + LL_WT - 1) / LL_WT;
+    return need < w ? (need > 0 ? need : 1) : w;
 }
-static size_t tc_smem(int Dh, int W) {
-    return sizeof(__nv_bfloat16) * ((size_t)2 * TC_KT * Dh + (size_t)W * LL_WT * Dh) +
-           sizeof(float) * W * tc_warp_floats(Dh);
+
+/* shared memory of the forward: sK, sV [TC_KT][Dh + TC_PAD] and sQ [W*16][Dh + TC_PAD] bf16,
+ * then per warp sS [16][TC_SLD] fp32 and sP [2][16][TC_PLD] bf16 (hi, lo); at the end the
+ * tiles' bytes hold each warp's fp32 staging of O [16][Dh + 4].  35 KiB at Dh 128 with 2
+ * warps (48 KiB before the padding and with O in shared memory). */
+static __host__ __device__ size_t tc_tile_bytes(int Dh, int W) {
+    return sizeof(__nv_bfloat16) * (size_t)(2 * TC_KT + W * LL_WT) * (Dh + TC_PAD);
+}
+static __host__ __device__ size_t tc_smem(int Dh, int W) {
+    const size_t tiles = tc_tile_bytes(Dh, W), staging = sizeof(float) * (size_t)W * LL_WT * (Dh + 4);
+    return (tiles > staging ? tiles : staging) + (size_t)W * TC_WARP_BYTES;
 }
 
-/* rows r0..r0+n-1 of a bf16 [*, stride] matrix into s[rows][Dh]; rows past n zero.  16-byte
- * loads where g and stride allow (the model's packed q/k/v always do; Dh is a multiple of 16),
- * threads `t0, t0 + nt, ...` of the block (a warp: its lanes) */
-static __device__ __forceinline__ void stage_rows(__nv_bfloat16 *s, int rows, const __nv_bfloat16 *g, int stride,
-                                                  int r0, int n, int Dh, int t0, int nt) {
+/* rows r0..r0+n-1 of a bf16 [*, stride] matrix into s[rows][ld] (Dh columns); rows past n
+ * zero.  16-byte loads where g and stride allow (the model's packed q/k/v always do; Dh is a
+ * multiple of 16), threads `t0, t0 + nt, ...` of the block (a warp: its lanes) */
+static __device__ __forceinline__ void stage_rows(__nv_bfloat16 *s, int ld, int rows, const __nv_bfloat16 *g,
+                                                  int stride, int r0, int n, int Dh, int t0, int nt) {
     if ((uintptr_t)g % 16 == 0 && stride % 8 == 0) {
         const int V = Dh / 8; /* 8 bf16 per uint4 */
         for (int e = t0; e < rows * V; e += nt) {
             const int r = e / V, v = e % V;
             const uint4 z = make_uint4(0, 0, 0, 0);
-            *(uint4 *)(s + (size_t)r * Dh + v * 8) = r < n ? *(const uint4 *)(g + (size_t)(r0 + r) * stride + v * 8) : z;
+            *(uint4 *)(s + (size_t)r * ld + v * 8) =
+                r < n ? *(const uint4 *)(g + (size_t)(r0 + r) * stride + v * 8) : z;
         }
         return;
     }
     for (int e = t0; e < rows * Dh; e += nt) {
         const int r = e / Dh, d = e % Dh;
-        s[e] = r < n ? g[(size_t)(r0 + r) * stride + d] : __float2bfloat16_rn(0.0f);
+        s[(size_t)r * ld + d] = r < n ? g[(size_t)(r0 + r) * stride + d] : __float2bfloat16_rn(0.0f);
     }
 }
-static __device__ __forceinline__ void stage_bf16(__nv_bfloat16 *s, int rows, const __nv_bfloat16 *g, int stride,
-                                                  int r0, int n, int Dh) {
-    stage_rows(s, rows, g, stride, r0, n, Dh, threadIdx.x, blockDim.x);
+static __device__ __forceinline__ void stage_bf16(__nv_bfloat16 *s, int ld, int rows, const __nv_bfloat16 *g,
+                                                  int stride, int r0, int n, int Dh) {
+    stage_rows(s, ld, rows, g, stride, r0, n, Dh, threadIdx.x, blockDim.x);
 }
 
+/* S[16, 32] (ld lds, fp32, shared) = A[16, Dh] B[32, Dh]^T, A and B bf16 of row stride ld */
+static __device__ __forceinline__ void product_abt(float *S, int lds, const __nv_bfloat16 *A,
+                                                   const __nv_bfloat16 *B, int ld, int Dh) {
+#ifdef LL_WMMA_BF16
+    for (int jt = 0; jt < 32; jt += LL_WT) {
+        ll_wmma_acc acc;
+        nvcuda::wmma::fill_fragment(acc, 0.0f);
+        ll_wmma_tile_product<nvcuda::wmma::col_major>(acc, A, ld, B + (size_t)jt * ld, ld, 1, Dh);
+        nvcuda::wmma::store_matrix_sync(S + jt, acc, lds, nvcuda::wmma::mem_row_major);
+    }
+#else
+    (void)S, (void)lds, (void)A, (void)B, (void)ld, (void)Dh;
+#endif
+}
+
+/* acc[e] (+)= A[16, K] M[K, e*16..] for e < NF = Dh/16, A = hi + lo (lo at A + 16 * lda), M
+ * row-major of row stride ldm.  NF is a template parameter so that the accumulators stay in
+ * registers. */
+template <int NF>
+static __device__ __forceinline__ void acc_split_product(ll_wmma_acc *acc, const __nv_bfloat16 *A, int lda,
+                                                         const __nv_bfloat16 *M, int ldm, int K) {
+#ifdef LL_WMMA_BF16
+#pragma unroll
+    for (int e = 0; e < NF; e++) {
+        ll_wmma_tile_product<nvcuda::wmma::row_major>(acc[e], A, lda, M + e * LL_WT, ldm, ldm, K);
+        ll_wmma_tile_product<nvcuda::wmma::row_major>(acc[e], A + LL_WT * lda, lda, M + e * LL_WT, ldm, ldm, K);
+    }
+#else
+    (void)acc, (void)A, (void)lda, (void)M, (void)ldm, (void)K;
+#endif
+}
+
+/* The forward.  O lives in accumulator fragments (registers) across the key tiles, which
+ * their opaque layout allows only without the online softmax's per-row rescale: so the rows'
+ * maxima come first, from a pass of S = Q K^T over the key tiles, unless one tile holds
+ * every key (NMT's usual case: then that tile gives them, and the arithmetic is the online
+ * loop's, bit for bit). */
+template <int NF>
 static __global__ void __launch_bounds__(TC_THREADS)
     attention_fwd_tc_kernel(attn_args a, __nv_bfloat16 *__restrict__ out, float *__restrict__ lse) {
 #ifdef LL_WMMA_BF16
     using namespace nvcuda;
     LL_DYN_SHARED(float4, smem); /* float4: 16-byte aligned (a launch's dynamic block starts 128-aligned) */
-    const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int Dh = NF * LL_WT, ld = Dh + TC_PAD, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int W = blockDim.x / WARP, BQ = W * LL_WT;
     const int b = a.b0 + (int)blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
-    __nv_bfloat16 *sK = (__nv_bfloat16 *)smem, *sV = sK + TC_KT * Dh, *sQall = sV + TC_KT * Dh;
-    float *sS = (float *)(sQall + (size_t)BQ * Dh) + (size_t)warp * tc_warp_floats(Dh);
-    float *sO = sS + LL_WT * TC_KT;
-    __nv_bfloat16 *sP = (__nv_bfloat16 *)(sO + LL_WT * Dh), *sQ = sQall + (size_t)warp * LL_WT * Dh;
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)smem, *sV = sK + TC_KT * ld, *sQall = sV + TC_KT * ld;
+    char *wb = (char *)smem + tc_smem(Dh, W) - (size_t)(W - warp) * TC_WARP_BYTES;
+    float *sS = (float *)wb;
+    __nv_bfloat16 *sP = (__nv_bfloat16 *)(sS + LL_WT * TC_SLD), *sQ = sQall + (size_t)warp * LL_WT * ld;
 
     const int lim = key_limit(a, b);
     const int qn = min(BQ, a.Tq - q0);
     const int kmax = row_limit(a, lim, q0 + qn - 1); /* the block's widest row */
     const int wq = min(LL_WT, a.Tq - q0 - warp * LL_WT);     /* the warp's rows (<= 0: none) */
     const int wmax = wq > 0 ? row_limit(a, lim, q0 + warp * LL_WT + wq - 1) : 0;
-    /* lane pair (2r, 2r+1): row r, keys half*16.. of each tile, columns half*Dh/2.. of O */
-    const int r = lane >> 1, half = lane & 1, i = q0 + warp * LL_WT + r;
+    /* lane pair (2r, 2r+1): row r, keys half*16.. of each tile */
+    const int r = lane >> 1, half = lane & 1, i = q0 + warp * LL_WT + r, c0 = half * LL_WT;
     const int n = i < a.Tq ? row_limit(a, lim, i) : 0;
+    const bool one = kmax <= TC_KT; /* one key tile: its maxima are the rows' */
     float m = -INFINITY, l = 0.0f;
     attn_keep_cache kc;
+    ll_wmma_acc o[NF];
+#pragma unroll
+    for (int e = 0; e < NF; e++) wmma::fill_fragment(o[e], 0.0f);
 
-    stage_bf16(sQall, BQ, (const __nv_bfloat16 *)a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, q0, qn,
-               Dh);
-    for (int e = lane; e < LL_WT * Dh; e += WARP) sO[e] = 0.0f;
+    stage_bf16(sQall, ld, BQ, (const __nv_bfloat16 *)a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, q0,
+               qn, Dh);
     const __nv_bfloat16 *kb = (const __nv_bfloat16 *)a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
     const __nv_bfloat16 *vb = (const __nv_bfloat16 *)a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
-    for (int kt = 0; kt < kmax; kt += TC_KT) {
-        __syncthreads(); /* the previous tile consumed (and sQ staged, sO cleared) */
-        stage_bf16(sK, TC_KT, kb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
-        stage_bf16(sV, TC_KT, vb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
-        __syncthreads();
-        if (kt >= wmax) continue; /* warp-uniform: no row of the warp sees these keys */
-        for (int jt = 0; jt < TC_KT; jt += LL_WT) { /* S = Q K^T (K's rows are B's columns) */
-            ll_wmma_acc acc;
-            wmma::fill_fragment(acc, 0.0f);
-            ll_wmma_tile_product<wmma::col_major>(acc, sQ, Dh, sK + (size_t)jt * Dh, Dh, 1, Dh);
-            wmma::store_matrix_sync(sS + jt, acc, TC_KT, wmma::mem_row_major);
-        }
-        __syncwarp(); /* the warp's stores of S before each lane reads its row */
-        const int c0 = half * LL_WT;
-        float s[LL_WT], tmax = -INFINITY;
+    for (int pass = one ? 1 : 0; pass < 2; pass++) /* 0: the rows' maxima; 1: P and O */
+        for (int kt = 0; kt < kmax; kt += TC_KT) {
+            __syncthreads(); /* the previous tile consumed (and sQ staged) */
+            stage_bf16(sK, ld, TC_KT, kb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
+            if (pass) stage_bf16(sV, ld, TC_KT, vb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
+            __syncthreads();
+            if (kt >= wmax) continue;        /* warp-uniform: no row of the warp sees these keys */
+            product_abt(sS, TC_SLD, sQ, sK, ld, Dh); /* S = Q K^T */
+            __syncwarp(); /* the warp's stores of S before each lane reads its row */
+            float s[LL_WT], tmax = -INFINITY;
 #pragma unroll
-        for (int c = 0; c < LL_WT; c++) {
-            const int j = kt + c0 + c;
-            s[c] = j < n ? sS[r * TC_KT + c0 + c] * a.scale : -INFINITY;
-            tmax = fmaxf(tmax, s[c]);
-        }
-        const float mn = fmaxf(m, fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1)));
-        /* a row with no visible key so far keeps m = -inf, O = 0 and l = 0 */
-        const float alpha = mn == -INFINITY ? 1.0f : __expf(m - mn); /* 0 on the first visible tile */
-        float psum = 0.0f;
+            for (int c = 0; c < LL_WT; c++) {
+                const int j = kt + c0 + c;
+                s[c] = j < n ? sS[r * TC_SLD + c0 + c] * a.scale : -INFINITY;
+                tmax = fmaxf(tmax, s[c]);
+            }
+            if (!pass || one) m = fmaxf(m, fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1)));
+            if (!pass) {
+                __syncwarp(); /* S read before the next tile's product overwrites it */
+                continue;
+            }
+            /* a row with no visible key keeps m = -inf, O = 0 and l = 0 */
+            float psum = 0.0f;
 #pragma unroll
-        for (int c = 0; c < LL_WT; c++) {
-            const int j = kt + c0 + c;
-            float p = j < n ? __expf(s[c] - mn) : 0.0f;
-            psum += p;
-            if (a.drop && j < n) p = kc.keep(a, b, h, i, j) ? p * a.keep_scale : 0.0f;
-            const __nv_bfloat16 hi = __float2bfloat16_rn(p);
-            sP[r * TC_KT + c0 + c] = hi;
-            sP[LL_WT * TC_KT + r * TC_KT + c0 + c] = __float2bfloat16_rn(p - __bfloat162float(hi));
+            for (int c = 0; c < LL_WT; c++) {
+                const int j = kt + c0 + c;
+                float p = j < n ? __expf(s[c] - m) : 0.0f;
+                psum += p;
+                if (a.drop && j < n) p = kc.keep(a, b, h, i, j) ? p * a.keep_scale : 0.0f;
+                const __nv_bfloat16 hi = __float2bfloat16_rn(p);
+                sP[r * TC_PLD + c0 + c] = hi;
+                sP[LL_WT * TC_PLD + r * TC_PLD + c0 + c] = __float2bfloat16_rn(p - __bfloat162float(hi));
+            }
+            l += psum + __shfl_xor_sync(0xffffffffu, psum, 1);
+            __syncwarp();                                    /* P before the tensor cores read it */
+            acc_split_product<NF>(o, sP, TC_PLD, sV, ld, TC_KT); /* O += hi V + lo V */
+            __syncwarp(); /* the tensor cores' loads of P and S before the next tile's stores */
         }
-        l = l * alpha + psum + __shfl_xor_sync(0xffffffffu, psum, 1);
-        m = mn;
-        for (int d = half * (Dh / 2); d < (half + 1) * (Dh / 2); d++) sO[r * Dh + d] *= alpha;
-        __syncwarp(); /* P and the rescaled O before the tensor cores read them */
-        for (int e = 0; e < Dh; e += LL_WT) { /* O += hi V + lo V */
-            ll_wmma_acc acc;
-            wmma::load_matrix_sync(acc, sO + e, Dh, wmma::mem_row_major);
-            ll_wmma_tile_product<wmma::row_major>(acc, sP, TC_KT, sV + e, Dh, Dh, TC_KT);
-            ll_wmma_tile_product<wmma::row_major>(acc, sP + LL_WT * TC_KT, TC_KT, sV + e, Dh, Dh, TC_KT);
-            __syncwarp(); /* every lane's loads of this O tile before any lane's store (layouts are opaque) */
-            wmma::store_matrix_sync(sO + e, acc, Dh, wmma::mem_row_major);
-        }
-        __syncwarp(); /* O's stores before the lanes' next rescale */
+    /* out = O / l through an fp32 staging in the tiles' bytes (every warp is done with them);
+     * 32 lanes per row segment, each row's 1 / l from its lane pair */
+    __syncthreads();
+    float *st = (float *)smem + (size_t)warp * LL_WT * (Dh + 4);
+#pragma unroll
+    for (int e = 0; e < NF; e++) wmma::store_matrix_sync(st + e * LL_WT, o[e], Dh + 4, wmma::mem_row_major);
+    __syncwarp();
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* no visible key: out 0 */
+    for (int e = lane; e < LL_WT * Dh; e += WARP) {
+        const int rr = e / Dh, d = e % Dh, row = q0 + warp * LL_WT + rr;
+        const float iv = __shfl_sync(0xffffffffu, inv, 2 * rr);
+        if (row < a.Tq) out[((size_t)b * a.Tq + row) * C + h * Dh + d] = __float2bfloat16_rn(st[rr * (Dh + 4) + d] * iv);
     }
-    __syncwarp(); /* the zeroed O, where no tile ran, before other lanes read it */
-    if (i < a.Tq) {
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* no visible key: out 0 */
-        __nv_bfloat16 *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
-        for (int d = half * (Dh / 2); d < (half + 1) * (Dh / 2); d++)
-            orow[d] = __float2bfloat16_rn(sO[r * Dh + d] * inv);
-        if (lse && half == 0) lse[((size_t)b * a.H + h) * a.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
-    }
+    if (i < a.Tq && lse && half == 0) lse[((size_t)b * a.H + h) * a.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 #else
     (void)a, (void)out, (void)lse;
 #endif
@@ -187,65 +239,41 @@ static __device__ __forceinline__ void split_store(__nv_bfloat16 *hi, int k, int
     hi[k + off] = __float2bfloat16_rn(x - __bfloat162float(h));
 }
 
-/* warp-level: rows r0..r0+n-1 of a bf16 [*, stride] matrix into s[16][Dh], rows past n zero */
-static __device__ __forceinline__ void stage_warp(__nv_bfloat16 *s, const __nv_bfloat16 *g, int stride, int r0, int n,
-                                                  int Dh, int lane) {
-    stage_rows(s, LL_WT, g, stride, r0, n, Dh, lane, WARP);
+/* warp-level: rows r0..r0+n-1 of a bf16 [*, stride] matrix into s[16][ld], rows past n zero */
+static __device__ __forceinline__ void stage_warp(__nv_bfloat16 *s, int ld, const __nv_bfloat16 *g, int stride,
+                                                  int r0, int n, int Dh, int lane) {
+    stage_rows(s, ld, LL_WT, g, stride, r0, n, Dh, lane, WARP);
 }
 
-/* acc[e] (+)= A[16, K] M[K, e*16..] for e < NF = Dh/16, A = hi + lo (lo at A + 16 * lda), M
- * row-major.  NF is a template parameter so that the accumulators stay in registers. */
-template <int NF>
-static __device__ __forceinline__ void acc_split_product(ll_wmma_acc *acc, const __nv_bfloat16 *A, int lda,
-                                                         const __nv_bfloat16 *M, int Dh, int K) {
-#ifdef LL_WMMA_BF16
-#pragma unroll
-    for (int e = 0; e < NF; e++) {
-        ll_wmma_tile_product<nvcuda::wmma::row_major>(acc[e], A, lda, M + e * LL_WT, Dh, Dh, K);
-        ll_wmma_tile_product<nvcuda::wmma::row_major>(acc[e], A + LL_WT * lda, lda, M + e * LL_WT, Dh, Dh, K);
-    }
-#else
-    (void)acc, (void)A, (void)lda, (void)M, (void)Dh, (void)K;
-#endif
-}
-
-/* S[16, 32] = A[16, Dh] B[32, Dh]^T into shared fp32 (ld 32) */
-static __device__ __forceinline__ void product_abt(float *S, const __nv_bfloat16 *A, const __nv_bfloat16 *B, int Dh) {
-#ifdef LL_WMMA_BF16
-    for (int jt = 0; jt < 32; jt += LL_WT) {
-        ll_wmma_acc acc;
-        nvcuda::wmma::fill_fragment(acc, 0.0f);
-        ll_wmma_tile_product<nvcuda::wmma::col_major>(acc, A, Dh, B + (size_t)jt * Dh, Dh, 1, Dh);
-        nvcuda::wmma::store_matrix_sync(S + jt, acc, 32, nvcuda::wmma::mem_row_major);
-    }
-#else
-    (void)S, (void)A, (void)B, (void)Dh;
-#endif
-}
-
-/* the warp's accumulators, through its fp32 staging [16][Dh], into rows r0.. (< rmax) of a
+/* the warp's accumulators, through its fp32 staging [16][Dh + 4], into rows r0.. (< rmax) of a
  * bf16 [*, stride] matrix */
 template <int NF>
 static __device__ __forceinline__ void write_acc(const ll_wmma_acc *acc, float *st, __nv_bfloat16 *g, int stride,
-                                                 int r0, int rmax, int Dh, int lane) {
+                                                 int r0, int rmax, int lane) {
 #ifdef LL_WMMA_BF16
+    const int Dh = NF * LL_WT;
     __syncwarp(); /* the staging's earlier readers (tensor-core loads) are done */
 #pragma unroll
     for (int e = 0; e < NF; e++)
-        nvcuda::wmma::store_matrix_sync(st + e * LL_WT, acc[e], Dh, nvcuda::wmma::mem_row_major);
+        nvcuda::wmma::store_matrix_sync(st + e * LL_WT, acc[e], Dh + 4, nvcuda::wmma::mem_row_major);
     __syncwarp();
     for (int e = lane; e < LL_WT * Dh; e += WARP) {
         const int r = e / Dh, d = e % Dh;
-        if (r0 + r < rmax) g[(size_t)(r0 + r) * stride + d] = __float2bfloat16_rn(st[e]);
+        if (r0 + r < rmax) g[(size_t)(r0 + r) * stride + d] = __float2bfloat16_rn(st[r * (Dh + 4) + d]);
     }
     __syncwarp();
 #else
-    (void)acc, (void)st, (void)g, (void)stride, (void)r0, (void)rmax, (void)Dh, (void)lane;
+    (void)acc, (void)st, (void)g, (void)stride, (void)r0, (void)rmax, (void)lane;
 #endif
 }
 
+/* dq: sK, sV [TC_KT][ld] for the block; per warp sQ, sG [16][ld] bf16, sS [16][TC_SLD] fp32,
+ * sDS [2][16][TC_PLD] bf16 (the fp32 staging of dQ [16][Dh + 4] fits in them at the end) */
+static __host__ __device__ size_t tc_dq_warp_bytes(int Dh) {
+    return sizeof(__nv_bfloat16) * 2 * LL_WT * (size_t)(Dh + TC_PAD) + TC_WARP_BYTES;
+}
 static size_t tc_dq_smem(int Dh, int W) {
-    return sizeof(__nv_bfloat16) * 2 * TC_KT * Dh + (size_t)W * (64 * Dh + 2 * 2048);
+    return sizeof(__nv_bfloat16) * 2 * TC_KT * (size_t)(Dh + TC_PAD) + (size_t)W * tc_dq_warp_bytes(Dh);
 }
 
 template <int NF>
@@ -254,14 +282,14 @@ static __global__ void __launch_bounds__(TC_THREADS)
                            const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse) {
 #ifdef LL_WMMA_BF16
     LL_DYN_SHARED(float4, smem);
-    const int Dh = NF * LL_WT, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int Dh = NF * LL_WT, ld = Dh + TC_PAD, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int W = blockDim.x / WARP, BQ = W * LL_WT;
     const int b = a.b0 + (int)blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ, w0 = q0 + warp * LL_WT;
-    __nv_bfloat16 *sK = (__nv_bfloat16 *)smem, *sV = sK + TC_KT * Dh;
-    char *wb = (char *)(sV + TC_KT * Dh) + (size_t)warp * (64 * Dh + 2 * 2048);
-    __nv_bfloat16 *sQ = (__nv_bfloat16 *)wb, *sG = sQ + LL_WT * Dh;
-    float *sS = (float *)(sG + LL_WT * Dh);
-    __nv_bfloat16 *sDS = (__nv_bfloat16 *)(sS + LL_WT * TC_KT);
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)smem, *sV = sK + TC_KT * ld;
+    char *wb = (char *)(sV + TC_KT * ld) + (size_t)warp * tc_dq_warp_bytes(Dh);
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)wb, *sG = sQ + LL_WT * ld;
+    float *sS = (float *)(sG + LL_WT * ld);
+    __nv_bfloat16 *sDS = (__nv_bfloat16 *)(sS + LL_WT * TC_SLD);
 
     const int lim = key_limit(a, b);
     const int qn = min(BQ, a.Tq - q0);
@@ -270,9 +298,9 @@ static __global__ void __launch_bounds__(TC_THREADS)
     const int wmax = wq > 0 ? row_limit(a, lim, w0 + wq - 1) : 0;
     const int r = lane >> 1, half = lane & 1, i = w0 + r;
     const int n = i < a.Tq ? row_limit(a, lim, i) : 0;
-    stage_warp(sQ, (const __nv_bfloat16 *)a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, w0, max(wq, 0), Dh,
-               lane);
-    stage_warp(sG, dout + (size_t)b * a.Tq * C + h * Dh, C, w0, max(wq, 0), Dh, lane);
+    stage_warp(sQ, ld, (const __nv_bfloat16 *)a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, w0,
+               max(wq, 0), Dh, lane);
+    stage_warp(sG, ld, dout + (size_t)b * a.Tq * C + h * Dh, C, w0, max(wq, 0), Dh, lane);
     float D = 0.0f, L = 0.0f;
     if (i < a.Tq) {
         const __nv_bfloat16 *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
@@ -289,11 +317,11 @@ static __global__ void __launch_bounds__(TC_THREADS)
     const __nv_bfloat16 *vb = (const __nv_bfloat16 *)a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
     for (int kt = 0; kt < kmax; kt += TC_KT) {
         __syncthreads(); /* the previous tile consumed */
-        stage_bf16(sK, TC_KT, kb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
-        stage_bf16(sV, TC_KT, vb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
+        stage_bf16(sK, ld, TC_KT, kb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
+        stage_bf16(sV, ld, TC_KT, vb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
         __syncthreads();
-        if (kt >= wmax) continue; /* warp-uniform */
-        product_abt(sS, sQ, sK, Dh); /* S = Q K^T */
+        if (kt >= wmax) continue;                 /* warp-uniform */
+        product_abt(sS, TC_SLD, sQ, sK, ld, Dh); /* S = Q K^T */
         __syncwarp();
         const int c0 = half * LL_WT;
         float p[LL_WT];
@@ -301,30 +329,32 @@ static __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
         for (int c = 0; c < LL_WT; c++) {
             const int j = kt + c0 + c;
-            p[c] = j < n ? __expf(sS[r * TC_KT + c0 + c] * a.scale - L) : 0.0f;
+            p[c] = j < n ? __expf(sS[r * TC_SLD + c0 + c] * a.scale - L) : 0.0f;
             if (a.drop && j < n && !kc.keep(a, b, h, i, j)) keep &= ~(1u << c);
         }
-        __syncwarp(); /* S read before dP overwrites it */
-        product_abt(sS, sG, sV, Dh); /* dP = dO V^T */
+        __syncwarp();                            /* S read before dP overwrites it */
+        product_abt(sS, TC_SLD, sG, sV, ld, Dh); /* dP = dO V^T */
         __syncwarp();
 #pragma unroll
         for (int c = 0; c < LL_WT; c++) {
-            float dp = sS[r * TC_KT + c0 + c];
+            float dp = sS[r * TC_SLD + c0 + c];
             if (a.drop) dp = (keep >> c) & 1u ? dp * a.keep_scale : 0.0f;
-            split_store(sDS, r * TC_KT + c0 + c, LL_WT * TC_KT, p[c] * (dp - D) * a.scale);
+            split_store(sDS, r * TC_PLD + c0 + c, LL_WT * TC_PLD, p[c] * (dp - D) * a.scale);
         }
         __syncwarp();
-        acc_split_product<NF>(acc, sDS, TC_KT, sK, Dh, TC_KT); /* dQ += dS K */
+        acc_split_product<NF>(acc, sDS, TC_PLD, sK, ld, TC_KT); /* dQ += dS K */
     }
-    write_acc<NF>(acc, (float *)wb, dq + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, w0, a.Tq, Dh, lane);
+    write_acc<NF>(acc, (float *)wb, dq + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, w0, a.Tq, lane);
 #else
     (void)a, (void)dq, (void)out, (void)dout, (void)lse;
 #endif
 }
 
+/* dkv: sK, sV [W*16][ld] and sQ, sG [TC_QT][ld] bf16; per warp sS [16][TC_SLD] fp32 and sPD
+ * [2][16][TC_PLD] bf16; sL, sD, sN [TC_QT] (sK and sV become the fp32 staging at the end) */
 static size_t tc_dkv_smem(int Dh, int W) {
-    return sizeof(__nv_bfloat16) * ((size_t)2 * W * LL_WT * Dh + (size_t)2 * TC_QT * Dh) + (size_t)W * 2 * 2048 +
-           3 * TC_QT * sizeof(float);
+    return sizeof(__nv_bfloat16) * ((size_t)2 * W * LL_WT + (size_t)2 * TC_QT) * (Dh + TC_PAD) +
+           (size_t)W * TC_WARP_BYTES + 3 * TC_QT * sizeof(float);
 }
 
 template <int NF>
@@ -334,20 +364,21 @@ static __global__ void __launch_bounds__(TC_THREADS)
                             const float *__restrict__ lse) {
 #ifdef LL_WMMA_BF16
     LL_DYN_SHARED(float4, smem);
-    const int Dh = NF * LL_WT, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int Dh = NF * LL_WT, ld = Dh + TC_PAD, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int W = blockDim.x / WARP, BK = W * LL_WT;
     const int b = a.b0 + (int)blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * BK, wk0 = j0 + warp * LL_WT;
-    __nv_bfloat16 *sK = (__nv_bfloat16 *)smem, *sV = sK + BK * Dh, *sQ = sV + BK * Dh, *sG = sQ + TC_QT * Dh;
-    float *sS = (float *)(sG + TC_QT * Dh) + (size_t)warp * 2 * 2048 / sizeof(float);
-    __nv_bfloat16 *sPD = (__nv_bfloat16 *)(sS + LL_WT * TC_QT);
-    float *sL = (float *)(sG + TC_QT * Dh) + (size_t)W * 2 * 2048 / sizeof(float), *sD = sL + TC_QT;
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)smem, *sV = sK + BK * ld, *sQ = sV + BK * ld, *sG = sQ + TC_QT * ld;
+    char *wall = (char *)(sG + TC_QT * ld);
+    float *sS = (float *)(wall + (size_t)warp * TC_WARP_BYTES);
+    __nv_bfloat16 *sPD = (__nv_bfloat16 *)(sS + LL_WT * TC_SLD);
+    float *sL = (float *)(wall + (size_t)W * TC_WARP_BYTES), *sD = sL + TC_QT;
     int *sN = (int *)(sD + TC_QT);
 
     const int lim = key_limit(a, b);
     const __nv_bfloat16 *kb = (const __nv_bfloat16 *)a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
     const __nv_bfloat16 *vb = (const __nv_bfloat16 *)a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
-    stage_bf16(sK, BK, kb, a.kv_stride, j0, min(BK, a.Tk - j0), Dh);
-    stage_bf16(sV, BK, vb, a.kv_stride, j0, min(BK, a.Tk - j0), Dh);
+    stage_bf16(sK, ld, BK, kb, a.kv_stride, j0, min(BK, a.Tk - j0), Dh);
+    stage_bf16(sV, ld, BK, vb, a.kv_stride, j0, min(BK, a.Tk - j0), Dh);
     ll_wmma_acc gk[NF], gv[NF];
 #pragma unroll
     for (int e = 0; e < NF; e++) {
@@ -362,12 +393,12 @@ static __global__ void __launch_bounds__(TC_THREADS)
     for (int it = qs; it < qend; it += TC_QT) {
         const int qn = min(TC_QT, a.Tq - it);
         __syncthreads();
-        stage_bf16(sQ, TC_QT, qb, a.q_stride, it, qn, Dh);
-        stage_bf16(sG, TC_QT, gb, C, it, qn, Dh);
+        stage_bf16(sQ, ld, TC_QT, qb, a.q_stride, it, qn, Dh);
+        stage_bf16(sG, ld, TC_QT, gb, C, it, qn, Dh);
         query_tile_stats(a, b, h, lim, it, TC_QT, gb, out, lse, sD, sL, sN, warp, W, lane);
         __syncthreads();
         if (wk0 >= sN[qn - 1]) continue; /* warp-uniform: no query of the tile sees the warp's keys */
-        product_abt(sS, sK + (size_t)warp * LL_WT * Dh, sQ, Dh); /* S^T = K Q^T */
+        product_abt(sS, TC_SLD, sK + (size_t)warp * LL_WT * ld, sQ, ld, Dh); /* S^T = K Q^T */
         __syncwarp();
         const int i = it + lane, N = sN[lane];
         const float Li = sL[lane], Di = sD[lane];
@@ -376,27 +407,27 @@ static __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
         for (int rr = 0; rr < LL_WT; rr++) {
             const int j = wk0 + rr;
-            p[rr] = j < N ? __expf(sS[rr * TC_QT + lane] * a.scale - Li) : 0.0f;
+            p[rr] = j < N ? __expf(sS[rr * TC_SLD + lane] * a.scale - Li) : 0.0f;
             if (a.drop && j < N && !kc.keep(a, b, h, i, j)) keep &= ~(1u << rr);
-            split_store(sPD, rr * TC_QT + lane, LL_WT * TC_QT, (keep >> rr) & 1u ? p[rr] * a.keep_scale : 0.0f);
+            split_store(sPD, rr * TC_PLD + lane, LL_WT * TC_PLD, (keep >> rr) & 1u ? p[rr] * a.keep_scale : 0.0f);
         }
         __syncwarp();
-        acc_split_product<NF>(gv, sPD, TC_QT, sG, Dh, TC_QT); /* dV += P^T dO (P dropped) */
-        product_abt(sS, sV + (size_t)warp * LL_WT * Dh, sG, Dh); /* dP^T = V dO^T */
+        acc_split_product<NF>(gv, sPD, TC_PLD, sG, ld, TC_QT);                /* dV += P^T dO (P dropped) */
+        product_abt(sS, TC_SLD, sV + (size_t)warp * LL_WT * ld, sG, ld, Dh); /* dP^T = V dO^T */
         __syncwarp(); /* also: the dV product's loads of P before dS overwrites it */
 #pragma unroll
         for (int rr = 0; rr < LL_WT; rr++) {
-            float dp = sS[rr * TC_QT + lane];
+            float dp = sS[rr * TC_SLD + lane];
             if (a.drop) dp = (keep >> rr) & 1u ? dp * a.keep_scale : 0.0f;
-            split_store(sPD, rr * TC_QT + lane, LL_WT * TC_QT, p[rr] * (dp - Di) * a.scale);
+            split_store(sPD, rr * TC_PLD + lane, LL_WT * TC_PLD, p[rr] * (dp - Di) * a.scale);
         }
         __syncwarp();
-        acc_split_product<NF>(gk, sPD, TC_QT, sQ, Dh, TC_QT); /* dK += dS^T Q */
+        acc_split_product<NF>(gk, sPD, TC_PLD, sQ, ld, TC_QT); /* dK += dS^T Q */
     }
     __syncthreads(); /* every warp is done with sK and sV: they become the staging */
-    float *st = (float *)sK + (size_t)warp * LL_WT * Dh;
-    write_acc<NF>(gk, st, dk + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, wk0, a.Tk, Dh, lane);
-    write_acc<NF>(gv, st, dv + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, wk0, a.Tk, Dh, lane);
+    float *st = (float *)sK + (size_t)warp * LL_WT * (Dh + 4);
+    write_acc<NF>(gk, st, dk + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, wk0, a.Tk, lane);
+    write_acc<NF>(gv, st, dv + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, wk0, a.Tk, lane);
 #else
     (void)a, (void)dk, (void)dv, (void)out, (void)dout, (void)lse;
 #endif
@@ -425,11 +456,19 @@ bool ll_attention_tc_takes(int Dh) {
 }
 
 cudaError_t ll_attention_fwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *out, float *lse) {
-    const int W = tc_warps(a.Dh), BQ = W * LL_WT;
+    const int W = tc_warps(a.Dh, a.Tq), BQ = W * LL_WT;
     const size_t smem = tc_smem(a.Dh, W);
     for (a.b0 = 0; a.b0 < a.B; a.b0 += MAX_GRID_Z) {
         const dim3 grid((a.Tq + BQ - 1) / BQ, a.H, (unsigned)(a.B - a.b0 < MAX_GRID_Z ? a.B - a.b0 : MAX_GRID_Z));
-        LL_LAUNCH(grid, W * WARP, smem, stream, attention_fwd_tc_kernel)(a, out, lse);
+        /* instantiated per Dh / 16 (1..8): O's accumulators in registers */
+#define TC_FWD_CASE(NF)                                                                                              \
+    case NF: LL_LAUNCH(grid, W * WARP, smem, stream, attention_fwd_tc_kernel<NF>)(a, out, lse); break;
+        switch (a.Dh / LL_WT) {
+            TC_FWD_CASE(1) TC_FWD_CASE(2) TC_FWD_CASE(3) TC_FWD_CASE(4)
+            TC_FWD_CASE(5) TC_FWD_CASE(6) TC_FWD_CASE(7) TC_FWD_CASE(8)
+        default: return cudaErrorInvalidValue;
+        }
+#undef TC_FWD_CASE
         LL_CHECK_LAUNCH();
     }
     return cudaSuccess;
@@ -438,10 +477,10 @@ cudaError_t ll_attention_fwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 
 cudaError_t ll_attention_bwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *dq, __nv_bfloat16 *dk,
                                 __nv_bfloat16 *dv, const __nv_bfloat16 *dout, const __nv_bfloat16 *out,
                                 const float *lse) {
-    const int W = tc_warps(a.Dh), R = W * LL_WT;
     for (int pass = 0; pass < 2; pass++) {
         const int rows = pass ? a.Tk : a.Tq;
         if (rows <= 0) continue;
+        const int W = tc_warps(a.Dh, rows), R = W * LL_WT;
         const size_t smem = pass ? tc_dkv_smem(a.Dh, W) : tc_dq_smem(a.Dh, W);
         for (a.b0 = 0; a.b0 < a.B; a.b0 += MAX_GRID_Z) {
             const dim3 grid((rows + R - 1) / R, a.H, (unsigned)(a.B - a.b0 < MAX_GRID_Z ? a.B - a.b0 : MAX_GRID_Z));

@@ -35,13 +35,17 @@
 #      quick GPU test, racecheck and synccheck on attention, layer norm, ops
 #   7. (GPU_CHECK_STEPS names it) bench: ll64 against PyTorch eager, decoding
 #      (graphs on and off) against PyTorch, base against torch.compile, ll64 kernel
-#      by kernel and profiled, deep30, PyTorch eager base
+#      by kernel, with SIMT attention and profiled, deep30, PyTorch eager base
+#      (GPU_CHECK_TORCH=0: ll's runs only)
+#   8. (GPU_CHECK_STEPS names it) profile: Nsight Compute on one ll64 step, every
+#      kernel's duration summed by kernel (profile-kernels.txt), and the attention
+#      kernels' speed-of-light, occupancy and warp-stall sections
 # Environment: GPU_CHECK_BUDGET (s), GPU_CHECK_TRAIN_MIN (minutes, or "full":
 # configs/bible_gpu.cfg exactly as the quick start runs it), GPU_CHECK_BUILD
 # (build folder, default /tmp/ll-gpu-build; an existing one is built
 # incrementally), GPU_CHECK_STEPS (comma list of tests,quickstart,long,cpu,
-# sanitize,bench; default tests,long,quickstart,cpu; long = the Bible 300-update
-# and decode-parity tests), GPU_CHECK_TAR=0
+# sanitize,bench,profile, run in the order given; default tests,long,quickstart,cpu;
+# long = the Bible 300-update and decode-parity tests), GPU_CHECK_TAR=0
 # writes the logs to OUTDIR/logs instead of OUTDIR/logs.tar.gz.
 set -u
 OUTDIR=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -60,7 +64,7 @@ B=${GPU_CHECK_BUILD:-/tmp/ll-gpu-build}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 TRAIN_MIN=${GPU_CHECK_TRAIN_MIN:-1.5}
 STEPS=${GPU_CHECK_STEPS:-tests,long,quickstart,cpu}
-want() { case ",$STEPS," in *",$1,"*) return 0 ;; esac; return 1; }
+
 NPROC=$(nproc)
 T0=$(date +%s)
 : > "$S"
@@ -125,10 +129,8 @@ if [ $built -ne 0 ] && grep -q "Werror\|\[-W" "$L/build.log"; then
 fi
 
 export LL_GPU_LOG_DIR=$L/tests
-if [ $built -eq 0 ]; then
-  "$B/lltrain" --devices 2>&1 | sed 's/^/  /' | tee -a "$S"
-  # 3. GPU tests: the quick ones, then the two Bible tests (each prepares data/bible/bin once, shared)
-  if want tests; then
+# 3. GPU tests: the quick ones, then (long) the two Bible tests (each prepares data/bible/bin once, shared)
+run_tests() {
   step ctest-gpu 120 ctest --test-dir "$B" -L gpu -E 'gpu_test_(bible300|decode_parity)' -j4 -V --timeout 110
   grep -E '^[0-9]+: ((FAIL|----)  |(ops|methods): |PASS .*gradient tensors|dist-nccl|one CUDA|cuBLASLt refused)' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/ctest-gpu.log"
@@ -140,23 +142,22 @@ if [ $built -eq 0 ]; then
     step sync-check 60 env LL_CUDA_SYNC_CHECK=1 ctest --test-dir "$B" -R "^($failed)\$" -V --timeout 50
     grep -E 'CUDA error|FAIL' "$L/sync-check.log" | head -5 | sed 's/^[0-9]*: /  sync-check: /' | tee -a "$S"
   fi
-  fi
-  if want long; then
-  step bible300 240 ctest --test-dir "$B" -R gpu_test_bible300 -V --timeout 230
-  grep -E '^[0-9]+: (bible300|note|FAIL)' "$L/bible300.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
-  results "$L/bible300.log"
+  grep -h '^[0-9]*: graph-cond:' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+}
+run_long() {
   step decode-parity 200 ctest --test-dir "$B" -R gpu_test_decode_parity -V --timeout 190
   grep -E '^[0-9]+: (decode-parity|FAIL)' "$L/decode-parity.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/decode-parity.log"
-  fi
-  cat "$L"/ctest-gpu.log "$L"/bible300.log "$L"/decode-parity.log > "$OUTDIR/ctest_gpu.log" 2> /dev/null
+  step bible300 240 ctest --test-dir "$B" -R gpu_test_bible300 -V --timeout 230
+  grep -E '^[0-9]+: (bible300|note|FAIL)' "$L/bible300.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+  results "$L/bible300.log"
+}
 
-  # 4. the GPU quick start (GPU_CHECK_TRAIN_MIN=full), or a shortened one
+# 4. the GPU quick start (GPU_CHECK_TRAIN_MIN=full), or a shortened one
+run_quickstart() {
   W=/tmp/ll-gpu-check-run
   rm -rf "$W"
-  if ! want quickstart; then
-    :
-  elif [ -s data/bible/raw/test.en ]; then
+  if [ -s data/bible/raw/test.en ]; then
     if [ "$TRAIN_MIN" = full ]; then # the quick start itself: the config as shipped
       step train-bible 360 "$B/lltrain" --config configs/bible_gpu.cfg --set checkpoint.save_dir="$W"
     else
@@ -181,19 +182,22 @@ if [ $built -eq 0 ]; then
   else
     say "train-bible    SKIPPED: no data/bible/raw (carry it: see the header of scripts/gpu_check.sh)"
   fi
+}
 
-  # 5. the CPU suite in the time left
-  if want cpu; then
+# 5. the CPU suite in the time left
+run_cpu() {
   step ctest-cpu 600 ctest --test-dir "$B" -LE gpu -j"$NPROC" --timeout 200 --output-on-failure
   say "  CPU tests that ran: $(grep -cE 'Test +#[0-9]+: .* Passed' "$L/ctest-cpu.log") passed, $(grep -cE \
     'Test +#[0-9]+: .*(Failed|Timeout|Exception)' "$L/ctest-cpu.log") failed"
   grep -E 'tests passed|tests failed|\(Failed\)|\(Timeout\)|\*\*\*Failed' "$L/ctest-cpu.log" | head -20 | sed 's/^/  /' |
     tee -a "$S"
-  fi
+}
 
-  # 6. compute-sanitizer: memcheck on the quick tests, racecheck/synccheck on the kernels with shared memory
+# 6. compute-sanitizer: memcheck on the quick tests, racecheck/synccheck on the kernels with shared memory
+run_sanitize() {
+  local CS
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
-  if want sanitize && [ -n "$CS" ]; then
+  if [ -n "$CS" ]; then
     export LL_SOURCE_DIR=$ROOT LL_BINARY_DIR=$B
     # attention's 65,537-sentence case (gridDim.z slicing) is minutes under a sanitizer: left out
     # (the H200 run of 2026-11-26 timed out in it at 90 s, after 40 clean ops); NCCL's own
@@ -214,32 +218,69 @@ if [ $built -eq 0 ]; then
         grep -E '^=+ (ERROR SUMMARY|RACECHECK SUMMARY|.*hazard)' "$L/$tool-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
       done
     done
-  elif want sanitize; then
+  else
     say "sanitize       SKIPPED: no compute-sanitizer"
   fi
+}
 
-  # 7. benchmark figures, the GPU-speed issue's targets first: ll64 against PyTorch eager, decoding
-  # against PyTorch's incremental decoding (with and without the search steps as graphs), base
-  # against torch.compile; then ll64 kernel by kernel and its per-op-class profile, deep30
-  if want bench; then
+# 7. benchmark figures, the GPU-speed issue's targets first: ll64 against PyTorch eager, decoding
+# against PyTorch's incremental decoding (with and without the search steps as graphs), base
+# against torch.compile; then ll64 kernel by kernel, with SIMT attention, and its per-op-class
+# profile; deep30.  GPU_CHECK_TORCH=0 leaves PyTorch out (GPU_CHECK_PEAK: the peak to use then)
+run_bench() {
+  local torch=${GPU_CHECK_TORCH:-1} PEAK=${GPU_CHECK_PEAK:-}
+  local DEC=(--device cuda --model base --batch 128 --src-len 32 --len 32 --beams 5,1)
+  tstep() { [ "$torch" = 0 ] || step "$@"; }
+  if [ -z "$PEAK" ] && [ "$torch" != 0 ]; then
     step bench-peak 60 python3 bench/gpu/torch_gpu_peer.py --model base --steps 1 --warmup 1
     PEAK=$(sed -n 's/^RESULT torch_gpu_peak bf16_tflops=\([0-9.]*\).*/\1/p' "$L/bench-peak.log")
-    PEAK=${PEAK:-784}
-    DEC=(--device cuda --model base --batch 128 --src-len 32 --len 32 --beams 5,1)
-    step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
-    step bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
-    step bench-decode 90 "$B/ll_decode_bench" "${DEC[@]}"
-    step bench-decode-nographs 90 env LL_CUDA_DECODE_GRAPHS=0 "$B/ll_decode_bench" "${DEC[@]}"
-    step bench-torch-decode 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --peak-tflops "$PEAK"
-    step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK"
-    step bench-torch-base-compile 150 python3 bench/gpu/torch_gpu_peer.py --model base --compile --peak-tflops "$PEAK"
-    step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off
-    step bench-ll-ll64-profile 60 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile
-    step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"
-    step bench-torch-base 60 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
-    for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
-    grep -H 'sent_per_s' "$L"/bench-decode*.log | sed "s|^$L/||; s/^/  /" | tee -a "$S"
   fi
+  PEAK=${PEAK:-784}
+  step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
+  tstep bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
+  step bench-decode 90 "$B/ll_decode_bench" "${DEC[@]}"
+  step bench-decode-nographs 90 env LL_CUDA_DECODE_GRAPHS=0 "$B/ll_decode_bench" "${DEC[@]}"
+  tstep bench-torch-decode 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --peak-tflops "$PEAK"
+  step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK"
+  tstep bench-torch-base-compile 150 python3 bench/gpu/torch_gpu_peer.py --model base --compile --peak-tflops "$PEAK"
+  step bench-ll-ll64-simt 60 env LL_CUDA_ATTENTION=simt "$B/ll_gpu_bench" --model ll64 --device cuda \
+    --peak-tflops "$PEAK"
+  step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off
+  step bench-ll-ll64-profile 60 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile
+  step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"
+  tstep bench-torch-base 60 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
+  for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
+  sed -n '/^class /,/^total/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
+}
+
+# 8. Nsight Compute on one ll64 step (kernel by kernel): the attention kernels' and the fused
+# layer-norm backward's speed of light, occupancy, launch and warp-stall sections
+run_profile() {
+  local NCU k
+  NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2> /dev/null | head -1)
+  if [ -z "$NCU" ]; then
+    say "profile        SKIPPED: no ncu"
+    return
+  fi
+  for k in attention_fwd_tc attention_dq_tc attention_dkv_tc layernorm_bwd_fused; do
+    step "ncu-$k" 60 "$NCU" --clock-control none -k "regex:$k" --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section MemoryWorkloadAnalysis "$B/ll_gpu_bench" --model ll64 --device cuda --steps 1 --warmup 0 \
+      --graphs off
+    grep -E '^ +(Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Dynamic Shared Memory Per Block|Block Limit (Shared Mem|Registers)|Warp Cycles Per Issued|L1/TEX Hit|Grid Size|Block Size) ' \
+      "$L/ncu-$k.log" | sed "s/^ */  $k: /; s/  */ /g" | tee -a "$S"
+  done
+}
+
+if [ $built -eq 0 ]; then
+  "$B/lltrain" --devices 2>&1 | sed 's/^/  /' | tee -a "$S"
+  for part in ${STEPS//,/ }; do
+    case $part in
+    tests | long | quickstart | cpu | sanitize | bench | profile) "run_$part" ;;
+    *) say "unknown step $part (GPU_CHECK_STEPS)" ;;
+    esac
+    cat "$L"/ctest-gpu.log "$L"/bible300.log "$L"/decode-parity.log > "$OUTDIR/ctest_gpu.log" 2> /dev/null
+  done
 fi
 
 say "gpu_check: done in $(($(date +%s) - T0)) s"
