@@ -33,6 +33,7 @@
 #   5. the CPU suite (ctest -LE gpu) in the time left
 #   6. (GPU_CHECK_STEPS names it) sanitize: compute-sanitizer memcheck on every
 #      quick GPU test, racecheck and synccheck on attention, layer norm, ops
+#      (GPU_CHECK_MEMCHECK, GPU_CHECK_RACECHECK: other lists of tests, e.g. "attention_cuda")
 #   7. (GPU_CHECK_STEPS names it) bench: ll64 against PyTorch eager, decoding
 #      (graphs on and off) against PyTorch, base against torch.compile, ll64 kernel
 #      by kernel, with SIMT attention and profiled, deep30, PyTorch eager base
@@ -204,8 +205,8 @@ run_sanitize() {
     # initialisation asks cudaFuncGetAttributes for kernels of other architectures (error 209,
     # inside pncclCommInitRank): API errors are not reported for that test, memory errors are
     export LL_GPU_TEST_BIG_BATCH=0
-    for t in gpu_smoke attention_cuda wmma_cuda layernorm_cuda typed_cuda decode_cuda step_cuda dist_nccl graph_cuda \
-      graph_cond_cuda ops_cuda; do
+    for t in ${GPU_CHECK_MEMCHECK:-gpu_smoke attention_cuda wmma_cuda layernorm_cuda typed_cuda decode_cuda step_cuda \
+      dist_nccl graph_cuda graph_cond_cuda ops_cuda}; do
       api=()
       # (graph_cuda and graph_cond_cuda provoke CUDA's capture errors on purpose)
       [ $t = dist_nccl ] || [ $t = graph_cuda ] || [ $t = graph_cond_cuda ] && api=(--report-api-errors no)
@@ -213,7 +214,7 @@ run_sanitize() {
       grep -E '^=+ (ERROR SUMMARY|Invalid|Program hit)' "$L/memcheck-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
     done
     for tool in racecheck synccheck; do
-      for t in attention_cuda wmma_cuda layernorm_cuda ops_cuda; do
+      for t in ${GPU_CHECK_RACECHECK:-attention_cuda wmma_cuda layernorm_cuda ops_cuda}; do
         step "$tool-$t" 150 "$CS" --tool "$tool" --error-exitcode 99 "$B/gpu_test_$t"
         grep -E '^=+ (ERROR SUMMARY|RACECHECK SUMMARY|.*hazard)' "$L/$tool-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
       done
