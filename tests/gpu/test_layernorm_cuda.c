@@ -192,7 +192,7 @@ int main(void) {
     CHECK(!strcmp(gpu->name, "cuda"));
 
     /* C <= LL_CUDA_LN_BWD_FUSED_MAX_C (1536): dx and the dw/db partials in one kernel; above: three */
-    static const int shapes[][2] = {{1, 7},    {64, 512}, {333, 1024}, {4096, 256}, {5, 33},
+    static const int shapes[][2] = {{1, 7}, {64, 512}, {333, 1024}, {4096, 256}, {8200, 128}, {5, 33},
                                     {17, 1000}, {130, 1536}, {9, 1537}, {70, 2048}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) test_layernorm(cpu, gpu, shapes[i][0], shapes[i][1]);
 
