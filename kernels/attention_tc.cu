@@ -267,6 +267,30 @@ static __device__ __forceinline__ void write_acc(const ll_wmma_acc *acc, float *
 #endif
 }
 
+/* sum_d g[d] o[d] over a lane's half row (NF * 8 values, d ascending), in 16-byte loads where the
+ * pointers allow: a lane pair's row is 16 rows away from the next pair's, so scalar loads
+ * would touch a sector per lane per value (ncu: dq's L1 was its busiest unit) */
+template <int NF>
+static __device__ __forceinline__ float half_row_dot(const __nv_bfloat16 *g, const __nv_bfloat16 *o) {
+    float D = 0.0f;
+    if (((uintptr_t)g | (uintptr_t)o) % 16 == 0) {
+#pragma unroll
+        for (int v = 0; v < NF; v++) {
+            union {
+                uint4 u;
+                __nv_bfloat16 e[8];
+            } gv, ov;
+            gv.u = *(const uint4 *)(g + v * 8);
+            ov.u = *(const uint4 *)(o + v * 8);
+#pragma unroll
+            for (int k = 0; k < 8; k++) D += ll_ld(&gv.e[k]) * ll_ld(&ov.e[k]);
+        }
+        return D;
+    }
+    for (int d = 0; d < NF * 8; d++) D += ll_ld(g + d) * ll_ld(o + d);
+    return D;
+}
+
 /* dq: sK, sV [TC_KT][ld] for the block; per warp sQ, sG [16][ld] bf16, sS [16][TC_SLD] fp32,
  * sDS [2][16][TC_PLD] bf16 (the fp32 staging of dQ [16][Dh + 4] fits in them at the end) */
 static __host__ __device__ size_t tc_dq_warp_bytes(int Dh) {
@@ -303,9 +327,9 @@ static __global__ void __launch_bounds__(TC_THREADS)
     stage_warp(sG, ld, dout + (size_t)b * a.Tq * C + h * Dh, C, w0, max(wq, 0), Dh, lane);
     float D = 0.0f, L = 0.0f;
     if (i < a.Tq) {
-        const __nv_bfloat16 *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh;
-        const __nv_bfloat16 *grow = dout + ((size_t)b * a.Tq + i) * C + h * Dh;
-        for (int d = half * (Dh / 2); d < (half + 1) * (Dh / 2); d++) D += ll_ld(grow + d) * ll_ld(orow + d);
+        const __nv_bfloat16 *orow = out + ((size_t)b * a.Tq + i) * C + h * Dh + half * (Dh / 2);
+        const __nv_bfloat16 *grow = dout + ((size_t)b * a.Tq + i) * C + h * Dh + half * (Dh / 2);
+        D = half_row_dot<NF>(grow, orow);
         L = lse[((size_t)b * a.H + h) * a.Tq + i];
     }
     D += __shfl_xor_sync(0xffffffffu, D, 1);
