@@ -78,6 +78,15 @@ foreach(t gpu_test_bible300 gpu_test_decode_parity gpu_test_resume_cuda)
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${LL_EMU_SHELL_ENV})
   endif()
 endforeach()
+# decode parity's diagnosis when fp32 training on the GPU fails (an H100's "illegal instruction",
+# 2026-11-27): a fault in every optimizer step makes it train again without graphs, then op by op,
+# and name the op (plain builds: 15 s)
+if(TEST gpu_test_decode_parity AND NOT LL_SANITIZE)
+  add_test(NAME gpu_emu_decode_parity_diagnosis COMMAND bash ${CMAKE_SOURCE_DIR}/tests/gpu/test_decode_parity.sh)
+  set_tests_properties(gpu_emu_decode_parity_diagnosis PROPERTIES LABELS gpu
+    ENVIRONMENT "${LL_EMU_TEST_ENV};LL_BINARY_DIR=${CMAKE_BINARY_DIR};${LL_EMU_SHELL_ENV};LL_CUDA_EMU_FAULT=adam_kernel"
+    PASS_REGULAR_EXPRESSION "without CUDA graphs it fails too.*op by op \\(LL_CUDA_SYNC_CHECK=1\\): [^\n]*ll_cuda_adam")
+endif()
 # NCCL over MPI: two ranks, one emulated device each
 if(TEST gpu_test_dist_nccl_mpirun)
   set_property(TEST gpu_test_dist_nccl_mpirun APPEND PROPERTY ENVIRONMENT

@@ -9,10 +9,24 @@ source "$(dirname "$0")/lib.sh"
 gpu_or_skip
 bible_or_fail
 trained=gpu
-# shellcheck disable=SC2086 # LL_BIBLE_EXTRA: more --set options (a smaller model under the emulation)
-if ! bible_train model "$GPUDEV" fp32 "$UPD" ${LL_BIBLE_MAX_TOKENS:+--set data.max_tokens=$LL_BIBLE_MAX_TOKENS} ${LL_BIBLE_EXTRA:-}; then
-  echo "decode-parity: GPU training failed ($(tail -1 "$T/model.log")): the model is trained on the CPU instead"
+# shellcheck disable=SC2206 # LL_BIBLE_EXTRA: more --set options (a smaller model under the emulation)
+extra=(${LL_BIBLE_MAX_TOKENS:+--set data.max_tokens=$LL_BIBLE_MAX_TOKENS} ${LL_BIBLE_EXTRA:-})
+if ! bible_train model "$GPUDEV" fp32 "$UPD" "${extra[@]}"; then
+  u=$(grep '| update' "$T/model.log" | tail -1 | cut -c1-60)
+  echo "decode-parity: GPU training failed ($(tail -1 "$T/model.log")), last log: ${u:-none};" \
+    "the model is trained on the CPU instead"
   err "fp32 training on the GPU failed"
+  mv "$T/model.log" "$T/model.gpu.log"
+  # what failed (an H100 answered "illegal instruction", 2026-11-27): the same run without CUDA
+  # graphs; failing too, op by op with a sync after each (LL_CUDA_SYNC_CHECK names the op)
+  if bible_train nographs "$GPUDEV" fp32 "$UPD" "${extra[@]}" --set train.cuda_graphs=false; then
+    echo "decode-parity: without CUDA graphs the same GPU training passes"
+  else
+    echo "decode-parity: without CUDA graphs it fails too: $(tail -1 "$T/nographs.log")"
+    LL_CUDA_SYNC_CHECK=1 CUDA_LAUNCH_BLOCKING=1 bible_train synccheck "$GPUDEV" fp32 "$UPD" "${extra[@]}" \
+      --set train.cuda_graphs=false
+    echo "decode-parity: op by op (LL_CUDA_SYNC_CHECK=1): $(tail -1 "$T/synccheck.log")"
+  fi
   trained=cpu
   bible_train model cpu fp32 $((UPD / 2)) || { err "CPU training failed too: $(tail -1 "$T/model.log")"; exit 1; }
 fi
