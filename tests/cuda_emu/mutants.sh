@@ -23,6 +23,8 @@
 #   tc_syncwarp the tensor-core attention forward without the __syncwarp between
 #              the WMMA store of S (each lane its share) and the lanes' reads of
 #              their rows
+#   ln_barrier the 16-byte layer-norm backward without the barrier between the
+#              warps' stores of their column sums and the block's sum of them
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -41,7 +43,8 @@ find "$work/src" -mindepth 1 -maxdepth 1 ! -name build-mutants -exec rm -rf {} +
 # the sources' times, and that run may have ended with a mutant compiled)
 declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm_row.cuh
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
-  [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu)
+  [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
+  [ln_barrier]=kernels/layernorm.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -63,6 +66,7 @@ run_test() {
     bounds | shared_short) "$b/gpu_test_ops_cuda" --op xent_fwd_bwd ;;
     syncwarp) "$b/gpu_test_ops_cuda" --op residual_ln_fwd ;;
     tc_syncwarp) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_fwd ;;
+    ln_barrier) "$b/gpu_test_layernorm_cuda" ;;
   esac
 }
 
@@ -89,7 +93,10 @@ M = {
                      "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LOSS_THREADS / LL_WARP - 1];"),
     "syncwarp": ("kernels/residual.cu", "    __syncwarp();\n    ll_layernorm_row(", "    ll_layernorm_row("),
     "tc_syncwarp": ("kernels/attention_tc.cu",
-                    "        __syncwarp(); /* the warp's stores of S before each lane reads its row */\n", ""),
+                    "            __syncwarp(); /* the warp's stores of S before each lane reads its row */\n", ""),
+    "ln_barrier": ("kernels/layernorm.cu",
+                   "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n    __syncthreads();\n",
+                   "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n"),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -102,13 +109,13 @@ PY
 
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
   fi
 done
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then
