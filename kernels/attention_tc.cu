@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "attention_common.cuh"
 #include "wmma_tile.cuh"
 
@@ -457,6 +459,146 @@ static __global__ void __launch_bounds__(TC_THREADS)
 #endif
 }
 
+/* The backward when every query and every key fit one tile of 32 (NMT's short sentences): one
+ * block of 2 warps per (sentence, head) computes S, P and dS once for dQ, dK and dV, where the
+ * two kernels above recompute them and stage Q, K, V and dO twice (ncu, ll64 on an H100: dq
+ * 70 us, dk/dv 74 us per call).  Warp w owns query rows 16w.. (S, P, dS, dQ: as the dq kernel,
+ * bit for bit) and keys 16w.. (dV = P^T dO, dK = dS^T Q, P^T and dS^T read as column-major
+ * views of the block's P and dS); D_i as the dq kernel's.  Shared memory: Q, K, V, dO [32][ld]
+ * bf16, per warp S [16][TC_SLD] fp32 (then a 16 x 16 output staging), P then dS [2][32][TC_PLD]
+ * bf16 (hi, lo): 43.5 KiB at Dh 128. */
+#define TC_B1_WARPS 2
+static size_t tc_bwd1_smem(int Dh) {
+    return sizeof(__nv_bfloat16) * 4 * TC_KT * (size_t)(Dh + TC_PAD) + TC_B1_WARPS * LL_WT * TC_SLD * sizeof(float) +
+           sizeof(__nv_bfloat16) * 2 * TC_KT * TC_PLD;
+}
+
+/* acc[e] (+)= op(A)[16, 32] M[32, e*16..], A = hi + lo (lo at A + lo_off): op(A) = A row-major
+ * (lda) or, with AT = col_major, the transpose of a row-major [32][lda] (A[j * lda + i]) */
+template <int NF, typename AL>
+static __device__ __forceinline__ void acc_split_product32(ll_wmma_acc *acc, const __nv_bfloat16 *A, int lda,
+                                                           int lo_off, const __nv_bfloat16 *M, int ldm) {
+#ifdef LL_WMMA_BF16
+    using namespace nvcuda;
+    constexpr bool colA = std::is_same<AL, wmma::col_major>::value;
+#pragma unroll
+    for (int e = 0; e < NF; e++)
+        for (int part = 0; part < 2; part++)
+            for (int kk = 0; kk < TC_KT; kk += LL_WT) {
+                wmma::fragment<wmma::matrix_a, LL_WT, LL_WT, LL_WT, __nv_bfloat16, AL> fa;
+                wmma::fragment<wmma::matrix_b, LL_WT, LL_WT, LL_WT, __nv_bfloat16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fa, A + part * lo_off + (colA ? (size_t)kk * lda : (size_t)kk), lda);
+                wmma::load_matrix_sync(fb, M + (size_t)kk * ldm + e * LL_WT, ldm);
+                wmma::mma_sync(acc[e], fa, fb, acc[e]);
+            }
+#else
+    (void)acc, (void)A, (void)lda, (void)lo_off, (void)M, (void)ldm;
+#endif
+}
+
+/* the warp's accumulators into rows r0.. (< rmax) of a bf16 [*, stride] matrix, one 16 x 16 tile
+ * at a time through st [16][20] fp32 */
+template <int NF>
+static __device__ __forceinline__ void write_acc_tiles(const ll_wmma_acc *acc, float *st, __nv_bfloat16 *g,
+                                                       int stride, int r0, int rmax, int lane) {
+#ifdef LL_WMMA_BF16
+#pragma unroll
+    for (int e = 0; e < NF; e++) {
+        __syncwarp(); /* the staging's earlier readers are done */
+        nvcuda::wmma::store_matrix_sync(st, acc[e], 20, nvcuda::wmma::mem_row_major);
+        __syncwarp();
+        for (int k = lane; k < LL_WT * LL_WT; k += WARP) {
+            const int r = k / LL_WT, c = k % LL_WT;
+            if (r0 + r < rmax) g[(size_t)(r0 + r) * stride + e * LL_WT + c] = __float2bfloat16_rn(st[r * 20 + c]);
+        }
+    }
+    __syncwarp();
+#else
+    (void)acc, (void)st, (void)g, (void)stride, (void)r0, (void)rmax, (void)lane;
+#endif
+}
+
+template <int NF>
+static __global__ void __launch_bounds__(TC_B1_WARPS * WARP)
+    attention_bwd1_tc_kernel(attn_args a, __nv_bfloat16 *__restrict__ dq, __nv_bfloat16 *__restrict__ dk,
+                             __nv_bfloat16 *__restrict__ dv, const __nv_bfloat16 *__restrict__ out,
+                             const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse) {
+#ifdef LL_WMMA_BF16
+    using namespace nvcuda;
+    LL_DYN_SHARED(float4, smem);
+    const int Dh = NF * LL_WT, ld = Dh + TC_PAD, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int b = a.b0 + (int)blockIdx.z, h = blockIdx.y, w0 = warp * LL_WT;
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem, *sK = sQ + TC_KT * ld, *sV = sK + TC_KT * ld, *sG = sV + TC_KT * ld;
+    float *sS = (float *)(sG + TC_KT * ld) + (size_t)warp * LL_WT * TC_SLD;
+    __nv_bfloat16 *sPD = (__nv_bfloat16 *)((float *)(sG + TC_KT * ld) + TC_B1_WARPS * LL_WT * TC_SLD);
+    const int lo = TC_KT * TC_PLD; /* the lo halves after the 32 hi rows */
+
+    const int lim = key_limit(a, b);
+    const int kmax = row_limit(a, lim, a.Tq - 1); /* the widest row */
+    const int wq = min(LL_WT, a.Tq - w0);       /* the warp's query rows (<= 0: none) */
+    const int r = lane >> 1, half = lane & 1, i = w0 + r, c0 = half * LL_WT;
+    const int n = i < a.Tq ? row_limit(a, lim, i) : 0;
+    const __nv_bfloat16 *kb = (const __nv_bfloat16 *)a.k + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    const __nv_bfloat16 *vb = (const __nv_bfloat16 *)a.v + (size_t)b * a.Tk * a.kv_stride + h * Dh;
+    stage_bf16(sQ, ld, TC_KT, (const __nv_bfloat16 *)a.q + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, 0,
+               a.Tq, Dh);
+    stage_bf16(sK, ld, TC_KT, kb, a.kv_stride, 0, kmax, Dh);
+    stage_bf16(sV, ld, TC_KT, vb, a.kv_stride, 0, kmax, Dh);
+    stage_bf16(sG, ld, TC_KT, dout + (size_t)b * a.Tq * C + h * Dh, C, 0, a.Tq, Dh);
+    float D = 0.0f, L = 0.0f;
+    if (i < a.Tq) {
+        const size_t row = ((size_t)b * a.Tq + i) * C + h * Dh + half * (Dh / 2);
+        D = half_row_dot<NF>(dout + row, out + row);
+        L = lse[((size_t)b * a.H + h) * a.Tq + i];
+    }
+    D += __shfl_xor_sync(0xffffffffu, D, 1);
+    __syncthreads();
+    /* P (dropped) of the warp's rows, as the dq kernel computes it */
+    float p[LL_WT];
+    unsigned keep = 0xffffu;
+    attn_keep_cache kc;
+    if (wq > 0) {
+        product_abt(sS, TC_SLD, sQ + (size_t)w0 * ld, sK, ld, Dh); /* S = Q K^T */
+        __syncwarp();
+    }
+#pragma unroll
+    for (int c = 0; c < LL_WT; c++) {
+        const int j = c0 + c;
+        p[c] = j < n ? __expf(sS[r * TC_SLD + c0 + c] * a.scale - L) : 0.0f;
+        if (a.drop && j < n && !kc.keep(a, b, h, i, j)) keep &= ~(1u << c);
+        split_store(sPD, (w0 + r) * TC_PLD + c0 + c, lo, (keep >> c) & 1u ? p[c] * a.keep_scale : 0.0f);
+    }
+    __syncthreads(); /* every row's P */
+    ll_wmma_acc acc[NF];
+#pragma unroll
+    for (int e = 0; e < NF; e++) wmma::fill_fragment(acc[e], 0.0f);
+    acc_split_product32<NF, wmma::col_major>(acc, sPD + w0, TC_PLD, lo, sG, ld); /* dV = P^T dO */
+    write_acc_tiles<NF>(acc, sS, dv + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, w0, a.Tk, lane);
+    __syncthreads(); /* every warp's reads of P before dS overwrites it */
+    if (wq > 0) {
+        product_abt(sS, TC_SLD, sG + (size_t)w0 * ld, sV, ld, Dh); /* dP = dO V^T */
+        __syncwarp();
+    }
+#pragma unroll
+    for (int c = 0; c < LL_WT; c++) {
+        float dp = n > 0 ? sS[r * TC_SLD + c0 + c] : 0.0f;
+        if (a.drop) dp = (keep >> c) & 1u ? dp * a.keep_scale : 0.0f;
+        split_store(sPD, (w0 + r) * TC_PLD + c0 + c, lo, p[c] * (dp - D) * a.scale);
+    }
+    __syncthreads(); /* every row's dS */
+#pragma unroll
+    for (int e = 0; e < NF; e++) wmma::fill_fragment(acc[e], 0.0f);
+    acc_split_product32<NF, wmma::col_major>(acc, sPD + w0, TC_PLD, lo, sQ, ld); /* dK = dS^T Q */
+    write_acc_tiles<NF>(acc, sS, dk + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, w0, a.Tk, lane);
+#pragma unroll
+    for (int e = 0; e < NF; e++) wmma::fill_fragment(acc[e], 0.0f);
+    acc_split_product32<NF, wmma::row_major>(acc, sPD + (size_t)w0 * TC_PLD, TC_PLD, lo, sK, ld); /* dQ = dS K */
+    write_acc_tiles<NF>(acc, sS, dq + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, w0, a.Tq, lane);
+#else
+    (void)a, (void)dq, (void)dk, (void)dv, (void)out, (void)dout, (void)lse;
+#endif
+}
+
 /* The tensor-core forward can be switched off (LL_CUDA_ATTENTION=simt in the
  * environment, or ll_cuda_attention_tensor_cores(0)): for A/B timing on a GPU
  * and for tests that hold the two paths to each other. */
@@ -501,6 +643,25 @@ cudaError_t ll_attention_fwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 
 cudaError_t ll_attention_bwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *dq, __nv_bfloat16 *dk,
                                 __nv_bfloat16 *dv, const __nv_bfloat16 *dout, const __nv_bfloat16 *out,
                                 const float *lse) {
+    if (ll_cuda_attention_bwd_one_kernel(LL_BF16, a.Tq, a.Tk, a.Dh)) { /* one tile each way (backend.h's rule) */
+        const size_t smem = tc_bwd1_smem(a.Dh);
+        for (a.b0 = 0; a.b0 < a.B; a.b0 += MAX_GRID_Z) {
+            const dim3 grid(1, a.H, (unsigned)(a.B - a.b0 < MAX_GRID_Z ? a.B - a.b0 : MAX_GRID_Z));
+#define TC_B1_CASE(NF)                                                                                               \
+    case NF:                                                                                                         \
+        LL_LAUNCH(grid, TC_B1_WARPS * WARP, smem, stream, attention_bwd1_tc_kernel<NF>)(a, dq, dk, dv, out, dout,    \
+                                                                                        lse);                        \
+        break;
+            switch (a.Dh / LL_WT) {
+                TC_B1_CASE(1) TC_B1_CASE(2) TC_B1_CASE(3) TC_B1_CASE(4)
+                TC_B1_CASE(5) TC_B1_CASE(6) TC_B1_CASE(7) TC_B1_CASE(8)
+            default: return cudaErrorInvalidValue;
+            }
+#undef TC_B1_CASE
+            LL_CHECK_LAUNCH();
+        }
+        return cudaSuccess;
+    }
     for (int pass = 0; pass < 2; pass++) {
         const int rows = pass ? a.Tk : a.Tq;
         if (rows <= 0) continue;

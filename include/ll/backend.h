@@ -513,6 +513,13 @@ typedef struct {
  * then one kernel adds the partials: 2 launches, else 3 (a launch rule of
  * counting.c, kept here so that the rule and kernels/layernorm.cu agree). */
 #define LL_CUDA_LN_BWD_FUSED_MAX_C 1536
+/* The CUDA bf16 attention backward on tensor cores runs as one kernel (a block per sentence and
+ * head) when every query and every key fit one tile of 32, else as two (dq; dk/dv): a launch
+ * rule of counting.c, kept here so that the rule and kernels/attention_tc.cu agree.  (The
+ * tensor cores also need a bf16 WMMA device and no LL_CUDA_ATTENTION=simt.) */
+static inline int ll_cuda_attention_bwd_one_kernel(ll_dtype act, int Tq, int Tk, int Dh) {
+    return act == LL_BF16 && Dh % 16 == 0 && Dh <= 128 && Tq > 0 && Tq <= 32 && Tk <= 32;
+}
 ll_backend *ll_backend_counting(ll_backend *inner);
 ll_backend *ll_backend_dry(ll_backend *like);
 /* Counting, and each op timed between syncs of `inner` (a profile: slower

@@ -312,11 +312,17 @@ OPL(ald_unpool, 1, (ll_backend * be, ll_act *dh, const real *dG, const int *len,
 OPL(sumsq, 2 * (n != 0), (ll_backend * be, double *acc, const real *x, size_t n), (((counting *)be)->inner, acc, x, n))
 OPL(grad_finish, 1, (ll_backend * be, double *st, double gs, double clip, int phi),
     (((counting *)be)->inner, st, gs, clip, phi))
+/* kernels/attention_tc.cu's one-kernel backward: the shape rule of backend.h, on a CUDA device
+ * (or a dry run standing in for one) whose attention is not switched to SIMT */
+static int attention_bwd_one_kernel(ll_backend *be, int Tq, int Tk, int Dh) {
+    const char *e = getenv("LL_CUDA_ATTENTION");
+    return !(e && !strcmp(e, "simt")) && ll_cuda_attention_bwd_one_kernel(((counting *)be)->inner->act, Tq, Tk, Dh);
+}
 OPL(attention_fwd, (B + 65534) / 65535,
     (ll_backend * be, ll_act *out, real *lse, const ll_act *q, int qs, const ll_act *k, const ll_act *v, int kvs,
      const int *kl, int B, int Tq, int Tk, int H, int Dh, int causal, real ad, const ll_philox *r, uint64_t ro),
     (((counting *)be)->inner, out, lse, q, qs, k, v, kvs, kl, B, Tq, Tk, H, Dh, causal, ad, r, ro))
-OPL(attention_bwd, 2 * ((B + 65534) / 65535),
+OPL(attention_bwd, (attention_bwd_one_kernel(be, Tq, Tk, Dh) ? 1 : 2) * ((B + 65534) / 65535),
     (ll_backend * be, ll_act *dq, ll_act *dk, ll_act *dv, const ll_act *dout, const ll_act *out, const real *lse,
      const ll_act *q, int qs, const ll_act *k, const ll_act *v, int kvs, const int *kl, int B, int Tq, int Tk, int H,
      int Dh, int causal, real ad, const ll_philox *r, uint64_t ro),
