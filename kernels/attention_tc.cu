@@ -599,6 +599,28 @@ static __global__ void __launch_bounds__(TC_B1_WARPS * WARP)
 #endif
 }
 
+/* A launch of one of these kernels: batches over 65,535 sentences in slices of gridDim.z (a.b0
+ * the slice's first sentence), the kernel instantiated per Dh / 16 (1..8: accumulators in
+ * registers); launch(grid, nf) with nf an std::integral_constant of that number */
+template <typename L> static cudaError_t tc_launch(attn_args &a, unsigned gx, L &&launch) {
+    for (a.b0 = 0; a.b0 < a.B; a.b0 += MAX_GRID_Z) {
+        const dim3 grid(gx, a.H, (unsigned)(a.B - a.b0 < MAX_GRID_Z ? a.B - a.b0 : MAX_GRID_Z));
+        switch (a.Dh / LL_WT) {
+        case 1: launch(grid, std::integral_constant<int, 1>()); break;
+        case 2: launch(grid, std::integral_constant<int, 2>()); break;
+        case 3: launch(grid, std::integral_constant<int, 3>()); break;
+        case 4: launch(grid, std::integral_constant<int, 4>()); break;
+        case 5: launch(grid, std::integral_constant<int, 5>()); break;
+        case 6: launch(grid, std::integral_constant<int, 6>()); break;
+        case 7: launch(grid, std::integral_constant<int, 7>()); break;
+        case 8: launch(grid, std::integral_constant<int, 8>()); break;
+        default: return cudaErrorInvalidValue;
+        }
+        LL_CHECK_LAUNCH();
+    }
+    return cudaSuccess;
+}
+
 /* The tensor-core forward can be switched off (LL_CUDA_ATTENTION=simt in the
  * environment, or ll_cuda_attention_tensor_cores(0)): for A/B timing on a GPU
  * and for tests that hold the two paths to each other. */
@@ -624,20 +646,9 @@ bool ll_attention_tc_takes(int Dh) {
 cudaError_t ll_attention_fwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *out, float *lse) {
     const int W = tc_warps(a.Dh, a.Tq), BQ = W * LL_WT;
     const size_t smem = tc_smem(a.Dh, W);
-    for (a.b0 = 0; a.b0 < a.B; a.b0 += MAX_GRID_Z) {
-        const dim3 grid((a.Tq + BQ - 1) / BQ, a.H, (unsigned)(a.B - a.b0 < MAX_GRID_Z ? a.B - a.b0 : MAX_GRID_Z));
-        /* instantiated per Dh / 16 (1..8): O's accumulators in registers */
-#define TC_FWD_CASE(NF)                                                                                              \
-    case NF: LL_LAUNCH(grid, W * WARP, smem, stream, attention_fwd_tc_kernel<NF>)(a, out, lse); break;
-        switch (a.Dh / LL_WT) {
-            TC_FWD_CASE(1) TC_FWD_CASE(2) TC_FWD_CASE(3) TC_FWD_CASE(4)
-            TC_FWD_CASE(5) TC_FWD_CASE(6) TC_FWD_CASE(7) TC_FWD_CASE(8)
-        default: return cudaErrorInvalidValue;
-        }
-#undef TC_FWD_CASE
-        LL_CHECK_LAUNCH();
-    }
-    return cudaSuccess;
+    return tc_launch(a, (unsigned)((a.Tq + BQ - 1) / BQ), [&](dim3 grid, auto nf) {
+        LL_LAUNCH(grid, W * WARP, smem, stream, attention_fwd_tc_kernel<decltype(nf)::value>)(a, out, lse);
+    });
 }
 
 cudaError_t ll_attention_bwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *dq, __nv_bfloat16 *dk,
@@ -645,46 +656,25 @@ cudaError_t ll_attention_bwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 
                                 const float *lse) {
     if (ll_cuda_attention_bwd_one_kernel(LL_BF16, a.Tq, a.Tk, a.Dh)) { /* one tile each way (backend.h's rule) */
         const size_t smem = tc_bwd1_smem(a.Dh);
-        for (a.b0 = 0; a.b0 < a.B; a.b0 += MAX_GRID_Z) {
-            const dim3 grid(1, a.H, (unsigned)(a.B - a.b0 < MAX_GRID_Z ? a.B - a.b0 : MAX_GRID_Z));
-#define TC_B1_CASE(NF)                                                                                               \
-    case NF:                                                                                                         \
-        LL_LAUNCH(grid, TC_B1_WARPS * WARP, smem, stream, attention_bwd1_tc_kernel<NF>)(a, dq, dk, dv, out, dout,    \
-                                                                                        lse);                        \
-        break;
-            switch (a.Dh / LL_WT) {
-                TC_B1_CASE(1) TC_B1_CASE(2) TC_B1_CASE(3) TC_B1_CASE(4)
-                TC_B1_CASE(5) TC_B1_CASE(6) TC_B1_CASE(7) TC_B1_CASE(8)
-            default: return cudaErrorInvalidValue;
-            }
-#undef TC_B1_CASE
-            LL_CHECK_LAUNCH();
-        }
-        return cudaSuccess;
+        return tc_launch(a, 1, [&](dim3 grid, auto nf) {
+            LL_LAUNCH(grid, TC_B1_WARPS * WARP, smem, stream, attention_bwd1_tc_kernel<decltype(nf)::value>)(
+                a, dq, dk, dv, out, dout, lse);
+        });
     }
     for (int pass = 0; pass < 2; pass++) {
         const int rows = pass ? a.Tk : a.Tq;
         if (rows <= 0) continue;
         const int W = tc_warps(a.Dh, rows), R = W * LL_WT;
         const size_t smem = pass ? tc_dkv_smem(a.Dh, W) : tc_dq_smem(a.Dh, W);
-        for (a.b0 = 0; a.b0 < a.B; a.b0 += MAX_GRID_Z) {
-            const dim3 grid((rows + R - 1) / R, a.H, (unsigned)(a.B - a.b0 < MAX_GRID_Z ? a.B - a.b0 : MAX_GRID_Z));
-            /* the kernels are instantiated per Dh / 16 (1..8): their accumulators in registers */
-#define TC_BWD_CASE(NF)                                                                                              \
-    case NF:                                                                                                         \
-        if (pass)                                                                                                    \
-            LL_LAUNCH(grid, W * WARP, smem, stream, attention_dkv_tc_kernel<NF>)(a, dk, dv, out, dout, lse);         \
-        else                                                                                                         \
-            LL_LAUNCH(grid, W * WARP, smem, stream, attention_dq_tc_kernel<NF>)(a, dq, out, dout, lse);              \
-        break;
-            switch (a.Dh / LL_WT) {
-                TC_BWD_CASE(1) TC_BWD_CASE(2) TC_BWD_CASE(3) TC_BWD_CASE(4)
-                TC_BWD_CASE(5) TC_BWD_CASE(6) TC_BWD_CASE(7) TC_BWD_CASE(8)
-            default: return cudaErrorInvalidValue;
-            }
-#undef TC_BWD_CASE
-            LL_CHECK_LAUNCH();
-        }
+        const cudaError_t e = tc_launch(a, (unsigned)((rows + R - 1) / R), [&](dim3 grid, auto nf) {
+            if (pass)
+                LL_LAUNCH(grid, W * WARP, smem, stream, attention_dkv_tc_kernel<decltype(nf)::value>)(a, dk, dv, out,
+                                                                                                      dout, lse);
+            else
+                LL_LAUNCH(grid, W * WARP, smem, stream, attention_dq_tc_kernel<decltype(nf)::value>)(a, dq, out, dout,
+                                                                                                     lse);
+        });
+        if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
 }
