@@ -1,30 +1,30 @@
-/* Attention forward on tensor cores (bf16 q, k, v and out; fp32 softmax and
- * lse), the flash-attention loop with nvcuda::wmma tiles.
+/* Attention on tensor cores (bf16 q, k, v, out and gradients; fp32 softmax
+ * and lse): the flash-attention loop with nvcuda::wmma tiles, forward and
+ * backward.
  *
- * Same contract, masks and dropout bits as attention_fwd_kernel
- * (kernels/attention.cu), which remains the path for fp32, for head sizes
+ * Same contract, masks and dropout bits as the SIMT kernels
+ * (kernels/attention.cu), which remain the path for fp32, for head sizes
  * that are not a multiple of 16 and for devices without bf16 WMMA.  One
- * difference in rounding: the dropped probabilities enter P V as bf16 (the
- * tensor cores' input type) split in two, P = hi + lo with hi = bf16(P) and
+ * difference in rounding: the dropped probabilities (and dS) enter the
+ * tensor cores as bf16 split in two, P = hi + lo with hi = bf16(P) and
  * lo = bf16(P - hi), and P V = hi V + lo V: P keeps ~16 bits where one bf16
  * would keep 8, so the output stays as close to the SIMT kernel's fp32 P as
  * the CPU's bf16 backend is (one bf16 P moved a training step's gradients
  * past the bf16 noise floor of tests/gpu/test_step_cuda.c; flash attention
- * rounds P once).  The second product is half as much tensor-core work again
- * in a kernel that is bound by its loads and softmax at NMT lengths.
+ * rounds P once).
  *
- * Work layout: a block of W warps (4 for Dh <= 64, else 2: shared memory
- * stays within 48 KiB) owns W * 16 query rows of one (sentence, head); each
- * warp owns 16 rows.  Per key tile of 32 rows (K and V staged as bf16 for the
- * block):
+ * Forward: a block of up to 4 warps (2 for Dh > 64) owns 16 query rows per
+ * warp of one (sentence, head).  Per key tile of 32 rows (K and V staged as
+ * bf16 for the block, rows padded against bank conflicts):
  *   S = Q K^T                       two 16x16 WMMA tiles per warp -> shared fp32
- *   online softmax on S             lane pair (2r, 2r+1) owns row r, 16 keys each;
+ *   softmax on S                    lane pair (2r, 2r+1) owns row r, 16 keys each;
  *                                   dropout bits 8 per Philox block
- *   O = alpha O + hi V + lo V        O lives in shared fp32: the lanes rescale its
- *                                   rows, WMMA loads it as the accumulator, adds
- *                                   P V and stores it back
- * and at the end out = O / l, lse = m + log l.  Nothing of size Tq x Tk
- * touches global memory. */
+ *   O += hi V + lo V                O in accumulator fragments (registers)
+ * with the rows' maxima found first when a row has several key tiles (the
+ * fragments' layout is opaque: no per-row rescale), and at the end
+ * out = O / l, lse = m + log l.  Backward: one kernel per (sentence, head)
+ * when queries and keys fit one tile, else two (dq; dk/dv).  Nothing of size
+ * Tq x Tk touches global memory. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
