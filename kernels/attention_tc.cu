@@ -107,20 +107,28 @@ static __device__ __forceinline__ void product_abt(float *S, int lds, const __nv
 #endif
 }
 
-/* acc[e] (+)= A[16, K] M[K, e*16..] for e < NF = Dh/16, A = hi + lo (lo at A + 16 * lda), M
- * row-major of row stride ldm.  NF is a template parameter so that the accumulators stay in
- * registers. */
-template <int NF>
-static __device__ __forceinline__ void acc_split_product(ll_wmma_acc *acc, const __nv_bfloat16 *A, int lda,
-                                                         const __nv_bfloat16 *M, int ldm, int K) {
+/* acc[e] (+)= op(A)[16, 32] M[32, e*16..] for e < NF = Dh/16, A = hi + lo (lo at A + lo_off), M
+ * row-major of row stride ldm: op(A) = A row-major (lda) or, with AL = col_major, the transpose
+ * of a row-major [32][lda] (A[j * lda + i]).  The 32: every caller's key or query tile (TC_KT,
+ * TC_QT).  NF is a template parameter so that the accumulators stay in registers. */
+template <int NF, typename AL>
+static __device__ __forceinline__ void acc_split_product(ll_wmma_acc *acc, const __nv_bfloat16 *A, int lda, int lo_off,
+                                                         const __nv_bfloat16 *M, int ldm) {
 #ifdef LL_WMMA_BF16
+    using namespace nvcuda;
+    constexpr bool colA = std::is_same<AL, wmma::col_major>::value;
 #pragma unroll
-    for (int e = 0; e < NF; e++) {
-        ll_wmma_tile_product<nvcuda::wmma::row_major>(acc[e], A, lda, M + e * LL_WT, ldm, ldm, K);
-        ll_wmma_tile_product<nvcuda::wmma::row_major>(acc[e], A + LL_WT * lda, lda, M + e * LL_WT, ldm, ldm, K);
-    }
+    for (int e = 0; e < NF; e++)
+        for (int part = 0; part < 2; part++)
+            for (int kk = 0; kk < TC_KT; kk += LL_WT) {
+                wmma::fragment<wmma::matrix_a, LL_WT, LL_WT, LL_WT, __nv_bfloat16, AL> fa;
+                wmma::fragment<wmma::matrix_b, LL_WT, LL_WT, LL_WT, __nv_bfloat16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fa, A + part * lo_off + (colA ? (size_t)kk * lda : (size_t)kk), lda);
+                wmma::load_matrix_sync(fb, M + (size_t)kk * ldm + e * LL_WT, ldm);
+                wmma::mma_sync(acc[e], fa, fb, acc[e]);
+            }
 #else
-    (void)acc, (void)A, (void)lda, (void)M, (void)ldm, (void)K;
+    (void)acc, (void)A, (void)lda, (void)lo_off, (void)M, (void)ldm;
 #endif
 }
 
@@ -197,7 +205,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
             }
             l += psum + __shfl_xor_sync(0xffffffffu, psum, 1);
             __syncwarp();                                    /* P before the tensor cores read it */
-            acc_split_product<NF>(o, sP, TC_PLD, sV, ld, TC_KT); /* O += hi V + lo V */
+            /* O += hi V + lo V */
+            acc_split_product<NF, wmma::row_major>(o, sP, TC_PLD, LL_WT * TC_PLD, sV, ld);
             __syncwarp(); /* the tensor cores' loads of P and S before the next tile's stores */
         }
     /* out = O / l through an fp32 staging in the tiles' bytes (every warp is done with them);
@@ -211,7 +220,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
     for (int e = lane; e < LL_WT * Dh; e += WARP) {
         const int rr = e / Dh, d = e % Dh, row = q0 + warp * LL_WT + rr;
         const float iv = __shfl_sync(0xffffffffu, inv, 2 * rr);
-        if (row < a.Tq) out[((size_t)b * a.Tq + row) * C + h * Dh + d] = __float2bfloat16_rn(st[rr * (Dh + 4) + d] * iv);
+        if (row < a.Tq)
+            out[((size_t)b * a.Tq + row) * C + h * Dh + d] = __float2bfloat16_rn(st[rr * (Dh + 4) + d] * iv);
     }
     if (i < a.Tq && lse && half == 0) lse[((size_t)b * a.H + h) * a.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 #else
@@ -233,6 +243,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
  *       stream). */
 
 #define TC_QT 32 /* queries per tile of the dkv kernel */
+static_assert(TC_QT == TC_KT, "acc_split_product sums over tiles of TC_KT");
 
 /* split x into bf16 hi + lo at hi[k], hi[k + off] */
 static __device__ __forceinline__ void split_store(__nv_bfloat16 *hi, int k, int off, float x) {
@@ -368,7 +379,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
             split_store(sDS, r * TC_PLD + c0 + c, LL_WT * TC_PLD, p[c] * (dp - D) * a.scale);
         }
         __syncwarp();
-        acc_split_product<NF>(acc, sDS, TC_PLD, sK, ld, TC_KT); /* dQ += dS K */
+        acc_split_product<NF, nvcuda::wmma::row_major>(acc, sDS, TC_PLD, LL_WT * TC_PLD, sK, ld); /* dQ += dS K */
     }
     write_acc<NF>(acc, (float *)wb, dq + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, w0, a.Tq, lane);
 #else
@@ -438,7 +449,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
             split_store(sPD, rr * TC_PLD + lane, LL_WT * TC_PLD, (keep >> rr) & 1u ? p[rr] * a.keep_scale : 0.0f);
         }
         __syncwarp();
-        acc_split_product<NF>(gv, sPD, TC_PLD, sG, ld, TC_QT);                /* dV += P^T dO (P dropped) */
+        /* dV += P^T dO (P dropped) */
+        acc_split_product<NF, nvcuda::wmma::row_major>(gv, sPD, TC_PLD, LL_WT * TC_PLD, sG, ld);
         product_abt(sS, TC_SLD, sV + (size_t)warp * LL_WT * ld, sG, ld, Dh); /* dP^T = V dO^T */
         __syncwarp(); /* also: the dV product's loads of P before dS overwrites it */
 #pragma unroll
@@ -448,7 +460,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
             split_store(sPD, rr * TC_PLD + lane, LL_WT * TC_PLD, p[rr] * (dp - Di) * a.scale);
         }
         __syncwarp();
-        acc_split_product<NF>(gk, sPD, TC_PLD, sQ, ld, TC_QT); /* dK += dS^T Q */
+        acc_split_product<NF, nvcuda::wmma::row_major>(gk, sPD, TC_PLD, LL_WT * TC_PLD, sQ, ld); /* dK += dS^T Q */
     }
     __syncthreads(); /* every warp is done with sK and sV: they become the staging */
     float *st = (float *)sK + (size_t)warp * LL_WT * (Dh + 4);
@@ -471,29 +483,6 @@ static __global__ void __launch_bounds__(TC_THREADS)
 static size_t tc_bwd1_smem(int Dh) {
     return sizeof(__nv_bfloat16) * 4 * TC_KT * (size_t)(Dh + TC_PAD) + TC_B1_WARPS * LL_WT * TC_SLD * sizeof(float) +
            sizeof(__nv_bfloat16) * 2 * TC_KT * TC_PLD;
-}
-
-/* acc[e] (+)= op(A)[16, 32] M[32, e*16..], A = hi + lo (lo at A + lo_off): op(A) = A row-major
- * (lda) or, with AT = col_major, the transpose of a row-major [32][lda] (A[j * lda + i]) */
-template <int NF, typename AL>
-static __device__ __forceinline__ void acc_split_product32(ll_wmma_acc *acc, const __nv_bfloat16 *A, int lda,
-                                                           int lo_off, const __nv_bfloat16 *M, int ldm) {
-#ifdef LL_WMMA_BF16
-    using namespace nvcuda;
-    constexpr bool colA = std::is_same<AL, wmma::col_major>::value;
-#pragma unroll
-    for (int e = 0; e < NF; e++)
-        for (int part = 0; part < 2; part++)
-            for (int kk = 0; kk < TC_KT; kk += LL_WT) {
-                wmma::fragment<wmma::matrix_a, LL_WT, LL_WT, LL_WT, __nv_bfloat16, AL> fa;
-                wmma::fragment<wmma::matrix_b, LL_WT, LL_WT, LL_WT, __nv_bfloat16, wmma::row_major> fb;
-                wmma::load_matrix_sync(fa, A + part * lo_off + (colA ? (size_t)kk * lda : (size_t)kk), lda);
-                wmma::load_matrix_sync(fb, M + (size_t)kk * ldm + e * LL_WT, ldm);
-                wmma::mma_sync(acc[e], fa, fb, acc[e]);
-            }
-#else
-    (void)acc, (void)A, (void)lda, (void)lo_off, (void)M, (void)ldm;
-#endif
 }
 
 /* the warp's accumulators into rows r0.. (< rmax) of a bf16 [*, stride] matrix, one 16 x 16 tile
@@ -572,7 +561,7 @@ static __global__ void __launch_bounds__(TC_B1_WARPS * WARP)
     ll_wmma_acc acc[NF];
 #pragma unroll
     for (int e = 0; e < NF; e++) wmma::fill_fragment(acc[e], 0.0f);
-    acc_split_product32<NF, wmma::col_major>(acc, sPD + w0, TC_PLD, lo, sG, ld); /* dV = P^T dO */
+    acc_split_product<NF, wmma::col_major>(acc, sPD + w0, TC_PLD, lo, sG, ld); /* dV = P^T dO */
     write_acc_tiles<NF>(acc, sS, dv + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, w0, a.Tk, lane);
     __syncthreads(); /* every warp's reads of P before dS overwrites it */
     if (wq > 0) {
@@ -588,11 +577,11 @@ static __global__ void __launch_bounds__(TC_B1_WARPS * WARP)
     __syncthreads(); /* every row's dS */
 #pragma unroll
     for (int e = 0; e < NF; e++) wmma::fill_fragment(acc[e], 0.0f);
-    acc_split_product32<NF, wmma::col_major>(acc, sPD + w0, TC_PLD, lo, sQ, ld); /* dK = dS^T Q */
+    acc_split_product<NF, wmma::col_major>(acc, sPD + w0, TC_PLD, lo, sQ, ld); /* dK = dS^T Q */
     write_acc_tiles<NF>(acc, sS, dk + (size_t)b * a.Tk * a.kv_stride + h * Dh, a.kv_stride, w0, a.Tk, lane);
 #pragma unroll
     for (int e = 0; e < NF; e++) wmma::fill_fragment(acc[e], 0.0f);
-    acc_split_product32<NF, wmma::row_major>(acc, sPD + (size_t)w0 * TC_PLD, TC_PLD, lo, sK, ld); /* dQ = dS K */
+    acc_split_product<NF, wmma::row_major>(acc, sPD + (size_t)w0 * TC_PLD, TC_PLD, lo, sK, ld); /* dQ = dS K */
     write_acc_tiles<NF>(acc, sS, dq + (size_t)b * a.Tq * a.q_stride + h * Dh, a.q_stride, w0, a.Tq, lane);
 #else
     (void)a, (void)dq, (void)dk, (void)dv, (void)out, (void)dout, (void)lse;
