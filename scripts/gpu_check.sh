@@ -38,9 +38,9 @@
 #      (graphs on and off) against PyTorch, base against torch.compile, ll64 kernel
 #      by kernel, with SIMT attention and profiled, deep30, PyTorch eager base
 #      (GPU_CHECK_TORCH=0: ll's runs only)
-#   8. (GPU_CHECK_STEPS names it) profile: Nsight Compute on one ll64 step, every
-#      kernel's duration summed by kernel (profile-kernels.txt), and the attention
-#      kernels' speed-of-light, occupancy and warp-stall sections
+#   8. (GPU_CHECK_STEPS names it) profile: Nsight Compute on one ll64 step: the
+#      tensor-core attention kernels' and the fused layer-norm backward's speed of
+#      light, occupancy, launch and warp-stall sections
 # Environment: GPU_CHECK_BUDGET (s), GPU_CHECK_TRAIN_MIN (minutes, or "full":
 # configs/bible_gpu.cfg exactly as the quick start runs it), GPU_CHECK_BUILD
 # (build folder, default /tmp/ll-gpu-build; an existing one is built
@@ -65,7 +65,6 @@ B=${GPU_CHECK_BUILD:-/tmp/ll-gpu-build}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 TRAIN_MIN=${GPU_CHECK_TRAIN_MIN:-1.5}
 STEPS=${GPU_CHECK_STEPS:-tests,long,quickstart,cpu}
-
 NPROC=$(nproc)
 T0=$(date +%s)
 : > "$S"
