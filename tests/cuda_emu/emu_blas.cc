@@ -368,7 +368,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
     g.tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
     g.epi = d->epi;
     g.bias = d->bias;
-    ll_emu::enqueue(stream, "cublasLtMatmul", [g]() { gemm_run(g); });
+    ll_emu::enqueue(stream, "cublasLtMatmul", [g]() {
+        if (!ll_emu::faulted("cublasLtMatmul", "cuBLASLt", 0)) gemm_run(g);
+    });
     /* LL_CUDA_EMU_LT_REFUSE=fail: the matmul is queued, then reported failed
      * (an error after the work started): a caller must not run it again */
     if (!strcmp(refuse_mode(), "fail")) return CUBLAS_STATUS_EXECUTION_FAILED;

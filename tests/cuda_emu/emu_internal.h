@@ -44,6 +44,9 @@ void run_grid(const launch_desc &d, const std::function<void()> &body);
 /* During a stream capture the work is recorded into the graph instead (func: a
  * kernel's function, which a graph update must find unchanged). */
 void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func = nullptr);
+/* At the start of queued work: LL_CUDA_EMU_FAULT's injected fault for a kernel of this name, or
+ * an earlier fault; true: the work must not run (the error is sticky, as on a GPU). */
+bool faulted(const char *name, const char *file, int line);
 /* The device allocation containing [p, p + n), or 0 when p is not device memory;
  * 2 when p is device memory but the range runs past its allocation. */
 int device_range(const void *p, size_t n);

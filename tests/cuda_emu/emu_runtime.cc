@@ -190,6 +190,18 @@ const char *env(const char *name) { return getenv(name); }
 int current_device() { return t_device; }
 void set_last_error(cudaError_t e) { t_last = e; }
 
+bool faulted(const char *name, const char *file, int line) {
+    /* LL_CUDA_EMU_FAULT=NAME: kernels whose name contains NAME fault as a
+     * GPU kernel does (a sticky error, seen at the next synchronisation) */
+    const char *f = env("LL_CUDA_EMU_FAULT");
+    if (f && *f && strstr(name, f) && g_sticky == cudaSuccess) {
+        fprintf(stderr, "cuda-emu: injected fault in kernel %s (launched at %s:%d; LL_CUDA_EMU_FAULT)\n", name,
+                file ? file : "?", line);
+        g_sticky = cudaErrorIllegalAddress;
+    }
+    return g_sticky != cudaSuccess;
+}
+
 static uint64_t g_enqueued; /* every stream operation so far, all streams (ll_cuda_emu_stream_ops) */
 
 void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func) {
@@ -280,15 +292,7 @@ cudaError_t launch(const launch_desc &d, std::function<void()> body) {
     auto body_p = std::make_shared<std::function<void()>>(std::move(body));
     launch_desc dd = d;
     enqueue(d.stream, d.name, [dd, body_p]() {
-        /* LL_CUDA_EMU_FAULT=NAME: kernels whose name contains NAME fault as a
-         * GPU kernel does (a sticky error, seen at the next synchronisation) */
-        const char *f = env("LL_CUDA_EMU_FAULT");
-        if (f && *f && strstr(dd.name, f)) {
-            fprintf(stderr, "cuda-emu: injected fault in kernel %s (launched at %s:%d; LL_CUDA_EMU_FAULT)\n", dd.name,
-                    dd.file, dd.line);
-            g_sticky = cudaErrorIllegalAddress;
-        }
-        if (g_sticky != cudaSuccess) return;
+        if (faulted(dd.name, dd.file, dd.line)) return;
         static const bool prof = env("LL_CUDA_EMU_PROFILE") != nullptr;
         if (!prof) {
             run_grid(dd, *body_p);

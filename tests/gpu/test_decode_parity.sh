@@ -26,6 +26,12 @@ if ! bible_train model "$GPUDEV" fp32 "$UPD" "${extra[@]}"; then
     LL_CUDA_SYNC_CHECK=1 CUDA_LAUNCH_BLOCKING=1 bible_train synccheck "$GPUDEV" fp32 "$UPD" "${extra[@]}" \
       --set train.cuda_graphs=false
     echo "decode-parity: op by op (LL_CUDA_SYNC_CHECK=1): $(tail -1 "$T/synccheck.log")"
+    # the op named may be a cuBLASLt kernel picked for TF32: the same run with exact fp32 products
+    if bible_train exact "$GPUDEV" fp32 "$UPD" "${extra[@]}" --set train.cuda_graphs=false --set train.tf32=false; then
+      echo "decode-parity: with train.tf32=false (exact fp32 products) the same GPU training passes"
+    else
+      echo "decode-parity: with train.tf32=false it fails too: $(tail -1 "$T/exact.log")"
+    fi
   fi
   trained=cpu
   bible_train model cpu fp32 $((UPD / 2)) || { err "CPU training failed too: $(tail -1 "$T/model.log")"; exit 1; }

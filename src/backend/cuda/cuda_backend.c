@@ -99,7 +99,7 @@ typedef struct {
     } graph;
 } cuda_impl;
 
-static int sync_check_on(void) {
+int ll_cuda_sync_checking(void) {
     static int on = -1;
     if (on < 0) {
         const char *v = getenv("LL_CUDA_SYNC_CHECK");
@@ -109,7 +109,7 @@ static int sync_check_on(void) {
 }
 
 void ll_cuda_sync_check(const char *what, const char *file, int line) {
-    if (!sync_check_on()) return;
+    if (!ll_cuda_sync_checking()) return;
     cudaError_t e = cudaDeviceSynchronize();
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess)
@@ -375,7 +375,7 @@ static int graphs_kept(void) {
 static int cu_graph_begin(ll_backend *be) {
     cuda_impl *im = enter(be);
     if (im->graph.capturing) ll_die("CUDA backend: graph_begin inside a captured step");
-    if (im->graph.off || sync_check_on()) return -1; /* (the check synchronises after every op) */
+    if (im->graph.off || ll_cuda_sync_checking()) return -1; /* (the check synchronises after every op) */
     CUDA_CHECK(cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed));
     im->graph.capturing = 1;
     im->graph.had_cond = im->graph.spoiled = 0;
@@ -502,7 +502,7 @@ static int replay_on(void) {
 static int cu_graph_replay(ll_backend *be, uint64_t fp) {
     cuda_impl *im = enter(be);
     if (im->graph.capturing) ll_die("CUDA backend: graph_replay inside a captured step");
-    if (im->graph.off || sync_check_on()) return -1;
+    if (im->graph.off || ll_cuda_sync_checking()) return -1;
     if (!replay_on()) return 1;
     for (int i = 0; i < GRAPH_CACHE; i++)
         if (im->graph.cache[i].exec && im->graph.cache[i].fp == fp && im->graph.cache[i].mem_gen == im->graph.mem_gen) {

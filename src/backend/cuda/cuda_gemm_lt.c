@@ -28,6 +28,7 @@
 #include <cublas_v2.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -382,7 +383,14 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     if (bgrad) d.bgrad = g->bgrad_set ? g->bgrad : (bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M));
     int rc = ll_cuda_gemm_lt(be, &d);
     if (rc == 0) {
-        ll_cuda_sync_check("gemm (cuBLASLt)", __FILE__, __LINE__);
+        if (ll_cuda_sync_checking()) { /* a fault inside cuBLASLt: which product, with which kernel choice */
+            char what[200];
+            snprintf(what, sizeof what, "gemm (cuBLASLt: trans %d/%d, M %d N %d K %d, %s x %s -> %s, epilogue %d, %s)",
+                     g->trans_a, g->trans_b, g->M, g->N, g->K, ll_dtype_str(g->a_type), ll_dtype_str(g->b_type),
+                     ll_dtype_str(g->c_type), (int)g->epi,
+                     d.a_type == LL_CUDA_F32 && d.math == LL_CUDA_MATH_TF32 ? "TF32" : "exact fp32 accumulation");
+            ll_cuda_sync_check(what, __FILE__, __LINE__);
+        }
         if (bg_tmp) LL_CU(ll_cuda_acc(s, LL_CUDA_F32, g->bgrad, bg_tmp, (size_t)g->M));
         return;
     }

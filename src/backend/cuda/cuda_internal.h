@@ -30,6 +30,7 @@ void *ll_cuda_scratch(ll_backend *be, size_t bytes);
  * surfacing at a later download (cuda_backend.c; scripts/gpu_check.sh reruns
  * a failed test with it).  Off: one cached getenv test. */
 void ll_cuda_sync_check(const char *what, const char *file, int line);
+int ll_cuda_sync_checking(void); /* LL_CUDA_SYNC_CHECK is on: worth describing the op in detail */
 static inline void ll_cuda_check_at(cudaError_t e, const char *what, const char *file, int line) {
     if (e != cudaSuccess) ll_die("CUDA error at %s:%d (%s): %s", file, line, what, cudaGetErrorString(e));
     ll_cuda_sync_check(what, file, line);
