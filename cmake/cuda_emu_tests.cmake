@@ -78,7 +78,7 @@ set(LL_EMU_SHELL_ENV "LL_BIBLE_UPDATES=2;LL_BIBLE_MAX_TOKENS=256;LL_BIBLE_DECODE
 if(TEST gpu_test_tf32)
   set_property(TEST gpu_test_tf32 APPEND PROPERTY ENVIRONMENT "LL_TF32_TOKENS=${LL_EMU_TOKENS};LL_TF32_UPDATES=${LL_EMU_TF32_UPDATES}")
 endif()
-foreach(t gpu_test_bible300 gpu_test_decode_parity gpu_test_resume_cuda)
+foreach(t gpu_test_bible300 gpu_test_decode_parity gpu_test_resume_cuda gpu_test_gpu_bench)
   if(TEST ${t})
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${LL_EMU_SHELL_ENV})
   endif()

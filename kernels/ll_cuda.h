@@ -305,6 +305,8 @@ void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m);
 /* gemm op calls on this device that fell back from one fused cuBLASLt matmul
  * (ll_backend_gemm_fallbacks). */
 uint64_t ll_cuda_gemm_fallbacks(ll_backend *be);
+/* ll_backend_gemm_survey on this device (include/ll/backend.h has the contract). */
+int ll_cuda_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out);
 
 /* ---- incremental decoding (kernels/decode.cu) ------------------------------------
  * ll_backend.reorder_rows / beam_topk on device buffers (from, cum, mode on the

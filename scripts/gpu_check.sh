@@ -246,11 +246,14 @@ run_bench() {
   step bench-ll-ll64-simt 60 env LL_CUDA_ATTENTION=simt "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off
-  step bench-ll-ll64-profile 60 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile
+  # the per-op profile, then every matmul shape of the step alone with cuBLASLt's first 8 candidates
+  step bench-ll-ll64-profile 60 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8
   step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-base 60 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
+  grep -E '^(gemm survey|  calls|matmul time per step|RESULT ll_gemm_survey)|^ +[0-9]+ [01][01] ' \
+    "$L/bench-ll-ll64-profile.log" | head -40 | sed 's/^/  /' | tee -a "$S"
 }
 
 # 8. Nsight Compute on one ll64 step (kernel by kernel): the attention kernels' and the fused

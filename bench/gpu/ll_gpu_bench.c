@@ -10,14 +10,18 @@
  *   ll_gpu_bench --model ll64|base|deep30 | --config FILE  [--device cuda|cpu]
  *                [--precision bf16|fp32] [--batch 256] [--len 32] [--vocab 32000]
  *                [--steps 20] [--warmup 5] [--peak-tflops P] [--graphs on|off] [--profile]
- *                [--set section.key=value ...]
+ *                [--gemm-survey N] [--set section.key=value ...]
  *
  * LayerDrop and cross-attention drop (when the config has them) are drawn per
  * step as the trainer draws them; with graphs their draws are the graphs'
  * conditional nodes' data (LL_CUDA_GRAPH_CONDS=0: a capture per draw, the A/B).
  * --profile times every op between syncs (ll_backend_timing) and prints ms per
  * step by op and by op class: slower than the real step, but it shows where
- * the time goes.  Prints
+ * the time goes.  --gemm-survey N (with --profile): then each distinct matmul
+ * of the step, by time, is run alone with cuBLASLt's first N candidate
+ * algorithms, each timed with CUDA events (ll_backend_gemm_survey): the
+ * matmul time per step without the profile's syncs, at the heuristic's choice
+ * (what ll runs) and at the fastest candidate.  Prints
  *   RESULT ll_gpu_train model=M device=D precision=P tok_s=... step_s=... tflops=... mfu=... peak_mem_gib=... */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,9 +42,69 @@ static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s --model ll64|base|deep30 | --config FILE [--device cuda|cpu] [--precision bf16|fp32]\n"
             "          [--batch B] [--len L] [--vocab V] [--steps N] [--warmup N] [--peak-tflops P] [--graphs on|off]\n"
-            "          [--profile] [--set section.key=value ...]\n",
+            "          [--profile [--gemm-survey N]] [--set section.key=value ...]\n",
             argv0);
     exit(2);
+}
+
+static double gemm_flops(const ll_gemm_desc *g) { return 2.0 * g->M * g->N * g->K; }
+
+/* --gemm-survey: the step's matmuls by shape (the profile's tally), each timed alone with
+ * cuBLASLt's first n candidates; the matmul time per step at the heuristic's choice and at
+ * the fastest candidate */
+static void gemm_survey(ll_backend *be, ll_backend *timed, int steps, int n, const char *model, const char *device) {
+    enum { MAX_SHAPES = 256, REPS = 20 };
+    ll_gemm_shape *sh = malloc(MAX_SHAPES * sizeof *sh);
+    const int ns = ll_backend_gemm_shapes(timed, sh, MAX_SHAPES);
+    printf("gemm survey: %d shapes, cuBLASLt's first %d candidates each, timed alone over %d calls (CUDA events)\n",
+           ns, n, REPS);
+    printf("%7s %3s %6s %6s %6s %-11s %4s %4s %9s | %9s %7s | %9s %7s %-22s | %8s\n", "calls", "t", "M", "N", "K",
+           "types", "epi", "beta", "prof us", "heur us", "TFLOP/s", "best us", "TFLOP/s", "best (id/tile/stg/splitk)",
+           "save ms");
+    double heur_ms = 0, best_ms = 0, prof_ms = 0, flops = 0;
+    int shapes_faster = 0;
+    for (int i = 0; i < ns; i++) {
+        const ll_gemm_desc *g = &sh[i].g;
+        const double calls = (double)sh[i].calls / steps, prof_us = sh[i].calls ? 1e-3 * sh[i].ns / sh[i].calls : 0;
+        ll_gemm_algo_time t[LL_GEMM_SURVEY_MAX];
+        const int got = g->K > 0 ? ll_backend_gemm_survey(be, g, n, REPS, t) : 0;
+        int b = -1, untimed = 0;
+        for (int j = 0; j < got; j++) {
+            untimed += t[j].us == -2;
+            if (t[j].us > 0 && (b < 0 || t[j].us < t[b].us)) b = j;
+        }
+        char types[16], best[32] = "-";
+        snprintf(types, sizeof types, "%s>%s", ll_dtype_str(g->a_type), ll_dtype_str(g->c_type));
+        prof_ms += calls * prof_us * 1e-3;
+        if (got <= 0 || t[0].us <= 0 || b < 0) {
+            char why[96];
+            if (g->K <= 0) snprintf(why, sizeof why, "no product (K = 0)");
+            else if (got < 0) snprintf(why, sizeof why, "survey failed (CUDA error)");
+            else if (got == 0) snprintf(why, sizeof why, "no cuBLASLt candidate (the op falls back)");
+            else if (untimed) snprintf(why, sizeof why, "%d of %d candidates ran, untimed (no event timing here)", untimed, got);
+            else snprintf(why, sizeof why, "the heuristic's choice failed to run");
+            printf("%7.0f %d%d %6d %6d %6d %-11s %4d %4.0f %9.1f | %s\n", calls, g->trans_a, g->trans_b, g->M, g->N,
+                   g->K, types, (int)g->epi, (double)g->beta, prof_us, why);
+            continue;
+        }
+        const double f = gemm_flops(g), save = calls * (t[0].us - t[b].us) * 1e-3;
+        snprintf(best, sizeof best, "#%d %d/%d/%d/%d", b, t[b].algo_id, t[b].tile, t[b].stages, t[b].splitk);
+        printf("%7.0f %d%d %6d %6d %6d %-11s %4d %4.0f %9.1f | %9.1f %7.1f | %9.1f %7.1f %-22s | %8.3f\n", calls,
+               g->trans_a, g->trans_b, g->M, g->N, g->K, types, (int)g->epi, (double)g->beta, prof_us, t[0].us,
+               f / t[0].us * 1e-6, t[b].us, f / t[b].us * 1e-6, best, save);
+        heur_ms += calls * t[0].us * 1e-3;
+        best_ms += calls * t[b].us * 1e-3;
+        flops += calls * f;
+        shapes_faster += b != 0;
+    }
+    printf("matmul time per step: %.2f ms in the profile (between syncs), %.2f ms alone at the heuristic's choice "
+           "(%.1f TFLOP/s), %.2f ms at the fastest candidate (%.1f TFLOP/s; %d of %d shapes faster)\n",
+           prof_ms, heur_ms, heur_ms > 0 ? flops / heur_ms * 1e-9 : 0, best_ms, best_ms > 0 ? flops / best_ms * 1e-9 : 0,
+           shapes_faster, ns);
+    printf("RESULT ll_gemm_survey model=%s device=%s shapes=%d candidates=%d profile_ms=%.3f heuristic_ms=%.3f "
+           "best_ms=%.3f\n",
+           model, device, ns, n, prof_ms, heur_ms, best_ms);
+    free(sh);
 }
 
 static ll_backend *pick_backend(const char *device, ll_dtype act) {
@@ -54,7 +118,7 @@ static ll_backend *pick_backend(const char *device, ll_dtype act) {
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     const char *model = "base", *cfg_path = NULL, *device = "cuda", *prec = NULL;
-    int B = 256, L = 32, V = 32000, steps = 20, warmup = 5, profile = 0, graphs = 1;
+    int B = 256, L = 32, V = 32000, steps = 20, warmup = 5, profile = 0, graphs = 1, survey = 0;
     double peak = 0;
     const char *sets[32];
     int n_sets = 0;
@@ -72,11 +136,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) steps = atoi(v), i++;
         else if (!strcmp(a, "--warmup")) warmup = atoi(v), i++;
         else if (!strcmp(a, "--peak-tflops")) peak = atof(v), i++;
+        else if (!strcmp(a, "--gemm-survey")) survey = atoi(v), i++;
         else if (!strcmp(a, "--graphs") && (!strcmp(v, "on") || !strcmp(v, "off"))) graphs = !strcmp(v, "on"), i++;
         else if (!strcmp(a, "--set") && n_sets < 32) sets[n_sets++] = v, i++;
         else usage(argv[0]);
     }
-    if (B < 1 || L < 2 || V < 8 || steps < 1 || warmup < 0) usage(argv[0]);
+    if (B < 1 || L < 2 || V < 8 || steps < 1 || warmup < 0 || survey < 0 || survey > LL_GEMM_SURVEY_MAX ||
+        (survey && !profile))
+        usage(argv[0]);
     if (!cfg_path) cfg_path = model_config(model);
     if (!prec) prec = strcmp(device, "cuda") ? "fp32" : "bf16";
     const ll_dtype act = !strcmp(prec, "bf16") ? LL_BF16 : !strcmp(prec, "fp32") ? LL_REAL_DTYPE : (ll_dtype)-1;
@@ -88,7 +155,7 @@ int main(int argc, char **argv) {
         if (ll_config_set(&cfg, sets[i])) ll_die("--set %s: %s", sets[i], ll_errbuf());
     ll_hparams hp;
     ll_hparams_from_config(&hp, &cfg, V);
-    ll_backend *be = pick_backend(device, act), *timed = NULL;
+    ll_backend *be = pick_backend(device, act), *timed = NULL, *plain = be;
     if (profile) be = timed = ll_backend_timing(be);
     ll_model *m = ll_model_new(&hp, be);
     ll_model_init(m, 1);
@@ -145,6 +212,7 @@ int main(int argc, char **argv) {
             be->sync(be);
             if (timed) memset(ll_backend_counts(timed)->per_op_ns, 0, sizeof ll_backend_counts(timed)->per_op_ns);
             if (timed) memset(ll_backend_counts(timed)->per_op, 0, sizeof ll_backend_counts(timed)->per_op);
+            if (timed) ll_backend_gemm_shapes_reset(timed);
             if (be->graph_stats) be->graph_stats(be, &g0);
             t0 = ll_now();
         }
@@ -195,15 +263,16 @@ int main(int argc, char **argv) {
     const double mem = (double)np * 4 * sizeof(real) +
                        ((void *)m->wact != (void *)m->params ? (double)np * ll_dtype_bytes(be->act) : 0) +
                        (double)m->arena.peak;
-    if (profile) {
-        printf("profile (%d steps, ops timed between syncs; the real step is %.1f ms without --profile):\n", steps,
-               1e3 * dt);
-        ll_backend_print_profile(stdout, ll_backend_counts(timed), steps);
-    }
 #ifdef LL_CUDA_EMU
     /* the CPU emulation of CUDA (tests only): its timings are never a GPU's */
     if (!strcmp(device, "cuda")) device = "cuda-EMULATED-not-a-GPU";
 #endif
+    if (profile) {
+        printf("profile (%d steps, ops timed between syncs; the real step is %.1f ms without --profile):\n", steps,
+               1e3 * dt);
+        ll_backend_print_profile(stdout, ll_backend_counts(timed), steps);
+        if (survey) gemm_survey(plain, timed, steps, survey, model, device);
+    }
     printf("RESULT ll_gpu_train model=%s device=%s precision=%s graphs=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
            "peak_mem_gib=%.2f graph_replays=%llu graph_captures=%llu graph_conditionals=%.0f\n",
            model, device, ll_dtype_str(be->act), m->graphs && be->graph_begin ? "on" : "off", ntok / dt, dt, tflops,

@@ -10,7 +10,8 @@
 # the base model (128 sentences x 32 tokens).  The bf16 matmul peak is measured once
 # (bench/gpu/torch_gpu_peer.py) and every MFU is against it.  ll's per-op-class time
 # breakdown comes from `ll_gpu_bench --profile` (each op timed between stream syncs:
-# slower than the real step, but it shows where the time goes).  ll64 and base run once more
+# slower than the real step, but it shows where the time goes), with --gemm-survey 8:
+# each matmul shape of the step alone, at cuBLASLt's first 8 candidate algorithms.  ll64 and base run once more
 # with LL_CUDA_ATTENTION=simt: the tensor-core attention against the SIMT kernels; and
 # with --graphs off: one CUDA graph per step against kernel-by-kernel launches.
 #
@@ -58,7 +59,8 @@ for model in ll64 base deep30; do
   mfu=$(field "$OUT/ll_${model}.log" mfu)
   ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
   say "| $model | ${te:-fail} | ${tc:--} | ${l:-fail} | $(ratio "$l" "$te") | $(ratio "$l" "$tc") | ${mfu:-} | ${lm:-} | ${tm:-} |"
-  "$BUILD/ll_gpu_bench" --model "$model" --device cuda --steps 3 --profile >"$OUT/ll_${model}_profile.log" 2>&1
+  "$BUILD/ll_gpu_bench" --model "$model" --device cuda --steps 3 --profile --gemm-survey 8 \
+    >"$OUT/ll_${model}_profile.log" 2>&1
 done
 
 # ab TAG HEADER ENV_OR_- ARGS...: ll64 and base once more with one switch flipped (an environment
@@ -130,4 +132,7 @@ for beam in 5 1; do
   say "| beam $beam | ${t:-fail} | ${l:-fail} | ${r:-} | ${n:-fail} | ${g:-} |"
 done
 say ""
-say "ll per-op-class breakdown: $OUT/ll_*_profile.log"
+say "ll per-op-class breakdown and matmul survey: $OUT/ll_*_profile.log"
+for model in ll64 base deep30; do
+  say "$model: $(grep '^matmul time per step' "$OUT/ll_${model}_profile.log" 2>/dev/null)"
+done

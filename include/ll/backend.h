@@ -482,6 +482,22 @@ int ll_backend_set_tf32(ll_backend *be, int on);
  * epilogue as separate kernels, or cublasGemmEx).  0 on other backends.  The
  * step and decode tests require none (docs/cuda-backend.md). */
 uint64_t ll_backend_gemm_fallbacks(ll_backend *be);
+/* The GPU benchmark's matmul survey (ll_gpu_bench --gemm-survey): for one
+ * product of g's shape, types and epilogue (g's pointers unused: the survey
+ * allocates its own operands), cuBLASLt's first `max` candidate algorithms,
+ * each timed with CUDA events over `reps` calls after two untimed ones.
+ * out[0] is the heuristic's first choice, the one the gemm op runs.  Returns
+ * how many candidates were filled in: 0 when the backend is not CUDA or
+ * cuBLASLt has no algorithm (the op falls back), -1 on a CUDA error (out of
+ * memory) or during a graph capture.  Synchronises. */
+#define LL_GEMM_SURVEY_MAX 16
+typedef struct {
+    double us; /* per call; -1: this candidate failed to run; -2: it ran, no timing (the CUDA emulation) */
+    int algo_id, tile, stages, splitk, swizzle; /* cuBLASLt's CUBLASLT_ALGO_CONFIG_* (-1: not given) */
+    size_t workspace;
+    float waves;
+} ll_gemm_algo_time;
+int ll_backend_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out);
 /* acc += b - a, count by count (what happened between two graph_stats reads) */
 void ll_graph_stats_add(ll_graph_stats *acc, const ll_graph_stats *b, const ll_graph_stats *a);
 /* The backend a setting names (train.device, lldecode --device) with
@@ -537,6 +553,16 @@ ll_backend *ll_backend_fingerprint(ll_backend *inner);
 void ll_backend_fingerprint_shadow(ll_backend *fingerprint, int shadow);
 uint64_t ll_backend_fingerprint_take(ll_backend *fingerprint);
 void ll_backend_print_profile(FILE *f, const ll_op_counts *c, double steps);
+/* A counting (or timing, or dry) wrapper's gemm calls by shape: g is the
+ * descriptor without pointers, alpha 1, beta 0 or 1 (whether C is added);
+ * ns the time inside the calls (timing wrappers; else 0).  Fills out with up
+ * to max shapes, the most time first (then the most calls); returns how many. */
+typedef struct {
+    ll_gemm_desc g;
+    uint64_t calls, ns;
+} ll_gemm_shape;
+int ll_backend_gemm_shapes(ll_backend *counting, ll_gemm_shape *out, int max);
+void ll_backend_gemm_shapes_reset(ll_backend *counting);
 void ll_backend_counting_free(ll_backend *counting_or_dry);
 ll_op_counts *ll_backend_counts(ll_backend *counting);
 const char *ll_backend_op_name(size_t slot);

@@ -41,6 +41,10 @@ typedef struct {
     uintptr_t next;
     dry_alloc *live;
     size_t n_live, cap_live;
+    /* gemm calls by shape (ll_backend_gemm_shapes), under `mu` (the CPU team's workers share it) */
+    ll_gemm_shape *shapes;
+    int n_shapes, cap_shapes;
+    int mu; /* a spin lock (counting is used from plain C, without pthreads) */
 } counting;
 
 /* Count the op and its CUDA launches; the backend to run it on, or NULL in dry mode. */
@@ -236,7 +240,55 @@ OPL(copy, n != 0, (ll_backend * be, void *d, const void *s, size_t n), (((counti
 OPL(sync, 0, (ll_backend * be), (((counting *)be)->inner))
 OPL(convert, n != 0, (ll_backend * be, void *d, ll_dtype dt, const void *s, ll_dtype st, size_t n),
     (((counting *)be)->inner, d, dt, s, st, n))
-OPL(gemm, gemm_launches(g), (ll_backend * be, const ll_gemm_desc *g), (((counting *)be)->inner, g))
+/* A gemm's shape: the descriptor without its pointers and alpha (beta: 0 or not) */
+static ll_gemm_desc shape_of(const ll_gemm_desc *g) {
+    return (ll_gemm_desc){.trans_a = g->trans_a, .trans_b = g->trans_b, .M = g->M, .N = g->N, .K = g->K, .alpha = 1,
+                          .beta = g->beta != 0, .a_type = g->a_type, .lda = g->lda, .b_type = g->b_type, .ldb = g->ldb,
+                          .c_type = g->c_type, .ldc = g->ldc, .epi = g->epi, .bias_type = g->bias_type,
+                          .bgrad_set = g->bgrad_set};
+}
+static int same_shape(const ll_gemm_desc *a, const ll_gemm_desc *b) {
+    return a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->M == b->M && a->N == b->N && a->K == b->K &&
+           a->beta == b->beta && a->a_type == b->a_type && a->lda == b->lda && a->b_type == b->b_type &&
+           a->ldb == b->ldb && a->c_type == b->c_type && a->ldc == b->ldc && a->epi == b->epi &&
+           a->bias_type == b->bias_type && a->bgrad_set == b->bgrad_set;
+}
+#define GEMM_SHAPES_MAX 4096
+static void tally_shape(counting *k, const ll_gemm_desc *g, uint64_t ns) {
+    const ll_gemm_desc sh = shape_of(g);
+    while (__atomic_exchange_n(&k->mu, 1, __ATOMIC_ACQUIRE)) {
+    }
+    int i = 0;
+    while (i < k->n_shapes && !same_shape(&k->shapes[i].g, &sh)) i++;
+    if (i == k->n_shapes && k->n_shapes < GEMM_SHAPES_MAX) {
+        if (k->n_shapes == k->cap_shapes) {
+            k->cap_shapes = k->cap_shapes ? 2 * k->cap_shapes : 64;
+            k->shapes = ll_realloc(k->shapes, (size_t)k->cap_shapes * sizeof *k->shapes);
+        }
+        k->shapes[k->n_shapes++] = (ll_gemm_shape){.g = sh};
+    }
+    if (i < k->n_shapes) { /* (past GEMM_SHAPES_MAX shapes the rest are not tallied) */
+        k->shapes[i].calls++;
+        k->shapes[i].ns += ns;
+    }
+    __atomic_store_n(&k->mu, 0, __ATOMIC_RELEASE);
+}
+static void c_gemm(ll_backend *be, const ll_gemm_desc *g) {
+    counting *k_ = (counting *)be;
+    if (k_->fingerprint) {
+        fp_u64(k_, offsetof(ll_backend, gemm));
+        FP_ARGS(((counting *)be)->inner, g)
+    }
+    ll_backend *in = tick_l(be, offsetof(ll_backend, gemm), gemm_launches(g));
+    if (k_->fingerprint || k_->off) {
+        if (in) in->gemm(in, g);
+        return;
+    }
+    const double t0 = in ? op_start(k_, in) : 0;
+    if (in) in->gemm(in, g);
+    if (in) op_end(k_, in, offsetof(ll_backend, gemm), t0);
+    tally_shape(k_, g, k_->timing && in ? (uint64_t)((ll_now() - t0) * 1e9) : 0);
+}
 OPL(layernorm_fwd, N > 0,
     (ll_backend * be, ll_act *o, real *mu, real *rs, const ll_act *x, const real *w, const real *b, int N, int C),
     (((counting *)be)->inner, o, mu, rs, x, w, b, N, C))
@@ -514,8 +566,35 @@ void ll_backend_print_profile(FILE *f, const ll_op_counts *c, double steps) {
     fprintf(f, "%-16s %10.3f (ops timed between syncs)\n", "total", 1e3 * total / steps);
 }
 
+static int by_time_then_calls(const void *pa, const void *pb) {
+    const ll_gemm_shape *a = pa, *b = pb;
+    if (a->ns != b->ns) return a->ns < b->ns ? 1 : -1;
+    return a->calls < b->calls ? 1 : a->calls > b->calls ? -1 : 0;
+}
+int ll_backend_gemm_shapes(ll_backend *be, ll_gemm_shape *out, int max) {
+    counting *k = (counting *)be;
+    while (__atomic_exchange_n(&k->mu, 1, __ATOMIC_ACQUIRE)) {
+    }
+    const int n = k->n_shapes < max ? k->n_shapes : max;
+    ll_gemm_shape *all = ll_malloc((size_t)(k->n_shapes ? k->n_shapes : 1) * sizeof *all);
+    memcpy(all, k->shapes, (size_t)k->n_shapes * sizeof *all);
+    qsort(all, (size_t)k->n_shapes, sizeof *all, by_time_then_calls);
+    memcpy(out, all, (size_t)n * sizeof *out);
+    __atomic_store_n(&k->mu, 0, __ATOMIC_RELEASE);
+    free(all);
+    return n;
+}
+void ll_backend_gemm_shapes_reset(ll_backend *be) {
+    counting *k = (counting *)be;
+    while (__atomic_exchange_n(&k->mu, 1, __ATOMIC_ACQUIRE)) {
+    }
+    k->n_shapes = 0;
+    __atomic_store_n(&k->mu, 0, __ATOMIC_RELEASE);
+}
+
 void ll_backend_counting_free(ll_backend *be) {
     if (!be) return;
+    free(((counting *)be)->shapes);
     free(((counting *)be)->live);
     free(be);
 }

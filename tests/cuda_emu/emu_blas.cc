@@ -300,14 +300,40 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     }
     const lt_desc *d = (lt_desc *)dd;
     const lt_pref *p = (lt_pref *)pp;
-    memset(res, 0, sizeof *res);
-    res->algo.data[0] = ALGO_MAGIC;
-    for (int i = 0; i < 4; i++) res->algo.data[1 + i] = p ? p->align[i] : 256;
-    /* the bias pointer as it is now: NULL reads as perfectly aligned */
-    res->algo.data[5] = d->bias ? (uint64_t)ptr_align(d->bias) : 256;
-    res->state = CUBLAS_STATUS_SUCCESS;
-    res->wavesCount = 1.0f;
-    *n = 1;
+    /* up to EMU_ALGOS candidates, as a GPU's heuristic gives several: the same product,
+     * told apart by data[6] (what CUBLASLT_ALGO_CONFIG_ID reads) */
+    enum { EMU_ALGOS = 3 };
+    const int k = want < EMU_ALGOS ? want : EMU_ALGOS;
+    for (int j = 0; j < k; j++) {
+        cublasLtMatmulHeuristicResult_t *r = &res[j];
+        memset(r, 0, sizeof *r);
+        r->algo.data[0] = ALGO_MAGIC;
+        for (int i = 0; i < 4; i++) r->algo.data[1 + i] = p ? p->align[i] : 256;
+        /* the bias pointer as it is now: NULL reads as perfectly aligned */
+        r->algo.data[5] = d->bias ? (uint64_t)ptr_align(d->bias) : 256;
+        r->algo.data[6] = (uint64_t)j;
+        r->state = CUBLAS_STATUS_SUCCESS;
+        r->wavesCount = 1.0f;
+    }
+    *n = k;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *algo,
+                                                    cublasLtMatmulAlgoConfigAttributes_t attr, void *buf, size_t n,
+                                                    size_t *written) {
+    if (!algo || algo->data[0] != ALGO_MAGIC || !buf || n < 4) return CUBLAS_STATUS_INVALID_VALUE;
+    uint32_t v = 0;
+    switch (attr) {
+    case CUBLASLT_ALGO_CONFIG_ID: v = (uint32_t)algo->data[6]; break;
+    case CUBLASLT_ALGO_CONFIG_TILE_ID:
+    case CUBLASLT_ALGO_CONFIG_STAGES_ID:
+    case CUBLASLT_ALGO_CONFIG_SPLITK_NUM:
+    case CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING: v = 0; break;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    memcpy(buf, &v, 4);
+    if (written) *written = 4;
     return CUBLAS_STATUS_SUCCESS;
 }
 

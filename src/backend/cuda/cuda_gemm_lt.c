@@ -117,8 +117,10 @@ static void cache_flush(lt_state *st) {
         }                                                                                                            \
     } while (0)
 
-/* Build descriptor, layouts and algorithm for key k into e (e->used on success). */
-static cublasStatus_t entry_build(lt_state *st, const lt_key *k, const void *epi_ptr, lt_entry *e) {
+/* Build descriptor, layouts and algorithm for key k into e (e->used on success): the heuristic's
+ * first choice; res (when not NULL): its first n_res candidates, *n_got of them returned. */
+static cublasStatus_t entry_build(lt_state *st, const lt_key *k, const void *epi_ptr, lt_entry *e,
+                                  cublasLtMatmulHeuristicResult_t *res, int n_res, int *n_got) {
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulPreference_t pref = NULL;
     memset(e, 0, sizeof *e);
@@ -164,14 +166,16 @@ static cublasStatus_t entry_build(lt_state *st, const lt_key *k, const void *epi
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c));
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t one;
+    if (!res) res = &one, n_res = 1;
     int nres = 0;
-    LT_TRY(cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, 1, &res, &nres));
-    if (nres < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+    LT_TRY(cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, n_res, res, &nres));
+    if (nres < 1 || res[0].state != CUBLAS_STATUS_SUCCESS) {
         status = CUBLAS_STATUS_NOT_SUPPORTED;
         goto fail;
     }
-    e->algo = res.algo;
+    if (n_got) *n_got = nres;
+    e->algo = res[0].algo;
     e->key = *k;
     e->used = 1;
     cublasLtMatmulPreferenceDestroy(pref);
@@ -199,7 +203,7 @@ static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, c
         }
         i = (i + 1) & (LT_BUCKETS - 1);
     }
-    *status = entry_build(st, k, epi_ptr, e);
+    *status = entry_build(st, k, epi_ptr, e, NULL, 0, NULL);
     st->count++;
     if (*status == CUBLAS_STATUS_SUCCESS) return e;
     /* nothing was launched: whatever the descriptor or the heuristic refused, with whichever
@@ -212,10 +216,10 @@ static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, c
     return NULL;
 }
 
-int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
-    cudaStream_t stream = ll_cuda_enter(be);
+/* The cache key of d and the epilogue's pointer (bias or bias gradient); not 0: d has no
+ * cuBLASLt kernel (NOT_SUPPORTED: the caller falls back) or is invalid */
+static int key_of(const ll_cuda_gemm_desc *d, lt_key *kp, const void **epi_out) {
     if (d->M < 0 || d->N < 0 || d->K < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if (d->M == 0 || d->N == 0) return CUBLAS_STATUS_SUCCESS;
     /* K == 0 (C = beta C) and mixed operand types have no cuBLASLt kernel: the caller handles them */
     if (d->K == 0 || d->a_type != d->b_type) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d->lda < (d->trans_a ? d->M : d->K) || d->ldb < (d->trans_b ? d->K : d->N) || d->ldc < d->N)
@@ -241,6 +245,7 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
 
     lt_key k;
     memset(&k, 0, sizeof k); /* hashed and compared bytewise */
+    *epi_out = epi_ptr;
     k.ta = !!d->trans_a;
     k.tb = !!d->trans_b;
     k.M = d->M;
@@ -261,7 +266,18 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
     k.align_b = ptr_align(d->B);
     k.align_c = ptr_align(d->C);
     k.align_bias = epi_ptr ? ptr_align(epi_ptr) : 0;
+    *kp = k;
+    return 0;
+}
 
+int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
+    cudaStream_t stream = ll_cuda_enter(be);
+    if (d->M < 0 || d->N < 0 || d->K < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (d->M == 0 || d->N == 0) return CUBLAS_STATUS_SUCCESS;
+    lt_key k;
+    const void *epi_ptr = NULL;
+    const int kr = key_of(d, &k, &epi_ptr);
+    if (kr) return kr;
     lt_state *st = state_of(be);
     pthread_mutex_lock(&st->mu);
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
@@ -336,25 +352,15 @@ static void lt_die(const ll_cuda_gemm_desc *d, int rc) {
            rc, d->trans_a, d->trans_b, d->M, d->N, d->K, d->lda, d->ldb, d->ldc, (int)d->epilogue);
 }
 
-static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
-    if (g->M <= 0 || g->N <= 0) return;
+/* ll_gemm_desc to ll_cuda_gemm_desc (bgrad left NULL: the caller decides where it goes) */
+static ll_cuda_gemm_desc cuda_desc_of(const lt_state *st, const ll_gemm_desc *g) {
     const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU, relu = g->epi == LL_EPI_BIAS_RELU;
     const int bgrad = g->epi == LL_EPI_BGRAD;
-    if (bias && !g->bias) ll_die("cuda gemm: a bias epilogue without a bias");
-    if (bgrad && !g->bgrad) ll_die("cuda gemm: a BGRAD epilogue without bgrad");
     const ll_cuda_dtype at = op_type(g->a_type, "A"), bt = op_type(g->b_type, "B"), ct = op_type(g->c_type, "C");
     const ll_cuda_dtype biast = bias ? op_type(g->bias_type, "bias") : LL_CUDA_F32;
     if (at != bt) ll_die("cuda gemm: A is %s but B is %s (one operand dtype)", ll_dtype_str(g->a_type),
                          ll_dtype_str(g->b_type));
-    cudaStream_t s = ll_cuda_enter(be);
-    lt_state *st = state_of(be);
-    if (g->K <= 0) { /* C = relu?(beta C + bias), bgrad += 0: no product, no cuBLASLt kernel */
-        if (g->beta != 1 || bias)
-            LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, g->beta, bias ? g->bias : NULL, biast, relu));
-        if (bgrad && g->bgrad_set) LL_CU(cudaMemsetAsync(g->bgrad, 0, sizeof(float) * (size_t)g->M, s));
-        return;
-    }
-    ll_cuda_gemm_desc d = {
+    return (ll_cuda_gemm_desc){
         .trans_a = g->trans_a,
         .trans_b = g->trans_b,
         .M = g->M,
@@ -377,6 +383,24 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
         .bias_type = biast,
         .math = st->default_math,
     };
+}
+
+static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
+    if (g->M <= 0 || g->N <= 0) return;
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU, relu = g->epi == LL_EPI_BIAS_RELU;
+    const int bgrad = g->epi == LL_EPI_BGRAD;
+    if (bias && !g->bias) ll_die("cuda gemm: a bias epilogue without a bias");
+    if (bgrad && !g->bgrad) ll_die("cuda gemm: a BGRAD epilogue without bgrad");
+    cudaStream_t s = ll_cuda_enter(be);
+    lt_state *st = state_of(be);
+    ll_cuda_gemm_desc d = cuda_desc_of(st, g);
+    const ll_cuda_dtype at = d.a_type, ct = d.c_type, biast = d.bias_type;
+    if (g->K <= 0) { /* C = relu?(beta C + bias), bgrad += 0: no product, no cuBLASLt kernel */
+        if (g->beta != 1 || bias)
+            LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, g->beta, bias ? g->bias : NULL, biast, relu));
+        if (bgrad && g->bgrad_set) LL_CU(cudaMemsetAsync(g->bgrad, 0, sizeof(float) * (size_t)g->M, s));
+        return;
+    }
     /* cuBLASLt writes the bias gradient: straight into bgrad when it is to be set (a zero
      * gradient), else into scratch and added */
     float *bg_tmp = NULL;
@@ -422,6 +446,99 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
         LL_CU(ll_cuda_bias_grad(s, at, g->bgrad, g->A, g->lda, rows, cols, by_cols,
                                 nb ? ll_cuda_scratch(be, nb) : NULL));
     }
+}
+
+/* ---- the benchmark's survey of cuBLASLt's candidates (ll_backend_gemm_survey) ---------- */
+
+static size_t esize(ll_cuda_dtype t) { return t == LL_CUDA_BF16 ? 2 : 4; }
+static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Time algo over reps calls (after two untimed ones): microseconds per call; -1: a call failed;
+ * -2: the calls ran, the events gave no time (the CUDA emulation refuses timings) */
+static double time_algo(lt_state *st, const lt_entry *e, const cublasLtMatmulAlgo_t *algo, const ll_cuda_gemm_desc *d,
+                        int reps, cudaStream_t s, cudaEvent_t ev0, cudaEvent_t ev1) {
+    for (int i = 0; i < 2 + reps; i++) {
+        if (i == 2 && cudaEventRecord(ev0, s) != cudaSuccess) return -1;
+        if (cublasLtMatmul(st->lt, e->op, &d->alpha, d->B, e->la, d->A, e->lb, &d->beta, d->C, e->lc, d->C, e->lc,
+                           algo, st->workspace, LT_WORKSPACE_BYTES, s) != CUBLAS_STATUS_SUCCESS)
+            return -1;
+    }
+    float ms = 0;
+    if (cudaEventRecord(ev1, s) != cudaSuccess || cudaEventSynchronize(ev1) != cudaSuccess) return -1;
+    if (cudaEventElapsedTime(&ms, ev0, ev1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -2;
+    }
+    return 1e3 * (double)ms / reps;
+}
+
+static int algo_attr(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttributes_t at) {
+    uint32_t v = 0; /* (CONFIG_ID is an int32, the others uint32: same size) */
+    size_t got = 0;
+    return cublasLtMatmulAlgoConfigGetAttribute(a, at, &v, sizeof v, &got) == CUBLAS_STATUS_SUCCESS ? (int)v : -1;
+}
+
+int ll_cuda_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out) {
+    if (max > LL_GEMM_SURVEY_MAX) max = LL_GEMM_SURVEY_MAX;
+    if (max < 1 || reps < 1 || g->M <= 0 || g->N <= 0 || g->K <= 0) return 0;
+    cudaStream_t s = ll_cuda_enter(be);
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) return -1;
+    lt_state *st = state_of(be);
+    ll_cuda_gemm_desc d = cuda_desc_of(st, g);
+    /* own operands, 256-byte aligned (as the arena's), of every element 0x3c bytes (~0.0115 in
+     * bf16 and fp32: finite, not zero, so the tensor cores do the usual work) */
+    const size_t na = up256(esize(d.a_type) * (size_t)(g->trans_a ? g->K : g->M) * (size_t)g->lda),
+                 nb = up256(esize(d.b_type) * (size_t)(g->trans_b ? g->N : g->K) * (size_t)g->ldb),
+                 nc = up256(esize(d.c_type) * (size_t)g->M * (size_t)g->ldc),
+                 nbias = up256(esize(d.bias_type) * (size_t)g->N), nbg = up256(sizeof(float) * (size_t)g->M);
+    char *buf = NULL;
+    if (cudaMalloc((void **)&buf, na + nb + nc + nbias + nbg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    cudaEvent_t ev0 = NULL, ev1 = NULL;
+    int n = -1;
+    lt_entry e;
+    memset(&e, 0, sizeof e);
+    if (cudaMemsetAsync(buf, 0x3c, na + nb + nc + nbias + nbg, s) != cudaSuccess ||
+        cudaEventCreate(&ev0) != cudaSuccess || cudaEventCreate(&ev1) != cudaSuccess)
+        goto done;
+    d.A = buf, d.B = buf + na, d.C = buf + na + nb;
+    if (d.epilogue == LL_CUDA_EPI_BIAS || d.epilogue == LL_CUDA_EPI_BIAS_RELU) d.bias = buf + na + nb + nc;
+    if (d.epilogue == LL_CUDA_EPI_BGRAD_A || d.epilogue == LL_CUDA_EPI_BGRAD_B)
+        d.bgrad = (float *)(buf + na + nb + nc + nbias);
+    lt_key k;
+    const void *epi_ptr = NULL;
+    cublasLtMatmulHeuristicResult_t res[LL_GEMM_SURVEY_MAX];
+    int got = 0;
+    if (key_of(&d, &k, &epi_ptr) || entry_build(st, &k, epi_ptr, &e, res, max, &got) != CUBLAS_STATUS_SUCCESS) {
+        n = 0; /* no cuBLASLt algorithm: the op falls back */
+        goto done;
+    }
+    for (n = 0; n < got; n++) {
+        const cublasLtMatmulAlgo_t *a = &res[n].algo;
+        out[n] = (ll_gemm_algo_time){
+            .us = res[n].state == CUBLAS_STATUS_SUCCESS && res[n].workspaceSize <= LT_WORKSPACE_BYTES
+                      ? time_algo(st, &e, a, &d, reps, s, ev0, ev1)
+                      : -1,
+            .algo_id = algo_attr(a, CUBLASLT_ALGO_CONFIG_ID),
+            .tile = algo_attr(a, CUBLASLT_ALGO_CONFIG_TILE_ID),
+            .stages = algo_attr(a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+            .splitk = algo_attr(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+            .swizzle = algo_attr(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+            .workspace = res[n].workspaceSize,
+            .waves = res[n].wavesCount,
+        };
+        if (out[n].us == -1) (void)cudaGetLastError(); /* a candidate that failed: the next may run */
+    }
+done:
+    if (e.used) entry_destroy(&e);
+    cudaStreamSynchronize(s);
+    if (ev0) cudaEventDestroy(ev0);
+    if (ev1) cudaEventDestroy(ev1);
+    cudaFree(buf);
+    return n;
 }
 
 uint64_t ll_cuda_gemm_fallbacks(ll_backend *be) {
