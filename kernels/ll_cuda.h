@@ -307,6 +307,14 @@ void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m);
 uint64_t ll_cuda_gemm_fallbacks(ll_backend *be);
 /* ll_backend_gemm_survey on this device (include/ll/backend.h has the contract). */
 int ll_cuda_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out);
+/* LL_CUDA_GEMM_TUNE=N (2..16; off by default): a matmul shape met for the first time
+ * runs the fastest of cuBLASLt's first N candidates, timed once on operands of
+ * its own.  Shapes first met inside a graph capture are timed when it ends:
+ * tune_pending (called by graph_end) returns how many switched algorithm (the
+ * graphs captured with the old ones are then dropped).  _stats: shapes timed
+ * and switched so far on the device. */
+int ll_cuda_gemm_tune_pending(ll_backend *be);
+void ll_cuda_gemm_tune_stats(ll_backend *be, uint64_t *tuned, uint64_t *switched);
 
 /* ---- incremental decoding (kernels/decode.cu) ------------------------------------
  * ll_backend.reorder_rows / beam_topk on device buffers (from, cum, mode on the

@@ -246,6 +246,8 @@ run_bench() {
   step bench-ll-ll64-simt 60 env LL_CUDA_ATTENTION=simt "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off
+  # cuBLASLt's fastest of its first 8 candidates per matmul shape against its heuristic's first choice
+  step bench-ll-ll64-tune 90 env LL_CUDA_GEMM_TUNE=8 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
   # the per-op profile, then every matmul shape of the step alone with cuBLASLt's first 8 candidates
   step bench-ll-ll64-profile 60 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8
   step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"

@@ -90,6 +90,9 @@ ab simt_attention "| model | ll tok/s, attention on tensor cores | ll tok/s, SIM
   LL_CUDA_ATTENTION=simt
 ab no_graphs "| model | ll tok/s, one CUDA graph per step | ll tok/s, kernel by kernel | graphs / kernels |" - \
   --graphs off
+# cuBLASLt's heuristic choice (the default) against the fastest of its first 8 candidates per shape
+ab gemm_tune "| model | ll tok/s, cuBLASLt's heuristic | ll tok/s, LL_CUDA_GEMM_TUNE=8 | heuristic / tuned |" \
+  LL_CUDA_GEMM_TUNE=8
 # kept graphs launched as they are (the default: the host only runs the shadow step) against a
 # capture and update every step
 ab capture_each_step "| model | ll tok/s, kept graphs replayed | ll tok/s, captured every step | replay / capture |" \

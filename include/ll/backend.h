@@ -156,6 +156,7 @@ typedef struct {
     uint64_t replays;        /* graph_replay launched a kept graph: no capture */
     uint64_t launches;       /* all graph launches (captured or replayed) */
     uint64_t conditionals;   /* conditional nodes in all captured graphs (cond_if) */
+    uint64_t tune_drops;     /* kept graphs dropped: LL_CUDA_GEMM_TUNE switched a matmul's algorithm */
 } ll_graph_stats;
 
 struct ll_backend {
@@ -498,6 +499,10 @@ typedef struct {
     float waves;
 } ll_gemm_algo_time;
 int ll_backend_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out);
+/* LL_CUDA_GEMM_TUNE=N (a CUDA backend; off by default): each new matmul shape runs
+ * the fastest of cuBLASLt's first N candidates, timed once.  Shapes timed and
+ * those that switched from the heuristic's first choice so far (0 elsewhere). */
+void ll_backend_gemm_tune_stats(ll_backend *be, uint64_t *tuned, uint64_t *switched);
 /* acc += b - a, count by count (what happened between two graph_stats reads) */
 void ll_graph_stats_add(ll_graph_stats *acc, const ll_graph_stats *b, const ll_graph_stats *a);
 /* The backend a setting names (train.device, lldecode --device) with

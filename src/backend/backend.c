@@ -33,6 +33,10 @@ uint64_t ll_backend_gemm_fallbacks(ll_backend *be) {
 int ll_backend_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out) {
     return be && !strcmp(be->name, "cuda") ? ll_cuda_gemm_survey(be, g, max, reps, out) : 0;
 }
+void ll_backend_gemm_tune_stats(ll_backend *be, uint64_t *tuned, uint64_t *switched) {
+    *tuned = *switched = 0;
+    if (be && !strcmp(be->name, "cuda")) ll_cuda_gemm_tune_stats(be, tuned, switched);
+}
 #else
 uint64_t ll_backend_gemm_fallbacks(ll_backend *be) {
     (void)be;
@@ -41,6 +45,10 @@ uint64_t ll_backend_gemm_fallbacks(ll_backend *be) {
 int ll_backend_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out) {
     (void)be, (void)g, (void)max, (void)reps, (void)out;
     return 0;
+}
+void ll_backend_gemm_tune_stats(ll_backend *be, uint64_t *tuned, uint64_t *switched) {
+    (void)be;
+    *tuned = *switched = 0;
 }
 int ll_backend_set_tf32(ll_backend *be, int on) {
     (void)be, (void)on;
@@ -102,5 +110,5 @@ void ll_graph_stats_add(ll_graph_stats *acc, const ll_graph_stats *b, const ll_g
     acc->captures += b->captures - a->captures, acc->nodes += b->nodes - a->nodes;
     acc->updates += b->updates - a->updates, acc->instantiations += b->instantiations - a->instantiations;
     acc->replays += b->replays - a->replays, acc->launches += b->launches - a->launches;
-    acc->conditionals += b->conditionals - a->conditionals;
+    acc->conditionals += b->conditionals - a->conditionals, acc->tune_drops += b->tune_drops - a->tune_drops;
 }

@@ -586,6 +586,17 @@ static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     CUDA_CHECK(cudaGraphDestroy(g));
     for (int i = 0; i < im->graph.n_retired; i++) CUDA_CHECK(cudaFree(im->graph.retired[i])); /* (waits for the launch) */
     im->graph.n_retired = 0;
+    /* LL_CUDA_GEMM_TUNE: the matmul shapes first met in this capture are timed now; where one
+     * switched algorithm, the kept graphs (which have the old one) go: the next steps capture anew */
+    if (ll_cuda_gemm_tune_pending(be) > 0) {
+        CUDA_CHECK(cudaStreamSynchronize(im->stream));
+        for (int i = 0; i < GRAPH_CACHE; i++)
+            if (im->graph.cache[i].exec) {
+                CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[i].exec));
+                im->graph.cache[i].exec = NULL;
+            }
+        im->graph.st.tune_drops++;
+    }
     return 0;
 }
 

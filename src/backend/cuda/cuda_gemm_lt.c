@@ -55,6 +55,11 @@ typedef struct {
 } lt_entry;
 
 typedef struct {
+    int slot; /* in tab */
+    float beta;
+} lt_pending;
+
+typedef struct {
     cublasLtHandle_t lt;
     void *workspace;
     pthread_mutex_t mu;
@@ -64,6 +69,10 @@ typedef struct {
     cublasHandle_t blas;       /* the op's fallback when cuBLASLt has no algorithm */
     int warned, warned_epi;    /* warn once per device: no algorithm / an epilogue refused */
     atomic_uint_fast64_t fallbacks; /* gemm op calls not run as one fused cuBLASLt matmul */
+    int tune;                       /* LL_CUDA_GEMM_TUNE: candidates timed per new key (0: the heuristic's first) */
+    lt_pending *pending;            /* keys met during a capture, tuned when it ends */
+    int n_pending, cap_pending;
+    uint64_t tuned, switched;
 } lt_state;
 
 static lt_state *g_lt[LT_MAX_DEVICES];
@@ -106,6 +115,7 @@ static void entry_destroy(lt_entry *e) {
 static void cache_flush(lt_state *st) {
     for (int i = 0; i < LT_BUCKETS; i++) entry_destroy(&st->tab[i]);
     st->count = 0;
+    st->n_pending = 0; /* (their entries are gone) */
 }
 
 #define LT_TRY(call)                                                                                                 \
@@ -192,7 +202,9 @@ fail:
 
 /* The cached entry for k, built on a miss; NULL with *status on failure.
  * Called with st->mu held. */
-static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, cublasStatus_t *status) {
+static void tune_or_defer(lt_state *st, lt_entry *e, float beta, cudaStream_t s);
+static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, float beta, cudaStream_t s,
+                           cublasStatus_t *status) {
     if (st->count >= LT_CACHE_MAX) cache_flush(st);
     size_t i = (size_t)(key_hash(k) & (LT_BUCKETS - 1));
     lt_entry *e;
@@ -205,7 +217,10 @@ static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, c
     }
     *status = entry_build(st, k, epi_ptr, e, NULL, 0, NULL);
     st->count++;
-    if (*status == CUBLAS_STATUS_SUCCESS) return e;
+    if (*status == CUBLAS_STATUS_SUCCESS) {
+        if (st->tune) tune_or_defer(st, e, beta, s);
+        return e;
+    }
     /* nothing was launched: whatever the descriptor or the heuristic refused, with whichever
      * status, the caller may fall back (only a failed cublasLtMatmul must not be rerun) */
     *status = CUBLAS_STATUS_NOT_SUPPORTED;
@@ -281,7 +296,7 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
     lt_state *st = state_of(be);
     pthread_mutex_lock(&st->mu);
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-    lt_entry *e = cache_get(st, &k, epi_ptr, &status);
+    lt_entry *e = cache_get(st, &k, epi_ptr, d->beta, stream, &status);
     if (e) {
         if (epi_ptr)
             status = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr, sizeof epi_ptr);
@@ -448,19 +463,26 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     }
 }
 
-/* ---- the benchmark's survey of cuBLASLt's candidates (ll_backend_gemm_survey) ---------- */
+/* ---- timing cuBLASLt's candidates: the benchmark's survey and the autotune ----------------
+ * Both run a key's first n candidates on operands of their own (one allocation,
+ * 256-byte aligned like the arena's; the bias at the key's own alignment, which the
+ * heuristic reads off the pointer), every byte 0x3c (~0.0115 in bf16 and fp32:
+ * finite, not zero, so the tensor cores do the usual work), each timed with CUDA
+ * events over reps calls after two untimed ones.  Never inside a capture. */
 
-static size_t esize(ll_cuda_dtype t) { return t == LL_CUDA_BF16 ? 2 : 4; }
+static size_t esize(int t) { return t == LL_CUDA_BF16 ? 2 : 4; }
 static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* Time algo over reps calls (after two untimed ones): microseconds per call; -1: a call failed;
- * -2: the calls ran, the events gave no time (the CUDA emulation refuses timings) */
-static double time_algo(lt_state *st, const lt_entry *e, const cublasLtMatmulAlgo_t *algo, const ll_cuda_gemm_desc *d,
-                        int reps, cudaStream_t s, cudaEvent_t ev0, cudaEvent_t ev1) {
+/* microseconds per call; -1: a call failed; -2: the calls ran, the events gave no time (the
+ * CUDA emulation refuses timings) */
+static double time_algo(lt_state *st, const lt_entry *e, const cublasLtMatmulAlgo_t *algo, const void *A,
+                        const void *B, void *C, float beta, int reps, cudaStream_t s, cudaEvent_t ev0,
+                        cudaEvent_t ev1) {
+    const float alpha = 1;
     for (int i = 0; i < 2 + reps; i++) {
         if (i == 2 && cudaEventRecord(ev0, s) != cudaSuccess) return -1;
-        if (cublasLtMatmul(st->lt, e->op, &d->alpha, d->B, e->la, d->A, e->lb, &d->beta, d->C, e->lc, d->C, e->lc,
-                           algo, st->workspace, LT_WORKSPACE_BYTES, s) != CUBLAS_STATUS_SUCCESS)
+        if (cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, algo, st->workspace,
+                           LT_WORKSPACE_BYTES, s) != CUBLAS_STATUS_SUCCESS)
             return -1;
     }
     float ms = 0;
@@ -470,6 +492,48 @@ static double time_algo(lt_state *st, const lt_entry *e, const cublasLtMatmulAlg
         return -2;
     }
     return 1e3 * (double)ms / reps;
+}
+
+/* Key k's first n candidates into res, their times into us; how many (0: no cuBLASLt algorithm,
+ * -1: no memory or a CUDA error). */
+static int time_candidates(lt_state *st, const lt_key *k, float beta, int n, int reps, cudaStream_t s,
+                           cublasLtMatmulHeuristicResult_t *res, double *us) {
+    const size_t na = up256(esize(k->at) * (size_t)(k->ta ? k->K : k->M) * (size_t)k->lda),
+                 nb = up256(esize(k->bt) * (size_t)(k->tb ? k->N : k->K) * (size_t)k->ldb),
+                 nc = up256(esize(k->ct) * (size_t)k->M * (size_t)k->ldc),
+                 ne = up256(256 + 4 * (size_t)(k->M > k->N ? k->M : k->N)), all = na + nb + nc + ne;
+    char *buf = NULL;
+    if (cudaMalloc((void **)&buf, all) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    cudaEvent_t ev0 = NULL, ev1 = NULL;
+    lt_entry e;
+    memset(&e, 0, sizeof e);
+    int got = -1;
+    if (cudaMemsetAsync(buf, 0x3c, all, s) == cudaSuccess && cudaEventCreate(&ev0) == cudaSuccess &&
+        cudaEventCreate(&ev1) == cudaSuccess) {
+        const void *epi = k->epi == LL_CUDA_EPI_NONE ? NULL : buf + na + nb + nc + (k->align_bias % 256);
+        got = 0;
+        if (entry_build(st, k, epi, &e, res, n, &got) != CUBLAS_STATUS_SUCCESS) got = 0;
+        for (int j = 0; j < got; j++) {
+            us[j] = res[j].state == CUBLAS_STATUS_SUCCESS && res[j].workspaceSize <= LT_WORKSPACE_BYTES
+                        ? time_algo(st, &e, &res[j].algo, buf, buf + na, buf + na + nb, beta, reps, s, ev0, ev1)
+                        : -1;
+            if (us[j] == -1) (void)cudaGetLastError(); /* a candidate that failed: the next may run */
+        }
+    }
+    if (e.used) entry_destroy(&e);
+    cudaStreamSynchronize(s);
+    if (ev0) cudaEventDestroy(ev0);
+    if (ev1) cudaEventDestroy(ev1);
+    cudaFree(buf);
+    return got;
+}
+
+static int capturing(cudaStream_t s) {
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(s, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone;
 }
 
 static int algo_attr(const cublasLtMatmulAlgo_t *a, cublasLtMatmulAlgoConfigAttributes_t at) {
@@ -482,63 +546,95 @@ int ll_cuda_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps
     if (max > LL_GEMM_SURVEY_MAX) max = LL_GEMM_SURVEY_MAX;
     if (max < 1 || reps < 1 || g->M <= 0 || g->N <= 0 || g->K <= 0) return 0;
     cudaStream_t s = ll_cuda_enter(be);
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(s, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) return -1;
+    if (capturing(s)) return -1;
     lt_state *st = state_of(be);
     ll_cuda_gemm_desc d = cuda_desc_of(st, g);
-    /* own operands, 256-byte aligned (as the arena's), of every element 0x3c bytes (~0.0115 in
-     * bf16 and fp32: finite, not zero, so the tensor cores do the usual work) */
-    const size_t na = up256(esize(d.a_type) * (size_t)(g->trans_a ? g->K : g->M) * (size_t)g->lda),
-                 nb = up256(esize(d.b_type) * (size_t)(g->trans_b ? g->N : g->K) * (size_t)g->ldb),
-                 nc = up256(esize(d.c_type) * (size_t)g->M * (size_t)g->ldc),
-                 nbias = up256(esize(d.bias_type) * (size_t)g->N), nbg = up256(sizeof(float) * (size_t)g->M);
-    char *buf = NULL;
-    if (cudaMalloc((void **)&buf, na + nb + nc + nbias + nbg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return -1;
-    }
-    cudaEvent_t ev0 = NULL, ev1 = NULL;
-    int n = -1;
-    lt_entry e;
-    memset(&e, 0, sizeof e);
-    if (cudaMemsetAsync(buf, 0x3c, na + nb + nc + nbias + nbg, s) != cudaSuccess ||
-        cudaEventCreate(&ev0) != cudaSuccess || cudaEventCreate(&ev1) != cudaSuccess)
-        goto done;
-    d.A = buf, d.B = buf + na, d.C = buf + na + nb;
-    if (d.epilogue == LL_CUDA_EPI_BIAS || d.epilogue == LL_CUDA_EPI_BIAS_RELU) d.bias = buf + na + nb + nc;
-    if (d.epilogue == LL_CUDA_EPI_BGRAD_A || d.epilogue == LL_CUDA_EPI_BGRAD_B)
-        d.bgrad = (float *)(buf + na + nb + nc + nbias);
+    /* the key of the product on 256-byte aligned operands (as the arena's); any pointer will do */
+    static const float dummy[64] __attribute__((aligned(256)));
+    d.A = d.B = d.C = (void *)dummy;
+    d.bias = d.bgrad = (float *)dummy;
     lt_key k;
     const void *epi_ptr = NULL;
+    if (key_of(&d, &k, &epi_ptr)) return 0; /* no cuBLASLt kernel for it: the op falls back */
     cublasLtMatmulHeuristicResult_t res[LL_GEMM_SURVEY_MAX];
-    int got = 0;
-    if (key_of(&d, &k, &epi_ptr) || entry_build(st, &k, epi_ptr, &e, res, max, &got) != CUBLAS_STATUS_SUCCESS) {
-        n = 0; /* no cuBLASLt algorithm: the op falls back */
-        goto done;
-    }
-    for (n = 0; n < got; n++) {
-        const cublasLtMatmulAlgo_t *a = &res[n].algo;
-        out[n] = (ll_gemm_algo_time){
-            .us = res[n].state == CUBLAS_STATUS_SUCCESS && res[n].workspaceSize <= LT_WORKSPACE_BYTES
-                      ? time_algo(st, &e, a, &d, reps, s, ev0, ev1)
-                      : -1,
+    double us[LL_GEMM_SURVEY_MAX];
+    pthread_mutex_lock(&st->mu); /* (the workspace) */
+    const int n = time_candidates(st, &k, g->beta, max, reps, s, res, us);
+    pthread_mutex_unlock(&st->mu);
+    for (int j = 0; j < n; j++) {
+        const cublasLtMatmulAlgo_t *a = &res[j].algo;
+        out[j] = (ll_gemm_algo_time){
+            .us = us[j],
             .algo_id = algo_attr(a, CUBLASLT_ALGO_CONFIG_ID),
             .tile = algo_attr(a, CUBLASLT_ALGO_CONFIG_TILE_ID),
             .stages = algo_attr(a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
             .splitk = algo_attr(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
             .swizzle = algo_attr(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-            .workspace = res[n].workspaceSize,
-            .waves = res[n].wavesCount,
+            .workspace = res[j].workspaceSize,
+            .waves = res[j].wavesCount,
         };
-        if (out[n].us == -1) (void)cudaGetLastError(); /* a candidate that failed: the next may run */
     }
-done:
-    if (e.used) entry_destroy(&e);
-    cudaStreamSynchronize(s);
-    if (ev0) cudaEventDestroy(ev0);
-    if (ev1) cudaEventDestroy(ev1);
-    cudaFree(buf);
     return n;
+}
+
+/* LL_CUDA_GEMM_TUNE=N: a new key's algorithm is the fastest of the heuristic's first N (timed
+ * as above, 10 calls each), the heuristic's first unless another is 3% faster.  Under
+ * a capture the key waits (pending) until the capture ends (ll_cuda_gemm_tune_pending). */
+#define TUNE_REPS 10
+static int tune_entry(lt_state *st, lt_entry *e, float beta, cudaStream_t s) {
+    cublasLtMatmulHeuristicResult_t res[LL_GEMM_SURVEY_MAX];
+    double us[LL_GEMM_SURVEY_MAX];
+    const int n = time_candidates(st, &e->key, beta, st->tune, TUNE_REPS, s, res, us);
+    st->tuned++;
+    int best = -1;
+    for (int j = 0; j < n; j++)
+        if (us[j] > 0 && (best < 0 || us[j] < us[best])) best = j;
+#ifdef LL_CUDA_EMU
+    /* the emulation gives no times: LL_CUDA_EMU_TUNE_PICK=j takes candidate j, so a test can run
+     * the switch (and the graphs captured before it dropped) */
+    const char *pick = getenv("LL_CUDA_EMU_TUNE_PICK");
+    if (best < 0 && pick && atoi(pick) > 0 && atoi(pick) < n) best = atoi(pick), us[0] = 2, us[best] = 1;
+#endif
+    if (best <= 0 || !(us[best] < 0.97 * us[0])) return 0; /* (the first choice is what the entry has) */
+    e->algo = res[best].algo;
+    st->switched++;
+    return 1;
+}
+
+static void tune_or_defer(lt_state *st, lt_entry *e, float beta, cudaStream_t s) {
+    if (!capturing(s)) {
+        tune_entry(st, e, beta, s);
+        return;
+    }
+    if (st->n_pending == st->cap_pending) {
+        st->cap_pending = st->cap_pending ? 2 * st->cap_pending : 64;
+        st->pending = ll_realloc(st->pending, (size_t)st->cap_pending * sizeof *st->pending);
+    }
+    st->pending[st->n_pending++] = (lt_pending){(int)(e - st->tab), beta};
+}
+
+int ll_cuda_gemm_tune_pending(ll_backend *be) {
+    lt_state *st = state_of(be);
+    cudaStream_t s = ll_cuda_enter(be);
+    int switched = 0;
+    pthread_mutex_lock(&st->mu);
+    if (st->n_pending && !capturing(s)) {
+        for (int i = 0; i < st->n_pending; i++) {
+            lt_entry *e = &st->tab[st->pending[i].slot];
+            if (e->used && e->status == CUBLAS_STATUS_SUCCESS) switched += tune_entry(st, e, st->pending[i].beta, s);
+        }
+        st->n_pending = 0;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return switched;
+}
+
+void ll_cuda_gemm_tune_stats(ll_backend *be, uint64_t *tuned, uint64_t *switched) {
+    lt_state *st = state_of(be);
+    pthread_mutex_lock(&st->mu);
+    *tuned = st->tuned;
+    *switched = st->switched;
+    pthread_mutex_unlock(&st->mu);
 }
 
 uint64_t ll_cuda_gemm_fallbacks(ll_backend *be) {
@@ -576,6 +672,19 @@ int ll_cuda_register_gemm_lt(ll_backend *be) {
         st->tab = ll_calloc(LT_BUCKETS, sizeof *st->tab);
         pthread_mutex_init(&st->mu, NULL);
         st->default_math = LL_CUDA_MATH_EXACT; /* parity with the CPU until a config asks for TF32 */
+        const char *tv = getenv("LL_CUDA_GEMM_TUNE");
+        if (tv && *tv && strcmp(tv, "0")) {
+            char *end = NULL;
+            const long n = strtol(tv, &end, 10);
+            if (*end || n < 2 || n > LL_GEMM_SURVEY_MAX)
+                ll_die("LL_CUDA_GEMM_TUNE=%s: the number of cuBLASLt candidates to time per matmul shape, 2 to %d "
+                       "(0: off)",
+                       tv, LL_GEMM_SURVEY_MAX);
+            st->tune = (int)n;
+            ll_log("cuBLASLt autotune (LL_CUDA_GEMM_TUNE=%d): each new matmul shape runs the fastest of the "
+                   "heuristic's first %d algorithms (timed once; runs may then differ in the last bits)",
+                   st->tune, st->tune);
+        }
         g_lt[dev] = st;
     }
     be->gemm = cu_gemm;
