@@ -39,8 +39,9 @@
 #      by kernel, with SIMT attention and profiled, deep30, PyTorch eager base
 #      (GPU_CHECK_TORCH=0: ll's runs only)
 #   8. (GPU_CHECK_STEPS names it) profile: Nsight Compute on one ll64 step: the
-#      tensor-core attention kernels' and the fused layer-norm backward's speed of
-#      light, occupancy, launch and warp-stall sections
+#      tensor-core attention kernels', the layer-norm backward's, the residual
+#      kernels' and one cuBLASLt matmul's speed of light, occupancy, launch and
+#      warp-stall sections
 # Environment: GPU_CHECK_BUDGET (s), GPU_CHECK_TRAIN_MIN (minutes, or "full":
 # configs/bible_gpu.cfg exactly as the quick start runs it), GPU_CHECK_BUILD
 # (build folder, default /tmp/ll-gpu-build; an existing one is built
@@ -145,7 +146,7 @@ run_tests() {
   grep -h '^[0-9]*: graph-cond:' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
 }
 run_long() {
-  step decode-parity 200 ctest --test-dir "$B" -R gpu_test_decode_parity -V --timeout 190
+  step decode-parity 240 ctest --test-dir "$B" -R gpu_test_decode_parity -V --timeout 230
   grep -E '^[0-9]+: (decode-parity|FAIL)' "$L/decode-parity.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/decode-parity.log"
   step bible300 240 ctest --test-dir "$B" -R gpu_test_bible300 -V --timeout 230
@@ -258,8 +259,8 @@ run_bench() {
     "$L/bench-ll-ll64-profile.log" | head -40 | sed 's/^/  /' | tee -a "$S"
 }
 
-# 8. Nsight Compute on one ll64 step (kernel by kernel): the attention kernels' and the fused
-# layer-norm backward's speed of light, occupancy, launch and warp-stall sections
+# 8. Nsight Compute on one ll64 step (kernel by kernel): speed of light, occupancy, launch and
+# warp-stall sections of the kernels listed below
 run_profile() {
   local NCU k
   NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2> /dev/null | head -1)
@@ -267,13 +268,16 @@ run_profile() {
     say "profile        SKIPPED: no ncu"
     return
   fi
-  for k in attention_fwd_tc attention_dq_tc attention_dkv_tc layernorm_bwd_fused; do
-    step "ncu-$k" 60 "$NCU" --clock-control none -k "regex:$k" --launch-skip 2 --launch-count 1 \
+  # ll64's kernels of most time (T = 32: the one-kernel attention backward, the 16-byte layer-norm
+  # backward), and one cuBLASLt matmul (Hopper's kernels are named nvjet_* or sm90_xmma_*)
+  for k in attention_fwd_tc attention_bwd1_tc layernorm_bwd_vec residual_ln_fwd residual_bwd 'nvjet|sm90_xmma'; do
+    local tag=${k//|/_}
+    step "ncu-$tag" 60 "$NCU" --clock-control none -k "regex:$k" --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
       --section MemoryWorkloadAnalysis "$B/ll_gpu_bench" --model ll64 --device cuda --steps 1 --warmup 0 \
       --graphs off
     grep -E '^ +(Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Dynamic Shared Memory Per Block|Block Limit (Shared Mem|Registers)|Warp Cycles Per Issued|L1/TEX Hit|Grid Size|Block Size) ' \
-      "$L/ncu-$k.log" | sed "s/^ */  $k: /; s/  */ /g" | tee -a "$S"
+      "$L/ncu-$tag.log" | sed "s/^ */  $tag: /; s/  */ /g" | tee -a "$S"
   done
 }
 

@@ -354,8 +354,18 @@ static void teardown(trainer *t) {
                    g.captures ? (double)g.nodes / (double)g.captures : 0.0,
                    g.captures ? (double)g.conditionals / (double)g.captures : 0.0, (unsigned long long)g.instantiations,
                    (unsigned long long)g.updates);
+        if (g.tune_drops)
+            ll_log("CUDA graphs: the kept graphs were dropped %llu times (LL_CUDA_GEMM_TUNE switched a matmul's "
+                   "algorithm after they were captured)",
+                   (unsigned long long)g.tune_drops);
     }
     if (t->m) {
+        uint64_t tuned = 0, switched = 0;
+        ll_backend_gemm_tune_stats(t->m->be, &tuned, &switched);
+        if (tuned)
+            ll_log("cuBLASLt autotune: %llu matmul shapes timed, %llu of them run another algorithm than the "
+                   "heuristic's first",
+                   (unsigned long long)tuned, (unsigned long long)switched);
         free(t->m->obj.ddr_dec_ctl);
         ll_adam_free(&t->opt, t->m);
         ll_model_free(t->m);
