@@ -127,8 +127,10 @@ cudaError_t ll_cuda_scale_gated(cudaStream_t s, ll_cuda_dtype t, void *x, const 
 /* ---- the residual branch (kernels/residual.cu) ------------------------------------
  * backend.h residual_fwd / residual_bwd with dx_mode LL_RES_*: dropout bits
  * drawn (forward) and redrawn (backward) by the half-word rule above, no mask.
- * residual_bwd's gate gradients (dg1 or dg2 not NULL) take a second launch
- * and scratch of ll_cuda_residual_scratch_bytes() bytes (else NULL is fine). */
+ * residual_bwd's gate gradients (dg1 or dg2 not NULL) take scratch of
+ * ll_cuda_residual_scratch_bytes() bytes and a ticket counter, a device
+ * unsigned that is 0 and that no concurrent launch shares (the kernel leaves
+ * it 0; the backend keeps one per device: ll_cuda_ticket); else NULL is fine. */
 size_t ll_cuda_residual_scratch_bytes(void);
 cudaError_t ll_cuda_residual_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, void *sub, const void *x, const float *g1,
                                  const float *g2, size_t n, float p, ll_philox rng, uint64_t offset);
@@ -138,7 +140,7 @@ cudaError_t ll_cuda_residual_ln_fwd(cudaStream_t s, ll_cuda_dtype t, void *y, vo
                                     float *rstd, const float *w, const float *b, int N, int C);
 cudaError_t ll_cuda_residual_bwd(cudaStream_t s, ll_cuda_dtype t, void *ds, void *dx, int dx_mode, const void *sub,
                                  float *dg1, float *dg2, const float *g1, const float *g2, size_t n, float p,
-                                 ll_philox rng, uint64_t offset, void *scratch);
+                                 ll_philox rng, uint64_t offset, void *scratch, unsigned *ticket);
 
 /* ---- gemm epilogues as kernels (kernels/gemm_epi.cu) ------------------------------
  * The fallback of the gemm op when cuBLASLt refuses an epilogue, and its K = 0

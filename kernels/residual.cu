@@ -12,9 +12,12 @@
  * rounded to T exactly there, so fused and unfused results are equal.
  *
  * Backward's dot product <ds, s> (the gate gradients) is in double: one
- * partial per block, a fixed grid that depends on n and offset only, then a
- * one-block finisher in index order (reduce.cuh's scheme, no atomics):
- * 2 launches when a gate gradient is asked for, else 1. */
+ * partial per block, a fixed grid that depends on n and offset only, summed
+ * in index order (reduce.cuh's scheme) by the block that finishes last: each
+ * block takes a ticket from a counter (one atomic add, after a fence that
+ * publishes its partial), the one with the last ticket adds the partials and
+ * puts the counter back to 0 for the next launch.  Which block that is does
+ * not change the sum's order, so results are reproducible; one launch. */
 #include <string.h>
 
 #include "layernorm_row.cuh"
@@ -158,9 +161,10 @@ static __device__ __forceinline__ float bwd_one(float v, float sv, float *dxv, i
 
 template <typename T>
 static __global__ void __launch_bounds__(RES_THREADS)
-    residual_bwd_kernel(T *ds, T *dx, int dx_mode, const T *s, int dot, double *part, const float *g1,
-                        const float *g2, res_args a) {
+    residual_bwd_kernel(T *ds, T *dx, int dx_mode, const T *s, int dot, double *part, unsigned *ticket, float *dg1,
+                        float *dg2, const float *g1, const float *g2, res_args a) {
     __shared__ double sh[LL_WARP];
+    __shared__ int last;
     const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
     const uint64_t first = a.offset >> 3, end = a.offset + a.n;
     double d = 0.0;
@@ -194,18 +198,23 @@ static __global__ void __launch_bounds__(RES_THREADS)
     }
     if (!dot) return; /* uniform over the grid: no thread skips the barriers below alone */
     d = ll_block_sum(d, sh);
-    if (threadIdx.x == 0) part[blockIdx.x] = d;
-}
-
-/* The gate gradients from the partials: cpu_residual_bwd's (real)(d * gate). */
-static __global__ void __launch_bounds__(RED_THREADS)
-    residual_dot_finish(const double *__restrict__ part, int G, float *dg1, float *dg2, const float *g1,
-                        const float *g2) {
-    __shared__ double sh[LL_WARP];
-    const double total = ll_block_sum_array(part, G, sh);
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = d;
+        __threadfence(); /* the partial is visible to every block before the ticket is */
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return; /* (uniform over the block) */
+    __threadfence();
+    /* the gate gradients from the partials, in index order: cpu_residual_bwd's (real)(d * gate);
+     * volatile: the other blocks' partials, never through a stale cache line */
+    double t = 0.0;
+    for (int i = threadIdx.x; i < (int)gridDim.x; i += blockDim.x) t += ((const volatile double *)part)[i];
+    const double total = ll_block_sum(t, sh);
     if (threadIdx.x != 0) return;
     if (dg1) *dg1 += (float)(total * (g2 ? (double)*g2 : 1.0));
     if (dg2) *dg2 += (float)(total * (g1 ? (double)*g1 : 1.0));
+    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */
 }
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -252,20 +261,19 @@ extern "C" cudaError_t ll_cuda_residual_ln_fwd(cudaStream_t st, ll_cuda_dtype t,
 
 extern "C" cudaError_t ll_cuda_residual_bwd(cudaStream_t st, ll_cuda_dtype t, void *ds, void *dx, int dx_mode,
                                             const void *s, float *dg1, float *dg2, const float *g1, const float *g2,
-                                            size_t n, float p, ll_philox rng, uint64_t offset, void *scratch) {
+                                            size_t n, float p, ll_philox rng, uint64_t offset, void *scratch,
+                                            unsigned *ticket) {
     if (n == 0) return cudaSuccess;
     if (dx_mode != LL_RES_NONE && dx_mode != LL_RES_COPY && dx_mode != LL_RES_ACC) return cudaErrorInvalidValue;
     const int dot = dg1 || dg2;
-    if (dot && !scratch) return cudaErrorInvalidValue;
+    if (dot && (!scratch || !ticket)) return cudaErrorInvalidValue;
     const int aligned = aligned16(ds) && aligned16(s) && (dx_mode == LL_RES_NONE || aligned16(dx));
     const res_args a = make_args(n, p, rng, offset, aligned);
     unsigned G = ll_grid(a.nblk, RES_THREADS);
     if (dot && G > RES_MAX_PARTS) G = RES_MAX_PARTS; /* a fixed function of n and offset: reproducible sums */
     LL_DISPATCH(t, T, LL_LAUNCH(G, RES_THREADS, 0, st, residual_bwd_kernel<T>)(
-                          (T *)ds, (T *)dx, dx_mode, (const T *)s, dot, (double *)scratch, g1, g2, a);)
-    LL_CHECK_LAUNCH();
-    if (!dot) return cudaSuccess;
-    LL_LAUNCH(1, RED_THREADS, 0, st, residual_dot_finish)((const double *)scratch, (int)G, dg1, dg2, g1, g2);
+                          (T *)ds, (T *)dx, dx_mode, (const T *)s, dot, (double *)scratch, ticket, dg1, dg2, g1, g2,
+                          a);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

@@ -75,7 +75,7 @@ mkdir -p "$bld"
 cmake -S "$SRC" -B "$bld" -DLL_CUDA_EMU=ON "${san[@]}" ${LL_EMU_CMAKE_ARGS:-} > "$bld/emu-cmake.log" 2>&1 ||
   { cat "$bld/emu-cmake.log"; exit 1; }
 # only what the gpu tests run: the test programs and the tools the shell tests call
-targets=(lltrain lldecode llprep lleval)
+targets=(lltrain lldecode llprep lleval ll_gpu_bench)
 for f in "$SRC"/tests/gpu/test_*.c; do targets+=("gpu_$(basename "$f" .c)"); done
 cmake --build "$bld" -j"$jobs" --target "${targets[@]}" > "$bld/emu-build.log" 2>&1 ||
   { tail -40 "$bld/emu-build.log"; exit 1; }

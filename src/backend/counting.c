@@ -325,7 +325,7 @@ OPL(residual_fwd, n != 0,
     (ll_backend * be, ll_act *y, ll_act *s, const ll_act *x, const real *g1, const real *g2, size_t n, real p,
      const ll_philox *r, uint64_t o),
     (((counting *)be)->inner, y, s, x, g1, g2, n, p, r, o))
-OPL(residual_bwd, (n != 0) * (1 + (dg1 || dg2)),
+OPL(residual_bwd, n != 0,
     (ll_backend * be, ll_act *ds, ll_act *dx, int mode, const ll_act *s, real *dg1, real *dg2, const real *g1,
      const real *g2, size_t n, real p, const ll_philox *r, uint64_t o),
     (((counting *)be)->inner, ds, dx, mode, s, dg1, dg2, g1, g2, n, p, r, o))

@@ -169,6 +169,9 @@ static inline float emu_sqrt(float a) { return sqrtf(a); }
 static inline float emu_rsqrt(float a) { return 1.0f / sqrtf(a); }
 static inline unsigned emu_umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 template <typename T> static inline T emu_ldg(const T *p) { return *p; }
+/* blocks run one at a time, but kernels of other streams may run on other host threads */
+static inline unsigned emu_atomic_add(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline void emu_threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 } // namespace ll_emu
 /* CUDA's device min/max overloads */
 #define LL_EMU_MINMAX(T)                                                                                             \
@@ -195,6 +198,8 @@ LL_EMU_MINMAX(unsigned long long)
 #define __popc(x) __builtin_popcount(x)
 #define __ffs(x) __builtin_ffs(x)
 #define __ldg(p) ll_emu::emu_ldg(p)
+#define atomicAdd(p, v) ll_emu::emu_atomic_add((p), (v))
+#define __threadfence() ll_emu::emu_threadfence()
 
 /* kernels/ll_cuda_common.cuh: the launch and dynamic shared memory macros */
 #define LL_EMU_LAUNCH(grid, block, smem, stream, ...)                                                                \

@@ -25,6 +25,9 @@
 #              their rows
 #   ln_barrier the 16-byte layer-norm backward without the barrier between the
 #              warps' stores of their column sums and the block's sum of them
+#   ticket     the residual backward's last block does not put the ticket counter
+#              back to 0 (the next launch's blocks never see the last ticket: its
+#              gate gradients are never added)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,7 +47,7 @@ find "$work/src" -mindepth 1 -maxdepth 1 ! -name build-mutants -exec rm -rf {} +
 declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm_row.cuh
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
-  [ln_barrier]=kernels/layernorm.cu)
+  [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -67,6 +70,7 @@ run_test() {
     syncwarp) "$b/gpu_test_ops_cuda" --op residual_ln_fwd ;;
     tc_syncwarp) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_fwd ;;
     ln_barrier) "$b/gpu_test_layernorm_cuda" ;;
+    ticket) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
   esac
 }
 
@@ -97,6 +101,7 @@ M = {
     "ln_barrier": ("kernels/layernorm.cu",
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n    __syncthreads();\n",
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n"),
+    "ticket": ("kernels/residual.cu", "    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */\n", ""),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -109,13 +114,13 @@ PY
 
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
   fi
 done
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then

@@ -53,6 +53,7 @@ typedef struct {
     cudaStream_t stream;
     float *scratch; /* device, grow-only */
     size_t scratch_bytes;
+    unsigned *ticket; /* device, 0 between launches: residual_bwd's last-block counter (ll_cuda_ticket) */
     /* pinned upload staging, a ring: a slot is reused once its copy has run */
     struct {
         void *host; /* cudaMallocHost, grow-only */
@@ -337,6 +338,7 @@ cudaStream_t ll_cuda_stream(ll_backend *be) { return impl_of(be)->stream; }
 cudaStream_t ll_cuda_enter(ll_backend *be) { return enter(be)->stream; }
 void *ll_cuda_scratch(ll_backend *be, size_t bytes) { return scratch(impl_of(be), bytes); }
 int ll_cuda_device(ll_backend *be) { return impl_of(be)->device; }
+unsigned *ll_cuda_ticket(ll_backend *be) { return impl_of(be)->ticket; }
 
 void ll_cuda_check_launch(cudaError_t e, const char *op) {
     if (e != cudaSuccess) ll_die("CUDA error in %s: %s", op, cudaGetErrorString(e));
@@ -635,6 +637,12 @@ static cuda_impl *impl_new(int device) {
     if ((e = cudaEventCreateWithFlags(&im->late.done, cudaEventDisableTiming)) != cudaSuccess) {
         (void)cudaGetLastError();
         ll_fail("cannot create a CUDA event on device %d: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    if ((e = cudaMalloc((void **)&im->ticket, sizeof *im->ticket)) != cudaSuccess ||
+        (e = cudaMemset(im->ticket, 0, sizeof *im->ticket)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ll_fail("cannot allocate a counter on CUDA device %d: %s", device, cudaGetErrorString(e));
         return NULL;
     }
     pthread_mutex_init(&im->stage_mu, NULL);

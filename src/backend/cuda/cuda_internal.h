@@ -23,6 +23,9 @@ cudaStream_t ll_cuda_enter(ll_backend *be);
  * synchronises and reallocates: it happens while the first steps meet their
  * largest shapes, then never again (docs/cuda-backend.md lists the users). */
 void *ll_cuda_scratch(ll_backend *be, size_t bytes);
+/* The device's ticket counter: a device unsigned, 0 between launches (a kernel that takes
+ * tickets puts it back: kernels/residual.cu).  One per device: the launches are ordered. */
+unsigned *ll_cuda_ticket(ll_backend *be);
 
 /* Debug switch LL_CUDA_SYNC_CHECK=1: after every op (every checked call),
  * synchronise the device and die naming the op if anything failed, so an

@@ -76,7 +76,8 @@ static void cu_residual_bwd(ll_backend *be, ll_act *ds, ll_act *dx, int dx_mode,
     cudaStream_t st = ll_cuda_enter(be);
     const ll_philox r = rng_or_zero("residual_bwd", p, rng);
     void *sc = dg1 || dg2 ? ll_cuda_scratch(be, ll_cuda_residual_scratch_bytes()) : NULL;
-    LL_CU(ll_cuda_residual_bwd(st, ll_cuda_act(be), ds, dx, dx_mode, s, dg1, dg2, g1, g2, n, p, r, offset, sc));
+    LL_CU(ll_cuda_residual_bwd(st, ll_cuda_act(be), ds, dx, dx_mode, s, dg1, dg2, g1, g2, n, p, r, offset, sc,
+                               sc ? ll_cuda_ticket(be) : NULL));
 }
 
 void ll_cuda_register_elementwise(ll_backend *be) {
