@@ -254,10 +254,14 @@ static int same_shape(const ll_gemm_desc *a, const ll_gemm_desc *b) {
            a->bias_type == b->bias_type && a->bgrad_set == b->bgrad_set;
 }
 #define GEMM_SHAPES_MAX 4096
-static void tally_shape(counting *k, const ll_gemm_desc *g, uint64_t ns) {
-    const ll_gemm_desc sh = shape_of(g);
+static void shapes_lock(counting *k) {
     while (__atomic_exchange_n(&k->mu, 1, __ATOMIC_ACQUIRE)) {
     }
+}
+static void shapes_unlock(counting *k) { __atomic_store_n(&k->mu, 0, __ATOMIC_RELEASE); }
+static void tally_shape(counting *k, const ll_gemm_desc *g, uint64_t ns) {
+    const ll_gemm_desc sh = shape_of(g);
+    shapes_lock(k);
     int i = 0;
     while (i < k->n_shapes && !same_shape(&k->shapes[i].g, &sh)) i++;
     if (i == k->n_shapes && k->n_shapes < GEMM_SHAPES_MAX) {
@@ -271,7 +275,7 @@ static void tally_shape(counting *k, const ll_gemm_desc *g, uint64_t ns) {
         k->shapes[i].calls++;
         k->shapes[i].ns += ns;
     }
-    __atomic_store_n(&k->mu, 0, __ATOMIC_RELEASE);
+    shapes_unlock(k);
 }
 static void c_gemm(ll_backend *be, const ll_gemm_desc *g) {
     counting *k_ = (counting *)be;
@@ -573,23 +577,21 @@ static int by_time_then_calls(const void *pa, const void *pb) {
 }
 int ll_backend_gemm_shapes(ll_backend *be, ll_gemm_shape *out, int max) {
     counting *k = (counting *)be;
-    while (__atomic_exchange_n(&k->mu, 1, __ATOMIC_ACQUIRE)) {
-    }
+    shapes_lock(k);
     const int n = k->n_shapes < max ? k->n_shapes : max;
     ll_gemm_shape *all = ll_malloc((size_t)(k->n_shapes ? k->n_shapes : 1) * sizeof *all);
     memcpy(all, k->shapes, (size_t)k->n_shapes * sizeof *all);
     qsort(all, (size_t)k->n_shapes, sizeof *all, by_time_then_calls);
     memcpy(out, all, (size_t)n * sizeof *out);
-    __atomic_store_n(&k->mu, 0, __ATOMIC_RELEASE);
+    shapes_unlock(k);
     free(all);
     return n;
 }
 void ll_backend_gemm_shapes_reset(ll_backend *be) {
     counting *k = (counting *)be;
-    while (__atomic_exchange_n(&k->mu, 1, __ATOMIC_ACQUIRE)) {
-    }
+    shapes_lock(k);
     k->n_shapes = 0;
-    __atomic_store_n(&k->mu, 0, __ATOMIC_RELEASE);
+    shapes_unlock(k);
 }
 
 void ll_backend_counting_free(ll_backend *be) {
