@@ -40,12 +40,14 @@ bible_or_fail() {
 precision() { echo "--set train.precision=$1"; }
 
 # bible_train NAME DEVICE PRECISION UPDATES [--set ...]: the bible_quick model
-# (d 256, 3+3 layers) on bible_gpu.cfg's data, into $T/NAME
+# (d 256, 3+3 layers) on bible_gpu.cfg's data, into $T/NAME (TRAIN_WRAP: an array, the
+# command lltrain runs under, e.g. compute-sanitizer)
+TRAIN_WRAP=()
 bible_train() {
   local name=$1 dev=$2 prec=$3 upd=$4
   shift 4
   # shellcheck disable=SC2046
-  "$BIN/lltrain" --config "$SRC/configs/bible_gpu.cfg" --set data.dir="$BIBLE_BIN" --set model.d_model=256 \
+  ${TRAIN_WRAP[@]+"${TRAIN_WRAP[@]}"} "$BIN/lltrain" --config "$SRC/configs/bible_gpu.cfg" --set data.dir="$BIBLE_BIN" --set model.d_model=256 \
     --set model.ffn_dim=1024 --set model.heads=4 --set model.enc_layers=3 --set model.dec_layers=3 \
     --set model.dropout=0.1 --set model.attn_dropout=0 --set model.act_dropout=0 --set data.max_tokens=4096 \
     --set train.lr=2e-3 --set train.warmup_updates=200 --set train.clip_norm=0 --set train.max_minutes=0 \

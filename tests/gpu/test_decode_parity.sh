@@ -32,6 +32,16 @@ if ! bible_train model "$GPUDEV" fp32 "$UPD" "${extra[@]}"; then
     else
       echo "decode-parity: with train.tf32=false it fails too: $(tail -1 "$T/exact.log")"
     fi
+    # compute-sanitizer's memcheck names the faulting kernel and its instruction (on a GPU: the
+    # emulation has no such tool; the first 30 updates, without graphs)
+    CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
+    if [ -n "$CS" ] && ! "$BIN/lltrain" --devices 2>&1 | grep -q EMULATED; then
+      TRAIN_WRAP=(timeout 150 "$CS" --tool memcheck --print-limit 5 --log-file "$T/memcheck.cs.log")
+      bible_train memcheck "$GPUDEV" fp32 30 "${extra[@]}" --set train.cuda_graphs=false
+      TRAIN_WRAP=()
+      echo "decode-parity: under compute-sanitizer memcheck, 30 updates: $(tail -1 "$T/memcheck.log");" \
+        "$(grep -E '^=========' "$T/memcheck.cs.log" 2> /dev/null | grep -v 'COMPUTE-SANITIZER' | head -6 | paste -sd' ' | cut -c1-600)"
+    fi
   fi
   trained=cpu
   bible_train model cpu fp32 $((UPD / 2)) || { err "CPU training failed too: $(tail -1 "$T/model.log")"; exit 1; }
