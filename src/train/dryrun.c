@@ -6,6 +6,7 @@
  * activations (train.precision), so both columns are measurements: bf16 has
  * activations and the weight copy matmuls read in 2 bytes, and fp32 master
  * weights, gradients, Adam moments and statistics. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +45,7 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
     ll_batch_full(&b, B, T);
     for (int rep = 0; rep < reps; rep++) {
         d->step = *ll_backend_counts(be);
+        ll_backend_gemm_shapes_reset(be); /* the last step's matmuls by shape */
         for (int s = 0; s < 2; s++) /* every layer runs (no LayerDrop, gates on) */
             if (ll_latent_on(m, s)) ll_latent_sample(m, s, 0, 1, 0, 1, 0);
         ll_model_zero_grads(m); /* as the trainer starts an update */
@@ -79,6 +81,36 @@ static void print_step_ops(const ll_op_counts *st) {
         printf("  %-32s %12llu %12llu\n", ll_backend_op_name(best), (unsigned long long)st->per_op[best],
                (unsigned long long)st->per_op_launches[best]);
     }
+}
+
+/* The step's matmuls by shape, the most FLOPs first (the shapes a GPU profile would time:
+ * ll_gpu_bench --gemm-survey). */
+static double shape_flops(const ll_gemm_shape *s) { return 2.0 * s->g.M * s->g.N * s->g.K * (double)s->calls; }
+static int by_flops(const void *pa, const void *pb) {
+    const double a = shape_flops(pa), b = shape_flops(pb);
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+static void print_step_gemms(ll_backend *be) {
+    enum { MAX = 256, SHOWN = 12 };
+    ll_gemm_shape *sh = ll_malloc(MAX * sizeof *sh);
+    const int n = ll_backend_gemm_shapes(be, sh, MAX);
+    qsort(sh, (size_t)n, sizeof *sh, by_flops);
+    double total = 0;
+    uint64_t calls = 0;
+    for (int i = 0; i < n; i++) total += shape_flops(&sh[i]), calls += sh[i].calls;
+    printf("matmuls of the step: %llu calls of %d shapes, %.2f TFLOP; the %d with the most FLOPs:\n",
+           (unsigned long long)calls, n, total * 1e-12, n < SHOWN ? n : SHOWN);
+    printf("  %6s %5s %6s %6s %6s %-11s %-5s %9s %6s\n", "calls", "trans", "M", "N", "K", "types", "epi", "GFLOP", "share");
+    static const char *epi[] = {"-", "bias", "relu", "bgrad"};
+    for (int i = 0; i < n && i < SHOWN; i++) {
+        const ll_gemm_desc *g = &sh[i].g;
+        char types[16];
+        snprintf(types, sizeof types, "%s>%s", ll_dtype_str(g->a_type), ll_dtype_str(g->c_type));
+        printf("  %6llu %4d%d %6d %6d %6d %-11s %-5s %9.1f %5.1f%%\n", (unsigned long long)sh[i].calls, g->trans_a,
+               g->trans_b, g->M, g->N, g->K, types, (unsigned)g->epi < 4 ? epi[g->epi] : "?", shape_flops(&sh[i]) * 1e-9,
+               total > 0 ? 100 * shape_flops(&sh[i]) / total : 0);
+    }
+    free(sh);
 }
 
 static void dry_free(dry_step *d) {
@@ -123,6 +155,7 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     const dry_step *own = ll_config_act_dtype(cfg) == LL_BF16 ? &h : &d; /* the config's train.precision */
     printf("%s activations:\n", ll_dtype_str(own->m->be->act));
     print_step_ops(&own->step);
+    print_step_gemms(own->be);
     printf("%-34s %12s %12s\n", "backend memory (GiB), measured", "fp32", "bf16");
     printf("%-34s %12.3f %12.3f\n", "master weights (fp32)", gib(R * P), gib(R * P));
     printf("%-34s %12s %12.3f\n", "weight copy for matmuls (bf16)", "-", gib(copy16));
