@@ -254,7 +254,7 @@ run_bench() {
   step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-base 60 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
-  sed -n '/^class /,/^total/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
+  sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
   grep -E '^(gemm survey|  calls|matmul time per step|RESULT ll_gemm_survey)|^ +[0-9]+ [01][01] ' \
     "$L/bench-ll-ll64-profile.log" | head -40 | sed 's/^/  /' | tee -a "$S"
 }

@@ -17,7 +17,8 @@
  * conditional nodes' data (LL_CUDA_GRAPH_CONDS=0: a capture per draw, the A/B).
  * --profile times every op between syncs (ll_backend_timing) and prints ms per
  * step by op and by op class: slower than the real step, but it shows where
- * the time goes.  --gemm-survey N (with --profile): then each distinct matmul
+ * the time goes (and what a no-work op costs between syncs, the part of each
+ * op's time that a real step does not pay).  --gemm-survey N (with --profile): then each distinct matmul
  * of the step, by time, is run alone with cuBLASLt's first N candidate
  * algorithms, each timed with CUDA events (ll_backend_gemm_survey): the
  * matmul time per step without the profile's syncs, at the heuristic's choice
@@ -45,6 +46,31 @@ static void usage(const char *argv0) {
             "          [--profile [--gemm-survey N]] [--set section.key=value ...]\n",
             argv0);
     exit(2);
+}
+
+static int by_value(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* What the profile's timing adds to each op: a 4-byte memset between syncs (a launch, no work,
+ * the sync's round trip), the median of 200 */
+static void sync_cost(ll_backend *be, double ops_per_step) {
+    enum { REPS = 200 };
+    void *p = be->alloc(be, 256);
+    double t[REPS];
+    for (int i = 0; i < REPS; i++) {
+        be->sync(be);
+        const double t0 = ll_now();
+        be->memset0(be, p, 4);
+        be->sync(be);
+        t[i] = ll_now() - t0;
+    }
+    be->free(be, p);
+    qsort(t, REPS, sizeof t[0], by_value);
+    printf("an op of no work between syncs: %.1f us (median of %d); the profile's %.0f ops per step carry ~%.1f ms "
+           "of it\n",
+           1e6 * t[REPS / 2], REPS, ops_per_step, 1e3 * t[REPS / 2] * ops_per_step);
 }
 
 static double gemm_flops(const ll_gemm_desc *g) { return 2.0 * g->M * g->N * g->K; }
@@ -271,6 +297,10 @@ int main(int argc, char **argv) {
         printf("profile (%d steps, ops timed between syncs; the real step is %.1f ms without --profile):\n", steps,
                1e3 * dt);
         ll_backend_print_profile(stdout, ll_backend_counts(timed), steps);
+        const ll_op_counts *oc = ll_backend_counts(timed);
+        double ops = 0;
+        for (size_t i = 0; i < sizeof oc->per_op / sizeof oc->per_op[0]; i++) ops += (double)oc->per_op[i];
+        sync_cost(plain, ops / steps);
         if (survey) gemm_survey(plain, timed, steps, survey, model, device);
     }
     uint64_t tuned = 0, switched = 0; /* LL_CUDA_GEMM_TUNE: matmul shapes timed, and switched algorithm */
