@@ -52,6 +52,8 @@ struct lt_desc {
     cublasLtEpilogue_t epi;
     const void *bias;
     int bias_type; /* -1: D's type */
+    void *aux;      /* RELU_AUX_BIAS / DRELU: the ReLU bitmask */
+    int64_t aux_ld; /* its leading dimension, in bits */
 };
 struct lt_layout {
     cudaDataType type;
@@ -116,7 +118,14 @@ struct gemm_job {
     int tf32;
     cublasLtEpilogue_t epi;
     const void *bias;
+    uint8_t *aux;
+    int64_t aux_ld;
 };
+
+/* The ReLU bitmask's bit of element (i, j): bit i + j * ld, least significant bit of each byte
+ * first.  A GUESS: cuBLASLt does not document the order (tests/gpu/test_relu_mask_cuda.c reads
+ * it off a GPU; ll itself does not use these epilogues yet). */
+static size_t mask_bit(int64_t ld, int i, int j) { return (size_t)i + (size_t)j * (size_t)ld; }
 
 /* Runs on the stream: D = epi(alpha op(A) op(B) + beta C). */
 void gemm_run(const gemm_job &g) {
@@ -129,8 +138,18 @@ void gemm_run(const gemm_job &g) {
         for (int i = 0; i < g.m; i++) {
             float v = g.alpha * t[(size_t)i + (size_t)j * g.m];
             if (g.beta != 0.0f) v += g.beta * load(g.C, g.ct, (size_t)i + (size_t)j * g.ldc);
-            if (g.epi == CUBLASLT_EPILOGUE_BIAS || g.epi == CUBLASLT_EPILOGUE_RELU_BIAS) v += load(g.bias, g.bias_t, i);
-            if (g.epi == CUBLASLT_EPILOGUE_RELU_BIAS && v < 0.0f) v = 0.0f;
+            if (g.epi == CUBLASLT_EPILOGUE_BIAS || g.epi == CUBLASLT_EPILOGUE_RELU_BIAS ||
+                g.epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS)
+                v += load(g.bias, g.bias_t, i);
+            if (g.epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS) { /* the sign into the mask, then the ReLU */
+                const size_t bit = mask_bit(g.aux_ld, i, j);
+                g.aux[bit >> 3] = (uint8_t)((g.aux[bit >> 3] & ~(1u << (bit & 7))) | (unsigned)(v > 0.0f) << (bit & 7));
+            }
+            if (g.epi == CUBLASLT_EPILOGUE_DRELU) {
+                const size_t bit = mask_bit(g.aux_ld, i, j);
+                if (!(g.aux[bit >> 3] >> (bit & 7) & 1)) v = 0.0f;
+            }
+            if ((g.epi == CUBLASLT_EPILOGUE_RELU_BIAS || g.epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS) && v < 0.0f) v = 0.0f;
             store(g.D, g.dt, (size_t)i + (size_t)j * g.ldd, v);
         }
     if (g.epi == CUBLASLT_EPILOGUE_BGRADA) /* [m]: op(A) summed over k */
@@ -178,6 +197,14 @@ cublasStatus_t supported(const lt_desc *d, const lt_layout *A, const lt_layout *
             return *why = "BGRADB into an fp32 D with transb N (refused by cuBLASLt 13.0 on an H100 and an H200)",
                    CUBLAS_STATUS_NOT_SUPPORTED;
         break;
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DRELU:
+        if (d->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS && d->bias_type != -1 && d->bias_type != (int)D->type)
+            return *why = "bias type differs from D's type", CUBLAS_STATUS_INVALID_VALUE;
+        if (d->aux_ld < (int64_t)D->rows || d->aux_ld % 128)
+            return *why = "the ReLU bitmask's leading dimension (bits) is below D's rows or not a multiple of 128",
+                   CUBLAS_STATUS_INVALID_VALUE;
+        break;
     default: return *why = "epilogue", CUBLAS_STATUS_NOT_SUPPORTED;
     }
     const uint64_t m = D->rows, n = D->cols, k = d->ta ? A->rows : A->cols;
@@ -207,7 +234,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale) {
-    *d = (cublasLtMatmulDesc_t) new lt_desc{compute, scale, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, -1};
+    *d = (cublasLtMatmulDesc_t) new lt_desc{compute, scale, 0, 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, -1, NULL, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -238,6 +265,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t dd, cublasLtM
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         if (n != sizeof(cudaDataType_t) && n != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&d->bias_type, buf, sizeof(int32_t));
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        if (n != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->aux, buf, n);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        if (n != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->aux_ld, buf, n);
         return CUBLAS_STATUS_SUCCESS;
     default: return CUBLAS_STATUS_NOT_SUPPORTED; /* attributes the project does not use */
     }
@@ -394,6 +429,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
     g.tf32 = d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
     g.epi = d->epi;
     g.bias = d->bias;
+    g.aux = (uint8_t *)d->aux;
+    g.aux_ld = d->aux_ld;
+    if (g.epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || g.epi == CUBLASLT_EPILOGUE_DRELU) {
+        const size_t bytes = (mask_bit(g.aux_ld, (int)dl->rows - 1, (int)dl->cols - 1) >> 3) + 1;
+        if (!g.aux || ll_emu::device_range(g.aux, bytes) != 1) {
+            fprintf(stderr, "cuda-emu: cuBLASLt: the ReLU bitmask is not device memory or runs past its allocation\n");
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
     ll_emu::enqueue(stream, "cublasLtMatmul", [g]() {
         if (!ll_emu::faulted("cublasLtMatmul", "cuBLASLt", 0)) gemm_run(g);
     });
