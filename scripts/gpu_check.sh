@@ -205,7 +205,7 @@ run_sanitize() {
     # initialisation asks cudaFuncGetAttributes for kernels of other architectures (error 209,
     # inside pncclCommInitRank): API errors are not reported for that test, memory errors are
     export LL_GPU_TEST_BIG_BATCH=0
-    for t in ${GPU_CHECK_MEMCHECK:-gpu_smoke attention_cuda wmma_cuda layernorm_cuda typed_cuda decode_cuda step_cuda \
+    for t in ${GPU_CHECK_MEMCHECK:-gpu_smoke attention_cuda wmma_cuda layernorm_cuda typed_cuda relu_mask_cuda decode_cuda step_cuda \
       dist_nccl graph_cuda graph_cond_cuda ops_cuda}; do
       api=()
       # (graph_cuda and graph_cond_cuda provoke CUDA's capture errors on purpose)
