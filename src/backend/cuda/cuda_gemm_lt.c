@@ -595,7 +595,8 @@ static int tune_entry(lt_state *st, lt_entry *e, float beta, cudaStream_t s) {
     const char *pick = getenv("LL_CUDA_EMU_TUNE_PICK");
     if (best < 0 && pick && atoi(pick) > 0 && atoi(pick) < n) best = atoi(pick), us[0] = 2, us[best] = 1;
 #endif
-    if (best <= 0 || !(us[best] < 0.97 * us[0])) return 0; /* (the first choice is what the entry has) */
+    /* (the entry has the first choice; one that failed to run is left for any that ran) */
+    if (best <= 0 || (us[0] > 0 && !(us[best] < 0.97 * us[0]))) return 0;
     e->algo = res[best].algo;
     st->switched++;
     return 1;
