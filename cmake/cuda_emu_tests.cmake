@@ -10,8 +10,18 @@ set_tests_properties(gpu_emu_sync_check PROPERTIES LABELS gpu ENVIRONMENT
 # ... a fault inside cuBLASLt is blamed on the product, described (which kernel choice faulted)
 add_test(NAME gpu_emu_sync_check_gemm COMMAND gpu_test_ops_cuda --op gemm)
 set_tests_properties(gpu_emu_sync_check_gemm PROPERTIES LABELS gpu ENVIRONMENT
-  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1"
+  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1;LL_CUDA_RELU_MASK=0"
   PASS_REGULAR_EXPRESSION "CUDA error after gemm \\(cuBLASLt: trans [01]/[01], M [0-9]+ N [0-9]+ K [0-9]+, (fp32|bf16) x (fp32|bf16) -> (fp32|bf16), epilogue [0-9], (TF32|exact fp32 accumulation)\\).*illegal memory access")
+# ... also in the backend's start-up probe of the ReLU-mask epilogues (src/backend/cuda/cuda_relu_mask.c),
+# and without the sync check the probe's own synchronisation stops with a message naming it
+add_test(NAME gpu_emu_sync_check_relu_probe COMMAND gpu_test_ops_cuda --op gemm)
+set_tests_properties(gpu_emu_sync_check_relu_probe PROPERTIES LABELS gpu ENVIRONMENT
+  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1"
+  PASS_REGULAR_EXPRESSION "CUDA error after gemm \\(cuBLASLt: trans 0/1, M [0-9]+ N [0-9]+ K [0-9]+, (fp32|bf16) x (fp32|bf16) -> (fp32|bf16), epilogue 4, exact fp32 accumulation; the start-up probe of the ReLU-mask epilogues.*illegal memory access")
+add_test(NAME gpu_emu_fault_relu_probe COMMAND gpu_test_ops_cuda --op gemm)
+set_tests_properties(gpu_emu_fault_relu_probe PROPERTIES LABELS gpu ENVIRONMENT
+  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=cublasLtMatmul"
+  PASS_REGULAR_EXPRESSION "CUDA error in the start-up probe of cuBLASLt's ReLU-mask epilogues.*illegal memory access")
 # ... without it the fault surfaces at the next synchronisation, in another call
 add_test(NAME gpu_emu_fault_late COMMAND gpu_test_ops_cuda --op layernorm_fwd)
 set_tests_properties(gpu_emu_fault_late PROPERTIES LABELS gpu ENVIRONMENT

@@ -278,7 +278,9 @@ typedef enum {
     LL_CUDA_EPI_BIAS,
     LL_CUDA_EPI_BIAS_RELU,
     LL_CUDA_EPI_BGRAD_A,
-    LL_CUDA_EPI_BGRAD_B
+    LL_CUDA_EPI_BGRAD_B,
+    LL_CUDA_EPI_BIAS_RELU_AUX, /* BIAS_RELU, the ReLU bitmask into aux (cuBLASLt's RELU_AUX_BIAS) */
+    LL_CUDA_EPI_DRELU          /* C = product * mask of aux (cuBLASLt's DRELU) */
 } ll_cuda_epilogue;
 typedef enum { LL_CUDA_MATH_EXACT = 0, LL_CUDA_MATH_TF32 = 1 } ll_cuda_math;
 typedef struct {
@@ -299,6 +301,8 @@ typedef struct {
     ll_cuda_dtype bias_type; /* fp32 or bf16; cuBLASLt refuses one other than C's (the caller falls back) */
     float *bgrad;            /* BGRAD_A: [M]; BGRAD_B: [N] */
     ll_cuda_math math;       /* fp32 operands only: EXACT (parity tests) or TF32 */
+    void *aux;               /* BIAS_RELU_AUX, DRELU: the bitmask, aux_ld / 8 bytes per row of C */
+    int aux_ld;              /* its leading dimension in bits: a multiple of 128, >= N */
 } ll_cuda_gemm_desc;
 int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d);
 /* Math mode of the gemm op's fp32 products on this device (both dtypes'

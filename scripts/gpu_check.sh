@@ -253,6 +253,9 @@ run_bench() {
   step bench-ll-ll64-profile 60 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8
   step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-base 60 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
+  # the FFN's ReLU backward as a separate pass against the default DRELU epilogue
+  step bench-ll-ll64-norelumask 60 env LL_CUDA_RELU_MASK=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+    --peak-tflops "$PEAK"
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
   grep -E '^(gemm survey|  calls|matmul time per step|RESULT ll_gemm_survey)|^ +[0-9]+ [01][01] ' \

@@ -84,7 +84,7 @@ static void gemm_survey(ll_backend *be, ll_backend *timed, int steps, int n, con
     const int ns = ll_backend_gemm_shapes(timed, sh, MAX_SHAPES);
     printf("gemm survey: %d shapes, cuBLASLt's first %d candidates each, timed alone over %d calls (CUDA events)\n",
            ns, n, REPS);
-    printf("%7s %3s %6s %6s %6s %-11s %4s %4s %9s | %9s %7s | %9s %7s %-22s | %8s\n", "calls", "t", "M", "N", "K",
+    printf("%7s %3s %6s %6s %6s %-11s %-9s %4s %9s | %9s %7s | %9s %7s %-22s | %8s\n", "calls", "t", "M", "N", "K",
            "types", "epi", "beta", "prof us", "heur us", "TFLOP/s", "best us", "TFLOP/s", "best (id/tile/stg/splitk)",
            "save ms");
     double heur_ms = 0, best_ms = 0, prof_ms = 0, flops = 0;
@@ -109,14 +109,14 @@ static void gemm_survey(ll_backend *be, ll_backend *timed, int steps, int n, con
             else if (got == 0) snprintf(why, sizeof why, "no cuBLASLt candidate (the op falls back)");
             else if (untimed) snprintf(why, sizeof why, "%d of %d candidates ran, untimed (no event timing here)", untimed, got);
             else snprintf(why, sizeof why, "the heuristic's choice failed to run");
-            printf("%7.0f %d%d %6d %6d %6d %-11s %4d %4.0f %9.1f | %s\n", calls, g->trans_a, g->trans_b, g->M, g->N,
-                   g->K, types, (int)g->epi, (double)g->beta, prof_us, why);
+            printf("%7.0f %d%d %6d %6d %6d %-11s %-9s %4.0f %9.1f | %s\n", calls, g->trans_a, g->trans_b, g->M, g->N,
+                   g->K, types, ll_epilogue_str(g->epi), (double)g->beta, prof_us, why);
             continue;
         }
         const double f = gemm_flops(g), save = calls * (t[0].us - t[b].us) * 1e-3;
         snprintf(best, sizeof best, "#%d %d/%d/%d/%d", b, t[b].algo_id, t[b].tile, t[b].stages, t[b].splitk);
-        printf("%7.0f %d%d %6d %6d %6d %-11s %4d %4.0f %9.1f | %9.1f %7.1f | %9.1f %7.1f %-22s | %8.3f\n", calls,
-               g->trans_a, g->trans_b, g->M, g->N, g->K, types, (int)g->epi, (double)g->beta, prof_us, t[0].us,
+        printf("%7.0f %d%d %6d %6d %6d %-11s %-9s %4.0f %9.1f | %9.1f %7.1f | %9.1f %7.1f %-22s | %8.3f\n", calls,
+               g->trans_a, g->trans_b, g->M, g->N, g->K, types, ll_epilogue_str(g->epi), (double)g->beta, prof_us, t[0].us,
                f / t[0].us * 1e-6, t[b].us, f / t[b].us * 1e-6, best, save);
         heur_ms += calls * t[0].us * 1e-3;
         best_ms += calls * t[b].us * 1e-3;
@@ -307,12 +307,13 @@ int main(int argc, char **argv) {
     ll_backend_gemm_tune_stats(plain, &tuned, &switched);
     printf("RESULT ll_gpu_train model=%s device=%s precision=%s graphs=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
            "peak_mem_gib=%.2f graph_replays=%llu graph_captures=%llu graph_conditionals=%.0f gemm_tuned=%llu "
-           "gemm_switched=%llu graph_tune_drops=%llu\n",
+           "gemm_switched=%llu graph_tune_drops=%llu relu_mask=%s\n",
            model, device, ll_dtype_str(be->act), m->graphs && be->graph_begin ? "on" : "off", ntok / dt, dt, tflops,
            peak > 0 ? tflops / peak : 0, mem / (1 << 30), (unsigned long long)(g1.replays - g0.replays),
            (unsigned long long)(g1.captures - g0.captures),
            g1.captures ? (double)g1.conditionals / (double)g1.captures : 0.0, /* per captured graph */
-           (unsigned long long)tuned, (unsigned long long)switched, (unsigned long long)g1.tune_drops);
+           (unsigned long long)tuned, (unsigned long long)switched, (unsigned long long)g1.tune_drops,
+           plain->relu_mask_bytes ? "drelu" : "off"); /* the FFN's ReLU backward in the DRELU epilogue */
     for (int k = 0; k < NB; k++) {
         free(b[k].src), free(b[k].tgt_in), free(b[k].tgt_out), free(b[k].src_len), free(b[k].tgt_len);
     }

@@ -93,6 +93,10 @@ ab no_graphs "| model | ll tok/s, one CUDA graph per step | ll tok/s, kernel by 
 # cuBLASLt's heuristic choice (the default) against the fastest of its first 8 candidates per shape
 ab gemm_tune "| model | ll tok/s, cuBLASLt's heuristic | ll tok/s, LL_CUDA_GEMM_TUNE=8 | heuristic / tuned |" \
   LL_CUDA_GEMM_TUNE=8
+# the FFN's ReLU backward in the backward matmul's DRELU epilogue (the default where cuBLASLt's probe
+# passed) against a separate relu_bwd pass
+ab relu_mask "| model | ll tok/s, ReLU backward in DRELU | ll tok/s, separate relu_bwd | DRELU / separate |" \
+  LL_CUDA_RELU_MASK=0
 # kept graphs launched as they are (the default: the host only runs the shadow step) against a
 # capture and update every step
 ab capture_each_step "| model | ll tok/s, kept graphs replayed | ll tok/s, captured every step | replay / capture |" \

@@ -107,14 +107,26 @@ static inline float ll_bf16_to_f32(uint16_t h) {
 /* residual_bwd: what happens to dx. */
 enum { LL_RES_NONE, LL_RES_COPY, LL_RES_ACC };
 
-/* gemm epilogues, one to one with cuBLASLt's (CUBLASLT_EPILOGUE_BIAS, _RELU_BIAS, _BGRADx). */
+/* gemm epilogues, one to one with cuBLASLt's (CUBLASLT_EPILOGUE_BIAS, _RELU_BIAS, _BGRADx,
+ * _RELU_AUX_BIAS, _DRELU). */
 typedef enum {
     LL_EPI_NONE,
     LL_EPI_BIAS,      /* C[m, n] += bias[n] after the product (linear layer forward) */
     LL_EPI_BIAS_RELU, /* then C = max(C, 0) (FFN fc1) */
     LL_EPI_BGRAD,     /* also bgrad[m] += sum_k op(A)[m, k] (= with bgrad_set): with A = dY^T of a
                        * weight-gradient gemm dW = dY^T X, the bias gradient (the column sums of dY) */
+    /* Only where be->relu_mask_bytes offers masks (training's FFN on CUDA).  The mask is opaque
+     * (cuBLASLt's bit order): written by BIAS_RELU_AUX, read by a DRELU whose C has the same
+     * [M, N] shape.  The backend knows whether it wrote a mask; where it did not (a refused
+     * epilogue), DRELU uses relu_y instead, so results never depend on the bit order. */
+    LL_EPI_BIAS_RELU_AUX, /* BIAS_RELU, and (C > 0) into the mask aux */
+    LL_EPI_DRELU,         /* C = (op(A) op(B)) * (mask of aux; else relu_y > 0), beta 0, C contiguous
+                           * (ldc = N); relu_y: the forward's output, C's layout */
 } ll_epilogue;
+static inline const char *ll_epilogue_str(ll_epilogue e) {
+    static const char *const s[] = {"-", "bias", "relu", "bgrad", "relu+mask", "drelu"};
+    return (unsigned)e < sizeof s / sizeof s[0] ? s[e] : "?";
+}
 
 /* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, row-major, each operand with
  * its own dtype and leading dimension (elements).  Supported combinations:
@@ -145,6 +157,8 @@ typedef struct {
     ll_dtype bias_type; /* of bias: the activation dtype or `real` (LL_F32 = 0 when left out) */
     real *bgrad;        /* BGRAD (accumulated) */
     int bgrad_set;      /* BGRAD: bgrad = the sums instead of += (a gradient known to be zero) */
+    void *aux;          /* BIAS_RELU_AUX (written), DRELU (read): relu_mask_bytes(M, N) bytes */
+    const void *relu_y; /* DRELU: the ReLU's output, where the mask was not written */
 } ll_gemm_desc;
 
 /* graph_begin/graph_end/graph_replay so far (a backend's, for logs and tests) */
@@ -215,6 +229,10 @@ struct ll_backend {
     void (*convert)(ll_backend *be, void *dst, ll_dtype dst_type, const void *src, ll_dtype src_type, size_t n);
 
     void (*gemm)(ll_backend *be, const ll_gemm_desc *g);
+    /* Optional (NULL or 0 = not offered): the bytes of a ReLU mask for a gemm's C of [rows, cols]
+     * (LL_EPI_BIAS_RELU_AUX / LL_EPI_DRELU: the ReLU's backward fused into the next matmul's
+     * epilogue).  CUDA offers it when a start-up probe of cuBLASLt's two epilogues passed. */
+    size_t (*relu_mask_bytes)(ll_backend *be, int rows, int cols);
 
     /* Layer norm over the last dim C (eps 1e-5); saves mean/rstd [N] for backward.
      * w, b: the fp32 master gains/biases; statistics in fp32. */

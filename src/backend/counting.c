@@ -97,7 +97,7 @@ static void fp_raw(counting *k, const void *p, size_t n) {
 #define FP_PTR(k, p) fp_u64(k, (uint64_t)(uintptr_t)(p))
 /* a field added to one of these must be hashed below (else a kept CUDA graph could be replayed
  * for a step that differs in it): the sizes as of the fields hashed, on 64-bit targets */
-_Static_assert(sizeof(void *) != 8 || sizeof(ll_gemm_desc) == (sizeof(real) == 4 ? 120 : 128),
+_Static_assert(sizeof(void *) != 8 || sizeof(ll_gemm_desc) == (sizeof(real) == 4 ? 136 : 144),
                "a new ll_gemm_desc field: hash it in fp_gemm");
 _Static_assert(sizeof(void *) != 8 || sizeof(ll_philox) == 24, "a new ll_philox field: hash it in fp_philox");
 _Static_assert(sizeof(void *) != 8 || sizeof(ll_latent_prior) == 160, "a new ll_latent_prior field: hash it in fp_prior");
@@ -109,6 +109,7 @@ static void fp_gemm(counting *k, const void *px, size_t n) {
     for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++) fp_u64(k, (uint64_t)iv[i]);
     fp_raw(k, &g->alpha, sizeof g->alpha), fp_raw(k, &g->beta, sizeof g->beta);
     FP_PTR(k, g->A), FP_PTR(k, g->B), FP_PTR(k, g->C), FP_PTR(k, g->bias), FP_PTR(k, g->bgrad);
+    FP_PTR(k, g->aux), FP_PTR(k, g->relu_y);
 }
 static void fp_philox(counting *k, const void *px, size_t n) {
     (void)n;
@@ -189,7 +190,8 @@ static void fp_ptrs(counting *k, const void *const *v, int n) {
 static uint64_t chunks64(int k) { return k > 0 ? (uint64_t)(k + 63) / 64 : 0; } /* LL_CUDA_DLCL_CHUNK entries a launch */
 static uint64_t gemm_launches(const ll_gemm_desc *g) {
     if (g->M <= 0 || g->N <= 0) return 0;
-    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU, bgrad = g->epi == LL_EPI_BGRAD;
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU || g->epi == LL_EPI_BIAS_RELU_AUX;
+    const int bgrad = g->epi == LL_EPI_BGRAD;
     if (g->K <= 0) return (g->beta != 1 || bias) + (bgrad && g->bgrad_set); /* (+ the memset of bgrad) */
     return 1 + (bgrad && !g->bgrad_set); /* BGRAD added: into scratch, then an acc into bgrad */
 }
@@ -479,6 +481,16 @@ static void c_download(ll_backend *be, void *dst, const void *src, size_t n) {
         memset(dst, 0, n); /* dry: the host sees zeros */
 }
 
+/* a query, not an op: the inner backend's answer (a dry run's: cuBLASLt's size, as CUDA offers it) */
+static size_t c_relu_mask_bytes(ll_backend *be, int rows, int cols) {
+    ll_backend *in = ((counting *)be)->inner;
+    return in->relu_mask_bytes ? in->relu_mask_bytes(in, rows, cols) : 0;
+}
+static size_t dry_relu_mask_bytes(ll_backend *be, int rows, int cols) {
+    (void)be;
+    return rows > 0 && cols > 0 ? (size_t)(cols + 127) / 128 * 16 * (size_t)rows : 0;
+}
+
 #define SET(name) w->be.name = in->name ? c_##name : NULL
 ll_backend *ll_backend_counting(ll_backend *in) {
     counting *w = calloc(1, sizeof *w);
@@ -488,6 +500,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     w->be.impl = in->impl;
     w->be.act = in->act;
     SET(alloc), SET(free), SET(upload), SET(download), SET(memset0), SET(copy), SET(sync), SET(convert), SET(gemm);
+    SET(relu_mask_bytes);
     SET(layernorm_fwd), SET(layernorm_bwd), SET(embed_fwd), SET(embed_bwd);
     SET(relu_fwd), SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled);
     SET(acc), SET(add_gated), SET(scale_gated), SET(dot_acc), SET(residual_fwd), SET(residual_bwd);
@@ -508,6 +521,7 @@ ll_backend *ll_backend_dry(ll_backend *like) {
     if (!k) return NULL;
     k->dry = 1;
     k->next = (uintptr_t)1 << 44; /* far from any host mapping: never dereferenced */
+    k->be.relu_mask_bytes = dry_relu_mask_bytes; /* the step as on CUDA: the FFN's ReLU backward in DRELU */
     return &k->be;
 }
 

@@ -29,10 +29,13 @@ ll_gemm_desc ll_gemm_xwt(const ll_model *m, ll_act *y, const ll_act *x, int N, i
                           .B = ACT(m, m->wact, w), .b_type = t, .ldb = in, .C = y, .c_type = t, .ldc = out};
 }
 
-void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu) {
+/* relu_mask (NULL: none): the ReLU's mask written for the backward's DRELU (relu_mask_bytes) */
+static void linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu,
+                       void *relu_mask) {
     ll_gemm_desc g = ll_gemm_xwt(m, y, x, N, in, out, w);
     if (b) {
-        g.epi = relu ? LL_EPI_BIAS_RELU : LL_EPI_BIAS;
+        g.epi = relu ? (relu_mask ? LL_EPI_BIAS_RELU_AUX : LL_EPI_BIAS_RELU) : LL_EPI_BIAS;
+        g.aux = relu ? relu_mask : NULL;
         /* the bias from the weight copy, in C's dtype: cuBLASLt fuses no other
          * (with bf16 the sum is fp32 + the exactly widened bf16 bias, one rounding) */
         g.bias = ACT(m, m->wact, b);
@@ -43,14 +46,21 @@ void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int o
     m->be->gemm(m->be, &g);
 }
 
+void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu) {
+    linear_fwd(m, y, x, N, in, out, w, b, relu, NULL);
+}
+
+/* relu_mask (NULL: none): dx is then also multiplied by the ReLU's gradient (DRELU; dx_beta 0),
+ * from the mask or else from relu_y, the ReLU's output */
 static void linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, const ll_act *dy, const ll_act *x,
-                       int N, int in, int out, size_t w, size_t b) {
+                       int N, int in, int out, size_t w, size_t b, void *relu_mask, const ll_act *relu_y) {
     ll_backend *be = m->be;
     const ll_dtype t = be->act;
     if (dx) { /* dx[N,in] = dy[N,out] W[out,in] */
         const ll_gemm_desc g = {.M = N, .N = in, .K = out, .alpha = 1, .beta = dx_beta, .A = dy, .a_type = t,
                                 .lda = out, .B = ACT(m, m->wact, w), .b_type = t, .ldb = in, .C = dx,
-                                .c_type = dx_type, .ldc = in};
+                                .c_type = dx_type, .ldc = in, .epi = relu_mask ? LL_EPI_DRELU : LL_EPI_NONE,
+                                .aux = relu_mask, .relu_y = relu_mask ? relu_y : NULL};
         be->gemm(be, &g);
     }
     /* dW[out,in] += dy^T x in fp32; the bias gradient (column sums of dy) in the epilogue.  The
@@ -65,12 +75,12 @@ static void linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, co
 
 void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in, int out,
                    size_t w, size_t b) {
-    linear_bwd(m, dx, m->be->act, dx_beta, dy, x, N, in, out, w, b);
+    linear_bwd(m, dx, m->be->act, dx_beta, dy, x, N, in, out, w, b, NULL, NULL);
 }
 
 void ll_linear_bwd_real(ll_model *m, real *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in,
                         int out, size_t w, size_t b) {
-    linear_bwd(m, dx, LL_REAL_DTYPE, dx_beta, dy, x, N, in, out, w, b);
+    linear_bwd(m, dx, LL_REAL_DTYPE, dx_beta, dy, x, N, in, out, w, b, NULL, NULL);
 }
 
 static uint8_t *mask_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->arena, n); }
@@ -142,17 +152,23 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
     case SUB_FFN: {
         const int F = hp->F;
         k->h = ll_buf(m, (size_t)N * F);
-        sub_linear(m, p, layer, PK_FC1, k->h, in, N, C, F, L->fc1_w, L->fc1_b, 1); /* bias + ReLU epilogue */
-        k->hd = k->h;
+        /* training on CUDA: the ReLU's mask for the backward's DRELU epilogue (no relu_bwd pass) */
+        const size_t mb = p->train && be->relu_mask_bytes ? be->relu_mask_bytes(be, N, F) : 0;
+        k->relu_mask = mb ? mask_buf(m, mb) : NULL;
+        if (k->relu_mask)
+            linear_fwd(m, k->h, in, N, C, F, L->fc1_w, L->fc1_b, 1, k->relu_mask);
+        else
+            sub_linear(m, p, layer, PK_FC1, k->h, in, N, C, F, L->fc1_w, L->fc1_b, 1); /* bias + ReLU epilogue */
         k->amask = NULL;
         if (p->train && hp->act_dropout > 0) {
-            k->hd = ll_buf(m, (size_t)N * F);
-            be->copy(be, k->hd, k->h, ACT_BYTES(m, (size_t)N * F));
+            /* in place: h is then also the fc2 input the backward needs; relu_bwd on it is relu_bwd
+             * on the ReLU's output where the dropout kept (the scale 1/(1-p) > 1 keeps every positive
+             * positive), and dh is 0 where it dropped */
             k->amask = mask_buf(m, (size_t)N * F);
             ll_site_rng(&r, p, layer, SITE_ACT);
-            be->dropout_fwd(be, k->hd, k->amask, (size_t)N * F, hp->act_dropout, &r, (uint64_t)p->row0 * p->T * F);
+            be->dropout_fwd(be, k->h, k->amask, (size_t)N * F, hp->act_dropout, &r, (uint64_t)p->row0 * p->T * F);
         }
-        sub_linear(m, p, layer, PK_FC2, s, k->hd, N, F, C, L->fc2_w, L->fc2_b, 0);
+        sub_linear(m, p, layer, PK_FC2, s, k->h, N, F, C, L->fc2_w, L->fc2_b, 0);
         break;
     }
     }
@@ -193,9 +209,11 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const ll_act *in
     case SUB_FFN: {
         const int F = hp->F;
         ll_act *dh = ll_buf(m, (size_t)N * F);
-        ll_linear_bwd(m, dh, 0, ds, k->hd, N, F, C, L->fc2_w, L->fc2_b);
+        /* dh = ds W2 (* relu'(h) in the epilogue where masked: relu' and the dropout's mask are both
+         * elementwise 0/1 or 0/scale factors, so their order does not change a bit) */
+        linear_bwd(m, dh, be->act, 0, ds, k->h, N, F, C, L->fc2_w, L->fc2_b, k->relu_mask, k->h);
         if (k->amask) be->dropout_bwd(be, dh, k->amask, (size_t)N * F, hp->act_dropout);
-        be->relu_bwd(be, dh, k->h, (size_t)N * F);
+        if (!k->relu_mask) be->relu_bwd(be, dh, k->h, (size_t)N * F);
         ll_linear_bwd(m, din, din_beta, dh, in, N, C, F, L->fc1_w, L->fc1_b);
         break;
     }

@@ -51,8 +51,9 @@ typedef struct {
     real *lse;
     ll_philox attn_rng;
     /* FFN */
-    ll_act *h, *hd; /* fc1 output after ReLU, and after activation dropout */
-    uint8_t *amask;
+    ll_act *h;         /* fc1 output after ReLU (and activation dropout, in place) */
+    uint8_t *amask;    /* activation dropout's mask */
+    void *relu_mask;   /* the ReLU's mask for the backward's DRELU (be->relu_mask_bytes), or NULL */
     /* pre-norm fusion (ll_layer_fwd): next_ln, the layer norm that consumes y
      * (the next running block's, or the stack's final one), computed with the
      * residual sum; ln_done, this block's own LN(x) was computed that way */

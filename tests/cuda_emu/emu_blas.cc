@@ -21,7 +21,8 @@
  * aligned pointer is the misaligned access a GPU would fault on, reported and
  * refused with CUBLAS_STATUS_INVALID_VALUE.
  *
- * LL_CUDA_EMU_LT_REFUSE=epilogue refuses every epilogue, =all every matmul,
+ * LL_CUDA_EMU_LT_REFUSE=epilogue refuses every epilogue, =relu_mask the two
+ * of the ReLU mask (RELU_AUX_BIAS, DRELU), =all every matmul,
  * so the callers' fallbacks (kernels/gemm_epi.cu, cublasGemmEx) run too;
  * =fail runs every matmul and then reports CUBLAS_STATUS_EXECUTION_FAILED. */
 #include <cblas.h>
@@ -124,7 +125,8 @@ struct gemm_job {
 
 /* The ReLU bitmask's bit of element (i, j): bit i + j * ld, least significant bit of each byte
  * first.  A GUESS: cuBLASLt does not document the order (tests/gpu/test_relu_mask_cuda.c reads
- * it off a GPU; ll itself does not use these epilogues yet). */
+ * it off a GPU).  ll's FFN uses the mask only between these two epilogues, never reading a bit
+ * itself (src/backend/cuda/cuda_relu_mask.c), so its results do not depend on the order. */
 static size_t mask_bit(int64_t ld, int i, int j) { return (size_t)i + (size_t)j * (size_t)ld; }
 
 /* Runs on the stream: D = epi(alpha op(A) op(B) + beta C). */
@@ -173,6 +175,8 @@ cublasStatus_t supported(const lt_desc *d, const lt_layout *A, const lt_layout *
     if (!strcmp(mode, "all")) return *why = "LL_CUDA_EMU_LT_REFUSE=all", CUBLAS_STATUS_NOT_SUPPORTED;
     if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && !strcmp(mode, "epilogue"))
         return *why = "LL_CUDA_EMU_LT_REFUSE=epilogue", CUBLAS_STATUS_NOT_SUPPORTED;
+    if ((d->epi == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || d->epi == CUBLASLT_EPILOGUE_DRELU) && !strcmp(mode, "relu_mask"))
+        return *why = "LL_CUDA_EMU_LT_REFUSE=relu_mask", CUBLAS_STATUS_NOT_SUPPORTED;
     if (A->type != B->type || (A->type != CUDA_R_32F && A->type != CUDA_R_16BF))
         return *why = "operand types", CUBLAS_STATUS_NOT_SUPPORTED;
     if (C->type != D->type || (D->type != CUDA_R_32F && D->type != CUDA_R_16BF) ||

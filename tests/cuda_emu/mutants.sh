@@ -28,6 +28,8 @@
 #   ticket     the residual backward's last block does not put the ticket counter
 #              back to 0 (the next launch's blocks never see the last ticket: its
 #              gate gradients are never added)
+#   relu_note  the gemm op's DRELU reads the ReLU mask also where cuBLASLt did not
+#              write it (a refused forward epilogue: the mask is garbage)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,7 +49,7 @@ find "$work/src" -mindepth 1 -maxdepth 1 ! -name build-mutants -exec rm -rf {} +
 declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm_row.cuh
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
-  [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu)
+  [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -71,6 +73,7 @@ run_test() {
     tc_syncwarp) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_fwd ;;
     ln_barrier) "$b/gpu_test_layernorm_cuda" ;;
     ticket) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
+    relu_note) "$b/gpu_test_ops_cuda" --op gemm ;;
   esac
 }
 
@@ -102,6 +105,8 @@ M = {
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n    __syncthreads();\n",
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n"),
     "ticket": ("kernels/residual.cu", "    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */\n", ""),
+    "relu_note": ("src/backend/cuda/cuda_gemm_lt.c", "drelu_kernel = drelu && !ll_cuda_relu_mask_written(g->aux);",
+                  "drelu_kernel = 0;"),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -114,13 +119,13 @@ PY
 
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
   fi
 done
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then

@@ -135,6 +135,82 @@ static void gemm_case_b(int ta, int tb, int M, int N, int K, real alpha, real be
 static void gemm_case(int ta, int tb, int M, int N, int K, real alpha, real beta, ll_epilogue epi, ll_dtype c_type) {
     gemm_case_b(ta, tb, M, N, K, alpha, beta, epi, c_type, 0, 0);
 }
+/* The FFN's ReLU backward in the matmuls (LL_EPI_BIAS_RELU_AUX, then LL_EPI_DRELU; CUDA only, where
+ * relu_mask_bytes is offered): H = relu(X W1^T + b) writing the mask, dH = G W2 (* relu'(H)), against
+ * the reference's BIAS_RELU, plain product and relu_bwd.  The mask starts as 0x55 garbage, so a DRELU
+ * that read a mask cuBLASLt did not write shows.  Under the emulation, refuse (LL_CUDA_EMU_LT_REFUSE,
+ * read per call) is set around the forward (fwd_refuse) or the backward (bwd_refuse): the fallbacks
+ * must give the same numbers, and be counted. */
+static pbuf int_act(size_t n, int half) { /* {-1, 0, 1}, or with half {-1.5, ..., 1.5} */
+    real *h = pb_rand(n, -1.5, 1.5);
+    for (size_t i = 0; i < n; i++) h[i] = half ? floor(h[i] + 1.5) - 1.5 + (h[i] > 0) : round(h[i]);
+    pbuf b = pb_new_act(h, n);
+    free(h);
+    return b;
+}
+static void relu_mask_case(int M, int F, int K, int K2, const char *fwd_refuse, const char *bwd_refuse) {
+    const size_t nh = (size_t)M * F, mb = pb_be[DUT]->relu_mask_bytes(pb_be[DUT], M, F);
+    /* integers and half-integer biases: both sides' H exact and no pre-activation 0, so relu'(H) is the
+     * same on both (random reals near 0 would flip it by rounding, an O(1) difference in dH) */
+    pbuf X = int_act((size_t)M * K, 0), W1 = int_act((size_t)F * K, 0), b = int_act(F, 1);
+    pbuf G = pb_rand_act((size_t)M * K2, -1, 1), W2 = pb_rand_act((size_t)K2 * F, -1, 1);
+    pbuf H = pb_poison_act(nh), dH = pb_poison_act(nh);
+    unsigned char *garbage = ll_malloc(mb ? mb : 1);
+    memset(garbage, 0x55, mb);
+    pbuf mask = pb_new(garbage, mb);
+    free(garbage);
+#ifdef LL_CUDA_EMU
+    const uint64_t fb0 = ll_backend_gemm_fallbacks(pb_be[DUT]);
+#endif
+    BOTH {
+        const int dut = s == DUT;
+        ll_gemm_desc f = {.trans_b = 1, .M = M, .N = F, .K = K, .alpha = 1, .A = X.d[s], .a_type = pb_act, .lda = K,
+                          .B = W1.d[s], .b_type = pb_act, .ldb = K, .C = H.d[s], .c_type = pb_act, .ldc = F,
+                          .epi = dut ? LL_EPI_BIAS_RELU_AUX : LL_EPI_BIAS_RELU, .bias = b.d[s], .bias_type = pb_act,
+                          .aux = dut ? mask.d[s] : NULL};
+        if (dut && fwd_refuse) setenv("LL_CUDA_EMU_LT_REFUSE", fwd_refuse, 1);
+        BE->gemm(BE, &f);
+        unsetenv("LL_CUDA_EMU_LT_REFUSE");
+        ll_gemm_desc g = {.M = M, .N = F, .K = K2, .alpha = 1, .A = G.d[s], .a_type = pb_act, .lda = K2, .B = W2.d[s],
+                          .b_type = pb_act, .ldb = F, .C = dH.d[s], .c_type = pb_act, .ldc = F,
+                          .epi = dut ? LL_EPI_DRELU : LL_EPI_NONE, .aux = dut ? mask.d[s] : NULL,
+                          .relu_y = dut ? H.d[s] : NULL};
+        if (dut && bwd_refuse) setenv("LL_CUDA_EMU_LT_REFUSE", bwd_refuse, 1);
+        BE->gemm(BE, &g);
+        unsetenv("LL_CUDA_EMU_LT_REFUSE");
+        if (!dut) BE->relu_bwd(BE, dH.d[s], H.d[s], nh);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "ReLU mask: H = relu(X W1^T + b), M %d F %d K %d (forward refused: %s)", M, F, K,
+             fwd_refuse ? fwd_refuse : "no");
+    pb_cmp(what, &H, nh, TOL_RED);
+    snprintf(what, sizeof what, "ReLU mask: dH = G W2 * relu'(H), K %d (backward refused: %s)", K2,
+             bwd_refuse ? bwd_refuse : "no");
+    pb_cmp(what, &dH, nh, TOL_RED);
+#ifdef LL_CUDA_EMU
+    /* (a DRELU after a refused forward is a plain product and relu_bwd by design: no fallback) */
+    const uint64_t fb = ll_backend_gemm_fallbacks(pb_be[DUT]) - fb0,
+                   want = (fwd_refuse != NULL) + (bwd_refuse != NULL && !fwd_refuse);
+    CHECK_MSG(fb == want, "ReLU mask (M %d F %d): %llu gemm fallbacks counted, %llu refused", M, F,
+              (unsigned long long)fb, (unsigned long long)want);
+#endif
+    pb_free(&X), pb_free(&W1), pb_free(&b), pb_free(&G), pb_free(&W2), pb_free(&H), pb_free(&dH), pb_free(&mask);
+}
+static void t_gemm_relu_mask(void) {
+    if (!pb_be[DUT]->relu_mask_bytes) {
+        printf("(gemm: %s offers no ReLU masks: LL_EPI_BIAS_RELU_AUX / DRELU not tested)\n", pb_be[DUT]->name);
+        return;
+    }
+    const char *forced = getenv("LL_CUDA_EMU_LT_REFUSE");
+    if (forced && *forced) return; /* (the probe passed, so no refusal is forced for the whole run) */
+    relu_mask_case(37, 1000, 129, 65, NULL, NULL); /* F not a multiple of 128: the mask's padded rows */
+    relu_mask_case(64, 256, 64, 32, NULL, NULL);
+#ifdef LL_CUDA_EMU
+    relu_mask_case(29, 300, 40, 24, "relu_mask", NULL); /* forward refused: no mask; DRELU runs on H */
+    relu_mask_case(31, 300, 40, 24, NULL, "relu_mask"); /* mask written, DRELU refused: relu_bwd on H */
+    relu_mask_case(33, 300, 40, 24, "relu_mask", "relu_mask");
+#endif
+}
 static void t_gemm(void) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) gemm_case(ta, tb, 37, 1000, 129, 0.7f, ta == tb ? 1 : 0, LL_EPI_NONE, pb_act);
@@ -150,6 +226,7 @@ static void t_gemm(void) {
     /* an update's first weight gradient (ll_model_zero_grads): dW and the bias gradient written */
     gemm_case_b(1, 0, 96, 64, 1001, 1, 0, LL_EPI_BGRAD, LL_REAL_DTYPE, 0, 1);
     gemm_case_b(0, 0, 96, 64, 1001, 1, 0, LL_EPI_BGRAD, LL_REAL_DTYPE, 0, 1);
+    t_gemm_relu_mask();
 }
 
 /* ---- layer norm ---- */

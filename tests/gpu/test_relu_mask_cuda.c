@@ -1,8 +1,11 @@
-/* What cuBLASLt's ReLU bitmask looks like, for a later fused ReLU backward
- * (docs/cuda-backend.md, "Next"): cuBLASLt's DRELU epilogue reads the mask
- * that its RELU_AUX epilogue wrote, one bit per element, but the documentation
- * does not give the bits' order, and ll's fallback kernels and CPU backend
- * would have to write and read the same.  On bf16 operands and output (the
+/* What cuBLASLt's ReLU bitmask looks like: cuBLASLt's DRELU epilogue reads the
+ * mask that its RELU_AUX epilogue wrote, one bit per element, but the
+ * documentation does not give the bits' order.  ll's FFN uses the two
+ * epilogues without reading a bit itself (src/backend/cuda/cuda_relu_mask.c:
+ * where cuBLASLt wrote no mask, the backward uses the ReLU's output), so the
+ * order is a record here, for any kernel that would one day write or read a
+ * mask of its own.  (ll's own check of the two epilogues is the backend's
+ * start-up probe and gpu_test_ops_cuda's gemm.)  On bf16 operands and output (the
  * model's FFN), column-major as cuBLASLt sees it:
  *  1. D = relu(A B + bias) with RELU_AUX_BIAS and the mask's leading dimension
  *     ld (bits): the mask's bits are decoded under candidate orders and the
@@ -10,8 +13,8 @@
  *     values too close to 0 to be sure of are left out) is printed;
  *  2. DRELU on another product with that mask: D2 = (A2 B2) where the bit is
  *     set, else 0, compared with the host.
- * A refused epilogue is reported, not failed (then there is nothing to fuse
- * with; the emulation's stand-in refuses both).  Fails when cuBLASLt runs the
+ * A refused epilogue is reported, not failed (the backend then keeps the
+ * separate ReLU backward).  Fails when cuBLASLt runs the
  * epilogue but no candidate order explains the mask, or DRELU's result is
  * wrong.  Skips (77) without a CUDA device. */
 #include <cublasLt.h>

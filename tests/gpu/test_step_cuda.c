@@ -287,6 +287,13 @@ static int run_method(const method *me) {
                                 (unsigned long long)c->per_op[i], (unsigned long long)c->per_op_launches[i]);
                 tu_failures++;
             }
+            /* the FFN's ReLU backward rides in the DRELU epilogue wherever the backend offers masks */
+            const size_t rb = offsetof(ll_backend, relu_bwd) / sizeof(void *);
+            if (pb_be[DUT]->relu_mask_bytes && c->per_op[rb]) {
+                fprintf(stderr, "  %s: %llu relu_bwd ops, though %s offers ReLU masks (LL_EPI_DRELU)\n", me->name,
+                        (unsigned long long)c->per_op[rb], pb_be[DUT]->name);
+                tu_failures++;
+            }
             sd[s].counted = cb;
             continue;
         }

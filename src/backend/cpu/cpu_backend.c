@@ -226,6 +226,8 @@ static void relu_strided(real *y, int ldy, int N, int C) {
  * bias and multiplies with beta 1: one pass over C instead of BLAS zeroing it
  * and a bias pass adding. */
 void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, const real *bias_r, real *C) {
+    if (g->epi == LL_EPI_BIAS_RELU_AUX || g->epi == LL_EPI_DRELU) /* (relu_mask_bytes is not offered) */
+        ll_die("cpu gemm: the ReLU-mask epilogues are a CUDA backend's (relu_mask_bytes)");
     const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU;
     if (bias && !bias_r) ll_die("cpu gemm: a bias epilogue without a bias");
     real beta = g->beta;

@@ -703,6 +703,7 @@ ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
         free(be);
         return NULL;
     }
+    ll_cuda_register_relu_mask(be); /* (after the gemm: it probes cuBLASLt) */
     g_backends[device][slot] = be;
     return be;
 }

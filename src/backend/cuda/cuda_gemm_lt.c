@@ -43,6 +43,7 @@ typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc;
     int at, bt, ct, bias_t, epi, math;
     int align_a, align_b, align_c, align_bias;
+    int aux_ld, align_aux; /* the ReLU bitmask (RELU_AUX_BIAS, DRELU) */
 } lt_key;
 
 typedef struct {
@@ -129,8 +130,8 @@ static void cache_flush(lt_state *st) {
 
 /* Build descriptor, layouts and algorithm for key k into e (e->used on success): the heuristic's
  * first choice; res (when not NULL): its first n_res candidates, *n_got of them returned. */
-static cublasStatus_t entry_build(lt_state *st, const lt_key *k, const void *epi_ptr, lt_entry *e,
-                                  cublasLtMatmulHeuristicResult_t *res, int n_res, int *n_got) {
+static cublasStatus_t entry_build(lt_state *st, const lt_key *k, const void *epi_ptr, const void *aux_ptr,
+                                  lt_entry *e, cublasLtMatmulHeuristicResult_t *res, int n_res, int *n_got) {
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulPreference_t pref = NULL;
     memset(e, 0, sizeof *e);
@@ -148,10 +149,18 @@ static cublasStatus_t entry_build(lt_state *st, const lt_key *k, const void *epi
     case LL_CUDA_EPI_BIAS_RELU: epi = CUBLASLT_EPILOGUE_RELU_BIAS; break;
     case LL_CUDA_EPI_BGRAD_A: epi = CUBLASLT_EPILOGUE_BGRADB; break; /* our A is its B */
     case LL_CUDA_EPI_BGRAD_B: epi = CUBLASLT_EPILOGUE_BGRADA; break;
+    case LL_CUDA_EPI_BIAS_RELU_AUX: epi = CUBLASLT_EPILOGUE_RELU_AUX_BIAS; break;
+    case LL_CUDA_EPI_DRELU: epi = CUBLASLT_EPILOGUE_DRELU; break;
     default: break;
     }
     LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (k->epi != LL_CUDA_EPI_NONE) {
+    if (k->aux_ld) { /* the bitmask: its pointer's alignment is read by the heuristic, like the bias's */
+        const int64_t ld = k->aux_ld;
+        LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+        LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_ptr,
+                                              sizeof aux_ptr));
+    }
+    if (epi_ptr) {
         const cudaDataType_t bt = cuda_type((ll_cuda_dtype)k->bias_t);
         LT_TRY(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
         /* the heuristic reads the bias pointer's alignment (cublasLt.h), so it
@@ -203,8 +212,8 @@ fail:
 /* The cached entry for k, built on a miss; NULL with *status on failure.
  * Called with st->mu held. */
 static void tune_or_defer(lt_state *st, lt_entry *e, float beta, cudaStream_t s);
-static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, float beta, cudaStream_t s,
-                           cublasStatus_t *status) {
+static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, const void *aux_ptr, float beta,
+                           cudaStream_t s, cublasStatus_t *status) {
     if (st->count >= LT_CACHE_MAX) cache_flush(st);
     size_t i = (size_t)(key_hash(k) & (LT_BUCKETS - 1));
     lt_entry *e;
@@ -215,7 +224,7 @@ static lt_entry *cache_get(lt_state *st, const lt_key *k, const void *epi_ptr, f
         }
         i = (i + 1) & (LT_BUCKETS - 1);
     }
-    *status = entry_build(st, k, epi_ptr, e, NULL, 0, NULL);
+    *status = entry_build(st, k, epi_ptr, aux_ptr, e, NULL, 0, NULL);
     st->count++;
     if (*status == CUBLAS_STATUS_SUCCESS) {
         if (st->tune) tune_or_defer(st, e, beta, s);
@@ -246,13 +255,20 @@ static int key_of(const ll_cuda_gemm_desc *d, lt_key *kp, const void **epi_out) 
     case LL_CUDA_EPI_BIAS_RELU: epi_ptr = d->bias; break;
     case LL_CUDA_EPI_BGRAD_A:
     case LL_CUDA_EPI_BGRAD_B: epi_ptr = d->bgrad; break;
+    case LL_CUDA_EPI_BIAS_RELU_AUX: epi_ptr = d->bias; break;
+    case LL_CUDA_EPI_DRELU: break;
     default: return CUBLAS_STATUS_INVALID_VALUE;
     }
-    if (d->epilogue != LL_CUDA_EPI_NONE && !epi_ptr) return CUBLAS_STATUS_INVALID_VALUE;
+    const int aux = d->epilogue == LL_CUDA_EPI_BIAS_RELU_AUX || d->epilogue == LL_CUDA_EPI_DRELU;
+    if (d->epilogue != LL_CUDA_EPI_NONE && d->epilogue != LL_CUDA_EPI_DRELU && !epi_ptr)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (aux && (!d->aux || d->aux_ld < d->N || d->aux_ld % 128)) return CUBLAS_STATUS_INVALID_VALUE;
     /* a bias in another type than D's: cublasLt.h allows it for IMMA and FP8 kernels only, and
      * cuBLASLt 13.0 on an H200 answered CUBLAS_STATUS_INVALID_VALUE for bf16 D with an fp32
      * bias (2026-11-26): not asked, left to the fallback */
-    if ((d->epilogue == LL_CUDA_EPI_BIAS || d->epilogue == LL_CUDA_EPI_BIAS_RELU) && d->bias_type != d->c_type)
+    if ((d->epilogue == LL_CUDA_EPI_BIAS || d->epilogue == LL_CUDA_EPI_BIAS_RELU ||
+         d->epilogue == LL_CUDA_EPI_BIAS_RELU_AUX) &&
+        d->bias_type != d->c_type)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     /* the preferences cannot tell the heuristic the bias vector's alignment, and
      * epilogue kernels load it in vectors: leave an odd one to the fallback */
@@ -273,7 +289,7 @@ static int key_of(const ll_cuda_gemm_desc *d, lt_key *kp, const void **epi_out) 
     k.bt = d->b_type;
     k.ct = d->c_type;
     k.epi = d->epilogue;
-    k.bias_t = d->epilogue == LL_CUDA_EPI_NONE                                           ? 0
+    k.bias_t = !epi_ptr                                                                   ? 0
                : (d->epilogue == LL_CUDA_EPI_BGRAD_A || d->epilogue == LL_CUDA_EPI_BGRAD_B) ? LL_CUDA_F32
                                                                                            : d->bias_type;
     k.math = d->a_type == LL_CUDA_F32 ? d->math : LL_CUDA_MATH_EXACT;
@@ -281,6 +297,8 @@ static int key_of(const ll_cuda_gemm_desc *d, lt_key *kp, const void **epi_out) 
     k.align_b = ptr_align(d->B);
     k.align_c = ptr_align(d->C);
     k.align_bias = epi_ptr ? ptr_align(epi_ptr) : 0;
+    k.aux_ld = aux ? d->aux_ld : 0;
+    k.align_aux = aux ? ptr_align(d->aux) : 0;
     *kp = k;
     return 0;
 }
@@ -296,10 +314,13 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
     lt_state *st = state_of(be);
     pthread_mutex_lock(&st->mu);
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-    lt_entry *e = cache_get(st, &k, epi_ptr, d->beta, stream, &status);
+    lt_entry *e = cache_get(st, &k, epi_ptr, d->aux, d->beta, stream, &status);
     if (e) {
         if (epi_ptr)
             status = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_ptr, sizeof epi_ptr);
+        if (k.aux_ld && status == CUBLAS_STATUS_SUCCESS)
+            status = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &d->aux,
+                                                    sizeof d->aux);
         if (status == CUBLAS_STATUS_SUCCESS)
             status = cublasLtMatmul(st->lt, e->op, &d->alpha, d->B, e->la, d->A, e->lb, &d->beta, d->C, e->lc, d->C,
                                     e->lc, &e->algo, st->workspace, LT_WORKSPACE_BYTES, stream);
@@ -369,8 +390,9 @@ static void lt_die(const ll_cuda_gemm_desc *d, int rc) {
 
 /* ll_gemm_desc to ll_cuda_gemm_desc (bgrad left NULL: the caller decides where it goes) */
 static ll_cuda_gemm_desc cuda_desc_of(const lt_state *st, const ll_gemm_desc *g) {
-    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU, relu = g->epi == LL_EPI_BIAS_RELU;
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU || g->epi == LL_EPI_BIAS_RELU_AUX;
     const int bgrad = g->epi == LL_EPI_BGRAD;
+    const int aux = g->epi == LL_EPI_BIAS_RELU_AUX || g->epi == LL_EPI_DRELU;
     const ll_cuda_dtype at = op_type(g->a_type, "A"), bt = op_type(g->b_type, "B"), ct = op_type(g->c_type, "C");
     const ll_cuda_dtype biast = bias ? op_type(g->bias_type, "bias") : LL_CUDA_F32;
     if (at != bt) ll_die("cuda gemm: A is %s but B is %s (one operand dtype)", ll_dtype_str(g->a_type),
@@ -392,25 +414,39 @@ static ll_cuda_gemm_desc cuda_desc_of(const lt_state *st, const ll_gemm_desc *g)
         .C = g->C,
         .c_type = ct,
         .ldc = g->ldc,
-        .epilogue = bias ? (relu ? LL_CUDA_EPI_BIAS_RELU : LL_CUDA_EPI_BIAS)
-                         : bgrad ? LL_CUDA_EPI_BGRAD_A : LL_CUDA_EPI_NONE,
+        .epilogue = g->epi == LL_EPI_BIAS_RELU_AUX ? LL_CUDA_EPI_BIAS_RELU_AUX
+                    : g->epi == LL_EPI_DRELU       ? LL_CUDA_EPI_DRELU
+                    : bias                         ? (g->epi == LL_EPI_BIAS_RELU ? LL_CUDA_EPI_BIAS_RELU : LL_CUDA_EPI_BIAS)
+                    : bgrad                        ? LL_CUDA_EPI_BGRAD_A
+                                                   : LL_CUDA_EPI_NONE,
         .bias = bias ? g->bias : NULL,
         .bias_type = biast,
         .math = st->default_math,
+        .aux = aux ? g->aux : NULL,
+        .aux_ld = aux ? ll_cuda_relu_mask_ld(g->N) : 0,
     };
 }
 
 static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     if (g->M <= 0 || g->N <= 0) return;
-    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU, relu = g->epi == LL_EPI_BIAS_RELU;
+    const int mask_out = g->epi == LL_EPI_BIAS_RELU_AUX, drelu = g->epi == LL_EPI_DRELU;
+    const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU || mask_out;
+    const int relu = g->epi == LL_EPI_BIAS_RELU || mask_out;
     const int bgrad = g->epi == LL_EPI_BGRAD;
     if (bias && !g->bias) ll_die("cuda gemm: a bias epilogue without a bias");
     if (bgrad && !g->bgrad) ll_die("cuda gemm: a BGRAD epilogue without bgrad");
+    if ((mask_out || drelu) && !g->aux) ll_die("cuda gemm: a ReLU-mask epilogue without the mask");
+    if (drelu && (!g->relu_y || g->beta != 0 || g->ldc != g->N))
+        ll_die("cuda gemm: DRELU needs the ReLU's output, beta 0 and a contiguous C");
     cudaStream_t s = ll_cuda_enter(be);
     lt_state *st = state_of(be);
     ll_cuda_gemm_desc d = cuda_desc_of(st, g);
     const ll_cuda_dtype at = d.a_type, ct = d.c_type, biast = d.bias_type;
-    if (g->K <= 0) { /* C = relu?(beta C + bias), bgrad += 0: no product, no cuBLASLt kernel */
+    /* DRELU reads the mask only where cuBLASLt wrote it (else relu_y, after a plain product) */
+    const int drelu_kernel = drelu && !ll_cuda_relu_mask_written(g->aux);
+    if (drelu_kernel) d.epilogue = LL_CUDA_EPI_NONE, d.aux = NULL, d.aux_ld = 0;
+    if (mask_out) ll_cuda_relu_mask_note(g->aux, 0); /* until cuBLASLt has run it */
+    if (g->K <= 0) { /* C = relu?(beta C + bias), bgrad += 0: no product, no cuBLASLt kernel (DRELU: C = 0) */
         if (g->beta != 1 || bias)
             LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, g->beta, bias ? g->bias : NULL, biast, relu));
         if (bgrad && g->bgrad_set) LL_CU(cudaMemsetAsync(g->bgrad, 0, sizeof(float) * (size_t)g->M, s));
@@ -431,6 +467,8 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
             ll_cuda_sync_check(what, __FILE__, __LINE__);
         }
         if (bg_tmp) LL_CU(ll_cuda_acc(s, LL_CUDA_F32, g->bgrad, bg_tmp, (size_t)g->M));
+        if (mask_out) ll_cuda_relu_mask_note(g->aux, 1);
+        if (drelu_kernel) LL_CU(ll_cuda_relu_bwd(s, ct, g->C, g->relu_y, (size_t)g->M * (size_t)g->N));
         return;
     }
     /* only "no algorithm for this" falls back; any other failure may have
@@ -448,12 +486,15 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
         d.epilogue = LL_CUDA_EPI_NONE;
         d.bias = NULL;
         d.bgrad = NULL;
+        d.aux = NULL;
+        d.aux_ld = 0;
         rc = ll_cuda_gemm_lt(be, &d);
         if (rc != 0 && rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
     }
     if (rc != 0) blas_gemm(st, s, &d, rc);
     ll_cuda_sync_check("gemm (fallback)", __FILE__, __LINE__);
     if (bias) LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, 1.0f, g->bias, biast, relu));
+    if (drelu) LL_CU(ll_cuda_relu_bwd(s, ct, g->C, g->relu_y, (size_t)g->M * (size_t)g->N));
     if (bgrad) { /* bgrad[m] += sum_k op(A)[m, k]: A stored [K, M] (trans_a: column sums) or [M, K] (row sums) */
         const int by_cols = !!g->trans_a, rows = by_cols ? g->K : g->M, cols = by_cols ? g->M : g->K;
         const size_t nb = ll_cuda_bias_grad_scratch_bytes(rows, cols, by_cols);
@@ -501,7 +542,8 @@ static int time_candidates(lt_state *st, const lt_key *k, float beta, int n, int
     const size_t na = up256(esize(k->at) * (size_t)(k->ta ? k->K : k->M) * (size_t)k->lda),
                  nb = up256(esize(k->bt) * (size_t)(k->tb ? k->N : k->K) * (size_t)k->ldb),
                  nc = up256(esize(k->ct) * (size_t)k->M * (size_t)k->ldc),
-                 ne = up256(256 + 4 * (size_t)(k->M > k->N ? k->M : k->N)), all = na + nb + nc + ne;
+                 ne = up256(256 + 4 * (size_t)(k->M > k->N ? k->M : k->N)),
+                 nx = k->aux_ld ? up256(256 + (size_t)k->aux_ld / 8 * (size_t)k->M) : 0, all = na + nb + nc + ne + nx;
     char *buf = NULL;
     if (cudaMalloc((void **)&buf, all) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -513,9 +555,10 @@ static int time_candidates(lt_state *st, const lt_key *k, float beta, int n, int
     int got = -1;
     if (cudaMemsetAsync(buf, 0x3c, all, s) == cudaSuccess && cudaEventCreate(&ev0) == cudaSuccess &&
         cudaEventCreate(&ev1) == cudaSuccess) {
-        const void *epi = k->epi == LL_CUDA_EPI_NONE ? NULL : buf + na + nb + nc + (k->align_bias % 256);
+        const void *epi = k->align_bias ? buf + na + nb + nc + (k->align_bias % 256) : NULL;
+        const void *aux = k->aux_ld ? buf + na + nb + nc + ne + (k->align_aux % 256) : NULL;
         got = 0;
-        if (entry_build(st, k, epi, &e, res, n, &got) != CUBLAS_STATUS_SUCCESS) got = 0;
+        if (entry_build(st, k, epi, aux, &e, res, n, &got) != CUBLAS_STATUS_SUCCESS) got = 0;
         for (int j = 0; j < got; j++) {
             us[j] = res[j].state == CUBLAS_STATUS_SUCCESS && res[j].workspaceSize <= LT_WORKSPACE_BYTES
                         ? time_algo(st, &e, &res[j].algo, buf, buf + na, buf + na + nb, beta, reps, s, ev0, ev1)
@@ -553,6 +596,7 @@ int ll_cuda_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps
     static const float dummy[64] __attribute__((aligned(256)));
     d.A = d.B = d.C = (void *)dummy;
     d.bias = d.bgrad = (float *)dummy;
+    if (d.aux_ld) d.aux = (void *)dummy; /* (a shape's descriptor has no pointers) */
     lt_key k;
     const void *epi_ptr = NULL;
     if (key_of(&d, &k, &epi_ptr)) return 0; /* no cuBLASLt kernel for it: the op falls back */

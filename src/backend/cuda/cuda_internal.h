@@ -50,5 +50,11 @@ void ll_cuda_register_latent(ll_backend *be);      /* cuda_ops_latent.c */
 /* cuda_gemm_lt.c: the cuBLASLt handle and workspace (once per device) and the
  * gemm op.  0, or -1 with ll_errbuf() set. */
 int ll_cuda_register_gemm_lt(ll_backend *be);
+/* cuda_relu_mask.c: the ReLU masks of LL_EPI_BIAS_RELU_AUX / LL_EPI_DRELU.  Registration
+ * probes cuBLASLt's two epilogues and offers be->relu_mask_bytes when they pass. */
+void ll_cuda_register_relu_mask(ll_backend *be);
+int ll_cuda_relu_mask_ld(int cols);                       /* the mask's leading dimension, in bits */
+void ll_cuda_relu_mask_note(const void *mask, int written); /* did cuBLASLt write this mask */
+int ll_cuda_relu_mask_written(const void *mask);
 
 #endif
