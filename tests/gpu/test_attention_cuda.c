@@ -226,6 +226,15 @@ int main(void) {
         run(cpu, gpu, 4, 1, 33, 2, 128, 0, p, kl4);    /* one query (decoding), Dh 128 */
         run(cpu, gpu, 2, 70, 40, 4, 32, 0, p, kl5);     /* cross, more queries than keys */
     }
+    /* fp32 at the Bible corpus's max_len (256), the shapes of tests/gpu/test_decode_parity.sh's fp32
+     * training (d 256, 4 heads), whose GPU run died with "illegal instruction" on an H100 (2026-11-27):
+     * causal self-attention and cross-attention, both with padded sentences.  Not in the sanitizer
+     * builds of the emulation (LL_GPU_TEST_SMALL), where it costs minutes. */
+    if (!getenv("LL_GPU_TEST_SMALL")) {
+        const int kl6[2] = {256, 203};
+        run(cpu, gpu, 2, 256, 256, 4, 64, 1, 0.1f, kl6);
+        run(cpu, gpu, 2, 256, 256, 4, 64, 0, 0, kl6);
+    }
     /* bf16: the tensor-core kernels (head sizes multiples of 16) against the CPU and the SIMT path */
     CHECK_MSG(ll_cuda_attention_tensor_cores(1), "the bf16 attention forward does not run on tensor cores here");
     /* LL_GPU_TEST_SMALL (the sanitizer builds of the emulation): 70 tokens, 2 row blocks, 3 key tiles */
