@@ -43,6 +43,14 @@ foreach(mode epilogue all)
   set_tests_properties(gpu_emu_lt_refuse_${mode}_typed PROPERTIES LABELS gpu ENVIRONMENT
     "${LL_EMU_TEST_ENV};LL_CUDA_EMU_LT_REFUSE=${mode}")
 endforeach()
+# LL_CUDA_BGRAD_EPILOGUE=0 (an A/B of bench/gpu/run.sh): weight gradients as plain products and the
+# bias gradients by their kernel give the gemm op's results, fp32 and bf16
+add_test(NAME gpu_emu_bgrad_split COMMAND gpu_test_ops_cuda --op gemm)
+add_test(NAME gpu_emu_bgrad_split_bf16 COMMAND gpu_test_ops_cuda --op gemm)
+set_tests_properties(gpu_emu_bgrad_split PROPERTIES LABELS gpu ENVIRONMENT
+  "${LL_EMU_TEST_ENV};LL_CUDA_BGRAD_EPILOGUE=0")
+set_tests_properties(gpu_emu_bgrad_split_bf16 PROPERTIES LABELS gpu ENVIRONMENT
+  "${LL_EMU_TEST_ENV};LL_CUDA_BGRAD_EPILOGUE=0;LL_PARITY_PRECISION=bf16")
 # ... and a training step and a decode with every epilogue refused: the fallbacks match the CPU,
 # and the tests see them counted (ll_backend_gemm_fallbacks; without the refusals they require none)
 add_test(NAME gpu_emu_lt_refuse_epilogue_step COMMAND gpu_test_step_cuda)

@@ -258,8 +258,8 @@ run_bench() {
     --peak-tflops "$PEAK"
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
-  grep -E '^(gemm survey|  calls|matmul time per step|RESULT ll_gemm_survey)|^ +[0-9]+ [01][01] ' \
-    "$L/bench-ll-ll64-profile.log" | head -40 | sed 's/^/  /' | tee -a "$S"
+  grep -E '^(gemm survey|  calls|matmul time per step|bias-gradient shapes|RESULT ll_gemm_survey)|^ +[0-9]+ [01][01] |without the bias-gradient' \
+    "$L/bench-ll-ll64-profile.log" | head -60 | sed 's/^/  /' | tee -a "$S"
 }
 
 # 8. Nsight Compute on one ll64 step (kernel by kernel): speed of light, occupancy, launch and

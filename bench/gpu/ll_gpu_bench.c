@@ -78,6 +78,28 @@ static double gemm_flops(const ll_gemm_desc *g) { return 2.0 * g->M * g->N * g->
 /* --gemm-survey: the step's matmuls by shape (the profile's tally), each timed alone with
  * cuBLASLt's first n candidates; the matmul time per step at the heuristic's choice and at
  * the fastest candidate */
+/* A weight-gradient shape surveyed again without its bias-gradient epilogue (what
+ * LL_CUDA_BGRAD_EPILOGUE=0 runs; its bias gradient is then a separate kernel, not timed here):
+ * a line under the shape's; ms per step it would save (< 0) or cost, against with_us (0: unknown) */
+static double without_bgrad(ll_backend *be, const ll_gemm_desc *g, int n, int reps, double calls, double with_us) {
+    ll_gemm_desc p = *g;
+    p.epi = LL_EPI_NONE;
+    ll_gemm_algo_time u[LL_GEMM_SURVEY_MAX];
+    const int pg = ll_backend_gemm_survey(be, &p, n, reps, u);
+    int pb = -1;
+    for (int j = 0; j < pg; j++)
+        if (u[j].us > 0 && (pb < 0 || u[j].us < u[pb].us)) pb = j;
+    if (pb < 0 || u[0].us <= 0) {
+        printf("%7s    without the bias-gradient epilogue: %d candidates, %s\n", "", pg,
+               pg > 0 ? "untimed (no event timing here)" : "none ran");
+        return 0;
+    }
+    printf("%7s    without the bias-gradient epilogue: heuristic %.1f us (split-K %d), best %.1f us (#%d "
+           "%d/%d/%d/%d)\n",
+           "", u[0].us, u[0].splitk, u[pb].us, pb, u[pb].algo_id, u[pb].tile, u[pb].stages, u[pb].splitk);
+    return with_us > 0 ? calls * (u[pb].us - with_us) * 1e-3 : 0;
+}
+
 static void gemm_survey(ll_backend *be, ll_backend *timed, int steps, int n, const char *model, const char *device) {
     enum { MAX_SHAPES = 256, REPS = 20 };
     ll_gemm_shape *sh = malloc(MAX_SHAPES * sizeof *sh);
@@ -87,7 +109,7 @@ static void gemm_survey(ll_backend *be, ll_backend *timed, int steps, int n, con
     printf("%7s %3s %6s %6s %6s %-11s %-9s %4s %9s | %9s %7s | %9s %7s %-22s | %8s\n", "calls", "t", "M", "N", "K",
            "types", "epi", "beta", "prof us", "heur us", "TFLOP/s", "best us", "TFLOP/s", "best (id/tile/stg/splitk)",
            "save ms");
-    double heur_ms = 0, best_ms = 0, prof_ms = 0, flops = 0;
+    double heur_ms = 0, best_ms = 0, prof_ms = 0, flops = 0, nobgrad_ms = 0;
     int shapes_faster = 0;
     for (int i = 0; i < ns; i++) {
         const ll_gemm_desc *g = &sh[i].g;
@@ -111,6 +133,7 @@ static void gemm_survey(ll_backend *be, ll_backend *timed, int steps, int n, con
             else snprintf(why, sizeof why, "the heuristic's choice failed to run");
             printf("%7.0f %d%d %6d %6d %6d %-11s %-9s %4.0f %9.1f | %s\n", calls, g->trans_a, g->trans_b, g->M, g->N,
                    g->K, types, ll_epilogue_str(g->epi), (double)g->beta, prof_us, why);
+            if (g->epi == LL_EPI_BGRAD) without_bgrad(be, g, n, REPS, calls, 0);
             continue;
         }
         const double f = gemm_flops(g), save = calls * (t[0].us - t[b].us) * 1e-3;
@@ -122,14 +145,18 @@ static void gemm_survey(ll_backend *be, ll_backend *timed, int steps, int n, con
         best_ms += calls * t[b].us * 1e-3;
         flops += calls * f;
         shapes_faster += b != 0;
+        if (g->epi == LL_EPI_BGRAD) nobgrad_ms += without_bgrad(be, g, n, REPS, calls, t[b].us);
     }
     printf("matmul time per step: %.2f ms in the profile (between syncs), %.2f ms alone at the heuristic's choice "
            "(%.1f TFLOP/s), %.2f ms at the fastest candidate (%.1f TFLOP/s; %d of %d shapes faster)\n",
            prof_ms, heur_ms, heur_ms > 0 ? flops / heur_ms * 1e-9 : 0, best_ms, best_ms > 0 ? flops / best_ms * 1e-9 : 0,
            shapes_faster, ns);
+    printf("bias-gradient shapes without their epilogue, at their fastest: %+.2f ms per step against with it (the "
+           "separate bias-gradient kernels not counted)\n",
+           nobgrad_ms);
     printf("RESULT ll_gemm_survey model=%s device=%s shapes=%d candidates=%d profile_ms=%.3f heuristic_ms=%.3f "
-           "best_ms=%.3f\n",
-           model, device, ns, n, prof_ms, heur_ms, best_ms);
+           "best_ms=%.3f bgrad_split_delta_ms=%.3f\n",
+           model, device, ns, n, prof_ms, heur_ms, best_ms, nobgrad_ms);
     free(sh);
 }
 

@@ -97,6 +97,10 @@ ab gemm_tune "| model | ll tok/s, cuBLASLt's heuristic | ll tok/s, LL_CUDA_GEMM_
 # passed) against a separate relu_bwd pass
 ab relu_mask "| model | ll tok/s, ReLU backward in DRELU | ll tok/s, separate relu_bwd | DRELU / separate |" \
   LL_CUDA_RELU_MASK=0
+# weight gradients with cuBLASLt's bias-gradient epilogue (the default) against plain products (which
+# cuBLASLt may split over K) and a separate bias-gradient kernel
+ab bgrad_split "| model | ll tok/s, BGRAD epilogue | ll tok/s, plain dW + bias-gradient kernel | epilogue / split |" \
+  LL_CUDA_BGRAD_EPILOGUE=0
 # kept graphs launched as they are (the default: the host only runs the shadow step) against a
 # capture and update every step
 ab capture_each_step "| model | ll tok/s, kept graphs replayed | ll tok/s, captured every step | replay / capture |" \

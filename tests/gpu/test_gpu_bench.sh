@@ -49,6 +49,11 @@ if LL_CUDA_GEMM_TUNE=2 "$BIN/ll_gpu_bench" "${tiny[@]}" --profile --gemm-survey 
     [ "$ok" = "$n" ] || err "gemm survey: $ok of ${n:-?} shapes ran: $(grep -E 'failed|no cuBLASLt' "$T/survey.log" | head -3)"
   fi
   grep -q '^RESULT ll_gemm_survey' "$T/survey.log" || err "no RESULT ll_gemm_survey line"
+  # each weight-gradient shape surveyed once more without its bias-gradient epilogue
+  nb=$(grep -cE '^ +[0-9]+ [01][01] .* bgrad ' "$T/survey.log")
+  nw=$(grep -cE 'without the bias-gradient epilogue: (heuristic|[0-9]+ candidates, untimed)' "$T/survey.log")
+  [ "$nb" -ge 1 ] && [ "$nw" = "$nb" ] ||
+    err "gemm survey: $nb bias-gradient shapes, $nw surveyed without the epilogue: $(grep -m2 'without the bias' "$T/survey.log")"
   [ "$GPUDEV" = cpu ] || grep -q '^RESULT ll_gpu_train .*gemm_tuned=[1-9]' "$T/survey.log" ||
     err "LL_CUDA_GEMM_TUNE=2 op by op timed no matmul shape: $(grep '^RESULT ll_gpu_train' "$T/survey.log")"
 else

@@ -74,6 +74,7 @@ typedef struct {
     lt_pending *pending;            /* keys met during a capture, tuned when it ends */
     int n_pending, cap_pending;
     uint64_t tuned, switched;
+    int bgrad_split; /* LL_CUDA_BGRAD_EPILOGUE=0: the bias gradient by its kernel after a plain dW product */
 } lt_state;
 
 static lt_state *g_lt[LT_MAX_DEVICES];
@@ -455,9 +456,11 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     /* cuBLASLt writes the bias gradient: straight into bgrad when it is to be set (a zero
      * gradient), else into scratch and added */
     float *bg_tmp = NULL;
-    if (bgrad) d.bgrad = g->bgrad_set ? g->bgrad : (bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M));
+    const int bgrad_split = bgrad && st->bgrad_split; /* (an A/B: cuBLASLt may split K only without it) */
+    if (bgrad_split) d.epilogue = LL_CUDA_EPI_NONE;
+    else if (bgrad) d.bgrad = g->bgrad_set ? g->bgrad : (bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M));
     int rc = ll_cuda_gemm_lt(be, &d);
-    if (rc == 0) {
+    if (rc == 0 && !bgrad_split) {
         if (ll_cuda_sync_checking()) { /* a fault inside cuBLASLt: which product, with which kernel choice */
             char what[200];
             snprintf(what, sizeof what, "gemm (cuBLASLt: trans %d/%d, M %d N %d K %d, %s x %s -> %s, epilogue %d, %s)",
@@ -473,9 +476,9 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     }
     /* only "no algorithm for this" falls back; any other failure may have
      * happened after the matmul started (with beta = 1 a rerun would add twice) */
-    if (rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
-    atomic_fetch_add_explicit(&st->fallbacks, 1, memory_order_relaxed);
-    if (d.epilogue != LL_CUDA_EPI_NONE) { /* refused with the epilogue: plain product, epilogue kernels after */
+    if (rc != 0 && rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
+    if (rc != 0) atomic_fetch_add_explicit(&st->fallbacks, 1, memory_order_relaxed);
+    if (rc != 0 && d.epilogue != LL_CUDA_EPI_NONE) { /* refused with the epilogue: plain product, epilogue kernels after */
         if (!st->warned_epi) {
             st->warned_epi = 1;
             ll_warn("cuBLASLt refused gemm epilogue %d (M %d N %d K %d, %s x %s -> %s, bias %s, status %d); using a "
@@ -492,7 +495,7 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
         if (rc != 0 && rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
     }
     if (rc != 0) blas_gemm(st, s, &d, rc);
-    ll_cuda_sync_check("gemm (fallback)", __FILE__, __LINE__);
+    ll_cuda_sync_check(bgrad_split ? "gemm (LL_CUDA_BGRAD_EPILOGUE=0)" : "gemm (fallback)", __FILE__, __LINE__);
     if (bias) LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, 1.0f, g->bias, biast, relu));
     if (drelu) LL_CU(ll_cuda_relu_bwd(s, ct, g->C, g->relu_y, (size_t)g->M * (size_t)g->N));
     if (bgrad) { /* bgrad[m] += sum_k op(A)[m, k]: A stored [K, M] (trans_a: column sums) or [M, K] (row sums) */
@@ -730,6 +733,11 @@ int ll_cuda_register_gemm_lt(ll_backend *be) {
                    "heuristic's first %d algorithms (timed once; runs may then differ in the last bits)",
                    st->tune, st->tune);
         }
+        const char *bg = getenv("LL_CUDA_BGRAD_EPILOGUE");
+        st->bgrad_split = bg && !strcmp(bg, "0");
+        if (st->bgrad_split)
+            ll_log("LL_CUDA_BGRAD_EPILOGUE=0: weight gradients are plain cuBLASLt products, their bias gradients a "
+                   "separate kernel (an A/B; the dry run counts the fused epilogue)");
         g_lt[dev] = st;
     }
     be->gemm = cu_gemm;
