@@ -256,6 +256,9 @@ run_bench() {
   # the FFN's ReLU backward as a separate pass against the default DRELU epilogue
   step bench-ll-ll64-norelumask 60 env LL_CUDA_RELU_MASK=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
+  # weight gradients as plain products (cuBLASLt may then split K) and a separate bias-gradient kernel
+  step bench-ll-ll64-bgradsplit 60 env LL_CUDA_BGRAD_EPILOGUE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+    --peak-tflops "$PEAK"
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
   grep -E '^(gemm survey|  calls|matmul time per step|bias-gradient shapes|RESULT ll_gemm_survey)|^ +[0-9]+ [01][01] |without the bias-gradient' \
