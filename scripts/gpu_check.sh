@@ -36,8 +36,9 @@
 #      (GPU_CHECK_MEMCHECK, GPU_CHECK_RACECHECK: other lists of tests, e.g. "attention_cuda")
 #   7. (GPU_CHECK_STEPS names it) bench: ll64 against PyTorch eager, decoding
 #      (graphs on and off) against PyTorch, base against torch.compile, ll64 kernel
-#      by kernel, with SIMT attention and profiled, deep30, PyTorch eager base
-#      (GPU_CHECK_TORCH=0: ll's runs only)
+#      by kernel, with SIMT attention, tuned (LL_CUDA_GEMM_TUNE=8) and profiled with the
+#      matmul survey, deep30, PyTorch eager base, then ll64 with the separate ReLU backward
+#      and with the bias gradients split from their matmuls (GPU_CHECK_TORCH=0: ll's runs only)
 #   8. (GPU_CHECK_STEPS names it) profile: Nsight Compute on one ll64 step: the
 #      tensor-core attention kernels', the layer-norm backward's, the residual
 #      kernels' and one cuBLASLt matmul's speed of light, occupancy, launch and
