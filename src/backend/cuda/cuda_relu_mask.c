@@ -125,7 +125,9 @@ static const char *probe(ll_backend *be, ll_cuda_dtype t) {
     for (size_t i = 0; i < nw2; i++) put(host + off_w2, t, i, (float)(NEXT(3) - 1));
 #undef NEXT
     cudaStream_t s = ll_cuda_enter(be);
-    if (cudaMalloc((void **)&dev, all) != cudaSuccess || cudaMemcpy(dev, host, all, cudaMemcpyHostToDevice) != cudaSuccess) {
+    /* every copy on the backend's stream: ordered with the matmuls whatever the stream's flags */
+    if (cudaMalloc((void **)&dev, all) != cudaSuccess ||
+        cudaMemcpyAsync(dev, host, all, cudaMemcpyHostToDevice, s) != cudaSuccess) {
         why = "no device memory for the probe";
         goto done;
     }
@@ -148,8 +150,8 @@ static const char *probe(ll_backend *be, ll_cuda_dtype t) {
     }
     check(&bwd, t);
     /* a fault here leaves the context unusable (sticky): no use going on without masks */
-    cudaError_t e = cudaStreamSynchronize(s);
-    if (e == cudaSuccess) e = cudaMemcpy(host, dev, all, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaMemcpyAsync(host, dev, all, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     if (e != cudaSuccess)
         ll_die("CUDA error in the start-up probe of cuBLASLt's ReLU-mask epilogues (RELU_AUX_BIAS, DRELU; "
                "LL_CUDA_RELU_MASK=0 skips it): %s",
@@ -172,6 +174,7 @@ static const char *probe(ll_backend *be, ll_cuda_dtype t) {
             }
         }
 done:
+    (void)cudaStreamSynchronize(s); /* (a refusal's path: the upload may still read host) */
     if (why) (void)cudaGetLastError();
     cudaFree(dev);
     free(host);
