@@ -2,31 +2,28 @@
 # (-DLL_CUDA_EMU=ON only; label gpu, so scripts/cuda_emu_test.sh runs them).
 # Included from CMakeLists.txt after the GPU tests.
 set(LL_EMU_TEST_ENV "${LL_TEST_ENV};LL_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+# A fault injected (LL_CUDA_EMU_FAULT and the other settings in env, ";"-separated) into the
+# ops test of one op: the run must die with a message matching regex
+function(emu_fault_test name op env regex)
+  add_test(NAME ${name} COMMAND gpu_test_ops_cuda --op ${op})
+  set_tests_properties(${name} PROPERTIES LABELS gpu ENVIRONMENT "${LL_EMU_TEST_ENV};${env}"
+    PASS_REGULAR_EXPRESSION "${regex}")
+endfunction()
 # LL_CUDA_SYNC_CHECK=1 blames an asynchronous kernel fault on the op that queued it
-add_test(NAME gpu_emu_sync_check COMMAND gpu_test_ops_cuda --op layernorm_fwd)
-set_tests_properties(gpu_emu_sync_check PROPERTIES LABELS gpu ENVIRONMENT
-  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=layernorm_fwd_kernel;LL_CUDA_SYNC_CHECK=1"
-  PASS_REGULAR_EXPRESSION "CUDA error after ll_cuda_layernorm_fwd_dt.*illegal memory access")
+emu_fault_test(gpu_emu_sync_check layernorm_fwd "LL_CUDA_EMU_FAULT=layernorm_fwd_kernel;LL_CUDA_SYNC_CHECK=1"
+  "CUDA error after ll_cuda_layernorm_fwd_dt.*illegal memory access")
 # ... a fault inside cuBLASLt is blamed on the product, described (which kernel choice faulted)
-add_test(NAME gpu_emu_sync_check_gemm COMMAND gpu_test_ops_cuda --op gemm)
-set_tests_properties(gpu_emu_sync_check_gemm PROPERTIES LABELS gpu ENVIRONMENT
-  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1;LL_CUDA_RELU_MASK=0"
-  PASS_REGULAR_EXPRESSION "CUDA error after gemm \\(cuBLASLt: trans [01]/[01], M [0-9]+ N [0-9]+ K [0-9]+, (fp32|bf16) x (fp32|bf16) -> (fp32|bf16), epilogue [0-9], (TF32|exact fp32 accumulation)\\).*illegal memory access")
+emu_fault_test(gpu_emu_sync_check_gemm gemm "LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1;LL_CUDA_RELU_MASK=0"
+  "CUDA error after gemm \\(cuBLASLt: trans [01]/[01], M [0-9]+ N [0-9]+ K [0-9]+, (fp32|bf16) x (fp32|bf16) -> (fp32|bf16), epilogue [0-9], (TF32|exact fp32 accumulation)\\).*illegal memory access")
 # ... also in the backend's start-up probe of the ReLU-mask epilogues (src/backend/cuda/cuda_relu_mask.c),
 # and without the sync check the probe's own synchronisation stops with a message naming it
-add_test(NAME gpu_emu_sync_check_relu_probe COMMAND gpu_test_ops_cuda --op gemm)
-set_tests_properties(gpu_emu_sync_check_relu_probe PROPERTIES LABELS gpu ENVIRONMENT
-  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1"
-  PASS_REGULAR_EXPRESSION "CUDA error after gemm \\(cuBLASLt: trans 0/1, M [0-9]+ N [0-9]+ K [0-9]+, (fp32|bf16) x (fp32|bf16) -> (fp32|bf16), epilogue 4, exact fp32 accumulation; the start-up probe of the ReLU-mask epilogues.*illegal memory access")
-add_test(NAME gpu_emu_fault_relu_probe COMMAND gpu_test_ops_cuda --op gemm)
-set_tests_properties(gpu_emu_fault_relu_probe PROPERTIES LABELS gpu ENVIRONMENT
-  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=cublasLtMatmul"
-  PASS_REGULAR_EXPRESSION "CUDA error in the start-up probe of cuBLASLt's ReLU-mask epilogues.*illegal memory access")
+emu_fault_test(gpu_emu_sync_check_relu_probe gemm "LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1"
+  "CUDA error after gemm \\(cuBLASLt: trans 0/1, M [0-9]+ N [0-9]+ K [0-9]+, (fp32|bf16) x (fp32|bf16) -> (fp32|bf16), epilogue 4, exact fp32 accumulation; the start-up probe of the ReLU-mask epilogues.*illegal memory access")
+emu_fault_test(gpu_emu_fault_relu_probe gemm "LL_CUDA_EMU_FAULT=cublasLtMatmul"
+  "CUDA error in the start-up probe of cuBLASLt's ReLU-mask epilogues.*illegal memory access")
 # ... without it the fault surfaces at the next synchronisation, in another call
-add_test(NAME gpu_emu_fault_late COMMAND gpu_test_ops_cuda --op layernorm_fwd)
-set_tests_properties(gpu_emu_fault_late PROPERTIES LABELS gpu ENVIRONMENT
-  "${LL_EMU_TEST_ENV};LL_CUDA_EMU_FAULT=layernorm_fwd_kernel"
-  PASS_REGULAR_EXPRESSION "CUDA error at .*cudaStreamSynchronize.*illegal memory access")
+emu_fault_test(gpu_emu_fault_late layernorm_fwd "LL_CUDA_EMU_FAULT=layernorm_fwd_kernel"
+  "CUDA error at .*cudaStreamSynchronize.*illegal memory access")
 # NCCL's watchdog thread: a reduction queued and never run (the host never
 # synchronises) is stopped after dist.timeout_s, though the host is not waiting
 if(TARGET gpu_test_dist_nccl)

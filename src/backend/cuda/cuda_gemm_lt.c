@@ -383,6 +383,17 @@ static void blas_gemm(lt_state *st, cudaStream_t stream, const ll_cuda_gemm_desc
                lt_status, d->trans_a, d->trans_b, d->M, d->N, d->K, d->lda, d->ldb, d->ldc);
 }
 
+void ll_cuda_gemm_sync_check(const ll_cuda_gemm_desc *d, int epi, const char *note) {
+    if (!ll_cuda_sync_checking()) return;
+    char what[240];
+    const char *ty[2] = {"fp32", "bf16"};
+    snprintf(what, sizeof what, "gemm (cuBLASLt: trans %d/%d, M %d N %d K %d, %s x %s -> %s, epilogue %d, %s%s)",
+             d->trans_a, d->trans_b, d->M, d->N, d->K, ty[d->a_type == LL_CUDA_BF16], ty[d->b_type == LL_CUDA_BF16],
+             ty[d->c_type == LL_CUDA_BF16], epi,
+             d->a_type == LL_CUDA_F32 && d->math == LL_CUDA_MATH_TF32 ? "TF32" : "exact fp32 accumulation", note);
+    ll_cuda_sync_check(what, __FILE__, __LINE__);
+}
+
 static void lt_die(const ll_cuda_gemm_desc *d, int rc) {
     ll_die("cuBLASLt matmul failed (status %d, not 'not supported': no fallback, the product may already have run): "
            "trans %d/%d, M %d N %d K %d, ld %d/%d/%d, epilogue %d",
@@ -461,14 +472,7 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     else if (bgrad) d.bgrad = g->bgrad_set ? g->bgrad : (bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M));
     int rc = ll_cuda_gemm_lt(be, &d);
     if (rc == 0 && !bgrad_split) {
-        if (ll_cuda_sync_checking()) { /* a fault inside cuBLASLt: which product, with which kernel choice */
-            char what[200];
-            snprintf(what, sizeof what, "gemm (cuBLASLt: trans %d/%d, M %d N %d K %d, %s x %s -> %s, epilogue %d, %s)",
-                     g->trans_a, g->trans_b, g->M, g->N, g->K, ll_dtype_str(g->a_type), ll_dtype_str(g->b_type),
-                     ll_dtype_str(g->c_type), (int)g->epi,
-                     d.a_type == LL_CUDA_F32 && d.math == LL_CUDA_MATH_TF32 ? "TF32" : "exact fp32 accumulation");
-            ll_cuda_sync_check(what, __FILE__, __LINE__);
-        }
+        if (ll_cuda_sync_checking()) ll_cuda_gemm_sync_check(&d, (int)g->epi, "");
         if (bg_tmp) LL_CU(ll_cuda_acc(s, LL_CUDA_F32, g->bgrad, bg_tmp, (size_t)g->M));
         if (mask_out) ll_cuda_relu_mask_note(g->aux, 1);
         if (drelu_kernel) LL_CU(ll_cuda_relu_bwd(s, ct, g->C, g->relu_y, (size_t)g->M * (size_t)g->N));

@@ -50,6 +50,9 @@ void ll_cuda_register_latent(ll_backend *be);      /* cuda_ops_latent.c */
 /* cuda_gemm_lt.c: the cuBLASLt handle and workspace (once per device) and the
  * gemm op.  0, or -1 with ll_errbuf() set. */
 int ll_cuda_register_gemm_lt(ll_backend *be);
+/* LL_CUDA_SYNC_CHECK after a cuBLASLt product: names it (transposes, M/N/K, types, epilogue epi
+ * as ll_epilogue numbers it, TF32 or exact; note appended) if the device faulted */
+void ll_cuda_gemm_sync_check(const ll_cuda_gemm_desc *d, int epi, const char *note);
 /* cuda_relu_mask.c: the ReLU masks of LL_EPI_BIAS_RELU_AUX / LL_EPI_DRELU.  Registration
  * probes cuBLASLt's two epilogues and offers be->relu_mask_bytes when they pass. */
 void ll_cuda_register_relu_mask(ll_backend *be);

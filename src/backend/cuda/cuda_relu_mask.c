@@ -15,7 +15,6 @@
  * offers masks (be->relu_mask_bytes) only when it passed.  LL_CUDA_RELU_MASK=0
  * turns the masks off (the A/B of bench/gpu/run.sh). */
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,16 +91,9 @@ static float get(const void *src, ll_cuda_dtype t, size_t i) {
 }
 
 /* LL_CUDA_SYNC_CHECK: a fault in a probe matmul is named as the gemm op names one */
-static void check(const ll_cuda_gemm_desc *d, ll_cuda_dtype t) {
-    if (!ll_cuda_sync_checking()) return;
-    char what[200];
-    const char *ty = t == LL_CUDA_BF16 ? "bf16" : "fp32";
-    snprintf(what, sizeof what,
-             "gemm (cuBLASLt: trans %d/%d, M %d N %d K %d, %s x %s -> %s, epilogue %d, exact fp32 accumulation; the "
-             "start-up probe of the ReLU-mask epilogues, LL_CUDA_RELU_MASK=0 skips it)",
-             d->trans_a, d->trans_b, d->M, d->N, d->K, ty, ty, ty,
-             (int)(d->epilogue == LL_CUDA_EPI_DRELU ? LL_EPI_DRELU : LL_EPI_BIAS_RELU_AUX));
-    ll_cuda_sync_check(what, __FILE__, __LINE__);
+static void check(const ll_cuda_gemm_desc *d) {
+    ll_cuda_gemm_sync_check(d, d->epilogue == LL_CUDA_EPI_DRELU ? LL_EPI_DRELU : LL_EPI_BIAS_RELU_AUX,
+                            "; the start-up probe of the ReLU-mask epilogues, LL_CUDA_RELU_MASK=0 skips it");
 }
 
 /* NULL: passed; else what failed */
@@ -143,12 +135,12 @@ static const char *probe(ll_backend *be, ll_cuda_dtype t) {
         why = "cuBLASLt refused RELU_AUX_BIAS";
         goto done;
     }
-    check(&fwd, t);
+    check(&fwd);
     if (ll_cuda_gemm_lt(be, &bwd) != 0) {
         why = "cuBLASLt refused DRELU";
         goto done;
     }
-    check(&bwd, t);
+    check(&bwd);
     /* a fault here leaves the context unusable (sticky): no use going on without masks */
     cudaError_t e = cudaMemcpyAsync(host, dev, all, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
