@@ -34,11 +34,11 @@
 #   6. (GPU_CHECK_STEPS names it) sanitize: compute-sanitizer memcheck on every
 #      quick GPU test, racecheck and synccheck on attention, layer norm, ops
 #      (GPU_CHECK_MEMCHECK, GPU_CHECK_RACECHECK: other lists of tests, e.g. "attention_cuda")
-#   7. (GPU_CHECK_STEPS names it) bench: ll64 against PyTorch eager, decoding
-#      (graphs on and off) against PyTorch, base against torch.compile, ll64 kernel
-#      by kernel, with SIMT attention, tuned (LL_CUDA_GEMM_TUNE=8) and profiled with the
-#      matmul survey, deep30, PyTorch eager base, then ll64 with the separate ReLU backward
-#      and with the bias gradients split from their matmuls (GPU_CHECK_TORCH=0: ll's runs only)
+#   7. (GPU_CHECK_STEPS names it) bench, most wanted first (a cut-off run keeps those): ll64
+#      against PyTorch eager, ll64 with the separate ReLU backward and with the bias gradients
+#      split from their matmuls, profiled with the matmul survey, tuned (LL_CUDA_GEMM_TUNE=8);
+#      decoding (graphs on and off) against PyTorch; base, deep30, ll64 kernel by kernel and
+#      with SIMT attention; PyTorch eager base and torch.compile (GPU_CHECK_TORCH=0: ll's runs only)
 #   8. (GPU_CHECK_STEPS names it) profile: Nsight Compute on one ll64 step: the
 #      tensor-core attention kernels', the layer-norm backward's, the residual
 #      kernels' and one cuBLASLt matmul's speed of light, occupancy, launch and
@@ -238,28 +238,28 @@ run_bench() {
     PEAK=$(sed -n 's/^RESULT torch_gpu_peak bf16_tflops=\([0-9.]*\).*/\1/p' "$L/bench-peak.log")
   fi
   PEAK=${PEAK:-784}
+  # what the GPU-speed issue asks first: ll64 against PyTorch in one run, then ll64's A/Bs (the
+  # separate ReLU backward; weight gradients as plain products, where cuBLASLt may split K, with a
+  # separate bias-gradient kernel), its per-op profile with every matmul shape surveyed alone
+  # (cuBLASLt's first 8 candidates), the autotune; then decoding and the other models
   step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
+  step bench-ll-ll64-norelumask 60 env LL_CUDA_RELU_MASK=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+    --peak-tflops "$PEAK"
+  step bench-ll-ll64-bgradsplit 60 env LL_CUDA_BGRAD_EPILOGUE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+    --peak-tflops "$PEAK"
+  step bench-ll-ll64-profile 90 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8
+  step bench-ll-ll64-tune 90 env LL_CUDA_GEMM_TUNE=8 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
   step bench-decode 90 "$B/ll_decode_bench" "${DEC[@]}"
   step bench-decode-nographs 90 env LL_CUDA_DECODE_GRAPHS=0 "$B/ll_decode_bench" "${DEC[@]}"
   tstep bench-torch-decode 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --peak-tflops "$PEAK"
   step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK"
-  tstep bench-torch-base-compile 150 python3 bench/gpu/torch_gpu_peer.py --model base --compile --peak-tflops "$PEAK"
+  step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"
+  step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off
   step bench-ll-ll64-simt 60 env LL_CUDA_ATTENTION=simt "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
-  step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off
-  # cuBLASLt's fastest of its first 8 candidates per matmul shape against its heuristic's first choice
-  step bench-ll-ll64-tune 90 env LL_CUDA_GEMM_TUNE=8 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
-  # the per-op profile, then every matmul shape of the step alone with cuBLASLt's first 8 candidates
-  step bench-ll-ll64-profile 60 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8
-  step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-base 60 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
-  # the FFN's ReLU backward as a separate pass against the default DRELU epilogue
-  step bench-ll-ll64-norelumask 60 env LL_CUDA_RELU_MASK=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
-  # weight gradients as plain products (cuBLASLt may then split K) and a separate bias-gradient kernel
-  step bench-ll-ll64-bgradsplit 60 env LL_CUDA_BGRAD_EPILOGUE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
+  tstep bench-torch-base-compile 150 python3 bench/gpu/torch_gpu_peer.py --model base --compile --peak-tflops "$PEAK"
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
   grep -E '^(gemm survey|  calls|matmul time per step|bias-gradient shapes|RESULT ll_gemm_survey)|^ +[0-9]+ [01][01] |without the bias-gradient' \
