@@ -48,7 +48,8 @@
 # (build folder, default /tmp/ll-gpu-build; an existing one is built
 # incrementally), GPU_CHECK_STEPS (comma list of tests,quickstart,long,cpu,
 # sanitize,bench,profile, run in the order given; default tests,long,quickstart,cpu;
-# long = the Bible 300-update and decode-parity tests), GPU_CHECK_TAR=0
+# long = the Bible 300-update and decode-parity tests; graphfault = the fp32 training with CUDA graphs
+# in variants, tests/gpu/diag_graph_fault.sh), GPU_CHECK_TAR=0
 # writes the logs to OUTDIR/logs instead of OUTDIR/logs.tar.gz.
 set -u
 OUTDIR=${1:?usage: scripts/gpu_check.sh OUTDIR}
@@ -153,6 +154,12 @@ run_long() {
   step bible300 240 ctest --test-dir "$B" -R gpu_test_bible300 -V --timeout 230
   grep -E '^[0-9]+: (bible300|note|FAIL)' "$L/bible300.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/bible300.log"
+}
+
+# (graphfault) the fp32-training fault with CUDA graphs: the same run in variants (tests/gpu/diag_graph_fault.sh)
+run_graphfault() {
+  step graph-fault 560 env LL_SOURCE_DIR="$ROOT" LL_BINARY_DIR="$B" bash tests/gpu/diag_graph_fault.sh
+  grep -E '^graph-fault' "$L/graph-fault.log" | sed 's/^/  /' | tee -a "$S"
 }
 
 # 4. the GPU quick start (GPU_CHECK_TRAIN_MIN=full), or a shortened one
@@ -292,7 +299,7 @@ if [ $built -eq 0 ]; then
   "$B/lltrain" --devices 2>&1 | sed 's/^/  /' | tee -a "$S"
   for part in ${STEPS//,/ }; do
     case $part in
-    tests | long | quickstart | cpu | sanitize | bench | profile) "run_$part" ;;
+    tests | long | graphfault | quickstart | cpu | sanitize | bench | profile) "run_$part" ;;
     *) say "unknown step $part (GPU_CHECK_STEPS)" ;;
     esac
     cat "$L"/ctest-gpu.log "$L"/bible300.log "$L"/decode-parity.log > "$OUTDIR/ctest_gpu.log" 2> /dev/null

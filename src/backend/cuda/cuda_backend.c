@@ -501,6 +501,18 @@ static int replay_on(void) {
     return on;
 }
 
+/* LL_CUDA_GRAPH_UPDATE=0: a new capture never goes into a kept executable by cudaGraphExecUpdate;
+ * the slot's executable is destroyed and the capture instantiated anew (the A/B for a fault seen
+ * only with graphs kept across batch shapes) */
+static int update_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LL_CUDA_GRAPH_UPDATE");
+        on = !(v && !strcmp(v, "0"));
+    }
+    return on;
+}
+
 static int cu_graph_replay(ll_backend *be, uint64_t fp) {
     cuda_impl *im = enter(be);
     if (im->graph.capturing) ll_die("CUDA backend: graph_replay inside a captured step");
@@ -561,7 +573,7 @@ static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
         CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
         im->graph.cache[slot].exec = NULL;
     }
-    if (im->graph.cache[slot].exec && im->graph.had_cond) { /* its conditionals' handles are new: built anew */
+    if (im->graph.cache[slot].exec && (im->graph.had_cond || !update_on())) { /* (conditionals: new handles) */
         CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
         im->graph.cache[slot].exec = NULL;
     }
