@@ -13,13 +13,13 @@ endfunction()
 emu_fault_test(gpu_emu_sync_check layernorm_fwd "LL_CUDA_EMU_FAULT=layernorm_fwd_kernel;LL_CUDA_SYNC_CHECK=1"
   "CUDA error after ll_cuda_layernorm_fwd_dt.*illegal memory access")
 # ... a fault inside cuBLASLt is blamed on the product, described (which kernel choice faulted)
-emu_fault_test(gpu_emu_sync_check_gemm gemm "LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1;LL_CUDA_RELU_MASK=0"
+emu_fault_test(gpu_emu_sync_check_gemm gemm "LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1"
   "CUDA error after gemm \\(cuBLASLt: trans [01]/[01], M [0-9]+ N [0-9]+ K [0-9]+, (fp32|bf16) x (fp32|bf16) -> (fp32|bf16), epilogue [0-9], (TF32|exact fp32 accumulation)\\).*illegal memory access")
-# ... also in the backend's start-up probe of the ReLU-mask epilogues (src/backend/cuda/cuda_relu_mask.c),
-# and without the sync check the probe's own synchronisation stops with a message naming it
-emu_fault_test(gpu_emu_sync_check_relu_probe gemm "LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1"
+# ... also in the backend's start-up probe of the ReLU-mask epilogues (src/backend/cuda/cuda_relu_mask.c;
+# LL_CUDA_RELU_MASK=1), and without the sync check the probe's own synchronisation stops with a message naming it
+emu_fault_test(gpu_emu_sync_check_relu_probe gemm "LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_SYNC_CHECK=1;LL_CUDA_RELU_MASK=1"
   "CUDA error after gemm \\(cuBLASLt: trans 0/1, M [0-9]+ N [0-9]+ K [0-9]+, (fp32|bf16) x (fp32|bf16) -> (fp32|bf16), epilogue 4, exact fp32 accumulation; the start-up probe of the ReLU-mask epilogues.*illegal memory access")
-emu_fault_test(gpu_emu_fault_relu_probe gemm "LL_CUDA_EMU_FAULT=cublasLtMatmul"
+emu_fault_test(gpu_emu_fault_relu_probe gemm "LL_CUDA_EMU_FAULT=cublasLtMatmul;LL_CUDA_RELU_MASK=1"
   "CUDA error in the start-up probe of cuBLASLt's ReLU-mask epilogues.*illegal memory access")
 # ... without it the fault surfaces at the next synchronisation, in another call
 emu_fault_test(gpu_emu_fault_late layernorm_fwd "LL_CUDA_EMU_FAULT=layernorm_fwd_kernel"

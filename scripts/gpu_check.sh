@@ -35,7 +35,7 @@
 #      quick GPU test, racecheck and synccheck on attention, layer norm, ops
 #      (GPU_CHECK_MEMCHECK, GPU_CHECK_RACECHECK: other lists of tests, e.g. "attention_cuda")
 #   7. (GPU_CHECK_STEPS names it) bench, most wanted first (a cut-off run keeps those): ll64
-#      against PyTorch eager, ll64 with the separate ReLU backward and with the bias gradients
+#      against PyTorch eager, ll64 with the ReLU backward in DRELU and with the bias gradients
 #      split from their matmuls, profiled with the matmul survey, tuned (LL_CUDA_GEMM_TUNE=8);
 #      decoding (graphs on and off) against PyTorch; base, deep30, ll64 kernel by kernel and
 #      with SIMT attention; PyTorch eager base and torch.compile (GPU_CHECK_TORCH=0: ll's runs only)
@@ -246,12 +246,12 @@ run_bench() {
   fi
   PEAK=${PEAK:-784}
   # what the GPU-speed issue asks first: ll64 against PyTorch in one run, then ll64's A/Bs (the
-  # separate ReLU backward; weight gradients as plain products, where cuBLASLt may split K, with a
-  # separate bias-gradient kernel), its per-op profile with every matmul shape surveyed alone
-  # (cuBLASLt's first 8 candidates), the autotune; then decoding and the other models
+  # ReLU backward in cuBLASLt's DRELU epilogue; weight gradients as plain products, where cuBLASLt
+  # may split K, with a separate bias-gradient kernel), its per-op profile with every matmul shape
+  # surveyed alone (cuBLASLt's first 8 candidates), the autotune; then decoding and the other models
   step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
-  step bench-ll-ll64-norelumask 60 env LL_CUDA_RELU_MASK=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+  step bench-ll-ll64-relumask 60 env LL_CUDA_RELU_MASK=1 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-bgradsplit 60 env LL_CUDA_BGRAD_EPILOGUE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"

@@ -93,10 +93,10 @@ ab no_graphs "| model | ll tok/s, one CUDA graph per step | ll tok/s, kernel by 
 # cuBLASLt's heuristic choice (the default) against the fastest of its first 8 candidates per shape
 ab gemm_tune "| model | ll tok/s, cuBLASLt's heuristic | ll tok/s, LL_CUDA_GEMM_TUNE=8 | heuristic / tuned |" \
   LL_CUDA_GEMM_TUNE=8
-# the FFN's ReLU backward in the backward matmul's DRELU epilogue (the default where cuBLASLt's probe
-# passed) against a separate relu_bwd pass
-ab relu_mask "| model | ll tok/s, ReLU backward in DRELU | ll tok/s, separate relu_bwd | DRELU / separate |" \
-  LL_CUDA_RELU_MASK=0
+# the FFN's ReLU backward as a separate relu_bwd pass (the default: an H100 ran ll64 3% faster so,
+# 2026-11-28) against the backward matmul's DRELU epilogue
+ab relu_mask "| model | ll tok/s, separate relu_bwd | ll tok/s, ReLU backward in DRELU | separate / DRELU |" \
+  LL_CUDA_RELU_MASK=1
 # weight gradients with cuBLASLt's bias-gradient epilogue (the default) against plain products (which
 # cuBLASLt may split over K) and a separate bias-gradient kernel
 ab bgrad_split "| model | ll tok/s, BGRAD epilogue | ll tok/s, plain dW + bias-gradient kernel | epilogue / split |" \

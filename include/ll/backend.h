@@ -23,6 +23,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "ll/core.h"
 
@@ -231,7 +232,8 @@ struct ll_backend {
     void (*gemm)(ll_backend *be, const ll_gemm_desc *g);
     /* Optional (NULL or 0 = not offered): the bytes of a ReLU mask for a gemm's C of [rows, cols]
      * (LL_EPI_BIAS_RELU_AUX / LL_EPI_DRELU: the ReLU's backward fused into the next matmul's
-     * epilogue).  CUDA offers it when a start-up probe of cuBLASLt's two epilogues passed. */
+     * epilogue).  CUDA offers it where LL_CUDA_RELU_MASK=1 asks for it (ll_backend_relu_mask_asked)
+     * and a start-up probe of cuBLASLt's two epilogues passed. */
     size_t (*relu_mask_bytes)(ll_backend *be, int rows, int cols);
 
     /* Layer norm over the last dim C (eps 1e-5); saves mean/rstd [N] for backward.
@@ -501,6 +503,13 @@ int ll_backend_set_tf32(ll_backend *be, int on);
  * epilogue as separate kernels, or cublasGemmEx).  0 on other backends.  The
  * step and decode tests require none (docs/cuda-backend.md). */
 uint64_t ll_backend_gemm_fallbacks(ll_backend *be);
+/* LL_CUDA_RELU_MASK=1: the FFN's ReLU backward in cuBLASLt's DRELU epilogue (relu_mask_bytes) on
+ * CUDA, and in the dry run's count.  Off by default: on an H100 it made ll64's step 3 ms slower
+ * (cuBLASLt's DRELU product took 55 us where the plain one took 15; bench/RESULTS.md, session 24). */
+static inline int ll_backend_relu_mask_asked(void) {
+    const char *v = getenv("LL_CUDA_RELU_MASK");
+    return v && v[0] == '1' && !v[1];
+}
 /* The GPU benchmark's matmul survey (ll_gpu_bench --gemm-survey): for one
  * product of g's shape, types and epilogue (g's pointers unused: the survey
  * allocates its own operands), cuBLASLt's first `max` candidate algorithms,

@@ -521,7 +521,8 @@ ll_backend *ll_backend_dry(ll_backend *like) {
     if (!k) return NULL;
     k->dry = 1;
     k->next = (uintptr_t)1 << 44; /* far from any host mapping: never dereferenced */
-    k->be.relu_mask_bytes = dry_relu_mask_bytes; /* the step as on CUDA: the FFN's ReLU backward in DRELU */
+    /* the step as on CUDA: the FFN's ReLU backward in DRELU where LL_CUDA_RELU_MASK=1 asks for it */
+    k->be.relu_mask_bytes = ll_backend_relu_mask_asked() ? dry_relu_mask_bytes : NULL;
     return &k->be;
 }
 

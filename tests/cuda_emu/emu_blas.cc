@@ -442,9 +442,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
             return CUBLAS_STATUS_INVALID_VALUE;
         }
     }
+    /* The kernel a GPU's cuBLASLt would launch: one per algorithm, compute mode, epilogue and size class
+     * (another shape may get another kernel, as on a GPU), some with clusters of 2 blocks (Hopper's) */
+    static const char lt_kernels[64] = {0};
+    const auto lg = [](int v) { return v > 1 ? 32 - __builtin_clz((unsigned)v - 1) : 0; };
+    const unsigned kid = (unsigned)(algo->data[6] * 131u + (unsigned)g.tf32 * 31u + (unsigned)g.epi * 7u +
+                                    (unsigned)(lg(g.m) / 3) * 5u + (unsigned)(lg(g.n) / 3) * 3u + (unsigned)(lg(g.k) / 3)) % 64u;
     ll_emu::enqueue(stream, "cublasLtMatmul", [g]() {
         if (!ll_emu::faulted("cublasLtMatmul", "cuBLASLt", 0)) gemm_run(g);
-    });
+    }, &lt_kernels[kid], 1 + kid % 2);
     /* LL_CUDA_EMU_LT_REFUSE=fail: the matmul is queued, then reported failed
      * (an error after the work started): a caller must not run it again */
     if (!strcmp(refuse_mode(), "fail")) return CUBLAS_STATUS_EXECUTION_FAILED;

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <string>
 
 #include "emu_internal.h"
 
@@ -88,6 +89,7 @@ std::shared_ptr<CUgraph_st> clone(const CUgraph_st &g, CUgraph_st *parent) {
     c->handles = g.handles;
     for (const auto &n : g.nodes) {
         CUgraph_st::node m{n.what, n.func, n.fn, n.kind, nullptr, nullptr};
+        m.cluster = n.cluster;
         if (n.cond) {
             m.cond = std::make_shared<CUgraph_st::cond_part>(*n.cond);
             for (unsigned i = 0; i < n.cond->size; i++) {
@@ -158,6 +160,36 @@ cudaGraphExecUpdateResult match(const CUgraph_st &a, const CUgraph_st &b) {
     }
     return cudaGraphExecUpdateSuccess;
 }
+/* The first kernel node of b (paired with a's in order, as match() pairs them) that cudaGraphExecUpdate
+ * may take but an H100 did not survive: another cluster shape, or another kernel where either has
+ * clusters (fp32 training with TF32 faulted, "an illegal instruction", after cuBLASLt's kernels of
+ * one shape were updated to another's, 2026-11-28; a kernel swap without clusters ran right:
+ * tests/gpu/test_graph_cuda.c); "" when there is none. */
+std::string swapped_kernel(const CUgraph_st &a, const CUgraph_st &b) {
+    for (size_t i = 0; i < a.nodes.size() && i < b.nodes.size(); i++) {
+        const auto &x = a.nodes[i], &y = b.nodes[i];
+        if (x.cond && y.cond) {
+            for (unsigned k = 0; k < x.cond->size && k < y.cond->size; k++) {
+                std::string w = swapped_kernel(*x.cond->body[k], *y.cond->body[k]);
+                if (!w.empty()) return w;
+            }
+            continue;
+        }
+        if (x.kind != NODE_KERNEL || y.kind != NODE_KERNEL) continue;
+        const bool other = x.func != y.func || strcmp(x.what, y.what);
+        if (x.cluster != y.cluster || (other && (x.cluster > 1 || y.cluster > 1)))
+            return std::string(x.what) + " (cluster " + std::to_string(x.cluster) + ") to " + y.what + " (cluster " +
+                   std::to_string(y.cluster) + ") at node " + std::to_string(i);
+    }
+    return "";
+}
+/* a node handle's node in its graph */
+const CUgraph_st::node *node_of(cudaGraphNode_t id) {
+    if (!id || !id->graph) return nullptr;
+    for (const auto &n : id->graph->nodes)
+        if (n.id == id) return &n;
+    return nullptr;
+}
 bool has_cond(const CUgraph_st &g) {
     for (const auto &n : g.nodes)
         if (n.cond) return true;
@@ -186,6 +218,7 @@ struct CUgraphExec_st {
     std::shared_ptr<CUgraph_st> root; /* the executable copy */
     std::shared_ptr<ll_emu::graph_values> vals;
     std::shared_ptr<int> live; /* the live executables of the graph it was instantiated from */
+    std::string swapped;       /* an update gave a kernel node a kernel of another cluster shape */
     ~CUgraphExec_st() {
         if (live) --*live;
     }
@@ -341,12 +374,51 @@ cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t g, const cudaGra
                         position_after(g, deps, n));
     return cudaSuccess;
 }
-/* the top-level nodes, as CUDA counts them */
+/* the top-level nodes, in order (CUDA: the rest of a longer array NULL, *n the count given) */
 cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *n) {
     LOCK;
     if (!g || !n) return err(cudaErrorInvalidValue);
-    if (nodes) return err(cudaErrorNotSupported); /* the emulation only counts them */
+    if (nodes) {
+        size_t k = 0;
+        for (; k < *n && k < g->nodes.size(); k++) nodes[k] = g->nodes[k].id;
+        for (size_t i = k; i < *n; i++) nodes[i] = NULL;
+        *n = k;
+        return cudaSuccess;
+    }
     *n = g->nodes.size();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *t) {
+    LOCK;
+    const CUgraph_st::node *n = node_of(node);
+    if (!n || !t) return err(cudaErrorInvalidValue);
+    switch (n->kind) {
+    case NODE_KERNEL: *t = cudaGraphNodeTypeKernel; break;
+    case NODE_COPY: *t = cudaGraphNodeTypeMemcpy; break;
+    case NODE_MEMSET: *t = cudaGraphNodeTypeMemset; break;
+    case NODE_HOST: *t = cudaGraphNodeTypeHost; break;
+    default: *t = cudaGraphNodeTypeConditional; break;
+    }
+    return cudaSuccess;
+}
+/* the kernel alone (a library's kernels are told apart by their name; grid and arguments are not modelled) */
+cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernelNodeParams *p) {
+    LOCK;
+    const CUgraph_st::node *n = node_of(node);
+    if (!n || !p || n->kind != NODE_KERNEL) return err(cudaErrorInvalidValue);
+    *p = cudaKernelNodeParams{};
+    p->func = (void *)(n->func ? n->func : (const void *)n->what);
+    return cudaSuccess;
+}
+/* the cluster shape alone */
+cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t node, cudaKernelNodeAttrID attr, cudaKernelNodeAttrValue *v) {
+    LOCK;
+    const CUgraph_st::node *n = node_of(node);
+    if (!n || !v || n->kind != NODE_KERNEL) return err(cudaErrorInvalidValue);
+    if (attr != cudaLaunchAttributeClusterDimension) return err(cudaErrorNotSupported);
+    *v = cudaKernelNodeAttrValue{};
+    v->clusterDim.x = n->cluster;
+    v->clusterDim.y = v->clusterDim.z = 1;
     return cudaSuccess;
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
@@ -358,7 +430,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned lon
     /* a GPU (H100, CUDA 13.0) refused a second executable of a graph with a conditional node while
      * the first lived (the error it gave: tests/gpu/test_graph_cond_cuda.c prints it) */
     if (has_cond(*g) && *g->live > 0) return err(cudaErrorNotSupported);
-    *e = new CUgraphExec_st{clone(*g, NULL), v, has_cond(*g) ? g->live : nullptr};
+    *e = new CUgraphExec_st{clone(*g, NULL), v, has_cond(*g) ? g->live : nullptr, std::string()};
     if ((*e)->live) ++*(*e)->live;
     return cudaSuccess;
 }
@@ -376,6 +448,7 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecU
     if (r == cudaGraphExecUpdateSuccess && make_values(*g, &v) != cudaSuccess) r = cudaGraphExecUpdateErrorNotSupported;
     if (info) *info = cudaGraphExecUpdateResultInfo{r, NULL, NULL};
     if (r != cudaGraphExecUpdateSuccess) return err(cudaErrorGraphExecUpdateFailure);
+    if (e->swapped.empty()) e->swapped = swapped_kernel(*e->root, *g); /* accepted, as CUDA does; faults at launch */
     e->root = clone(*g, NULL);
     e->vals = v;
     return cudaSuccess;
@@ -392,10 +465,22 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
             break_capture(st, "cudaGraphLaunch of a graph with conditional nodes into a capture");
             return err(cudaErrorStreamCaptureUnsupported);
         }
-        for (const CUgraph_st::node &n : e->root->nodes)
-            capture_node(st, CUgraph_st::node{n.what, n.func, n.fn, n.kind, NULL, nullptr});
+        for (const CUgraph_st::node &n : e->root->nodes) {
+            CUgraph_st::node m{n.what, n.func, n.fn, n.kind, NULL, nullptr};
+            m.cluster = n.cluster;
+            capture_node(st, std::move(m));
+        }
         g_graph_launches++;
         return cudaSuccess;
+    }
+    if (!e->swapped.empty()) { /* as the H100 did: the launch faults (sticky, seen at the next synchronisation) */
+        const std::string why = "a graph updated in place from kernel " + e->swapped +
+                                " was launched: an H100 faulted so (an illegal instruction; the emulation is strict)";
+        st->q.push_back(CUstream_st::item{"graph launch: swapped kernel", [why]() {
+                                              fault(cudaErrorIllegalInstruction, why.c_str());
+                                          },
+                                          NULL, 0, nullptr});
+        st->queued++;
     }
     const std::shared_ptr<graph_values> v = e->vals;
     if (!v->defs.empty()) {

@@ -43,7 +43,10 @@ void run_grid(const launch_desc &d, const std::function<void()> &body);
 /* Stream work (emu_runtime.cc): queued, run in order at a synchronisation. */
 /* During a stream capture the work is recorded into the graph instead (func: a
  * kernel's function, which a graph update must find unchanged). */
-void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func = nullptr);
+void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func = nullptr,
+             unsigned cluster = 1);
+/* A kernel fault now (a sticky error, seen at the next synchronisation, as on a GPU), told on stderr. */
+void fault(cudaError_t e, const char *why);
 /* At the start of queued work: LL_CUDA_EMU_FAULT's injected fault for a kernel of this name, or
  * an earlier fault; true: the work must not run (the error is sticky, as on a GPU). */
 bool faulted(const char *name, const char *file, int line);
@@ -94,6 +97,7 @@ struct CUgraph_st {
         int kind;
         CUgraphNode_st *id; /* its handle (owned by ids); NULL in an executable copy */
         std::shared_ptr<cond_part> cond;
+        unsigned cluster = 1; /* a kernel's cluster shape (blocks in x): cuBLASLt's may have 2 */
     };
     std::vector<node> nodes;
     std::vector<std::unique_ptr<CUgraphNode_st>> ids;

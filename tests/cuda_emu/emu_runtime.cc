@@ -204,12 +204,21 @@ bool faulted(const char *name, const char *file, int line) {
 
 static uint64_t g_enqueued; /* every stream operation so far, all streams (ll_cuda_emu_stream_ops) */
 
-void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func) {
+void fault(cudaError_t e, const char *why) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (g_sticky != cudaSuccess) return;
+    fprintf(stderr, "cuda-emu: %s\n", why);
+    g_sticky = e;
+}
+
+void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func, unsigned cluster) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     g_enqueued++;
     CUstream_st *st = stream_of(s);
     if (st->cap) { /* captured, not run (after an invalidation: dropped, as the graph is lost) */
-        capture_node(st, CUgraph_st::node{what, func, std::move(fn), node_kind_of(what, func), NULL, nullptr});
+        CUgraph_st::node n{what, func, std::move(fn), node_kind_of(what, func), NULL, nullptr};
+        n.cluster = cluster;
+        capture_node(st, std::move(n));
         return;
     }
     st->q.push_back(CUstream_st::item{what, std::move(fn), NULL, 0, nullptr});
@@ -391,6 +400,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
     case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";

@@ -30,6 +30,8 @@
 #              gate gradients are never added)
 #   relu_note  the gemm op's DRELU reads the ReLU mask also where cuBLASLt did not
 #              write it (a refused forward epilogue: the mask is garbage)
+#   graph_kernels a kept graph updated in place with a capture of other kernels
+#              (cuBLASLt's for another shape: an H100 faulted on its launch)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,7 +51,8 @@ find "$work/src" -mindepth 1 -maxdepth 1 ! -name build-mutants -exec rm -rf {} +
 declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layernorm_row.cuh
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
-  [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c)
+  [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
+  [graph_kernels]=src/backend/cuda/cuda_backend.c)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -59,7 +62,7 @@ cmake -S "$work/src" -B "$b" -DLL_CUDA_EMU=ON -DLL_SANITIZE=address,undefined -D
 export ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=0 LL_SOURCE_DIR=$work/src
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LL_NO_REEXEC=1
 
-build() { cmake --build "$b" -j"$jobs" --target gpu_test_ops_cuda gpu_test_layernorm_cuda > "$work/build.log" 2>&1; }
+build() { cmake --build "$b" -j"$jobs" --target gpu_test_ops_cuda gpu_test_layernorm_cuda gpu_test_graph_cuda > "$work/build.log" 2>&1; }
 
 # the covering test: 0 = passed
 run_test() {
@@ -73,7 +76,8 @@ run_test() {
     tc_syncwarp) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_fwd ;;
     ln_barrier) "$b/gpu_test_layernorm_cuda" ;;
     ticket) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
-    relu_note) "$b/gpu_test_ops_cuda" --op gemm ;;
+    relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
+    graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
   esac
 }
 
@@ -107,6 +111,9 @@ M = {
     "ticket": ("kernels/residual.cu", "    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */\n", ""),
     "relu_note": ("src/backend/cuda/cuda_gemm_lt.c", "drelu_kernel = drelu && !ll_cuda_relu_mask_written(g->aux);",
                   "drelu_kernel = 0;"),
+    "graph_kernels": ("src/backend/cuda/cuda_backend.c",
+                      "(im->graph.had_cond || !update_on() || !kernels || kernels != im->graph.cache[slot].kernels)",
+                      "(im->graph.had_cond || !update_on())"),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -119,13 +126,13 @@ PY
 
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note graph_kernels; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
   fi
 done
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note graph_kernels; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then

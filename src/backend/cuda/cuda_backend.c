@@ -78,6 +78,7 @@ typedef struct {
         struct {
             uint64_t fp, family, used;
             uint64_t mem_gen; /* of the backend buffers the graph uses (the scratch) */
+            uint64_t kernels; /* graph_kernels() of the graph in exec (0: unknown, never updated) */
             cudaGraphExec_t exec;
         } cache[GRAPH_CACHE];
         uint64_t clock, steps;
@@ -502,8 +503,7 @@ static int replay_on(void) {
 }
 
 /* LL_CUDA_GRAPH_UPDATE=0: a new capture never goes into a kept executable by cudaGraphExecUpdate;
- * the slot's executable is destroyed and the capture instantiated anew (the A/B for a fault seen
- * only with graphs kept across batch shapes) */
+ * the slot's executable is destroyed and the capture instantiated anew */
 static int update_on(void) {
     static int on = -1;
     if (on < 0) {
@@ -511,6 +511,48 @@ static int update_on(void) {
         on = !(v && !strcmp(v, "0"));
     }
     return on;
+}
+
+/* Which kernels a graph launches, in order: a hash of its nodes' types and, for each kernel node,
+ * its function and cluster shape; 0 when the runtime does not say (the graph is then never updated
+ * in place).  cudaGraphExecUpdate accepts a kernel node whose kernel changed, but an H100
+ * (CUDA 13.0, driver 580) then faulted with "an illegal instruction was encountered" (fp32 training
+ * with TF32, where cuBLASLt picks other kernels for other shapes; bench/RESULTS.md, session 24), so
+ * an executable is updated only with a capture of the same kernels: new pointers, grids and
+ * arguments alone. */
+static uint64_t graph_kernels(cudaGraph_t g) {
+    size_t n = 0;
+    if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess || !n) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    cudaGraphNode_t *nodes = ll_malloc(n * sizeof *nodes);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over 64-bit words */
+#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+    if (cudaGraphGetNodes(g, nodes, &n) != cudaSuccess) h = 0;
+    for (size_t i = 0; h && i < n; i++) {
+        enum cudaGraphNodeType t;
+        if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess) {
+            h = 0;
+            break;
+        }
+        MIX(t);
+        if (t != cudaGraphNodeTypeKernel) continue;
+        struct cudaKernelNodeParams kp;
+        cudaLaunchAttributeValue cl;
+        memset(&cl, 0, sizeof cl);
+        if (cudaGraphKernelNodeGetParams(nodes[i], &kp) != cudaSuccess || !kp.func ||
+            cudaGraphKernelNodeGetAttribute(nodes[i], cudaLaunchAttributeClusterDimension, &cl) != cudaSuccess) {
+            h = 0;
+            break;
+        }
+        MIX((uintptr_t)kp.func);
+        MIX(cl.clusterDim.x), MIX(cl.clusterDim.y), MIX(cl.clusterDim.z);
+    }
+#undef MIX
+    if (!h) (void)cudaGetLastError();
+    free(nodes);
+    return h;
 }
 
 static int cu_graph_replay(ll_backend *be, uint64_t fp) {
@@ -556,24 +598,28 @@ static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     im->graph.st.captures++;
     im->graph.st.nodes += nodes;
     /* the slot: this fingerprint's (its scratch moved), a free one, the family's least recently
-     * used (updated in place when its nodes are of the same types), else the least recently used */
-    int same = -1, free_slot = -1, fam = -1, lru = 0;
+     * used of the same kernels, else of any (updated in place only with the same kernels:
+     * graph_kernels), else the least recently used */
+    const uint64_t kernels = graph_kernels(g);
+    int same = -1, free_slot = -1, famk = -1, fam = -1, lru = 0;
     for (int i = 0; i < graphs_kept(); i++) {
         if (!im->graph.cache[i].exec) {
             if (free_slot < 0) free_slot = i;
             continue;
         }
+        const uint64_t used = im->graph.cache[i].used;
         if (im->graph.cache[i].fp == fp) same = i;
-        if (im->graph.cache[i].family == family && (fam < 0 || im->graph.cache[i].used < im->graph.cache[fam].used))
-            fam = i;
-        if (im->graph.cache[i].used < im->graph.cache[lru].used) lru = i; /* (no slot is free when it is used) */
+        if (im->graph.cache[i].family == family) {
+            if (fam < 0 || used < im->graph.cache[fam].used) fam = i;
+            if (kernels && im->graph.cache[i].kernels == kernels && (famk < 0 || used < im->graph.cache[famk].used))
+                famk = i;
+        }
+        if (used < im->graph.cache[lru].used) lru = i; /* (no slot is free when it is used) */
     }
-    const int slot = same >= 0 ? same : free_slot >= 0 ? free_slot : fam >= 0 ? fam : lru;
-    if (im->graph.cache[slot].exec && slot != same && slot != fam) { /* another structure: no update */
-        CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
-        im->graph.cache[slot].exec = NULL;
-    }
-    if (im->graph.cache[slot].exec && (im->graph.had_cond || !update_on())) { /* (conditionals: new handles) */
+    const int slot = same >= 0 ? same : free_slot >= 0 ? free_slot : famk >= 0 ? famk : fam >= 0 ? fam : lru;
+    /* (conditionals' handles are new: such a graph is always built anew) */
+    if (im->graph.cache[slot].exec &&
+        (im->graph.had_cond || !update_on() || !kernels || kernels != im->graph.cache[slot].kernels)) {
         CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
         im->graph.cache[slot].exec = NULL;
     }
@@ -594,6 +640,7 @@ static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     }
     im->graph.cache[slot].fp = fp;
     im->graph.cache[slot].family = family;
+    im->graph.cache[slot].kernels = kernels;
     /* a graph whose ops used a scratch outgrown during the capture (freed below) is launched once, never replayed */
     im->graph.cache[slot].mem_gen = im->graph.n_retired ? ~(uint64_t)0 : im->graph.mem_gen;
     graph_launch(im, slot, same < 0 && fam < 0);

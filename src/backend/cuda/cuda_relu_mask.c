@@ -12,8 +12,11 @@
  *
  * A start-up probe per backend (activation dtype) runs both epilogues on a
  * small product with exact values and compares with the host; the backend
- * offers masks (be->relu_mask_bytes) only when it passed.  LL_CUDA_RELU_MASK=0
- * turns the masks off (the A/B of bench/gpu/run.sh). */
+ * offers masks (be->relu_mask_bytes) only when it passed.  Only where
+ * LL_CUDA_RELU_MASK=1 asks for them (ll_backend_relu_mask_asked): on an H100
+ * the DRELU product ran ~3.7x as long as the plain one and ll64's step was
+ * 3 ms slower with masks (bench/RESULTS.md, session 24); the A/B of
+ * bench/gpu/run.sh and scripts/gpu_check.sh. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +96,7 @@ static float get(const void *src, ll_cuda_dtype t, size_t i) {
 /* LL_CUDA_SYNC_CHECK: a fault in a probe matmul is named as the gemm op names one */
 static void check(const ll_cuda_gemm_desc *d) {
     ll_cuda_gemm_sync_check(d, d->epilogue == LL_CUDA_EPI_DRELU ? LL_EPI_DRELU : LL_EPI_BIAS_RELU_AUX,
-                            "; the start-up probe of the ReLU-mask epilogues, LL_CUDA_RELU_MASK=0 skips it");
+                            "; the start-up probe of the ReLU-mask epilogues, which LL_CUDA_RELU_MASK=1 asked for");
 }
 
 /* NULL: passed; else what failed */
@@ -146,7 +149,7 @@ static const char *probe(ll_backend *be, ll_cuda_dtype t) {
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     if (e != cudaSuccess)
         ll_die("CUDA error in the start-up probe of cuBLASLt's ReLU-mask epilogues (RELU_AUX_BIAS, DRELU; "
-               "LL_CUDA_RELU_MASK=0 skips it): %s",
+               "which LL_CUDA_RELU_MASK=1 asked for): %s",
                cudaGetErrorString(e));
     for (int i = 0; i < PR && !why; i++)
         for (int j = 0; j < PF; j++) {
@@ -175,8 +178,7 @@ done:
 
 void ll_cuda_register_relu_mask(ll_backend *be) {
     be->relu_mask_bytes = NULL;
-    const char *env = getenv("LL_CUDA_RELU_MASK");
-    if (env && !strcmp(env, "0")) return;
+    if (!ll_backend_relu_mask_asked()) return;
     const ll_cuda_dtype t = be->act == LL_BF16 ? LL_CUDA_BF16 : LL_CUDA_F32;
     const char *why = probe(be, t);
     if (why) {
