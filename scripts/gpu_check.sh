@@ -52,9 +52,20 @@
 # in variants, tests/gpu/diag_graph_fault.sh), GPU_CHECK_TAR=0
 # writes the logs to OUTDIR/logs instead of OUTDIR/logs.tar.gz.
 set -u
-OUTDIR=${1:?usage: scripts/gpu_check.sh OUTDIR}
+OUTDIR=${1:?usage: scripts/gpu_check.sh OUTDIR (or --tree-hash)}
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+# the source tree's own hash, in the summary's first line: a device copy's git may still name the
+# commit its .git was copied at, not the working tree that ran (seen 2026-11-28);
+# `scripts/gpu_check.sh --tree-hash` prints it for a checkout
+tree_hash() {
+  (cd "$ROOT" && find CMakeLists.txt cmake src kernels include tests scripts configs -type f | LC_ALL=C sort |
+    xargs sha1sum) | sha1sum | cut -c1-12
+}
+if [ "$OUTDIR" = --tree-hash ]; then
+  tree_hash
+  exit 0
+fi
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 # The logs live outside OUTDIR and are packed into OUTDIR/logs.tar.gz after
@@ -103,7 +114,7 @@ step() {
   return $rc
 }
 
-say "gpu_check: $(git -C "$ROOT" log --oneline -1 2> /dev/null || echo 'no git') on $(hostname), $(date -u +%FT%TZ), $NPROC cores, budget $BUDGET s"
+say "gpu_check: tree $(tree_hash) ($(git -C "$ROOT" log --oneline -1 2> /dev/null || echo 'no git')) on $(hostname), $(date -u +%FT%TZ), $NPROC cores, budget $BUDGET s"
 git -C "$ROOT" status --short 2> /dev/null | head -20 > "$L/git_status.log"
 
 # 1. the GPU
