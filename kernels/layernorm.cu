@@ -18,6 +18,7 @@
  *
  * Templated over the activation type (fp32, bf16) like the other kernel
  * files; ll_cuda_layernorm_fwd/bwd are the fp32 instances. */
+#include "col_sum.cuh"
 #include "layernorm_row.cuh"
 
 #define WARP 32
@@ -128,37 +129,13 @@ static __global__ void __launch_bounds__(LNF_MAX_THREADS)
  * blocks and chunks (dwdb_rows_per_chunk): ~512 of them fill an H100, where 128 blocks of 12
  * warps ran at 18.8% occupancy and 40.8 us for ll64's 8192 x 512 (ncu, 2026-11-27). */
 #define LNB_WARPS 4
-template <typename T> struct lnb_vec;
-template <> struct lnb_vec<float> {
-    static constexpr int V = 4;
-};
-template <> struct lnb_vec<__nv_bfloat16> {
-    static constexpr int V = 8;
-};
-template <typename T> union lnb_pack {
-    uint4 u;
-    T e[lnb_vec<T>::V];
-};
-template <typename T> static __device__ __forceinline__ void lnb_ld(const T *p, float *f) {
-    lnb_pack<T> v;
-    v.u = *(const uint4 *)p;
-#pragma unroll
-    for (int i = 0; i < lnb_vec<T>::V; i++) f[i] = ll_ld(&v.e[i]);
-}
-template <typename T> static __device__ __forceinline__ void lnb_st(T *p, const float *f) {
-    lnb_pack<T> v;
-#pragma unroll
-    for (int i = 0; i < lnb_vec<T>::V; i++) ll_st(&v.e[i], f[i]);
-    *(uint4 *)p = v.u;
-}
-
 template <typename T, int NV>
 static __global__ void __launch_bounds__(LNB_WARPS * WARP)
     layernorm_bwd_vec_kernel(T *__restrict__ dx, float *__restrict__ pw, float *__restrict__ pb,
                              const T *__restrict__ dout, const T *__restrict__ x, const float *__restrict__ w,
                              const float *__restrict__ mean, const float *__restrict__ rstd, int N,
                              int rows_per_chunk) {
-    constexpr int V = lnb_vec<T>::V, E = NV * V, C = E * WARP;
+    constexpr int V = ll_vec16<T>::V, E = NV * V, C = E * WARP;
     __shared__ float sw[LNB_WARPS][C], sb[LNB_WARPS][C];
     const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     float aw[E], ab[E];
@@ -172,8 +149,8 @@ static __global__ void __launch_bounds__(LNB_WARPS * WARP)
 #pragma unroll
         for (int k = 0; k < NV; k++) {
             const int col = (lane + WARP * k) * V;
-            lnb_ld(x + o + col, xn + k * V);
-            lnb_ld(dout + o + col, dn + k * V);
+            ll_ld16(x + o + col, xn + k * V);
+            ll_ld16(dout + o + col, dn + k * V);
 #pragma unroll
             for (int i = 0; i < V; i++) {
                 const int e = k * V + i;
@@ -191,10 +168,10 @@ static __global__ void __launch_bounds__(LNB_WARPS * WARP)
         for (int k = 0; k < NV; k++) {
             const int col = (lane + WARP * k) * V;
             float v[V];
-            lnb_ld(dx + o + col, v);
+            ll_ld16(dx + o + col, v);
 #pragma unroll
             for (int i = 0; i < V; i++) v[i] += (dn[k * V + i] - dn_mean - xn[k * V + i] * dnn_mean) * rs;
-            lnb_st(dx + o + col, v);
+            ll_st16(dx + o + col, v);
         }
     }
 #pragma unroll
@@ -256,33 +233,6 @@ static __global__ void layernorm_bwd_dwdb_partial(float *__restrict__ pw, float 
     }
 }
 
-/* Stage 2: dw[c] += sum_k pw[k, c] in a fixed order, same for db.  Block (32, DWDB_TY): x = column
- * within a 32-column tile, y takes chunks y, y + DWDB_TY, ...; then y's sums in order. */
-static __global__ void layernorm_bwd_dwdb_final(float *__restrict__ dw, float *__restrict__ db,
-                                                const float *__restrict__ pw, const float *__restrict__ pb, int R,
-                                                int C) {
-    __shared__ float sw[DWDB_TY][WARP + 1], sb[DWDB_TY][WARP + 1];
-    const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * WARP + tx;
-    float tw = 0.0f, tb = 0.0f;
-    if (col < C)
-        for (int k = ty; k < R; k += DWDB_TY) {
-            if (dw) tw += pw[(size_t)k * C + col];
-            if (db) tb += pb[(size_t)k * C + col];
-        }
-    sw[ty][tx] = tw;
-    sb[ty][tx] = tb;
-    __syncthreads();
-    if (ty || col >= C) return;
-    tw = tb = 0.0f;
-#pragma unroll
-    for (int k = 0; k < DWDB_TY; k++) {
-        tw += sw[k][tx];
-        tb += sb[k][tx];
-    }
-    if (dw) dw[col] += tw;
-    if (db) db[col] += tb;
-}
-
 /* Rows per chunk of the dw/db reduction: at least 16 rows per block (4 per warp of the fused
  * kernel), at most ~512 chunks: stage 1 has blocks for every multiprocessor several times over,
  * stage 2 (DWDB_TY rows of threads per column) stays short. */
@@ -305,7 +255,7 @@ extern "C" size_t ll_cuda_layernorm_bwd_scratch_floats(int N, int C) {
 template <typename T, int NV>
 static bool lnb_try(cudaStream_t stream, T *dx, float *pw, float *pb, const T *dout, const T *x, const float *w,
                     const float *mean, const float *rstd, int N, int rpc, int R) {
-    if constexpr (NV * lnb_vec<T>::V > 32) {
+    if constexpr (NV * ll_vec16<T>::V > 32) {
         (void)stream, (void)dx, (void)pw, (void)pb, (void)dout, (void)x, (void)w, (void)mean, (void)rstd, (void)N;
         (void)rpc, (void)R;
         return false;
@@ -318,7 +268,7 @@ static bool lnb_try(cudaStream_t stream, T *dx, float *pw, float *pb, const T *d
 template <typename T>
 static bool lnb_vec_launch_t(cudaStream_t stream, T *dx, float *pw, float *pb, const T *dout, const T *x,
                              const float *w, const float *mean, const float *rstd, int N, int C, int rpc, int R) {
-    constexpr int V = lnb_vec<T>::V;
+    constexpr int V = ll_vec16<T>::V;
     if (C % (WARP * V) || ((uintptr_t)dx | (uintptr_t)dout | (uintptr_t)x) % 16) return false;
     switch (C / (WARP * V)) {
     case 1: return lnb_try<T, 1>(stream, dx, pw, pb, dout, x, w, mean, rstd, N, rpc, R);
@@ -369,8 +319,7 @@ extern "C" cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dty
         }
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
-        LL_LAUNCH((unsigned)((C + WARP - 1) / WARP), dim3(WARP, DWDB_TY), 0, stream, layernorm_bwd_dwdb_final)(
-            dw, db, pw, pb, R, C);
+        col_partials_final_launch(stream, dw, db, pw, pb, R, C);
         return cudaGetLastError();
     }
     if (dx) {
@@ -389,8 +338,7 @@ extern "C" cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dty
                                                                               mean, rstd, N, C, rpc);)
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
-        LL_LAUNCH((unsigned)((C + WARP - 1) / WARP), dim3(WARP, DWDB_TY), 0, stream, layernorm_bwd_dwdb_final)(
-            dw, db, pw, pb, R, C);
+        col_partials_final_launch(stream, dw, db, pw, pb, R, C);
         return cudaGetLastError();
     }
     return cudaSuccess;

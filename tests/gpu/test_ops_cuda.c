@@ -107,8 +107,8 @@ static const char *epi_name[] = {"NONE", "BIAS", "BIAS_RELU", "BGRAD"};
  * bias in the activation dtype (the model's) or, with real_bias, in `real`; bgrad_set: BGRAD writes
  * the sums over bgrad's (random) values instead of adding */
 static void gemm_case_b(int ta, int tb, int M, int N, int K, real alpha, real beta, ll_epilogue epi, ll_dtype c_type,
-                        int real_bias, int bgrad_set) {
-    const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 5;
+                        int real_bias, int bgrad_set, int pad) {
+    const int lda = (ta ? M : K) + 3 * pad, ldb = (tb ? K : N) + pad, ldc = N + 5 * pad;
     const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
     const ll_dtype bias_t = real_bias ? LL_REAL_DTYPE : pb_act;
     pbuf A = pb_rand_act(na, -1, 1), B = pb_rand_act(nb, -1, 1);
@@ -133,7 +133,7 @@ static void gemm_case_b(int ta, int tb, int M, int N, int K, real alpha, real be
     free(hc), pb_free(&A), pb_free(&B), pb_free(&C), pb_free(&bias), pb_free(&bg);
 }
 static void gemm_case(int ta, int tb, int M, int N, int K, real alpha, real beta, ll_epilogue epi, ll_dtype c_type) {
-    gemm_case_b(ta, tb, M, N, K, alpha, beta, epi, c_type, 0, 0);
+    gemm_case_b(ta, tb, M, N, K, alpha, beta, epi, c_type, 0, 0, 1);
 }
 /* The FFN's ReLU backward in the matmuls (LL_EPI_BIAS_RELU_AUX, then LL_EPI_DRELU; CUDA only, where
  * relu_mask_bytes is offered): H = relu(X W1^T + b) writing the mask, dH = G W2 (* relu'(H)), against
@@ -218,14 +218,17 @@ static void t_gemm(void) {
     gemm_case(0, 1, 37, 1000, 129, 1, 0, LL_EPI_BIAS, pb_act);       /* linear forward: C = X W^T + b */
     gemm_case(0, 1, 37, 1000, 129, 1, 1, LL_EPI_BIAS, pb_act);       /* accumulated: C += X W^T, then + b */
     gemm_case(0, 1, 37, 999, 130, 1, 0, LL_EPI_BIAS_RELU, pb_act);   /* FFN fc1 */
-    gemm_case_b(0, 1, 37, 999, 130, 1, 0, LL_EPI_BIAS_RELU, pb_act, 1, 0); /* a bias in real (bf16: not fused) */
+    gemm_case_b(0, 1, 37, 999, 130, 1, 0, LL_EPI_BIAS_RELU, pb_act, 1, 0, 1); /* a bias in real (bf16: not fused) */
     gemm_case(1, 0, 64, 96, 4099, 1, 1, LL_EPI_NONE, LL_REAL_DTYPE); /* weight gradient: long K, fp32 C */
     gemm_case(1, 0, 96, 64, 1001, 1, 1, LL_EPI_BGRAD, LL_REAL_DTYPE); /* dW = dY^T X with the bias gradient */
     gemm_case(0, 0, 96, 64, 1001, 1, 1, LL_EPI_BGRAD, LL_REAL_DTYPE); /* BGRAD over rows of A */
     gemm_case(1, 1, 33, 17, 257, 0.5f, 1, LL_EPI_BGRAD, LL_REAL_DTYPE);
     /* an update's first weight gradient (ll_model_zero_grads): dW and the bias gradient written */
-    gemm_case_b(1, 0, 96, 64, 1001, 1, 0, LL_EPI_BGRAD, LL_REAL_DTYPE, 0, 1);
-    gemm_case_b(0, 0, 96, 64, 1001, 1, 0, LL_EPI_BGRAD, LL_REAL_DTYPE, 0, 1);
+    gemm_case_b(1, 0, 96, 64, 1001, 1, 0, LL_EPI_BGRAD, LL_REAL_DTYPE, 0, 1, 1);
+    gemm_case_b(0, 0, 96, 64, 1001, 1, 0, LL_EPI_BGRAD, LL_REAL_DTYPE, 0, 1, 1);
+    /* rows without padding (the model's dW): the bias gradient's column sums with 16-byte loads where
+     * its kernel runs (LL_CUDA_BGRAD_EPILOGUE=0, a refused epilogue), over several 256-column tiles */
+    gemm_case_b(1, 0, 520, 64, 1001, 1, 1, LL_EPI_BGRAD, LL_REAL_DTYPE, 0, 0, 0);
     t_gemm_relu_mask();
 }
 
