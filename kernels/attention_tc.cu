@@ -58,13 +58,20 @@ static int tc_warps(int Dh, int rows) {
 /* shared memory of the forward: sK, sV [TC_KT][Dh + TC_PAD] and sQ [W*16][Dh + TC_PAD] bf16,
  * then per warp sS [16][TC_SLD] fp32 and sP [2][16][TC_PLD] bf16 (hi, lo); at the end the
  * tiles' bytes hold each warp's fp32 staging of O [16][Dh + 4].  35 KiB at Dh 128 with 2
- * warps (48 KiB before the padding and with O in shared memory). */
+ * warps (48 KiB before the padding and with O in shared memory).
+ *
+ * Where every key fits one tile and Dh >= 64 (tc_fwd_alias: NMT's usual case), a warp's S and
+ * then its P live in its own rows of sQ, which S = Q K^T is the last to read: 25.5 KiB at Dh 128,
+ * so 8 blocks of 2 warps fit a multiprocessor (6 did at 35 KiB: ll64's 1,024 blocks ran in 1.3
+ * waves on an H100, ncu 2026-11-27/28).  P's rows then take S's: hi in the first 32 bf16 of a
+ * 144-byte row, lo in the next 32 (TC_SLD floats = 72 bf16). */
 static __host__ __device__ size_t tc_tile_bytes(int Dh, int W) {
     return sizeof(__nv_bfloat16) * (size_t)(2 * TC_KT + W * LL_WT) * (Dh + TC_PAD);
 }
-static __host__ __device__ size_t tc_smem(int Dh, int W) {
+static __host__ __device__ bool tc_fwd_alias(int Dh, int Tk) { return Tk <= TC_KT && Dh >= 64; }
+static __host__ __device__ size_t tc_smem(int Dh, int W, bool alias = false) {
     const size_t tiles = tc_tile_bytes(Dh, W), staging = sizeof(float) * (size_t)W * LL_WT * (Dh + 4);
-    return (tiles > staging ? tiles : staging) + (size_t)W * TC_WARP_BYTES;
+    return (tiles > staging ? tiles : staging) + (alias ? 0 : (size_t)W * TC_WARP_BYTES);
 }
 
 /* rows r0..r0+n-1 of a bf16 [*, stride] matrix into s[rows][ld] (Dh columns); rows past n
@@ -107,6 +114,24 @@ static __device__ __forceinline__ void product_abt(float *S, int lds, const __nv
 #endif
 }
 
+/* product_abt, both tiles computed before either is stored: S may then overwrite A (the
+ * forward's S over the warp's own Q rows) */
+static __device__ __forceinline__ void product_abt_both(float *S, int lds, const __nv_bfloat16 *A,
+                                                        const __nv_bfloat16 *B, int ld, int Dh) {
+#ifdef LL_WMMA_BF16
+    ll_wmma_acc acc0, acc1;
+    nvcuda::wmma::fill_fragment(acc0, 0.0f);
+    nvcuda::wmma::fill_fragment(acc1, 0.0f);
+    ll_wmma_tile_product<nvcuda::wmma::col_major>(acc0, A, ld, B, ld, 1, Dh);
+    ll_wmma_tile_product<nvcuda::wmma::col_major>(acc1, A, ld, B + (size_t)LL_WT * ld, ld, 1, Dh);
+    __syncwarp(); /* every lane's loads of A before the stores */
+    nvcuda::wmma::store_matrix_sync(S, acc0, lds, nvcuda::wmma::mem_row_major);
+    nvcuda::wmma::store_matrix_sync(S + LL_WT, acc1, lds, nvcuda::wmma::mem_row_major);
+#else
+    (void)S, (void)lds, (void)A, (void)B, (void)ld, (void)Dh;
+#endif
+}
+
 /* acc[e] (+)= op(A)[16, 32] M[32, e*16..] for e < NF = Dh/16, A = hi + lo (lo at A + lo_off), M
  * row-major of row stride ldm: op(A) = A row-major (lda) or, with AL = col_major, the transpose
  * of a row-major [32][lda] (A[j * lda + i]).  The 32: every caller's key or query tile (TC_KT,
@@ -138,7 +163,7 @@ static __device__ __forceinline__ void acc_split_product(ll_wmma_acc *acc, const
  * every key (NMT's usual case: then that tile gives them, and the arithmetic is the online
  * loop's, bit for bit). */
 template <int NF>
-static __global__ void __launch_bounds__(TC_THREADS)
+static __global__ void __launch_bounds__(TC_THREADS, 4) /* <= 128 registers: 8 blocks of 2 warps per SM */
     attention_fwd_tc_kernel(attn_args a, __nv_bfloat16 *__restrict__ out, float *__restrict__ lse) {
 #ifdef LL_WMMA_BF16
     using namespace nvcuda;
@@ -147,9 +172,13 @@ static __global__ void __launch_bounds__(TC_THREADS)
     const int W = blockDim.x / WARP, BQ = W * LL_WT;
     const int b = a.b0 + (int)blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
     __nv_bfloat16 *sK = (__nv_bfloat16 *)smem, *sV = sK + TC_KT * ld, *sQall = sV + TC_KT * ld;
-    char *wb = (char *)smem + tc_smem(Dh, W) - (size_t)(W - warp) * TC_WARP_BYTES;
-    float *sS = (float *)wb;
-    __nv_bfloat16 *sP = (__nv_bfloat16 *)(sS + LL_WT * TC_SLD), *sQ = sQall + (size_t)warp * LL_WT * ld;
+    __nv_bfloat16 *sQ = sQall + (size_t)warp * LL_WT * ld;
+    const bool alias = tc_fwd_alias(Dh, a.Tk); /* S and P in the warp's Q rows (tc_smem) */
+    float *sS = alias ? (float *)sQ
+                      : (float *)((char *)smem + tc_smem(Dh, W) - (size_t)(W - warp) * TC_WARP_BYTES);
+    /* P hi [16][pld] and lo at +plo: over S's rows, or after S */
+    __nv_bfloat16 *sP = alias ? (__nv_bfloat16 *)sS : (__nv_bfloat16 *)(sS + LL_WT * TC_SLD);
+    const int pld = alias ? 2 * TC_SLD : TC_PLD, plo = alias ? TC_KT : LL_WT * TC_PLD;
 
     const int lim = key_limit(a, b);
     const int qn = min(BQ, a.Tq - q0);
@@ -177,7 +206,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
             if (pass) stage_bf16(sV, ld, TC_KT, vb, a.kv_stride, kt, min(TC_KT, kmax - kt), Dh);
             __syncthreads();
             if (kt >= wmax) continue;        /* warp-uniform: no row of the warp sees these keys */
-            product_abt(sS, TC_SLD, sQ, sK, ld, Dh); /* S = Q K^T */
+            product_abt_both(sS, TC_SLD, sQ, sK, ld, Dh); /* S = Q K^T */
             __syncwarp(); /* the warp's stores of S before each lane reads its row */
             float s[LL_WT], tmax = -INFINITY;
 #pragma unroll
@@ -192,6 +221,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
                 continue;
             }
             /* a row with no visible key keeps m = -inf, O = 0 and l = 0 */
+            if (alias) __syncwarp(); /* the lane pair's reads of its S row before P's stores over it */
             float psum = 0.0f;
 #pragma unroll
             for (int c = 0; c < LL_WT; c++) {
@@ -200,13 +230,13 @@ static __global__ void __launch_bounds__(TC_THREADS)
                 psum += p;
                 if (a.drop && j < n) p = kc.keep(a, b, h, i, j) ? p * a.keep_scale : 0.0f;
                 const __nv_bfloat16 hi = __float2bfloat16_rn(p);
-                sP[r * TC_PLD + c0 + c] = hi;
-                sP[LL_WT * TC_PLD + r * TC_PLD + c0 + c] = __float2bfloat16_rn(p - __bfloat162float(hi));
+                sP[r * pld + c0 + c] = hi;
+                sP[plo + r * pld + c0 + c] = __float2bfloat16_rn(p - __bfloat162float(hi));
             }
             l += psum + __shfl_xor_sync(0xffffffffu, psum, 1);
             __syncwarp();                                    /* P before the tensor cores read it */
             /* O += hi V + lo V */
-            acc_split_product<NF, wmma::row_major>(o, sP, TC_PLD, LL_WT * TC_PLD, sV, ld);
+            acc_split_product<NF, wmma::row_major>(o, sP, pld, plo, sV, ld);
             __syncwarp(); /* the tensor cores' loads of P and S before the next tile's stores */
         }
     /* out = O / l through an fp32 staging in the tiles' bytes (every warp is done with them);
@@ -634,7 +664,7 @@ bool ll_attention_tc_takes(int Dh) {
 
 cudaError_t ll_attention_fwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *out, float *lse) {
     const int W = tc_warps(a.Dh, a.Tq), BQ = W * LL_WT;
-    const size_t smem = tc_smem(a.Dh, W);
+    const size_t smem = tc_smem(a.Dh, W, tc_fwd_alias(a.Dh, a.Tk));
     return tc_launch(a, (unsigned)((a.Tq + BQ - 1) / BQ), [&](dim3 grid, auto nf) {
         LL_LAUNCH(grid, W * WARP, smem, stream, attention_fwd_tc_kernel<decltype(nf)::value>)(a, out, lse);
     });

@@ -239,7 +239,7 @@ int main(void) {
     CHECK_MSG(ll_cuda_attention_tensor_cores(1), "the bf16 attention forward does not run on tensor cores here");
     /* LL_GPU_TEST_SMALL (the sanitizer builds of the emulation): 70 tokens, 2 row blocks, 3 key tiles */
     const int T = getenv("LL_GPU_TEST_SMALL") ? 70 : 150;
-    const int kl2s[2] = {T, T * 2 / 3};
+    const int kl2s[2] = {T, T * 2 / 3}, kl7[3] = {32, 20, 7}, kl8[2] = {25, 13};
     for (int d = 0; d < 2; d++) {
         const float p = d ? 0.25f : 0;
         run_bf16(cpu, gpu, 3, 5, 19, 2, 16, 0, p, kl3, 0);    /* cross, padded, one sentence without keys */
@@ -247,6 +247,9 @@ int main(void) {
         run_bf16(cpu, gpu, 2, 3, 9, 3, 48, 1, p, NULL, 1);    /* causal, Tk > Tq, Dh 48; unaligned: scalar loads */
         run_bf16(cpu, gpu, 4, 1, 33, 2, 128, 0, p, kl4, 0);   /* one query (decoding), Dh 128: 2 warps */
         run_bf16(cpu, gpu, 2, 70, 40, 2, 80, 0, p, kl5, 1);   /* cross, more queries than keys, Dh 80, unaligned */
+        /* every key in one tile and Dh >= 64: the forward keeps S and P in each warp's Q rows */
+        run_bf16(cpu, gpu, 3, 32, 32, 2, 128, 1, p, kl7, 0); /* ll64's shape: causal, padded */
+        run_bf16(cpu, gpu, 2, 40, 25, 2, 64, 0, p, kl8, 0);  /* cross, Dh 64: 4 warps, 3 of them with rows */
     }
     CHECK_MSG(paths_differ == 3, "bf16 attention: the tensor-core and SIMT %s gave the same bits everywhere",
               paths_differ & 1 ? "backwards" : "forwards");
