@@ -9,7 +9,7 @@
  * another kernel, grid or arguments) and refuses another node count or type.
  * Stricter than CUDA, as an H100 behaved: a launch of a graph updated to a
  * kernel of another cluster shape, or to another kernel where either has
- * clusters (the emulated cuBLASLt's may), faults (swapped_kernel). */
+ * clusters (the emulated cuBLASLt's may), faults (swapped_kernel).
  *
  * Graphs are node lists in an order that respects the dependencies: a node
  * goes right after the last node it depends on (the end, for a chain).  So a
