@@ -472,7 +472,7 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     else if (bgrad) d.bgrad = g->bgrad_set ? g->bgrad : (bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M));
     int rc = ll_cuda_gemm_lt(be, &d);
     if (rc == 0 && !bgrad_split) {
-        if (ll_cuda_sync_checking()) ll_cuda_gemm_sync_check(&d, (int)g->epi, "");
+        ll_cuda_gemm_sync_check(&d, (int)g->epi, ""); /* (a no-op unless LL_CUDA_SYNC_CHECK) */
         if (bg_tmp) LL_CU(ll_cuda_acc(s, LL_CUDA_F32, g->bgrad, bg_tmp, (size_t)g->M));
         if (mask_out) ll_cuda_relu_mask_note(g->aux, 1);
         if (drelu_kernel) LL_CU(ll_cuda_relu_bwd(s, ct, g->C, g->relu_y, (size_t)g->M * (size_t)g->N));
