@@ -85,6 +85,9 @@ cudaError_t ll_cuda_attention_fwd_dt(cudaStream_t stream, ll_cuda_dtype t, void 
  * is in the environment) or off for the whole process; returns whether a bf16
  * call of head size 16 took it before the call. */
 int ll_cuda_attention_tensor_cores(int on);
+/* The one-kernel bf16 attention backward's warps per block (2 or 4; LL_CUDA_ATTN_BWD1_WARPS,
+ * default 4); the same bits either way.  Returns the previous number. */
+int ll_cuda_attention_bwd1_warps(int warps);
 cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dq, void *dk, void *dv,
                                      const void *dout, const void *out, const float *lse, const void *q, int q_stride,
                                      const void *k, const void *v, int kv_stride, const int *key_len, int B, int Tq,

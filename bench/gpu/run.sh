@@ -101,6 +101,10 @@ ab relu_mask "| model | ll tok/s, separate relu_bwd | ll tok/s, ReLU backward in
 # cuBLASLt may split over K) and a separate bias-gradient kernel
 ab bgrad_split "| model | ll tok/s, BGRAD epilogue | ll tok/s, plain dW + bias-gradient kernel | epilogue / split |" \
   LL_CUDA_BGRAD_EPILOGUE=0
+# the one-kernel attention backward (T <= 32) in blocks of 4 warps (the default since 2026-11-28)
+# against 2 (the layout an H100 timed at 102 us per ll64 call)
+ab bwd1_warps "| model | ll tok/s, 4-warp attention backward | ll tok/s, 2 warps | 4 / 2 |" \
+  LL_CUDA_ATTN_BWD1_WARPS=2
 # kept graphs launched as they are (the default: the host only runs the shadow step) against a
 # capture and update every step
 ab capture_each_step "| model | ll tok/s, kept graphs replayed | ll tok/s, captured every step | replay / capture |" \

@@ -32,6 +32,8 @@
 #              write it (a refused forward epilogue: the mask is garbage)
 #   graph_kernels a kept graph updated in place with a capture of other kernels
 #              (cuBLASLt's for another shape: an H100 faulted on its launch)
+#   bwd1_half  the one-kernel attention backward's second pair of warps takes dP of
+#              the first key tile (its keys' V not offset)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -52,7 +54,7 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
   [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
-  [graph_kernels]=src/backend/cuda/cuda_backend.c)
+  [graph_kernels]=src/backend/cuda/cuda_backend.c [bwd1_half]=kernels/attention_tc.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -78,6 +80,7 @@ run_test() {
     ticket) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
     relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
     graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
+    bwd1_half) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
   esac
 }
 
@@ -114,6 +117,8 @@ M = {
     "graph_kernels": ("src/backend/cuda/cuda_backend.c",
                       "(im->graph.had_cond || !update_on() || !kernels || kernels != im->graph.cache[slot].kernels)",
                       "(im->graph.had_cond || !update_on())"),
+    "bwd1_half": ("kernels/attention_tc.cu", "sV + (size_t)part * LL_WT * ld, ld, Dh, KTW); /* dP = dO V^T */",
+                  "sV, ld, Dh, KTW); /* dP = dO V^T */"),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -126,13 +131,13 @@ PY
 
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note graph_kernels; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note graph_kernels bwd1_half; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
   fi
 done
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note graph_kernels; do
+for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note graph_kernels bwd1_half; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then

@@ -57,6 +57,8 @@ static double rel_err(const float *got, const float *ref, size_t rows, int ld, i
         }
     return worst;
 }
+/* the larger of two errors, NaN when either is (fmax would drop a NaN) */
+static double worst(double a, double b) { return a >= b || isnan(a) ? a : b; }
 
 static void run(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, int Dh, int causal, float p,
                 const int *klen) {
@@ -96,9 +98,9 @@ static void run(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, 
           *gkv = get(gpu, DKV, nkv);
     double e[5] = {rel_err(o, out, (size_t)B * Tq, C, C), rel_err(l, lse, (size_t)B * H * Tq, 1, 1), 0, 0, 0};
     for (int h = 0; h < H; h++) { /* dq/dk/dv per head: the q columns of k and v are not the op's */
-        e[2] = fmax(e[2], rel_err(gq + h * Dh, dq + h * Dh, (size_t)B * Tq, 3 * C, Dh));
-        e[3] = fmax(e[3], rel_err(gkv + h * Dh, dkv + h * Dh, (size_t)B * Tk, 2 * C, Dh));
-        e[4] = fmax(e[4], rel_err(gkv + C + h * Dh, dkv + C + h * Dh, (size_t)B * Tk, 2 * C, Dh));
+        e[2] = worst(e[2], rel_err(gq + h * Dh, dq + h * Dh, (size_t)B * Tq, 3 * C, Dh));
+        e[3] = worst(e[3], rel_err(gkv + h * Dh, dkv + h * Dh, (size_t)B * Tk, 2 * C, Dh));
+        e[4] = worst(e[4], rel_err(gkv + C + h * Dh, dkv + C + h * Dh, (size_t)B * Tk, 2 * C, Dh));
     }
     CHECK_MSG(e[0] <= TOL && e[1] <= TOL && e[2] <= TOL && e[3] <= TOL && e[4] <= TOL,
               "attention B=%d Tq=%d Tk=%d H=%d Dh=%d causal=%d p=%g: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g", B, Tq,
@@ -172,9 +174,10 @@ static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, in
     void *DQ = put(gpu, poison, nq * sizeof(uint16_t)), *DKV = put(gpu, poison, nkv * sizeof(uint16_t));
     float *L = gpu->alloc(gpu, nl * sizeof(float));
     int *KL = klen ? (int *)put(gpu, klen, B * sizeof(int)) : NULL;
-    float *o[3], *l[3], *gq[3], *gkv[3];
-    for (int k = 0; k < 3; k++) { /* tensor cores, tensor cores again, SIMT */
-        ll_cuda_attention_tensor_cores(k < 2);
+    float *o[4], *l[4], *gq[4], *gkv[4];
+    for (int k = 0; k < 4; k++) { /* tensor cores, tensor cores again, SIMT, tensor cores with a 2-warp backward */
+        ll_cuda_attention_tensor_cores(k != 2);
+        ll_cuda_attention_bwd1_warps(k == 3 ? 2 : 4);
         cudaStream_t s = ll_cuda_stream(gpu);
         CHECK(ll_cuda_attention_fwd_dt(s, LL_CUDA_BF16, O, L, Q, C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh,
                                        causal, p, &rng, off) == cudaSuccess);
@@ -187,12 +190,13 @@ static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, in
         gpu->upload(gpu, DKV, poison, nkv * sizeof(uint16_t));
     }
     ll_cuda_attention_tensor_cores(1);
+    ll_cuda_attention_bwd1_warps(4);
     for (int k = 0; k < 3; k += 2) {
         double e[5] = {rel_err(o[k], out, (size_t)B * Tq, C, C), rel_err(l[k], lse, nl, 1, 1),
                        rel_err(gq[k], dq, (size_t)B * Tq, C, C), 0, 0};
         for (int hh = 0; hh < H; hh++) {
-            e[3] = fmax(e[3], rel_err(gkv[k] + hh * Dh, dkv + hh * Dh, (size_t)B * Tk, 2 * C, Dh));
-            e[4] = fmax(e[4], rel_err(gkv[k] + C + hh * Dh, dkv + C + hh * Dh, (size_t)B * Tk, 2 * C, Dh));
+            e[3] = worst(e[3], rel_err(gkv[k] + hh * Dh, dkv + hh * Dh, (size_t)B * Tk, 2 * C, Dh));
+            e[4] = worst(e[4], rel_err(gkv[k] + C + hh * Dh, dkv + C + hh * Dh, (size_t)B * Tk, 2 * C, Dh));
         }
         CHECK_MSG(e[0] <= TOL_BF16 && e[1] <= TOL_BF16_LSE && e[2] <= TOL_BF16 && e[3] <= TOL_BF16 &&
                       e[4] <= TOL_BF16,
@@ -203,12 +207,16 @@ static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, in
     CHECK_MSG(!memcmp(o[0], o[1], no * sizeof(float)) && !memcmp(gq[0], gq[1], nq * sizeof(float)) &&
                   !memcmp(gkv[0], gkv[1], nkv * sizeof(float)),
               "bf16 attention (tensor cores) not repeatable");
+    /* the one-kernel backward (every query and key in one tile) sums in the same order with 2 warps or 4 */
+    CHECK_MSG(!memcmp(gq[0], gq[3], nq * sizeof(float)) && !memcmp(gkv[0], gkv[3], nkv * sizeof(float)),
+              "bf16 attention backward B=%d Tq=%d Tk=%d H=%d Dh=%d p=%g: 4 warps and 2 give other bits", B, Tq, Tk, H,
+              Dh, p);
     if (memcmp(o[0], o[2], no * sizeof(float))) paths_differ |= 1;
     if (memcmp(gq[0], gq[2], nq * sizeof(float)) || memcmp(gkv[0], gkv[2], nkv * sizeof(float))) paths_differ |= 2;
     gpu->free(gpu, Q0), gpu->free(gpu, KV0), gpu->free(gpu, G0), gpu->free(gpu, O), gpu->free(gpu, L);
     gpu->free(gpu, DQ), gpu->free(gpu, DKV), gpu->free(gpu, KL);
     free(q), free(kv), free(g), free(hq), free(hkv), free(hg), free(out), free(lse), free(dq), free(dkv), free(poison);
-    for (int k = 0; k < 3; k++) free(o[k]), free(l[k]), free(gq[k]), free(gkv[k]);
+    for (int k = 0; k < 4; k++) free(o[k]), free(l[k]), free(gq[k]), free(gkv[k]);
 }
 
 int main(void) {
@@ -239,7 +247,7 @@ int main(void) {
     CHECK_MSG(ll_cuda_attention_tensor_cores(1), "the bf16 attention forward does not run on tensor cores here");
     /* LL_GPU_TEST_SMALL (the sanitizer builds of the emulation): 70 tokens, 2 row blocks, 3 key tiles */
     const int T = getenv("LL_GPU_TEST_SMALL") ? 70 : 150;
-    const int kl2s[2] = {T, T * 2 / 3}, kl7[3] = {32, 20, 7}, kl8[2] = {25, 13};
+    const int kl2s[2] = {T, T * 2 / 3}, kl7[3] = {32, 20, 7}, kl8[2] = {25, 13}, kl9[2] = {30, 17};
     for (int d = 0; d < 2; d++) {
         const float p = d ? 0.25f : 0;
         run_bf16(cpu, gpu, 3, 5, 19, 2, 16, 0, p, kl3, 0);    /* cross, padded, one sentence without keys */
@@ -250,6 +258,8 @@ int main(void) {
         /* every key in one tile and Dh >= 64: the forward keeps S and P in each warp's Q rows */
         run_bf16(cpu, gpu, 3, 32, 32, 2, 128, 1, p, kl7, 0); /* ll64's shape: causal, padded */
         run_bf16(cpu, gpu, 2, 40, 25, 2, 64, 0, p, kl8, 0);  /* cross, Dh 64: 4 warps, 3 of them with rows */
+        /* the one-kernel backward with 5 output tiles over 2 warp halves, 16-byte stores */
+        run_bf16(cpu, gpu, 2, 20, 30, 3, 80, 0, p, kl9, 0); /* cross in one tile, Dh 80 */
     }
     CHECK_MSG(paths_differ == 3, "bf16 attention: the tensor-core and SIMT %s gave the same bits everywhere",
               paths_differ & 1 ? "backwards" : "forwards");
