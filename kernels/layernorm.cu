@@ -39,6 +39,24 @@ static __global__ void layernorm_fwd_kernel(T *__restrict__ out, float *__restri
     ll_layernorm_row(out + (size_t)row * C, mean, rstd, x + (size_t)row * C, w, b, row, C, lane);
 }
 
+/* the forward with the row in registers (ll_layernorm_row_vec) */
+template <typename T, int NB>
+static __global__ void layernorm_fwd_vec_kernel(T *__restrict__ out, float *__restrict__ mean,
+                                                float *__restrict__ rstd, const T *__restrict__ x,
+                                                const float *__restrict__ w, const float *__restrict__ b, int N,
+                                                int C) {
+    const int lane = threadIdx.x % WARP, row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
+    if (row >= N) return; /* whole warp leaves together */
+    const size_t r0 = (size_t)row * C;
+    float v[NB * 8];
+#pragma unroll
+    for (int k = 0; k < NB; k++) {
+        const int c = (lane + WARP * k) * 8;
+        if (c < C) ll_ld8v(x + r0 + c, v + 8 * k);
+    }
+    ll_layernorm_row_vec<T, NB>(out + r0, mean, rstd, v, w, b, row, C, lane);
+}
+
 template <typename T>
 static __global__ void layernorm_bwd_dx_kernel(T *__restrict__ dx, const T *__restrict__ dout,
                                                const T *__restrict__ x, const float *__restrict__ w,
@@ -297,8 +315,22 @@ extern "C" cudaError_t ll_cuda_layernorm_fwd_dt(cudaStream_t stream, ll_cuda_dty
                                                 int C) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-    LL_DISPATCH(t, T, LL_LAUNCH(grid, ROWS_PER_BLOCK * WARP, 0, stream, layernorm_fwd_kernel<T>)((T *)out, mean, rstd,
-                                                                                         (const T *)x, w, b, N, C);)
+    /* (the rule of residual.cu's fused forward: both give the same bits) */
+    switch (ll_ln_vec_nb(C, (uintptr_t)out | (uintptr_t)x | (uintptr_t)w | (uintptr_t)b)) {
+#define LNF_VEC(NB)                                                                                                    \
+    case NB:                                                                                                           \
+        LL_DISPATCH(t, T, LL_LAUNCH(grid, ROWS_PER_BLOCK * WARP, 0, stream, layernorm_fwd_vec_kernel<T, NB>)(          \
+                              (T *)out, mean, rstd, (const T *)x, w, b, N, C);)                                        \
+        break;
+        LNF_VEC(1)
+        LNF_VEC(2)
+        LNF_VEC(3)
+        LNF_VEC(4)
+#undef LNF_VEC
+    default:
+        LL_DISPATCH(t, T, LL_LAUNCH(grid, ROWS_PER_BLOCK * WARP, 0, stream, layernorm_fwd_kernel<T>)(
+                              (T *)out, mean, rstd, (const T *)x, w, b, N, C);)
+    }
     return cudaGetLastError();
 }
 

@@ -4,6 +4,7 @@
  *   mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + 1e-5),
  *   out = (x - mean) * rstd * w + b; mean/rstd saved when not NULL. */
 #pragma once
+#include "col_sum.cuh"
 #include "ll_cuda_common.cuh"
 
 #define LL_LN_EPS 1e-5f
@@ -22,6 +23,69 @@ static __device__ __forceinline__ void ll_layernorm_row(T *__restrict__ outr, fl
     }
     const float rs = rsqrtf(ll_warp_sum(v) / (float)C + LL_LN_EPS);
     for (int c = lane; c < C; c += LL_WARP) ll_st(outr + c, (ll_ld(xr + c) - m) * rs * w[c] + b[c]);
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = rs;
+    }
+}
+
+/* The row kept in registers (ncu, ll64 on an H100, 2026-11-28: the fused residual + layer norm
+ * spent 66% of its stalls waiting for its three passes of 2-byte loads over the row it had just
+ * stored, 20 us for 8192 x 512): where C is a multiple of 8, at most LL_LN_VEC_MAX_NB * 256, and
+ * the row pointers, w and b are 16-byte aligned (ll_ln_vec_nb, the same rule in both kernels, so
+ * the fused op and the plain layer norm give the same bits), lane owns the 8-column chunks lane,
+ * lane + 32, ... (NB of them at most), its values v[8 k + j] of chunk lane + 32 k, and sums them
+ * in that order.  Same formulas as ll_layernorm_row, another order of the sums. */
+
+#define LL_LN_VEC_MAX_NB 4 /* (the launchers instantiate 1..4) */
+/* chunks per lane of the vectorised row (1..LL_LN_VEC_MAX_NB), 0: the lane-strided row;
+ * ptrs: the pointers or-ed together */
+static inline int ll_ln_vec_nb(int C, uintptr_t ptrs) {
+    if (C <= 0 || C % 8 || C > LL_LN_VEC_MAX_NB * 256 || ptrs % 16) return 0;
+    return (C / 8 + LL_WARP - 1) / LL_WARP;
+}
+/* 8 values at p (16-byte aligned) to fp32, and back */
+template <typename T> static __device__ __forceinline__ void ll_ld8v(const T *p, float *f) {
+#pragma unroll
+    for (int k = 0; k < 8; k += ll_vec16<T>::V) ll_ld16(p + k, f + k);
+}
+template <typename T> static __device__ __forceinline__ void ll_st8v(T *p, const float *f) {
+#pragma unroll
+    for (int k = 0; k < 8; k += ll_vec16<T>::V) ll_st16(p + k, f + k);
+}
+template <typename T, int NB>
+static __device__ __forceinline__ void ll_layernorm_row_vec(T *__restrict__ outr, float *__restrict__ mean,
+                                                            float *__restrict__ rstd, const float *v, const float *w,
+                                                            const float *b, int row, int C, int lane) {
+    const int nc = C / 8;
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NB; k++)
+        if (lane + LL_WARP * k < nc)
+#pragma unroll
+            for (int j = 0; j < 8; j++) s += v[8 * k + j];
+    const float m = ll_warp_sum(s) / (float)C;
+    float q = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NB; k++)
+        if (lane + LL_WARP * k < nc)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float d = v[8 * k + j] - m;
+                q += d * d;
+            }
+    const float rs = rsqrtf(ll_warp_sum(q) / (float)C + LL_LN_EPS);
+#pragma unroll
+    for (int k = 0; k < NB; k++) {
+        const int c = (lane + LL_WARP * k) * 8;
+        if (c >= C) continue;
+        float wv[8], bv[8], o[8];
+        ll_ld8v(w + c, wv);
+        ll_ld8v(b + c, bv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[j] = (v[8 * k + j] - m) * rs * wv[j] + bv[j];
+        ll_st8v(outr + c, o);
+    }
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = rs;

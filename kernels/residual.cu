@@ -145,6 +145,66 @@ static __global__ void __launch_bounds__(RLN_ROWS * LL_WARP)
     ll_layernorm_row(u + r0, mean, rstd, y + r0, w, b, row, C, lane);
 }
 
+/* Keep bits of half-words h0..h0+7 (any h0: two Philox blocks where h0 is not a multiple of 8) */
+static __device__ __forceinline__ unsigned keep8(const res_args &a, uint64_t h0) {
+    const unsigned sh = (unsigned)(h0 & 7u), k0 = keep_bits(a, h0 >> 3);
+    if (!sh || !a.drop) return k0;
+    return ((k0 >> sh) | (keep_bits(a, (h0 >> 3) + 1) << (8 - sh))) & 0xffu;
+}
+/* 8 elements at p to fp32 (16-byte loads where p allows) */
+template <typename T> static __device__ __forceinline__ void ld8_any(const T *p, float v[8]) {
+    if ((uintptr_t)p % 16 == 0) {
+        ll_ld8v(p, v);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = ll_ld(p + j);
+}
+template <typename T> static __device__ __forceinline__ void st8_any(T *p, const float v[8]) {
+    if ((uintptr_t)p % 16 == 0) {
+        ll_st8v(p, v);
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) ll_st(p + j, v[j]);
+}
+
+/* residual_ln_fwd with the row in registers (layernorm_row.cuh's ll_layernorm_row_vec; the
+ * launcher takes it under ll_ln_vec_nb's rule for y, u, w and b, as the plain layer norm does):
+ * lane takes 8-column chunks lane, lane + 32, ... of its warp's row, each its residual forward
+ * as fwd_block computes it (same bits; the chunk's dropout bits from one or two Philox blocks),
+ * then the layer norm of the rounded y without reading y back. */
+template <typename T, int NB>
+static __global__ void __launch_bounds__(RLN_ROWS * LL_WARP)
+    residual_ln_fwd_vec_kernel(T *y, T *s, const T *x, const float *g1, const float *g2, res_args a, int N, int C,
+                               T *u, float *mean, float *rstd, const float *w, const float *b) {
+    const int lane = (int)(threadIdx.x % LL_WARP), row = (int)(blockIdx.x * RLN_ROWS + threadIdx.x / LL_WARP);
+    if (row >= N) return; /* whole warp leaves together */
+    const int gated = g1 || g2;
+    const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
+    const size_t r0 = (size_t)row * (size_t)C;
+    float v[NB * 8];
+#pragma unroll
+    for (int k = 0; k < NB; k++) {
+        const int c = (lane + LL_WARP * k) * 8;
+        if (c >= C) continue;
+        const size_t i0 = r0 + (size_t)c;
+        const unsigned keep = keep8(a, a.offset + i0);
+        float sv[8], xv[8], yv[8];
+        ld8_any(s + i0, sv);
+        ld8_any(x + i0, xv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (a.drop) sv[j] = rnd<T>((keep >> j & 1) ? sv[j] * a.scale : 0.0f);
+            yv[j] = gated ? xv[j] + g * sv[j] : xv[j] + sv[j];
+            v[8 * k + j] = rnd<T>(yv[j]); /* what the plain layer norm would read back */
+        }
+        if (a.drop) st8_any(s + i0, sv);
+        ll_st8v(y + i0, yv);
+    }
+    ll_layernorm_row_vec<T, NB>(u + r0, mean, rstd, v, w, b, row, C, lane);
+}
+
 /* One element of backward; returns the new ds and adds ds s to *d. */
 template <typename T>
 static __device__ __forceinline__ float bwd_one(float v, float sv, float *dxv, int dx_mode, int dot, double *d,
@@ -253,8 +313,22 @@ extern "C" cudaError_t ll_cuda_residual_ln_fwd(cudaStream_t st, ll_cuda_dtype t,
     if (N <= 0 || C <= 0) return cudaSuccess;
     const res_args a = make_args((size_t)N * (size_t)C, p, rng, offset, aligned16(y) && aligned16(s) && aligned16(x));
     const unsigned grid = (unsigned)((N + RLN_ROWS - 1) / RLN_ROWS);
-    LL_DISPATCH(t, T, LL_LAUNCH(grid, RLN_ROWS * LL_WARP, 0, st, residual_ln_fwd_kernel<T>)(
-                          (T *)y, (T *)s, (const T *)x, g1, g2, a, N, C, (T *)u, mean, rstd, w, b);)
+    /* (the rule of the plain layer norm's forward, layernorm.cu: both give the same bits) */
+    switch (ll_ln_vec_nb(C, (uintptr_t)y | (uintptr_t)u | (uintptr_t)w | (uintptr_t)b)) {
+#define RLN_VEC(NB)                                                                                                    \
+    case NB:                                                                                                           \
+        LL_DISPATCH(t, T, LL_LAUNCH(grid, RLN_ROWS * LL_WARP, 0, st, residual_ln_fwd_vec_kernel<T, NB>)(               \
+                              (T *)y, (T *)s, (const T *)x, g1, g2, a, N, C, (T *)u, mean, rstd, w, b);)               \
+        break;
+        RLN_VEC(1)
+        RLN_VEC(2)
+        RLN_VEC(3)
+        RLN_VEC(4)
+#undef RLN_VEC
+    default:
+        LL_DISPATCH(t, T, LL_LAUNCH(grid, RLN_ROWS * LL_WARP, 0, st, residual_ln_fwd_kernel<T>)(
+                              (T *)y, (T *)s, (const T *)x, g1, g2, a, N, C, (T *)u, mean, rstd, w, b);)
+    }
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

@@ -429,7 +429,8 @@ static void t_residual_fwd(void) {
 }
 /* residual_fwd and the layer norm of the sum in one op: CPU against CUDA, and on
  * each side bit for bit the two ops in sequence (row shapes of the layer norm
- * test: C = 7 puts Philox blocks across rows; an odd offset takes the scalar path) */
+ * test: C = 7 puts Philox blocks across rows and takes the lane-strided row; C = 1000 and 512 the
+ * row in registers, where an odd offset draws a chunk's dropout bits from two Philox blocks) */
 static int same_bits(const pbuf *a, const pbuf *b, int s) {
     void *x = pb_get(a, s), *y = pb_get(b, s);
     const int same = !memcmp(x, y, a->bytes);
