@@ -4,6 +4,9 @@
  *   mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + 1e-5),
  *   out = (x - mean) * rstd * w + b; mean/rstd saved when not NULL. */
 #pragma once
+#include <stdlib.h>
+#include <string.h>
+
 #include "col_sum.cuh"
 #include "ll_cuda_common.cuh"
 
@@ -39,9 +42,17 @@ static __device__ __forceinline__ void ll_layernorm_row(T *__restrict__ outr, fl
 
 #define LL_LN_VEC_MAX_NB 4 /* (the launchers instantiate 1..4) */
 /* chunks per lane of the vectorised row (1..LL_LN_VEC_MAX_NB), 0: the lane-strided row;
- * ptrs: the pointers or-ed together */
+ * ptrs: the pointers or-ed together.  LL_CUDA_LN_VEC=0: always the lane-strided row (A/B timing
+ * on a GPU; read once per process, so both kernels keep one rule) */
 static inline int ll_ln_vec_nb(int C, uintptr_t ptrs) {
-    if (C <= 0 || C % 8 || C > LL_LN_VEC_MAX_NB * 256 || ptrs % 16) return 0;
+    static int on_ = -1; /* (atomics: any host thread may launch) */
+    int on = __atomic_load_n(&on_, __ATOMIC_RELAXED);
+    if (on < 0) {
+        const char *e = getenv("LL_CUDA_LN_VEC");
+        on = !(e && !strcmp(e, "0"));
+        __atomic_store_n(&on_, on, __ATOMIC_RELAXED);
+    }
+    if (!on || C <= 0 || C % 8 || C > LL_LN_VEC_MAX_NB * 256 || ptrs % 16) return 0;
     return (C / 8 + LL_WARP - 1) / LL_WARP;
 }
 /* 8 values at p (16-byte aligned) to fp32, and back */

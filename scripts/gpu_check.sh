@@ -259,13 +259,15 @@ run_bench() {
   # what the GPU-speed issue asks first: ll64 against PyTorch in one run, then ll64's A/Bs (the
   # ReLU backward in cuBLASLt's DRELU epilogue; weight gradients as plain products, where cuBLASLt
   # may split K, with a separate bias-gradient kernel; the one-kernel attention backward in blocks
-  # of 2 warps, as before 2026-11-28), its per-op profile with every matmul shape
+  # of 2 warps, and the layer norms' lane-strided rows, as before 2026-11-28), its per-op profile with every matmul shape
   # surveyed alone (cuBLASLt's first 8 candidates), the autotune; then decoding and the other models
   step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
   step bench-ll-ll64-relumask 60 env LL_CUDA_RELU_MASK=1 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-bgradsplit 60 env LL_CUDA_BGRAD_EPILOGUE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+    --peak-tflops "$PEAK"
+  step bench-ll-ll64-lnscalar 60 env LL_CUDA_LN_VEC=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-bwd1w2 60 env LL_CUDA_ATTN_BWD1_WARPS=2 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"

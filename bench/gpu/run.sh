@@ -105,6 +105,10 @@ ab bgrad_split "| model | ll tok/s, BGRAD epilogue | ll tok/s, plain dW + bias-g
 # against 2 (the layout an H100 timed at 102 us per ll64 call)
 ab bwd1_warps "| model | ll tok/s, 4-warp attention backward | ll tok/s, 2 warps | 4 / 2 |" \
   LL_CUDA_ATTN_BWD1_WARPS=2
+# the (residual +) layer norm forward with the row in registers (the default since 2026-11-28)
+# against the lane-strided row that reads the sum back (20.1 us per ll64 call on an H100)
+ab ln_vec "| model | ll tok/s, row in registers | ll tok/s, LL_CUDA_LN_VEC=0 | registers / strided |" \
+  LL_CUDA_LN_VEC=0
 # kept graphs launched as they are (the default: the host only runs the shadow step) against a
 # capture and update every step
 ab capture_each_step "| model | ll tok/s, kept graphs replayed | ll tok/s, captured every step | replay / capture |" \
