@@ -172,6 +172,7 @@ typedef struct {
     uint64_t launches;       /* all graph launches (captured or replayed) */
     uint64_t conditionals;   /* conditional nodes in all captured graphs (cond_if) */
     uint64_t tune_drops;     /* kept graphs dropped: LL_CUDA_GEMM_TUNE switched a matmul's algorithm */
+    uint64_t refusals;       /* updates in place the runtime refused (then built anew; counted there too) */
 } ll_graph_stats;
 
 struct ll_backend {

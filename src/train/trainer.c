@@ -349,11 +349,11 @@ static void teardown(trainer *t) {
                    (unsigned long long)s->launches, (unsigned long long)s->replays, (unsigned long long)s->captures);
         if (g.launches)
             ll_log("CUDA graphs: %llu steps, each one graph: %llu replayed as kept, %llu captured (%.0f nodes and %.0f "
-                   "conditional nodes on average; %llu built, %llu updated in place)",
+                   "conditional nodes on average; %llu built, %llu updated in place, %llu updates refused)",
                    (unsigned long long)g.launches, (unsigned long long)g.replays, (unsigned long long)g.captures,
                    g.captures ? (double)g.nodes / (double)g.captures : 0.0,
                    g.captures ? (double)g.conditionals / (double)g.captures : 0.0, (unsigned long long)g.instantiations,
-                   (unsigned long long)g.updates);
+                   (unsigned long long)g.updates, (unsigned long long)g.refusals);
         if (g.tune_drops)
             ll_log("CUDA graphs: the kept graphs were dropped %llu times (LL_CUDA_GEMM_TUNE switched a matmul's "
                    "algorithm after they were captured)",

@@ -10,6 +10,7 @@
  * Stricter than CUDA, as an H100 behaved: a launch of a graph updated to a
  * kernel of another cluster shape, or to another kernel where either has
  * clusters (the emulated cuBLASLt's may), faults (swapped_kernel).
+ * LL_CUDA_EMU_GRAPH_UPDATE=refuse refuses every update (compute-sanitizer did).
  *
  * Graphs are node lists in an order that respects the dependencies: a node
  * goes right after the last node it depends on (the end, for a chain).  So a
@@ -449,6 +450,13 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecU
     cudaGraphExecUpdateResult r = match(*e->root, *g);
     std::shared_ptr<graph_values> v;
     if (r == cudaGraphExecUpdateSuccess && make_values(*g, &v) != cudaSuccess) r = cudaGraphExecUpdateErrorNotSupported;
+    /* LL_CUDA_EMU_GRAPH_UPDATE=refuse: every update refused, as compute-sanitizer's memcheck refused
+     * ll's on an H100 (error 910, 2026-11-28): the caller must build the graph anew */
+    static const bool refuse = [] {
+        const char *m = env("LL_CUDA_EMU_GRAPH_UPDATE");
+        return m && !strcmp(m, "refuse");
+    }();
+    if (refuse) r = cudaGraphExecUpdateErrorNotSupported;
     if (info) *info = cudaGraphExecUpdateResultInfo{r, NULL, NULL};
     if (r != cudaGraphExecUpdateSuccess) return err(cudaErrorGraphExecUpdateFailure);
     if (e->swapped.empty()) e->swapped = swapped_kernel(*e->root, *g); /* accepted, as CUDA does; faults at launch */

@@ -626,8 +626,9 @@ static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
         cudaGraphExecUpdateResultInfo info;
         if (cudaGraphExecUpdate(im->graph.cache[slot].exec, g, &info) == cudaSuccess) {
             im->graph.st.updates++;
-        } else { /* other node types: built anew */
+        } else { /* other node types, or the runtime's rules (compute-sanitizer's memcheck refused ll's): built anew */
             (void)cudaGetLastError();
+            im->graph.st.refusals++;
             CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
             im->graph.cache[slot].exec = NULL;
         }
