@@ -99,6 +99,39 @@ static __device__ __forceinline__ void stage_bf16(__nv_bfloat16 *s, int ld, int 
     stage_rows(s, ld, rows, g, stride, r0, n, Dh, threadIdx.x, blockDim.x);
 }
 
+/* A warp's 16 x Dh fp32 staging st (row stride lds) into rows r0.. (< rmax) of a bf16 [*, stride]
+ * matrix, row r scaled by the value `scale` holds in lane 2r (the forward's 1 / l; 1 elsewhere):
+ * a lane converts 8 consecutive values, one 16-byte store where g and stride allow (scalar
+ * 2-byte stores, 16 rows apart per lane pair, were 8x the store instructions) */
+template <int NF>
+static __device__ __forceinline__ void store_rows(const float *st, int lds, __nv_bfloat16 *g, int stride, int r0,
+                                                  int rmax, int lane, float scale) {
+    constexpr int CH = 2 * NF; /* 8-value chunks per row */
+    const bool vec = (uintptr_t)g % 16 == 0 && stride % 8 == 0;
+#pragma unroll
+    for (int it = 0; it < NF; it++) { /* 16 rows x CH chunks = 32 NF: NF per lane, warp-uniform */
+        const int q = lane + WARP * it, rr = q / CH, c = q % CH * 8;
+        const float iv = __shfl_sync(0xffffffffu, scale, 2 * rr);
+        if (r0 + rr >= rmax) continue;
+        const float4 x = *(const float4 *)(st + rr * lds + c), y = *(const float4 *)(st + rr * lds + c + 4);
+        union {
+            uint4 u;
+            __nv_bfloat16 h[8];
+        } v;
+        v.h[0] = __float2bfloat16_rn(x.x * iv), v.h[1] = __float2bfloat16_rn(x.y * iv);
+        v.h[2] = __float2bfloat16_rn(x.z * iv), v.h[3] = __float2bfloat16_rn(x.w * iv);
+        v.h[4] = __float2bfloat16_rn(y.x * iv), v.h[5] = __float2bfloat16_rn(y.y * iv);
+        v.h[6] = __float2bfloat16_rn(y.z * iv), v.h[7] = __float2bfloat16_rn(y.w * iv);
+        __nv_bfloat16 *d = g + (size_t)(r0 + rr) * stride + c;
+        if (vec)
+            *(uint4 *)d = v.u;
+        else
+            for (int k = 0; k < 8; k++) d[k] = v.h[k];
+    }
+}
+/* (write_acc below keeps its scalar stores: in the dq and dk/dv kernels, at 178 and 255 registers,
+ * this one made ptxas spill 64 bytes in attention_dkv_tc_kernel<8>) */
+
 /* S[16, 16 tiles] (ld lds, fp32, shared) = A[16, Dh] B[16 tiles, Dh]^T, A and B bf16 of row
  * stride ld; tiles 2 (a key tile of 32) or 1 */
 static __device__ __forceinline__ void product_abt(float *S, int lds, const __nv_bfloat16 *A,
@@ -249,12 +282,7 @@ static __global__ void __launch_bounds__(TC_THREADS, 4) /* <= 128 registers: 8 b
     for (int e = 0; e < NF; e++) wmma::store_matrix_sync(st + e * LL_WT, o[e], Dh + 4, wmma::mem_row_major);
     __syncwarp();
     const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* no visible key: out 0 */
-    for (int e = lane; e < LL_WT * Dh; e += WARP) {
-        const int rr = e / Dh, d = e % Dh, row = q0 + warp * LL_WT + rr;
-        const float iv = __shfl_sync(0xffffffffu, inv, 2 * rr);
-        if (row < a.Tq)
-            out[((size_t)b * a.Tq + row) * C + h * Dh + d] = __float2bfloat16_rn(st[rr * (Dh + 4) + d] * iv);
-    }
+    store_rows<NF>(st, Dh + 4, out + (size_t)b * a.Tq * C + h * Dh, C, q0 + warp * LL_WT, a.Tq, lane, inv);
     if (i < a.Tq && lse && half == 0) lse[((size_t)b * a.H + h) * a.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 #else
     (void)a, (void)out, (void)lse;

@@ -141,7 +141,8 @@ static float *get_bf16(ll_backend *be, const void *p, size_t n) {
 
 static int paths_differ; /* the tensor-core and SIMT outputs differed in some case */
 
-/* mis: q, k, v and dout one element past a 16-byte boundary (the kernels' scalar staging) */
+/* mis: q, k, v, dout and the outputs one element past a 16-byte boundary (the kernels' scalar
+ * staging and stores) */
 static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, int Dh, int causal, float p,
                      const int *klen, int mis) {
     const int C = H * Dh;
@@ -170,8 +171,12 @@ static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, in
     gpu->upload(gpu, G, hg, no * sizeof(uint16_t));
     uint16_t *poison = ll_malloc((nkv > nq ? nkv : nq) * sizeof(uint16_t));
     for (size_t i = 0; i < (nkv > nq ? nkv : nq); i++) poison[i] = 0x7fc1; /* NaN: every element must be written */
-    void *O = put(gpu, poison, no * sizeof(uint16_t));
-    void *DQ = put(gpu, poison, nq * sizeof(uint16_t)), *DKV = put(gpu, poison, nkv * sizeof(uint16_t));
+    uint16_t *O0 = gpu->alloc(gpu, (no + 1) * sizeof(uint16_t)), *DQ0 = gpu->alloc(gpu, (nq + 1) * sizeof(uint16_t));
+    uint16_t *DKV0 = gpu->alloc(gpu, (nkv + 1) * sizeof(uint16_t));
+    uint16_t *O = O0 + mis, *DQ = DQ0 + mis, *DKV = DKV0 + mis;
+    gpu->upload(gpu, O, poison, no * sizeof(uint16_t));
+    gpu->upload(gpu, DQ, poison, nq * sizeof(uint16_t));
+    gpu->upload(gpu, DKV, poison, nkv * sizeof(uint16_t));
     float *L = gpu->alloc(gpu, nl * sizeof(float));
     int *KL = klen ? (int *)put(gpu, klen, B * sizeof(int)) : NULL;
     float *o[4], *l[4], *gq[4], *gkv[4];
@@ -181,7 +186,7 @@ static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, in
         cudaStream_t s = ll_cuda_stream(gpu);
         CHECK(ll_cuda_attention_fwd_dt(s, LL_CUDA_BF16, O, L, Q, C, KV, KV + C, 2 * C, KL, B, Tq, Tk, H, Dh,
                                        causal, p, &rng, off) == cudaSuccess);
-        CHECK(ll_cuda_attention_bwd_dt(s, LL_CUDA_BF16, DQ, DKV, (uint16_t *)DKV + C, G, O, L, Q, C, KV,
+        CHECK(ll_cuda_attention_bwd_dt(s, LL_CUDA_BF16, DQ, DKV, DKV + C, G, O, L, Q, C, KV,
                                        KV + C, 2 * C, KL, B, Tq, Tk, H, Dh, causal, p, &rng,
                                        off) == cudaSuccess);
         o[k] = get_bf16(gpu, O, no), l[k] = get(gpu, L, nl), gq[k] = get_bf16(gpu, DQ, nq);
@@ -213,8 +218,8 @@ static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, in
               Dh, p);
     if (memcmp(o[0], o[2], no * sizeof(float))) paths_differ |= 1;
     if (memcmp(gq[0], gq[2], nq * sizeof(float)) || memcmp(gkv[0], gkv[2], nkv * sizeof(float))) paths_differ |= 2;
-    gpu->free(gpu, Q0), gpu->free(gpu, KV0), gpu->free(gpu, G0), gpu->free(gpu, O), gpu->free(gpu, L);
-    gpu->free(gpu, DQ), gpu->free(gpu, DKV), gpu->free(gpu, KL);
+    gpu->free(gpu, Q0), gpu->free(gpu, KV0), gpu->free(gpu, G0), gpu->free(gpu, O0), gpu->free(gpu, L);
+    gpu->free(gpu, DQ0), gpu->free(gpu, DKV0), gpu->free(gpu, KL);
     free(q), free(kv), free(g), free(hq), free(hkv), free(hg), free(out), free(lse), free(dq), free(dkv), free(poison);
     for (int k = 0; k < 4; k++) free(o[k]), free(l[k]), free(gq[k]), free(gkv[k]);
 }
