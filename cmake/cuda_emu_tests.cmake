@@ -100,6 +100,14 @@ foreach(t gpu_test_bible300 gpu_test_decode_parity gpu_test_resume_cuda gpu_test
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT ${LL_EMU_SHELL_ENV})
   endif()
 endforeach()
+# the (residual +) layer norm forward's lane-strided rows at the ops test's widths (C 1000, 512),
+# which take the rows in registers by default (kernels/layernorm_row.cuh): fused against plain,
+# bit for bit, and against the CPU
+foreach(prec fp32 bf16)
+  add_test(NAME gpu_emu_ln_strided_${prec} COMMAND gpu_test_ops_cuda --op residual_ln_fwd)
+  set_tests_properties(gpu_emu_ln_strided_${prec} PROPERTIES LABELS gpu
+    ENVIRONMENT "${LL_EMU_TEST_ENV};LL_CUDA_LN_VEC=0;LL_PARITY_PRECISION=${prec}")
+endforeach()
 # cudaGraphExecUpdate refused every time (compute-sanitizer's memcheck refused ll's updates on an
 # H100, error 910, and lltrain then crashed on the host, 2026-11-28): the kept graph is built anew
 # (the graph test counts it) and training runs to the end (the Bible test, under every sanitizer)

@@ -19,7 +19,8 @@
 #              must be bounded by ASan)
 #   syncwarp   the fused residual + layer norm without the __syncwarp between
 #              the lanes' stores of the sum and their loads of other lanes'
-#              elements (TSan reports it as a race; here the values show it)
+#              elements (TSan reports it as a race; here the values show it; the
+#              lane-strided rows, LL_CUDA_LN_VEC=0: the rows in registers need none)
 #   tc_syncwarp the tensor-core attention forward without the __syncwarp between
 #              the WMMA store of S (each lane its share) and the lanes' reads of
 #              their rows
@@ -74,7 +75,7 @@ run_test() {
     smem_short) "$b/gpu_test_ops_cuda" --op attention_fwd ;;
     no_sync) "$b/gpu_test_ops_cuda" --op sync && "$b/gpu_test_ops_cuda" --op add ;;
     bounds | shared_short) "$b/gpu_test_ops_cuda" --op xent_fwd_bwd ;;
-    syncwarp) "$b/gpu_test_ops_cuda" --op residual_ln_fwd ;;
+    syncwarp) LL_CUDA_LN_VEC=0 "$b/gpu_test_ops_cuda" --op residual_ln_fwd ;; # (the lane-strided rows)
     tc_syncwarp) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_fwd ;;
     ln_barrier) "$b/gpu_test_layernorm_cuda" ;;
     ticket) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
