@@ -79,6 +79,18 @@ static __device__ __forceinline__ unsigned keep_bits(const res_args &a, uint64_t
     return k;
 }
 
+/* Forward of 8 elements in fp32 with their keep bits: s dropped (rounded to T, as stored), then
+ * y = x + g s (gated) or x + s */
+template <typename T>
+static __device__ __forceinline__ void fwd8(float sv[8], const float xv[8], float yv[8], unsigned keep, int gated,
+                                            float g, const res_args &a) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        if (a.drop) sv[j] = rnd<T>((keep >> j & 1) ? sv[j] * a.scale : 0.0f);
+        yv[j] = gated ? xv[j] + g * sv[j] : xv[j] + sv[j];
+    }
+}
+
 /* Forward of the elements of Philox block blk that lie in half-words [lo, hi)
  * (element i = half-word offset + i): s = dropout(s); y = x + g s (gated) or x + s. */
 template <typename T>
@@ -91,11 +103,7 @@ static __device__ __forceinline__ void fwd_block(T *y, T *s, const T *x, int gat
         float sv[8], xv[8], yv[8];
         ld8(s + i0, sv);
         ld8(x + i0, xv);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            if (a.drop) sv[j] = rnd<T>((keep >> j & 1) ? sv[j] * a.scale : 0.0f);
-            yv[j] = gated ? xv[j] + g * sv[j] : xv[j] + sv[j];
-        }
+        fwd8<T>(sv, xv, yv, keep, gated, g, a);
         if (a.drop) st8(s + i0, sv);
         st8(y + i0, yv);
         return;
@@ -126,25 +134,6 @@ static __global__ void __launch_bounds__(RES_THREADS)
         fwd_block(y, s, x, gated, g, a, first + bi, a.offset, end);
 }
 
-/* residual_fwd then layer norm, a warp per row: the lanes take the row's
- * Philox blocks in turn, then (after __syncwarp, which orders the warp's
- * stores before its loads) the row's layer norm reads the sum back -- from
- * cache -- exactly as layernorm_fwd_kernel, so the bits are the unfused ops'. */
-template <typename T>
-static __global__ void __launch_bounds__(RLN_ROWS * LL_WARP)
-    residual_ln_fwd_kernel(T *y, T *s, const T *x, const float *g1, const float *g2, res_args a, int N, int C,
-                           T *u, float *mean, float *rstd, const float *w, const float *b) {
-    const int lane = (int)(threadIdx.x % LL_WARP), row = (int)(blockIdx.x * RLN_ROWS + threadIdx.x / LL_WARP);
-    if (row >= N) return; /* whole warp leaves together */
-    const int gated = g1 || g2;
-    const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
-    const size_t r0 = (size_t)row * (size_t)C;
-    const uint64_t lo = a.offset + r0, hi = lo + (uint64_t)C, first = lo >> 3, nblk = ((hi - 1) >> 3) - first + 1;
-    for (uint64_t bi = (uint64_t)lane; bi < nblk; bi += LL_WARP) fwd_block(y, s, x, gated, g, a, first + bi, lo, hi);
-    __syncwarp();
-    ll_layernorm_row(u + r0, mean, rstd, y + r0, w, b, row, C, lane);
-}
-
 /* Keep bits of half-words h0..h0+7 (any h0: two Philox blocks where h0 is not a multiple of 8) */
 static __device__ __forceinline__ unsigned keep8(const res_args &a, uint64_t h0) {
     const unsigned sh = (unsigned)(h0 & 7u), k0 = keep_bits(a, h0 >> 3);
@@ -169,40 +158,48 @@ template <typename T> static __device__ __forceinline__ void st8_any(T *p, const
     for (int j = 0; j < 8; j++) ll_st(p + j, v[j]);
 }
 
-/* residual_ln_fwd with the row in registers (layernorm_row.cuh's ll_layernorm_row_vec; the
- * launcher takes it under ll_ln_vec_nb's rule for y, u, w and b, as the plain layer norm does):
- * lane takes 8-column chunks lane, lane + 32, ... of its warp's row, each its residual forward
- * as fwd_block computes it (same bits; the chunk's dropout bits from one or two Philox blocks),
- * then the layer norm of the rounded y without reading y back. */
+/* residual_fwd then layer norm, a warp per row.
+ * NB = 0, the lane-strided row: the lanes take the row's Philox blocks in turn, then (after
+ * __syncwarp, which orders the warp's stores before its loads) the row's layer norm reads the sum
+ * back -- from cache -- exactly as layernorm_fwd_kernel, so the bits are the unfused ops'.
+ * NB > 0, the row in registers (layernorm_row.cuh's ll_layernorm_row_vec; the launcher takes it
+ * under ll_ln_vec_nb's rule for y, u, w and b, as the plain layer norm does): lane takes 8-column
+ * chunks lane, lane + 32, ... of the row, each its residual forward as fwd_block computes it (same
+ * bits; the chunk's dropout bits from one or two Philox blocks), then the layer norm of the
+ * rounded y without reading y back. */
 template <typename T, int NB>
 static __global__ void __launch_bounds__(RLN_ROWS * LL_WARP)
-    residual_ln_fwd_vec_kernel(T *y, T *s, const T *x, const float *g1, const float *g2, res_args a, int N, int C,
-                               T *u, float *mean, float *rstd, const float *w, const float *b) {
+    residual_ln_fwd_kernel(T *y, T *s, const T *x, const float *g1, const float *g2, res_args a, int N, int C,
+                           T *u, float *mean, float *rstd, const float *w, const float *b) {
     const int lane = (int)(threadIdx.x % LL_WARP), row = (int)(blockIdx.x * RLN_ROWS + threadIdx.x / LL_WARP);
     if (row >= N) return; /* whole warp leaves together */
     const int gated = g1 || g2;
     const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
     const size_t r0 = (size_t)row * (size_t)C;
-    float v[NB * 8];
+    if constexpr (NB == 0) {
+        const uint64_t lo = a.offset + r0, hi = lo + (uint64_t)C, first = lo >> 3, nblk = ((hi - 1) >> 3) - first + 1;
+        for (uint64_t bi = (uint64_t)lane; bi < nblk; bi += LL_WARP) fwd_block(y, s, x, gated, g, a, first + bi, lo, hi);
+        __syncwarp();
+        ll_layernorm_row(u + r0, mean, rstd, y + r0, w, b, row, C, lane);
+    } else {
+        float v[NB * 8];
 #pragma unroll
-    for (int k = 0; k < NB; k++) {
-        const int c = (lane + LL_WARP * k) * 8;
-        if (c >= C) continue;
-        const size_t i0 = r0 + (size_t)c;
-        const unsigned keep = keep8(a, a.offset + i0);
-        float sv[8], xv[8], yv[8];
-        ld8_any(s + i0, sv);
-        ld8_any(x + i0, xv);
+        for (int k = 0; k < NB; k++) {
+            const int c = (lane + LL_WARP * k) * 8;
+            if (c >= C) continue;
+            const size_t i0 = r0 + (size_t)c;
+            const unsigned keep = keep8(a, a.offset + i0);
+            float sv[8], xv[8], yv[8];
+            ld8_any(s + i0, sv);
+            ld8_any(x + i0, xv);
+            fwd8<T>(sv, xv, yv, keep, gated, g, a);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            if (a.drop) sv[j] = rnd<T>((keep >> j & 1) ? sv[j] * a.scale : 0.0f);
-            yv[j] = gated ? xv[j] + g * sv[j] : xv[j] + sv[j];
-            v[8 * k + j] = rnd<T>(yv[j]); /* what the plain layer norm would read back */
+            for (int j = 0; j < 8; j++) v[8 * k + j] = rnd<T>(yv[j]); /* what the plain layer norm would read back */
+            if (a.drop) st8_any(s + i0, sv);
+            ll_st8v(y + i0, yv);
         }
-        if (a.drop) st8_any(s + i0, sv);
-        ll_st8v(y + i0, yv);
+        ll_layernorm_row_vec<T, NB>(u + r0, mean, rstd, v, w, b, row, C, lane);
     }
-    ll_layernorm_row_vec<T, NB>(u + r0, mean, rstd, v, w, b, row, C, lane);
 }
 
 /* One element of backward; returns the new ds and adds ds s to *d. */
@@ -317,7 +314,7 @@ extern "C" cudaError_t ll_cuda_residual_ln_fwd(cudaStream_t st, ll_cuda_dtype t,
     switch (ll_ln_vec_nb(C, (uintptr_t)y | (uintptr_t)u | (uintptr_t)w | (uintptr_t)b)) {
 #define RLN_VEC(NB)                                                                                                    \
     case NB:                                                                                                           \
-        LL_DISPATCH(t, T, LL_LAUNCH(grid, RLN_ROWS * LL_WARP, 0, st, residual_ln_fwd_vec_kernel<T, NB>)(               \
+        LL_DISPATCH(t, T, LL_LAUNCH(grid, RLN_ROWS * LL_WARP, 0, st, residual_ln_fwd_kernel<T, NB>)(                   \
                               (T *)y, (T *)s, (const T *)x, g1, g2, a, N, C, (T *)u, mean, rstd, w, b);)               \
         break;
         RLN_VEC(1)
@@ -326,7 +323,7 @@ extern "C" cudaError_t ll_cuda_residual_ln_fwd(cudaStream_t st, ll_cuda_dtype t,
         RLN_VEC(4)
 #undef RLN_VEC
     default:
-        LL_DISPATCH(t, T, LL_LAUNCH(grid, RLN_ROWS * LL_WARP, 0, st, residual_ln_fwd_kernel<T>)(
+        LL_DISPATCH(t, T, LL_LAUNCH(grid, RLN_ROWS * LL_WARP, 0, st, residual_ln_fwd_kernel<T, 0>)(
                               (T *)y, (T *)s, (const T *)x, g1, g2, a, N, C, (T *)u, mean, rstd, w, b);)
     }
     LL_CHECK_LAUNCH();

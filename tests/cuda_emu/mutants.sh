@@ -106,7 +106,7 @@ M = {
                "__launch_bounds__(FIN_THREADS)\n    xent_kernel"),
     "shared_short": ("kernels/losses.cu", "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LL_WARP];",
                      "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LOSS_THREADS / LL_WARP - 1];"),
-    "syncwarp": ("kernels/residual.cu", "    __syncwarp();\n    ll_layernorm_row(", "    ll_layernorm_row("),
+    "syncwarp": ("kernels/residual.cu", "        __syncwarp();\n        ll_layernorm_row(", "        ll_layernorm_row("),
     "tc_syncwarp": ("kernels/attention_tc.cu",
                     "            __syncwarp(); /* the warp's stores of S before each lane reads its row */\n", ""),
     "ln_barrier": ("kernels/layernorm.cu",

@@ -121,6 +121,12 @@ static void run(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, int H, 
     free(o), free(l), free(gq), free(gkv), free(gq2), free(gkv2), free(o2);
 }
 
+/* n bf16 values at a fresh device buffer's element `mis` (*base: the buffer, to free) */
+static uint16_t *put16(ll_backend *be, const uint16_t *host, size_t n, int mis, uint16_t **base) {
+    *base = be->alloc(be, (n + 1) * sizeof(uint16_t));
+    be->upload(be, *base + mis, host, n * sizeof(uint16_t));
+    return *base + mis;
+}
 /* bf16 inputs (the CPU reference gets the same values as fp32), outputs back as fp32 */
 static uint16_t *to_bf16(float *x, size_t n) {
     uint16_t *h = ll_malloc(n * sizeof(uint16_t) + 1);
@@ -163,20 +169,12 @@ static void run_bf16(ll_backend *cpu, ll_backend *gpu, int B, int Tq, int Tk, in
     cpu->attention_bwd(cpu, A_(dq), A_(dkv), A_(dkv + C), A_(g), A_(out), lse, A_(q), C, A_(kv), A_(kv + C), 2 * C,
                        klen, B, Tq, Tk, H, Dh, causal, p, &rng, off);
 
-    uint16_t *Q0 = gpu->alloc(gpu, (nq + 1) * sizeof(uint16_t)), *KV0 = gpu->alloc(gpu, (nkv + 1) * sizeof(uint16_t));
-    uint16_t *G0 = gpu->alloc(gpu, (no + 1) * sizeof(uint16_t));
-    uint16_t *Q = Q0 + mis, *KV = KV0 + mis, *G = G0 + mis;
-    gpu->upload(gpu, Q, hq, nq * sizeof(uint16_t));
-    gpu->upload(gpu, KV, hkv, nkv * sizeof(uint16_t));
-    gpu->upload(gpu, G, hg, no * sizeof(uint16_t));
+    uint16_t *Q0, *KV0, *G0, *O0, *DQ0, *DKV0;
+    uint16_t *Q = put16(gpu, hq, nq, mis, &Q0), *KV = put16(gpu, hkv, nkv, mis, &KV0), *G = put16(gpu, hg, no, mis, &G0);
     uint16_t *poison = ll_malloc((nkv > nq ? nkv : nq) * sizeof(uint16_t));
     for (size_t i = 0; i < (nkv > nq ? nkv : nq); i++) poison[i] = 0x7fc1; /* NaN: every element must be written */
-    uint16_t *O0 = gpu->alloc(gpu, (no + 1) * sizeof(uint16_t)), *DQ0 = gpu->alloc(gpu, (nq + 1) * sizeof(uint16_t));
-    uint16_t *DKV0 = gpu->alloc(gpu, (nkv + 1) * sizeof(uint16_t));
-    uint16_t *O = O0 + mis, *DQ = DQ0 + mis, *DKV = DKV0 + mis;
-    gpu->upload(gpu, O, poison, no * sizeof(uint16_t));
-    gpu->upload(gpu, DQ, poison, nq * sizeof(uint16_t));
-    gpu->upload(gpu, DKV, poison, nkv * sizeof(uint16_t));
+    uint16_t *O = put16(gpu, poison, no, mis, &O0), *DQ = put16(gpu, poison, nq, mis, &DQ0);
+    uint16_t *DKV = put16(gpu, poison, nkv, mis, &DKV0);
     float *L = gpu->alloc(gpu, nl * sizeof(float));
     int *KL = klen ? (int *)put(gpu, klen, B * sizeof(int)) : NULL;
     float *o[4], *l[4], *gq[4], *gkv[4];
