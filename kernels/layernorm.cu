@@ -52,7 +52,7 @@ static __global__ void layernorm_fwd_vec_kernel(T *__restrict__ out, float *__re
 #pragma unroll
     for (int k = 0; k < NB; k++) {
         const int c = (lane + WARP * k) * 8;
-        if (c < C) ll_ld8v(x + r0 + c, v + 8 * k);
+        if (c < C) ll_ld8_any(x + r0 + c, v + 8 * k);
     }
     ll_layernorm_row_vec<T, NB>(out + r0, mean, rstd, v, w, b, row, C, lane);
 }
@@ -316,7 +316,7 @@ extern "C" cudaError_t ll_cuda_layernorm_fwd_dt(cudaStream_t stream, ll_cuda_dty
     if (N <= 0 || C <= 0) return cudaSuccess;
     unsigned grid = (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
     /* (the rule of residual.cu's fused forward: both give the same bits) */
-    switch (ll_ln_vec_nb(C, (uintptr_t)out | (uintptr_t)x | (uintptr_t)w | (uintptr_t)b)) {
+    switch (ll_ln_vec_nb(C)) {
 #define LNF_VEC(NB)                                                                                                    \
     case NB:                                                                                                           \
         LL_DISPATCH(t, T, LL_LAUNCH(grid, ROWS_PER_BLOCK * WARP, 0, stream, layernorm_fwd_vec_kernel<T, NB>)(          \

@@ -80,14 +80,16 @@ static __device__ __forceinline__ unsigned keep_bits(const res_args &a, uint64_t
 }
 
 /* Forward of 8 elements in fp32 with their keep bits: s dropped (rounded to T, as stored), then
- * y = x + g s (gated) or x + s */
+ * y = x + g s (gated) or x + s.  The fused multiply-add is written out: a compiler may contract
+ * x + g s in one kernel and not in another (clang did, in the emulation), and residual_ln_fwd
+ * must give residual_fwd's bits */
 template <typename T>
 static __device__ __forceinline__ void fwd8(float sv[8], const float xv[8], float yv[8], unsigned keep, int gated,
                                             float g, const res_args &a) {
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         if (a.drop) sv[j] = rnd<T>((keep >> j & 1) ? sv[j] * a.scale : 0.0f);
-        yv[j] = gated ? xv[j] + g * sv[j] : xv[j] + sv[j];
+        yv[j] = gated ? fmaf(g, sv[j], xv[j]) : xv[j] + sv[j];
     }
 }
 
@@ -119,7 +121,7 @@ static __device__ __forceinline__ void fwd_block(T *y, T *s, const T *x, int gat
             ll_st(s + i, v);
         }
         const float xv = ll_ld(x + i);
-        ll_st(y + i, gated ? xv + g * v : xv + v);
+        ll_st(y + i, gated ? fmaf(g, v, xv) : xv + v); /* (fwd8's arithmetic) */
     }
 }
 
@@ -140,30 +142,12 @@ static __device__ __forceinline__ unsigned keep8(const res_args &a, uint64_t h0)
     if (!sh || !a.drop) return k0;
     return ((k0 >> sh) | (keep_bits(a, (h0 >> 3) + 1) << (8 - sh))) & 0xffu;
 }
-/* 8 elements at p to fp32 (16-byte loads where p allows) */
-template <typename T> static __device__ __forceinline__ void ld8_any(const T *p, float v[8]) {
-    if ((uintptr_t)p % 16 == 0) {
-        ll_ld8v(p, v);
-        return;
-    }
-#pragma unroll
-    for (int j = 0; j < 8; j++) v[j] = ll_ld(p + j);
-}
-template <typename T> static __device__ __forceinline__ void st8_any(T *p, const float v[8]) {
-    if ((uintptr_t)p % 16 == 0) {
-        ll_st8v(p, v);
-        return;
-    }
-#pragma unroll
-    for (int j = 0; j < 8; j++) ll_st(p + j, v[j]);
-}
-
 /* residual_fwd then layer norm, a warp per row.
  * NB = 0, the lane-strided row: the lanes take the row's Philox blocks in turn, then (after
  * __syncwarp, which orders the warp's stores before its loads) the row's layer norm reads the sum
  * back -- from cache -- exactly as layernorm_fwd_kernel, so the bits are the unfused ops'.
  * NB > 0, the row in registers (layernorm_row.cuh's ll_layernorm_row_vec; the launcher takes it
- * under ll_ln_vec_nb's rule for y, u, w and b, as the plain layer norm does): lane takes 8-column
+ * under ll_ln_vec_nb's rule of C, as the plain layer norm does): lane takes 8-column
  * chunks lane, lane + 32, ... of the row, each its residual forward as fwd_block computes it (same
  * bits; the chunk's dropout bits from one or two Philox blocks), then the layer norm of the
  * rounded y without reading y back. */
@@ -190,13 +174,13 @@ static __global__ void __launch_bounds__(RLN_ROWS * LL_WARP)
             const size_t i0 = r0 + (size_t)c;
             const unsigned keep = keep8(a, a.offset + i0);
             float sv[8], xv[8], yv[8];
-            ld8_any(s + i0, sv);
-            ld8_any(x + i0, xv);
+            ll_ld8_any(s + i0, sv);
+            ll_ld8_any(x + i0, xv);
             fwd8<T>(sv, xv, yv, keep, gated, g, a);
 #pragma unroll
             for (int j = 0; j < 8; j++) v[8 * k + j] = rnd<T>(yv[j]); /* what the plain layer norm would read back */
-            if (a.drop) st8_any(s + i0, sv);
-            ll_st8v(y + i0, yv);
+            if (a.drop) ll_st8_any(s + i0, sv);
+            ll_st8_any(y + i0, yv);
         }
         ll_layernorm_row_vec<T, NB>(u + r0, mean, rstd, v, w, b, row, C, lane);
     }
@@ -311,7 +295,7 @@ extern "C" cudaError_t ll_cuda_residual_ln_fwd(cudaStream_t st, ll_cuda_dtype t,
     const res_args a = make_args((size_t)N * (size_t)C, p, rng, offset, aligned16(y) && aligned16(s) && aligned16(x));
     const unsigned grid = (unsigned)((N + RLN_ROWS - 1) / RLN_ROWS);
     /* (the rule of the plain layer norm's forward, layernorm.cu: both give the same bits) */
-    switch (ll_ln_vec_nb(C, (uintptr_t)y | (uintptr_t)u | (uintptr_t)w | (uintptr_t)b)) {
+    switch (ll_ln_vec_nb(C)) {
 #define RLN_VEC(NB)                                                                                                    \
     case NB:                                                                                                           \
         LL_DISPATCH(t, T, LL_LAUNCH(grid, RLN_ROWS * LL_WARP, 0, st, residual_ln_fwd_kernel<T, NB>)(                   \
