@@ -100,7 +100,7 @@ static __device__ __forceinline__ void stage_bf16(__nv_bfloat16 *s, int ld, int 
 }
 
 /* A warp's 16 x Dh fp32 staging st (row stride lds) into rows r0.. (< rmax) of a bf16 [*, stride]
- * matrix, row r scaled by the value `scale` holds in lane 2r (the forward's 1 / l; 1 elsewhere):
+ * matrix, row r scaled by the value `scale` holds in lane 2r (the forward's 1 / l):
  * a lane converts 8 consecutive values, one 16-byte store where g and stride allow (scalar
  * 2-byte stores, 16 rows apart per lane pair, were 8x the store instructions) */
 template <int NF>
