@@ -35,8 +35,9 @@
 #      quick GPU test, racecheck and synccheck on attention, layer norm, ops
 #      (GPU_CHECK_MEMCHECK, GPU_CHECK_RACECHECK: other lists of tests, e.g. "attention_cuda")
 #   7. (GPU_CHECK_STEPS names it) bench, most wanted first (a cut-off run keeps those): ll64
-#      against PyTorch eager, ll64 with the ReLU backward in DRELU and with the bias gradients
-#      split from their matmuls, profiled with the matmul survey, tuned (LL_CUDA_GEMM_TUNE=8);
+#      against PyTorch eager, ll64 with the attention backward in 2-warp blocks, with the
+#      lane-strided layer-norm rows, with the bias gradients split from their matmuls, with the
+#      ReLU backward in DRELU, profiled with the matmul survey, tuned (LL_CUDA_GEMM_TUNE=8);
 #      decoding (graphs on and off) against PyTorch; base, deep30, ll64 kernel by kernel and
 #      with SIMT attention; PyTorch eager base and torch.compile (GPU_CHECK_TORCH=0: ll's runs only)
 #   8. (GPU_CHECK_STEPS names it) profile: Nsight Compute on one ll64 step: the
@@ -256,20 +257,21 @@ run_bench() {
     PEAK=$(sed -n 's/^RESULT torch_gpu_peak bf16_tflops=\([0-9.]*\).*/\1/p' "$L/bench-peak.log")
   fi
   PEAK=${PEAK:-784}
-  # what the GPU-speed issue asks first: ll64 against PyTorch in one run, then ll64's A/Bs (the
-  # ReLU backward in cuBLASLt's DRELU epilogue; weight gradients as plain products, where cuBLASLt
-  # may split K, with a separate bias-gradient kernel; the one-kernel attention backward in blocks
-  # of 2 warps, and the layer norms' lane-strided rows, as before 2026-11-28), its per-op profile with every matmul shape
+  # what the GPU-speed issue asks first: ll64 against PyTorch in one run, then ll64's A/Bs, the
+  # untimed changes first (the one-kernel attention backward in blocks of 2 warps, and the layer
+  # norms' lane-strided rows, as before session 25; weight gradients as plain products, where
+  # cuBLASLt may split K, with the bias-gradient kernel of session 24; the ReLU backward in
+  # cuBLASLt's DRELU epilogue, measured slower in session 24), its per-op profile with every matmul shape
   # surveyed alone (cuBLASLt's first 8 candidates), the autotune; then decoding and the other models
   step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
-  step bench-ll-ll64-relumask 60 env LL_CUDA_RELU_MASK=1 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
-  step bench-ll-ll64-bgradsplit 60 env LL_CUDA_BGRAD_EPILOGUE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+  step bench-ll-ll64-bwd1w2 60 env LL_CUDA_ATTN_BWD1_WARPS=2 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-lnscalar 60 env LL_CUDA_LN_VEC=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
-  step bench-ll-ll64-bwd1w2 60 env LL_CUDA_ATTN_BWD1_WARPS=2 "$B/ll_gpu_bench" --model ll64 --device cuda \
+  step bench-ll-ll64-bgradsplit 60 env LL_CUDA_BGRAD_EPILOGUE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+    --peak-tflops "$PEAK"
+  step bench-ll-ll64-relumask 60 env LL_CUDA_RELU_MASK=1 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-profile 90 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8
   step bench-ll-ll64-tune 90 env LL_CUDA_GEMM_TUNE=8 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
