@@ -158,6 +158,9 @@ typedef struct {
     ll_dtype bias_type; /* of bias: the activation dtype or `real` (LL_F32 = 0 when left out) */
     real *bgrad;        /* BGRAD (accumulated) */
     int bgrad_set;      /* BGRAD: bgrad = the sums instead of += (a gradient known to be zero) */
+    int side;           /* may run beside the ops queued after it, up to the next be->join: nothing
+                         * writes its operands or touches C and bgrad until then (a weight gradient;
+                         * CUDA runs it on a second stream) */
     void *aux;          /* BIAS_RELU_AUX (written), DRELU (read): relu_mask_bytes(M, N) bytes */
     const void *relu_y; /* DRELU: the ReLU's output, where the mask was not written */
 } ll_gemm_desc;
@@ -231,6 +234,9 @@ struct ll_backend {
     void (*convert)(ll_backend *be, void *dst, ll_dtype dst_type, const void *src, ll_dtype src_type, size_t n);
 
     void (*gemm)(ll_backend *be, const ll_gemm_desc *g);
+    /* Optional (NULL: every op runs in order): the gemms queued with .side have run before any op
+     * queued after this one. */
+    void (*join)(ll_backend *be);
     /* Optional (NULL or 0 = not offered): the bytes of a ReLU mask for a gemm's C of [rows, cols]
      * (LL_EPI_BIAS_RELU_AUX / LL_EPI_DRELU: the ReLU's backward fused into the next matmul's
      * epilogue).  CUDA offers it where LL_CUDA_RELU_MASK=1 asks for it (ll_backend_relu_mask_asked)

@@ -105,7 +105,7 @@ static void fp_gemm(counting *k, const void *px, size_t n) {
     (void)n;
     const ll_gemm_desc *g = *(const ll_gemm_desc *const *)px;
     const int64_t iv[] = {g->trans_a, g->trans_b, g->M, g->N, g->K, g->a_type, g->lda, g->b_type, g->ldb,
-                          g->c_type, g->ldc, g->epi, g->bias_type, g->bgrad_set};
+                          g->c_type, g->ldc, g->epi, g->bias_type, g->bgrad_set, g->side};
     for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++) fp_u64(k, (uint64_t)iv[i]);
     fp_raw(k, &g->alpha, sizeof g->alpha), fp_raw(k, &g->beta, sizeof g->beta);
     FP_PTR(k, g->A), FP_PTR(k, g->B), FP_PTR(k, g->C), FP_PTR(k, g->bias), FP_PTR(k, g->bgrad);
@@ -462,6 +462,14 @@ static void c_cond_end(ll_backend *be) {
     if (f->fwd) k->inner->cond_end(k->inner);
 }
 
+/* not an op (no launch: an edge of the step's graph), but the graph's shape: hashed, forwarded */
+static void c_join(ll_backend *be) {
+    counting *k = (counting *)be;
+    if (k->off) return; /* (the branch of a conditional the host did not take) */
+    if (k->fingerprint) fp_u64(k, offsetof(ll_backend, join));
+    if (k->inner && !k->dry && k->inner->join) k->inner->join(k->inner);
+}
+
 /* host transfers: counted apart as well as per op */
 static void c_upload(ll_backend *be, void *dst, const void *src, size_t n) {
     counting *k = (counting *)be;
@@ -500,7 +508,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     w->be.impl = in->impl;
     w->be.act = in->act;
     SET(alloc), SET(free), SET(upload), SET(download), SET(memset0), SET(copy), SET(sync), SET(convert), SET(gemm);
-    SET(relu_mask_bytes);
+    SET(relu_mask_bytes), SET(join);
     SET(layernorm_fwd), SET(layernorm_bwd), SET(embed_fwd), SET(embed_bwd);
     SET(relu_fwd), SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled);
     SET(acc), SET(add_gated), SET(scale_gated), SET(dot_acc), SET(residual_fwd), SET(residual_bwd);

@@ -212,13 +212,11 @@ void ll_block_bwd(ll_model *m, ll_block *blk, const ll_pass *p, ll_act *dy, ll_a
  * dtype, as cuBLASLt's fused epilogue needs); backward accumulates dW and db
  * (one gemm with the BGRAD epilogue, fp32) and dx (if non-NULL):
  * dx = dx_beta * dx + dy W, so dx_beta = 0 writes a fresh (uninitialised)
- * buffer.  ll_linear_bwd_real: the same with dx in `real` (the encoder-output
- * gradient, summed over every decoder layer, stays fp32 in bf16 training). */
+ * buffer.  (Inside a layer's backward layers.c's own variant also queues dW
+ * beside the ops after it, and takes a `real` dx.) */
 void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu);
 void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in, int out,
                    size_t w, size_t b);
-void ll_linear_bwd_real(ll_model *m, real *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in,
-                        int out, size_t w, size_t b);
 /* The descriptor of y[N,out] (+)= x[N,in] W^T with W the weight copy at offset w. */
 ll_gemm_desc ll_gemm_xwt(const ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w);
 

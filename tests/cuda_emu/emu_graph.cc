@@ -16,7 +16,12 @@
  * goes right after the last node it depends on (the end, for a chain).  So a
  * node captured without depending on a conditional node added by
  * cudaGraphAddNode (cudaStreamUpdateCaptureDependencies forgotten) runs before
- * that conditional here, as it may on a GPU.
+ * that conditional here, as it may on a GPU.  Cross-stream capture: a stream
+ * that waits for an event recorded in a capture joins it (a fork), the
+ * capturing stream waiting for an event of that stream joins it back, and
+ * cudaStreamEndCapture refuses work not joined back (cudaErrorStreamCaptureUnjoined);
+ * an executable runs the joined streams' nodes as late as their dependents
+ * allow (exec_order).
  *
  * Conditional nodes (IF with one or two bodies; CUDA 12.4 / 12.8): handles
  * belong to a graph and serve nodes in it or in its bodies; every handle must
@@ -34,6 +39,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <string>
 
 #include "emu_internal.h"
@@ -60,9 +67,10 @@ size_t position_after(const CUgraph_st *g, const cudaGraphNode_t *deps, size_t n
             if (g->nodes[i].id == deps[k]) pos = std::max(pos, i + 1);
     return pos;
 }
-CUgraphNode_st *insert_node(CUgraph_st *g, CUgraph_st::node n, size_t pos) {
+CUgraphNode_st *insert_node(CUgraph_st *g, CUgraph_st::node n, size_t pos, const cudaGraphNode_t *deps, size_t nd) {
     g->ids.emplace_back(new CUgraphNode_st{g});
     n.id = g->ids.back().get();
+    n.deps.assign(deps, deps + nd);
     g->nodes.insert(g->nodes.begin() + (long)pos, std::move(n));
     return g->ids.back().get();
 }
@@ -86,14 +94,56 @@ const CUgraph_st *capturing_in(const CUgraph_st *g) {
                 if (const CUgraph_st *b = capturing_in(n.cond->body[i].get())) return b;
     return nullptr;
 }
-/* An executable copy (the graph may be changed or destroyed after instantiation). */
+/* The order an executable runs g's nodes in: the nodes captured on a stream that joined the
+ * capture (a side stream) as late as their dependents allow, the others in their order.  So a
+ * side node runs after every node that does not wait for it: a join placed after an op that
+ * overwrites the side node's inputs, or reads its outputs, gives a wrong value here, as it may on
+ * a GPU. */
+std::vector<size_t> exec_order(const CUgraph_st &g) {
+    const size_t n = g.nodes.size();
+    std::map<const CUgraphNode_st *, size_t> at;
+    for (size_t i = 0; i < n; i++) at[g.nodes[i].id] = i;
+    std::vector<std::vector<size_t>> deps(n);
+    std::vector<size_t> waiting(n, 0); /* dependents not yet placed */
+    for (size_t i = 0; i < n; i++)
+        for (const CUgraphNode_st *d : g.nodes[i].deps) {
+            auto it = at.find(d);
+            if (it == at.end()) fail("a graph node depends on a node of another graph (emulation defect)");
+            deps[i].push_back(it->second);
+            waiting[it->second]++;
+        }
+    std::set<size_t> side, main; /* placeable: every dependent placed */
+    for (size_t i = 0; i < n; i++)
+        if (!waiting[i]) (g.nodes[i].side ? side : main).insert(i);
+    std::vector<size_t> rev;
+    while (!side.empty() || !main.empty()) { /* from the back: a side node whenever one may go there */
+        std::set<size_t> &from = side.empty() ? main : side;
+        const size_t i = *from.rbegin();
+        from.erase(i);
+        rev.push_back(i);
+        for (size_t d : deps[i])
+            if (!--waiting[d]) (g.nodes[d].side ? side : main).insert(d);
+    }
+    if (rev.size() != n) fail("a graph with a dependency cycle (emulation defect)");
+    return std::vector<size_t>(rev.rbegin(), rev.rend());
+}
+/* An executable copy (the graph may be changed or destroyed after instantiation), in exec_order. */
 std::shared_ptr<CUgraph_st> clone(const CUgraph_st &g, CUgraph_st *parent) {
     auto c = std::make_shared<CUgraph_st>();
     c->parent = parent;
     c->handles = g.handles;
-    for (const auto &n : g.nodes) {
+    const std::vector<size_t> order = exec_order(g);
+    std::vector<int> pos(order.size());
+    for (size_t k = 0; k < order.size(); k++) pos[order[k]] = (int)k;
+    std::map<const CUgraphNode_st *, int> at;
+    for (size_t i = 0; i < g.nodes.size(); i++) at[g.nodes[i].id] = pos[i];
+    for (size_t k : order) {
+        const CUgraph_st::node &n = g.nodes[k];
         CUgraph_st::node m{n.what, n.func, n.fn, n.kind, nullptr, nullptr};
         m.cluster = n.cluster;
+        m.side = n.side;
+        for (const CUgraphNode_st *d : n.deps) m.dep_idx.push_back(at[d]);
+        std::sort(m.dep_idx.begin(), m.dep_idx.end());
         if (n.cond) {
             m.cond = std::make_shared<CUgraph_st::cond_part>(*n.cond);
             for (unsigned i = 0; i < n.cond->size; i++) {
@@ -150,11 +200,13 @@ void run_nodes(const CUgraph_st &g) {
         else n.fn();
     }
 }
-/* node kinds as cudaGraphExecUpdate compares them, recursively through bodies */
+/* node kinds and edges as cudaGraphExecUpdate compares them (two executable copies), recursively
+ * through bodies */
 cudaGraphExecUpdateResult match(const CUgraph_st &a, const CUgraph_st &b) {
     if (a.nodes.size() != b.nodes.size()) return cudaGraphExecUpdateErrorTopologyChanged;
     for (size_t i = 0; i < a.nodes.size(); i++) {
         const auto &x = a.nodes[i], &y = b.nodes[i];
+        if (x.dep_idx != y.dep_idx) return cudaGraphExecUpdateErrorTopologyChanged;
         if (x.kind != y.kind) return cudaGraphExecUpdateErrorNodeTypeChanged;
         if (!x.cond) continue;
         if (x.cond->type != y.cond->type || x.cond->size != y.cond->size)
@@ -212,7 +264,9 @@ int node_kind_of(const char *what, const void *func) {
 void capture_node(CUstream_st *st, CUgraph_st::node n) {
     if (st->cap_broken) return;
     CUgraph_st *g = st->cap;
-    CUgraphNode_st *id = insert_node(g, std::move(n), position_after(g, st->cap_deps.data(), st->cap_deps.size()));
+    n.side = st->cap_forked;
+    CUgraphNode_st *id = insert_node(g, std::move(n), position_after(g, st->cap_deps.data(), st->cap_deps.size()),
+                                     st->cap_deps.data(), st->cap_deps.size());
     st->cap_deps.assign(1, id);
 }
 
@@ -278,6 +332,29 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
     if (s->cap_mode != cudaStreamCaptureModeRelaxed && s->cap_thread != thread_self())
         return err(cudaErrorStreamCaptureWrongThread);
     CUgraph_st *graph = s->cap;
+    if (s->cap_forked) return err(cudaErrorStreamCaptureUnmatched); /* (not the stream that began it) */
+    /* the streams that joined the capture: their last nodes must be waited for by this stream's
+     * (CUDA: cudaErrorStreamCaptureUnjoined); they stop capturing with it */
+    const char *unjoined = NULL;
+    std::set<const CUgraphNode_st *> before(s->cap_deps.begin(), s->cap_deps.end());
+    std::vector<const CUgraphNode_st *> todo(s->cap_deps.begin(), s->cap_deps.end());
+    while (!todo.empty()) {
+        const CUgraph_st::node *n = node_of(const_cast<cudaGraphNode_t>(todo.back()));
+        todo.pop_back();
+        if (n)
+            for (const CUgraphNode_st *d : n->deps)
+                if (before.insert(d).second) todo.push_back(d);
+    }
+    for (CUstream_st *t : streams_capturing(graph)) {
+        if (t == s) continue;
+        for (cudaGraphNode_t d : t->cap_deps)
+            if (!before.count(d)) unjoined = "work of a stream that joined the capture was not waited for";
+        if (t->cap_broken && !s->cap_broken) break_capture(s, t->cap_broken);
+        t->cap = NULL;
+        t->cap_forked = false;
+        t->cap_deps.clear();
+    }
+    if (unjoined) break_capture(s, unjoined);
     graph->capturer = NULL;
     s->cap = NULL;
     s->cap_deps.clear();
@@ -286,7 +363,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
              (void *)b->capturer, (const void *)b);
     if (s->cap_broken) { /* the capture is lost (a body stays its node's, unusable); the stream is usable again */
         if (s->cap_owned) delete graph;
-        return err(cudaErrorStreamCaptureInvalidated);
+        return err(unjoined ? cudaErrorStreamCaptureUnjoined : cudaErrorStreamCaptureInvalidated);
     }
     *g = graph;
     return cudaSuccess;
@@ -375,7 +452,7 @@ cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t g, const cudaGra
     }
     c.phGraph_out = cp->out;
     *node = insert_node(g, CUgraph_st::node{"conditional node", NULL, nullptr, NODE_COND, NULL, cp},
-                        position_after(g, deps, n));
+                        position_after(g, deps, n), deps, n);
     return cudaSuccess;
 }
 /* the top-level nodes, in order (CUDA: the rest of a longer array NULL, *n the count given) */
@@ -440,14 +517,15 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned lon
 }
 /* The parameters of g's nodes into e when the two have as many nodes of the
  * same types in the same order, conditionals of the same type and size with
- * bodies that match in turn, as CUDA allows (a kernel node may change its
- * kernel, grid and arguments; our graphs are chains, so the topology is the
- * count); else e is unchanged and the caller instantiates g anew.  g's handles
+ * bodies that match in turn, and the same edges, as CUDA allows (a kernel node
+ * may change its kernel, grid and arguments); else e is unchanged and the
+ * caller instantiates g anew.  g's handles
  * take the place of e's (CUDA pairs them; their defaults and flags are g's). */
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info) {
     LOCK;
     if (!e || !g) return err(cudaErrorInvalidValue);
-    cudaGraphExecUpdateResult r = match(*e->root, *g);
+    std::shared_ptr<CUgraph_st> c = clone(*g, NULL);
+    cudaGraphExecUpdateResult r = match(*e->root, *c);
     std::shared_ptr<graph_values> v;
     if (r == cudaGraphExecUpdateSuccess && make_values(*g, &v) != cudaSuccess) r = cudaGraphExecUpdateErrorNotSupported;
     /* LL_CUDA_EMU_GRAPH_UPDATE=refuse: every update refused, as compute-sanitizer's memcheck refused
@@ -459,8 +537,8 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecU
     if (refuse) r = cudaGraphExecUpdateErrorNotSupported;
     if (info) *info = cudaGraphExecUpdateResultInfo{r, NULL, NULL};
     if (r != cudaGraphExecUpdateSuccess) return err(cudaErrorGraphExecUpdateFailure);
-    if (e->swapped.empty()) e->swapped = swapped_kernel(*e->root, *g); /* accepted, as CUDA does; faults at launch */
-    e->root = clone(*g, NULL);
+    if (e->swapped.empty()) e->swapped = swapped_kernel(*e->root, *c); /* accepted, as CUDA does; faults at launch */
+    e->root = c;
     e->vals = v;
     return cudaSuccess;
 }

@@ -98,6 +98,9 @@ struct CUgraph_st {
         CUgraphNode_st *id; /* its handle (owned by ids); NULL in an executable copy */
         std::shared_ptr<cond_part> cond;
         unsigned cluster = 1; /* a kernel's cluster shape (blocks in x): cuBLASLt's may have 2 */
+        std::vector<CUgraphNode_st *> deps = {}; /* what it waits for (ids of the same graph; not in an executable copy) */
+        std::vector<int> dep_idx = {};     /* an executable copy's: the same, as indices into its nodes */
+        bool side = false; /* captured on a stream that joined the capture by waiting for one of its events */
     };
     std::vector<node> nodes;
     std::vector<std::unique_ptr<CUgraphNode_st>> ids;
@@ -126,17 +129,20 @@ struct CUstream_st {
     const void *cap_thread; /* the capturing thread (the address of a thread_local) */
     unsigned long long cap_id;
     std::vector<cudaGraphNode_t> cap_deps; /* what the next captured node depends on */
+    bool cap_forked; /* joined another stream's capture by waiting for an event recorded in it */
     std::vector<cudaGraphEdgeData> cap_edges;
 };
 struct CUevent_st {
     CUstream_st *stream; /* of the last record, NULL before one */
     uint64_t seq;        /* complete when stream->done >= seq */
     CUgraph_st *cap;     /* last recorded inside this capture (NULL: an ordinary record) */
+    std::vector<cudaGraphNode_t> cap_deps; /* ... after these nodes (a stream waiting for it depends on them) */
 };
 
 namespace ll_emu {
 CUstream_st *stream_of(cudaStream_t s);
 void break_capture(CUstream_st *s, const char *why);
+std::vector<CUstream_st *> streams_capturing(const CUgraph_st *g); /* (the one that began it and those that joined) */
 /* Record a node captured on st into its graph, after the stream's dependencies (emu_graph.cc). */
 void capture_node(CUstream_st *st, CUgraph_st::node n);
 int node_kind_of(const char *what, const void *func);

@@ -169,6 +169,12 @@ cudaError_t captured_event(CUevent_st *ev, const char *what) {
 } // namespace
 
 CUstream_st *stream_of(cudaStream_t s) { return null_stream(s); }
+std::vector<CUstream_st *> streams_capturing(const CUgraph_st *g) {
+    std::vector<CUstream_st *> v;
+    for (CUstream_st *s : g_streams)
+        if (s->cap == g) v.push_back(s);
+    return v;
+}
 std::recursive_mutex &emu_mutex() { return g_mu; }
 const void *thread_self() { return &t_self; }
 void note_queued() { t_queues = true; }
@@ -176,6 +182,8 @@ void break_capture(CUstream_st *s, const char *why) {
     if (s->cap_broken) return;
     s->cap_broken = why;
     if (getenv("LL_CUDA_EMU_VERBOSE")) fprintf(stderr, "cuda-emu: stream capture invalidated by %s\n", why);
+    /* a stream that joined another's capture: the whole capture is lost (CUDA invalidates the sequence) */
+    if (s->cap_forked && s->cap && s->cap->capturer && s->cap->capturer != s) break_capture(s->cap->capturer, why);
     /* a conditional body's capture: the body is unusable, and so is every graph above it
      * (CUDA leaves the parent graph invalid) */
     if (CUgraph_st *g = s->cap; g && g->parent) {
@@ -406,6 +414,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureUnjoined: return "capture sequence contains a fork that was not joined to the primary stream";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
     case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
     case cudaErrorGraphExecUpdateFailure: return "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update";
     default: return "unknown error (cuda-emu)";
@@ -597,9 +607,11 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
     CUstream_st *st = stream_of(s);
     if (st->cap) { /* a node of the capture: only the same capture may wait for it */
         ev->cap = st->cap;
+        ev->cap_deps = st->cap_deps;
         return cudaSuccess;
     }
     ev->cap = NULL;
+    ev->cap_deps.clear();
     ev->stream = st;
     ev->seq = st->queued; /* the work queued so far */
     return cudaSuccess;
@@ -634,7 +646,26 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int fla
     LOCK;
     CUstream_st *st = stream_of(s);
     if (st->cap || ev->cap) { /* a capture depends only on its own work */
-        if (st->cap && ev->cap == st->cap) return cudaSuccess; /* (one stream: already in order) */
+        if (st->cap && ev->cap == st->cap) { /* a join: the next node also waits for the event's nodes */
+            for (cudaGraphNode_t d : ev->cap_deps)
+                if (std::find(st->cap_deps.begin(), st->cap_deps.end(), d) == st->cap_deps.end())
+                    st->cap_deps.push_back(d);
+            return cudaSuccess;
+        }
+        if (!st->cap && ev->cap->capturer && !ev->cap->capturer->cap_broken) {
+            /* a fork: st joins the capture (CUDA's cross-stream capture); its work goes into the graph
+             * after the event's nodes until the capturing stream waits for it and ends the capture */
+            const CUstream_st *o = ev->cap->capturer;
+            st->cap = ev->cap;
+            st->cap_owned = false;
+            st->cap_mode = o->cap_mode;
+            st->cap_broken = NULL;
+            st->cap_thread = o->cap_thread;
+            st->cap_id = o->cap_id;
+            st->cap_deps = ev->cap_deps;
+            st->cap_forked = true;
+            return cudaSuccess;
+        }
         if (st->cap) break_capture(st, "cudaStreamWaitEvent on work outside the capture");
         return t_last = cudaErrorStreamCaptureIsolation;
     }

@@ -35,6 +35,12 @@
 #              (cuBLASLt's for another shape: an H100 faulted on its launch)
 #   bwd1_half  the one-kernel attention backward's second pair of warps takes dP of
 #              the first key tile (its keys' V not offset)
+#   side_fork  a side-stream gemm does not wait for the work queued before it (its
+#              operands): captured, the side stream never joins the capture
+#   side_join  be->join does not make the device's stream wait for the side stream:
+#              the side's product reads an operand overwritten after the join
+#   layer_join the model does not join at the end of a layer's backward: the weight
+#              gradients read temporaries the next layer reuses (the step test)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -55,7 +61,8 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
   [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
-  [graph_kernels]=src/backend/cuda/cuda_backend.c [bwd1_half]=kernels/attention_tc.cu)
+  [graph_kernels]=src/backend/cuda/cuda_backend.c [bwd1_half]=kernels/attention_tc.cu
+  [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c [layer_join]=src/model/layers.c)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -65,7 +72,10 @@ cmake -S "$work/src" -B "$b" -DLL_CUDA_EMU=ON -DLL_SANITIZE=address,undefined -D
 export ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=0 LL_SOURCE_DIR=$work/src
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LL_NO_REEXEC=1
 
-build() { cmake --build "$b" -j"$jobs" --target gpu_test_ops_cuda gpu_test_layernorm_cuda gpu_test_graph_cuda > "$work/build.log" 2>&1; }
+build() {
+  cmake --build "$b" -j"$jobs" --target gpu_test_ops_cuda gpu_test_layernorm_cuda gpu_test_graph_cuda gpu_test_step_cuda \
+    > "$work/build.log" 2>&1
+}
 
 # the covering test: 0 = passed
 run_test() {
@@ -82,6 +92,8 @@ run_test() {
     relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
     graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
     bwd1_half) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
+    side_fork | side_join) "$b/gpu_test_graph_cuda" --side ;;
+    layer_join) "$b/gpu_test_step_cuda" ;;
   esac
 }
 
@@ -120,6 +132,9 @@ M = {
                       "(im->graph.had_cond || !update_on())"),
     "bwd1_half": ("kernels/attention_tc.cu", "sV + (size_t)part * LL_WT * ld, ld, Dh, KTW); /* dP = dO V^T */",
                   "sV, ld, Dh, KTW); /* dP = dO V^T */"),
+    "side_fork": ("src/backend/cuda/cuda_side.c", "    LL_CU(cudaStreamWaitEvent(s->stream, s->fork, 0));\n", ""),
+    "side_join": ("src/backend/cuda/cuda_side.c", "    LL_CU(cudaStreamWaitEvent(ll_cuda_enter(be), s->join, 0));\n", ""),
+    "layer_join": ("src/model/layers.c", "    if (m->be->join) m->be->join(m->be);\n}", "}"),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -130,15 +145,17 @@ open(p, "w").write(s.replace(old, new))
 PY
 }
 
+mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
+  graph_kernels bwd1_half side_fork side_join layer_join)
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note graph_kernels bwd1_half; do
+for m in "${mutants[@]}"; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
   fi
 done
-for m in barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note graph_kernels bwd1_half; do
+for m in "${mutants[@]}"; do
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
   if run_test "$m" > "$work/$m.log" 2>&1; then

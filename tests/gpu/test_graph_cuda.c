@@ -18,6 +18,13 @@
  *     step stops the process with a message instead of being captured.
  *  3. (--kernels, a fresh backend) a capture of other kernels (cuBLASLt's for
  *     another shape) is not put into a kept graph by cudaGraphExecUpdate.
+ *  4. Cross-stream capture (the side stream's weight gradients): a stream that
+ *     waits for an event of the capture joins it and must be joined back
+ *     (else cudaErrorStreamCaptureUnjoined); the backend's gemm with .side
+ *     reads its operands as they were when it was queued and has run at
+ *     be->join, eagerly and in a captured step (an operand overwritten right
+ *     after the join: the emulation runs side work as late as it may;
+ *     --side, a fresh backend).
  * Skips (77) without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -136,6 +143,48 @@ static void test_runtime_rules(ll_backend *be) {
     CHECK(cudaMalloc(&p, 256) == cudaSuccess);
     CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess && g != NULL);
     CHECK(cudaGraphDestroy(g) == cudaSuccess && cudaFree(p) == cudaSuccess);
+    /* a fork and a join: the side stream's copy reads d after the capture's memset and before the
+     * memset after the join */
+    cudaStream_t side = NULL, lone = NULL;
+    cudaEvent_t fork = NULL, join = NULL;
+    CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) == cudaSuccess);
+    CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming) == cudaSuccess);
+    uint8_t *d2 = be->alloc(be, 64), *d3 = be->alloc(be, 64);
+    be->sync(be);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d, 1, 64, s) == cudaSuccess);
+    CHECK(cudaEventRecord(fork, s) == cudaSuccess && cudaStreamWaitEvent(side, fork, 0) == cudaSuccess);
+    CHECK(cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusActive);
+    CHECK(cudaMemcpyAsync(d2, d, 64, cudaMemcpyDeviceToDevice, side) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d3, 5, 64, s) == cudaSuccess);
+    CHECK(cudaEventRecord(join, side) == cudaSuccess && cudaStreamWaitEvent(s, join, 0) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d, 9, 64, s) == cudaSuccess);
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess && g != NULL);
+    CHECK(cudaStreamIsCapturing(side, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone);
+    CHECK(cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && nodes == 4);
+    CHECK(cudaGraphInstantiate(&e, g, 0) == cudaSuccess && cudaGraphLaunch(e, s) == cudaSuccess);
+    be->download(be, h, d2, 64);
+    CHECK_MSG(h[0] == 1 && h[63] == 1, "the forked stream's copy read %d, not 1 (the capture's order)", h[0]);
+    be->download(be, h, d, 64);
+    CHECK_MSG(h[0] == 9, "the node after the join left %d, not 9", h[0]);
+    CHECK(cudaGraphDestroy(g) == cudaSuccess && cudaGraphExecDestroy(e) == cudaSuccess);
+    /* a fork never joined back: the capture is refused (a stream of its own: CUDA does not say
+     * what state it is left in) */
+    CHECK(cudaStreamCreateWithFlags(&lone, cudaStreamNonBlocking) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+    CHECK(cudaEventRecord(fork, s) == cudaSuccess && cudaStreamWaitEvent(lone, fork, 0) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d2, 3, 64, lone) == cudaSuccess);
+    const cudaError_t unjoined = cudaStreamEndCapture(s, &g);
+    CHECK_MSG(unjoined == cudaErrorStreamCaptureUnjoined && g == NULL, "an unjoined fork: %s",
+              cudaGetErrorString(unjoined));
+    (void)cudaGetLastError();
+    be->download(be, h, d2, 64);
+    CHECK_MSG(h[0] == 1, "work of a refused capture ran (%d)", h[0]);
+    CHECK(cudaStreamDestroy(side) == cudaSuccess);
+    CHECK(cudaEventDestroy(fork) == cudaSuccess && cudaEventDestroy(join) == cudaSuccess);
+    be->free(be, d2);
+    be->free(be, d3);
     /* synchronising the capturing stream: refused in every mode, the capture lost */
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
     CHECK(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported);
@@ -317,6 +366,53 @@ static void test_backend_kernels(ll_backend *be, int emulated) {
     be->free(be, C2);
 }
 
+/* The side stream: C = A B queued with .side after A was written, an unrelated op, be->join, then
+ * A overwritten; C must be the product of the A it was queued after.  Eagerly, then as a captured
+ * step (graph 1). */
+static void test_backend_side(ll_backend *be) {
+    enum { M = 96, N = 80 };
+    static float hA0[M * 64], hA1[M * 64], hB[64 * N], hx[NELEM];
+    for (int i = 0; i < M * 64; i++) hA0[i] = (float)((i * 37) % 17) / 8 - 1, hA1[i] = -2 * hA0[i] + 1;
+    for (int i = 0; i < 64 * N; i++) hB[i] = (float)((i * 11) % 13) / 8 - 0.75f;
+    fill(hx, 1);
+    float *A = be->alloc(be, sizeof hA0), *A0 = be->alloc(be, sizeof hA0), *A1 = be->alloc(be, sizeof hA1);
+    float *B = be->alloc(be, sizeof hB), *C = be->alloc(be, sizeof(float) * M * N);
+    float *x = be->alloc(be, sizeof hx), *y = be->alloc(be, sizeof hx);
+    be->upload(be, A0, hA0, sizeof hA0);
+    be->upload(be, A1, hA1, sizeof hA1);
+    be->upload(be, B, hB, sizeof hB);
+    be->upload(be, x, hx, sizeof hx);
+    CHECK(be->join != NULL);
+    for (int graph = 0; graph < 2 && be->join; graph++) {
+        be->memset0(be, A, sizeof hA0);
+        be->memset0(be, C, sizeof(float) * M * N);
+        be->memset0(be, y, sizeof hx);
+        be->sync(be);
+        const int captured = graph && be->graph_begin(be) == 0;
+        be->copy(be, A, A0, sizeof hA0);
+        const ll_gemm_desc g = {.M = M, .N = N, .K = 64, .alpha = 1, .A = A, .a_type = LL_F32, .lda = 64, .B = B,
+                                .b_type = LL_F32, .ldb = N, .C = C, .c_type = LL_F32, .ldc = N, .epi = LL_EPI_NONE,
+                                .side = 1};
+        be->gemm(be, &g);
+        be->acc(be, (ll_act *)y, (const ll_act *)x, NELEM);
+        be->join(be);
+        be->copy(be, A, A1, sizeof hA1);
+        if (captured) be->graph_end(be, 0x51de51deull, 0x51de);
+        CHECK_MSG(!graph || captured, "the side stream's step was not captured");
+        const double e = gemm_off(be, C, hA0, hB, M, N);
+        CHECK_MSG(e < 1e-3, "side stream (%s): C is off the product of the A it was queued after by %g",
+                  graph ? "captured" : "eager", e);
+        CHECK_MSG(off_by(be, y, 1, 1) == 0, "side stream: the op beside it is off by %g", off_by(be, y, 1, 1));
+    }
+    be->free(be, A);
+    be->free(be, A0);
+    be->free(be, A1);
+    be->free(be, B);
+    be->free(be, C);
+    be->free(be, x);
+    be->free(be, y);
+}
+
 /* the child of test_backend's last check: must die in the download */
 static int download_in_capture(void) {
     ll_backend *be = ll_backend_cuda(0);
@@ -345,6 +441,10 @@ int main(int argc, char **argv) {
         test_backend_kernels(be, 0);
 #endif
         return tu_finish("gpu_test_graph_cuda --kernels");
+    }
+    if (argc > 1 && !strcmp(argv[1], "--side")) { /* (gpu_test_graph_side_cuda: a fresh backend) */
+        test_backend_side(be);
+        return tu_finish("gpu_test_graph_cuda --side");
     }
     test_runtime_rules(be);
     test_backend(be);

@@ -49,10 +49,15 @@ _Static_assert(sizeof(real) == sizeof(float), "CUDA backend expects real == floa
 #define GRAPH_BUILT_MAX 8
 
 typedef struct {
+    float *p; /* device, grow-only */
+    size_t bytes;
+} cuda_scratch;
+
+typedef struct {
     int device;
-    cudaStream_t stream;
-    float *scratch; /* device, grow-only */
-    size_t scratch_bytes;
+    cudaStream_t stream; /* where ops queue now: the device's stream, a conditional body's, or the side's */
+    int lane;            /* 0, or 1 while an op queues on the side stream (cuda_side.c): its own scratch */
+    cuda_scratch scratch[2]; /* per lane: ops on the two streams may run at once */
     unsigned *ticket; /* device, 0 between launches: residual_bwd's last-block counter (ll_cuda_ticket) */
     /* pinned upload staging, a ring: a slot is reused once its copy has run */
     struct {
@@ -180,6 +185,7 @@ static void cu_free(ll_backend *be, void *p) {
     if (!p) return;
     cuda_impl *im = enter(be);
     no_capture(im, "free");
+    ll_cuda_side_join(be);
     /* work still queued on the stream may use p */
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
     CUDA_CHECK(cudaFree(p));
@@ -218,6 +224,7 @@ static void cu_download(ll_backend *be, void *host_dst, const void *src, size_t 
     if (bytes == 0) return;
     cuda_impl *im = enter(be);
     no_capture(im, "download");
+    ll_cuda_side_join(be);
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
 }
@@ -225,6 +232,7 @@ static void cu_download(ll_backend *be, void *host_dst, const void *src, size_t 
 static void cu_download_start(ll_backend *be, const void *src, size_t bytes) {
     cuda_impl *im = enter(be);
     no_capture(im, "download_start");
+    ll_cuda_side_join(be);
     if (im->late.pending) ll_die("CUDA backend: download_start while another is in flight (one at a time)");
     if (im->late.cap < bytes) {
         if (im->late.host) CUDA_CHECK(cudaFreeHost(im->late.host));
@@ -262,32 +270,34 @@ static void cu_copy(ll_backend *be, void *dst, const void *src, size_t bytes) {
 static void cu_sync(ll_backend *be) {
     cuda_impl *im = enter(be);
     no_capture(im, "sync");
+    ll_cuda_side_join(be);
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
 }
 
 /* Device scratch of at least `bytes`, valid until the next call (stream-ordered). */
 static float *scratch(cuda_impl *im, size_t bytes) {
-    if (bytes <= im->scratch_bytes) return im->scratch;
-    if (im->scratch && im->graph.capturing) { /* the recorded ops use it: freed after the launch */
+    cuda_scratch *sc = &im->scratch[im->lane];
+    if (bytes <= sc->bytes) return sc->p;
+    if (sc->p && im->graph.capturing) { /* the recorded ops use it: freed after the launch */
         if (im->graph.n_retired == GRAPH_RETIRED) ll_die("CUDA backend: scratch grew too often in one captured step");
-        im->graph.retired[im->graph.n_retired++] = im->scratch;
-        im->scratch = NULL;
-        im->scratch_bytes = 0;
+        im->graph.retired[im->graph.n_retired++] = sc->p;
+        sc->p = NULL;
+        sc->bytes = 0;
     }
-    if (im->scratch) {
+    if (sc->p) { /* (only this lane's ops use it, all on im->stream) */
         CUDA_CHECK(cudaStreamSynchronize(im->stream));
-        CUDA_CHECK(cudaFree(im->scratch));
-        im->scratch = NULL;
-        im->scratch_bytes = 0;
+        CUDA_CHECK(cudaFree(sc->p));
+        sc->p = NULL;
+        sc->bytes = 0;
     }
     size_t want = bytes + bytes / 2; /* grow geometrically */
     im->graph.mem_gen++;
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, want);
     if (e != cudaSuccess) ll_die("CUDA out of memory on device %d: scratch of %zu bytes", im->device, want);
-    im->scratch = (float *)p;
-    im->scratch_bytes = want;
-    return im->scratch;
+    sc->p = (float *)p;
+    sc->bytes = want;
+    return sc->p;
 }
 
 /* ---- convert (kernels/convert.cu) ---------------------------------------------- */
@@ -337,6 +347,11 @@ static void cu_attention_bwd(ll_backend *be, ll_act *dq, ll_act *dk, ll_act *dv,
 
 cudaStream_t ll_cuda_stream(ll_backend *be) { return impl_of(be)->stream; }
 cudaStream_t ll_cuda_enter(ll_backend *be) { return enter(be)->stream; }
+void ll_cuda_set_lane(ll_backend *be, cudaStream_t s, int lane) {
+    impl_of(be)->stream = s;
+    impl_of(be)->lane = lane;
+}
+int ll_cuda_cond_depth(ll_backend *be) { return impl_of(be)->graph.cond_depth; }
 void *ll_cuda_scratch(ll_backend *be, size_t bytes) { return scratch(impl_of(be), bytes); }
 int ll_cuda_device(ll_backend *be) { return impl_of(be)->device; }
 unsigned *ll_cuda_ticket(ll_backend *be) { return impl_of(be)->ticket; }
@@ -379,6 +394,7 @@ static int cu_graph_begin(ll_backend *be) {
     cuda_impl *im = enter(be);
     if (im->graph.capturing) ll_die("CUDA backend: graph_begin inside a captured step");
     if (im->graph.off || ll_cuda_sync_checking()) return -1; /* (the check synchronises after every op) */
+    ll_cuda_side_join(be); /* (a capture may not wait for work outside it) */
     CUDA_CHECK(cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed));
     im->graph.capturing = 1;
     im->graph.had_cond = im->graph.spoiled = 0;
@@ -411,6 +427,7 @@ static int cu_cond_if(ll_backend *be, const uint8_t *run, int host_run) {
     im->graph.cond[d].body = NULL; /* (spoiled: both branches go on into the enclosing capture) */
     im->graph.cond[d].in_else = 0;
     im->graph.had_cond = 1;
+    ll_cuda_side_join(be); /* (the bodies are captured on one stream each) */
     if (im->graph.spoiled) return 0;
     cudaStream_t cur = im->stream;
     enum cudaStreamCaptureStatus status;
@@ -572,6 +589,7 @@ static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     cuda_impl *im = enter(be);
     if (!im->graph.capturing) ll_die("CUDA backend: graph_end without graph_begin");
     if (im->graph.cond_depth) ll_die("CUDA backend: graph_end inside a conditional (cond_if without cond_end)");
+    ll_cuda_side_join(be); /* (CUDA refuses a capture whose side stream was not joined back) */
     im->graph.capturing = 0;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(im->stream, &g);
@@ -746,6 +764,7 @@ ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
     be->cond_if = cu_cond_if;
     be->cond_else = cu_cond_else;
     be->cond_end = cu_cond_end;
+    be->join = ll_cuda_side_join;
     be->convert = cu_convert;
     be->layernorm_fwd = cu_layernorm_fwd;
     be->layernorm_bwd = cu_layernorm_bwd;

@@ -63,6 +63,8 @@ typedef struct {
 typedef struct {
     cublasLtHandle_t lt;
     void *workspace;
+    cudaStream_t side; /* the side stream (cuda_side.c), once it exists: it has its own workspace */
+    void *workspace_side;
     pthread_mutex_t mu;
     lt_entry *tab; /* LT_BUCKETS */
     int count;
@@ -78,6 +80,11 @@ typedef struct {
 } lt_state;
 
 static lt_state *g_lt[LT_MAX_DEVICES];
+
+/* the workspace of the stream a product runs on: two products on two streams may run at once */
+static void *workspace_of(const lt_state *st, cudaStream_t s) {
+    return st->side && s == st->side ? st->workspace_side : st->workspace;
+}
 
 static lt_state *state_of(ll_backend *be) {
     int dev = ll_cuda_device(be);
@@ -324,7 +331,7 @@ int ll_cuda_gemm_lt(ll_backend *be, const ll_cuda_gemm_desc *d) {
                                                     sizeof d->aux);
         if (status == CUBLAS_STATUS_SUCCESS)
             status = cublasLtMatmul(st->lt, e->op, &d->alpha, d->B, e->la, d->A, e->lb, &d->beta, d->C, e->lc, d->C,
-                                    e->lc, &e->algo, st->workspace, LT_WORKSPACE_BYTES, stream);
+                                    e->lc, &e->algo, workspace_of(st, stream), LT_WORKSPACE_BYTES, stream);
     }
     pthread_mutex_unlock(&st->mu);
     return (int)status;
@@ -439,8 +446,7 @@ static ll_cuda_gemm_desc cuda_desc_of(const lt_state *st, const ll_gemm_desc *g)
     };
 }
 
-static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
-    if (g->M <= 0 || g->N <= 0) return;
+static void gemm_run(ll_backend *be, const ll_gemm_desc *g) {
     const int mask_out = g->epi == LL_EPI_BIAS_RELU_AUX, drelu = g->epi == LL_EPI_DRELU;
     const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU || mask_out;
     const int relu = g->epi == LL_EPI_BIAS_RELU || mask_out;
@@ -482,6 +488,10 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
      * happened after the matmul started (with beta = 1 a rerun would add twice) */
     if (rc != 0 && rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
     if (rc != 0) atomic_fetch_add_explicit(&st->fallbacks, 1, memory_order_relaxed);
+    if (rc != 0 && ll_cuda_side_on(be)) { /* the fallback in order (cuBLAS's workspace is one per handle) */
+        ll_cuda_side_end(be);
+        s = ll_cuda_enter(be);
+    }
     if (rc != 0 && d.epilogue != LL_CUDA_EPI_NONE) { /* refused with the epilogue: plain product, epilogue kernels after */
         if (!st->warned_epi) {
             st->warned_epi = 1;
@@ -511,6 +521,14 @@ static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     }
 }
 
+/* A weight gradient (g->side) on the side stream, beside the ops queued after it until be->join */
+static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
+    if (g->M <= 0 || g->N <= 0) return;
+    const int side = g->side && ll_cuda_side_begin(be);
+    gemm_run(be, g);
+    if (side) ll_cuda_side_end(be);
+}
+
 /* ---- timing cuBLASLt's candidates: the benchmark's survey and the autotune ----------------
  * Both run a key's first n candidates on operands of their own (one allocation,
  * 256-byte aligned like the arena's; the bias at the key's own alignment, which the
@@ -529,8 +547,8 @@ static double time_algo(lt_state *st, const lt_entry *e, const cublasLtMatmulAlg
     const float alpha = 1;
     for (int i = 0; i < 2 + reps; i++) {
         if (i == 2 && cudaEventRecord(ev0, s) != cudaSuccess) return -1;
-        if (cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, algo, st->workspace,
-                           LT_WORKSPACE_BYTES, s) != CUBLAS_STATUS_SUCCESS)
+        if (cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, algo,
+                           workspace_of(st, s), LT_WORKSPACE_BYTES, s) != CUBLAS_STATUS_SUCCESS)
             return -1;
     }
     float ms = 0;
@@ -687,6 +705,24 @@ void ll_cuda_gemm_tune_stats(ll_backend *be, uint64_t *tuned, uint64_t *switched
     *tuned = st->tuned;
     *switched = st->switched;
     pthread_mutex_unlock(&st->mu);
+}
+
+int ll_cuda_gemm_lt_side(ll_backend *be, cudaStream_t side) {
+    lt_state *st = state_of(be);
+    pthread_mutex_lock(&st->mu);
+    if (!st->workspace_side) {
+        const cudaError_t e = cudaMalloc(&st->workspace_side, LT_WORKSPACE_BYTES);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            st->workspace_side = NULL;
+            pthread_mutex_unlock(&st->mu);
+            return ll_fail("CUDA device %d: cannot allocate the side stream's 32 MiB cuBLASLt workspace: %s",
+                           ll_cuda_device(be), cudaGetErrorString(e));
+        }
+    }
+    st->side = side;
+    pthread_mutex_unlock(&st->mu);
+    return 0;
 }
 
 uint64_t ll_cuda_gemm_fallbacks(ll_backend *be) {

@@ -19,13 +19,29 @@ static inline ll_cuda_dtype ll_cuda_act(const ll_backend *be) {
 /* Make the backend's device current (every op starts here) and return its stream. */
 cudaStream_t ll_cuda_enter(ll_backend *be);
 /* The backend's grow-only device scratch, at least `bytes`, 256-byte aligned,
- * valid until the next op (all ops are ordered on the one stream).  Growing
+ * valid until the next op on the same stream (each lane, the device's stream
+ * and the side stream, has its own; a lane's ops are ordered).  Growing
  * synchronises and reallocates: it happens while the first steps meet their
  * largest shapes, then never again (docs/cuda-backend.md lists the users). */
 void *ll_cuda_scratch(ll_backend *be, size_t bytes);
 /* The device's ticket counter: a device unsigned, 0 between launches (a kernel that takes
  * tickets puts it back: kernels/residual.cu).  One per device: the launches are ordered. */
 unsigned *ll_cuda_ticket(ll_backend *be);
+
+/* The side stream (cuda_side.c): a gemm with ll_gemm_desc.side queues between
+ * side_begin (1: the ops now queue on the side stream, after everything queued
+ * so far on the device's; 0: in order, as usual) and side_end; side_join makes
+ * the device's stream wait for all of it (be->join; also before every host wait
+ * and capture boundary).  ll_cuda_set_lane switches the stream ops queue on and
+ * their scratch (lane 0: the device's stream, 1: the side's). */
+int ll_cuda_side_begin(ll_backend *be);
+void ll_cuda_side_end(ll_backend *be);
+void ll_cuda_side_join(ll_backend *be);
+int ll_cuda_side_on(ll_backend *be); /* between side_begin (1) and side_end */
+void ll_cuda_set_lane(ll_backend *be, cudaStream_t s, int lane);
+int ll_cuda_cond_depth(ll_backend *be); /* conditional bodies being captured (a body's capture is one stream) */
+/* cuda_gemm_lt.c: the side stream's own cuBLASLt workspace (once per device). 0, or -1 with ll_errbuf() set */
+int ll_cuda_gemm_lt_side(ll_backend *be, cudaStream_t side);
 
 /* Debug switch LL_CUDA_SYNC_CHECK=1: after every op (every checked call),
  * synchronise the device and die naming the op if anything failed, so an

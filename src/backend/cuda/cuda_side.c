@@ -1,0 +1,88 @@
+/* The side stream: weight-gradient matmuls beside the backward's chain
+ * (docs/cuda-backend.md, "The side stream").
+ *
+ * Nothing reads a weight gradient dW = dY^T X before the optimizer, and ll64's
+ * run at 200-340 TFLOP/s alone on an H100 (512 x 512 outputs over K = 8192: a
+ * few dozen tiles for 132 SMs).  The model queues them with ll_gemm_desc.side
+ * and calls be->join where the buffers they read are about to be reused (the
+ * end of each layer's backward).  Here such a gemm runs on a second stream of
+ * the device: it waits for an event recorded on the device's stream after
+ * everything queued so far (its inputs), and join makes the device's stream wait
+ * for all the side has.  Meanwhile the input-gradient products, attention and
+ * layer norms of the layer go on.  Inside a captured step the two are a fork
+ * and a join of the graph: edges, no nodes, no launches.
+ *
+ * The side has its own cuBLASLt workspace and scratch (the bias-gradient
+ * epilogue's).  Not inside a conditional body (captured on one stream): there
+ * the gemm runs in order.  LL_CUDA_SIDE_STREAM=0 runs every gemm in order (the
+ * A/B of the benchmark).  The backend joins by itself before every host wait
+ * and capture boundary, so a caller that never joins is only slower. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define SIDE_DEVICES 64
+
+typedef struct {
+    cudaStream_t stream; /* created on first use */
+    cudaEvent_t fork, join;
+    cudaStream_t from; /* the stream the op forked from (restored by side_end) */
+    int open;          /* work queued on the side since the last join */
+    int on;            /* an op queues on the side now */
+} side_state;
+
+static side_state g_side[SIDE_DEVICES];
+
+static side_state *side_of(ll_backend *be) {
+    const int d = ll_cuda_device(be);
+    if (d < 0 || d >= SIDE_DEVICES) ll_die("CUDA backend: device %d out of the side stream's range", d);
+    return &g_side[d];
+}
+
+static int side_wanted(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LL_CUDA_SIDE_STREAM");
+        on = !(v && !strcmp(v, "0"));
+    }
+    return on;
+}
+
+int ll_cuda_side_begin(ll_backend *be) {
+    if (!side_wanted() || ll_cuda_cond_depth(be) > 0) return 0;
+    side_state *s = side_of(be);
+    if (s->on) ll_die("CUDA backend: a side op inside a side op");
+    cudaStream_t from = ll_cuda_enter(be);
+    if (!s->stream) {
+        LL_CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+        LL_CU(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
+        LL_CU(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
+        if (ll_cuda_gemm_lt_side(be, s->stream) != 0) ll_die("%s", ll_errbuf());
+    }
+    LL_CU(cudaEventRecord(s->fork, from));
+    LL_CU(cudaStreamWaitEvent(s->stream, s->fork, 0));
+    s->from = from;
+    s->on = 1;
+    s->open = 1;
+    ll_cuda_set_lane(be, s->stream, 1);
+    return 1;
+}
+
+void ll_cuda_side_end(ll_backend *be) {
+    side_state *s = side_of(be);
+    if (!s->on) return;
+    s->on = 0;
+    ll_cuda_set_lane(be, s->from, 0);
+}
+
+int ll_cuda_side_on(ll_backend *be) { return side_of(be)->on; }
+
+void ll_cuda_side_join(ll_backend *be) {
+    side_state *s = side_of(be);
+    if (!s->open) return;
+    if (s->on) ll_die("CUDA backend: join inside a side op");
+    LL_CU(cudaEventRecord(s->join, s->stream));
+    LL_CU(cudaStreamWaitEvent(ll_cuda_enter(be), s->join, 0));
+    s->open = 0;
+}
