@@ -314,6 +314,8 @@ void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m);
 /* gemm op calls on this device that fell back from one fused cuBLASLt matmul
  * (ll_backend_gemm_fallbacks). */
 uint64_t ll_cuda_gemm_fallbacks(ll_backend *be);
+/* gemm op calls on this device that ran on the side stream (ll_backend_side_gemms; cuda_side.c). */
+uint64_t ll_cuda_side_gemms(ll_backend *be);
 /* ll_backend_gemm_survey on this device (include/ll/backend.h has the contract). */
 int ll_cuda_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out);
 /* LL_CUDA_GEMM_TUNE=N (2..16; off by default): a matmul shape met for the first time

@@ -109,6 +109,10 @@ ab bwd1_warps "| model | ll tok/s, 4-warp attention backward | ll tok/s, 2 warps
 # against the lane-strided row that reads the sum back (20.1 us per ll64 call on an H100)
 ab ln_vec "| model | ll tok/s, row in registers | ll tok/s, LL_CUDA_LN_VEC=0 | registers / strided |" \
   LL_CUDA_LN_VEC=0
+# weight gradients on a side stream beside the backward's chain (the default since 2026-11-28)
+# against every product in order on the device's stream
+ab side_stream "| model | ll tok/s, dW on the side stream | ll tok/s, LL_CUDA_SIDE_STREAM=0 | side / in order |" \
+  LL_CUDA_SIDE_STREAM=0
 # kept graphs launched as they are (the default: the host only runs the shadow step) against a
 # capture and update every step
 ab capture_each_step "| model | ll tok/s, kept graphs replayed | ll tok/s, captured every step | replay / capture |" \

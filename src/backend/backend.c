@@ -30,6 +30,9 @@ int ll_backend_set_tf32(ll_backend *be, int on) {
 uint64_t ll_backend_gemm_fallbacks(ll_backend *be) {
     return be && !strcmp(be->name, "cuda") ? ll_cuda_gemm_fallbacks(be) : 0;
 }
+uint64_t ll_backend_side_gemms(ll_backend *be) {
+    return be && !strcmp(be->name, "cuda") ? ll_cuda_side_gemms(be) : 0;
+}
 int ll_backend_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out) {
     return be && !strcmp(be->name, "cuda") ? ll_cuda_gemm_survey(be, g, max, reps, out) : 0;
 }
@@ -39,6 +42,10 @@ void ll_backend_gemm_tune_stats(ll_backend *be, uint64_t *tuned, uint64_t *switc
 }
 #else
 uint64_t ll_backend_gemm_fallbacks(ll_backend *be) {
+    (void)be;
+    return 0;
+}
+uint64_t ll_backend_side_gemms(ll_backend *be) {
     (void)be;
     return 0;
 }

@@ -247,13 +247,13 @@ static ll_gemm_desc shape_of(const ll_gemm_desc *g) {
     return (ll_gemm_desc){.trans_a = g->trans_a, .trans_b = g->trans_b, .M = g->M, .N = g->N, .K = g->K, .alpha = 1,
                           .beta = g->beta != 0, .a_type = g->a_type, .lda = g->lda, .b_type = g->b_type, .ldb = g->ldb,
                           .c_type = g->c_type, .ldc = g->ldc, .epi = g->epi, .bias_type = g->bias_type,
-                          .bgrad_set = g->bgrad_set};
+                          .bgrad_set = g->bgrad_set, .side = g->side};
 }
 static int same_shape(const ll_gemm_desc *a, const ll_gemm_desc *b) {
     return a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->M == b->M && a->N == b->N && a->K == b->K &&
            a->beta == b->beta && a->a_type == b->a_type && a->lda == b->lda && a->b_type == b->b_type &&
            a->ldb == b->ldb && a->c_type == b->c_type && a->ldc == b->ldc && a->epi == b->epi &&
-           a->bias_type == b->bias_type && a->bgrad_set == b->bgrad_set;
+           a->bias_type == b->bias_type && a->bgrad_set == b->bgrad_set && a->side == b->side;
 }
 #define GEMM_SHAPES_MAX 4096
 static void shapes_lock(counting *k) {

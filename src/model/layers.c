@@ -51,9 +51,10 @@ void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int o
 }
 
 /* relu_mask (NULL: none): dx is then also multiplied by the ReLU's gradient (DRELU; dx_beta 0),
- * from the mask or else from relu_y, the ReLU's output.  side: the weight gradient may run beside
- * the ops after it until be->join (ll_layer_bwd joins at its end: nothing in a layer's backward
- * writes dy or x after their weight gradients, nor touches those gradients) */
+ * from the mask or else from relu_y, the ReLU's output.  side (SIDE_*): the weight gradient (and
+ * dx) may run beside the ops after it until be->join (ll_layer_bwd joins at its end: nothing in a
+ * layer's backward writes dy or x after their weight gradients, nor touches those gradients) */
+enum { SIDE_DW = 1, SIDE_DX = 2 };
 static void linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, const ll_act *dy, const ll_act *x,
                        int N, int in, int out, size_t w, size_t b, void *relu_mask, const ll_act *relu_y, int side) {
     ll_backend *be = m->be;
@@ -62,7 +63,7 @@ static void linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, co
         const ll_gemm_desc g = {.M = N, .N = in, .K = out, .alpha = 1, .beta = dx_beta, .A = dy, .a_type = t,
                                 .lda = out, .B = ACT(m, m->wact, w), .b_type = t, .ldb = in, .C = dx,
                                 .c_type = dx_type, .ldc = in, .epi = relu_mask ? LL_EPI_DRELU : LL_EPI_NONE,
-                                .aux = relu_mask, .relu_y = relu_mask ? relu_y : NULL};
+                                .aux = relu_mask, .relu_y = relu_mask ? relu_y : NULL, .side = !!(side & SIDE_DX)};
         be->gemm(be, &g);
     }
     /* dW[out,in] += dy^T x in fp32; the bias gradient (column sums of dy) in the epilogue.  The
@@ -71,7 +72,7 @@ static void linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, co
     const ll_gemm_desc g = {.trans_a = 1, .M = out, .N = in, .K = N, .alpha = 1, .beta = fresh_w ? 0 : 1, .A = dy,
                             .a_type = t, .lda = out, .B = x, .b_type = t, .ldb = in, .C = m->grads + w,
                             .c_type = LL_REAL_DTYPE, .ldc = in, .epi = b ? LL_EPI_BGRAD : LL_EPI_NONE,
-                            .bgrad = b ? m->grads + b : NULL, .bgrad_set = fresh_b, .side = side};
+                            .bgrad = b ? m->grads + b : NULL, .bgrad_set = fresh_b, .side = !!(side & SIDE_DW)};
     be->gemm(be, &g);
 }
 
@@ -80,11 +81,10 @@ void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, cons
     linear_bwd(m, dx, m->be->act, dx_beta, dy, x, N, in, out, w, b, NULL, NULL, 0);
 }
 
-/* inside a layer's backward: the weight gradient on the side (linear_bwd); dx_type `real` for the
- * encoder-output gradient, summed over every decoder layer (fp32 in bf16 training) */
-static void layer_linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, const ll_act *dy, const ll_act *x,
-                             int N, int in, int out, size_t w, size_t b) {
-    linear_bwd(m, dx, dx_type, dx_beta, dy, x, N, in, out, w, b, NULL, NULL, 1);
+/* inside a layer's backward: the weight gradient on the side (linear_bwd) */
+static void layer_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in,
+                             int out, size_t w, size_t b) {
+    linear_bwd(m, dx, m->be->act, dx_beta, dy, x, N, in, out, w, b, NULL, NULL, SIDE_DW);
 }
 
 static uint8_t *mask_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->arena, n); }
@@ -189,25 +189,28 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const ll_act *in
     switch (k->kind) {
     case SUB_SELF: {
         ll_act *dctx = ll_buf(m, (size_t)N * C);
-        layer_linear_bwd(m, dctx, be->act, 0, ds, k->ctx, N, C, C, L->o_w, L->o_b);
+        layer_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->o_w, L->o_b);
         ll_act *dqkv = ll_buf(m, (size_t)N * 3 * C); /* attention_bwd overwrites */
         be->attention_bwd(be, dqkv, ACT(m, dqkv, C), ACT(m, dqkv, 2 * C), dctx, k->ctx, k->lse, k->qkv, 3 * C,
                           ACT(m, k->qkv, C), ACT(m, k->qkv, 2 * C), 3 * C, p->self_len, p->B, p->T, p->T, H, Dh,
                           p->stack == 1, ad, &k->attn_rng, (uint64_t)p->row0 * H * p->T * p->T);
-        layer_linear_bwd(m, din, be->act, din_beta, dqkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
+        layer_linear_bwd(m, din, din_beta, dqkv, in, N, C, 3 * C, L->qkv_w, L->qkv_b);
         break;
     }
     case SUB_CROSS: {
         const int Ns = p->B * p->S;
         ll_act *dctx = ll_buf(m, (size_t)N * C);
-        layer_linear_bwd(m, dctx, be->act, 0, ds, k->ctx, N, C, C, L->co_w, L->co_b);
+        layer_linear_bwd(m, dctx, 0, ds, k->ctx, N, C, C, L->co_w, L->co_b);
         ll_act *dq = ll_buf(m, (size_t)N * C), *dkv = ll_buf(m, (size_t)Ns * 2 * C);
         be->attention_bwd(be, dq, dkv, ACT(m, dkv, C), dctx, k->ctx, k->lse, k->q, C, k->kv, ACT(m, k->kv, C), 2 * C,
                           p->src_len, p->B, p->T, p->S, H, Dh, 0, ad, &k->attn_rng,
                           (uint64_t)p->row0 * H * p->T * p->S);
-        layer_linear_bwd(m, din, be->act, din_beta, dq, in, N, C, C, L->cq_w, L->cq_b);
-        /* into the fp32 sum over decoder layers (bf16 would round it 64+ times) */
-        layer_linear_bwd(m, p->d_enc_out, LL_REAL_DTYPE, 1, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b);
+        layer_linear_bwd(m, din, din_beta, dq, in, N, C, C, L->cq_w, L->cq_b);
+        /* into the fp32 sum over decoder layers (bf16 would round it 64+ times); nothing reads that sum
+         * before the encoder's backward, so its product runs beside too (in order with the other
+         * layers' on the side stream) */
+        linear_bwd(m, p->d_enc_out, LL_REAL_DTYPE, 1, dkv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b, NULL, NULL,
+                   SIDE_DW | SIDE_DX);
         break;
     }
     case SUB_FFN: {
@@ -215,10 +218,10 @@ static void sub_bwd(ll_model *m, ll_block *k, const ll_pass *p, const ll_act *in
         ll_act *dh = ll_buf(m, (size_t)N * F);
         /* dh = ds W2 (* relu'(h) in the epilogue where masked: relu' and the dropout's mask are both
          * elementwise 0/1 or 0/scale factors, so their order does not change a bit) */
-        linear_bwd(m, dh, be->act, 0, ds, k->h, N, F, C, L->fc2_w, L->fc2_b, k->relu_mask, k->h, 1);
+        linear_bwd(m, dh, be->act, 0, ds, k->h, N, F, C, L->fc2_w, L->fc2_b, k->relu_mask, k->h, SIDE_DW);
         if (k->amask) be->dropout_bwd(be, dh, k->amask, (size_t)N * F, hp->act_dropout);
         if (!k->relu_mask) be->relu_bwd(be, dh, k->h, (size_t)N * F);
-        layer_linear_bwd(m, din, be->act, din_beta, dh, in, N, C, F, L->fc1_w, L->fc1_b);
+        layer_linear_bwd(m, din, din_beta, dh, in, N, C, F, L->fc1_w, L->fc1_b);
         break;
     }
     }

@@ -95,19 +95,25 @@ static void print_step_gemms(ll_backend *be) {
     ll_gemm_shape *sh = ll_malloc(MAX * sizeof *sh);
     const int n = ll_backend_gemm_shapes(be, sh, MAX);
     qsort(sh, (size_t)n, sizeof *sh, by_flops);
-    double total = 0;
-    uint64_t calls = 0;
-    for (int i = 0; i < n; i++) total += shape_flops(&sh[i]), calls += sh[i].calls;
-    printf("matmuls of the step: %llu calls of %d shapes, %.2f TFLOP; the %d with the most FLOPs:\n",
-           (unsigned long long)calls, n, total * 1e-12, n < SHOWN ? n : SHOWN);
-    printf("  %6s %5s %6s %6s %6s %-11s %-9s %9s %6s\n", "calls", "trans", "M", "N", "K", "types", "epi", "GFLOP", "share");
+    double total = 0, side = 0;
+    uint64_t calls = 0, side_calls = 0;
+    for (int i = 0; i < n; i++) {
+        total += shape_flops(&sh[i]), calls += sh[i].calls;
+        if (sh[i].g.side) side += shape_flops(&sh[i]), side_calls += sh[i].calls;
+    }
+    printf("matmuls of the step: %llu calls of %d shapes, %.2f TFLOP (%llu calls, %.2f TFLOP, may run beside the "
+           "backward's chain: on CUDA its side stream); the %d with the most FLOPs:\n",
+           (unsigned long long)calls, n, total * 1e-12, (unsigned long long)side_calls, side * 1e-12,
+           n < SHOWN ? n : SHOWN);
+    printf("  %6s %5s %6s %6s %6s %-11s %-9s %9s %6s %4s\n", "calls", "trans", "M", "N", "K", "types", "epi", "GFLOP",
+           "share", "side");
     for (int i = 0; i < n && i < SHOWN; i++) {
         const ll_gemm_desc *g = &sh[i].g;
         char types[16];
         snprintf(types, sizeof types, "%s>%s", ll_dtype_str(g->a_type), ll_dtype_str(g->c_type));
-        printf("  %6llu %4d%d %6d %6d %6d %-11s %-9s %9.1f %5.1f%%\n", (unsigned long long)sh[i].calls, g->trans_a,
+        printf("  %6llu %4d%d %6d %6d %6d %-11s %-9s %9.1f %5.1f%% %4s\n", (unsigned long long)sh[i].calls, g->trans_a,
                g->trans_b, g->M, g->N, g->K, types, ll_epilogue_str(g->epi), shape_flops(&sh[i]) * 1e-9,
-               total > 0 ? 100 * shape_flops(&sh[i]) / total : 0);
+               total > 0 ? 100 * shape_flops(&sh[i]) / total : 0, g->side ? "yes" : "-");
     }
     free(sh);
 }

@@ -383,6 +383,7 @@ static void test_backend_side(ll_backend *be) {
     be->upload(be, B, hB, sizeof hB);
     be->upload(be, x, hx, sizeof hx);
     CHECK(be->join != NULL);
+    const uint64_t side0 = ll_backend_side_gemms(be);
     for (int graph = 0; graph < 2 && be->join; graph++) {
         be->memset0(be, A, sizeof hA0);
         be->memset0(be, C, sizeof(float) * M * N);
@@ -404,6 +405,9 @@ static void test_backend_side(ll_backend *be) {
                   graph ? "captured" : "eager", e);
         CHECK_MSG(off_by(be, y, 1, 1) == 0, "side stream: the op beside it is off by %g", off_by(be, y, 1, 1));
     }
+    const char *off = getenv("LL_CUDA_SIDE_STREAM");
+    const unsigned long long ran = ll_backend_side_gemms(be) - side0, want = off && !strcmp(off, "0") ? 0 : 2;
+    CHECK_MSG(ran == want, "side stream: %llu products ran on it, not %llu", ran, want);
     be->free(be, A);
     be->free(be, A0);
     be->free(be, A1);

@@ -7,7 +7,9 @@
 # train.cuda_graphs: the exact run (graphs, the default; some steps replay
 # kept graphs) and one with train.cuda_graphs false end with the same
 # parameters, bit for bit; so do the two with LayerDrop and cross-attention
-# drop, whose graphs take each step's draws as data (conditional nodes).
+# drop, whose graphs take each step's draws as data (conditional nodes); and
+# the exact run with every weight gradient in order (LL_CUDA_SIDE_STREAM=0, not
+# on the side stream) ends with the same parameters, bit for bit.
 # LL_TF32_TOKENS: the batch (default 2048; smaller under the CPU emulation); LL_TF32_UPDATES
 # (default 4; 2 under the emulation's sanitizers).
 # Skips (77) without a GPU.
@@ -26,6 +28,9 @@ run cpu cpu true && run exact "$GPUDEV" false && run tf32 "$GPUDEV" true || exit
 # train.cuda_graphs (on by default): each step one CUDA graph, the same bits as op by op
 "$BIN/lltrain" --config "$T/t.cfg" --set train.device="$GPUDEV" --set train.tf32=false --set train.cuda_graphs=false \
   --set checkpoint.save_dir="$T/eager" 2> "$T/eager.log" || err "eager: $(tail -1 "$T/eager.log")"
+# the weight gradients in order on the device's stream: the same products, the same bits
+LL_CUDA_SIDE_STREAM=0 "$BIN/lltrain" --config "$T/t.cfg" --set train.device="$GPUDEV" --set train.tf32=false \
+  --set checkpoint.save_dir="$T/noside" 2> "$T/noside.log" || err "noside: $(tail -1 "$T/noside.log")"
 diff_of() { "$BIN/ll_ckpt_diff" "$T/$1/checkpoint_last.llm" "$T/$2/checkpoint_last.llm" | sed -n 's/^max_abs_diff \([^ ]*\) .*/\1/p'; }
 # LayerDrop and cross-attention drop: with graphs their draws are conditional nodes' data (kept graphs
 # serve every draw); without, the skipped ops are not queued.  The same parameters either way.
@@ -73,6 +78,8 @@ if [ "$GPUDEV" = cuda ]; then
 fi
 e=$(diff_of cpu exact) t=$(diff_of exact tf32) g=$(diff_of exact eager)
 [ "$g" = 0 ] || err "the run with CUDA graphs differs from the one without: max_abs_diff ${g:-?}"
+n=$(diff_of exact noside)
+[ "$n" = 0 ] || err "the run with weight gradients on the side stream differs from the one without: max_abs_diff ${n:-?}"
 if [ -n "$drops_on" ]; then
   d=$(diff_of drops drops_eager)
   [ "$d" = 0 ] || err "LayerDrop + CAD: the run with CUDA graphs differs from the one without: max_abs_diff ${d:-?}"

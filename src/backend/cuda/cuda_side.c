@@ -30,6 +30,7 @@ typedef struct {
     cudaStream_t from; /* the stream the op forked from (restored by side_end) */
     int open;          /* work queued on the side since the last join */
     int on;            /* an op queues on the side now */
+    uint64_t gemms;    /* ran on the side (ll_backend_side_gemms) */
 } side_state;
 
 static side_state g_side[SIDE_DEVICES];
@@ -65,6 +66,7 @@ int ll_cuda_side_begin(ll_backend *be) {
     s->from = from;
     s->on = 1;
     s->open = 1;
+    s->gemms++;
     ll_cuda_set_lane(be, s->stream, 1);
     return 1;
 }
@@ -77,6 +79,7 @@ void ll_cuda_side_end(ll_backend *be) {
 }
 
 int ll_cuda_side_on(ll_backend *be) { return side_of(be)->on; }
+uint64_t ll_cuda_side_gemms(ll_backend *be) { return side_of(be)->gemms; }
 
 void ll_cuda_side_join(ll_backend *be) {
     side_state *s = side_of(be);
