@@ -576,6 +576,7 @@ static int cu_graph_replay(ll_backend *be, uint64_t fp) {
     if (im->graph.capturing) ll_die("CUDA backend: graph_replay inside a captured step");
     if (im->graph.off || ll_cuda_sync_checking()) return -1;
     if (!replay_on()) return 1;
+    ll_cuda_side_join(be); /* (the graph's nodes are ordered after the device's stream only) */
     for (int i = 0; i < GRAPH_CACHE; i++)
         if (im->graph.cache[i].exec && im->graph.cache[i].fp == fp && im->graph.cache[i].mem_gen == im->graph.mem_gen) {
             im->graph.st.replays++;
