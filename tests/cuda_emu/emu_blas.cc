@@ -21,6 +21,12 @@
  * aligned pointer is the misaligned access a GPU would fault on, reported and
  * refused with CUBLAS_STATUS_INVALID_VALUE.
  *
+ * A workspace must be device memory of the size given, and is one stream's: a
+ * workspace used from two streams that may run at once (a stream that joined a
+ * capture by an event counts as its own; a conditional body's capture as the
+ * graph's) is reported and refused, as two products could mix their split-K
+ * partials on a GPU.
+ *
  * LL_CUDA_EMU_LT_REFUSE=epilogue refuses every epilogue, =relu_mask the two
  * of the ReLU mask (RELU_AUX_BIAS, DRELU), =all every matmul,
  * so the callers' fallbacks (kernels/gemm_epi.cu, cublasGemmEx) run too;
@@ -32,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "emu_internal.h"
@@ -225,6 +233,37 @@ int covers(const void *p, const lt_layout *l) {
     return ll_emu::device_range(p, ((l->cols - 1) * (uint64_t)l->ld + l->rows) * type_bytes(l->type)) == 1;
 }
 
+/* The stream a product runs on as a GPU would see it: a capture's work runs as its graph, launched
+ * on the stream that captures the top graph (a conditional body's capture included); a stream that
+ * joined a capture by waiting for one of its events may run beside it, so it is its own. */
+const void *ws_lane(cudaStream_t s) {
+    CUstream_st *st = ll_emu::stream_of(s);
+    if (!st->cap || st->cap_forked) return st;
+    const CUgraph_st *g = st->cap;
+    while (g->parent) g = g->parent;
+    return g->capturer ? (const void *)g->capturer : (const void *)st;
+}
+/* 0, or a workspace that is no device memory of ws_bytes or serves another stream (reported) */
+bool ws_ok(void *ws, size_t ws_bytes, cudaStream_t stream) {
+    if (!ws_bytes) return true;
+    std::lock_guard<std::recursive_mutex> lk(ll_emu::emu_mutex());
+    if (ll_emu::device_range(ws, ws_bytes) != 1) {
+        fprintf(stderr, "cuda-emu: cuBLASLt: the workspace %p is not %zu bytes of device memory\n", ws, ws_bytes);
+        return false;
+    }
+    static std::map<const void *, const void *> &owner = *new std::map<const void *, const void *>();
+    const void *lane = ws_lane(stream);
+    auto it = owner.emplace(ws, lane).first;
+    if (it->second != lane) {
+        fprintf(stderr,
+                "cuda-emu: cuBLASLt: the workspace %p serves two streams that may run at once (a GPU could mix the "
+                "two products' split-K partials): one workspace per stream\n",
+                ws);
+        return false;
+    }
+    return true;
+}
+
 } // namespace
 
 extern "C" {
@@ -381,8 +420,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
                               const void *C, cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t stream) {
     (void)h;
-    (void)ws;
-    (void)ws_bytes;
     const lt_desc *d = (lt_desc *)dd;
     const lt_layout *a = (lt_layout *)Al, *b = (lt_layout *)Bl, *c = (lt_layout *)Cl, *dl = (lt_layout *)Dl;
     const char *why = "";
@@ -392,6 +429,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t dd, const
         return s;
     }
     if (!algo || algo->data[0] != ALGO_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!ws_ok(ws, ws_bytes, stream)) return CUBLAS_STATUS_INVALID_VALUE;
     const void *ptrs[5] = {A, B, C, D, d->bias};
     const char *names[5] = {"A", "B", "C", "D", "bias"};
     for (int i = 0; i < 5; i++) {

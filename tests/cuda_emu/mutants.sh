@@ -41,6 +41,7 @@
 #              the side's product reads an operand overwritten after the join
 #   layer_join the model does not join at the end of a layer's backward: the weight
 #              gradients read temporaries the next layer reuses (the step test)
+#   side_workspace the side stream's products use the device stream's cuBLASLt workspace
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -62,7 +63,8 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
   [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
   [graph_kernels]=src/backend/cuda/cuda_backend.c [bwd1_half]=kernels/attention_tc.cu
-  [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c [layer_join]=src/model/layers.c)
+  [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c [layer_join]=src/model/layers.c
+  [side_workspace]=src/backend/cuda/cuda_gemm_lt.c)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -92,7 +94,7 @@ run_test() {
     relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
     graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
     bwd1_half) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
-    side_fork | side_join) "$b/gpu_test_graph_cuda" --side ;;
+    side_fork | side_join | side_workspace) "$b/gpu_test_graph_cuda" --side ;;
     layer_join) "$b/gpu_test_step_cuda" ;;
   esac
 }
@@ -135,6 +137,8 @@ M = {
     "side_fork": ("src/backend/cuda/cuda_side.c", "    LL_CU(cudaStreamWaitEvent(s->stream, s->fork, 0));\n", ""),
     "side_join": ("src/backend/cuda/cuda_side.c", "    LL_CU(cudaStreamWaitEvent(ll_cuda_enter(be), s->join, 0));\n", ""),
     "layer_join": ("src/model/layers.c", "    if (m->be->join) m->be->join(m->be);\n}", "}"),
+    "side_workspace": ("src/backend/cuda/cuda_gemm_lt.c",
+                       "return st->side && s == st->side ? st->workspace_side : st->workspace;", "return st->workspace;"),
 }
 f, old, new = M[name]
 p = f"{src}/{f}"
@@ -146,7 +150,7 @@ PY
 }
 
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
-  graph_kernels bwd1_half side_fork side_join layer_join)
+  graph_kernels bwd1_half side_fork side_join layer_join side_workspace)
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
 for m in "${mutants[@]}"; do

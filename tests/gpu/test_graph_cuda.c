@@ -367,8 +367,9 @@ static void test_backend_kernels(ll_backend *be, int emulated) {
 }
 
 /* The side stream: C = A B queued with .side after A was written, an unrelated op, be->join, then
- * A overwritten; C must be the product of the A it was queued after.  Eagerly, then as a captured
- * step (graph 1). */
+ * A overwritten and C2 = A B in order (each stream with its own cuBLASLt workspace: the emulation
+ * refuses one shared); C must be the product of the A it was queued after, C2 of the new A.
+ * Eagerly, then as a captured step (graph 1). */
 static void test_backend_side(ll_backend *be) {
     enum { M = 96, N = 80 };
     static float hA0[M * 64], hA1[M * 64], hB[64 * N], hx[NELEM];
@@ -377,6 +378,7 @@ static void test_backend_side(ll_backend *be) {
     fill(hx, 1);
     float *A = be->alloc(be, sizeof hA0), *A0 = be->alloc(be, sizeof hA0), *A1 = be->alloc(be, sizeof hA1);
     float *B = be->alloc(be, sizeof hB), *C = be->alloc(be, sizeof(float) * M * N);
+    float *C2 = be->alloc(be, sizeof(float) * M * N);
     float *x = be->alloc(be, sizeof hx), *y = be->alloc(be, sizeof hx);
     be->upload(be, A0, hA0, sizeof hA0);
     be->upload(be, A1, hA1, sizeof hA1);
@@ -398,11 +400,18 @@ static void test_backend_side(ll_backend *be) {
         be->acc(be, (ll_act *)y, (const ll_act *)x, NELEM);
         be->join(be);
         be->copy(be, A, A1, sizeof hA1);
+        ll_gemm_desc g2 = g;
+        g2.C = C2;
+        g2.side = 0;
+        be->gemm(be, &g2);
         if (captured) be->graph_end(be, 0x51de51deull, 0x51de);
         CHECK_MSG(!graph || captured, "the side stream's step was not captured");
         const double e = gemm_off(be, C, hA0, hB, M, N);
         CHECK_MSG(e < 1e-3, "side stream (%s): C is off the product of the A it was queued after by %g",
                   graph ? "captured" : "eager", e);
+        const double e2 = gemm_off(be, C2, hA1, hB, M, N);
+        CHECK_MSG(e2 < 1e-3, "side stream (%s): the product in order after the join is off by %g",
+                  graph ? "captured" : "eager", e2);
         CHECK_MSG(off_by(be, y, 1, 1) == 0, "side stream: the op beside it is off by %g", off_by(be, y, 1, 1));
     }
     const char *off = getenv("LL_CUDA_SIDE_STREAM");
@@ -413,6 +422,7 @@ static void test_backend_side(ll_backend *be) {
     be->free(be, A1);
     be->free(be, B);
     be->free(be, C);
+    be->free(be, C2);
     be->free(be, x);
     be->free(be, y);
 }
