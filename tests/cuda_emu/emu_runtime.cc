@@ -652,10 +652,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int fla
                     st->cap_deps.push_back(d);
             return cudaSuccess;
         }
-        if (!st->cap && ev->cap->capturer && !ev->cap->capturer->cap_broken) {
+        /* the stream capturing the event's graph now (none: that capture ended, and the graph
+         * may be gone: not dereferenced) */
+        const CUstream_st *o = NULL;
+        for (CUstream_st *t : g_streams)
+            if (ev->cap && t->cap == ev->cap && !t->cap_forked) o = t;
+        if (!st->cap && o && !o->cap_broken) {
             /* a fork: st joins the capture (CUDA's cross-stream capture); its work goes into the graph
              * after the event's nodes until the capturing stream waits for it and ends the capture */
-            const CUstream_st *o = ev->cap->capturer;
             st->cap = ev->cap;
             st->cap_owned = false;
             st->cap_mode = o->cap_mode;
