@@ -73,6 +73,33 @@ static inline unsigned ll_grid(size_t n, unsigned threads) {
     return g ? (unsigned)g : 1u;
 }
 
+/* Blocks of `kernel` (`threads` each, `smem` bytes of dynamic shared memory) that the current
+ * device holds at once: SMs x blocks per SM, asked once per kernel and device; 0 when the runtime
+ * does not say.  A memory-bound grid-stride kernel launched with 1.55 waves of blocks leaves a
+ * third of the SMs idle for its last wave (ncu on the H100, residual_bwd, session 24); one wave of
+ * equal shares keeps every SM busy to the end. */
+#define LL_RESIDENT_DEVICES 16
+template <typename K> static inline unsigned ll_resident_blocks(K kernel, int threads, size_t smem) {
+    static int cache[LL_RESIDENT_DEVICES]; /* blocks + 1; 0: not asked yet (benign races: same value) */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    int c = dev >= 0 && dev < LL_RESIDENT_DEVICES ? __atomic_load_n(&cache[dev], __ATOMIC_RELAXED) : 0;
+    if (!c) {
+        int sms = 0, per = 0;
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, smem) != cudaSuccess) {
+            (void)cudaGetLastError();
+            sms = per = 0;
+        }
+        c = (sms > 0 && per > 0 ? sms * per : 0) + 1;
+        if (dev >= 0 && dev < LL_RESIDENT_DEVICES) __atomic_store_n(&cache[dev], c, __ATOMIC_RELAXED);
+    }
+    return (unsigned)(c - 1);
+}
+
 template <typename F> static __device__ __forceinline__ F ll_warp_sum(F v) {
 #pragma unroll
     for (int o = LL_WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -11,8 +11,9 @@
  * Intermediates the unfused ops stored (the dropped s, the gated ds) are
  * rounded to T exactly there, so fused and unfused results are equal.
  *
- * Backward's dot product <ds, s> (the gate gradients) is in double: one
- * partial per block, a fixed grid that depends on n and offset only, summed
+ * Backward runs one wave of blocks, each an equal share of the Philox
+ * blocks.  Its dot product <ds, s> (the gate gradients) is in double: one
+ * partial per block, a grid that depends on n, offset and the device only, summed
  * in index order (reduce.cuh's scheme) by the block that finishes last: each
  * block takes a ticket from a counter (one atomic add, after a fence that
  * publishes its partial), the one with the last ticket adds the partials and
@@ -65,6 +66,7 @@ struct res_args {
     uint32_t thr;          /* keep iff half-word >= thr */
     float scale;           /* 1 / (1 - p) */
     int drop, vec;         /* p > 0; 16-byte vectors allowed */
+    uint64_t share, extra; /* backward: Philox blocks per block of the grid, and the first `extra` blocks' one more */
     ll_philox r;
 };
 
@@ -209,8 +211,11 @@ static __global__ void __launch_bounds__(RES_THREADS)
     const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
     const uint64_t first = a.offset >> 3, end = a.offset + a.n;
     double d = 0.0;
-    for (uint64_t bi = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; bi < a.nblk;
-         bi += (uint64_t)gridDim.x * blockDim.x) {
+    /* block b: Philox blocks [lo, hi), an equal share (+-1) of them, its threads striding through
+     * (the share from the host: a 64-bit division here cost ptxas a stack frame) */
+    const uint64_t share = a.share, extra = a.extra, b = blockIdx.x;
+    const uint64_t lo = b * share + (b < extra ? b : extra), hi = lo + share + (b < extra ? 1 : 0);
+    for (uint64_t bi = lo + threadIdx.x; bi < hi; bi += blockDim.x) {
         const uint64_t blk = first + bi, h0 = blk << 3;
         const unsigned keep = keep_bits(a, blk);
         if (a.vec && h0 >= a.offset && h0 + 8 <= end) {
@@ -270,6 +275,7 @@ static res_args make_args(size_t n, float p, const ll_philox &rng, uint64_t offs
     a.thr = a.drop ? (uint32_t)lround((double)p * 65536.0) : 0;
     a.scale = a.drop ? 1.0f / (1.0f - p) : 1.0f;
     a.vec = aligned && (offset & 7) == 0;
+    a.share = a.extra = 0;
     a.r = rng;
     return a;
 }
@@ -323,9 +329,16 @@ extern "C" cudaError_t ll_cuda_residual_bwd(cudaStream_t st, ll_cuda_dtype t, vo
     const int dot = dg1 || dg2;
     if (dot && (!scratch || !ticket)) return cudaErrorInvalidValue;
     const int aligned = aligned16(ds) && aligned16(s) && (dx_mode == LL_RES_NONE || aligned16(dx));
-    const res_args a = make_args(n, p, rng, offset, aligned);
+    res_args a = make_args(n, p, rng, offset, aligned);
+    /* one wave of blocks with equal shares (ll_resident_blocks); a function of n, offset and the
+     * device only, so the dot's partials, summed in index order, repeat on that device */
     unsigned G = ll_grid(a.nblk, RES_THREADS);
-    if (dot && G > RES_MAX_PARTS) G = RES_MAX_PARTS; /* a fixed function of n and offset: reproducible sums */
+    unsigned R = 0;
+    LL_DISPATCH(t, T, R = ll_resident_blocks(residual_bwd_kernel<T>, RES_THREADS, 0);)
+    if (R && G > R) G = R;
+    if (dot && G > RES_MAX_PARTS) G = RES_MAX_PARTS;
+    a.share = a.nblk / G;
+    a.extra = a.nblk % G;
     LL_DISPATCH(t, T, LL_LAUNCH(G, RES_THREADS, 0, st, residual_bwd_kernel<T>)(
                           (T *)ds, (T *)dx, dx_mode, (const T *)s, dot, (double *)scratch, ticket, dg1, dg2, g1, g2,
                           a);)

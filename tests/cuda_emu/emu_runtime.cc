@@ -378,6 +378,24 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
     p->multiProcessorCount = 1;
     return cudaSuccess;
 }
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int device) {
+    if (device < 0 || device >= n_devices()) return t_last = cudaErrorInvalidDevice;
+    switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *v = 1; return cudaSuccess; /* (cudaGetDeviceProperties's) */
+    case cudaDevAttrWarpSize: *v = 32; return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
+    default: return t_last = cudaErrorInvalidValue; /* not modelled: a caller must not rely on it */
+    }
+}
+/* Blocks per "SM": 2048 threads' worth (at most 8), whatever the kernel's registers: a grid sized
+ * by it is a few blocks here, so equal shares of a grid-stride loop run unevenly split. */
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const void *func, int block, size_t smem,
+                                                                   unsigned flags) {
+    (void)flags;
+    if (!n || !func || block <= 0 || block > 1024 || smem > 227 * 1024) return t_last = cudaErrorInvalidValue;
+    *n = 2048 / block < 8 ? 2048 / block : 8;
+    return cudaSuccess;
+}
 cudaError_t cudaDriverGetVersion(int *v) {
     *v = 0; /* no driver */
     return cudaSuccess;

@@ -42,6 +42,8 @@
 #   layer_join the model does not join at the end of a layer's backward: the weight
 #              gradients read temporaries the next layer reuses (the step test)
 #   side_workspace the side stream's products use the device stream's cuBLASLt workspace
+#   share      the residual backward's blocks take equal shares without the remainder (a grid
+#              of one wave splits the Philox blocks unevenly: the last ones are never done)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -64,7 +66,7 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
   [graph_kernels]=src/backend/cuda/cuda_backend.c [bwd1_half]=kernels/attention_tc.cu
   [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c [layer_join]=src/model/layers.c
-  [side_workspace]=src/backend/cuda/cuda_gemm_lt.c)
+  [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [share]=kernels/residual.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -90,7 +92,7 @@ run_test() {
     syncwarp) LL_CUDA_LN_VEC=0 "$b/gpu_test_ops_cuda" --op residual_ln_fwd ;; # (the lane-strided rows)
     tc_syncwarp) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_fwd ;;
     ln_barrier) "$b/gpu_test_layernorm_cuda" ;;
-    ticket) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
+    ticket | share) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
     relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
     graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
     bwd1_half) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
@@ -126,6 +128,7 @@ M = {
     "ln_barrier": ("kernels/layernorm.cu",
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n    __syncthreads();\n",
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n"),
+    "share": ("kernels/residual.cu", "hi = lo + share + (b < extra ? 1 : 0);", "hi = lo + share;"),
     "ticket": ("kernels/residual.cu", "    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */\n", ""),
     "relu_note": ("src/backend/cuda/cuda_gemm_lt.c", "drelu_kernel = drelu && !ll_cuda_relu_mask_written(g->aux);",
                   "drelu_kernel = 0;"),
@@ -150,7 +153,7 @@ PY
 }
 
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
-  graph_kernels bwd1_half side_fork side_join layer_join side_workspace)
+  graph_kernels bwd1_half side_fork side_join layer_join side_workspace share)
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
 for m in "${mutants[@]}"; do

@@ -315,6 +315,13 @@ static void t_relu_bwd(void) {
     pbuf y = pb_new_act(hy, N1M), dy = pb_rand_act(N1M, -1, 1);
     BOTH BE->relu_bwd(BE, A(dy, s), A(y, s), N1M);
     pb_cmp("dy (in place)", &dy, N1M, 0);
+    /* one element in: unaligned dy and y (the element path); then y alone */
+    BOTH {
+        const size_t e = ll_act_size(BE);
+        BE->relu_bwd(BE, (ll_act *)((char *)A(dy, s) + e), (const ll_act *)((char *)A(y, s) + e), N1M - 1);
+        BE->relu_bwd(BE, A(dy, s), (const ll_act *)((char *)A(y, s) + e), N1M - 1);
+    }
+    pb_cmp("dy (unaligned)", &dy, N1M, 0);
     free(hy), pb_free(&y), pb_free(&dy);
 }
 static void t_dropout_fwd(void) {
