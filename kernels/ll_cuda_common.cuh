@@ -77,8 +77,10 @@ static inline unsigned ll_grid(size_t n, unsigned threads) {
  * device holds at once: SMs x blocks per SM, asked once per kernel and device; 0 when the runtime
  * does not say.  A memory-bound grid-stride kernel launched with 1.55 waves of blocks leaves a
  * third of the SMs idle for its last wave (ncu on the H100, residual_bwd, session 24); one wave of
- * equal shares keeps every SM busy to the end. */
+ * equal shares keeps every SM busy to the end.  LL_CUDA_ONE_WAVE=0: 0 (the callers' grids of before). */
 #define LL_RESIDENT_DEVICES 16
+#include <stdlib.h>
+#include <string.h>
 template <typename K> static inline unsigned ll_resident_blocks(K kernel, int threads, size_t smem) {
     static int cache[LL_RESIDENT_DEVICES]; /* blocks + 1; 0: not asked yet (benign races: same value) */
     int dev = 0;
@@ -89,7 +91,9 @@ template <typename K> static inline unsigned ll_resident_blocks(K kernel, int th
     int c = dev >= 0 && dev < LL_RESIDENT_DEVICES ? __atomic_load_n(&cache[dev], __ATOMIC_RELAXED) : 0;
     if (!c) {
         int sms = 0, per = 0;
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        const char *e = getenv("LL_CUDA_ONE_WAVE"); /* 0: the grids of before (A/B timing on a GPU) */
+        if ((e && !strcmp(e, "0")) ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, smem) != cudaSuccess) {
             (void)cudaGetLastError();
             sms = per = 0;

@@ -261,7 +261,8 @@ run_bench() {
   # untimed changes first (weight gradients in order on the device's stream, not on the side
   # stream of session 26; the one-kernel attention backward in blocks of 2 warps, and the layer
   # norms' lane-strided rows, as before session 25; weight gradients as plain products, where
-  # cuBLASLt may split K, with the bias-gradient kernel of session 24; the ReLU backward in
+  # cuBLASLt may split K, with the bias-gradient kernel of session 24; the residual backward's grid
+  # of 1.55 waves, as before session 27; the ReLU backward in
   # cuBLASLt's DRELU epilogue, measured slower in session 24), its per-op profile with every matmul shape
   # surveyed alone (cuBLASLt's first 8 candidates), the autotune; then decoding and the other models
   step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
@@ -273,6 +274,8 @@ run_bench() {
   step bench-ll-ll64-lnscalar 60 env LL_CUDA_LN_VEC=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-bgradsplit 60 env LL_CUDA_BGRAD_EPILOGUE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+    --peak-tflops "$PEAK"
+  step bench-ll-ll64-waves 60 env LL_CUDA_ONE_WAVE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-relumask 60 env LL_CUDA_RELU_MASK=1 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
