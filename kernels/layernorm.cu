@@ -334,24 +334,30 @@ extern "C" cudaError_t ll_cuda_layernorm_fwd_dt(cudaStream_t stream, ll_cuda_dty
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dx, float *dw,
-                                                float *db, float *scratch, const void *dout, const void *x,
-                                                const float *w, const float *mean, const float *rstd, int N,
-                                                int C) {
+/* dw/db's partials of row chunks, each R x C in scratch (dw's first) */
+static void dwdb_partials(float *scratch, float *dw, float *db, int N, int C, float **pw, float **pb) {
+    const int R = dwdb_chunks(N);
+    *pw = dw ? scratch : NULL;
+    *pb = db ? scratch + (size_t)R * C : NULL;
+}
+
+/* Everything but the column sums' finish: dx, and dw/db's partials in scratch. */
+extern "C" cudaError_t ll_cuda_layernorm_bwd_parts_dt(cudaStream_t stream, ll_cuda_dtype t, void *dx, float *dw,
+                                                      float *db, float *scratch, const void *dout, const void *x,
+                                                      const float *w, const float *mean, const float *rstd, int N,
+                                                      int C) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     if (dx && (dw || db) && C <= LL_CUDA_LN_BWD_FUSED_MAX_C) {
         if (!scratch) return cudaErrorInvalidValue;
         int rpc = dwdb_rows_per_chunk(N), R = dwdb_chunks(N);
-        float *pw = dw ? scratch : NULL, *pb = db ? scratch + (size_t)R * C : NULL;
+        float *pw, *pb;
+        dwdb_partials(scratch, dw, db, N, C, &pw, &pb);
         if (!lnb_vec_launch(stream, t, dx, pw, pb, dout, x, w, mean, rstd, N, C, rpc, R)) {
             const int W = lnf_warps(C) < LNB_WARPS ? lnf_warps(C) : LNB_WARPS;
             const size_t smem = sizeof(float) * 2 * W * (size_t)C;
             LL_DISPATCH(t, T, LL_LAUNCH((unsigned)R, W * WARP, smem, stream, layernorm_bwd_fused_kernel<T>)(
                                   (T *)dx, pw, pb, (const T *)dout, (const T *)x, w, mean, rstd, N, C, rpc);)
         }
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
-        col_partials_final_launch(stream, dw, db, pw, pb, R, C);
         return cudaGetLastError();
     }
     if (dx) {
@@ -364,16 +370,34 @@ extern "C" cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dty
     if (dw || db) {
         if (!scratch) return cudaErrorInvalidValue;
         int rpc = dwdb_rows_per_chunk(N), R = dwdb_chunks(N);
-        float *pw = dw ? scratch : NULL, *pb = db ? scratch + (size_t)R * C : NULL;
+        float *pw, *pb;
+        dwdb_partials(scratch, dw, db, N, C, &pw, &pb);
         dim3 g1((unsigned)((C + WARP - 1) / WARP), (unsigned)R), b1(WARP, DWDB_TY);
         LL_DISPATCH(t, T, LL_LAUNCH(g1, b1, 0, stream, layernorm_bwd_dwdb_partial<T>)(pw, pb, (const T *)dout, (const T *)x,
                                                                               mean, rstd, N, C, rpc);)
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
-        col_partials_final_launch(stream, dw, db, pw, pb, R, C);
         return cudaGetLastError();
     }
     return cudaSuccess;
+}
+
+/* The finish: dw += and db += the sums of the partials (in row-chunk order), on any stream ordered
+ * after the parts (the CUDA backend runs it beside the chain, on the side stream). */
+extern "C" cudaError_t ll_cuda_layernorm_bwd_finish(cudaStream_t stream, float *dw, float *db, const float *scratch,
+                                                    int N, int C) {
+    if (N <= 0 || C <= 0 || !(dw || db)) return cudaSuccess;
+    if (!scratch) return cudaErrorInvalidValue;
+    float *pw, *pb;
+    dwdb_partials((float *)scratch, dw, db, N, C, &pw, &pb);
+    col_partials_final_launch(stream, dw, db, pw, pb, dwdb_chunks(N), C);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dx, float *dw,
+                                                float *db, float *scratch, const void *dout, const void *x,
+                                                const float *w, const float *mean, const float *rstd, int N,
+                                                int C) {
+    cudaError_t e = ll_cuda_layernorm_bwd_parts_dt(stream, t, dx, dw, db, scratch, dout, x, w, mean, rstd, N, C);
+    return e != cudaSuccess ? e : ll_cuda_layernorm_bwd_finish(stream, dw, db, scratch, N, C);
 }
 
 /* The fp32 entry points the op table uses today. */

@@ -58,6 +58,13 @@ cudaError_t ll_cuda_layernorm_fwd_dt(cudaStream_t stream, ll_cuda_dtype t, void 
 cudaError_t ll_cuda_layernorm_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void *dx, float *dw, float *db,
                                      float *scratch, const void *dout, const void *x, const float *w,
                                      const float *mean, const float *rstd, int N, int C);
+/* ll_cuda_layernorm_bwd_dt in two: dx and dw/db's partials in scratch, then (on any stream
+ * ordered after them, with the same scratch, N and C) dw += and db += their column sums. */
+cudaError_t ll_cuda_layernorm_bwd_parts_dt(cudaStream_t stream, ll_cuda_dtype t, void *dx, float *dw, float *db,
+                                           float *scratch, const void *dout, const void *x, const float *w,
+                                           const float *mean, const float *rstd, int N, int C);
+cudaError_t ll_cuda_layernorm_bwd_finish(cudaStream_t stream, float *dw, float *db, const float *scratch, int N,
+                                         int C);
 
 /* ---- attention (kernels/attention.cu) ------------------------------------------
  * ll_backend.attention_fwd/bwd on device buffers (key_len too: [B] ints on the
@@ -316,6 +323,8 @@ void ll_cuda_gemm_set_math(ll_backend *be, ll_cuda_math m);
 uint64_t ll_cuda_gemm_fallbacks(ll_backend *be);
 /* gemm op calls on this device that ran on the side stream (ll_backend_side_gemms; cuda_side.c). */
 uint64_t ll_cuda_side_gemms(ll_backend *be);
+/* layer norm backwards whose column-sum finish ran there (ll_backend_side_ln_finishes). */
+uint64_t ll_cuda_side_finishes(ll_backend *be);
 /* ll_backend_gemm_survey on this device (include/ll/backend.h has the contract). */
 int ll_cuda_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out);
 /* LL_CUDA_GEMM_TUNE=N (2..16; off by default): a matmul shape met for the first time

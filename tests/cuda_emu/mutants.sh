@@ -42,6 +42,8 @@
 #   layer_join the model does not join at the end of a layer's backward: the weight
 #              gradients read temporaries the next layer reuses (the step test)
 #   side_workspace the side stream's products use the device stream's cuBLASLt workspace
+#   side_slot  every layer norm finish on the side stream reads the same slot of partials (the
+#              next layer norm's row kernel overwrites them before the finish runs)
 #   share      the residual backward's blocks take equal shares without the remainder (a grid
 #              of one wave splits the Philox blocks unevenly: the last ones are never done)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
@@ -66,7 +68,8 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
   [graph_kernels]=src/backend/cuda/cuda_backend.c [bwd1_half]=kernels/attention_tc.cu
   [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c [layer_join]=src/model/layers.c
-  [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [share]=kernels/residual.cu)
+  [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [share]=kernels/residual.cu
+  [side_slot]=src/backend/cuda/cuda_side.c)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -96,7 +99,7 @@ run_test() {
     relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
     graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
     bwd1_half) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
-    side_fork | side_join | side_workspace) "$b/gpu_test_graph_cuda" --side ;;
+    side_fork | side_join | side_workspace | side_slot) "$b/gpu_test_graph_cuda" --side ;;
     layer_join) "$b/gpu_test_step_cuda" ;;
   esac
 }
@@ -128,6 +131,7 @@ M = {
     "ln_barrier": ("kernels/layernorm.cu",
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n    __syncthreads();\n",
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n"),
+    "side_slot": ("src/backend/cuda/cuda_side.c", "    return s->slots++;", "    return (s->slots++, 0);"),
     "share": ("kernels/residual.cu", "hi = lo + share + (b < extra ? 1 : 0);", "hi = lo + share;"),
     "ticket": ("kernels/residual.cu", "    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */\n", ""),
     "relu_note": ("src/backend/cuda/cuda_gemm_lt.c", "drelu_kernel = drelu && !ll_cuda_relu_mask_written(g->aux);",
@@ -153,7 +157,7 @@ PY
 }
 
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
-  graph_kernels bwd1_half side_fork side_join layer_join side_workspace share)
+  graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot)
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
 for m in "${mutants[@]}"; do

@@ -366,10 +366,64 @@ static void test_backend_kernels(ll_backend *be, int emulated) {
     be->free(be, C2);
 }
 
+/* Two layer norm backwards while the side stream is open (after a side gemm, before the join):
+ * their column-sum finishes run there, each on partials of its own, which the other's row kernel
+ * must not overwrite (the emulation runs side work as late as the join).  Their dw, db must equal
+ * those of the same two in order, after the join, bit for bit. */
+enum { LN_N = 100, LN_C = 128 };
+typedef struct {
+    float *x, *dout, *dx, *w, *b, *y, *mean, *rstd, *dwb[2][2]; /* dwb[side=0 / in order=1][w, b] */
+} ln_case;
+static void ln_case_new(ll_backend *be, ln_case *k, float seed) {
+    static float h[LN_N * LN_C], hw[LN_C];
+    const size_t nc = sizeof(float) * LN_N * LN_C, cb = sizeof(float) * LN_C;
+    memset(k, 0, sizeof *k);
+    k->x = be->alloc(be, nc), k->dout = be->alloc(be, nc), k->dx = be->alloc(be, nc), k->y = be->alloc(be, nc);
+    k->w = be->alloc(be, cb), k->b = be->alloc(be, cb);
+    k->mean = be->alloc(be, sizeof(float) * LN_N), k->rstd = be->alloc(be, sizeof(float) * LN_N);
+    for (int i = 0; i < LN_N * LN_C; i++) h[i] = (float)((i * 29 + (int)seed) % 23) / 7 - 1.5f + seed;
+    be->upload(be, k->x, h, nc);
+    for (int i = 0; i < LN_N * LN_C; i++) h[i] = (float)((i * 13) % 19) / 9 - 1 - seed / 4;
+    be->upload(be, k->dout, h, nc);
+    for (int i = 0; i < LN_C; i++) hw[i] = 1 + (float)(i % 5) / 8;
+    be->upload(be, k->w, hw, cb);
+    be->memset0(be, k->b, cb);
+    for (int a = 0; a < 2; a++)
+        for (int c = 0; c < 2; c++) k->dwb[a][c] = be->alloc(be, cb);
+    be->layernorm_fwd(be, (ll_act *)k->y, k->mean, k->rstd, (const ll_act *)k->x, k->w, k->b, LN_N, LN_C);
+}
+static void ln_case_bwd(ll_backend *be, ln_case *k, int in_order) {
+    be->layernorm_bwd(be, (ll_act *)k->dx, k->dwb[in_order][0], k->dwb[in_order][1], (const ll_act *)k->dout,
+                      (const ll_act *)k->x, k->w, k->mean, k->rstd, LN_N, LN_C);
+}
+static void ln_case_zero(ll_backend *be, ln_case *k) {
+    for (int a = 0; a < 2; a++)
+        for (int c = 0; c < 2; c++) be->memset0(be, k->dwb[a][c], sizeof(float) * LN_C);
+}
+static void ln_case_check(ll_backend *be, ln_case *k, const char *what) {
+    static float h[2][LN_C];
+    for (int c = 0; c < 2; c++) {
+        be->download(be, h[0], k->dwb[0][c], sizeof h[0]);
+        be->download(be, h[1], k->dwb[1][c], sizeof h[1]);
+        int nz = 0;
+        for (int i = 0; i < LN_C; i++) nz += h[1][i] != 0;
+        CHECK_MSG(nz > LN_C / 2, "side stream (%s): layer norm %s is mostly 0 (%d of %d set)", what, c ? "db" : "dw",
+                  nz, LN_C);
+        CHECK_MSG(!memcmp(h[0], h[1], sizeof h[0]), "side stream (%s): layer norm %s with the finish beside is not "
+                  "that of the same backward in order", what, c ? "db" : "dw");
+    }
+}
+static void ln_case_free(ll_backend *be, ln_case *k) {
+    float *p[] = {k->x, k->dout, k->dx, k->w, k->b, k->y, k->mean, k->rstd,
+                  k->dwb[0][0], k->dwb[0][1], k->dwb[1][0], k->dwb[1][1]};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++) be->free(be, p[i]);
+}
+
 /* The side stream: C = A B queued with .side after A was written, an unrelated op, be->join, then
  * A overwritten and C2 = A B in order (each stream with its own cuBLASLt workspace: the emulation
  * refuses one shared); C must be the product of the A it was queued after, C2 of the new A.
- * Eagerly, then as a captured step (graph 1). */
+ * Between the side gemm and the join, two layer norm backwards (above).  Eagerly, then as a
+ * captured step (graph 1). */
 static void test_backend_side(ll_backend *be) {
     enum { M = 96, N = 80 };
     static float hA0[M * 64], hA1[M * 64], hB[64 * N], hx[NELEM];
@@ -385,11 +439,16 @@ static void test_backend_side(ll_backend *be) {
     be->upload(be, B, hB, sizeof hB);
     be->upload(be, x, hx, sizeof hx);
     CHECK(be->join != NULL);
-    const uint64_t side0 = ll_backend_side_gemms(be);
+    ln_case ln[2];
+    ln_case_new(be, &ln[0], 0.25f);
+    ln_case_new(be, &ln[1], -0.5f);
+    const uint64_t side0 = ll_backend_side_gemms(be), fin0 = ll_backend_side_ln_finishes(be);
     for (int graph = 0; graph < 2 && be->join; graph++) {
         be->memset0(be, A, sizeof hA0);
         be->memset0(be, C, sizeof(float) * M * N);
         be->memset0(be, y, sizeof hx);
+        ln_case_zero(be, &ln[0]);
+        ln_case_zero(be, &ln[1]);
         be->sync(be);
         const int captured = graph && be->graph_begin(be) == 0;
         be->copy(be, A, A0, sizeof hA0);
@@ -398,7 +457,11 @@ static void test_backend_side(ll_backend *be) {
                                 .side = 1};
         be->gemm(be, &g);
         be->acc(be, (ll_act *)y, (const ll_act *)x, NELEM);
+        ln_case_bwd(be, &ln[0], 0);
+        ln_case_bwd(be, &ln[1], 0);
         be->join(be);
+        ln_case_bwd(be, &ln[0], 1);
+        ln_case_bwd(be, &ln[1], 1);
         be->copy(be, A, A1, sizeof hA1);
         ll_gemm_desc g2 = g;
         g2.C = C2;
@@ -413,10 +476,16 @@ static void test_backend_side(ll_backend *be) {
         CHECK_MSG(e2 < 1e-3, "side stream (%s): the product in order after the join is off by %g",
                   graph ? "captured" : "eager", e2);
         CHECK_MSG(off_by(be, y, 1, 1) == 0, "side stream: the op beside it is off by %g", off_by(be, y, 1, 1));
+        ln_case_check(be, &ln[0], graph ? "captured, first" : "eager, first");
+        ln_case_check(be, &ln[1], graph ? "captured, second" : "eager, second");
     }
     const char *off = getenv("LL_CUDA_SIDE_STREAM");
     const unsigned long long ran = ll_backend_side_gemms(be) - side0, want = off && !strcmp(off, "0") ? 0 : 2;
     CHECK_MSG(ran == want, "side stream: %llu products ran on it, not %llu", ran, want);
+    const unsigned long long fin = ll_backend_side_ln_finishes(be) - fin0;
+    CHECK_MSG(fin == 2 * want, "side stream: %llu layer norm finishes ran on it, not %llu", fin, 2 * want);
+    ln_case_free(be, &ln[0]);
+    ln_case_free(be, &ln[1]);
     be->free(be, A);
     be->free(be, A0);
     be->free(be, A1);

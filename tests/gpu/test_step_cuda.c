@@ -262,6 +262,7 @@ static int run_method(const method *me) {
 
     side sd[2];
     memset(sd, 0, sizeof sd);
+    const uint64_t fin0 = ll_backend_side_ln_finishes(pb_be[DUT]);
     for (int s = 0; s < 2; s++) {
 #ifdef LL_CUDA_EMU
         /* the emulated side through a counting wrapper: its launch rules (src/backend/counting.c,
@@ -299,6 +300,14 @@ static int run_method(const method *me) {
         }
 #endif
         run_side(&sd[s], pb_be[s], &cfg, &hp, &b);
+    }
+    /* inside each layer's backward the layer norms' column-sum finishes ran on the side stream
+     * (cuda_side.c; the gradients compared below say they were right; ReZero has no norms) */
+    const char *side_env = getenv("LL_CUDA_SIDE_STREAM");
+    if (!strcmp(pb_be[DUT]->name, "cuda") && !(side_env && !strcmp(side_env, "0")) && !hp.rezero &&
+        ll_backend_side_ln_finishes(pb_be[DUT]) == fin0) {
+        fprintf(stderr, "  %s: no layer norm's finish ran on the side stream\n", me->name);
+        tu_failures++;
     }
 
     /* the device under test again with each residual sum and the layer norm reading it as two

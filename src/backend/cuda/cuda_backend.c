@@ -57,7 +57,8 @@ typedef struct {
     int device;
     cudaStream_t stream; /* where ops queue now: the device's stream, a conditional body's, or the side's */
     int lane;            /* 0, or 1 while an op queues on the side stream (cuda_side.c): its own scratch */
-    cuda_scratch scratch[2]; /* per lane: ops on the two streams may run at once */
+    /* [lane]: ops on the two streams may run at once; [2 + slot]: the side's slots (ll_cuda_side_slot) */
+    cuda_scratch scratch[2 + LL_CUDA_SIDE_SLOTS];
     unsigned *ticket; /* device, 0 between launches: residual_bwd's last-block counter (ll_cuda_ticket) */
     /* pinned upload staging, a ring: a slot is reused once its copy has run */
     struct {
@@ -274,9 +275,8 @@ static void cu_sync(ll_backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
 }
 
-/* Device scratch of at least `bytes`, valid until the next call (stream-ordered). */
-static float *scratch(cuda_impl *im, size_t bytes) {
-    cuda_scratch *sc = &im->scratch[im->lane];
+/* Device scratch sc of at least `bytes` (grown on im->stream) */
+static float *scratch_of(cuda_impl *im, cuda_scratch *sc, size_t bytes) {
     if (bytes <= sc->bytes) return sc->p;
     if (sc->p && im->graph.capturing) { /* the recorded ops use it: freed after the launch */
         if (im->graph.n_retired == GRAPH_RETIRED) ll_die("CUDA backend: scratch grew too often in one captured step");
@@ -299,6 +299,8 @@ static float *scratch(cuda_impl *im, size_t bytes) {
     sc->bytes = want;
     return sc->p;
 }
+/* The lane's scratch of at least `bytes`, valid until the next call (stream-ordered). */
+static float *scratch(cuda_impl *im, size_t bytes) { return scratch_of(im, &im->scratch[im->lane], bytes); }
 
 /* ---- convert (kernels/convert.cu) ---------------------------------------------- */
 
@@ -319,8 +321,20 @@ static void cu_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, con
                              const real *w, const real *mean, const real *rstd, int N, int C) {
     cuda_impl *im = enter(be);
     size_t nf = (dw || db) ? ll_cuda_layernorm_bwd_scratch_floats(N, C) : 0;
-    float *s = nf ? scratch(im, nf * sizeof(float)) : NULL;
-    CUDA_CHECK(ll_cuda_layernorm_bwd_dt(im->stream, ll_cuda_act(be), dx, dw, db, s, dout, x, w, mean, rstd, N, C));
+    /* inside a layer's backward the column sums' finish runs beside the chain (cuda_side.c), on
+     * partials in a slot of their own: the next layer norm's rows may overwrite the lane's scratch
+     * before it ran */
+    const int slot = nf ? ll_cuda_side_slot(be) : -1;
+    float *s = !nf ? NULL : slot >= 0 ? scratch_of(im, &im->scratch[2 + slot], nf * sizeof(float))
+                                      : scratch(im, nf * sizeof(float));
+    CUDA_CHECK(ll_cuda_layernorm_bwd_parts_dt(im->stream, ll_cuda_act(be), dx, dw, db, s, dout, x, w, mean, rstd, N,
+                                              C));
+    if (slot >= 0 && ll_cuda_side_begin(be, 0)) {
+        CUDA_CHECK(ll_cuda_layernorm_bwd_finish(im->stream, dw, db, s, N, C)); /* (im->stream: the side's now) */
+        ll_cuda_side_end(be);
+    } else {
+        CUDA_CHECK(ll_cuda_layernorm_bwd_finish(im->stream, dw, db, s, N, C));
+    }
 }
 
 /* ---- attention (kernels/attention.cu) ------------------------------------------ */

@@ -524,7 +524,7 @@ static void gemm_run(ll_backend *be, const ll_gemm_desc *g) {
 /* A weight gradient (g->side) on the side stream, beside the ops queued after it until be->join */
 static void cu_gemm(ll_backend *be, const ll_gemm_desc *g) {
     if (g->M <= 0 || g->N <= 0) return;
-    const int side = g->side && ll_cuda_side_begin(be);
+    const int side = g->side && ll_cuda_side_begin(be, 1);
     gemm_run(be, g);
     if (side) ll_cuda_side_end(be);
 }

@@ -33,8 +33,13 @@ unsigned *ll_cuda_ticket(ll_backend *be);
  * so far on the device's; 0: in order, as usual) and side_end; side_join makes
  * the device's stream wait for all of it (be->join; also before every host wait
  * and capture boundary).  ll_cuda_set_lane switches the stream ops queue on and
- * their scratch (lane 0: the device's stream, 1: the side's). */
-int ll_cuda_side_begin(ll_backend *be);
+ * their scratch (lane 0: the device's stream, 1: the side's).  gemm: 1 for a gemm, 0 for a layer
+ * norm's finish (they are counted apart).  ll_cuda_side_slot: a slot of scratch for work the side
+ * will read after the device's stream went on (0..LL_CUDA_SIDE_SLOTS-1, free again at the next
+ * join), or -1: the side is not open (no join promised) and the work runs in order. */
+#define LL_CUDA_SIDE_SLOTS 4
+int ll_cuda_side_begin(ll_backend *be, int gemm);
+int ll_cuda_side_slot(ll_backend *be);
 void ll_cuda_side_end(ll_backend *be);
 void ll_cuda_side_join(ll_backend *be);
 int ll_cuda_side_on(ll_backend *be); /* between side_begin (1) and side_end */

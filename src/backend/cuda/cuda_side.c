@@ -12,6 +12,14 @@
  * layer norms of the layer go on.  Inside a captured step the two are a fork
  * and a join of the graph: edges, no nodes, no launches.
  *
+ * The layer norm backward's column-sum finish (dw, db from the row kernel's
+ * partials) is off the chain too: while the side is open (a weight gradient
+ * queued since the last join, so inside a layer's backward, whose join follows)
+ * it runs there, its partials in one of LL_CUDA_SIDE_SLOTS slots of scratch of
+ * their own (the next layer norm's row kernel must not overwrite them before the
+ * finish ran); the slots are free again at the join, and a layer that wants more
+ * joins early.
+ *
  * The side has its own cuBLASLt workspace and scratch (the bias-gradient
  * epilogue's).  Not inside a conditional body (captured on one stream): there
  * the gemm runs in order.  LL_CUDA_SIDE_STREAM=0 runs every gemm in order (the
@@ -30,7 +38,9 @@ typedef struct {
     cudaStream_t from; /* the stream the op forked from (restored by side_end) */
     int open;          /* work queued on the side since the last join */
     int on;            /* an op queues on the side now */
+    int slots;         /* slots handed out since the last join (ll_cuda_side_slot) */
     uint64_t gemms;    /* ran on the side (ll_backend_side_gemms) */
+    uint64_t finishes; /* layer norms' finishes that ran there (ll_backend_side_ln_finishes) */
 } side_state;
 
 static side_state g_side[SIDE_DEVICES];
@@ -50,7 +60,7 @@ static int side_wanted(void) {
     return on;
 }
 
-int ll_cuda_side_begin(ll_backend *be) {
+int ll_cuda_side_begin(ll_backend *be, int gemm) {
     if (!side_wanted() || ll_cuda_cond_depth(be) > 0) return 0;
     side_state *s = side_of(be);
     if (s->on) ll_die("CUDA backend: a side op inside a side op");
@@ -66,7 +76,10 @@ int ll_cuda_side_begin(ll_backend *be) {
     s->from = from;
     s->on = 1;
     s->open = 1;
-    s->gemms++;
+    if (gemm)
+        s->gemms++;
+    else
+        s->finishes++;
     ll_cuda_set_lane(be, s->stream, 1);
     return 1;
 }
@@ -80,6 +93,18 @@ void ll_cuda_side_end(ll_backend *be) {
 
 int ll_cuda_side_on(ll_backend *be) { return side_of(be)->on; }
 uint64_t ll_cuda_side_gemms(ll_backend *be) { return side_of(be)->gemms; }
+uint64_t ll_cuda_side_finishes(ll_backend *be) { return side_of(be)->finishes; }
+
+int ll_cuda_side_slot(ll_backend *be) {
+    if (!side_wanted() || ll_cuda_cond_depth(be) > 0) return -1;
+    side_state *s = side_of(be);
+    if (!s->open || s->on) return -1; /* (no join promised: in order) */
+    if (s->slots == LL_CUDA_SIDE_SLOTS) { /* every slot may still be read there */
+        ll_cuda_side_join(be);
+        return -1;
+    }
+    return s->slots++;
+}
 
 void ll_cuda_side_join(ll_backend *be) {
     side_state *s = side_of(be);
@@ -88,4 +113,5 @@ void ll_cuda_side_join(ll_backend *be) {
     LL_CU(cudaEventRecord(s->join, s->stream));
     LL_CU(cudaStreamWaitEvent(ll_cuda_enter(be), s->join, 0));
     s->open = 0;
+    s->slots = 0;
 }
