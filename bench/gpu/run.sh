@@ -113,6 +113,9 @@ ab ln_vec "| model | ll tok/s, row in registers | ll tok/s, LL_CUDA_LN_VEC=0 | r
 # against every product in order on the device's stream
 ab side_stream "| model | ll tok/s, dW on the side stream | ll tok/s, LL_CUDA_SIDE_STREAM=0 | side / in order |" \
   LL_CUDA_SIDE_STREAM=0
+# the side stream joined after every 4 layers (the default since 2026-11-28) against after each
+ab layers_per_join "| model | ll tok/s, a join every 4 layers | ll tok/s, LL_LAYERS_PER_JOIN=1 | 4 / 1 |" \
+  LL_LAYERS_PER_JOIN=1
 # the residual backward in one wave of equal shares (the default since 2026-11-28) against the
 # grid of before (1,024 blocks with gate gradients: 1.55 waves on an H100, SMs idle 29% of it)
 ab one_wave "| model | ll tok/s, one wave | ll tok/s, LL_CUDA_ONE_WAVE=0 | one wave / before |" \

@@ -514,7 +514,7 @@ uint64_t ll_backend_gemm_fallbacks(ll_backend *be);
  * 0 elsewhere, and with LL_CUDA_SIDE_STREAM=0). */
 uint64_t ll_backend_side_gemms(ll_backend *be);
 /* layer norm backwards whose column-sum finish (dw, db) ran on that side stream: those inside a
- * layer's backward, after a weight gradient went there (0 elsewhere). */
+ * stack's layers, after a weight gradient went there (0 elsewhere). */
 uint64_t ll_backend_side_ln_finishes(ll_backend *be);
 /* LL_CUDA_RELU_MASK=1: the FFN's ReLU backward in cuBLASLt's DRELU epilogue (relu_mask_bytes) on
  * CUDA, and in the dry run's count.  Off by default: on an H100 it made ll64's step 3 ms slower

@@ -238,6 +238,9 @@ void ll_model_zero_grads(ll_model *m);
 /* (model code) whether the gradient of the tensor at offset off is still
  * zero, and from now on count it written */
 int ll_model_grad_take_fresh(ll_model *m, size_t off);
+/* Layers of a plain stack whose backwards end in one be->join (the side stream's weight gradients,
+ * ll_gemm_desc.side): 1 where the backend has no join, else LL_LAYERS_PER_JOIN (default 4). */
+int ll_layer_join_every(const ll_model *m);
 void ll_model_stats_read(ll_model *m, double *stats, void *snapshot);
 /* The same read in two halves (no snapshot): _start queues the download of the
  * statistics of what is queued so far and returns without waiting (where the

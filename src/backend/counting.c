@@ -531,6 +531,9 @@ ll_backend *ll_backend_dry(ll_backend *like) {
     k->next = (uintptr_t)1 << 44; /* far from any host mapping: never dereferenced */
     /* the step as on CUDA: the FFN's ReLU backward in DRELU where LL_CUDA_RELU_MASK=1 asks for it */
     k->be.relu_mask_bytes = ll_backend_relu_mask_asked() ? dry_relu_mask_bytes : NULL;
+    /* ... and with CUDA's join, so the stack keeps a group of layers' backward temporaries until
+     * one (ll_layer_join_every): the peak memory of a CUDA step */
+    k->be.join = c_join;
     return &k->be;
 }
 

@@ -143,6 +143,7 @@ void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, ll_act *dtop, ll_act *dx0) 
             din = ll_buf(m, n);
             const ll_arena_mark mk = ll_arena_get_mark(&m->arena); /* the layer's temporaries */
             ll_layer_bwd(m, r, row - 1, dy, din); /* overwrites din */
+            if (be->join) be->join(be); /* (its side gemms read the temporaries released here) */
             ll_arena_release(&m->arena, mk);
             if (z) { /* d in += (1 - z) d e */
                 be->acc(be, din, dent[row], n);

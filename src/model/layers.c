@@ -1,6 +1,7 @@
 /* Residual blocks (self-attention, cross-attention, FFN), pre- or post-norm,
  * forward and backward.  Pre-norm: y = x + drop(Sub(LN(x))).
  * Post-norm: y = LN(x + drop(Sub(x))). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "model_internal.h"
@@ -52,8 +53,9 @@ void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int o
 
 /* relu_mask (NULL: none): dx is then also multiplied by the ReLU's gradient (DRELU; dx_beta 0),
  * from the mask or else from relu_y, the ReLU's output.  side (SIDE_*): the weight gradient (and
- * dx) may run beside the ops after it until be->join (ll_layer_bwd joins at its end: nothing in a
- * layer's backward writes dy or x after their weight gradients, nor touches those gradients) */
+ * dx) may run beside the ops after it until be->join (the stack driver's, after a group of layers:
+ * nothing in a layer's backward, nor in the next layers' of its group, writes dy or x after their
+ * weight gradients, nor touches those gradients; transformer.c keeps the group's temporaries) */
 enum { SIDE_DW = 1, SIDE_DX = 2 };
 static void linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, const ll_act *dy, const ll_act *x,
                        int N, int in, int out, size_t w, size_t b, void *relu_mask, const ll_act *relu_y, int side) {
@@ -510,7 +512,19 @@ void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, ll_act *dy, ll_act *dx) {
         m->be->copy(m->be, dx, dy_in, ACT_BYTES(m, n));
         m->be->cond_end(m->be);
     }
-    /* the weight gradients queued beside (linear_bwd's side), before the caller reuses the layer's
-     * temporaries (a backend capturing a conditional's bodies ran them in order) */
-    if (m->be->join) m->be->join(m->be);
+    /* (no join here: the caller joins before it reuses the layer's temporaries or dy; a backend
+     * capturing a conditional's bodies ran its side gemms in order) */
+}
+
+int ll_layer_join_every(const ll_model *m) {
+    if (!m->be->join) return 1;
+    static int every = 0; /* (read once; any thread computes the same) */
+    int e = __atomic_load_n(&every, __ATOMIC_RELAXED);
+    if (!e) {
+        const char *v = getenv("LL_LAYERS_PER_JOIN");
+        e = v && *v ? atoi(v) : 4;
+        if (e < 1 || e > 64) ll_die("LL_LAYERS_PER_JOIN=%s: want 1 to 64 layers", v);
+        __atomic_store_n(&every, e, __ATOMIC_RELAXED);
+    }
+    return e;
 }

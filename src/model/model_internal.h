@@ -174,6 +174,9 @@ ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x);
  * whose one position per row is small and which releases everything). */
 ll_act *ll_layer_fwd_into(ll_model *m, ll_stack_run *r, int l, ll_act *x, ll_act *dst);
 static inline int ll_layer_releases(const ll_pass *p) { return p->no_grad && !p->inc; }
+/* The weight gradients it queues beside the chain (ll_gemm_desc.side) read its temporaries and dy
+ * until the caller's be->join (ll_layer_join_every layers share one; the caller keeps their
+ * temporaries and gradient buffers until then). */
 void ll_layer_bwd(ll_model *m, ll_stack_run *r, int l, ll_act *dy, ll_act *dx);
 
 /* ---- objectives (objectives.c) ---- */

@@ -112,16 +112,31 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, ll_act *dout) {
         ll_dlcl_stack_bwd(m, r, dtop, dx0);
     } else {
         dx0 = ll_buf(m, n);
-        /* the gradient between layers alternates between two buffers, and each
-         * layer's backward temporaries are released when it is done */
+        /* Layers go in groups of ll_layer_join_every: one be->join at a group's end, so the weight
+         * gradients beside the chain (ll_gemm_desc.side) overlap the next layers' backwards, not
+         * only the rest of their own.  Until that join a group's layers keep their temporaries
+         * and the gradients they read: the gradient between layers is a temporary inside a group,
+         * and a group's last layer writes it into one of two buffers that alternate between
+         * groups (the next group reads it, the one after overwrites it).  The gradient hook (the
+         * reductions of data parallelism) hears of a layer once its group joined. */
+        const int every = ll_layer_join_every(m);
         ll_act *pp[2] = {ll_buf(m, n), r->L > 1 ? ll_buf(m, n) : NULL};
         ll_act *dy = dtop;
+        ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+        int in_group = 0, groups = 0;
         for (int l = r->L - 1; l >= 0; l--) {
-            ll_act *dx = l == 0 ? dx0 : pp[l & 1];
-            const ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+            if (in_group == 0) mk = ll_arena_get_mark(&m->arena);
+            const int ends = ++in_group == every || l == 0;
+            ll_act *dx = l == 0 ? dx0 : ends ? pp[groups & 1] : ll_buf(m, n);
             ll_layer_bwd(m, r, l, dy, dx); /* overwrites dx */
-            ll_arena_release(&m->arena, mk);
-            if (r->last_pass && m->grad_hook) m->grad_hook(m->grad_hook_ctx, LL_GRAD_LAYER, r->stack, l);
+            if (ends) {
+                if (be->join) be->join(be);
+                ll_arena_release(&m->arena, mk);
+                for (int k = l + in_group - 1; k >= l && r->last_pass && m->grad_hook; k--)
+                    m->grad_hook(m->grad_hook_ctx, LL_GRAD_LAYER, r->stack, k);
+                in_group = 0;
+                groups++;
+            }
             dy = dx;
         }
         if (r->L == 0) be->copy(be, dx0, dtop, ACT_BYTES(m, n));

@@ -39,8 +39,12 @@
 #              operands): captured, the side stream never joins the capture
 #   side_join  be->join does not make the device's stream wait for the side stream:
 #              the side's product reads an operand overwritten after the join
-#   layer_join the model does not join at the end of a layer's backward: the weight
-#              gradients read temporaries the next layer reuses (the step test)
+#   layer_join the model does not join at the end of a group of layers' backward: the
+#              weight gradients read temporaries the next layers reuse (the step test)
+#   group_pp   every group of layers writes its last gradient into the same buffer (the
+#              next group overwrites what its own side gemms still read; bf16 step test with
+#              LL_LAYERS_PER_JOIN=2)
+#   group_release each layer's temporaries released at its end though its group joins later
 #   side_workspace the side stream's products use the device stream's cuBLASLt workspace
 #   side_slot  every layer norm finish on the side stream reads the same slot of partials (the
 #              next layer norm's row kernel overwrites them before the finish runs)
@@ -67,7 +71,8 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
   [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
   [graph_kernels]=src/backend/cuda/cuda_backend.c [bwd1_half]=kernels/attention_tc.cu
-  [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c [layer_join]=src/model/layers.c
+  [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c [layer_join]=src/model/transformer.c [group_pp]=src/model/transformer.c
+  [group_release]=src/model/transformer.c
   [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [share]=kernels/residual.cu
   [side_slot]=src/backend/cuda/cuda_side.c)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
@@ -100,7 +105,8 @@ run_test() {
     graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
     bwd1_half) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
     side_fork | side_join | side_workspace | side_slot) "$b/gpu_test_graph_cuda" --side ;;
-    layer_join) "$b/gpu_test_step_cuda" ;;
+    layer_join | group_release) "$b/gpu_test_step_cuda" ;;
+    group_pp) LL_PARITY_PRECISION=bf16 LL_LAYERS_PER_JOIN=2 "$b/gpu_test_step_cuda" ;;
   esac
 }
 
@@ -143,7 +149,10 @@ M = {
                   "sV, ld, Dh, KTW); /* dP = dO V^T */"),
     "side_fork": ("src/backend/cuda/cuda_side.c", "    LL_CU(cudaStreamWaitEvent(s->stream, s->fork, 0));\n", ""),
     "side_join": ("src/backend/cuda/cuda_side.c", "    LL_CU(cudaStreamWaitEvent(ll_cuda_enter(be), s->join, 0));\n", ""),
-    "layer_join": ("src/model/layers.c", "    if (m->be->join) m->be->join(m->be);\n}", "}"),
+    "layer_join": ("src/model/transformer.c", "                if (be->join) be->join(be);\n", ""),
+    "group_pp": ("src/model/transformer.c", "ends ? pp[groups & 1] : ll_buf(m, n);", "ends ? pp[0] : ll_buf(m, n);"),
+    "group_release": ("src/model/transformer.c", "            ll_layer_bwd(m, r, l, dy, dx); /* overwrites dx */\n",
+                      "            ll_layer_bwd(m, r, l, dy, dx); /* overwrites dx */\n            if (!ends) ll_arena_release(&m->arena, mk);\n"),
     "side_workspace": ("src/backend/cuda/cuda_gemm_lt.c",
                        "return st->side && s == st->side ? st->workspace_side : st->workspace;", "return st->workspace;"),
 }
@@ -157,7 +166,7 @@ PY
 }
 
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
-  graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot)
+  graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release)
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
 for m in "${mutants[@]}"; do

@@ -15,6 +15,8 @@ if "$BIN/ll_gpu_bench" "${tiny[@]}" > "$T/graphs.log" 2>&1; then
   echo "gpu-bench: $r"
   [ "$GPUDEV" = cpu ] || grep -q 'graphs=on .*graph_replays=[1-9]' <<< "$r" ||
     err "the timed steps were not replayed as CUDA graphs: ${r:-no RESULT line}"
+  [ "$GPUDEV" = cpu ] || grep -q " layers_per_join=${LL_LAYERS_PER_JOIN:-4}\$" <<< "$r" ||
+    err "the side stream not joined every ${LL_LAYERS_PER_JOIN:-4} layers: ${r:-no RESULT line}"
 else
   err "ll_gpu_bench failed: $(tail -1 "$T/graphs.log")"
 fi

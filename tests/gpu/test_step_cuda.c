@@ -62,7 +62,7 @@ typedef struct {
 } method;
 
 static const method methods[] = {
-    {"plain pre-norm", "tiny_test", 2, {NULL}},
+    {"plain pre-norm", "tiny_test", 5, {NULL}}, /* 5: groups of layers per join (2 in the bf16 run) */
     {"post-norm", "tiny_test", 2, {"model.norm=post"}},
     {"latent (LL-Both)", "tiny_latent", 2, {"latent.encoder=true", "latent.decoder=true"}},
     {"DLCL", "dlcl30", 3, {NULL}},

@@ -321,7 +321,7 @@ static void cu_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, con
                              const real *w, const real *mean, const real *rstd, int N, int C) {
     cuda_impl *im = enter(be);
     size_t nf = (dw || db) ? ll_cuda_layernorm_bwd_scratch_floats(N, C) : 0;
-    /* inside a layer's backward the column sums' finish runs beside the chain (cuda_side.c), on
+    /* inside a stack's layers the column sums' finish runs beside the chain (cuda_side.c), on
      * partials in a slot of their own: the next layer norm's rows may overwrite the lane's scratch
      * before it ran */
     const int slot = nf ? ll_cuda_side_slot(be) : -1;

@@ -37,7 +37,7 @@ unsigned *ll_cuda_ticket(ll_backend *be);
  * norm's finish (they are counted apart).  ll_cuda_side_slot: a slot of scratch for work the side
  * will read after the device's stream went on (0..LL_CUDA_SIDE_SLOTS-1, free again at the next
  * join), or -1: the side is not open (no join promised) and the work runs in order. */
-#define LL_CUDA_SIDE_SLOTS 4
+#define LL_CUDA_SIDE_SLOTS 16 /* a group of 4 decoder layers has 12 layer norms (ll_layer_join_every) */
 int ll_cuda_side_begin(ll_backend *be, int gemm);
 int ll_cuda_side_slot(ll_backend *be);
 void ll_cuda_side_end(ll_backend *be);

@@ -14,11 +14,11 @@
  *
  * The layer norm backward's column-sum finish (dw, db from the row kernel's
  * partials) is off the chain too: while the side is open (a weight gradient
- * queued since the last join, so inside a layer's backward, whose join follows)
+ * queued since the last join, so inside a stack's layers, whose join follows)
  * it runs there, its partials in one of LL_CUDA_SIDE_SLOTS slots of scratch of
  * their own (the next layer norm's row kernel must not overwrite them before the
- * finish ran); the slots are free again at the join, and a layer that wants more
- * joins early.
+ * finish ran); the slots are free again at the join, and a group of layers
+ * that wants more joins early.
  *
  * The side has its own cuBLASLt workspace and scratch (the bias-gradient
  * epilogue's).  Not inside a conditional body (captured on one stream): there
