@@ -259,7 +259,8 @@ run_bench() {
   PEAK=${PEAK:-784}
   # what the GPU-speed issue asks first: ll64 against PyTorch in one run, then ll64's A/Bs, the
   # untimed changes first (weight gradients in order on the device's stream, not on the side
-  # stream of session 26; the side stream joined after every layer, not every 4 (session 27); the one-kernel attention backward in blocks of 2 warps, and the layer
+  # stream of session 26; every stream at the default priority, the side stream joined after every
+  # layer, not every 4 (session 27); the one-kernel attention backward in blocks of 2 warps, and the layer
   # norms' lane-strided rows, as before session 25; weight gradients as plain products, where
   # cuBLASLt may split K, with the bias-gradient kernel of session 24; the residual backward's grid
   # of 1.55 waves, as before session 27; the ReLU backward in
@@ -268,6 +269,8 @@ run_bench() {
   step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
   step bench-ll-ll64-noside 60 env LL_CUDA_SIDE_STREAM=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
+    --peak-tflops "$PEAK"
+  step bench-ll-ll64-noprio 60 env LL_CUDA_STREAM_PRIORITY=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"
   step bench-ll-ll64-join1 60 env LL_LAYERS_PER_JOIN=1 "$B/ll_gpu_bench" --model ll64 --device cuda \
     --peak-tflops "$PEAK"

@@ -113,6 +113,10 @@ ab ln_vec "| model | ll tok/s, row in registers | ll tok/s, LL_CUDA_LN_VEC=0 | r
 # against every product in order on the device's stream
 ab side_stream "| model | ll tok/s, dW on the side stream | ll tok/s, LL_CUDA_SIDE_STREAM=0 | side / in order |" \
   LL_CUDA_SIDE_STREAM=0
+# the device's stream at the greatest priority and the side stream at the least (the default since
+# 2026-11-28) against every stream at the default priority
+ab stream_priority "| model | ll tok/s, chain first | ll tok/s, LL_CUDA_STREAM_PRIORITY=0 | priorities / none |" \
+  LL_CUDA_STREAM_PRIORITY=0
 # the side stream joined after every 4 layers (the default since 2026-11-28) against after each
 ab layers_per_join "| model | ll tok/s, a join every 4 layers | ll tok/s, LL_LAYERS_PER_JOIN=1 | 4 / 1 |" \
   LL_LAYERS_PER_JOIN=1

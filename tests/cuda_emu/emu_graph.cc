@@ -265,6 +265,7 @@ void capture_node(CUstream_st *st, CUgraph_st::node n) {
     if (st->cap_broken) return;
     CUgraph_st *g = st->cap;
     n.side = st->cap_forked;
+    if (n.kind == NODE_KERNEL) n.priority = st->priority;
     CUgraphNode_st *id = insert_node(g, std::move(n), position_after(g, st->cap_deps.data(), st->cap_deps.size()),
                                      st->cap_deps.data(), st->cap_deps.size());
     st->cap_deps.assign(1, id);
@@ -491,20 +492,26 @@ cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernel
     p->func = (void *)(n->func ? n->func : (const void *)n->what);
     return cudaSuccess;
 }
-/* the cluster shape alone */
+/* the cluster shape and the priority alone */
 cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t node, cudaKernelNodeAttrID attr, cudaKernelNodeAttrValue *v) {
     LOCK;
     const CUgraph_st::node *n = node_of(node);
     if (!n || !v || n->kind != NODE_KERNEL) return err(cudaErrorInvalidValue);
-    if (attr != cudaLaunchAttributeClusterDimension) return err(cudaErrorNotSupported);
     *v = cudaKernelNodeAttrValue{};
+    if (attr == cudaLaunchAttributePriority) {
+        v->priority = n->priority;
+        return cudaSuccess;
+    }
+    if (attr != cudaLaunchAttributeClusterDimension) return err(cudaErrorNotSupported);
     v->clusterDim.x = n->cluster;
     v->clusterDim.y = v->clusterDim.z = 1;
     return cudaSuccess;
 }
+/* flags: 0 or cudaGraphInstantiateFlagUseNodePriority (the nodes' captured priorities; the emulation
+ * has no timing to apply them to); others are not what ll asks for */
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
-    (void)flags;
     LOCK;
+    if (flags & ~(unsigned long long)cudaGraphInstantiateFlagUseNodePriority) return err(cudaErrorInvalidValue);
     if (!e || !g || g->parent) return err(cudaErrorInvalidValue); /* (a body runs as its node's) */
     std::shared_ptr<graph_values> v;
     if (cudaError_t r = make_values(*g, &v)) return err(r);

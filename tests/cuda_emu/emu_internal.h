@@ -58,6 +58,8 @@ int current_device();
 const char *env(const char *name);
 
 /* ---- streams, events and graphs (emu_runtime.cc; graphs in emu_graph.cc) ---------- */
+/* the device's stream priorities (an H100's range: cudaDeviceGetStreamPriorityRange) */
+#define EMU_PRIORITY_GREATEST (-5)
 enum node_kind { NODE_KERNEL, NODE_COPY, NODE_MEMSET, NODE_HOST, NODE_COND };
 /* an executable graph's conditional values (shared with its queued nodes, which may run
  * after cudaGraphExecDestroy); only the thread running the queues touches them, under the lock */
@@ -101,6 +103,7 @@ struct CUgraph_st {
         std::vector<CUgraphNode_st *> deps = {}; /* what it waits for (ids of the same graph; not in an executable copy) */
         std::vector<int> dep_idx = {};     /* an executable copy's: the same, as indices into its nodes */
         bool side = false; /* captured on a stream that joined the capture by waiting for one of its events */
+        int priority = 0;  /* a kernel's: its capturing stream's (CUDA copies it into the node) */
     };
     std::vector<node> nodes;
     std::vector<std::unique_ptr<CUgraphNode_st>> ids;
@@ -119,6 +122,7 @@ struct CUstream_st {
         std::shared_ptr<ll_emu::graph_values> vals; /* a graph launch's node: its exec's values */
     };
     int device;
+    int priority = 0; /* cudaStreamCreateWithPriority's, in [EMU_PRIORITY_GREATEST, 0]; not modelled in time */
     std::deque<item> q;
     uint64_t queued, done; /* items ever queued / run */
     /* stream capture (cudaStreamBeginCapture[ToGraph]): work goes into cap instead of q */

@@ -574,6 +574,23 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    if (least) *least = 0;
+    if (greatest) *greatest = EMU_PRIORITY_GREATEST;
+    return cudaSuccess;
+}
+/* a priority outside the range is clamped to it, as CUDA does */
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int priority) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(s, flags)) return e;
+    (*s)->priority = priority > 0 ? 0 : priority < EMU_PRIORITY_GREATEST ? EMU_PRIORITY_GREATEST : priority;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamGetPriority(cudaStream_t s, int *priority) {
+    LOCK;
+    if (!priority) return t_last = cudaErrorInvalidValue;
+    *priority = s ? s->priority : 0;
+    return cudaSuccess;
+}
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     LOCK;
     CUstream_st *st = stream_of(s);

@@ -482,6 +482,54 @@ static void test_backend_side(ll_backend *be) {
     const char *off = getenv("LL_CUDA_SIDE_STREAM");
     const unsigned long long ran = ll_backend_side_gemms(be) - side0, want = off && !strcmp(off, "0") ? 0 : 2;
     CHECK_MSG(ran == want, "side stream: %llu products ran on it, not %llu", ran, want);
+    /* priorities: the device's stream the greatest, the side the least (the default with
+     * LL_CUDA_STREAM_PRIORITY=0); a step captured by hand on the device's stream has the chain's
+     * kernel (acc) at the greatest and the side's matmul at the least (CUDA copies the capturing
+     * stream's priority into each kernel node) */
+    if (want) {
+        const char *pe = getenv("LL_CUDA_STREAM_PRIORITY");
+        const int prio = !(pe && !strcmp(pe, "0"));
+        int least = 0, greatest = 0, pm = 1, ps = 1;
+        CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess);
+        cudaStream_t main_st = ll_cuda_enter(be), side_st = ll_cuda_side_stream(be);
+        CHECK(side_st != NULL && cudaStreamGetPriority(main_st, &pm) == cudaSuccess &&
+              cudaStreamGetPriority(side_st, &ps) == cudaSuccess);
+        CHECK_MSG(pm == (prio ? greatest : 0) && ps == (prio ? least : 0),
+                  "stream priorities: device's %d, side %d (range %d..%d, LL_CUDA_STREAM_PRIORITY %s)", pm, ps, least,
+                  greatest, pe ? pe : "unset");
+        be->sync(be);
+        CHECK(cudaStreamBeginCapture(main_st, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+        const ll_gemm_desc g = {.M = M, .N = N, .K = 64, .alpha = 1, .A = A, .a_type = LL_F32, .lda = 64, .B = B,
+                                .b_type = LL_F32, .ldb = N, .C = C, .c_type = LL_F32, .ldc = N, .epi = LL_EPI_NONE,
+                                .side = 1};
+        be->gemm(be, &g);
+        be->acc(be, (ll_act *)y, (const ll_act *)x, NELEM);
+        be->join(be);
+        cudaGraph_t cg = NULL;
+        CHECK(cudaStreamEndCapture(main_st, &cg) == cudaSuccess && cg);
+        size_t nn = 0;
+        int at_g = 0, at_l = 0, other = 0;
+        if (cg && cudaGraphGetNodes(cg, NULL, &nn) == cudaSuccess && nn) {
+            cudaGraphNode_t *nodes = calloc(nn, sizeof *nodes);
+            CHECK(cudaGraphGetNodes(cg, nodes, &nn) == cudaSuccess);
+            for (size_t i = 0; i < nn; i++) {
+                enum cudaGraphNodeType t;
+                cudaLaunchAttributeValue v;
+                memset(&v, 0, sizeof v);
+                if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess || t != cudaGraphNodeTypeKernel) continue;
+                CHECK(cudaGraphKernelNodeGetAttribute(nodes[i], cudaLaunchAttributePriority, &v) == cudaSuccess);
+                if (prio && v.priority == greatest) at_g++;
+                else if (prio && v.priority == least) at_l++;
+                else if (!prio && v.priority == 0) at_g++, at_l++;
+                else other++;
+            }
+            free(nodes);
+        }
+        CHECK_MSG(at_g >= 1 && at_l >= 1 && other == 0,
+                  "captured kernel nodes' priorities: %d at the device stream's, %d at the side's, %d other", at_g,
+                  at_l, other);
+        if (cg) CHECK(cudaGraphDestroy(cg) == cudaSuccess);
+    }
     const unsigned long long fin = ll_backend_side_ln_finishes(be) - fin0;
     CHECK_MSG(fin == 2 * want, "side stream: %llu layer norm finishes ran on it, not %llu", fin, 2 * want);
     ln_case_free(be, &ln[0]);

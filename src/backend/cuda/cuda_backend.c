@@ -465,7 +465,7 @@ static int cu_cond_if(ll_backend *be, const uint8_t *run, int host_run) {
         COND_TRY(cudaStreamUpdateCaptureDependencies(cur, &node, NULL, 1, cudaStreamSetCaptureDependencies)))
         return 0;
     if (!im->graph.cond_streams[d] &&
-        COND_TRY(cudaStreamCreateWithFlags(&im->graph.cond_streams[d], cudaStreamNonBlocking)))
+        COND_TRY(ll_cuda_stream_create(&im->graph.cond_streams[d], 0)))
         return 0;
     if (COND_TRY(cudaStreamBeginCaptureToGraph(im->graph.cond_streams[d], p.conditional.phGraph_out[0], NULL, NULL, 0,
                                                cudaStreamCaptureModeRelaxed)))
@@ -544,7 +544,7 @@ static int update_on(void) {
 }
 
 /* Which kernels a graph launches, in order: a hash of its nodes' types and, for each kernel node,
- * its function and cluster shape; 0 when the runtime does not say (the graph is then never updated
+ * its function, cluster shape and priority; 0 when the runtime does not say (the graph is then never updated
  * in place).  cudaGraphExecUpdate accepts a kernel node whose kernel changed, but an H100
  * (CUDA 13.0, driver 580) then faulted with "an illegal instruction was encountered" (fp32 training
  * with TF32, where cuBLASLt picks other kernels for other shapes; bench/RESULTS.md, session 24), so
@@ -578,6 +578,12 @@ static uint64_t graph_kernels(cudaGraph_t g) {
         }
         MIX((uintptr_t)kp.func);
         MIX(cl.clusterDim.x), MIX(cl.clusterDim.y), MIX(cl.clusterDim.z);
+        /* and its priority (the side stream's work is captured at the least: cuda_side.c) */
+        cudaLaunchAttributeValue pr;
+        memset(&pr, 0, sizeof pr);
+        if (cudaGraphKernelNodeGetAttribute(nodes[i], cudaLaunchAttributePriority, &pr) != cudaSuccess)
+            (void)cudaGetLastError(), pr.priority = 1; /* (not said: outside the range, the same for all) */
+        MIX(pr.priority);
     }
 #undef MIX
     if (!h) (void)cudaGetLastError();
@@ -668,7 +674,7 @@ static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     }
     const int built = !im->graph.cache[slot].exec;
     if (built) {
-        CUDA_CHECK(cudaGraphInstantiate(&im->graph.cache[slot].exec, g, 0));
+        CUDA_CHECK(cudaGraphInstantiate(&im->graph.cache[slot].exec, g, ll_cuda_graph_instantiate_flags()));
         im->graph.st.instantiations++;
     }
     im->graph.cache[slot].fp = fp;
@@ -713,7 +719,7 @@ static cuda_impl *impl_new(int device) {
     }
     cuda_impl *im = ll_calloc(1, sizeof *im);
     im->device = device;
-    e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking);
+    e = ll_cuda_stream_create(&im->stream, 0); /* (the chain's priority: cuda_side.c) */
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         free(im);

@@ -39,7 +39,13 @@ unsigned *ll_cuda_ticket(ll_backend *be);
  * join), or -1: the side is not open (no join promised) and the work runs in order. */
 #define LL_CUDA_SIDE_SLOTS 16 /* a group of 4 decoder layers has 12 layer norms (ll_layer_join_every) */
 int ll_cuda_side_begin(ll_backend *be, int gemm);
+/* A non-blocking stream of the current device at the greatest stream priority (side 0: the device's
+ * stream, conditional bodies) or the least (side 1), LL_CUDA_STREAM_PRIORITY=0: the default; and
+ * the flags executable graphs are instantiated with (their nodes run by the captured priorities). */
+cudaError_t ll_cuda_stream_create(cudaStream_t *s, int side);
+unsigned ll_cuda_graph_instantiate_flags(void);
 int ll_cuda_side_slot(ll_backend *be);
+cudaStream_t ll_cuda_side_stream(ll_backend *be); /* NULL before its first use (tests) */
 void ll_cuda_side_end(ll_backend *be);
 void ll_cuda_side_join(ll_backend *be);
 int ll_cuda_side_on(ll_backend *be); /* between side_begin (1) and side_end */

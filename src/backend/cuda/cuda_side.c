@@ -20,6 +20,14 @@
  * finish ran); the slots are free again at the join, and a group of layers
  * that wants more joins early.
  *
+ * Priorities: the device's stream (and the conditional bodies' capture
+ * streams) run at the device's greatest stream priority, the side at its least,
+ * so the block scheduler serves the chain first and the side fills what is
+ * left (a wave's tail, a small grid).  Captured kernel nodes keep their
+ * stream's priority, and executable graphs are instantiated with
+ * cudaGraphInstantiateFlagUseNodePriority so that they run by them.
+ * LL_CUDA_STREAM_PRIORITY=0: every stream at the default priority (A/B).
+ *
  * The side has its own cuBLASLt workspace and scratch (the bias-gradient
  * epilogue's).  Not inside a conditional body (captured on one stream): there
  * the gemm runs in order.  LL_CUDA_SIDE_STREAM=0 runs every gemm in order (the
@@ -60,13 +68,35 @@ static int side_wanted(void) {
     return on;
 }
 
+static int priorities_wanted(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LL_CUDA_STREAM_PRIORITY");
+        on = !(v && !strcmp(v, "0"));
+    }
+    return on;
+}
+
+cudaError_t ll_cuda_stream_create(cudaStream_t *s, int side) {
+    int least = 0, greatest = 0;
+    if (priorities_wanted()) {
+        cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, side ? least : greatest);
+}
+
+unsigned ll_cuda_graph_instantiate_flags(void) {
+    return priorities_wanted() ? cudaGraphInstantiateFlagUseNodePriority : 0;
+}
+
 int ll_cuda_side_begin(ll_backend *be, int gemm) {
     if (!side_wanted() || ll_cuda_cond_depth(be) > 0) return 0;
     side_state *s = side_of(be);
     if (s->on) ll_die("CUDA backend: a side op inside a side op");
     cudaStream_t from = ll_cuda_enter(be);
     if (!s->stream) {
-        LL_CU(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+        LL_CU(ll_cuda_stream_create(&s->stream, 1));
         LL_CU(cudaEventCreateWithFlags(&s->fork, cudaEventDisableTiming));
         LL_CU(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
         if (ll_cuda_gemm_lt_side(be, s->stream) != 0) ll_die("%s", ll_errbuf());
@@ -92,6 +122,7 @@ void ll_cuda_side_end(ll_backend *be) {
 }
 
 int ll_cuda_side_on(ll_backend *be) { return side_of(be)->on; }
+cudaStream_t ll_cuda_side_stream(ll_backend *be) { return side_of(be)->stream; }
 uint64_t ll_cuda_side_gemms(ll_backend *be) { return side_of(be)->gemms; }
 uint64_t ll_cuda_side_finishes(ll_backend *be) { return side_of(be)->finishes; }
 
