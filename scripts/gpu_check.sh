@@ -35,9 +35,8 @@
 #      quick GPU test, racecheck and synccheck on attention, layer norm, ops
 #      (GPU_CHECK_MEMCHECK, GPU_CHECK_RACECHECK: other lists of tests, e.g. "attention_cuda")
 #   7. (GPU_CHECK_STEPS names it) bench, most wanted first (a cut-off run keeps those): ll64
-#      against PyTorch eager, ll64 with the attention backward in 2-warp blocks, with the
-#      lane-strided layer-norm rows, with the bias gradients split from their matmuls, with the
-#      ReLU backward in DRELU, profiled with the matmul survey, tuned (LL_CUDA_GEMM_TUNE=8);
+#      against PyTorch eager, ll64 profiled with the matmul survey, ll64's A/Bs (run_bench lists
+#      them: each switch gives back an earlier layout), tuned (LL_CUDA_GEMM_TUNE=8);
 #      decoding (graphs on and off) against PyTorch; base, deep30, ll64 kernel by kernel and
 #      with SIMT attention; PyTorch eager base and torch.compile (GPU_CHECK_TORCH=0: ll's runs only)
 #   8. (GPU_CHECK_STEPS names it) profile: Nsight Compute on one ll64 step: the
@@ -257,34 +256,27 @@ run_bench() {
     PEAK=$(sed -n 's/^RESULT torch_gpu_peak bf16_tflops=\([0-9.]*\).*/\1/p' "$L/bench-peak.log")
   fi
   PEAK=${PEAK:-784}
-  # what the GPU-speed issue asks first: ll64 against PyTorch in one run, then ll64's A/Bs, the
-  # untimed changes first (weight gradients in order on the device's stream, not on the side
-  # stream of session 26; every stream at the default priority, the side stream joined after every
-  # layer, not every 4 (session 27); the one-kernel attention backward in blocks of 2 warps, and the layer
-  # norms' lane-strided rows, as before session 25; weight gradients as plain products, where
-  # cuBLASLt may split K, with the bias-gradient kernel of session 24; the residual backward's grid
-  # of 1.55 waves, as before session 27; the ReLU backward in
-  # cuBLASLt's DRELU epilogue, measured slower in session 24), its per-op profile with every matmul shape
-  # surveyed alone (cuBLASLt's first 8 candidates), the autotune; then decoding and the other models
+  # what the GPU-speed issue asks first: ll64 against PyTorch in one run; ll64's per-op profile
+  # with every matmul shape surveyed alone (cuBLASLt's first 8 candidates); then ll64's A/Bs, the
+  # untimed changes first (each switch gives back the layout before it):
+  #   noside     weight gradients in order on the device's stream (the side stream: session 26)
+  #   join1      the side stream joined after every layer, not every 4 (session 27)
+  #   noprio     every stream at the default priority (session 27)
+  #   waves      the residual backward's grid of 1.55 waves (session 27)
+  #   bwd1w2     the one-kernel attention backward in blocks of 2 warps (session 25)
+  #   lnscalar   the layer norms' lane-strided rows (session 25)
+  #   bgradsplit weight gradients as plain products (cuBLASLt may split K) + the bias-gradient kernel
+  #   relumask   the ReLU backward in cuBLASLt's DRELU epilogue (measured slower in session 24)
+  # then the autotune, decoding and the other models
   step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
   tstep bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
-  step bench-ll-ll64-noside 60 env LL_CUDA_SIDE_STREAM=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
-  step bench-ll-ll64-noprio 60 env LL_CUDA_STREAM_PRIORITY=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
-  step bench-ll-ll64-join1 60 env LL_LAYERS_PER_JOIN=1 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
-  step bench-ll-ll64-bwd1w2 60 env LL_CUDA_ATTN_BWD1_WARPS=2 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
-  step bench-ll-ll64-lnscalar 60 env LL_CUDA_LN_VEC=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
-  step bench-ll-ll64-bgradsplit 60 env LL_CUDA_BGRAD_EPILOGUE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
-  step bench-ll-ll64-waves 60 env LL_CUDA_ONE_WAVE=0 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
-  step bench-ll-ll64-relumask 60 env LL_CUDA_RELU_MASK=1 "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
   step bench-ll-ll64-profile 90 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8
+  local ab
+  for ab in noside:LL_CUDA_SIDE_STREAM=0 join1:LL_LAYERS_PER_JOIN=1 noprio:LL_CUDA_STREAM_PRIORITY=0 \
+    waves:LL_CUDA_ONE_WAVE=0 bwd1w2:LL_CUDA_ATTN_BWD1_WARPS=2 lnscalar:LL_CUDA_LN_VEC=0 \
+    bgradsplit:LL_CUDA_BGRAD_EPILOGUE=0 relumask:LL_CUDA_RELU_MASK=1; do
+    step "bench-ll-ll64-${ab%%:*}" 60 env "${ab#*:}" "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
+  done
   step bench-ll-ll64-tune 90 env LL_CUDA_GEMM_TUNE=8 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
   step bench-decode 90 "$B/ll_decode_bench" "${DEC[@]}"
   step bench-decode-nographs 90 env LL_CUDA_DECODE_GRAPHS=0 "$B/ll_decode_bench" "${DEC[@]}"
