@@ -30,10 +30,12 @@ ll_gemm_desc ll_gemm_xwt(const ll_model *m, ll_act *y, const ll_act *x, int N, i
                           .B = ACT(m, m->wact, w), .b_type = t, .ldb = in, .C = y, .c_type = t, .ldc = out};
 }
 
-/* relu_mask (NULL: none): the ReLU's mask written for the backward's DRELU (relu_mask_bytes) */
+/* relu_mask (NULL: none): the ReLU's mask written for the backward's DRELU (relu_mask_bytes).
+ * side: may run beside the ops after it until be->join (ll_gemm_desc.side) */
 static void linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu,
-                       void *relu_mask) {
+                       void *relu_mask, int side) {
     ll_gemm_desc g = ll_gemm_xwt(m, y, x, N, in, out, w);
+    g.side = side;
     if (b) {
         g.epi = relu ? (relu_mask ? LL_EPI_BIAS_RELU_AUX : LL_EPI_BIAS_RELU) : LL_EPI_BIAS;
         g.aux = relu ? relu_mask : NULL;
@@ -48,7 +50,7 @@ static void linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, i
 }
 
 void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu) {
-    linear_fwd(m, y, x, N, in, out, w, b, relu, NULL);
+    linear_fwd(m, y, x, N, in, out, w, b, relu, NULL, 0);
 }
 
 /* relu_mask (NULL: none): dx is then also multiplied by the ReLU's gradient (DRELU; dx_beta 0),
@@ -145,8 +147,13 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
                               c->sent_src_len, c->sents, c->beam, p->S, H, Dh, 0, 0, NULL, 0);
         } else {
             const int Ns = p->B * p->S;
-            k->kv = ll_buf(m, (size_t)Ns * 2 * C);
-            ll_linear_fwd(m, k->kv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b, 0);
+            if (k->kv_ready) { /* queued beside the self-attention block (ll_layer_fwd) */
+                k->kv_ready = 0;
+                be->join(be);
+            } else {
+                k->kv = ll_buf(m, (size_t)Ns * 2 * C);
+                ll_linear_fwd(m, k->kv, p->enc_out, Ns, C, 2 * C, L->ckv_w, L->ckv_b, 0);
+            }
             k->lse = ll_fbuf(m, (size_t)p->B * H * p->T);
             ll_site_rng(&k->attn_rng, p, layer, SITE_CROSS_PROBS);
             be->attention_fwd(be, k->ctx, k->lse, k->q, C, k->kv, ACT(m, k->kv, C), 2 * C, p->src_len, p->B, p->T,
@@ -162,7 +169,7 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
         const size_t mb = p->train && be->relu_mask_bytes ? be->relu_mask_bytes(be, N, F) : 0;
         k->relu_mask = mb ? mask_buf(m, mb) : NULL;
         if (k->relu_mask)
-            linear_fwd(m, k->h, in, N, C, F, L->fc1_w, L->fc1_b, 1, k->relu_mask);
+            linear_fwd(m, k->h, in, N, C, F, L->fc1_w, L->fc1_b, 1, k->relu_mask, 0);
         else
             sub_linear(m, p, layer, PK_FC1, k->h, in, N, C, F, L->fc1_w, L->fc1_b, 1); /* bias + ReLU epilogue */
         k->amask = NULL;
@@ -462,6 +469,15 @@ static void find_next_ln(const ll_model *m, ll_stack_run *r, int i, int l) {
     }
 }
 
+/* Will block k (a cross attention) run as itself, outside a conditional body, with keys and values
+ * of its own to compute?  (ll_block_fwd's rules; a backend without join runs everything in order.) */
+static int cross_runs_plain(const ll_model *m, const ll_block *k, const ll_pass *p, int cond_layer) {
+    const ll_layer_ctl *ctl = k->ctl;
+    if (k->kind != SUB_CROSS || p->inc || cond_layer || !m->be->join) return 0;
+    if (ctl && (ctl->skip || ctl->skip_cross || ll_layer_off(ctl))) return 0;
+    return !ll_cond_cross(m, k);
+}
+
 ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x) {
     const ll_layer_ctl *ctl = r->blocks[l * r->per_layer].ctl;
     const size_t n = (size_t)r->p.B * r->p.T * m->hp.C;
@@ -470,6 +486,18 @@ ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x) {
     if (cond) { /* LayerDrop in a graph: the layer, or y = x, chosen by the uploaded draw */
         y = ll_buf(m, n);
         m->be->cond_if(m->be, ctl->run_at, !ctl->skip);
+    }
+    /* the cross attention's keys and values read the encoder's output alone: queued beside the
+     * layer's self-attention block (ll_gemm_desc.side; the CUDA side stream), joined before the
+     * cross attention reads them (sub_fwd) */
+    for (int j = 1; j < r->per_layer; j++) {
+        ll_block *k = &r->blocks[l * r->per_layer + j];
+        k->kv_ready = 0;
+        if (!cross_runs_plain(m, k, &r->p, cond)) continue;
+        const int C = m->hp.C, Ns = r->p.B * r->p.S;
+        k->kv = ll_buf(m, (size_t)Ns * 2 * C);
+        linear_fwd(m, k->kv, r->p.enc_out, Ns, C, 2 * C, k->L->ckv_w, k->L->ckv_b, 0, NULL, 1);
+        k->kv_ready = 1;
     }
     for (int j = 0; j < r->per_layer; j++) {
         ll_block *k = &r->blocks[l * r->per_layer + j];

@@ -48,6 +48,7 @@ typedef struct {
      * (backward recomputes the probabilities and redraws the dropout mask
      * from attn_rng) */
     ll_act *qkv, *q, *kv, *ctx;
+    int kv_ready; /* kv queued beside the layer's self-attention block (ll_layer_fwd): join before reading */
     real *lse;
     ll_philox attn_rng;
     /* FFN */

@@ -102,7 +102,7 @@ static void print_step_gemms(ll_backend *be) {
         if (sh[i].g.side) side += shape_flops(&sh[i]), side_calls += sh[i].calls;
     }
     printf("matmuls of the step: %llu calls of %d shapes, %.2f TFLOP (%llu calls, %.2f TFLOP, may run beside the "
-           "backward's chain: on CUDA its side stream); the %d with the most FLOPs:\n",
+           "chain: on CUDA its side stream); the %d with the most FLOPs:\n",
            (unsigned long long)calls, n, total * 1e-12, (unsigned long long)side_calls, side * 1e-12,
            n < SHOWN ? n : SHOWN);
     printf("  %6s %5s %6s %6s %6s %-11s %-9s %9s %6s %4s\n", "calls", "trans", "M", "N", "K", "types", "epi", "GFLOP",

@@ -48,6 +48,8 @@
 #   side_workspace the side stream's products use the device stream's cuBLASLt workspace
 #   side_slot  every layer norm finish on the side stream reads the same slot of partials (the
 #              next layer norm's row kernel overwrites them before the finish runs)
+#   kv_join    the cross attention reads its keys and values without joining the side stream that
+#              computes them (queued beside the self-attention block)
 #   share      the residual backward's blocks take equal shares without the remainder (a grid
 #              of one wave splits the Philox blocks unevenly: the last ones are never done)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
@@ -105,7 +107,7 @@ run_test() {
     graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
     bwd1_half) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
     side_fork | side_join | side_workspace | side_slot) "$b/gpu_test_graph_cuda" --side ;;
-    layer_join | group_release) "$b/gpu_test_step_cuda" ;;
+    layer_join | group_release | kv_join) "$b/gpu_test_step_cuda" ;;
     group_pp) LL_PARITY_PRECISION=bf16 LL_LAYERS_PER_JOIN=2 "$b/gpu_test_step_cuda" ;;
   esac
 }
@@ -138,6 +140,8 @@ M = {
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n    __syncthreads();\n",
                    "            sb[warp][(lane + WARP * k) * V + i] = ab[k * V + i];\n        }\n"),
     "side_slot": ("src/backend/cuda/cuda_side.c", "    return s->slots++;", "    return (s->slots++, 0);"),
+    "kv_join": ("src/model/layers.c", "                k->kv_ready = 0;\n                be->join(be);\n",
+                "                k->kv_ready = 0;\n"),
     "share": ("kernels/residual.cu", "hi = lo + share + (b < extra ? 1 : 0);", "hi = lo + share;"),
     "ticket": ("kernels/residual.cu", "    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */\n", ""),
     "relu_note": ("src/backend/cuda/cuda_gemm_lt.c", "drelu_kernel = drelu && !ll_cuda_relu_mask_written(g->aux);",
@@ -166,7 +170,7 @@ PY
 }
 
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
-  graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release)
+  graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release kv_join)
 status=0
 build || { tail -30 "$work/build.log"; exit 1; }
 for m in "${mutants[@]}"; do
