@@ -82,7 +82,7 @@ static void linear_bwd(ll_model *m, void *dx, ll_dtype dx_type, real dx_beta, co
 
 void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in, int out,
                    size_t w, size_t b) {
-    linear_bwd(m, dx, m->be->act, dx_beta, dy, x, N, in, out, w, b, NULL, NULL, 0);
+    linear_bwd(m, dx, m->be->act, dx_beta, dy, x, N, in, out, w, b, NULL, NULL, SIDE_DW);
 }
 
 /* inside a layer's backward: the weight gradient on the side (linear_bwd) */

@@ -216,8 +216,10 @@ void ll_block_bwd(ll_model *m, ll_block *blk, const ll_pass *p, ll_act *dy, ll_a
  * dtype, as cuBLASLt's fused epilogue needs); backward accumulates dW and db
  * (one gemm with the BGRAD epilogue, fp32) and dx (if non-NULL):
  * dx = dx_beta * dx + dy W, so dx_beta = 0 writes a fresh (uninitialised)
- * buffer.  (Inside a layer's backward layers.c's own variant also queues dW
- * beside the ops after it, and takes a `real` dx.) */
+ * buffer.  The weight gradient may run beside the ops after it (ll_gemm_desc.side: the output
+ * projection's, 32000 x 512 x 8192 for ll64, beside the decoder's backward) until the caller's
+ * be->join; dy and x must stay as they are until then.  (Inside a layer's backward layers.c's own
+ * variant does the same, and takes a `real` dx.) */
 void ll_linear_fwd(ll_model *m, ll_act *y, const ll_act *x, int N, int in, int out, size_t w, size_t b, int relu);
 void ll_linear_bwd(ll_model *m, ll_act *dx, real dx_beta, const ll_act *dy, const ll_act *x, int N, int in, int out,
                    size_t w, size_t b);

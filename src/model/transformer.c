@@ -141,6 +141,8 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, ll_act *dout) {
         }
         if (r->L == 0) be->copy(be, dx0, dtop, ACT_BYTES(m, n));
     }
+    /* (the layers joined; with none, the tied output projection's gradient beside: ll_linear_bwd) */
+    if (be->join) be->join(be);
     if (r->emb_mask) be->dropout_bwd(be, dx0, r->emb_mask, n, m->hp.dropout);
     const size_t emb = r->stack ? m->dec_emb : m->enc_emb;
     ll_model_grad_take_fresh(m, emb); /* a tied output projection's matmul must add to this, not overwrite it */
