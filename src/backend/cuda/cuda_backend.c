@@ -523,8 +523,7 @@ static void graph_launch(cuda_impl *im, int slot, int new_structure) {
     im->graph.st.launches++;
 }
 
-/* a switch that is on unless the environment sets it to 0, read once into *cached */
-static int on_unless_0(const char *name, int *cached) {
+int ll_cuda_env_on(const char *name, int *cached) {
     if (*cached < 0) {
         const char *v = getenv(name);
         *cached = !(v && !strcmp(v, "0"));
@@ -534,13 +533,13 @@ static int on_unless_0(const char *name, int *cached) {
 /* LL_CUDA_GRAPH_REPLAY=0: every step captured (and updated into its kept graph), for A/B timing */
 static int replay_on(void) {
     static int on = -1;
-    return on_unless_0("LL_CUDA_GRAPH_REPLAY", &on);
+    return ll_cuda_env_on("LL_CUDA_GRAPH_REPLAY", &on);
 }
 /* LL_CUDA_GRAPH_UPDATE=0: a new capture never goes into a kept executable by cudaGraphExecUpdate;
  * the slot's executable is destroyed and the capture instantiated anew */
 static int update_on(void) {
     static int on = -1;
-    return on_unless_0("LL_CUDA_GRAPH_UPDATE", &on);
+    return ll_cuda_env_on("LL_CUDA_GRAPH_UPDATE", &on);
 }
 
 /* Which kernels a graph launches, in order: a hash of its nodes' types and, for each kernel node,

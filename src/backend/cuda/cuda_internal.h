@@ -37,6 +37,9 @@ unsigned *ll_cuda_ticket(ll_backend *be);
  * norm's finish (they are counted apart).  ll_cuda_side_slot: a slot of scratch for work the side
  * will read after the device's stream went on (0..LL_CUDA_SIDE_SLOTS-1, free again at the next
  * join), or -1: the side is not open (no join promised) and the work runs in order. */
+/* A switch that is on unless the environment sets it to 0 (A/B timing), read once into *cached
+ * (-1 before). */
+int ll_cuda_env_on(const char *name, int *cached);
 #define LL_CUDA_SIDE_SLOTS 16 /* a group of 4 decoder layers has 12 layer norms (ll_layer_join_every) */
 int ll_cuda_side_begin(ll_backend *be, int gemm);
 /* A non-blocking stream of the current device at the greatest stream priority (side 0: the device's

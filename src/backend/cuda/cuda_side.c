@@ -33,9 +33,6 @@
  * the gemm runs in order.  LL_CUDA_SIDE_STREAM=0 runs every gemm in order (the
  * A/B of the benchmark).  The backend joins by itself before every host wait
  * and capture boundary, so a caller that never joins is only slower. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "cuda_internal.h"
 
 #define SIDE_DEVICES 64
@@ -61,20 +58,12 @@ static side_state *side_of(ll_backend *be) {
 
 static int side_wanted(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LL_CUDA_SIDE_STREAM");
-        on = !(v && !strcmp(v, "0"));
-    }
-    return on;
+    return ll_cuda_env_on("LL_CUDA_SIDE_STREAM", &on);
 }
 
 static int priorities_wanted(void) {
     static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LL_CUDA_STREAM_PRIORITY");
-        on = !(v && !strcmp(v, "0"));
-    }
-    return on;
+    return ll_cuda_env_on("LL_CUDA_STREAM_PRIORITY", &on);
 }
 
 cudaError_t ll_cuda_stream_create(cudaStream_t *s, int side) {
