@@ -73,10 +73,10 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
   [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
   [graph_kernels]=src/backend/cuda/cuda_backend.c [bwd1_half]=kernels/attention_tc.cu
-  [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c [layer_join]=src/model/transformer.c [group_pp]=src/model/transformer.c
-  [group_release]=src/model/transformer.c
-  [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [share]=kernels/residual.cu
-  [side_slot]=src/backend/cuda/cuda_side.c)
+  [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c
+  [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [side_slot]=src/backend/cuda/cuda_side.c
+  [layer_join]=src/model/transformer.c [group_pp]=src/model/transformer.c [group_release]=src/model/transformer.c
+  [kv_join]=src/model/layers.c [share]=kernels/residual.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -172,6 +172,9 @@ PY
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
   graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release kv_join)
 status=0
+for m in "${mutants[@]}"; do # (each mutant's file is touched above and restored below)
+  [ -n "${file[$m]:-}" ] || { echo "mutants: $m has no entry in file=(...)"; exit 1; }
+done
 build || { tail -30 "$work/build.log"; exit 1; }
 for m in "${mutants[@]}"; do
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
