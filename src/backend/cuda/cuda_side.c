@@ -4,8 +4,9 @@
  * Nothing reads a weight gradient dW = dY^T X before the optimizer, and ll64's
  * run at 200-340 TFLOP/s alone on an H100 (512 x 512 outputs over K = 8192: a
  * few dozen tiles for 132 SMs).  The model queues them with ll_gemm_desc.side
- * and calls be->join where the buffers they read are about to be reused (the
- * end of each layer's backward).  Here such a gemm runs on a second stream of
+ * and calls be->join where the buffers they read are about to be reused (after
+ * each group of 4 layers' backward: ll_layer_join_every; in the forward, the
+ * cross attention's keys and values before it reads them).  Here such a gemm runs on a second stream of
  * the device: it waits for an event recorded on the device's stream after
  * everything queued so far (its inputs), and join makes the device's stream wait
  * for all the side has.  Meanwhile the input-gradient products, attention and
