@@ -12,7 +12,8 @@
  * Every op dispatches on be->act to the fp32 or bf16 instance of its kernel.
  *
  * This file has the memory ops, convert, layer norm and attention; the other
- * ops are registered from cuda_ops_*.c and cuda_gemm_lt.c.  Compiled only into
+ * ops are registered from cuda_ops_*.c and cuda_gemm_lt.c, the step as a CUDA
+ * graph from cuda_graph.c (cuda_impl.h: the state the two share).  Compiled only into
  * ll_cuda (float build with LL_WITH_CUDA); src/backend/backend.c stubs
  * ll_backend_cuda* and ll_cuda_device_count in builds without CUDA. */
 #include <cuda_runtime_api.h>
@@ -22,7 +23,7 @@
 
 #include "ll/backend.h"
 #include "ll/core.h"
-#include "cuda_internal.h"
+#include "cuda_impl.h"
 #include "ll_cuda.h"
 
 #ifdef LL_REAL_DOUBLE
@@ -32,80 +33,13 @@ _Static_assert(sizeof(real) == sizeof(float), "CUDA backend expects real == floa
 
 #define LL_CUDA_MAX_DEVICES 64
 
-/* Uploads up to this size go through pinned staging buffers, asynchronously;
- * larger ones (checkpoints, embeddings) copy synchronously from the caller's
- * memory, as before. */
-#define STAGE_MAX ((size_t)64 << 20)
-#define STAGE_SLOTS 2
-/* executable graphs kept, one per step fingerprint, least recently used out
- * (LL_CUDA_GRAPHS_KEPT: fewer, 1 to GRAPH_CACHE) */
-#define GRAPH_CACHE 32
-#define GRAPH_RETIRED 16
-#define COND_MAX 8 /* conditionals nested in a captured step */
-/* graphs off for good when more than GRAPH_BUILT_MAX of the last GRAPH_WINDOW steps had a layer
- * structure no kept graph has (LayerDrop): building a graph costs more than launching its kernels
- * one by one.  (A new batch shape of a known structure is no such step: its graph is kept.) */
-#define GRAPH_WINDOW 16
-#define GRAPH_BUILT_MAX 8
-
-typedef struct {
-    float *p; /* device, grow-only */
-    size_t bytes;
-} cuda_scratch;
-
-typedef struct {
-    int device;
-    cudaStream_t stream; /* where ops queue now: the device's stream, a conditional body's, or the side's */
-    int lane;            /* 0, or 1 while an op queues on the side stream (cuda_side.c): its own scratch */
-    /* [lane]: ops on the two streams may run at once; [2 + slot]: the side's slots (ll_cuda_side_slot) */
-    cuda_scratch scratch[2 + LL_CUDA_SIDE_SLOTS];
-    unsigned *ticket; /* device, 0 between launches: residual_bwd's last-block counter (ll_cuda_ticket) */
-    /* pinned upload staging, a ring: a slot is reused once its copy has run */
-    struct {
-        void *host; /* cudaMallocHost, grow-only */
-        size_t cap;
-        cudaEvent_t done;
-        int used;
-    } stage[STAGE_SLOTS];
-    int stage_next;
-    pthread_mutex_t stage_mu;
-    /* download_start/finish: one copy in flight into pinned memory */
-    struct {
-        void *host; /* cudaMallocHost, grow-only */
-        size_t cap, bytes;
-        cudaEvent_t done;
-        int pending;
-    } late;
-    /* graph_begin/graph_end (the training step as a CUDA graph) */
-    struct {
-        int capturing;
-        int off;              /* given up (GRAPH_BUILT_MAX): graph_begin says no */
-        uint32_t new_mask;  /* the last GRAPH_WINDOW steps: bit set = a structure no graph had */
-        struct {
-            uint64_t fp, family, used;
-            uint64_t mem_gen; /* of the backend buffers the graph uses (the scratch) */
-            uint64_t kernels; /* graph_kernels() of the graph in exec (0: unknown, never updated) */
-            cudaGraphExec_t exec;
-        } cache[GRAPH_CACHE];
-        uint64_t clock, steps;
-        uint64_t mem_gen; /* +1 whenever the scratch moves: kept graphs point at the old one */
-        /* scratch buffers outgrown during a capture: the graph still uses them */
-        void *retired[GRAPH_RETIRED];
-        int n_retired;
-        ll_graph_stats st;
-        /* cond_if: the bodies being captured, each on its own stream (the ops
-         * queue on im->stream, which is the innermost body's meanwhile) */
-        struct {
-            cudaStream_t parent, body;
-            cudaGraph_t bodies[2];
-            int in_else;
-        } cond[COND_MAX];
-        cudaStream_t cond_streams[COND_MAX]; /* created on first use, one per depth */
-        int cond_depth, had_cond;
-        int spoiled; /* a conditional could not be built: graph_end discards the capture */
-        char spoil_why[160];
-    } graph;
-} cuda_impl;
+int ll_cuda_env_on(const char *name, int *cached) {
+    if (*cached < 0) {
+        const char *v = getenv(name);
+        *cached = !(v && !strcmp(v, "0"));
+    }
+    return *cached;
+}
 
 int ll_cuda_sync_checking(void) {
     static int on = -1;
@@ -126,13 +60,7 @@ void ll_cuda_sync_check(const char *what, const char *file, int line) {
                what, file, line, cudaGetErrorString(e));
 }
 
-static void cuda_check(cudaError_t e, const char *what, const char *file, int line) {
-    if (e != cudaSuccess) ll_die("CUDA error at %s:%d (%s): %s", file, line, what, cudaGetErrorString(e));
-    ll_cuda_sync_check(what, file, line);
-}
-#define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
-
-static cuda_impl *impl_of(ll_backend *be) { return (cuda_impl *)be->impl; }
+#define CUDA_CHECK(call) LL_CU(call)
 
 /* Inside a captured step a host transfer or wait would happen once, at the
  * capture, not at each launch of the graph: a bug in the caller, never data. */
@@ -144,8 +72,8 @@ static void no_capture(cuda_impl *im, const char *what) {
 }
 
 /* Make the backend's device current for the calling thread (cheap when it already is). */
-static cuda_impl *enter(ll_backend *be) {
-    cuda_impl *im = impl_of(be);
+cuda_impl *ll_cuda_impl_enter(ll_backend *be) {
+    cuda_impl *im = ll_cuda_impl(be);
     CUDA_CHECK(cudaSetDevice(im->device));
     return im;
 }
@@ -165,7 +93,7 @@ int ll_cuda_device_count(void) {
 /* ---- memory ------------------------------------------------------------------ */
 
 static void *cu_alloc(ll_backend *be, size_t bytes) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     void *p = NULL;
     if (bytes == 0) bytes = 1; /* a unique, freeable pointer, as malloc(0) may not give one */
     cudaError_t e = cudaMalloc(&p, bytes);
@@ -184,7 +112,7 @@ static void *cu_alloc(ll_backend *be, size_t bytes) {
 
 static void cu_free(ll_backend *be, void *p) {
     if (!p) return;
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     no_capture(im, "free");
     ll_cuda_side_join(be);
     /* work still queued on the stream may use p */
@@ -198,7 +126,7 @@ static void cu_free(ll_backend *be, void *p) {
  * for the copy that last used the slot.  Large ones are synchronous. */
 static void cu_upload(ll_backend *be, void *dst, const void *host_src, size_t bytes) {
     if (bytes == 0) return;
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     no_capture(im, "upload");
     if (bytes > STAGE_MAX) {
         CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, im->stream));
@@ -223,7 +151,7 @@ static void cu_upload(ll_backend *be, void *dst, const void *host_src, size_t by
 
 static void cu_download(ll_backend *be, void *host_dst, const void *src, size_t bytes) {
     if (bytes == 0) return;
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     no_capture(im, "download");
     ll_cuda_side_join(be);
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, im->stream));
@@ -231,7 +159,7 @@ static void cu_download(ll_backend *be, void *host_dst, const void *src, size_t 
 }
 
 static void cu_download_start(ll_backend *be, const void *src, size_t bytes) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     no_capture(im, "download_start");
     ll_cuda_side_join(be);
     if (im->late.pending) ll_die("CUDA backend: download_start while another is in flight (one at a time)");
@@ -247,7 +175,7 @@ static void cu_download_start(ll_backend *be, const void *src, size_t bytes) {
 }
 
 static void cu_download_finish(ll_backend *be, void *host_dst, size_t bytes) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     no_capture(im, "download_finish");
     if (!im->late.pending || bytes > im->late.bytes)
         ll_die("CUDA backend: download_finish of %zu bytes without a download_start of as many", bytes);
@@ -258,18 +186,18 @@ static void cu_download_finish(ll_backend *be, void *host_dst, size_t bytes) {
 
 static void cu_memset0(ll_backend *be, void *p, size_t bytes) {
     if (bytes == 0) return;
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, im->stream));
 }
 
 static void cu_copy(ll_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes == 0) return;
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, im->stream));
 }
 
 static void cu_sync(ll_backend *be) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     no_capture(im, "sync");
     ll_cuda_side_join(be);
     CUDA_CHECK(cudaStreamSynchronize(im->stream));
@@ -305,7 +233,7 @@ static float *scratch(cuda_impl *im, size_t bytes) { return scratch_of(im, &im->
 /* ---- convert (kernels/convert.cu) ---------------------------------------------- */
 
 static void cu_convert(ll_backend *be, void *dst, ll_dtype dt, const void *src, ll_dtype st, size_t n) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(ll_cuda_convert(im->stream, dst, dt, src, st, n));
 }
 
@@ -313,13 +241,13 @@ static void cu_convert(ll_backend *be, void *dst, ll_dtype dt, const void *src, 
 
 static void cu_layernorm_fwd(ll_backend *be, ll_act *out, real *mean, real *rstd, const ll_act *x, const real *w,
                              const real *b, int N, int C) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(ll_cuda_layernorm_fwd_dt(im->stream, ll_cuda_act(be), out, mean, rstd, x, w, b, N, C));
 }
 
 static void cu_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, const ll_act *dout, const ll_act *x,
                              const real *w, const real *mean, const real *rstd, int N, int C) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     size_t nf = (dw || db) ? ll_cuda_layernorm_bwd_scratch_floats(N, C) : 0;
     /* inside a stack's layers the column sums' finish runs beside the chain (cuda_side.c), on
      * partials in a slot of their own: the next layer norm's rows may overwrite the lane's scratch
@@ -342,7 +270,7 @@ static void cu_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, con
 static void cu_attention_fwd(ll_backend *be, ll_act *out, real *lse, const ll_act *q, int q_stride, const ll_act *k,
                              const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                              int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(ll_cuda_attention_fwd_dt(im->stream, ll_cuda_act(be), out, lse, q, q_stride, k, v, kv_stride, key_len,
                                         B, Tq, Tk, H, Dh, causal, attn_dropout, rng, rng_offset));
 }
@@ -351,7 +279,7 @@ static void cu_attention_bwd(ll_backend *be, ll_act *dq, ll_act *dk, ll_act *dv,
                              const ll_act *out, const real *lse, const ll_act *q, int q_stride, const ll_act *k,
                              const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                              int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(ll_cuda_attention_bwd_dt(im->stream, ll_cuda_act(be), dq, dk, dv, dout, out, lse, q, q_stride, k, v,
                                         kv_stride, key_len, B, Tq, Tk, H, Dh, causal, attn_dropout, rng,
                                         rng_offset));
@@ -359,16 +287,16 @@ static void cu_attention_bwd(ll_backend *be, ll_act *dq, ll_act *dk, ll_act *dv,
 
 /* ---- CUDA-only helpers (kernels/ll_cuda.h) ------------------------------------- */
 
-cudaStream_t ll_cuda_stream(ll_backend *be) { return impl_of(be)->stream; }
-cudaStream_t ll_cuda_enter(ll_backend *be) { return enter(be)->stream; }
+cudaStream_t ll_cuda_stream(ll_backend *be) { return ll_cuda_impl(be)->stream; }
+cudaStream_t ll_cuda_enter(ll_backend *be) { return ll_cuda_impl_enter(be)->stream; }
 void ll_cuda_set_lane(ll_backend *be, cudaStream_t s, int lane) {
-    impl_of(be)->stream = s;
-    impl_of(be)->lane = lane;
+    ll_cuda_impl(be)->stream = s;
+    ll_cuda_impl(be)->lane = lane;
 }
-int ll_cuda_cond_depth(ll_backend *be) { return impl_of(be)->graph.cond_depth; }
-void *ll_cuda_scratch(ll_backend *be, size_t bytes) { return scratch(impl_of(be), bytes); }
-int ll_cuda_device(ll_backend *be) { return impl_of(be)->device; }
-unsigned *ll_cuda_ticket(ll_backend *be) { return impl_of(be)->ticket; }
+int ll_cuda_cond_depth(ll_backend *be) { return ll_cuda_impl(be)->graph.cond_depth; }
+void *ll_cuda_scratch(ll_backend *be, size_t bytes) { return scratch(ll_cuda_impl(be), bytes); }
+int ll_cuda_device(ll_backend *be) { return ll_cuda_impl(be)->device; }
+unsigned *ll_cuda_ticket(ll_backend *be) { return ll_cuda_impl(be)->ticket; }
 
 void ll_cuda_check_launch(cudaError_t e, const char *op) {
     if (e != cudaSuccess) ll_die("CUDA error in %s: %s", op, cudaGetErrorString(e));
@@ -376,330 +304,15 @@ void ll_cuda_check_launch(cudaError_t e, const char *op) {
 }
 
 void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const ll_philox *r, uint64_t offset) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(ll_cuda_launch_philox_u32(im->stream, dev_out, n, *r, offset));
 }
 
 void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const ll_philox *r,
                                  uint64_t offset) {
-    cuda_impl *im = enter(be);
+    cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(ll_cuda_launch_philox_uniform(im->stream, dev_out, n, *r, offset));
 }
-
-/* ---- the step as a CUDA graph ------------------------------------------------------
- * Captured in relaxed mode (the arena and the scratch may still grow inside a
- * step: cudaMalloc is allowed there, the frees wait for the launch), kept per
- * fingerprint.  A step whose fingerprint is kept is launched as it is
- * (graph_replay); a new one is captured and, when no slot is free, applied to
- * the family's least recently used graph (cudaGraphExecUpdate: new pointers,
- * shapes, kernels) or instantiated, then launched on the stream. */
-
-static int graphs_kept(void) {
-    static int n = 0;
-    if (!n) {
-        const char *v = getenv("LL_CUDA_GRAPHS_KEPT");
-        n = v && *v ? atoi(v) : GRAPH_CACHE;
-        if (n < 1 || n > GRAPH_CACHE) ll_die("LL_CUDA_GRAPHS_KEPT=%s: want 1 to %d", v, GRAPH_CACHE);
-    }
-    return n;
-}
-
-static int cu_graph_begin(ll_backend *be) {
-    cuda_impl *im = enter(be);
-    if (im->graph.capturing) ll_die("CUDA backend: graph_begin inside a captured step");
-    if (im->graph.off || ll_cuda_sync_checking()) return -1; /* (the check synchronises after every op) */
-    ll_cuda_side_join(be); /* (a capture may not wait for work outside it) */
-    CUDA_CHECK(cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeRelaxed));
-    im->graph.capturing = 1;
-    im->graph.had_cond = im->graph.spoiled = 0;
-    return 0;
-}
-
-/* An IF node with an else body in the graph being captured: a one-thread
- * kernel sets its handle from *run when the graph runs, the node follows it,
- * and the ops up to cond_else / cond_end are captured into the two bodies
- * (cudaStreamBeginCaptureToGraph on a stream of this depth).  A CUDA error on
- * the way (a driver without conditional nodes, a body rule) spoils the capture
- * instead of stopping the run: the ops go on into the step's capture as they
- * come, graph_end discards it, and the step runs without a graph. */
-static int cond_spoil(cuda_impl *im, cudaError_t e, const char *what) {
-    if (e == cudaSuccess) return 0;
-    (void)cudaGetLastError();
-    if (!im->graph.spoiled) snprintf(im->graph.spoil_why, sizeof im->graph.spoil_why, "%s: %s", what, cudaGetErrorString(e));
-    im->graph.spoiled = 1;
-    return -1;
-}
-#define COND_TRY(call) cond_spoil(im, (call), #call)
-
-static int cu_cond_if(ll_backend *be, const uint8_t *run, int host_run) {
-    (void)host_run;
-    cuda_impl *im = enter(be);
-    if (!im->graph.capturing) return -1; /* the caller queues the host's branch */
-    const int d = im->graph.cond_depth;
-    if (d == COND_MAX) ll_die("CUDA backend: conditionals nested deeper than %d", COND_MAX);
-    im->graph.cond_depth = d + 1;
-    im->graph.cond[d].body = NULL; /* (spoiled: both branches go on into the enclosing capture) */
-    im->graph.cond[d].in_else = 0;
-    im->graph.had_cond = 1;
-    ll_cuda_side_join(be); /* (the bodies are captured on one stream each) */
-    if (im->graph.spoiled) return 0;
-    cudaStream_t cur = im->stream;
-    enum cudaStreamCaptureStatus status;
-    cudaGraph_t g = NULL;
-    const cudaGraphNode_t *deps = NULL;
-    size_t n_deps = 0;
-    cudaGraphConditionalHandle h;
-    if (COND_TRY(cudaStreamGetCaptureInfo(cur, &status, NULL, &g, NULL, NULL, NULL)) ||
-        COND_TRY(cudaGraphConditionalHandleCreate(&h, g, 0, cudaGraphCondAssignDefault)) ||
-        COND_TRY(ll_cuda_launch_cond_set(cur, h, run)) ||
-        COND_TRY(cudaStreamGetCaptureInfo(cur, &status, NULL, &g, &deps, NULL, &n_deps)))
-        return 0;
-    struct cudaGraphNodeParams p;
-    memset(&p, 0, sizeof p);
-    p.type = cudaGraphNodeTypeConditional;
-    p.conditional.handle = h;
-    p.conditional.type = cudaGraphCondTypeIf;
-    p.conditional.size = 2; /* [0] when *run != 0, [1] otherwise */
-    cudaGraphNode_t node;
-    if (COND_TRY(cudaGraphAddNode(&node, g, deps, NULL, n_deps, &p)) ||
-        COND_TRY(cudaStreamUpdateCaptureDependencies(cur, &node, NULL, 1, cudaStreamSetCaptureDependencies)))
-        return 0;
-    if (!im->graph.cond_streams[d] &&
-        COND_TRY(ll_cuda_stream_create(&im->graph.cond_streams[d], 0)))
-        return 0;
-    if (COND_TRY(cudaStreamBeginCaptureToGraph(im->graph.cond_streams[d], p.conditional.phGraph_out[0], NULL, NULL, 0,
-                                               cudaStreamCaptureModeRelaxed)))
-        return 0;
-    im->graph.cond[d].parent = cur;
-    im->graph.cond[d].body = im->graph.cond_streams[d];
-    im->graph.cond[d].bodies[0] = p.conditional.phGraph_out[0];
-    im->graph.cond[d].bodies[1] = p.conditional.phGraph_out[1];
-    im->stream = im->graph.cond[d].body;
-    im->graph.st.conditionals++;
-    return 0;
-}
-
-static void cu_cond_else(ll_backend *be) {
-    cuda_impl *im = enter(be);
-    const int d = im->graph.cond_depth - 1;
-    if (d < 0 || im->graph.cond[d].in_else) ll_die("CUDA backend: cond_else without cond_if");
-    im->graph.cond[d].in_else = 1;
-    if (!im->graph.cond[d].body) return;
-    cudaGraph_t g = NULL;
-    if (!COND_TRY(cudaStreamEndCapture(im->graph.cond[d].body, &g)) &&
-        !COND_TRY(cudaStreamBeginCaptureToGraph(im->graph.cond[d].body, im->graph.cond[d].bodies[1], NULL, NULL, 0,
-                                                cudaStreamCaptureModeRelaxed)))
-        return;
-    im->stream = im->graph.cond[d].parent; /* the rest of the step into the (spoiled) enclosing capture */
-    im->graph.cond[d].body = NULL;
-}
-
-static void cu_cond_end(ll_backend *be) {
-    cuda_impl *im = enter(be);
-    const int d = im->graph.cond_depth - 1;
-    if (d < 0) ll_die("CUDA backend: cond_end without cond_if");
-    im->graph.cond_depth = d;
-    if (!im->graph.cond[d].body) return;
-    cudaGraph_t g = NULL;
-    COND_TRY(cudaStreamEndCapture(im->graph.cond[d].body, &g));
-    im->stream = im->graph.cond[d].parent;
-}
-#undef COND_TRY
-
-/* Launch the kept graph of slot for this step; new_structure: no kept graph had its family
- * (the give-up rule). */
-static void graph_launch(cuda_impl *im, int slot, int new_structure) {
-    im->graph.steps++;
-    im->graph.new_mask = im->graph.new_mask << 1 | (uint32_t)new_structure;
-    const int recent = __builtin_popcount(im->graph.new_mask & ((1u << GRAPH_WINDOW) - 1));
-    if (im->graph.steps >= GRAPH_WINDOW && recent > GRAPH_BUILT_MAX) {
-        im->graph.off = 1;
-        ll_log("CUDA graphs off from here: %d of the last %d steps had a layer structure no kept graph had (it "
-               "changes from step to step, e.g. LayerDrop); kernels are launched one by one",
-               recent, GRAPH_WINDOW);
-    }
-    im->graph.cache[slot].used = ++im->graph.clock;
-    CUDA_CHECK(cudaGraphLaunch(im->graph.cache[slot].exec, im->stream));
-    im->graph.st.launches++;
-}
-
-int ll_cuda_env_on(const char *name, int *cached) {
-    if (*cached < 0) {
-        const char *v = getenv(name);
-        *cached = !(v && !strcmp(v, "0"));
-    }
-    return *cached;
-}
-/* LL_CUDA_GRAPH_REPLAY=0: every step captured (and updated into its kept graph), for A/B timing */
-static int replay_on(void) {
-    static int on = -1;
-    return ll_cuda_env_on("LL_CUDA_GRAPH_REPLAY", &on);
-}
-/* LL_CUDA_GRAPH_UPDATE=0: a new capture never goes into a kept executable by cudaGraphExecUpdate;
- * the slot's executable is destroyed and the capture instantiated anew */
-static int update_on(void) {
-    static int on = -1;
-    return ll_cuda_env_on("LL_CUDA_GRAPH_UPDATE", &on);
-}
-
-/* Which kernels a graph launches, in order: a hash of its nodes' types and, for each kernel node,
- * its function, cluster shape and priority; 0 when the runtime does not say (the graph is then never updated
- * in place).  cudaGraphExecUpdate accepts a kernel node whose kernel changed, but an H100
- * (CUDA 13.0, driver 580) then faulted with "an illegal instruction was encountered" (fp32 training
- * with TF32, where cuBLASLt picks other kernels for other shapes; bench/RESULTS.md, session 24), so
- * an executable is updated only with a capture of the same kernels: new pointers, grids and
- * arguments alone. */
-static uint64_t graph_kernels(cudaGraph_t g) {
-    size_t n = 0;
-    if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess || !n) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    cudaGraphNode_t *nodes = ll_malloc(n * sizeof *nodes);
-    uint64_t h = 1469598103934665603ull; /* FNV-1a over 64-bit words */
-#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
-    if (cudaGraphGetNodes(g, nodes, &n) != cudaSuccess) h = 0;
-    for (size_t i = 0; h && i < n; i++) {
-        enum cudaGraphNodeType t;
-        if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess) {
-            h = 0;
-            break;
-        }
-        MIX(t);
-        if (t != cudaGraphNodeTypeKernel) continue;
-        struct cudaKernelNodeParams kp;
-        cudaLaunchAttributeValue cl;
-        memset(&cl, 0, sizeof cl);
-        if (cudaGraphKernelNodeGetParams(nodes[i], &kp) != cudaSuccess || !kp.func ||
-            cudaGraphKernelNodeGetAttribute(nodes[i], cudaLaunchAttributeClusterDimension, &cl) != cudaSuccess) {
-            h = 0;
-            break;
-        }
-        MIX((uintptr_t)kp.func);
-        MIX(cl.clusterDim.x), MIX(cl.clusterDim.y), MIX(cl.clusterDim.z);
-        /* and its priority (the side stream's work is captured at the least: cuda_side.c) */
-        cudaLaunchAttributeValue pr;
-        memset(&pr, 0, sizeof pr);
-        if (cudaGraphKernelNodeGetAttribute(nodes[i], cudaLaunchAttributePriority, &pr) != cudaSuccess)
-            (void)cudaGetLastError(), pr.priority = 1; /* (not said: outside the range, the same for all) */
-        MIX(pr.priority);
-    }
-#undef MIX
-    if (!h) (void)cudaGetLastError();
-    free(nodes);
-    return h;
-}
-
-static int cu_graph_replay(ll_backend *be, uint64_t fp) {
-    cuda_impl *im = enter(be);
-    if (im->graph.capturing) ll_die("CUDA backend: graph_replay inside a captured step");
-    if (im->graph.off || ll_cuda_sync_checking()) return -1;
-    if (!replay_on()) return 1;
-    ll_cuda_side_join(be); /* (the graph's nodes are ordered after the device's stream only) */
-    for (int i = 0; i < GRAPH_CACHE; i++)
-        if (im->graph.cache[i].exec && im->graph.cache[i].fp == fp && im->graph.cache[i].mem_gen == im->graph.mem_gen) {
-            im->graph.st.replays++;
-            graph_launch(im, i, 0);
-            return 0;
-        }
-    return 1;
-}
-
-static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
-    cuda_impl *im = enter(be);
-    if (!im->graph.capturing) ll_die("CUDA backend: graph_end without graph_begin");
-    if (im->graph.cond_depth) ll_die("CUDA backend: graph_end inside a conditional (cond_if without cond_end)");
-    ll_cuda_side_join(be); /* (CUDA refuses a capture whose side stream was not joined back) */
-    im->graph.capturing = 0;
-    cudaGraph_t g = NULL;
-    cudaError_t e = cudaStreamEndCapture(im->stream, &g);
-    if (e != cudaSuccess && !im->graph.had_cond)
-        ll_die("CUDA graph capture of a training step failed: %s (train.cuda_graphs: false runs it without graphs)",
-               cudaGetErrorString(e));
-    if (e != cudaSuccess || im->graph.spoiled) { /* conditional nodes refused: nothing ran, the caller runs the step */
-        if (e != cudaSuccess && !im->graph.spoiled)
-            snprintf(im->graph.spoil_why, sizeof im->graph.spoil_why, "cudaStreamEndCapture: %s", cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        if (g) CUDA_CHECK(cudaGraphDestroy(g));
-        for (int i = 0; i < im->graph.n_retired; i++) CUDA_CHECK(cudaFree(im->graph.retired[i])); /* (nothing uses them) */
-        im->graph.n_retired = 0;
-        im->graph.off = 1;
-        ll_warn("CUDA graphs off: a step with conditional nodes (LayerDrop / cross-attention drop) could not be "
-                "captured (%s); its kernels and the rest run one by one (LL_CUDA_GRAPH_CONDS=0 keeps graphs for "
-                "steps of one draw)",
-                im->graph.spoil_why);
-        return -1;
-    }
-    size_t nodes = 0;
-    CUDA_CHECK(cudaGraphGetNodes(g, NULL, &nodes));
-    im->graph.st.captures++;
-    im->graph.st.nodes += nodes;
-    /* the slot: this fingerprint's (its scratch moved), a free one, the family's least recently
-     * used of the same kernels, else of any (updated in place only with the same kernels:
-     * graph_kernels), else the least recently used */
-    const uint64_t kernels = graph_kernels(g);
-    int same = -1, free_slot = -1, famk = -1, fam = -1, lru = 0;
-    for (int i = 0; i < graphs_kept(); i++) {
-        if (!im->graph.cache[i].exec) {
-            if (free_slot < 0) free_slot = i;
-            continue;
-        }
-        const uint64_t used = im->graph.cache[i].used;
-        if (im->graph.cache[i].fp == fp) same = i;
-        if (im->graph.cache[i].family == family) {
-            if (fam < 0 || used < im->graph.cache[fam].used) fam = i;
-            if (kernels && im->graph.cache[i].kernels == kernels && (famk < 0 || used < im->graph.cache[famk].used))
-                famk = i;
-        }
-        if (used < im->graph.cache[lru].used) lru = i; /* (no slot is free when it is used) */
-    }
-    const int slot = same >= 0 ? same : free_slot >= 0 ? free_slot : famk >= 0 ? famk : fam >= 0 ? fam : lru;
-    /* (conditionals' handles are new: such a graph is always built anew) */
-    if (im->graph.cache[slot].exec &&
-        (im->graph.had_cond || !update_on() || !kernels || kernels != im->graph.cache[slot].kernels)) {
-        CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
-        im->graph.cache[slot].exec = NULL;
-    }
-    if (im->graph.cache[slot].exec) {
-        cudaGraphExecUpdateResultInfo info;
-        if (cudaGraphExecUpdate(im->graph.cache[slot].exec, g, &info) == cudaSuccess) {
-            im->graph.st.updates++;
-        } else { /* other node types, or the runtime's rules (compute-sanitizer's memcheck refused ll's): built anew */
-            (void)cudaGetLastError();
-            im->graph.st.refusals++;
-            CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[slot].exec));
-            im->graph.cache[slot].exec = NULL;
-        }
-    }
-    const int built = !im->graph.cache[slot].exec;
-    if (built) {
-        CUDA_CHECK(cudaGraphInstantiate(&im->graph.cache[slot].exec, g, ll_cuda_graph_instantiate_flags()));
-        im->graph.st.instantiations++;
-    }
-    im->graph.cache[slot].fp = fp;
-    im->graph.cache[slot].family = family;
-    im->graph.cache[slot].kernels = kernels;
-    /* a graph whose ops used a scratch outgrown during the capture (freed below) is launched once, never replayed */
-    im->graph.cache[slot].mem_gen = im->graph.n_retired ? ~(uint64_t)0 : im->graph.mem_gen;
-    graph_launch(im, slot, same < 0 && fam < 0);
-    CUDA_CHECK(cudaGraphDestroy(g));
-    for (int i = 0; i < im->graph.n_retired; i++) CUDA_CHECK(cudaFree(im->graph.retired[i])); /* (waits for the launch) */
-    im->graph.n_retired = 0;
-    /* LL_CUDA_GEMM_TUNE: the matmul shapes first met in this capture are timed now; where one
-     * switched algorithm, the kept graphs (which have the old one) go: the next steps capture anew */
-    if (ll_cuda_gemm_tune_pending(be) > 0) {
-        CUDA_CHECK(cudaStreamSynchronize(im->stream));
-        for (int i = 0; i < GRAPH_CACHE; i++)
-            if (im->graph.cache[i].exec) {
-                CUDA_CHECK(cudaGraphExecDestroy(im->graph.cache[i].exec));
-                im->graph.cache[i].exec = NULL;
-            }
-        im->graph.st.tune_drops++;
-    }
-    return 0;
-}
-
-static void cu_graph_stats(ll_backend *be, ll_graph_stats *out) { *out = impl_of(be)->graph.st; }
 
 /* ---- construction ---------------------------------------------------------------
  * One impl (stream, scratch) per device and one backend per (device, dtype),
@@ -777,13 +390,7 @@ ll_backend *ll_backend_cuda_precision(int device, ll_dtype act) {
     be->sync = cu_sync;
     be->download_start = cu_download_start;
     be->download_finish = cu_download_finish;
-    be->graph_begin = cu_graph_begin;
-    be->graph_end = cu_graph_end;
-    be->graph_replay = cu_graph_replay;
-    be->graph_stats = cu_graph_stats;
-    be->cond_if = cu_cond_if;
-    be->cond_else = cu_cond_else;
-    be->cond_end = cu_cond_end;
+    ll_cuda_register_graph(be); /* graph_begin/end/replay/stats, cond_if/else/end: cuda_graph.c */
     be->join = ll_cuda_side_join;
     be->convert = cu_convert;
     be->layernorm_fwd = cu_layernorm_fwd;

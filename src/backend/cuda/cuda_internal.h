@@ -40,6 +40,12 @@ unsigned *ll_cuda_ticket(ll_backend *be);
 /* A switch that is on unless the environment sets it to 0 (A/B timing), read once into *cached
  * (-1 before). */
 int ll_cuda_env_on(const char *name, int *cached);
+/* static int fn(void): that switch for NAME */
+#define LL_CUDA_ENV_SWITCH(fn, NAME)                                                                                 \
+    static int fn(void) {                                                                                            \
+        static int on_ = -1;                                                                                         \
+        return ll_cuda_env_on(NAME, &on_);                                                                           \
+    }
 #define LL_CUDA_SIDE_SLOTS 16 /* a group of 4 decoder layers has 12 layer norms (ll_layer_join_every) */
 int ll_cuda_side_begin(ll_backend *be, int gemm);
 /* A non-blocking stream of the current device at the greatest stream priority (side 0: the device's

@@ -57,15 +57,8 @@ static side_state *side_of(ll_backend *be) {
     return &g_side[d];
 }
 
-static int side_wanted(void) {
-    static int on = -1;
-    return ll_cuda_env_on("LL_CUDA_SIDE_STREAM", &on);
-}
-
-static int priorities_wanted(void) {
-    static int on = -1;
-    return ll_cuda_env_on("LL_CUDA_STREAM_PRIORITY", &on);
-}
+LL_CUDA_ENV_SWITCH(side_wanted, "LL_CUDA_SIDE_STREAM")
+LL_CUDA_ENV_SWITCH(priorities_wanted, "LL_CUDA_STREAM_PRIORITY")
 
 cudaError_t ll_cuda_stream_create(cudaStream_t *s, int side) {
     int least = 0, greatest = 0;
