@@ -28,15 +28,6 @@ void *ll_cuda_scratch(ll_backend *be, size_t bytes);
  * tickets puts it back: kernels/residual.cu).  One per device: the launches are ordered. */
 unsigned *ll_cuda_ticket(ll_backend *be);
 
-/* The side stream (cuda_side.c): a gemm with ll_gemm_desc.side queues between
- * side_begin (1: the ops now queue on the side stream, after everything queued
- * so far on the device's; 0: in order, as usual) and side_end; side_join makes
- * the device's stream wait for all of it (be->join; also before every host wait
- * and capture boundary).  ll_cuda_set_lane switches the stream ops queue on and
- * their scratch (lane 0: the device's stream, 1: the side's).  gemm: 1 for a gemm, 0 for a layer
- * norm's finish (they are counted apart).  ll_cuda_side_slot: a slot of scratch for work the side
- * will read after the device's stream went on (0..LL_CUDA_SIDE_SLOTS-1, free again at the next
- * join), or -1: the side is not open (no join promised) and the work runs in order. */
 /* A switch that is on unless the environment sets it to 0 (A/B timing), read once into *cached
  * (-1 before). */
 int ll_cuda_env_on(const char *name, int *cached);
@@ -46,18 +37,28 @@ int ll_cuda_env_on(const char *name, int *cached);
         static int on_ = -1;                                                                                         \
         return ll_cuda_env_on(NAME, &on_);                                                                           \
     }
+
+/* The side stream (cuda_side.c): a gemm with ll_gemm_desc.side queues between
+ * side_begin (1: the ops now queue on the side stream, after everything queued
+ * so far on the device's; 0: in order, as usual) and side_end; side_join makes
+ * the device's stream wait for all of it (be->join; also before every host wait
+ * and capture boundary).  ll_cuda_set_lane switches the stream ops queue on and
+ * their scratch (lane 0: the device's stream, 1: the side's).  gemm: 1 for a gemm, 0 for a layer
+ * norm's finish (they are counted apart).  ll_cuda_side_slot: a slot of scratch for work the side
+ * will read after the device's stream went on (0..LL_CUDA_SIDE_SLOTS-1, free again at the next
+ * join), or -1: the side is not open (no join promised) and the work runs in order. */
 #define LL_CUDA_SIDE_SLOTS 16 /* a group of 4 decoder layers has 12 layer norms (ll_layer_join_every) */
 int ll_cuda_side_begin(ll_backend *be, int gemm);
+void ll_cuda_side_end(ll_backend *be);
+void ll_cuda_side_join(ll_backend *be);
+int ll_cuda_side_on(ll_backend *be); /* between side_begin (1) and side_end */
+int ll_cuda_side_slot(ll_backend *be);
+cudaStream_t ll_cuda_side_stream(ll_backend *be); /* NULL before its first use (tests) */
 /* A non-blocking stream of the current device at the greatest stream priority (side 0: the device's
  * stream, conditional bodies) or the least (side 1), LL_CUDA_STREAM_PRIORITY=0: the default; and
  * the flags executable graphs are instantiated with (their nodes run by the captured priorities). */
 cudaError_t ll_cuda_stream_create(cudaStream_t *s, int side);
 unsigned ll_cuda_graph_instantiate_flags(void);
-int ll_cuda_side_slot(ll_backend *be);
-cudaStream_t ll_cuda_side_stream(ll_backend *be); /* NULL before its first use (tests) */
-void ll_cuda_side_end(ll_backend *be);
-void ll_cuda_side_join(ll_backend *be);
-int ll_cuda_side_on(ll_backend *be); /* between side_begin (1) and side_end */
 void ll_cuda_set_lane(ll_backend *be, cudaStream_t s, int lane);
 int ll_cuda_cond_depth(ll_backend *be); /* conditional bodies being captured (a body's capture is one stream) */
 /* cuda_gemm_lt.c: the side stream's own cuBLASLt workspace (once per device). 0, or -1 with ll_errbuf() set */
