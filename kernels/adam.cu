@@ -15,6 +15,7 @@ static __global__ void __launch_bounds__(ADAM_THREADS)
     adam_kernel(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m, float *__restrict__ v,
                 size_t n, float lr, float b1, float b2, float eps, float wd, const double *__restrict__ stats,
                 int t_slot, __nv_bfloat16 *__restrict__ p_bf16) {
+    LL_PDL_ENTER();
     if (stats[LL_ST_SKIP] != 0) return;
     const double t = stats[t_slot];
     /* cpu: real step = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t)), evaluated in double;

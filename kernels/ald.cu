@@ -14,6 +14,7 @@
 template <typename T>
 static __global__ void ald_pool_kernel(float *__restrict__ G, const T *__restrict__ h, const int *__restrict__ len,
                                        int T_, int C) {
+    LL_PDL_ENTER();
     const int s = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     const int n = len[s];
@@ -25,6 +26,7 @@ static __global__ void ald_pool_kernel(float *__restrict__ G, const T *__restric
 static __global__ void __launch_bounds__(ALD_THREADS)
     ald_loss_kernel(float *__restrict__ dG, const float *__restrict__ G, int B, int C, double tau, const double *__restrict__ wp,
                     double *__restrict__ rowloss) {
+    LL_PDL_ENTER();
     __shared__ double sh[LL_WARP];
     const int s = blockIdx.x;
     const float *g0 = G + (size_t)s * C, *g1 = G + ((size_t)B + s) * C, *g2 = G + ((size_t)2 * B + s) * C;
@@ -67,6 +69,7 @@ static __global__ void __launch_bounds__(ALD_THREADS)
 
 static __global__ void __launch_bounds__(ALD_THREADS)
     ald_finish(const double *__restrict__ rowloss, int B, const double *__restrict__ w, double *acc) {
+    LL_PDL_ENTER();
     __shared__ double sh[LL_WARP];
     const double tot = ll_block_sum_array(rowloss, B, sh);
     if (threadIdx.x == 0) *acc += *w * tot;
@@ -75,6 +78,7 @@ static __global__ void __launch_bounds__(ALD_THREADS)
 template <typename T>
 static __global__ void ald_unpool_kernel(T *__restrict__ dh, const float *__restrict__ dG, const int *__restrict__ len,
                                          int B, int T_, int C) {
+    LL_PDL_ENTER();
     const size_t total = (size_t)B * T_ * C;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const int c = (int)(i % (size_t)C);

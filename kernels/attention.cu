@@ -38,6 +38,7 @@ static __device__ __forceinline__ void stage(float *s, int ld, int rows, const T
 
 template <typename T>
 static __global__ void attention_fwd_kernel(attn_args a, T *__restrict__ out, float *__restrict__ lse) {
+    LL_PDL_ENTER();
     LL_DYN_SHARED(float, sm);
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BQ = WARPS * FWD_ROWS_PER_WARP;
@@ -116,6 +117,7 @@ static __global__ void attention_fwd_kernel(attn_args a, T *__restrict__ out, fl
 template <typename T>
 static __global__ void attention_dq_kernel(attn_args a, T *__restrict__ dq, const T *__restrict__ out,
                                            const T *__restrict__ dout, const float *__restrict__ lse) {
+    LL_PDL_ENTER();
     LL_DYN_SHARED(float, sm);
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BQ = WARPS * DQ_ROWS_PER_WARP;
@@ -198,6 +200,7 @@ template <typename T>
 static __global__ void attention_dkv_kernel(attn_args a, T *__restrict__ dk, T *__restrict__ dv,
                                             const T *__restrict__ out, const T *__restrict__ dout,
                                             const float *__restrict__ lse) {
+    LL_PDL_ENTER();
     LL_DYN_SHARED(float, sm);
     const int Dh = a.Dh, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
     const int BK = WARPS * DKV_KEYS_PER_WARP;

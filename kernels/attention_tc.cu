@@ -200,6 +200,7 @@ static __device__ __forceinline__ void acc_split_product(ll_wmma_acc *acc, const
 template <int NF>
 static __global__ void __launch_bounds__(TC_THREADS, 4) /* <= 128 registers: 8 blocks of 2 warps per SM */
     attention_fwd_tc_kernel(attn_args a, __nv_bfloat16 *__restrict__ out, float *__restrict__ lse) {
+    LL_PDL_ENTER();
 #ifdef LL_WMMA_BF16
     using namespace nvcuda;
     LL_DYN_SHARED(float4, smem); /* float4: 16-byte aligned (a launch's dynamic block starts 128-aligned) */
@@ -377,6 +378,7 @@ template <int NF>
 static __global__ void __launch_bounds__(TC_THREADS)
     attention_dq_tc_kernel(attn_args a, __nv_bfloat16 *__restrict__ dq, const __nv_bfloat16 *__restrict__ out,
                            const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse) {
+    LL_PDL_ENTER();
 #ifdef LL_WMMA_BF16
     LL_DYN_SHARED(float4, smem);
     const int Dh = NF * LL_WT, ld = Dh + TC_PAD, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
@@ -459,6 +461,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
     attention_dkv_tc_kernel(attn_args a, __nv_bfloat16 *__restrict__ dk, __nv_bfloat16 *__restrict__ dv,
                             const __nv_bfloat16 *__restrict__ out, const __nv_bfloat16 *__restrict__ dout,
                             const float *__restrict__ lse) {
+    LL_PDL_ENTER();
 #ifdef LL_WMMA_BF16
     LL_DYN_SHARED(float4, smem);
     const int Dh = NF * LL_WT, ld = Dh + TC_PAD, C = a.H * Dh, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
@@ -594,6 +597,7 @@ static __global__ void __launch_bounds__(W * WARP, W == 4 ? 5 : 1) /* 4 warps: <
     attention_bwd1_tc_kernel(attn_args a, __nv_bfloat16 *__restrict__ dq, __nv_bfloat16 *__restrict__ dk,
                              __nv_bfloat16 *__restrict__ dv, const __nv_bfloat16 *__restrict__ out,
                              const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ lse) {
+    LL_PDL_ENTER();
 #ifdef LL_WMMA_BF16
     using namespace nvcuda;
     static_assert(W == 2 || W == 4, "2 or 4 warps");

@@ -41,6 +41,7 @@ template <typename T> static __device__ __forceinline__ void ll_st16(T *p, const
 #define LL_COLSUM_TY 8
 static __global__ void col_partials_final(float *__restrict__ a, float *__restrict__ b, const float *__restrict__ pa,
                                           const float *__restrict__ pb, int R, int cols) {
+    LL_PDL_ENTER();
     __shared__ float sa[LL_COLSUM_TY][LL_WARP + 1], sb[LL_COLSUM_TY][LL_WARP + 1];
     const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * LL_WARP + tx;
     float ta = 0.0f, tb = 0.0f;

@@ -16,6 +16,7 @@ static __device__ __forceinline__ void cv_st(__nv_bfloat16 *p, float v) { *p = _
 
 template <typename D, typename S>
 static __global__ void convert_kernel(D *__restrict__ dst, const S *__restrict__ src, size_t n) {
+    LL_PDL_ENTER();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         cv_st(dst + i, cv_ld(src + i));
 }

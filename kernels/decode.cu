@@ -28,6 +28,7 @@
  * so a row overwritten early is still read correctly.  In bytes: any dtype. */
 static __global__ void reorder_pass(unsigned char *__restrict__ buf, unsigned char *__restrict__ scratch,
                                     const int *__restrict__ from, size_t n, size_t stride, int pass) {
+    LL_PDL_ENTER();
     const int r = blockIdx.y;
     const int f = from[r];
     if (f == r) return;
@@ -60,6 +61,7 @@ template <typename W>
 static __global__ void copy_rows_at_kernel(unsigned char *__restrict__ dst, size_t dst_stride,
                                            const unsigned char *__restrict__ src, size_t src_stride, size_t n,
                                            int rows, const int *__restrict__ at, size_t at_stride) {
+    LL_PDL_ENTER();
     for (int r = blockIdx.y; r < rows; r += gridDim.y) { /* (rows beyond grid.y's 65,535 too) */
         W *d = (W *)(dst + (size_t)*at * at_stride + (size_t)r * dst_stride);
         const W *s = (const W *)(src + (size_t)r * src_stride);
@@ -91,6 +93,7 @@ extern "C" cudaError_t ll_cuda_copy_rows_at(cudaStream_t stream, void *dst, size
 /* pass 0: scratch[r] = anc[from[r]] + shift; pass 1: back, then entry t = r */
 static __global__ void ancestry_pass(int *__restrict__ anc, int *__restrict__ scratch, const int *__restrict__ from,
                                      int rows, int t, const int *__restrict__ t_at, int stride, int group, int pass) {
+    LL_PDL_ENTER();
     const int r = blockIdx.x;
     if (t_at) t += *t_at;
     if (from) {
@@ -127,6 +130,7 @@ static __global__ void attention_cached_kernel(T *__restrict__ out, const T *__r
                                                const T *__restrict__ kv, int kv_stride, size_t row_stride,
                                                const int *__restrict__ anc, int anc_stride, int n_keys,
                                                const int *__restrict__ n_at, int H, int Dh, float scale) {
+    LL_PDL_ENTER();
     const int r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, C = H * Dh;
     if (n_at) n_keys += *n_at;
     float qv[CACHED_MAXD], acc[CACHED_MAXD];
@@ -243,6 +247,7 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
                                         int32_t *__restrict__ flat_out, const T *__restrict__ logp,
                                         const double *__restrict__ cum, const uint8_t *__restrict__ mode, int beam,
                                         int V, int k, int pad, int bos, int eos) {
+    LL_PDL_ENTER();
     const int g = blockIdx.x, tid = threadIdx.x;
     const uint8_t md = mode[g];
     double ls[LL_CUDA_TOPK_MAX];
@@ -283,6 +288,7 @@ static __global__ void beam_topk_rescan_kernel(double *__restrict__ score, float
                                                int32_t *__restrict__ flat_out, const T *__restrict__ logp,
                                                const double *__restrict__ cum, const uint8_t *__restrict__ mode,
                                                int beam, int V, int k, int pad, int bos, int eos) {
+    LL_PDL_ENTER();
     const int g = blockIdx.x, tid = threadIdx.x;
     const uint8_t md = mode[g];
     __shared__ topk_round_state st;

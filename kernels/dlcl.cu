@@ -24,6 +24,7 @@ template <typename T, typename A, typename O>
 static __global__ void __launch_bounds__(DL_THREADS)
     weighted_sum_kernel(O *y, const A *acc_in, red_ptrs xs, const float *__restrict__ w, int k, int first,
                         size_t n) {
+    LL_PDL_ENTER();
     __shared__ float ws[LL_CUDA_DLCL_CHUNK];
     if (threadIdx.x < k) ws[threadIdx.x] = w[threadIdx.x];
     __syncthreads();
@@ -47,6 +48,7 @@ static __global__ void __launch_bounds__(DL_THREADS)
 template <typename T>
 static __global__ void __launch_bounds__(DL_THREADS)
     weighted_scatter_kernel(dl_mut_ptrs ys, const float *__restrict__ w, const T *x, int k, size_t n) {
+    LL_PDL_ENTER();
     __shared__ float ws[LL_CUDA_DLCL_CHUNK];
     if (threadIdx.x < k) ws[threadIdx.x] = w[threadIdx.x];
     __syncthreads();
@@ -62,6 +64,7 @@ static __global__ void __launch_bounds__(DL_THREADS)
 /* Stage 2 of dots_acc: block j adds its partials in order, dst[j] += (float)sum. */
 static __global__ void __launch_bounds__(RED_THREADS)
     dots_finish(const double *__restrict__ part, int G, float *__restrict__ dst) {
+    LL_PDL_ENTER();
     __shared__ double sh[LL_WARP];
     const double total = ll_block_sum_array(part + (size_t)blockIdx.x * RED_MAX_BLOCKS, G, sh);
     if (threadIdx.x == 0) dst[blockIdx.x] += (float)total;

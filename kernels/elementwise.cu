@@ -15,6 +15,7 @@
 /* ---- ReLU -------------------------------------------------------------------------------- */
 
 template <typename T> static __global__ void relu_fwd_kernel(T *x, size_t n) {
+    LL_PDL_ENTER();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float v = ll_ld(x + i);
         ll_st(x + i, v > 0.0f ? v : 0.0f);
@@ -25,6 +26,7 @@ template <typename T> static __global__ void relu_fwd_kernel(T *x, size_t n) {
  * off by default): 8 elements per thread, 16-byte loads and stores where dy and y are 16-byte
  * aligned (the model's buffers are), one element at a time otherwise and at the tail. */
 template <typename T> static __global__ void relu_bwd_kernel(T *dy, const T *y, size_t n) {
+    LL_PDL_ENTER();
     const int vec = (uintptr_t)dy % 16 == 0 && (uintptr_t)y % 16 == 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n + 7) / 8;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -65,6 +67,7 @@ extern "C" cudaError_t ll_cuda_relu_bwd(cudaStream_t s, ll_cuda_dtype t, void *d
 template <typename T>
 static __global__ void dropout_fwd_kernel(T *x, uint8_t *__restrict__ mask, size_t n, uint32_t thr, float scale,
                                           ll_philox r, uint64_t offset, uint64_t nblk) {
+    LL_PDL_ENTER();
     const uint64_t first = offset >> 3, end = offset + n;
     for (uint64_t bi = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; bi < nblk;
          bi += (uint64_t)gridDim.x * blockDim.x) {
@@ -86,6 +89,7 @@ static __global__ void dropout_fwd_kernel(T *x, uint8_t *__restrict__ mask, size
 
 template <typename T>
 static __global__ void dropout_bwd_kernel(T *dx, const uint8_t *__restrict__ mask, size_t n, float scale) {
+    LL_PDL_ENTER();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         ll_st(dx + i, mask[i] ? ll_ld(dx + i) * scale : 0.0f);
 }
@@ -123,6 +127,7 @@ enum { EW_ADD, EW_ADD_GATED, EW_SCALE_GATED };
 template <typename T>
 static __global__ void axpby_kernel(T *y, const T *a, const T *b, float alpha, const float *g1, const float *g2,
                                     size_t n, int mode) {
+    LL_PDL_ENTER();
     float g = alpha;
     if (mode == EW_ADD_GATED || mode == EW_SCALE_GATED) g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {

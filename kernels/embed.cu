@@ -26,6 +26,7 @@ template <typename T>
 static __global__ void embed_fwd_kernel(T *__restrict__ out, const int32_t *__restrict__ tok, const T *__restrict__ emb,
                                         const float *__restrict__ pos, int pos_offset, const int *__restrict__ pos_at,
                                         float scale, int N, int T_, int C, int pad) {
+    LL_PDL_ENTER();
     const size_t total = (size_t)N * C;
     if (pos_at) pos_offset += *pos_at;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -55,6 +56,7 @@ extern "C" cudaError_t ll_cuda_embed_fwd(cudaStream_t s, ll_cuda_dtype t, void *
 /* ---- backward ------------------------------------------------------------------------- */
 
 static __global__ void iota_kernel(int *__restrict__ v, int n) {
+    LL_PDL_ENTER();
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v[i] = i;
 }
 
@@ -64,6 +66,7 @@ template <typename T>
 static __global__ void embed_bwd_runs(float *__restrict__ demb, const T *__restrict__ dout,
                                       const uint32_t *__restrict__ keys, const int *__restrict__ rows, float scale,
                                       int N, int C, int pad) {
+    LL_PDL_ENTER();
     const int b = blockIdx.x;
     const uint32_t t = keys[b];
     if ((int32_t)t == pad || (b > 0 && keys[b - 1] == t)) return;

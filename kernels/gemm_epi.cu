@@ -25,6 +25,7 @@
 template <typename T, typename Tb>
 static __global__ void gemm_epi_kernel(T *C, int ldc, int M, int N, float mul, const Tb *__restrict__ bias,
                                        int relu) {
+    LL_PDL_ENTER();
     const size_t total = (size_t)M * N;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const int m = (int)(i / (size_t)N), n = (int)(i % (size_t)N);
@@ -56,6 +57,7 @@ extern "C" cudaError_t ll_cuda_gemm_epilogue(cudaStream_t s, ll_cuda_dtype t, vo
 template <typename T>
 static __global__ void col_sum_partial(float *__restrict__ part, const T *__restrict__ x, int ld, int rows, int cols,
                                        int rows_per_chunk) {
+    LL_PDL_ENTER();
     __shared__ float sh[BG_TY][LL_WARP + 1];
     const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * LL_WARP + tx, chunk = blockIdx.y;
     const int r0 = chunk * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
@@ -80,6 +82,7 @@ template <typename T>
 static __global__ void __launch_bounds__(BG_THREADS)
     col_sum_partial_vec(float *__restrict__ part, const T *__restrict__ x, int ld, int rows, int cols,
                         int rows_per_chunk) {
+    LL_PDL_ENTER();
     constexpr int V = ll_vec16<T>::V;
     __shared__ float sh[BG_TY][LL_WARP * V + 1];
     const int tx = threadIdx.x, ty = threadIdx.y, c0 = (blockIdx.x * LL_WARP + tx) * V, chunk = blockIdx.y;
@@ -119,6 +122,7 @@ static bool col_sum_partial_vec_launch(cudaStream_t s, float *part, const T *x, 
 
 template <typename T>
 static __global__ void row_sum_kernel(float *__restrict__ db, const T *__restrict__ x, int ld, int rows, int cols) {
+    LL_PDL_ENTER();
     const int lane = threadIdx.x & (LL_WARP - 1);
     const int r = blockIdx.x * (blockDim.x / LL_WARP) + threadIdx.x / LL_WARP;
     if (r >= rows) return; /* whole warps exit together: the shuffle below sees full warps */

@@ -5,6 +5,7 @@
 #include "ll_cuda_common.cuh"
 
 static __global__ void __launch_bounds__(32) cond_set_kernel(cudaGraphConditionalHandle h, const uint8_t *run) {
+    LL_PDL_ENTER();
     if (threadIdx.x == 0) cudaGraphSetConditional(h, *run ? 1u : 0u);
 }
 

@@ -23,6 +23,7 @@ static __device__ __forceinline__ float lat_sigm(float x) {
 
 static __global__ void latent_sample_kernel(float *__restrict__ z, float *__restrict__ dzda,
                                             const float *__restrict__ a, int L, ll_philox rng, float tau, int hard) {
+    LL_PDL_ENTER();
     const int l = blockIdx.x * blockDim.x + threadIdx.x;
     if (l >= L) return;
     const double g1 = -log(-log((double)ll_philox_uniform_dev(rng, 2 * (uint64_t)l)));
@@ -34,11 +35,13 @@ static __global__ void latent_sample_kernel(float *__restrict__ z, float *__rest
 
 static __global__ void latent_grad_kernel(float *__restrict__ dl, const float *__restrict__ dgate,
                                           const float *__restrict__ dzda, int L) {
+    LL_PDL_ENTER();
     const int l = blockIdx.x * blockDim.x + threadIdx.x;
     if (l < L) dl[l] += dgate[l] * dzda[l];
 }
 
 static __global__ void latent_q_kernel(float *__restrict__ q, const float *__restrict__ a, int L) {
+    LL_PDL_ENTER();
     const int l = blockIdx.x * blockDim.x + threadIdx.x;
     if (l < L) q[l] = (float)lat_q((double)a[l]);
 }
@@ -81,6 +84,7 @@ static __global__ void __launch_bounds__(LAT_THREADS)
     latent_kl_kernel(float *__restrict__ dlogits, double *acc, const float *__restrict__ logits,
                      const float *__restrict__ z, const float *__restrict__ dzda, ll_latent_prior pr, int row,
                      int reference, double w) {
+    LL_PDL_ENTER();
     LL_DYN_SHARED(double, sp);
     __shared__ double tot_sh;
     const int L = pr.L;
@@ -114,6 +118,7 @@ static __global__ void __launch_bounds__(LAT_THREADS)
 static __global__ void __launch_bounds__(LAT_THREADS)
     latent_lk_kernel(float *__restrict__ dlogits, double *acc, const float *__restrict__ z,
                      const float *__restrict__ dzda, ll_latent_prior pr, int K, int squared, double w) {
+    LL_PDL_ENTER();
     LL_DYN_SHARED(double, sp);
     __shared__ double dS_sh;
     const int L = pr.L, na = pr.n_active ? pr.n_active : 1;
@@ -142,6 +147,7 @@ static __global__ void __launch_bounds__(LAT_THREADS)
 
 static __global__ void __launch_bounds__(LAT_THREADS)
     latent_depth_kernel(double *acc, const float *__restrict__ logits, ll_latent_prior pr) {
+    LL_PDL_ENTER();
     __shared__ double sh[LL_WARP];
     const size_t total = (size_t)pr.rows * pr.L;
     double e = 0;

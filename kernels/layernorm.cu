@@ -33,6 +33,7 @@ static __global__ void layernorm_fwd_kernel(T *__restrict__ out, float *__restri
                                             float *__restrict__ rstd, const T *__restrict__ x,
                                             const float *__restrict__ w, const float *__restrict__ b, int N,
                                             int C) {
+    LL_PDL_ENTER();
     int lane = threadIdx.x % WARP;
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
     if (row >= N) return; /* whole warp leaves together */
@@ -45,6 +46,7 @@ static __global__ void layernorm_fwd_vec_kernel(T *__restrict__ out, float *__re
                                                 float *__restrict__ rstd, const T *__restrict__ x,
                                                 const float *__restrict__ w, const float *__restrict__ b, int N,
                                                 int C) {
+    LL_PDL_ENTER();
     const int lane = threadIdx.x % WARP, row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
     if (row >= N) return; /* whole warp leaves together */
     const size_t r0 = (size_t)row * C;
@@ -62,6 +64,7 @@ static __global__ void layernorm_bwd_dx_kernel(T *__restrict__ dx, const T *__re
                                                const T *__restrict__ x, const float *__restrict__ w,
                                                const float *__restrict__ mean, const float *__restrict__ rstd,
                                                int N, int C) {
+    LL_PDL_ENTER();
     int lane = threadIdx.x % WARP;
     int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP;
     if (row >= N) return;
@@ -104,6 +107,7 @@ static __global__ void __launch_bounds__(LNF_MAX_THREADS)
                                const T *__restrict__ dout, const T *__restrict__ x, const float *__restrict__ w,
                                const float *__restrict__ mean, const float *__restrict__ rstd, int N, int C,
                                int rows_per_chunk) {
+    LL_PDL_ENTER();
     LL_DYN_SHARED(float, sm); /* [2][W][C]: the warps' dw and db sums */
     const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, W = blockDim.x / WARP;
     float *aw = sm + (size_t)warp * C, *ab = sm + (size_t)(W + warp) * C;
@@ -153,6 +157,7 @@ static __global__ void __launch_bounds__(LNB_WARPS * WARP)
                              const T *__restrict__ dout, const T *__restrict__ x, const float *__restrict__ w,
                              const float *__restrict__ mean, const float *__restrict__ rstd, int N,
                              int rows_per_chunk) {
+    LL_PDL_ENTER();
     constexpr int V = ll_vec16<T>::V, E = NV * V, C = E * WARP;
     __shared__ float sw[LNB_WARPS][C], sb[LNB_WARPS][C];
     const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
@@ -221,6 +226,7 @@ static __global__ void layernorm_bwd_dwdb_partial(float *__restrict__ pw, float 
                                                   const T *__restrict__ dout, const T *__restrict__ x,
                                                   const float *__restrict__ mean, const float *__restrict__ rstd,
                                                   int N, int C, int rows_per_chunk) {
+    LL_PDL_ENTER();
     __shared__ float sw[DWDB_TY][WARP + 1], sb[DWDB_TY][WARP + 1];
     int tx = threadIdx.x, ty = threadIdx.y;
     int col = blockIdx.x * WARP + tx;

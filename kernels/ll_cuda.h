@@ -101,6 +101,14 @@ cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void 
                                      int Tk, int H, int Dh, int causal, float p, const ll_philox *rng,
                                      uint64_t rng_offset);
 
+/* ---- programmatic dependent launch (kernels/launch.cu, kernels/ll_cuda_common.cuh) ----------
+ * Whether ll's kernel launches ask for it now: on where the current device has compute
+ * capability 9.0+, unless LL_CUDA_PDL=0 is in the environment or ll_cuda_pdl(0) was called.
+ * ll_cuda_pdl(on) switches it for the whole process (1: where the device allows); it returns the
+ * setting before the call.  Results are the same either way (every kernel waits first). */
+int ll_cuda_pdl_launch(void);
+int ll_cuda_pdl(int on);
+
 /* ---- conditional nodes (kernels/graph_cond.cu) ----------------------------------
  * Sets h to (*run != 0) when the kernel runs: the condition of an IF node whose
  * bodies were captured into the graph that launches it. */

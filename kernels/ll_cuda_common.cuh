@@ -30,11 +30,75 @@
  *   LL_LAUNCH(grid, block, smem, stream, kernel)(args...)
  *   LL_DYN_SHARED(T, name);   (T name[] of the launch's dynamic size) */
 #ifdef LL_CUDA_EMU
-#define LL_LAUNCH(grid, block, smem, stream, ...) LL_EMU_LAUNCH(grid, block, smem, stream, __VA_ARGS__)
+#define LL_LAUNCH(grid, block, smem, stream, ...)                                                                    \
+    LL_EMU_LAUNCH(grid, block, smem, stream, ll_cuda_pdl_launch(), __VA_ARGS__)
 #define LL_DYN_SHARED(T, name) LL_EMU_DYN_SHARED(T, name)
 #else
-#define LL_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#define LL_LAUNCH(grid, block, smem, stream, ...)                                                                    \
+    ll_kernel_launch<__VA_ARGS__>{dim3(grid), dim3(block), (size_t)(smem), (stream)}
 #define LL_DYN_SHARED(T, name) extern __shared__ T name[]
+#endif
+
+/* Programmatic dependent launch (Hopper, compute capability 9.0+).  Every kernel of kernels/
+ * begins with LL_PDL_ENTER(): wait until the grids it depends on have completed and their writes
+ * are visible (griddepcontrol.wait), then let the next kernel of the stream launch
+ * (griddepcontrol.launch_dependents).  LL_LAUNCH launches with the programmatic stream
+ * serialization attribute where ll_cuda_pdl_launch() and the kernel's code allow it, so the next
+ * kernel's blocks are resident when this one ends instead of being launched after it: the gap
+ * between two kernels of a chain (~3,950 launches per ll64 step).  The wait is the kernel's first
+ * statement, so nothing it reads or writes is touched before its predecessors are done: the same
+ * results as an ordinary launch.  Without the attribute (LL_CUDA_PDL=0, an older GPU, code built
+ * for an older architecture) both instructions do nothing.  The emulation stops a kernel launched
+ * with the attribute whose threads never waited, and tests/cli/test_kernel_sources.sh checks
+ * that every kernel's body begins with the wait. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define LL_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#elif defined(LL_CUDA_EMU)
+#define LL_PDL_ENTER() ll_emu::pdl_enter(__FILE__, __LINE__)
+#else
+#define LL_PDL_ENTER() ((void)0)
+#endif
+
+#ifndef LL_CUDA_EMU
+#include <type_traits>
+/* the kernel's code has LL_PDL_ENTER's instructions: built for compute_90 or later (asked once
+ * per kernel; a build for sm_80 alone, run on an H100, has none) */
+template <auto K> static inline bool ll_kernel_pdl_code(void) {
+    static int known; /* 1 + answer; 0: not asked yet (benign race: same value) */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (!k) {
+        cudaFuncAttributes fa;
+        k = 1 + (cudaFuncGetAttributes(&fa, reinterpret_cast<const void *>(K)) == cudaSuccess && fa.ptxVersion >= 90);
+        if (k == 1) (void)cudaGetLastError();
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
+    return k == 2;
+}
+/* LL_LAUNCH(grid, block, smem, stream, kernel)(args...): the arguments converted to the kernel's
+ * parameter types at the call, as <<<>>> converts them (NULL for a pointer) */
+template <auto K, typename F = std::remove_pointer_t<decltype(K)>> struct ll_kernel_launch;
+template <auto K, typename... P> struct ll_kernel_launch<K, void(P...)> {
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    void operator()(P... args) const {
+        if (ll_cuda_pdl_launch() && ll_kernel_pdl_code<K>()) {
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[0].val.programmaticStreamSerializationAllowed = 1;
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = grid;
+            cfg.blockDim = block;
+            cfg.dynamicSmemBytes = smem;
+            cfg.stream = stream;
+            cfg.attrs = at;
+            cfg.numAttrs = 1;
+            (void)cudaLaunchKernelEx(&cfg, K, args...); /* (its error is the last error) */
+        } else {
+            K<<<grid, block, smem, stream>>>(args...);
+        }
+    }
+};
 #endif
 
 /* Return the launch error from a launcher (the convention of ll_cuda.h). */

@@ -19,6 +19,7 @@ template <typename T>
 static __global__ void __launch_bounds__(LOSS_THREADS)
     xent_kernel(T *__restrict__ logits, const int32_t *__restrict__ target, int N, int V, double conf, double eps_i,
                 int pad, float grad_scale, double *__restrict__ rowloss) {
+    LL_PDL_ENTER();
     __shared__ ll_msum shm[LL_WARP];
     __shared__ double shd[LL_WARP];
     const int row = blockIdx.x, y = target[row];
@@ -59,6 +60,7 @@ static __global__ void __launch_bounds__(LOSS_THREADS)
  * acc[0] += mul * sum rowloss[0..N) (nparts 1). */
 static __global__ void __launch_bounds__(FIN_THREADS)
     rows_finish(const double *__restrict__ rowloss, int N, int nparts, double mul, double *acc) {
+    LL_PDL_ENTER();
     __shared__ double sh[LL_WARP];
     for (int k = 0; k < nparts; k++) {
         const double tot = ll_block_sum_array(rowloss + (size_t)k * N, N, sh);
@@ -93,6 +95,7 @@ template <typename T>
 static __global__ void __launch_bounds__(LOSS_THREADS)
     sym_kl_kernel(const T *__restrict__ lpa, const T *__restrict__ lpb, T *__restrict__ da, T *__restrict__ db,
                   const int32_t *__restrict__ target, int V, int pad, float h, double *__restrict__ rowkl) {
+    LL_PDL_ENTER();
     __shared__ double sh[LL_WARP];
     const int row = blockIdx.x;
     if (target[row] == pad) {
@@ -138,6 +141,7 @@ extern "C" cudaError_t ll_cuda_sym_kl(cudaStream_t s, ll_cuda_dtype t, const voi
 /* ---- log-softmax (decoding) ------------------------------------------------------------------ */
 template <typename T>
 static __global__ void __launch_bounds__(LOSS_THREADS) log_softmax_kernel(T *__restrict__ x, int V) {
+    LL_PDL_ENTER();
     __shared__ ll_msum shm[LL_WARP];
     T *xr = x + (size_t)blockIdx.x * V;
     ll_msum st = {-INFINITY, 0.0f};

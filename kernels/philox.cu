@@ -6,6 +6,7 @@
 /* One thread per Philox block (4 words); element j of out is word offset + j. */
 template <typename T, bool UNIFORM>
 static __global__ void philox_fill_kernel(T *out, size_t n, ll_philox r, uint64_t offset) {
+    LL_PDL_ENTER();
     uint64_t first_block = offset >> 2;
     uint64_t blk = first_block + (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     uint64_t end = offset + n; /* one past the last stream element */

@@ -10,6 +10,7 @@ enum { FIN_SUMSQ, FIN_DOT };
 /* Stage 2 for one sum: total of the G partials, applied by thread 0. */
 static __global__ void __launch_bounds__(RED_THREADS)
     red_finish(const double *__restrict__ part, int G, int mode, double *acc, float *dst, const float *mul) {
+    LL_PDL_ENTER();
     __shared__ double sh[LL_WARP];
     const double total = ll_block_sum_array(part, G, sh);
     if (threadIdx.x != 0) return;
@@ -56,6 +57,7 @@ extern "C" cudaError_t ll_cuda_dot_acc(cudaStream_t s, ll_cuda_dtype t, float *d
 /* cpu_grad_finish, line for line, on one thread (double math is IEEE on the
  * device: --use_fast_math only touches single precision). */
 static __global__ void grad_finish_kernel(double *st, double grad_scale, double clip_norm, int phi_step) {
+    LL_PDL_ENTER();
     const double norm = grad_scale * sqrt(st[LL_ST_GSUMSQ]);
     st[LL_ST_GNORM] = norm;
     st[LL_ST_GMUL] = grad_scale * (clip_norm > 0 && norm > clip_norm ? clip_norm / (norm + 1e-6) : 1.0);

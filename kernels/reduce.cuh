@@ -30,6 +30,7 @@ static inline unsigned red_blocks(size_t n) {
 template <typename T>
 static __global__ void __launch_bounds__(RED_THREADS)
     red_partials(double *__restrict__ part, const T *__restrict__ a, red_ptrs b, size_t n, int b_is_a) {
+    LL_PDL_ENTER();
     __shared__ double sh[LL_WARP];
     const T *bj = b_is_a ? a : (const T *)b.p[blockIdx.y];
     double s = 0.0;

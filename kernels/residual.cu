@@ -130,6 +130,7 @@ static __device__ __forceinline__ void fwd_block(T *y, T *s, const T *x, int gat
 template <typename T>
 static __global__ void __launch_bounds__(RES_THREADS)
     residual_fwd_kernel(T *y, T *s, const T *x, const float *g1, const float *g2, res_args a) {
+    LL_PDL_ENTER();
     const int gated = g1 || g2;
     const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);
     const uint64_t first = a.offset >> 3, end = a.offset + a.n;
@@ -157,6 +158,7 @@ template <typename T, int NB>
 static __global__ void __launch_bounds__(RLN_ROWS * LL_WARP)
     residual_ln_fwd_kernel(T *y, T *s, const T *x, const float *g1, const float *g2, res_args a, int N, int C,
                            T *u, float *mean, float *rstd, const float *w, const float *b) {
+    LL_PDL_ENTER();
     const int lane = (int)(threadIdx.x % LL_WARP), row = (int)(blockIdx.x * RLN_ROWS + threadIdx.x / LL_WARP);
     if (row >= N) return; /* whole warp leaves together */
     const int gated = g1 || g2;
@@ -206,6 +208,7 @@ template <typename T>
 static __global__ void __launch_bounds__(RES_THREADS)
     residual_bwd_kernel(T *ds, T *dx, int dx_mode, const T *s, int dot, double *part, unsigned *ticket, float *dg1,
                         float *dg2, const float *g1, const float *g2, res_args a) {
+    LL_PDL_ENTER();
     __shared__ double sh[LL_WARP];
     __shared__ int last;
     const float g = (g1 ? *g1 : 1.0f) * (g2 ? *g2 : 1.0f);

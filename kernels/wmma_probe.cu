@@ -26,6 +26,7 @@
 static __global__ void __launch_bounds__(PTHREADS)
     wmma_probe_kernel(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, float *s, float *o,
                       int *ran) {
+    LL_PDL_ENTER();
 #ifdef LL_WMMA_BF16
     using namespace nvcuda;
     __shared__ __align__(32) float ss[PQ][PK]; /* WMMA pointers: 256-bit aligned */

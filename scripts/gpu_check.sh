@@ -146,7 +146,7 @@ export LL_GPU_LOG_DIR=$L/tests
 # 3. GPU tests: the quick ones, then (long) the two Bible tests (each prepares data/bible/bin once, shared)
 run_tests() {
   step ctest-gpu 120 ctest --test-dir "$B" -L gpu -E 'gpu_test_(bible300|decode_parity)' -j4 -V --timeout 110
-  grep -E '^[0-9]+: ((FAIL|----)  |(ops|methods): |PASS .*gradient tensors|dist-nccl|one CUDA|cuBLASLt refused|ReLU backward stays|relu-mask|gpu-bench)' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
+  grep -E '^[0-9]+: ((FAIL|----)  |(ops|methods): |PASS .*gradient tensors|dist-nccl|one CUDA|cuBLASLt refused|ReLU backward stays|relu-mask|gpu-bench|pdl: )' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/ctest-gpu.log"
   # a failed quick test again with LL_CUDA_SYNC_CHECK=1 (a sync and check after every op): an
   # asynchronous kernel fault is then blamed on the op that queued it, not on a later download
@@ -155,6 +155,10 @@ run_tests() {
   if [ -n "$failed" ]; then
     step sync-check 60 env LL_CUDA_SYNC_CHECK=1 ctest --test-dir "$B" -R "^($failed)\$" -V --timeout 50
     grep -E 'CUDA error|FAIL' "$L/sync-check.log" | head -5 | sed 's/^[0-9]*: /  sync-check: /' | tee -a "$S"
+    # and without programmatic dependent launch (new in session 28, never run on a GPU before): a
+    # test that passes so points at LL_PDL_ENTER or the launch attribute
+    step nopdl-check 60 env LL_CUDA_PDL=0 ctest --test-dir "$B" -R "^($failed)\$" --timeout 50
+    results "$L/nopdl-check.log"
   fi
   grep -h '^[0-9]*: graph-cond:' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
 }
@@ -259,6 +263,7 @@ run_bench() {
   # what the GPU-speed issue asks first: ll64 against PyTorch in one run; ll64's per-op profile
   # with every matmul shape surveyed alone (cuBLASLt's first 8 candidates); then ll64's A/Bs, the
   # untimed changes first (each switch gives back the layout before it):
+  #   nopdl      kernels launched without programmatic dependent launch (session 28)
   #   noside     weight gradients in order on the device's stream (the side stream: session 26)
   #   join1      the side stream joined after every layer, not every 4 (session 27)
   #   noprio     every stream at the default priority (session 27)
@@ -272,7 +277,7 @@ run_bench() {
   tstep bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
   step bench-ll-ll64-profile 90 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8
   local ab
-  for ab in noside:LL_CUDA_SIDE_STREAM=0 join1:LL_LAYERS_PER_JOIN=1 noprio:LL_CUDA_STREAM_PRIORITY=0 \
+  for ab in nopdl:LL_CUDA_PDL=0 noside:LL_CUDA_SIDE_STREAM=0 join1:LL_LAYERS_PER_JOIN=1 noprio:LL_CUDA_STREAM_PRIORITY=0 \
     waves:LL_CUDA_ONE_WAVE=0 bwd1w2:LL_CUDA_ATTN_BWD1_WARPS=2 lnscalar:LL_CUDA_LN_VEC=0 \
     bgradsplit:LL_CUDA_BGRAD_EPILOGUE=0 relumask:LL_CUDA_RELU_MASK=1; do
     step "bench-ll-ll64-${ab%%:*}" 60 env "${ab#*:}" "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"

@@ -124,6 +124,10 @@ ab layers_per_join "| model | ll tok/s, a join every 4 layers | ll tok/s, LL_LAY
 # grid of before (1,024 blocks with gate gradients: 1.55 waves on an H100, SMs idle 29% of it)
 ab one_wave "| model | ll tok/s, one wave | ll tok/s, LL_CUDA_ONE_WAVE=0 | one wave / before |" \
   LL_CUDA_ONE_WAVE=0
+# ll's kernels with programmatic dependent launch (the default since 2026-11-28: the next kernel's
+# blocks resident before the one before it ends) against plain launches
+ab pdl "| model | ll tok/s, programmatic dependent launch | ll tok/s, LL_CUDA_PDL=0 | PDL / plain |" \
+  LL_CUDA_PDL=0
 # kept graphs launched as they are (the default: the host only runs the shadow step) against a
 # capture and update every step
 ab capture_each_step "| model | ll tok/s, kept graphs replayed | ll tok/s, captured every step | replay / capture |" \

@@ -38,6 +38,7 @@ struct thread_ctx {
     int lin;  /* linear thread index in the block */
     int lane; /* lin % 32 */
     int warp; /* lin / 32 */
+    int pdl_waited; /* passed LL_PDL_ENTER in this block */
 };
 struct block_ctx {
     uint3 bid;
@@ -61,6 +62,7 @@ struct launch_desc {
     size_t param_bytes;
     int ftz;
     const void *func; /* the kernel (a graph node's identity) */
+    int pdl;          /* launched with programmatic stream serialization (ll_cuda_pdl_launch()) */
 };
 cudaError_t launch(const launch_desc &d, std::function<void()> body);
 
@@ -77,9 +79,18 @@ template <typename... P> struct launcher {
     }
 };
 template <typename... P>
-static inline launcher<P...> make_launcher(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s,
+static inline launcher<P...> make_launcher(void (*k)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t s, int pdl,
                                            const char *name, const char *file, int line, int ftz) {
-    return launcher<P...>{k, launch_desc{g, b, smem, s, name, file, line, 0, ftz, reinterpret_cast<const void *>(k)}};
+    return launcher<P...>{k, launch_desc{g, b, smem, s, name, file, line, 0, ftz, reinterpret_cast<const void *>(k),
+                                         pdl}};
+}
+/* LL_PDL_ENTER (griddepcontrol.wait + launch_dependents): grids run one at a time here, so
+ * nothing to wait for; the thread is marked as having waited (a grid launched with the
+ * attribute whose threads never do stops the process: on a GPU it could read its inputs before
+ * the kernel before it wrote them) */
+static inline void pdl_enter(const char *file, int line) {
+    (void)file, (void)line;
+    cur->pdl_waited = 1;
 }
 
 template <typename T> static inline uint64_t to_bits(T v) {
@@ -202,9 +213,9 @@ LL_EMU_MINMAX(unsigned long long)
 #define __threadfence() ll_emu::emu_threadfence()
 
 /* kernels/ll_cuda_common.cuh: the launch and dynamic shared memory macros */
-#define LL_EMU_LAUNCH(grid, block, smem, stream, ...)                                                                \
-    ll_emu::make_launcher(__VA_ARGS__, dim3(grid), dim3(block), (size_t)(smem), (stream), #__VA_ARGS__, __FILE__,     \
-                          __LINE__, LL_EMU_FTZ)
+#define LL_EMU_LAUNCH(grid, block, smem, stream, pdl, ...)                                                           \
+    ll_emu::make_launcher(__VA_ARGS__, dim3(grid), dim3(block), (size_t)(smem), (stream), (pdl), #__VA_ARGS__,        \
+                          __FILE__, __LINE__, LL_EMU_FTZ)
 #define LL_EMU_DYN_SHARED(T, name) T *const name = (T *)ll_emu::blk.dyn
 
 /* The device runtime's conditional-node call (CUDA declares it for nvcc only): sets the

@@ -142,6 +142,7 @@ std::shared_ptr<CUgraph_st> clone(const CUgraph_st &g, CUgraph_st *parent) {
         CUgraph_st::node m{n.what, n.func, n.fn, n.kind, nullptr, nullptr};
         m.cluster = n.cluster;
         m.side = n.side;
+        m.pdl = n.pdl;
         for (const CUgraphNode_st *d : n.deps) m.dep_idx.push_back(at[d]);
         std::sort(m.dep_idx.begin(), m.dep_idx.end());
         if (n.cond) {
@@ -208,6 +209,7 @@ cudaGraphExecUpdateResult match(const CUgraph_st &a, const CUgraph_st &b) {
         const auto &x = a.nodes[i], &y = b.nodes[i];
         if (x.dep_idx != y.dep_idx) return cudaGraphExecUpdateErrorTopologyChanged;
         if (x.kind != y.kind) return cudaGraphExecUpdateErrorNodeTypeChanged;
+        if (x.pdl != y.pdl) return cudaGraphExecUpdateErrorTopologyChanged; /* its edges' types changed */
         if (!x.cond) continue;
         if (x.cond->type != y.cond->type || x.cond->size != y.cond->size)
             return cudaGraphExecUpdateErrorParametersChanged; /* "changing node parameters is not supported" */
@@ -483,6 +485,34 @@ cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *t
     }
     return cudaSuccess;
 }
+/* a node's dependencies with their edge data: programmatic (the type alone; ports are not
+ * modelled) from a kernel node to a kernel launched with programmatic stream serialization */
+cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *deps, cudaGraphEdgeData *data,
+                                         size_t *n) {
+    LOCK;
+    const CUgraph_st::node *x = node_of(node);
+    if (!x || !n) return err(cudaErrorInvalidValue);
+    if (!deps) {
+        *n = x->deps.size();
+        return cudaSuccess;
+    }
+    size_t k = 0;
+    for (; k < *n && k < x->deps.size(); k++) {
+        deps[k] = x->deps[k];
+        if (data) {
+            data[k] = cudaGraphEdgeData{};
+            const CUgraph_st::node *d = node_of(x->deps[k]);
+            if (x->pdl && x->kind == NODE_KERNEL && d && d->kind == NODE_KERNEL)
+                data[k].type = cudaGraphDependencyTypeProgrammatic;
+        } else if (x->pdl && x->kind == NODE_KERNEL) {
+            const CUgraph_st::node *d = node_of(x->deps[k]);
+            if (d && d->kind == NODE_KERNEL) return err(cudaErrorLossyQuery); /* CUDA: non-default edge data */
+        }
+    }
+    for (size_t i = k; i < *n; i++) deps[i] = NULL;
+    *n = k;
+    return cudaSuccess;
+}
 /* the kernel alone (a library's kernels are told apart by their name; grid and arguments are not modelled) */
 cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernelNodeParams *p) {
     LOCK;
@@ -564,6 +594,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
         for (const CUgraph_st::node &n : e->root->nodes) {
             CUgraph_st::node m{n.what, n.func, n.fn, n.kind, NULL, nullptr};
             m.cluster = n.cluster;
+            m.pdl = n.pdl;
             capture_node(st, std::move(m));
         }
         g_graph_launches++;

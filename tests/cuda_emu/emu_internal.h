@@ -43,8 +43,10 @@ void run_grid(const launch_desc &d, const std::function<void()> &body);
 /* Stream work (emu_runtime.cc): queued, run in order at a synchronisation. */
 /* During a stream capture the work is recorded into the graph instead (func: a
  * kernel's function, which a graph update must find unchanged). */
+/* pdl: a kernel launched with programmatic stream serialization (its edges from kernel nodes
+ * are then programmatic, as CUDA captures them) */
 void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func = nullptr,
-             unsigned cluster = 1);
+             unsigned cluster = 1, bool pdl = false);
 /* A kernel fault now (a sticky error, seen at the next synchronisation, as on a GPU), told on stderr. */
 void fault(cudaError_t e, const char *why);
 /* At the start of queued work: LL_CUDA_EMU_FAULT's injected fault for a kernel of this name, or
@@ -104,6 +106,7 @@ struct CUgraph_st {
         std::vector<int> dep_idx = {};     /* an executable copy's: the same, as indices into its nodes */
         bool side = false; /* captured on a stream that joined the capture by waiting for one of its events */
         int priority = 0;  /* a kernel's: its capturing stream's (CUDA copies it into the node) */
+        bool pdl = false;  /* launched with programmatic stream serialization: programmatic edges from kernels */
     };
     std::vector<node> nodes;
     std::vector<std::unique_ptr<CUgraphNode_st>> ids;

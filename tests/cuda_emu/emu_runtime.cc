@@ -219,13 +219,15 @@ void fault(cudaError_t e, const char *why) {
     g_sticky = e;
 }
 
-void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func, unsigned cluster) {
+void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func, unsigned cluster,
+             bool pdl) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     g_enqueued++;
     CUstream_st *st = stream_of(s);
     if (st->cap) { /* captured, not run (after an invalidation: dropped, as the graph is lost) */
         CUgraph_st::node n{what, func, std::move(fn), node_kind_of(what, func), NULL, nullptr};
         n.cluster = cluster;
+        n.pdl = pdl;
         capture_node(st, std::move(n));
         return;
     }
@@ -328,7 +330,7 @@ cudaError_t launch(const launch_desc &d, std::function<void()> body) {
         k.blocks += nb;
         k.threads += nb * dd.block.x * dd.block.y * dd.block.z;
         k.secs += now_s() - t0;
-    }, d.func);
+    }, d.func, 1, d.pdl != 0);
     return cudaSuccess;
 }
 
@@ -384,6 +386,8 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int device) {
     case cudaDevAttrMultiProcessorCount: *v = 1; return cudaSuccess; /* (cudaGetDeviceProperties's) */
     case cudaDevAttrWarpSize: *v = 32; return cudaSuccess;
     case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; return cudaSuccess; /* (cudaGetDeviceProperties's) */
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; return cudaSuccess;
     default: return t_last = cudaErrorInvalidValue; /* not modelled: a caller must not rely on it */
     }
 }

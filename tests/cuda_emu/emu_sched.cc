@@ -418,6 +418,9 @@ static void fiber_main() {
 #ifdef LL_EMU_TSAN
     __tsan_release(&g_tsan_end);
 #endif
+    if (g_launch->pdl && !f->ctx.pdl_waited)
+        fail("launched with programmatic dependent launch (LL_CUDA_PDL), but the thread never waited for the grids "
+             "before it: a kernel of kernels/ must begin with LL_PDL_ENTER()");
     /* exit: lanes waiting for this one in an exchange can never complete */
     warp_state &ws = g_warps[f->ctx.warp];
     if (ws.pending && (ws.mask >> f->ctx.lane & 1))
@@ -496,6 +499,7 @@ static void run_block() {
     for (int i = 0; i < g_n; i++) {
         fiber *f = g_fibers[i];
         f->st = RUNNABLE;
+        f->ctx.pdl_waited = 0;
         fiber_reset(f);
     }
     for (size_t w = 0; w < g_warps.size(); w++) {

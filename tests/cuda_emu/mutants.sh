@@ -52,6 +52,8 @@
 #              computes them (queued beside the self-attention block)
 #   share      the residual backward's blocks take equal shares without the remainder (a grid
 #              of one wave splits the Philox blocks unevenly: the last ones are never done)
+#   pdl_enter  the residual backward without LL_PDL_ENTER() (launched with programmatic dependent
+#              launch, it could read the gradient before the kernel that writes it has finished)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -76,7 +78,7 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c
   [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [side_slot]=src/backend/cuda/cuda_side.c
   [layer_join]=src/model/transformer.c [group_pp]=src/model/transformer.c [group_release]=src/model/transformer.c
-  [kv_join]=src/model/layers.c [share]=kernels/residual.cu)
+  [kv_join]=src/model/layers.c [share]=kernels/residual.cu [pdl_enter]=kernels/residual.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -102,7 +104,7 @@ run_test() {
     syncwarp) LL_CUDA_LN_VEC=0 "$b/gpu_test_ops_cuda" --op residual_ln_fwd ;; # (the lane-strided rows)
     tc_syncwarp) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_fwd ;;
     ln_barrier) "$b/gpu_test_layernorm_cuda" ;;
-    ticket | share) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
+    ticket | share | pdl_enter) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
     relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
     graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
     bwd1_half) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
@@ -142,6 +144,8 @@ M = {
     "side_slot": ("src/backend/cuda/cuda_side.c", "    return s->slots++;", "    return (s->slots++, 0);"),
     "kv_join": ("src/model/layers.c", "                k->kv_ready = 0;\n                be->join(be);\n",
                 "                k->kv_ready = 0;\n"),
+    "pdl_enter": ("kernels/residual.cu", "float *dg2, const float *g1, const float *g2, res_args a) {\n    LL_PDL_ENTER();\n",
+                  "float *dg2, const float *g1, const float *g2, res_args a) {\n"),
     "share": ("kernels/residual.cu", "hi = lo + share + (b < extra ? 1 : 0);", "hi = lo + share;"),
     "ticket": ("kernels/residual.cu", "    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */\n", ""),
     "relu_note": ("src/backend/cuda/cuda_gemm_lt.c", "drelu_kernel = drelu && !ll_cuda_relu_mask_written(g->aux);",
@@ -170,7 +174,8 @@ PY
 }
 
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
-  graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release kv_join)
+  graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release kv_join
+  pdl_enter)
 status=0
 for m in "${mutants[@]}"; do # (each mutant's file is touched above and restored below)
   [ -n "${file[$m]:-}" ] || { echo "mutants: $m has no entry in file=(...)"; exit 1; }

@@ -25,6 +25,10 @@
  *     be->join, eagerly and in a captured step (an operand overwritten right
  *     after the join: the emulation runs side work as late as it may;
  *     --side, a fresh backend).
+ *  5. Programmatic dependent launch (kernels/ll_cuda_common.cuh): three of ll's kernels
+ *     captured in a row are joined by programmatic edges where ll_cuda_pdl_launch() says so
+ *     (compute capability 9.0+), by default edges with ll_cuda_pdl(0); the graph computes the
+ *     same either way.
  * Skips (77) without a device. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -544,6 +548,72 @@ static void test_backend_side(ll_backend *be) {
     be->free(be, y);
 }
 
+/* edges into the kernel nodes of g: programmatic ones (returned) and default ones (*plain) */
+static int programmatic_edges(cudaGraph_t g, int *plain) {
+    size_t nn = 0;
+    int prog = 0;
+    *plain = 0;
+    if (cudaGraphGetNodes(g, NULL, &nn) != cudaSuccess || !nn) return -1;
+    cudaGraphNode_t *nodes = calloc(nn, sizeof *nodes);
+    CHECK(cudaGraphGetNodes(g, nodes, &nn) == cudaSuccess);
+    for (size_t i = 0; i < nn; i++) {
+        enum cudaGraphNodeType t;
+        size_t nd = 0;
+        if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess || t != cudaGraphNodeTypeKernel) continue;
+        CHECK(cudaGraphNodeGetDependencies(nodes[i], NULL, NULL, &nd) == cudaSuccess);
+        if (!nd) continue;
+        cudaGraphNode_t *deps = calloc(nd, sizeof *deps);
+        cudaGraphEdgeData *ed = calloc(nd, sizeof *ed);
+        CHECK(cudaGraphNodeGetDependencies(nodes[i], deps, ed, &nd) == cudaSuccess);
+        for (size_t k = 0; k < nd; k++) {
+            if (ed[k].type == cudaGraphDependencyTypeProgrammatic) prog++;
+            else (*plain)++;
+        }
+        free(deps);
+        free(ed);
+    }
+    free(nodes);
+    return prog;
+}
+
+static void test_pdl(ll_backend *be) {
+    static float h[NELEM];
+    float *x = be->alloc(be, sizeof h), *y = be->alloc(be, sizeof h);
+    fill(h, 1);
+    be->upload(be, x, h, sizeof h);
+    be->memset0(be, y, sizeof h);
+    cudaStream_t st = ll_cuda_enter(be);
+    for (int on = 1; on >= 0; on--) {
+        const int was = ll_cuda_pdl(on), want = ll_cuda_pdl_launch();
+        CHECK_MSG(on || !want, "ll_cuda_pdl(0) left programmatic dependent launch on");
+        be->sync(be);
+        CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+        for (int r = 0; r < 3; r++) be->acc(be, (ll_act *)y, (const ll_act *)x, NELEM);
+        cudaGraph_t cg = NULL;
+        cudaGraphExec_t ge = NULL;
+        CHECK(cudaStreamEndCapture(st, &cg) == cudaSuccess && cg);
+        if (!cg) break;
+        int plain = 0;
+        const int prog = programmatic_edges(cg, &plain);
+        printf("pdl: %s, %s: %d programmatic and %d default edges between 3 captured kernels\n",
+               on ? "on" : "off (ll_cuda_pdl(0))", want ? "launched with the attribute" : "plain launches", prog,
+               plain);
+        CHECK_MSG(want ? prog == 2 && plain == 0 : prog == 0 && plain == 2,
+                  "pdl %s: %d programmatic and %d default edges, want %d and %d", on ? "on" : "off", prog, plain,
+                  want ? 2 : 0, want ? 0 : 2);
+        CHECK(cudaGraphInstantiate(&ge, cg, 0) == cudaSuccess);
+        CHECK(cudaGraphLaunch(ge, st) == cudaSuccess);
+        be->sync(be);
+        if (ge) CHECK(cudaGraphExecDestroy(ge) == cudaSuccess);
+        CHECK(cudaGraphDestroy(cg) == cudaSuccess);
+        ll_cuda_pdl(was);
+    }
+    CHECK_MSG(off_by(be, y, 6, 1) == 0, "two launches of 3 captured accs (with and without pdl): off by %g",
+              off_by(be, y, 6, 1));
+    be->free(be, x);
+    be->free(be, y);
+}
+
 /* the child of test_backend's last check: must die in the download */
 static int download_in_capture(void) {
     ll_backend *be = ll_backend_cuda(0);
@@ -579,5 +649,6 @@ int main(int argc, char **argv) {
     }
     test_runtime_rules(be);
     test_backend(be);
+    test_pdl(be);
     return tu_finish("gpu_test_graph_cuda");
 }

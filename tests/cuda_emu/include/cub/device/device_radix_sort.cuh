@@ -12,7 +12,7 @@
 
 namespace ll_emu {
 void enqueue(cudaStream_t s, const char *what, std::function<void()> fn, const void *func = nullptr,
-             unsigned cluster = 1); /* emu_internal.h */
+             unsigned cluster = 1, bool pdl = false); /* emu_internal.h */
 int device_range(const void *p, size_t n);
 } // namespace ll_emu
 
