@@ -375,6 +375,10 @@ cudaError_t ll_cuda_copy_rows_at(cudaStream_t stream, void *dst, size_t dst_stri
  * `be` must come from ll_backend_cuda(). */
 cudaStream_t ll_cuda_stream(ll_backend *be);
 int ll_cuda_device(ll_backend *be);
+/* A non-blocking stream of the current device at the greatest stream priority (side 0: the device's
+ * stream, conditional bodies, NCCL's collectives) or the least (side 1: the side stream's weight
+ * gradients); LL_CUDA_STREAM_PRIORITY=0: the default priority (src/backend/cuda/cuda_side.c). */
+cudaError_t ll_cuda_stream_create(cudaStream_t *s, int side);
 /* Fill device buffer dev_out[0..n) with the Philox words/uniforms of `r` starting
  * at element `offset`, on the backend's stream (asynchronous; download syncs). */
 void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const ll_philox *r, uint64_t offset);

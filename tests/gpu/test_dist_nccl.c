@@ -6,7 +6,8 @@
  * reduction left unfinished past dist.timeout_s is stopped by the watchdog
  * thread: `--hang` queues one and sleeps; the emulated test
  * gpu_emu_nccl_watchdog (LL_CUDA_EMU_NCCL_HANG: collectives never run)
- * expects the stop.  Skips (77) without a device or
+ * expects the stop.  The collectives' stream runs at the greatest priority, as the backward's
+ * chain (0, the default, with LL_CUDA_STREAM_PRIORITY=0).  Skips (77) without a device or
  * without NCCL in the build. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "ll/core.h"
 #include "ll/dist_train.h"
 #include "ll_cuda.h"
+#include "../../src/dist/nccl/dist_nccl.h"
 #include "../util/testutil.h"
 #include "gpu_util.h"
 
@@ -34,6 +36,16 @@ int main(int argc, char **argv) {
         return 77;
     }
     CHECK(!strcmp(d->name, "nccl") && d->world == 1 && d->device_buffers);
+#ifdef LL_WITH_NCCL /* (else ll_dist_for_backend said no above) */
+    {
+        const char *pe = getenv("LL_CUDA_STREAM_PRIORITY");
+        int least = 0, greatest = 0, pr = 1;
+        CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess);
+        CHECK(ll_dist_nccl_stream(d) && cudaStreamGetPriority(ll_dist_nccl_stream(d), &pr) == cudaSuccess);
+        CHECK_MSG(pr == (pe && !strcmp(pe, "0") ? 0 : greatest), "the NCCL stream's priority is %d (range %d..%d)",
+                  pr, least, greatest);
+    }
+#endif
     if (hang) { /* the watchdog must stop this after 0.3 s */
         float *w = be->alloc(be, sizeof(float) * 16);
         d->wait(d, d->allreduce(d, w, 16, LL_DIST_F32, 0, "test hung reduction"));

@@ -54,10 +54,8 @@ void ll_cuda_side_join(ll_backend *be);
 int ll_cuda_side_on(ll_backend *be); /* between side_begin (1) and side_end */
 int ll_cuda_side_slot(ll_backend *be);
 cudaStream_t ll_cuda_side_stream(ll_backend *be); /* NULL before its first use (tests) */
-/* A non-blocking stream of the current device at the greatest stream priority (side 0: the device's
- * stream, conditional bodies) or the least (side 1), LL_CUDA_STREAM_PRIORITY=0: the default; and
- * the flags executable graphs are instantiated with (their nodes run by the captured priorities). */
-cudaError_t ll_cuda_stream_create(cudaStream_t *s, int side);
+/* the flags executable graphs are instantiated with (their nodes run by the captured priorities;
+ * ll_cuda_stream_create in ll_cuda.h) */
 unsigned ll_cuda_graph_instantiate_flags(void);
 void ll_cuda_set_lane(ll_backend *be, cudaStream_t s, int lane);
 int ll_cuda_cond_depth(ll_backend *be); /* conditional bodies being captured (a body's capture is one stream) */

@@ -218,6 +218,10 @@ static void nccl_finalize(ll_dist *d) {
     free(d);
 }
 
+cudaStream_t ll_dist_nccl_stream(const ll_dist *d) {
+    return d && d->name && !strcmp(d->name, "nccl") ? ((const nccl_impl *)d->impl)->stream : NULL;
+}
+
 ll_dist *ll_dist_nccl_new(ll_dist *host, ll_backend *be) {
     ll_dist *d = ll_calloc(1, sizeof *d);
     nccl_impl *p = ll_calloc(1, sizeof *p);
@@ -235,7 +239,9 @@ ll_dist *ll_dist_nccl_new(ll_dist *host, ll_backend *be) {
     if (host->rank == 0) check_nccl(d, ncclGetUniqueId(&id), "ncclGetUniqueId");
     if (host->world > 1) ll_dist_mpi_bcast_host(host, &id, sizeof id, 0);
     check_nccl(d, ncclCommInitRank(&p->comm, host->world, id, host->rank), "ncclCommInitRank");
-    check_cuda(d, cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    /* at the backward chain's priority: a layer group's all-reduce must not wait for SMs behind the
+     * side stream's weight gradients (the least priority), or it overlaps nothing */
+    check_cuda(d, ll_cuda_stream_create(&p->stream, 0), "cudaStreamCreate");
     check_cuda(d, cudaEventCreateWithFlags(&p->ready, cudaEventDisableTiming), "cudaEventCreate");
     for (int i = 0; i < MAX_REQS; i++)
         check_cuda(d, cudaEventCreateWithFlags(&p->done[i], cudaEventDisableTiming), "cudaEventCreate");
