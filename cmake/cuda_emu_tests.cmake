@@ -62,6 +62,15 @@ set_tests_properties(gpu_emu_lt_refuse_epilogue_step_bf16 PROPERTIES LABELS gpu
 add_test(NAME gpu_emu_lt_fail_dies COMMAND gpu_test_ops_cuda --op gemm)
 set_tests_properties(gpu_emu_lt_fail_dies PROPERTIES LABELS gpu ENVIRONMENT
   "${LL_EMU_TEST_ENV};LL_CUDA_EMU_LT_REFUSE=fail" PASS_REGULAR_EXPRESSION "cuBLASLt matmul failed \\(status 13")
+# programmatic dependent launch refused (LL_CUDA_EMU_PDL=refuse, as a driver or sharing mode without
+# it would): the backend's start-up probe says so in one line and switches it off; the graph test's
+# captures then have default edges, and a training step matches the CPU
+add_test(NAME gpu_emu_pdl_refused COMMAND gpu_test_graph_cuda)
+add_test(NAME gpu_emu_pdl_refused_step COMMAND gpu_test_step_cuda)
+set_tests_properties(gpu_emu_pdl_refused PROPERTIES LABELS gpu ENVIRONMENT "${LL_EMU_TEST_ENV};LL_CUDA_EMU_PDL=refuse"
+  PASS_REGULAR_EXPRESSION "programmatic dependent launch operation not supported: kernels launch without it.*pdl: off \\(ll_cuda_pdl\\(0\\)\\), plain launches: 0 programmatic and 2 default edges.*gpu_test_graph_cuda: all checks passed")
+set_tests_properties(gpu_emu_pdl_refused_step PROPERTIES LABELS gpu ENVIRONMENT "${LL_EMU_TEST_ENV};LL_CUDA_EMU_PDL=refuse"
+  PASS_REGULAR_EXPRESSION "programmatic dependent launch operation not supported.*gpu_test_step_cuda: all checks passed")
 # flush-to-zero everywhere (as if convert.cu were built with --use_fast_math's -ftz=true):
 # the typed test's subnormal conversion must then fail, so its pass means convert keeps subnormals
 add_test(NAME gpu_emu_ftz_shows COMMAND gpu_test_typed_cuda)

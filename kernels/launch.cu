@@ -46,3 +46,30 @@ extern "C" int ll_cuda_pdl_launch(void) {
     }
     return c == 2;
 }
+
+/* The start-up probe (ll_cuda.h): two launches in a row, each reading what the one before wrote */
+static __global__ void __launch_bounds__(32) pdl_probe_kernel(int *v, int step) {
+    LL_PDL_ENTER();
+    if (threadIdx.x == 0) *v = *v * 2 + step;
+}
+
+extern "C" cudaError_t ll_cuda_pdl_probe(cudaStream_t stream, int *dev_int, int *refused) {
+    *refused = 0;
+    if (!ll_cuda_pdl_launch()) return cudaSuccess;
+    cudaError_t e = cudaMemsetAsync(dev_int, 0, sizeof *dev_int, stream);
+    if (e != cudaSuccess) return e;
+    LL_LAUNCH(1, 32, 0, stream, pdl_probe_kernel)(dev_int, 1); /* 0 -> 1 */
+    e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        LL_LAUNCH(1, 32, 0, stream, pdl_probe_kernel)(dev_int, 2); /* 1 -> 4 */
+        e = cudaGetLastError();
+    }
+    int h = -1;
+    if (e == cudaSuccess) e = cudaMemcpyAsync(&h, dev_int, sizeof h, cudaMemcpyDeviceToHost, stream);
+    const cudaError_t s = cudaStreamSynchronize(stream);
+    if (e == cudaSuccess && s == cudaSuccess && h == 4) return cudaSuccess;
+    if (s != cudaSuccess) return s; /* the device itself failed: not a refusal */
+    *refused = e != cudaSuccess ? (int)e : -1;
+    ll_cuda_pdl(0);
+    return cudaSuccess;
+}

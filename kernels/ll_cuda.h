@@ -108,6 +108,12 @@ cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void 
  * setting before the call.  Results are the same either way (every kernel waits first). */
 int ll_cuda_pdl_launch(void);
 int ll_cuda_pdl(int on);
+/* Run once per device when its backend is made (dev_int: one device int of scratch): two kernels
+ * in a row with the attribute.  Where a launch is refused or the second reads a wrong value,
+ * programmatic dependent launch is switched off for the process and *refused says why (the
+ * launch's cudaError_t, or -1 for a wrong value; 0 when it ran or was off).  Returns an error only
+ * when the stream itself failed. */
+cudaError_t ll_cuda_pdl_probe(cudaStream_t stream, int *dev_int, int *refused);
 
 /* ---- conditional nodes (kernels/graph_cond.cu) ----------------------------------
  * Sets h to (*run != 0) when the kernel runs: the condition of an IF node whose

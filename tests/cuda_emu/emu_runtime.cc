@@ -290,6 +290,15 @@ double now_s() {
 }
 } // namespace
 
+/* LL_CUDA_EMU_PDL=refuse: every launch with programmatic stream serialization refused */
+static bool pdl_refused() {
+    static const bool r = [] {
+        const char *m = env("LL_CUDA_EMU_PDL");
+        return m && !strcmp(m, "refuse");
+    }();
+    return r;
+}
+
 cudaError_t launch(const launch_desc &d, std::function<void()> body) {
     const dim3 g = d.grid, b = d.block;
     const uint64_t threads = (uint64_t)b.x * b.y * b.z;
@@ -301,6 +310,8 @@ cudaError_t launch(const launch_desc &d, std::function<void()> body) {
         e = cudaErrorInvalidValue;
     else if (const unsigned lb = launch_bound(d.name); lb && threads > lb)
         e = cudaErrorLaunchOutOfResources; /* more threads than the kernel was compiled for */
+    else if (d.pdl && pdl_refused())
+        e = cudaErrorNotSupported; /* LL_CUDA_EMU_PDL=refuse: a driver or sharing mode without it */
     if (e != cudaSuccess) {
         if (env("LL_CUDA_EMU_VERBOSE"))
             fprintf(stderr, "cuda-emu: launch of %s at %s:%d refused: grid (%u,%u,%u) block (%u,%u,%u) smem %zu: %s\n",

@@ -349,8 +349,26 @@ static cuda_impl *impl_new(int device) {
         ll_fail("cannot create a CUDA event on device %d: %s", device, cudaGetErrorString(e));
         return NULL;
     }
-    if ((e = cudaMalloc((void **)&im->ticket, sizeof *im->ticket)) != cudaSuccess ||
-        (e = cudaMemset(im->ticket, 0, sizeof *im->ticket)) != cudaSuccess) {
+    /* the residual backward's counter (zeroed below); before that, the scratch of the start-up probe
+     * of programmatic dependent launch (kernels/launch.cu) */
+    if ((e = cudaMalloc((void **)&im->ticket, sizeof *im->ticket)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ll_fail("cannot allocate a counter on CUDA device %d: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    int refused = 0;
+    if ((e = ll_cuda_pdl_probe(im->stream, (int *)im->ticket, &refused)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ll_fail("CUDA device %d failed its first kernels: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (refused) {
+        (void)cudaGetLastError();
+        ll_log("CUDA device %d: programmatic dependent launch %s: kernels launch without it from here "
+               "(as with LL_CUDA_PDL=0)",
+               device, refused > 0 ? cudaGetErrorString((cudaError_t)refused) : "gave a wrong value");
+    }
+    if ((e = cudaMemset(im->ticket, 0, sizeof *im->ticket)) != cudaSuccess) {
         (void)cudaGetLastError();
         ll_fail("cannot allocate a counter on CUDA device %d: %s", device, cudaGetErrorString(e));
         return NULL;
