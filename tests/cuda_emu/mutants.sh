@@ -133,8 +133,8 @@ M = {
                 "cudaMemcpyDeviceToHost, im->stream));"),
     "bounds": ("kernels/losses.cu", "__launch_bounds__(LOSS_THREADS)\n    xent_kernel",
                "__launch_bounds__(FIN_THREADS)\n    xent_kernel"),
-    "shared_short": ("kernels/losses.cu", "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LL_WARP];",
-                     "int pad, float grad_scale, double *__restrict__ rowloss) {\n    __shared__ ll_msum shm[LOSS_THREADS / LL_WARP - 1];"),
+    "shared_short": ("kernels/losses.cu", "double *__restrict__ rowloss) {\n    LL_PDL_ENTER();\n    __shared__ ll_msum shm[LL_WARP];",
+                     "double *__restrict__ rowloss) {\n    LL_PDL_ENTER();\n    __shared__ ll_msum shm[LOSS_THREADS / LL_WARP - 1];"),
     "syncwarp": ("kernels/residual.cu", "        __syncwarp();\n        ll_layernorm_row(", "        ll_layernorm_row("),
     "tc_syncwarp": ("kernels/attention_tc.cu",
                     "            __syncwarp(); /* the warp's stores of S before each lane reads its row */\n", ""),
@@ -176,6 +176,8 @@ PY
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
   graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release kv_join
   pdl_enter)
+# LL_EMU_MUTANTS="a b": only those (a rerun after fixing one); CI runs them all
+if [ -n "${LL_EMU_MUTANTS:-}" ]; then read -r -a mutants <<< "$LL_EMU_MUTANTS"; fi
 status=0
 for m in "${mutants[@]}"; do # (each mutant's file is touched above and restored below)
   [ -n "${file[$m]:-}" ] || { echo "mutants: $m has no entry in file=(...)"; exit 1; }
