@@ -176,6 +176,8 @@ typedef struct {
     uint64_t conditionals;   /* conditional nodes in all captured graphs (cond_if) */
     uint64_t tune_drops;     /* kept graphs dropped: LL_CUDA_GEMM_TUNE switched a matmul's algorithm */
     uint64_t refusals;       /* updates in place the runtime refused (then built anew; counted there too) */
+    uint64_t edges;          /* dependencies between the top-level nodes of all captured graphs */
+    uint64_t pdl_edges;      /* ... programmatic ones (a kernel launched with programmatic dependent launch) */
 } ll_graph_stats;
 
 struct ll_backend {

@@ -485,6 +485,35 @@ cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *t
     }
     return cudaSuccess;
 }
+/* every dependency of g's top-level nodes, with its edge data (as cudaGraphNodeGetDependencies) */
+cudaError_t cudaGraphGetEdges(cudaGraph_t g, cudaGraphNode_t *from, cudaGraphNode_t *to, cudaGraphEdgeData *data,
+                              size_t *n) {
+    LOCK;
+    if (!g || !n || (!from != !to) || (data && !from)) return err(cudaErrorInvalidValue);
+    size_t k = 0;
+    for (const auto &x : g->nodes)
+        for (CUgraphNode_st *d : x.deps) {
+            const CUgraph_st::node *dn = node_of(d);
+            const bool prog = x.pdl && x.kind == NODE_KERNEL && dn && dn->kind == NODE_KERNEL;
+            if (from) {
+                if (k >= *n) continue;
+                if (prog && !data) return err(cudaErrorLossyQuery);
+                from[k] = d;
+                to[k] = x.id;
+                if (data) {
+                    data[k] = cudaGraphEdgeData{};
+                    if (prog) data[k].type = cudaGraphDependencyTypeProgrammatic;
+                }
+            }
+            k++;
+        }
+    if (from) {
+        for (size_t i = k; i < *n; i++) from[i] = to[i] = NULL;
+        if (k > *n) k = *n;
+    }
+    *n = k;
+    return cudaSuccess;
+}
 /* a node's dependencies with their edge data: programmatic (the type alone; ports are not
  * modelled) from a kernel node to a kernel launched with programmatic stream serialization */
 cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *deps, cudaGraphEdgeData *data,

@@ -18,8 +18,8 @@ if "$BIN/ll_gpu_bench" "${tiny[@]}" > "$T/graphs.log" 2>&1; then
   [ "$GPUDEV" = cpu ] || grep -q " layers_per_join=${LL_LAYERS_PER_JOIN:-4}\$" <<< "$r" ||
     err "the side stream not joined every ${LL_LAYERS_PER_JOIN:-4} layers: ${r:-no RESULT line}"
   # programmatic dependent launch: on by default on an H100/H200 and the emulation (compute capability 9.0)
-  [ "$GPUDEV" = cpu ] || [ "${LL_CUDA_PDL:-1}" = 0 ] || grep -q " pdl=on " <<< "$r" ||
-    err "kernels not launched with programmatic dependent launch: ${r:-no RESULT line}"
+  [ "$GPUDEV" = cpu ] || [ "${LL_CUDA_PDL:-1}" = 0 ] || grep -q " pdl=on pdl_edges=[1-9][0-9]*/[1-9]" <<< "$r" ||
+    err "kernels not launched with programmatic dependent launch, or no programmatic edge in the step's graphs: ${r:-no RESULT line}"
 else
   err "ll_gpu_bench failed: $(tail -1 "$T/graphs.log")"
 fi

@@ -154,6 +154,29 @@ LL_CUDA_ENV_SWITCH(replay_on, "LL_CUDA_GRAPH_REPLAY")
  * the slot's executable is destroyed and the capture instantiated anew */
 LL_CUDA_ENV_SWITCH(update_on, "LL_CUDA_GRAPH_UPDATE")
 
+/* *edges += the dependencies between g's top-level nodes, *pdl += the programmatic ones (a kernel
+ * launched with programmatic dependent launch after a kernel: kernels/ll_cuda_common.cuh); nothing
+ * when the runtime does not say.  For the benchmark's RESULT line: on a GPU it shows whether the
+ * driver kept the attribute in the step's graph. */
+static void graph_edges(cudaGraph_t g, uint64_t *edges, uint64_t *pdl) {
+    size_t n = 0; /* (the count alone: no edge data needed) */
+    if (cudaGraphGetEdges(g, NULL, NULL, NULL, &n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    if (!n) return;
+    cudaGraphNode_t *from = ll_calloc(2 * n, sizeof *from), *to = from + n;
+    cudaGraphEdgeData *data = ll_calloc(n, sizeof *data);
+    if (cudaGraphGetEdges(g, from, to, data, &n) == cudaSuccess) {
+        *edges += n;
+        for (size_t i = 0; i < n; i++) *pdl += data[i].type == cudaGraphDependencyTypeProgrammatic;
+    } else {
+        (void)cudaGetLastError();
+    }
+    free(from);
+    free(data);
+}
+
 /* Which kernels a graph launches, in order: a hash of its nodes' types and, for each kernel node,
  * its function, cluster shape and priority; 0 when the runtime does not say (the graph is then never updated
  * in place).  cudaGraphExecUpdate accepts a kernel node whose kernel changed, but an H100
@@ -246,6 +269,7 @@ static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
     LL_CU(cudaGraphGetNodes(g, NULL, &nodes));
     im->graph.st.captures++;
     im->graph.st.nodes += nodes;
+    graph_edges(g, &im->graph.st.edges, &im->graph.st.pdl_edges);
     /* the slot: this fingerprint's (its scratch moved), a free one, the family's least recently
      * used of the same kernels, else of any (updated in place only with the same kernels:
      * graph_kernels), else the least recently used */
