@@ -720,14 +720,7 @@ extern "C" int ll_cuda_attention_tensor_cores(int on) {
 }
 
 bool ll_attention_tc_takes(int Dh) {
-    int mode = __atomic_load_n(&tc_mode, __ATOMIC_RELAXED);
-    if (mode < 0) {
-        const char *e = getenv("LL_CUDA_ATTENTION");
-        int fresh = !(e && !strcmp(e, "simt"));
-        mode = __atomic_compare_exchange_n(&tc_mode, &mode, fresh, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? fresh
-                                                                                                              : mode;
-    }
-    return mode && Dh % LL_WT == 0 && Dh <= WARP * MAX_SLOTS && ll_wmma_bf16_device();
+    return ll_env_switch_once(&tc_mode, "LL_CUDA_ATTENTION", "simt") && Dh % LL_WT == 0 && Dh <= WARP * MAX_SLOTS && ll_wmma_bf16_device();
 }
 
 cudaError_t ll_attention_fwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *out, float *lse) {

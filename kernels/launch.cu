@@ -1,34 +1,20 @@
 /* Whether LL_LAUNCH asks for programmatic dependent launch (kernels/ll_cuda_common.cuh): on a
  * device of compute capability 9.0 or later (Hopper), unless LL_CUDA_PDL=0 is in the environment
  * (A/B timing on a GPU; the launches of before) or a test switched it off. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "ll_cuda_common.cuh"
 
 #define PDL_DEVICES 16
-static int pdl_mode = -1;          /* -1: not read yet; 0 off; 1 where the device allows (atomics) */
-static int pdl_cc[PDL_DEVICES];    /* 1 + (major >= 9) per device; 0: not asked yet */
+static int pdl_mode = -1;       /* -1: not read yet; 0 off; 1 where the device allows */
+static int pdl_cc[PDL_DEVICES]; /* 1 + (major >= 9) per device; 0: not asked yet */
 
 extern "C" int ll_cuda_pdl(int on) {
-    int was = __atomic_load_n(&pdl_mode, __ATOMIC_RELAXED);
-    if (was < 0) {
-        const char *e = getenv("LL_CUDA_PDL");
-        was = !(e && !strcmp(e, "0"));
-    }
+    const int was = ll_env_switch_once(&pdl_mode, "LL_CUDA_PDL", "0");
     __atomic_store_n(&pdl_mode, on ? 1 : 0, __ATOMIC_RELAXED);
     return was;
 }
 
 extern "C" int ll_cuda_pdl_launch(void) {
-    int mode = __atomic_load_n(&pdl_mode, __ATOMIC_RELAXED);
-    if (mode < 0) {
-        const char *e = getenv("LL_CUDA_PDL");
-        int fresh = !(e && !strcmp(e, "0"));
-        mode = __atomic_compare_exchange_n(&pdl_mode, &mode, fresh, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? fresh
-                                                                                                                : mode;
-    }
-    if (!mode) return 0;
+    if (!ll_env_switch_once(&pdl_mode, "LL_CUDA_PDL", "0")) return 0;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= PDL_DEVICES) {
         (void)cudaGetLastError();

@@ -18,6 +18,8 @@
 
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "ll_cuda.h"
 
@@ -137,14 +139,25 @@ static inline unsigned ll_grid(size_t n, unsigned threads) {
     return g ? (unsigned)g : 1u;
 }
 
+/* A process-wide switch read from the environment once: *mode, -1 until then, becomes 0 where the
+ * variable `name` equals `off` and 1 otherwise (a test may store 0 or 1 over it; atomics: any
+ * host thread may launch).  Returns the switch. */
+static inline int ll_env_switch_once(int *mode, const char *name, const char *off) {
+    int m = __atomic_load_n(mode, __ATOMIC_RELAXED);
+    if (m < 0) {
+        const char *e = getenv(name);
+        const int fresh = !(e && !strcmp(e, off));
+        m = __atomic_compare_exchange_n(mode, &m, fresh, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED) ? fresh : m;
+    }
+    return m;
+}
+
 /* Blocks of `kernel` (`threads` each, `smem` bytes of dynamic shared memory) that the current
  * device holds at once: SMs x blocks per SM, asked once per kernel and device; 0 when the runtime
  * does not say.  A memory-bound grid-stride kernel launched with 1.55 waves of blocks leaves a
  * third of the SMs idle for its last wave (ncu on the H100, residual_bwd, session 24); one wave of
  * equal shares keeps every SM busy to the end.  LL_CUDA_ONE_WAVE=0: 0 (the callers' grids of before). */
 #define LL_RESIDENT_DEVICES 16
-#include <stdlib.h>
-#include <string.h>
 template <typename K> static inline unsigned ll_resident_blocks(K kernel, int threads, size_t smem) {
     static int cache[LL_RESIDENT_DEVICES]; /* blocks + 1; 0: not asked yet (benign races: same value) */
     int dev = 0;
