@@ -56,7 +56,7 @@
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define LL_PDL_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #elif defined(LL_CUDA_EMU)
-#define LL_PDL_ENTER() ll_emu::pdl_enter(__FILE__, __LINE__)
+#define LL_PDL_ENTER() ll_emu::pdl_enter()
 #else
 #define LL_PDL_ENTER() ((void)0)
 #endif

@@ -88,8 +88,7 @@ static inline launcher<P...> make_launcher(void (*k)(P...), dim3 g, dim3 b, size
  * nothing to wait for; the thread is marked as having waited (a grid launched with the
  * attribute whose threads never do stops the process: on a GPU it could read its inputs before
  * the kernel before it wrote them) */
-static inline void pdl_enter(const char *file, int line) {
-    (void)file, (void)line;
+static inline void pdl_enter() {
     cur->pdl_waited = 1;
 }
 

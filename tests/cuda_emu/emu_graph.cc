@@ -485,6 +485,12 @@ cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, enum cudaGraphNodeType *t
     }
     return cudaSuccess;
 }
+/* the edge from node d to node x is programmatic (its type alone; ports are not modelled): a kernel
+ * node to a kernel launched with programmatic stream serialization, as CUDA captures it */
+static bool programmatic_edge(const CUgraph_st::node &x, CUgraphNode_st *d) {
+    const CUgraph_st::node *dn = node_of(d);
+    return x.pdl && x.kind == NODE_KERNEL && dn && dn->kind == NODE_KERNEL;
+}
 /* every dependency of g's top-level nodes, with its edge data (as cudaGraphNodeGetDependencies) */
 cudaError_t cudaGraphGetEdges(cudaGraph_t g, cudaGraphNode_t *from, cudaGraphNode_t *to, cudaGraphEdgeData *data,
                               size_t *n) {
@@ -493,8 +499,7 @@ cudaError_t cudaGraphGetEdges(cudaGraph_t g, cudaGraphNode_t *from, cudaGraphNod
     size_t k = 0;
     for (const auto &x : g->nodes)
         for (CUgraphNode_st *d : x.deps) {
-            const CUgraph_st::node *dn = node_of(d);
-            const bool prog = x.pdl && x.kind == NODE_KERNEL && dn && dn->kind == NODE_KERNEL;
+            const bool prog = programmatic_edge(x, d);
             if (from) {
                 if (k >= *n) continue;
                 if (prog && !data) return err(cudaErrorLossyQuery);
@@ -514,8 +519,7 @@ cudaError_t cudaGraphGetEdges(cudaGraph_t g, cudaGraphNode_t *from, cudaGraphNod
     *n = k;
     return cudaSuccess;
 }
-/* a node's dependencies with their edge data: programmatic (the type alone; ports are not
- * modelled) from a kernel node to a kernel launched with programmatic stream serialization */
+/* a node's dependencies with their edge data (programmatic_edge) */
 cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *deps, cudaGraphEdgeData *data,
                                          size_t *n) {
     LOCK;
@@ -527,15 +531,12 @@ cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *
     }
     size_t k = 0;
     for (; k < *n && k < x->deps.size(); k++) {
+        const bool prog = programmatic_edge(*x, x->deps[k]);
+        if (prog && !data) return err(cudaErrorLossyQuery); /* CUDA: non-default edge data */
         deps[k] = x->deps[k];
         if (data) {
             data[k] = cudaGraphEdgeData{};
-            const CUgraph_st::node *d = node_of(x->deps[k]);
-            if (x->pdl && x->kind == NODE_KERNEL && d && d->kind == NODE_KERNEL)
-                data[k].type = cudaGraphDependencyTypeProgrammatic;
-        } else if (x->pdl && x->kind == NODE_KERNEL) {
-            const CUgraph_st::node *d = node_of(x->deps[k]);
-            if (d && d->kind == NODE_KERNEL) return err(cudaErrorLossyQuery); /* CUDA: non-default edge data */
+            if (prog) data[k].type = cudaGraphDependencyTypeProgrammatic;
         }
     }
     for (size_t i = k; i < *n; i++) deps[i] = NULL;
