@@ -5,7 +5,9 @@
 #
 #   scripts/cuda_emu_test.sh plain   build-emu-plain: ctest -L gpu (schedule rr), then the kernel and
 #                                    op tests again under a fourth schedule (random:SEED; without
-#                                    attention's 65,537-sentence case, which checks the host's slicing)
+#                                    attention's 65,537-sentence case, which checks the host's slicing),
+#                                    then scripts/gpu_check.sh rehearsed on that build
+#                                    (tests/cuda_emu/gpu_check_rehearsal.sh)
 #   scripts/cuda_emu_test.sh asan    build-emu-asan:  every gpu test under ASan+UBSan (greedy)
 #   scripts/cuda_emu_test.sh tsan    build-emu-tsan:  every gpu test under TSan (CUDA threads as TSan
 #                                    fibers, only __syncthreads ordering them; schedule reverse), built
@@ -113,6 +115,16 @@ case $mode in
     # (without the 65,537-sentence attention case: it checks the host's gridDim.z slices, not an
     # interleaving, and ran under rr; ~100 s under this schedule)
     LL_GPU_TEST_BIG_BATCH=0 run_ctest "random:${LL_EMU_SEED:-1}" -R "$RANDOM_TESTS" || status=1
+    # scripts/gpu_check.sh itself, rehearsed on this build (~1 minute): a mistake in it must not
+    # cost a GPU session its minutes
+    t1=$(date +%s)
+    if bash "$SRC/tests/cuda_emu/gpu_check_rehearsal.sh" "$bld" > "$bld/gpu-check-rehearsal.log" 2>&1; then
+      echo "cuda-emu $mode: gpu_check.sh rehearsal PASS in $(($(date +%s) - t1)) s"
+    else
+      tail -60 "$bld/gpu-check-rehearsal.log"
+      echo "cuda-emu $mode: gpu_check.sh rehearsal FAIL ($bld/gpu-check-rehearsal.log)"
+      status=1
+    fi
     ;;
   asan)
     # the fibers' stacks are switched with ASan's fiber annotations

@@ -32,8 +32,10 @@
 #      beam 5 on the GPU: BLEU and chrF
 #   5. the CPU suite (ctest -LE gpu) in the time left
 #   6. (GPU_CHECK_STEPS names it) sanitize: compute-sanitizer memcheck on every
-#      quick GPU test, racecheck and synccheck on attention, layer norm, ops
-#      (GPU_CHECK_MEMCHECK, GPU_CHECK_RACECHECK: other lists of tests, e.g. "attention_cuda")
+#      quick GPU test as ctest runs it (its environment: the bf16 variants too;
+#      scripts/ctest_commands.py), racecheck and synccheck on attention, wmma, layer
+#      norm, ops (GPU_CHECK_MEMCHECK, GPU_CHECK_RACECHECK: other lists of tests,
+#      e.g. "attention_cuda step_cuda_bf16")
 #   7. (GPU_CHECK_STEPS names it) bench, most wanted first (a cut-off run keeps those): ll64
 #      against PyTorch eager, ll64 profiled with the matmul survey, ll64's A/Bs (run_bench lists
 #      them: each switch gives back an earlier layout), tuned (LL_CUDA_GEMM_TUNE=8);
@@ -51,9 +53,15 @@
 # long = the Bible 300-update and decode-parity tests; graphfault = the fp32 training with CUDA graphs
 # in variants, tests/gpu/diag_graph_fault.sh), GPU_CHECK_TAR=0
 # writes the logs to OUTDIR/logs instead of OUTDIR/logs.tar.gz.
+# For the emulated rehearsal (tests/cuda_emu/gpu_check_rehearsal.sh, never a GPU result):
+# GPU_CHECK_CMAKE_ARGS (the configure arguments, default -DLL_CUDA=ON
+# -DCMAKE_CUDA_ARCHITECTURES=90 -DLL_WERROR=ON -DCMAKE_BUILD_TYPE=Release),
+# GPU_CHECK_TARGETS (what to build; default everything), GPU_CHECK_SANITIZER (the
+# sanitizer program; default compute-sanitizer), GPU_CHECK_TESTS (a regex: only these quick
+# tests), GPU_CHECK_ENV_SH (default .device/gpu/env.sh; "none": the system's libraries).
 set -u
 OUTDIR=${1:?usage: scripts/gpu_check.sh OUTDIR (or --tree-hash)}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 # the source tree's own hash, in the summary's first line: a device copy's git may still name the
 # commit its .git was copied at, not the working tree that ran (seen 2026-11-28);
@@ -79,6 +87,13 @@ B=${GPU_CHECK_BUILD:-/tmp/ll-gpu-build}
 BUDGET=${GPU_CHECK_BUDGET:-540}
 TRAIN_MIN=${GPU_CHECK_TRAIN_MIN:-1.5}
 STEPS=${GPU_CHECK_STEPS:-tests,long,quickstart,cpu}
+# the quick GPU tests: every test labelled gpu but these (the long step's)
+QUICK_EXCLUDE='gpu_test_(bible300|decode_parity)$'
+QUICK_ONLY=${GPU_CHECK_TESTS:-.} # (a regex: only these, for the rehearsal)
+# how the build is configured, and what is built (the emulated rehearsal builds the emulation:
+# tests/cuda_emu/gpu_check_rehearsal.sh)
+read -r -a CMAKE_ARGS <<< "${GPU_CHECK_CMAKE_ARGS:--DLL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLL_WERROR=ON -DCMAKE_BUILD_TYPE=Release}"
+read -r -a TARGETS <<< "${GPU_CHECK_TARGETS:-}"
 NPROC=$(nproc)
 T0=$(date +%s)
 : > "$S"
@@ -119,18 +134,19 @@ git -C "$ROOT" status --short 2> /dev/null | head -20 > "$L/git_status.log"
 
 # 1. the GPU
 step nvidia-smi 30 bash -c 'nvidia-smi; echo; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv'
-say "  $(sed -n '/^name,/{n;p}' "$L/nvidia-smi.log" | head -1)"
+gpu_line=$(sed -n '/^name,/{n;p}' "$L/nvidia-smi.log" | head -1)
+[ -n "$gpu_line" ] && say "  $gpu_line"
 
 # 2. build
-if [ -f .device/gpu/env.sh ]; then
-  # shellcheck disable=SC1091
-  source .device/gpu/env.sh
+ENV_SH=${GPU_CHECK_ENV_SH:-.device/gpu/env.sh}
+if [ -f "$ENV_SH" ]; then
+  # shellcheck disable=SC1090
+  source "$ENV_SH"
 else
   say "  no .device/gpu/env.sh: building with the system's libyaml/OpenBLAS/sentencepiece"
 fi
-step configure 120 cmake -S "$ROOT" -B "$B" -DLL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLL_WERROR=ON \
-  -DCMAKE_BUILD_TYPE=Release
-step build 300 cmake --build "$B" -j"$NPROC"
+step configure 120 cmake -S "$ROOT" -B "$B" "${CMAKE_ARGS[@]}"
+step build 300 cmake --build "$B" -j"$NPROC" ${TARGETS[@]:+--target "${TARGETS[@]}"}
 built=$?
 grep -E "warning:|error:|Error [0-9]" "$L/build.log" | head -20 | sed 's/^/  /' | tee -a "$S"
 if [ $built -ne 0 ] && grep -q "Werror\|\[-W" "$L/build.log"; then
@@ -138,14 +154,14 @@ if [ $built -ne 0 ] && grep -q "Werror\|\[-W" "$L/build.log"; then
   # the GPU session its tests, so build again without -Werror (the summary keeps the failure)
   say "  -Werror build failed on warnings: building again without -Werror to run the tests"
   step configure-nowerror 60 cmake -S "$ROOT" -B "$B" -DLL_WERROR=OFF
-  step build-nowerror 300 cmake --build "$B" -j"$NPROC"
+  step build-nowerror 300 cmake --build "$B" -j"$NPROC" ${TARGETS[@]:+--target "${TARGETS[@]}"}
   built=$?
 fi
 
 export LL_GPU_LOG_DIR=$L/tests
 # 3. GPU tests: the quick ones, then (long) the two Bible tests (each prepares data/bible/bin once, shared)
 run_tests() {
-  step ctest-gpu 120 ctest --test-dir "$B" -L gpu -E 'gpu_test_(bible300|decode_parity)' -j4 -V --timeout 110
+  step ctest-gpu 120 ctest --test-dir "$B" -L gpu -R "$QUICK_ONLY" -E "$QUICK_EXCLUDE" -j4 -V --timeout 110
   grep -E '^[0-9]+: ((FAIL|----)  |(ops|methods): |PASS .*gradient tensors|dist-nccl|one CUDA|cuBLASLt refused|ReLU backward stays|relu-mask|gpu-bench|pdl: )' "$L/ctest-gpu.log" | sed 's/^[0-9]*: /  /' | tee -a "$S"
   results "$L/ctest-gpu.log"
   # a failed quick test again with LL_CUDA_SYNC_CHECK=1 (a sync and check after every op): an
@@ -154,7 +170,7 @@ run_tests() {
     "$L/ctest-gpu.log" | head -3 | paste -sd'|')
   if [ -n "$failed" ]; then
     step sync-check 60 env LL_CUDA_SYNC_CHECK=1 ctest --test-dir "$B" -R "^($failed)\$" -V --timeout 50
-    grep -E 'CUDA error|FAIL' "$L/sync-check.log" | head -5 | sed 's/^[0-9]*: /  sync-check: /' | tee -a "$S"
+    grep -E 'CUDA error|FAIL' "$L/sync-check.log" | grep -v '^The following tests FAILED' | head -5 | sed 's/^[0-9]*: /  sync-check: /' | tee -a "$S"
     # and without programmatic dependent launch (new in session 28, never run on a GPU before): a
     # test that passes so points at LL_PDL_ENTER or the launch attribute
     step nopdl-check 60 env LL_CUDA_PDL=0 ctest --test-dir "$B" -R "^($failed)\$" --timeout 50
@@ -217,34 +233,55 @@ run_cpu() {
     tee -a "$S"
 }
 
-# 6. compute-sanitizer: memcheck on the quick tests, racecheck/synccheck on the kernels with shared memory
+# 6. compute-sanitizer: memcheck on every quick GPU test (ctest's own list and environments:
+# scripts/ctest_commands.py), those never checked on a GPU first; racecheck/synccheck on the
+# kernels with shared memory.  GPU_CHECK_SANITIZER names another sanitizer program (the emulated
+# rehearsal's stand-in, tests/cuda_emu/gpu_check_rehearsal.sh)
 run_sanitize() {
-  local CS
-  CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
-  if [ -n "$CS" ]; then
-    export LL_SOURCE_DIR=$ROOT LL_BINARY_DIR=$B
-    # attention's 65,537-sentence case (gridDim.z slicing) is minutes under a sanitizer: left out
-    # (the H200 run of 2026-11-26 timed out in it at 90 s, after 40 clean ops); NCCL's own
-    # initialisation asks cudaFuncGetAttributes for kernels of other architectures (error 209,
-    # inside pncclCommInitRank): API errors are not reported for that test, memory errors are
-    export LL_GPU_TEST_BIG_BATCH=0
-    for t in ${GPU_CHECK_MEMCHECK:-gpu_smoke attention_cuda wmma_cuda layernorm_cuda typed_cuda relu_mask_cuda decode_cuda step_cuda \
-      dist_nccl graph_cuda graph_cond_cuda ops_cuda}; do
-      api=()
-      # (graph_cuda and graph_cond_cuda provoke CUDA's capture errors on purpose)
-      [ $t = dist_nccl ] || [ $t = graph_cuda ] || [ $t = graph_cond_cuda ] && api=(--report-api-errors no)
-      step "memcheck-$t" 150 "$CS" --tool memcheck --leak-check no "${api[@]}" --error-exitcode 99 "$B/gpu_test_$t"
-      grep -E '^=+ (ERROR SUMMARY|Invalid|Program hit)' "$L/memcheck-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
-    done
-    for tool in racecheck synccheck; do
-      for t in ${GPU_CHECK_RACECHECK:-attention_cuda wmma_cuda layernorm_cuda ops_cuda}; do
-        step "$tool-$t" 150 "$CS" --tool "$tool" --error-exitcode 99 "$B/gpu_test_$t"
-        grep -E '^=+ (ERROR SUMMARY|RACECHECK SUMMARY|.*hazard)' "$L/$tool-$t.log" | head -3 | sed 's/^/  /' | tee -a "$S"
-      done
-    done
-  else
+  local CS name pre cmd tool t api sel
+  CS=${GPU_CHECK_SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)}
+  if [ -z "$CS" ]; then
     say "sanitize       SKIPPED: no compute-sanitizer"
+    return
   fi
+  # attention's 65,537-sentence case (gridDim.z slicing) is minutes under a sanitizer: left out
+  # (the H200 run of 2026-11-26 timed out in it at 90 s, after 40 clean ops)
+  export LL_GPU_TEST_BIG_BATCH=0
+  # the quick tests (as the tests step runs them; mpirun's ranks are left to dist_nccl's one),
+  # those memchecked on a GPU before (2026-11-26/27/28) last
+  local old=gpu_smoke,attention_cuda,wmma_cuda,layernorm_cuda,relu_mask_cuda,typed_cuda,decode_cuda,graph_cuda,graph_cond_cuda
+  local new=step_cuda,step_cuda_bf16,ops_cuda,ops_cuda_bf16,dist_nccl,graph_kernels_cuda,graph_side_cuda
+  local first
+  first=$(echo "$new,$old" | sed 's/\([^,]*\)/gpu_test_\1/g')
+  python3 "$ROOT/scripts/ctest_commands.py" "$B" -L gpu -R "$QUICK_ONLY" -E "$QUICK_EXCLUDE|gpu_test_dist_nccl_mpirun\$" \
+    --first "$first" > "$L/sanitize-tests.txt" || { say "sanitize       FAILED: no list of tests"; return; }
+  sel=${GPU_CHECK_MEMCHECK:-}
+  while IFS=$'\t' read -r name pre cmd; do
+    [ -n "$sel" ] && [[ " $sel " != *" ${name#gpu_test_} "* ]] && continue
+    eval "pre=($pre) cmd=($cmd)"
+    api=()
+    # NCCL's initialisation asks cudaFuncGetAttributes for kernels of other architectures (error
+    # 209, inside pncclCommInitRank); the graph tests provoke capture errors on purpose; the
+    # tools' runs (shell tests) meet refused graph updates by design: API errors are not
+    # reported there, memory errors are
+    case ${cmd[0]##*/} in
+      gpu_test_dist_nccl | gpu_test_graph_cuda | gpu_test_graph_cond_cuda) api=(--report-api-errors no) ;;
+      bash) api=(--report-api-errors no --target-processes all) ;; # (the tools the script starts)
+    esac
+    step "memcheck-${name#gpu_test_}" 150 "${pre[@]}" "$CS" --tool memcheck --leak-check no "${api[@]}" \
+      --error-exitcode 99 "${cmd[@]}" < /dev/null
+    grep -E '^=+ (ERROR SUMMARY|Invalid|Program hit|EMULATED)' "$L/memcheck-${name#gpu_test_}.log" | head -3 |
+      sed 's/^/  /' | tee -a "$S"
+  done < "$L/sanitize-tests.txt"
+  for tool in racecheck synccheck; do
+    for t in ${GPU_CHECK_RACECHECK:-attention_cuda wmma_cuda layernorm_cuda ops_cuda}; do
+      IFS=$'\t' read -r name pre cmd < <(grep "^gpu_test_$t"$'\t' "$L/sanitize-tests.txt") || continue
+      eval "pre=($pre) cmd=($cmd)"
+      step "$tool-$t" 150 "${pre[@]}" "$CS" --tool "$tool" --error-exitcode 99 "${cmd[@]}" < /dev/null
+      grep -E '^=+ (ERROR SUMMARY|RACECHECK SUMMARY|.*hazard|EMULATED)' "$L/$tool-$t.log" | head -3 | sed 's/^/  /' |
+        tee -a "$S"
+    done
+  done
 }
 
 # 7. benchmark figures, the GPU-speed issue's targets first: ll64 against PyTorch eager, decoding

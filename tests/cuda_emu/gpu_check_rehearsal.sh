@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh rehearsed on the CUDA emulation, so that a mistake in the script (a
+# wrong flag, a branch that never ran, a summary line that greps nothing) costs CI a minute, not
+# a GPU session its few minutes.  Nothing here is a GPU result: the build is the emulation's
+# (-DLL_CUDA_EMU=ON) and compute-sanitizer is a stand-in that only checks its command line
+# (tests/cuda_emu/sanitizer_standin.sh).
+#
+#   tests/cuda_emu/gpu_check_rehearsal.sh BUILD   (an emulated build folder: scripts/cuda_emu_test.sh plain's)
+#
+# Two runs of gpu_check.sh on a few fast quick tests:
+#   1. tests,long,graphfault,sanitize: every step must pass (nvidia-smi aside: there is none), and
+#      the sanitize step must run every selected test under memcheck with ctest's environment
+#      (the bf16 variant's LL_PARITY_PRECISION) and racecheck/synccheck on those named;
+#   2. tests with every matmul failing (LL_CUDA_EMU_LT_REFUSE=fail): the failed tests must be
+#      named and run again with the per-op sync check and without programmatic dependent launch.
+# Exit status 0 when both went as they should.
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+B=$(cd "${1:?usage: $0 EMULATED-BUILD-FOLDER}" && pwd)
+grep -q '^LL_CUDA_EMU:BOOL=ON' "$B/CMakeCache.txt" || { echo "rehearsal: $B is not an emulated build" >&2; exit 2; }
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+fail=0
+bad() {
+  echo "rehearsal: FAIL: $*" >&2
+  fail=1
+}
+targets="lltrain lldecode llprep lleval ll_gpu_bench"
+for f in "$SRC"/tests/gpu/test_*.c; do targets+=" gpu_$(basename "$f" .c)"; done
+# the quick tests of the rehearsal: a few fast ones, the bf16 variant among them (its environment
+# must reach the sanitizer's run) and two the racecheck list names
+QUICK='gpu_test_(gpu_smoke|graph_cond_cuda|layernorm_cuda|decode_cuda|ops_cuda_bf16)$'
+export GPU_CHECK_BUILD=$B GPU_CHECK_CMAKE_ARGS=-DLL_CUDA_EMU=ON GPU_CHECK_TARGETS=$targets GPU_CHECK_ENV_SH=none \
+  GPU_CHECK_TESTS=$QUICK GPU_CHECK_SANITIZER=$SRC/tests/cuda_emu/sanitizer_standin.sh GPU_CHECK_TAR=0 \
+  GPU_CHECK_RACECHECK="layernorm_cuda ops_cuda_bf16" GPU_CHECK_BUDGET=900
+# the emulated Bible runs' shrunk sizes (cmake/cuda_emu_tests.cmake) for the graphfault step,
+# whose variants train 2 updates of 256 tokens each
+export LL_GRAPH_FAULT_UPDATES=2 LL_GRAPH_FAULT_MEMCHECK=0 \
+  LL_BIBLE_EXTRA="--set model.d_model=64 --set model.ffn_dim=128 --set model.enc_layers=1 --set model.dec_layers=1 --set train.valid_max_batches=4 --set data.max_tokens=256"
+have_corpus=1
+[ -s "$SRC/data/bible/raw/test.en" ] || have_corpus=0
+steps=tests,sanitize
+[ $have_corpus = 1 ] && steps=tests,long,graphfault,sanitize
+
+# 1. everything passes
+t0=$(date +%s)
+GPU_CHECK_STEPS=$steps bash "$SRC/scripts/gpu_check.sh" "$W/a" > "$W/a.out" 2>&1 || true
+S=$W/a/summary.txt
+echo "rehearsal 1 ($steps): $(($(date +%s) - t0)) s"
+sed 's/^/  | /' "$S"
+# every step ran and passed, but nvidia-smi (none here)
+grep -E '^[a-z0-9_-]+ +rc ' "$S" | grep -v '^nvidia-smi ' | grep -v ' rc 0 ' && bad "a step of run 1 did not pass"
+for s in configure build ctest-gpu; do grep -qE "^$s +rc 0 " "$S" || bad "run 1 has no passing $s step"; done
+if [ $have_corpus = 1 ]; then
+  for s in decode-parity bible300 graph-fault; do grep -qE "^$s +rc 0 " "$S" || bad "run 1 has no passing $s step"; done
+  grep -q '^  graph-fault: repro' "$S" || bad "the graphfault step's variants are not in the summary"
+fi
+grep -qE 'tests passed|Test +#' "$W/a/logs/ctest-gpu.log" || bad "ctest-gpu ran no test"
+# memcheck on each selected quick test, as ctest runs it
+for t in gpu_smoke graph_cond_cuda layernorm_cuda decode_cuda ops_cuda_bf16; do
+  grep -qE "^memcheck-$t +rc 0 " "$S" || bad "no passing memcheck-$t"
+done
+[ "$(grep -cE '^memcheck-' "$S")" = 5 ] || bad "memcheck ran on other tests than the 5 selected"
+grep -q 'EMULATED rehearsal: no compute-sanitizer ran (memcheck)' "$W/a/logs/memcheck-gpu_smoke.log" ||
+  bad "memcheck-gpu_smoke did not go through the stand-in"
+grep -q 'bf16 activations' "$W/a/logs/memcheck-ops_cuda_bf16.log" ||
+  bad "memcheck-ops_cuda_bf16 ran without its ctest environment (LL_PARITY_PRECISION=bf16)"
+for tool in racecheck synccheck; do
+  for t in layernorm_cuda ops_cuda_bf16; do grep -qE "^$tool-$t +rc 0 " "$S" || bad "no passing $tool-$t"; done
+done
+grep -q '^  cuda devices: 1' "$S" || bad "lltrain --devices is not in the summary"
+
+# 2. failing tests are named and run again: the sync check, then without PDL
+t0=$(date +%s)
+LL_CUDA_EMU_LT_REFUSE=fail GPU_CHECK_STEPS=tests bash "$SRC/scripts/gpu_check.sh" "$W/b" > "$W/b.out" 2>&1 || true
+S=$W/b/summary.txt
+echo "rehearsal 2 (tests, every matmul failing): $(($(date +%s) - t0)) s"
+sed 's/^/  | /' "$S"
+grep -qE '^ctest-gpu +rc [1-9][0-9]* .*FAILED' "$S" || bad "run 2's ctest-gpu did not fail"
+grep -qE '^sync-check +rc ' "$S" || bad "run 2 ran no sync check of the failed tests"
+grep -qE '^nopdl-check +rc ' "$S" || bad "run 2 ran the failed tests not again without PDL"
+grep -q 'gpu_test_ops_cuda_bf16' "$W/b/logs/nopdl-check.log" || bad "the nopdl check did not run the failed ops test"
+
+if [ $fail = 0 ]; then echo "rehearsal: PASS (an emulated rehearsal of scripts/gpu_check.sh, not a GPU result)"; fi
+exit $fail
