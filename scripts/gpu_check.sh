@@ -94,6 +94,12 @@ QUICK_ONLY=${GPU_CHECK_TESTS:-.} # (a regex: only these, for the rehearsal)
 # tests/cuda_emu/gpu_check_rehearsal.sh)
 read -r -a CMAKE_ARGS <<< "${GPU_CHECK_CMAKE_ARGS:--DLL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLL_WERROR=ON -DCMAKE_BUILD_TYPE=Release}"
 read -r -a TARGETS <<< "${GPU_CHECK_TARGETS:-}"
+# (the rehearsal's tiny sizes: arguments added to every ll_gpu_bench, ll_decode_bench and
+# quick-start lltrain run, and the quick start's test books cut to their first N lines)
+read -r -a BENCH_EXTRA <<< "${GPU_CHECK_BENCH_ARGS:-}"
+read -r -a DECODE_EXTRA <<< "${GPU_CHECK_DECODE_ARGS:-}"
+read -r -a QUICKSTART_EXTRA <<< "${GPU_CHECK_QUICKSTART_ARGS:-}"
+TEST_LINES=${GPU_CHECK_TEST_LINES:-}
 NPROC=$(nproc)
 T0=$(date +%s)
 : > "$S"
@@ -199,10 +205,17 @@ run_quickstart() {
   rm -rf "$W"
   if [ -s data/bible/raw/test.en ]; then
     if [ "$TRAIN_MIN" = full ]; then # the quick start itself: the config as shipped
-      step train-bible 360 "$B/lltrain" --config configs/bible_gpu.cfg --set checkpoint.save_dir="$W"
+      step train-bible 360 "$B/lltrain" --config configs/bible_gpu.cfg --set checkpoint.save_dir="$W" \
+        "${QUICKSTART_EXTRA[@]}"
     else
       step train-bible 200 "$B/lltrain" --config configs/bible_gpu.cfg --set train.max_minutes="$TRAIN_MIN" \
-        --set train.valid_interval=100000 --set checkpoint.save_dir="$W" --set train.precision=bf16
+        --set train.valid_interval=100000 --set checkpoint.save_dir="$W" --set train.precision=bf16 \
+        "${QUICKSTART_EXTRA[@]}"
+    fi
+    local src=data/bible/raw/test.en ref=data/bible/raw/test.es
+    if [ -n "$TEST_LINES" ]; then # (the rehearsal)
+      head -n "$TEST_LINES" "$src" > "$L/test.head.en" && head -n "$TEST_LINES" "$ref" > "$L/test.head.es"
+      src=$L/test.head.en ref=$L/test.head.es
     fi
     grep -E 'device|model:|peak|memory|max_minutes|^valid|done:|error' "$L/train-bible.log" | tail -8 | sed 's/^/  /' |
       tee -a "$S"
@@ -211,10 +224,10 @@ run_quickstart() {
     [ -s "$model" ] || model=$W/checkpoint_last.llm
     if [ -s "$model" ]; then
       step decode-test 120 "$B/lldecode" --model "$model" --device cuda --precision bf16 --beam 5 --lenpen 1.0 \
-        --input data/bible/raw/test.en --output "$L/test.hyp.es"
+        --input "$src" --output "$L/test.hyp.es"
       tail -1 "$L/decode-test.log" | sed 's/^/  /' | tee -a "$S"
       if [ -s "$L/test.hyp.es" ]; then
-        say "  test books (en->es), beam 5, ${TRAIN_MIN} min of training: $("$B/lleval" --ref data/bible/raw/test.es \
+        say "  test books (en->es), beam 5, ${TRAIN_MIN} min of training: $("$B/lleval" --ref "$ref" \
           --input "$L/test.hyp.es" --metrics bleu,chrf -b 2>&1 | tr '\n' ' ')(BLEU chrF)"
       fi
     fi
@@ -290,7 +303,7 @@ run_sanitize() {
 # profile; deep30.  GPU_CHECK_TORCH=0 leaves PyTorch out (GPU_CHECK_PEAK: the peak to use then)
 run_bench() {
   local torch=${GPU_CHECK_TORCH:-1} PEAK=${GPU_CHECK_PEAK:-}
-  local DEC=(--device cuda --model base --batch 128 --src-len 32 --len 32 --beams 5,1)
+  local DEC=(--device cuda --model base --batch 128 --src-len 32 --len 32 --beams 5,1 "${DECODE_EXTRA[@]}")
   tstep() { [ "$torch" = 0 ] || step "$@"; }
   if [ -z "$PEAK" ] && [ "$torch" != 0 ]; then
     step bench-peak 60 python3 bench/gpu/torch_gpu_peer.py --model base --steps 1 --warmup 1
@@ -310,24 +323,24 @@ run_bench() {
   #   bgradsplit weight gradients as plain products (cuBLASLt may split K) + the bias-gradient kernel
   #   relumask   the ReLU backward in cuBLASLt's DRELU epilogue (measured slower in session 24)
   # then the autotune, decoding and the other models
-  step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
+  step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   tstep bench-torch-ll64 120 python3 bench/gpu/torch_gpu_peer.py --model ll64 --peak-tflops "$PEAK"
-  step bench-ll-ll64-profile 90 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8
+  step bench-ll-ll64-profile 90 "$B/ll_gpu_bench" --model ll64 --device cuda --steps 3 --profile --gemm-survey 8 "${BENCH_EXTRA[@]}"
   local ab
   for ab in nopdl:LL_CUDA_PDL=0 noside:LL_CUDA_SIDE_STREAM=0 join1:LL_LAYERS_PER_JOIN=1 noprio:LL_CUDA_STREAM_PRIORITY=0 \
     waves:LL_CUDA_ONE_WAVE=0 bwd1w2:LL_CUDA_ATTN_BWD1_WARPS=2 lnscalar:LL_CUDA_LN_VEC=0 \
     bgradsplit:LL_CUDA_BGRAD_EPILOGUE=0 relumask:LL_CUDA_RELU_MASK=1; do
-    step "bench-ll-ll64-${ab%%:*}" 60 env "${ab#*:}" "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
+    step "bench-ll-ll64-${ab%%:*}" 60 env "${ab#*:}" "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   done
-  step bench-ll-ll64-tune 90 env LL_CUDA_GEMM_TUNE=8 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK"
+  step bench-ll-ll64-tune 90 env LL_CUDA_GEMM_TUNE=8 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   step bench-decode 90 "$B/ll_decode_bench" "${DEC[@]}"
   step bench-decode-nographs 90 env LL_CUDA_DECODE_GRAPHS=0 "$B/ll_decode_bench" "${DEC[@]}"
   tstep bench-torch-decode 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --peak-tflops "$PEAK"
-  step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK"
-  step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK"
-  step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off
+  step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
+  step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
+  step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off "${BENCH_EXTRA[@]}"
   step bench-ll-ll64-simt 60 env LL_CUDA_ATTENTION=simt "$B/ll_gpu_bench" --model ll64 --device cuda \
-    --peak-tflops "$PEAK"
+    --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   tstep bench-torch-base 60 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
   tstep bench-torch-base-compile 150 python3 bench/gpu/torch_gpu_peer.py --model base --compile --peak-tflops "$PEAK"
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done

@@ -7,12 +7,15 @@
 #
 #   tests/cuda_emu/gpu_check_rehearsal.sh BUILD   (an emulated build folder: scripts/cuda_emu_test.sh plain's)
 #
-# Two runs of gpu_check.sh on a few fast quick tests:
+# Three runs of gpu_check.sh on tiny sizes:
 #   1. tests,long,graphfault,sanitize: every step must pass (nvidia-smi aside: there is none), and
 #      the sanitize step must run every selected test under memcheck with ctest's environment
 #      (the bf16 variant's LL_PARITY_PRECISION) and racecheck/synccheck on those named;
 #   2. tests with every matmul failing (LL_CUDA_EMU_LT_REFUSE=fail): the failed tests must be
-#      named and run again with the per-op sync check and without programmatic dependent launch.
+#      named and run again with the per-op sync check and without programmatic dependent launch;
+#   3. quickstart,bench (the second call) with GPU_CHECK_TRAIN_MIN=full, tiny models and without
+#      PyTorch: every step passes, the summary has BLEU/chrF and the profile, and each A/B of the
+#      bench step switches what it names (its RESULT line, or a source that reads its variable).
 # Exit status 0 when both went as they should.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -80,6 +83,58 @@ grep -qE '^ctest-gpu +rc [1-9][0-9]* .*FAILED' "$S" || bad "run 2's ctest-gpu di
 grep -qE '^sync-check +rc ' "$S" || bad "run 2 ran no sync check of the failed tests"
 grep -qE '^nopdl-check +rc ' "$S" || bad "run 2 ran the failed tests not again without PDL"
 grep -q 'gpu_test_ops_cuda_bf16' "$W/b/logs/nopdl-check.log" || bad "the nopdl check did not run the failed ops test"
+
+# 3. the second call's steps, GPU_CHECK_TRAIN_MIN=full as a GPU session runs them, on tiny sizes:
+# the quick start (a 2+2-layer model, 2 updates without validation BLEU, 3 test lines) and the bench step without PyTorch
+if [ $have_corpus = 1 ]; then
+  t0=$(date +%s)
+  tiny="--set model.enc_layers=2 --set model.dec_layers=2 --set model.d_model=64 --set model.ffn_dim=128 --set model.heads=2"
+  GPU_CHECK_STEPS=quickstart,bench GPU_CHECK_TRAIN_MIN=full GPU_CHECK_TORCH=0 GPU_CHECK_TEST_LINES=3 \
+    GPU_CHECK_QUICKSTART_ARGS="$tiny --set train.max_updates=2 --set data.max_tokens=256 --set train.valid_max_batches=2 --set train.valid_bleu=false --set train.best_metric=loss" \
+    GPU_CHECK_BENCH_ARGS="--batch 4 --len 8 --vocab 64 --steps 2 --warmup 1 $tiny" \
+    GPU_CHECK_DECODE_ARGS="--batch 2 --src-len 4 --len 4 --repeats 1" \
+    bash "$SRC/scripts/gpu_check.sh" "$W/c" > "$W/c.out" 2>&1 || true
+  S=$W/c/summary.txt
+  echo "rehearsal 3 (quickstart,bench on tiny sizes): $(($(date +%s) - t0)) s"
+  sed 's/^/  | /' "$S"
+  grep -E '^[a-z0-9_-]+ +rc ' "$S" | grep -v '^nvidia-smi ' | grep -v ' rc 0 ' && bad "a step of run 3 did not pass"
+  for s in train-bible decode-test bench-ll-ll64 bench-ll-ll64-profile bench-decode bench-ll-base bench-ll-deep30; do
+    grep -qE "^$s +rc 0 " "$S" || bad "run 3 has no passing $s step"
+  done
+  grep -qE '^  test books \(en->es\), beam 5, full min of training: [0-9.]+ [0-9.]+ \(BLEU chrF\)' "$S" ||
+    bad "run 3's summary has no BLEU and chrF of the test lines"
+  grep -q '^  class ' "$S" || bad "run 3's summary has no per-op-class profile"
+  # each A/B of the bench step: a switch the RESULT line shows must show there; the others must be
+  # read somewhere in the sources (an environment variable nobody reads would time the default)
+  result() { grep -h '^RESULT ll_gpu_train' "$W/c/logs/bench-ll-$1.log" 2> /dev/null; }
+  want() { result "$1" | grep -q " $2 " || bad "bench-ll-$1: its RESULT line lacks '$2': $(result "$1")"; }
+  want ll64 "pdl=on"
+  want ll64 "side_stream=on"
+  want ll64 "relu_mask=off"
+  want ll64-nopdl "pdl=off"
+  want ll64-noside "side_stream=off"
+  want ll64-relumask "relu_mask=drelu"
+  want ll64-nographs "graphs=off"
+  result ll64-join1 | grep -q ' layers_per_join=1$' || bad "bench-ll-ll64-join1: not joined after every layer"
+  abs=$(awk '/for ab in /{f=1} f{print} f && /; do$/{exit}' "$SRC/scripts/gpu_check.sh" | tr ' \\;' '\n\n\n' |
+    grep -E '^[a-z0-9]+:[A-Z0-9_]+=')
+  [ "$(echo "$abs" | wc -l)" -ge 9 ] || bad "the bench step's A/B list was not found: $abs"
+  for ab in $abs LL_CUDA_GEMM_TUNE=8 LL_CUDA_DECODE_GRAPHS=0 LL_CUDA_ATTENTION=simt; do
+    var=${ab#*:}
+    var=${var%%=*}
+    grep -rqF "\"$var\"" "$SRC/src" "$SRC/kernels" "$SRC/include" || bad "A/B ${ab}: no source reads $var"
+    [ "${ab%%:*}" = "$ab" ] || grep -qE "^bench-ll-ll64-${ab%%:*} +rc 0 " "$S" || bad "no passing bench-ll-ll64-${ab%%:*}"
+  done
+fi
+
+# 4. every LL_* variable the two GPU scripts set is read somewhere: a C/CUDA source's "NAME" or
+# a shell script's $NAME (a misspelt switch would time the default and call it an A/B)
+for f in scripts/gpu_check.sh bench/gpu/run.sh; do
+  for var in $(grep -v '^\s*#' "$SRC/$f" | grep -oE '\bLL_[A-Z0-9_]+=' | tr -d = | sort -u); do
+    grep -rqF "\"$var\"" "$SRC/src" "$SRC/kernels" "$SRC/include" "$SRC/tests" "$SRC/bench" ||
+      grep -rqE "\\\$\{?$var\b" "$SRC/scripts" "$SRC/tests" "$SRC/bench" || bad "$f sets $var, which nothing reads"
+  done
+done
 
 if [ $fail = 0 ]; then echo "rehearsal: PASS (an emulated rehearsal of scripts/gpu_check.sh, not a GPU result)"; fi
 exit $fail
