@@ -140,7 +140,7 @@ static __device__ __forceinline__ void product_abt(float *S, int lds, const __nv
     for (int jt = 0; jt < tiles * LL_WT; jt += LL_WT) {
         ll_wmma_acc acc;
         nvcuda::wmma::fill_fragment(acc, 0.0f);
-        ll_wmma_tile_product<nvcuda::wmma::col_major>(acc, A, ld, B + (size_t)jt * ld, ld, 1, Dh);
+        ll_wmma_tile_product<nvcuda::wmma::col_major, true>(acc, A, ld, B + (size_t)jt * ld, ld, 1, Dh);
         nvcuda::wmma::store_matrix_sync(S + jt, acc, lds, nvcuda::wmma::mem_row_major);
     }
 #else
@@ -156,8 +156,8 @@ static __device__ __forceinline__ void product_abt_both(float *S, int lds, const
     ll_wmma_acc acc0, acc1;
     nvcuda::wmma::fill_fragment(acc0, 0.0f);
     nvcuda::wmma::fill_fragment(acc1, 0.0f);
-    ll_wmma_tile_product<nvcuda::wmma::col_major>(acc0, A, ld, B, ld, 1, Dh);
-    ll_wmma_tile_product<nvcuda::wmma::col_major>(acc1, A, ld, B + (size_t)LL_WT * ld, ld, 1, Dh);
+    ll_wmma_tile_product<nvcuda::wmma::col_major, true>(acc0, A, ld, B, ld, 1, Dh);
+    ll_wmma_tile_product<nvcuda::wmma::col_major, true>(acc1, A, ld, B + (size_t)LL_WT * ld, ld, 1, Dh);
     __syncwarp(); /* every lane's loads of A before the stores */
     nvcuda::wmma::store_matrix_sync(S, acc0, lds, nvcuda::wmma::mem_row_major);
     nvcuda::wmma::store_matrix_sync(S + LL_WT, acc1, lds, nvcuda::wmma::mem_row_major);
@@ -183,8 +183,8 @@ static __device__ __forceinline__ void acc_split_product(ll_wmma_acc *acc, const
             for (int kk = 0; kk < TC_KT; kk += LL_WT) {
                 wmma::fragment<wmma::matrix_a, LL_WT, LL_WT, LL_WT, __nv_bfloat16, AL> fa;
                 wmma::fragment<wmma::matrix_b, LL_WT, LL_WT, LL_WT, __nv_bfloat16, wmma::row_major> fb;
-                wmma::load_matrix_sync(fa, A + part * lo_off + (colA ? (size_t)kk * lda : (size_t)kk), lda);
-                wmma::load_matrix_sync(fb, M + (size_t)kk * ldm + e * LL_WT, ldm);
+                ll_wmma_load_shared(fa, A + part * lo_off + (colA ? (size_t)kk * lda : (size_t)kk), lda);
+                ll_wmma_load_shared(fb, M + (size_t)kk * ldm + e * LL_WT, ldm);
                 wmma::mma_sync(acc[e], fa, fb, acc[e]);
             }
 #else

@@ -1,7 +1,9 @@
 /* A probe of the tensor-core path (nvcuda::wmma, bf16 in, fp32 out), with its
  * own check against the host: the two products of flash attention on one
  * (sentence, head) tile, S = Q K^T (K read as a column-major B) and then
- * O = bf16(S) V with S passed between the products through shared memory.
+ * O = bf16(S) V with S passed between the products through shared memory (the
+ * first product's tiles loaded from global memory, the second's from shared
+ * memory through ll_wmma_load_shared's .shared loads).
  * ll_cuda_wmma_selftest runs it; gpu_test_wmma_cuda calls that on a GPU and on
  * the CPU emulation alike, so the emulation's WMMA (tests/cuda_emu/emu_wmma.h)
  * is held to the hardware's on the next GPU, before a kernel relies on it.
@@ -31,6 +33,8 @@ static __global__ void __launch_bounds__(PTHREADS)
     using namespace nvcuda;
     __shared__ __align__(32) float ss[PQ][PK]; /* WMMA pointers: 256-bit aligned */
     __shared__ __align__(32) __nv_bfloat16 sp[PQ][PK];
+    __shared__ __align__(32) __nv_bfloat16 sv[PK][PD]; /* V for the second product's .shared loads */
+    for (int i = (int)threadIdx.x; i < PK * PD; i += PTHREADS) sv[i / PD][i % PD] = v[i];
     const int w = (int)(threadIdx.x / 32), lane = (int)(threadIdx.x % 32);
     const int r0 = w * PT;
     /* S[r0.., j..] = sum over d of Q[r0.., d..] K[j.., d..]^T */
@@ -48,12 +52,13 @@ static __global__ void __launch_bounds__(PTHREADS)
         s[(size_t)r * PK + c] = ss[r][c];
         sp[r][c] = __float2bfloat16_rn(ss[r][c]);
     }
-    __syncwarp();
-    /* O[r0.., e..] = sum over j of bf16(S)[r0.., j..] V[j.., e..] */
+    __syncthreads(); /* the warp's sp rows, and every thread's part of sv */
+    /* O[r0.., e..] = sum over j of bf16(S)[r0.., j..] V[j.., e..], both tiles from shared memory
+     * (ll_wmma_load_shared, as the attention kernels load theirs; the first product's are global) */
     for (int e = 0; e < PD; e += PT) {
         ll_wmma_acc acc;
         wmma::fill_fragment(acc, 0.0f);
-        ll_wmma_tile_product<wmma::row_major>(acc, &sp[r0][0], PK, v + e, PD, PD, PK);
+        ll_wmma_tile_product<wmma::row_major, true>(acc, &sp[r0][0], PK, &sv[0][0] + e, PD, PD, PK);
         wmma::store_matrix_sync(o + (size_t)r0 * PD + e, acc, PD, wmma::mem_row_major);
     }
     if (threadIdx.x == 0) *ran = 1;

@@ -49,6 +49,10 @@ extern thread_ctx *cur;
 extern block_ctx blk;
 
 void syncthreads(const char *file, int line);
+/* [p, p + bytes) must lie in the block's shared memory (its dynamic area or a static __shared__
+ * array): a load that names the .shared state space (kernels/wmma_tile.cuh's ll_wmma_load_shared)
+ * reads something else on a GPU when given another address; else the process stops */
+void check_shared(const void *p, size_t bytes, const char *what, const char *file, int line);
 /* One warp-synchronous exchange: every lane of `mask` posts `val` and the lane
  * it reads (src); returns val of lane src once all of mask has arrived. */
 uint64_t warp_exchange(unsigned mask, uint64_t val, int src, const char *what, const char *file, int line);

@@ -569,6 +569,17 @@ static void find_shared() {
     }
 }
 
+void check_shared(const void *p, size_t bytes, const char *what, const char *file, int line) {
+    const char *a = (const char *)p, *e = a + bytes;
+    const char *d = (const char *)blk.dyn;
+    if (g_launch && d && a >= d && e <= d + g_launch->smem) return;
+    for (const shared_range &r : g_shared)
+        if (a >= r.p && e <= r.p + r.n) return;
+    fail("%s at %s:%d: [%p, +%zu bytes) is not in the block's shared memory (dynamic %p, +%zu bytes, or a static "
+         "__shared__ array): a GPU's .shared load would read something else",
+         what, file, line, p, bytes, blk.dyn, g_launch ? g_launch->smem : (size_t)0);
+}
+
 void run_grid(const launch_desc &d, const std::function<void()> &body) {
     static std::once_flag shared_once;
     std::call_once(shared_once, find_shared);

@@ -65,6 +65,18 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsign
         for (int c = 0; c < f.cols; c++) f.x[r * f.cols + c] = rm ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
 }
 
+/* (not CUDA's) the load kernels/wmma_tile.cuh's ll_wmma_load_shared makes with the .shared
+ * state space on a GPU: the same load, and every element it reads must be in the block's
+ * shared memory */
+template <typename Use, int M, int N, int K, typename T, typename L>
+inline void load_matrix_sync_shared(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm,
+                                    const char *file = __builtin_FILE(), int line = __builtin_LINE()) {
+    const bool rm = std::is_same<L, row_major>::value;
+    const size_t last = rm ? (size_t)(f.rows - 1) * ldm + (size_t)(f.cols - 1) : (size_t)(f.cols - 1) * ldm + (size_t)(f.rows - 1);
+    ll_emu::check_shared(p, (last + 1) * sizeof(T), "a .shared WMMA load (ll_wmma_load_shared)", file, line);
+    load_matrix_sync(f, p, ldm, file, line);
+}
+
 template <int M, int N, int K, typename T>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, T> &f, const T *p, unsigned ldm, layout_t layout,
                              const char *file = __builtin_FILE(), int line = __builtin_LINE()) {

@@ -54,6 +54,9 @@
 #              of one wave splits the Philox blocks unevenly: the last ones are never done)
 #   pdl_enter  the residual backward without LL_PDL_ENTER() (launched with programmatic dependent
 #              launch, it could read the gradient before the kernel that writes it has finished)
+#   shared_load the one-kernel attention backward's S = Q K^T reads K's tile from global memory
+#              through ll_wmma_load_shared (a .shared load of a global address reads something
+#              else on a GPU: the emulation checks every tile that load names is shared memory)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -78,7 +81,8 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c
   [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [side_slot]=src/backend/cuda/cuda_side.c
   [layer_join]=src/model/transformer.c [group_pp]=src/model/transformer.c [group_release]=src/model/transformer.c
-  [kv_join]=src/model/layers.c [share]=kernels/residual.cu [pdl_enter]=kernels/residual.cu)
+  [kv_join]=src/model/layers.c [share]=kernels/residual.cu [pdl_enter]=kernels/residual.cu
+  [shared_load]=kernels/attention_tc.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -107,7 +111,7 @@ run_test() {
     ticket | share | pdl_enter) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
     relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
     graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
-    bwd1_half) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
+    bwd1_half | shared_load) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
     side_fork | side_join | side_workspace | side_slot) "$b/gpu_test_graph_cuda" --side ;;
     layer_join | group_release | kv_join) "$b/gpu_test_step_cuda" ;;
     group_pp) LL_PARITY_PRECISION=bf16 LL_LAYERS_PER_JOIN=2 "$b/gpu_test_step_cuda" ;;
@@ -146,6 +150,9 @@ M = {
                 "                k->kv_ready = 0;\n"),
     "pdl_enter": ("kernels/residual.cu", "float *dg2, const float *g1, const float *g2, res_args a) {\n    LL_PDL_ENTER();\n",
                   "float *dg2, const float *g1, const float *g2, res_args a) {\n"),
+    "shared_load": ("kernels/attention_tc.cu",
+                    "product_abt(sW, TC_SLD, sQ + (size_t)w0 * ld, sK + (size_t)part * LL_WT * ld, ld, Dh, KTW);",
+                    "product_abt(sW, TC_SLD, sQ + (size_t)w0 * ld, kb + (size_t)part * LL_WT * ld, ld, Dh, KTW);"),
     "share": ("kernels/residual.cu", "hi = lo + share + (b < extra ? 1 : 0);", "hi = lo + share;"),
     "ticket": ("kernels/residual.cu", "    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */\n", ""),
     "relu_note": ("src/backend/cuda/cuda_gemm_lt.c", "drelu_kernel = drelu && !ll_cuda_relu_mask_written(g->aux);",
@@ -175,7 +182,7 @@ PY
 
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
   graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release kv_join
-  pdl_enter)
+  pdl_enter shared_load)
 # LL_EMU_MUTANTS="a b": only those (a rerun after fixing one); CI runs them all
 if [ -n "${LL_EMU_MUTANTS:-}" ]; then read -r -a mutants <<< "$LL_EMU_MUTANTS"; fi
 status=0
