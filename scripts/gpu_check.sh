@@ -260,6 +260,9 @@ run_sanitize() {
   # attention's 65,537-sentence case (gridDim.z slicing) is minutes under a sanitizer: left out
   # (the H200 run of 2026-11-26 timed out in it at 90 s, after 40 clean ops)
   export LL_GPU_TEST_BIG_BATCH=0
+  # the parity tests' ops and methods in one process, not one each (tests/gpu/parity.h): under
+  # compute-sanitizer each process's start cost ~3 s, and the ops test ran past its 150 s (H200)
+  export LL_PARITY_FORK=0
   # the quick tests (as the tests step runs them; mpirun's ranks are left to dist_nccl's one),
   # those memchecked on a GPU before (2026-11-26/27/28) last
   local old=gpu_smoke,attention_cuda,wmma_cuda,layernorm_cuda,relu_mask_cuda,typed_cuda,decode_cuda,graph_cuda,graph_cond_cuda
