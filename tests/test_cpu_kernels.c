@@ -271,6 +271,30 @@ static void test_beam_topk(void) {
         }
     }
     free(logp);
+    /* A NaN after the best candidate in its SIMD lane (16, 32 or 48 tokens later, inside the
+     * same 64-token chunk): the chunk must not be skipped.  The AVX-512 row max let the NaN
+     * replace the lane's running max, so the chunk's max came out below the best and the chunk
+     * was skipped: the best candidate was missing (found by the CUDA parity test's inputs). */
+    enum { V2 = 200, K2 = 3 };
+    real *l2 = malloc(sizeof(real) * 2 * V2);
+    const double cum2[2] = {0, 0};
+    const uint8_t mode2[1] = {1};
+    double s2[K2];
+    real lp2[K2];
+    int32_t f2[K2];
+    int bad = 0;
+    for (int best = 0; best < V2; best++)
+        for (int d = 16; d < 64; d += 16) {
+            if (best % 64 + d >= 64 || best + d >= V2 || best == PAD || best == BOS) continue;
+            for (int v = 0; v < V2; v++) l2[v] = -3.0f - 0.001f * (real)v, l2[V2 + v] = -4.0f - 0.001f * (real)v;
+            l2[V2 + best] = -0.5f, l2[V2 + best + d] = NAN; /* row 1: the best, then a NaN in its lane */
+            be->beam_topk(be, s2, lp2, f2, (const ll_act *)l2, cum2, mode2, 1, 2, V2, K2, PAD, BOS, EOS);
+            if (f2[0] != V2 + best && !bad++)
+                fprintf(stderr, "  beam_topk: best at token %d of row 1, NaN %d tokens later: first candidate %d, want %d\n",
+                        best, d, (int)f2[0], V2 + best);
+            CHECK(f2[0] == V2 + best && s2[0] == -0.5);
+        }
+    free(l2);
 }
 
 /* copy_rows / reorder_rows: strided copies and an in-place gather (rows may repeat). */

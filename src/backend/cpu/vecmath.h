@@ -65,9 +65,12 @@ LL_AVX512 static inline __m512 ll_exp16(__m512 x) {
 
 static inline __mmask16 ll_tail16(int left) { return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1); }
 
+/* (VMAXPS returns its second operand when either is NaN: with the row second, a NaN replaced a
+ * lane's running max, so the row's max could come out below its largest element; with the
+ * running max second, a NaN is passed over and m never holds one) */
 LL_AVX512 static inline real ll_row_max_avx512(const real *x, int n) {
     __m512 m = _mm512_set1_ps(-INFINITY);
-    for (int i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_mask_loadu_ps(m, ll_tail16(n - i), x + i));
+    for (int i = 0; i < n; i += 16) m = _mm512_max_ps(_mm512_mask_loadu_ps(m, ll_tail16(n - i), x + i), m);
     return _mm512_reduce_max_ps(m);
 }
 
@@ -113,13 +116,14 @@ LL_AVX512 static inline void ll_row_affine_avx512(real *x, int n, real a, real b
 }
 #endif
 
-/* max of x[0..n), n >= 1 */
+/* max of the elements of x[0..n) that are not NaN (-inf when all are): beam_topk skips a chunk
+ * of candidates by it, and a softmax's NaN shows in its sum either way.  Both paths alike. */
 static inline real ll_row_max(const real *x, int n) {
 #ifdef LL_VEC16
     if (ll_cpu_avx512) return ll_row_max_avx512(x, n);
 #endif
-    real m = x[0];
-    for (int i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    real m = -INFINITY;
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
 }
 
