@@ -159,3 +159,12 @@ if(LL_SANITIZE)
     endif()
   endforeach()
 endif()
+# Every op of the parity test in one process (LL_PARITY_FORK=0, as scripts/gpu_check.sh's sanitizer
+# runs start them): each op then meets the random inputs the ops before it left to the generator,
+# not the same ones every run (in fp32 and bf16; with the ReLU masks, as the ops tests run).  These
+# inputs found the CPU's beam_topk skipping a chunk by a row max a NaN had lowered (AVX-512).
+foreach(prec fp32 bf16)
+  add_test(NAME gpu_emu_ops_one_process_${prec} COMMAND gpu_test_ops_cuda)
+  set_tests_properties(gpu_emu_ops_one_process_${prec} PROPERTIES LABELS gpu
+    ENVIRONMENT "${LL_EMU_TEST_ENV};LL_PARITY_FORK=0;LL_CUDA_RELU_MASK=1;LL_PARITY_PRECISION=${prec}")
+endforeach()
