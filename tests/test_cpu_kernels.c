@@ -139,6 +139,19 @@ static void test_xent(void) {
         for (int v = 0; v < V; v++) worst = fmax(worst, fabs(x[(size_t)n * V + v] - (z[v] - mx - log(s))));
     }
     CHECK_MSG(worst < 2e-5, "log_softmax max error %g", worst);
+    /* A NaN logit makes its row's loss and log-probabilities NaN, as on the scalar path and on
+     * CUDA (__expf(NaN) is NaN): the AVX-512 exp clamped NaN to -87 (its max/min returned the
+     * bound) and the row came out finite, so a diverged model's NaN loss could pass unseen */
+    for (int i = 0; i < N * V; i++) x[i] = ls[i];
+    x[3 * V + 600] = NAN; /* row 3 (target 0) */
+    double acc2[2] = {0, 0};
+    be->xent_fwd_bwd(be, A_(x), tgt, N, V, eps, pad, gs, acc2);
+    CHECK_MSG(isnan(acc2[0]) && isnan(acc2[1]), "a NaN logit gave the loss %g, nll %g", acc2[0], acc2[1]);
+    for (int i = 0; i < N * V; i++) x[i] = ls[i];
+    x[4 * V + 17] = NAN;
+    be->log_softmax(be, A_(x), N, V);
+    CHECK_MSG(isnan(x[4 * V]) && isnan(x[4 * V + 900]) && !isnan(x[5 * V]), "log_softmax of a row with a NaN: %g %g (next row %g)",
+              x[4 * V], x[4 * V + 900], x[5 * V]);
     free(x), free(ls);
 }
 

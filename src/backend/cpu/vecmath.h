@@ -9,7 +9,8 @@
  * bodies carry a target attribute, so they compile whatever -march says.
  *
  * The exp is Cephes' expf: range reduction by ln 2 and a degree-6 polynomial,
- * max relative error ~2e-7 over the clamped range [-87, 88]. */
+ * max relative error ~2e-7 over the clamped range [-87, 88]; NaN gives NaN on
+ * both paths, as expf and CUDA's __expf do. */
 #ifndef LL_VECMATH_H
 #define LL_VECMATH_H
 
@@ -24,6 +25,7 @@
 #else
 #pragma omp declare simd
 static inline float ll_fast_expf(float x) {
+    if (x != x) return x; /* NaN (converting it to an int below would be undefined) */
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
     float n = floorf(x * 1.44269504088896341f + 0.5f);
     float r = x - n * 0.693359375f + n * 2.12194440e-4f;
@@ -48,7 +50,9 @@ static inline float ll_fast_expf(float x) {
 #define LL_AVX512 __attribute__((target("avx512f")))
 
 LL_AVX512 static inline __m512 ll_exp16(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    /* x second: VMAXPS/VMINPS return the second operand when either is NaN, so a NaN goes through
+     * as NaN (the bound first had clamped it to -87: a NaN logit's row came out finite) */
+    x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
     const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
                                           _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
