@@ -11,8 +11,9 @@
 #   1. tests,long,graphfault,sanitize: every step must pass (nvidia-smi aside: there is none), and
 #      the sanitize step must run every selected test under memcheck with ctest's environment
 #      (the bf16 variant's LL_PARITY_PRECISION) and racecheck/synccheck on those named;
-#   2. tests with every matmul failing (LL_CUDA_EMU_LT_REFUSE=fail): the failed tests must be
-#      named and run again with the per-op sync check and without programmatic dependent launch;
+#   2. tests,long with every matmul failing (LL_CUDA_EMU_LT_REFUSE=fail): the failed tests must be
+#      named and run again with the per-op sync check and without programmatic dependent launch,
+#      and the failed decode-parity followed by the graphfault variants;
 #   3. quickstart,bench (the second call) with GPU_CHECK_TRAIN_MIN=full, tiny models and without
 #      PyTorch: every step passes, the summary has BLEU/chrF and the profile, and each A/B of the
 #      bench step switches what it names (its RESULT line, or a source that reads its variable).
@@ -75,14 +76,20 @@ grep -q '^  cuda devices: 1' "$S" || bad "lltrain --devices is not in the summar
 
 # 2. failing tests are named and run again: the sync check, then without PDL
 t0=$(date +%s)
-LL_CUDA_EMU_LT_REFUSE=fail GPU_CHECK_STEPS=tests bash "$SRC/scripts/gpu_check.sh" "$W/b" > "$W/b.out" 2>&1 || true
+steps2=tests
+[ $have_corpus = 1 ] && steps2=tests,long
+LL_CUDA_EMU_LT_REFUSE=fail GPU_CHECK_STEPS=$steps2 bash "$SRC/scripts/gpu_check.sh" "$W/b" > "$W/b.out" 2>&1 || true
 S=$W/b/summary.txt
-echo "rehearsal 2 (tests, every matmul failing): $(($(date +%s) - t0)) s"
+echo "rehearsal 2 ($steps2, every matmul failing): $(($(date +%s) - t0)) s"
 sed 's/^/  | /' "$S"
 grep -qE '^ctest-gpu +rc [1-9][0-9]* .*FAILED' "$S" || bad "run 2's ctest-gpu did not fail"
 grep -qE '^sync-check +rc ' "$S" || bad "run 2 ran no sync check of the failed tests"
 grep -qE '^nopdl-check +rc ' "$S" || bad "run 2 ran the failed tests not again without PDL"
 grep -q 'gpu_test_ops_cuda_bf16' "$W/b/logs/nopdl-check.log" || bad "the nopdl check did not run the failed ops test"
+if [ $have_corpus = 1 ]; then
+  grep -qE '^decode-parity +rc [1-9]' "$S" || bad "run 2's decode-parity did not fail"
+  grep -qE '^graph-fault +rc ' "$S" || bad "a failed decode-parity was not followed by the graphfault variants"
+fi
 
 # 3. the second call's steps, GPU_CHECK_TRAIN_MIN=full as a GPU session runs them, on tiny sizes:
 # the quick start (a 2+2-layer model, 2 updates without validation BLEU, 3 test lines) and the bench step without PyTorch
