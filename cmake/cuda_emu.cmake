@@ -1,5 +1,5 @@
 # The CUDA backend on the CPU emulation of CUDA (-DLL_CUDA_EMU=ON; tests only,
-# never a user build; docs/cuda-backend.md, "Testing without a GPU").
+# never a user build; docs/cuda-emulation.md).
 #
 # kernels/*.cu compile as host C++ with tests/cuda_emu/emu_device.h included
 # first; src/backend/cuda/*.c and src/dist/nccl/dist_nccl.c compile as usual

@@ -27,8 +27,8 @@
 
 /* Kernel launches and dynamic shared memory go through these two macros so
  * that the same source also compiles as host C++ in the CPU emulation of
- * CUDA (-DLL_CUDA_EMU=ON, tests/cuda_emu, docs/cuda-backend.md "Testing
- * without a GPU"); nvcc sees exactly the <<<>>> launch and extern __shared__.
+ * CUDA (-DLL_CUDA_EMU=ON, tests/cuda_emu, docs/cuda-emulation.md); nvcc sees exactly the
+ * <<<>>> launch and extern __shared__.
  *   LL_LAUNCH(grid, block, smem, stream, kernel)(args...)
  *   LL_DYN_SHARED(T, name);   (T name[] of the launch's dynamic size) */
 #ifdef LL_CUDA_EMU

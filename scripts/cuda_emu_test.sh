@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU tests without a GPU: builds the CUDA backend on the CPU emulation of
-# CUDA (-DLL_CUDA_EMU=ON, tests/cuda_emu; docs/cuda-backend.md, "Testing
-# without a GPU") into its own build folder and runs every test labelled gpu.
+# CUDA (-DLL_CUDA_EMU=ON, tests/cuda_emu; docs/cuda-emulation.md) into its own build folder and
+# runs every test labelled gpu.
 #
 #   scripts/cuda_emu_test.sh plain   build-emu-plain: ctest -L gpu (schedule rr), then the kernel and
 #                                    op tests again under a fourth schedule (random:SEED; without

@@ -5,7 +5,7 @@
 # OUTDIR/summary.txt (also printed last).  About 9 minutes at most on one
 # H100 with 16 cores (GPU_CHECK_BUDGET seconds, default 540, for all steps).
 #
-# From the development machine (docs/cuda-backend.md, "Verifying on a GPU"):
+# From the development machine (docs/gpu-runs.md):
 # once per checkout, put what the GPU machine lacks into ignored folders --
 #   mkdir -p .device && cp -r ../shared/gpu .device/       # libyaml, OpenBLAS, sentencepiece (.deb)
 #   python3 scripts/make_bible_corpus.py --out data/bible/raw   # needs diatheke (not on the GPU machine); 7.8 MB

@@ -14,7 +14,7 @@
 #   6. build-emu-*     the CUDA backend on the CPU emulation of CUDA, cuBLASLt, CUB and
 #                      NCCL (scripts/cuda_emu_test.sh): every gpu test, plain (two warp
 #                      schedules), under ASan+UBSan and under TSan, then the mutation tests
-#                      (docs/cuda-backend.md, "Testing without a GPU").
+#                      (docs/cuda-emulation.md).
 # LL_TEST_SKIP="portable clang aarch64 asan emu" leaves out any of 2-6 (for a
 # quick local run; CI runs everything).  Each part's time is printed at the end.
 set -euo pipefail

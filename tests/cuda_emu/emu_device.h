@@ -8,7 +8,7 @@
  * __shared__ arrays (found by their tag and refilled with NaN bytes for
  * every block), and the launch object behind kernels/'s LL_LAUNCH macro.  Nothing
  * here is a GPU: results are those of the host's IEEE arithmetic (see
- * docs/cuda-backend.md, "Testing without a GPU"). */
+ * docs/cuda-emulation.md). */
 #ifndef LL_CUDA_EMU_DEVICE_H
 #define LL_CUDA_EMU_DEVICE_H
 

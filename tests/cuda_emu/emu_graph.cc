@@ -1,6 +1,5 @@
-/* CUDA graphs of the emulation (tests only; docs/cuda-backend.md, "Testing
- * without a GPU"): stream capture, conditional nodes, instantiation, update,
- * launch.
+/* CUDA graphs of the emulation (tests only; docs/cuda-emulation.md): stream capture,
+ * conditional nodes, instantiation, update, launch.
  *
  * A capturing stream records its work into the graph instead of queueing it; a
  * launch queues the graph's nodes in order.  The capture rules CUDA enforces

@@ -1,5 +1,5 @@
-/* The CUDA runtime of the emulation (tests only; docs/cuda-backend.md,
- * "Testing without a GPU"): devices, memory, streams, events, launches.
+/* The CUDA runtime of the emulation (tests only; docs/cuda-emulation.md): devices, memory,
+ * streams, events, launches.
  *
  * Devices.  LL_CUDA_EMU_DEVICES (default 1) emulated devices, each announced
  * once on stderr as an emulation; their names say "emulated".

@@ -1,6 +1,6 @@
 /* CUDA graph conditional nodes on the runtime itself (no ll backend): the
  * program the CUDA backend's LayerDrop graphs are built with, run on a GPU and
- * on the emulation (docs/cuda-backend.md, "Testing without a GPU").  A relaxed
+ * on the emulation (docs/cuda-emulation.md).  A relaxed
  * capture of `main` gets an IF node with two bodies by cudaGraphAddNode; its
  * handle is set by ll_cuda_launch_cond_set (kernels/graph_cond.cu) from a flag
  * in device memory; the bodies are captured on another stream with
