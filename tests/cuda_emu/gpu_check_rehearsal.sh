@@ -29,7 +29,7 @@ bad() {
   echo "rehearsal: FAIL: $*" >&2
   fail=1
 }
-targets="lltrain lldecode llprep lleval ll_gpu_bench"
+targets="lltrain lldecode llprep lleval ll_gpu_bench ll_decode_bench" # (what the tests and the bench step run)
 for f in "$SRC"/tests/gpu/test_*.c; do targets+=" gpu_$(basename "$f" .c)"; done
 # the quick tests of the rehearsal: a few fast ones, the bf16 variant among them (its environment
 # must reach the sanitizer's run) and two the racecheck list names
