@@ -35,12 +35,13 @@ template <typename T> static __device__ __forceinline__ void ll_st16(T *p, const
     *(uint4 *)p = v.u;
 }
 
-/* Stage 2: a[c] += sum_k pa[k, c] for k < R in a fixed order, the same for b (a or b may be NULL).
+/* Stage 2: a[c] += sum_k pa[k, c] for k < R in a fixed order (set: a[c] = the sum), the same for b
+ * (a or b may be NULL).
  * Block (32, LL_COLSUM_TY): x = the column within a 32-column tile, y takes the partials y,
  * y + LL_COLSUM_TY, ...; then the y's sums in order.  Grid: (cols + 31) / 32 blocks. */
 #define LL_COLSUM_TY 8
 static __global__ void col_partials_final(float *__restrict__ a, float *__restrict__ b, const float *__restrict__ pa,
-                                          const float *__restrict__ pb, int R, int cols) {
+                                          const float *__restrict__ pb, int R, int cols, int set) {
     LL_PDL_ENTER();
     __shared__ float sa[LL_COLSUM_TY][LL_WARP + 1], sb[LL_COLSUM_TY][LL_WARP + 1];
     const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * LL_WARP + tx;
@@ -60,13 +61,13 @@ static __global__ void col_partials_final(float *__restrict__ a, float *__restri
         ta += sa[k][tx];
         tb += sb[k][tx];
     }
-    if (a) a[col] += ta;
-    if (b) b[col] += tb;
+    if (a) a[col] = set ? ta : a[col] + ta;
+    if (b) b[col] = set ? tb : b[col] + tb;
 }
 static inline void col_partials_final_launch(cudaStream_t s, float *a, float *b, const float *pa, const float *pb,
-                                             int R, int cols) {
+                                             int R, int cols, int set) {
     LL_LAUNCH((unsigned)((cols + LL_WARP - 1) / LL_WARP), dim3(LL_WARP, LL_COLSUM_TY), 0, s, col_partials_final)(
-        a, b, pa, pb, R, cols);
+        a, b, pa, pb, R, cols, set);
 }
 
 #endif

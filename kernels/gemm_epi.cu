@@ -121,7 +121,8 @@ static bool col_sum_partial_vec_launch(cudaStream_t s, float *part, const T *x, 
 }
 
 template <typename T>
-static __global__ void row_sum_kernel(float *__restrict__ db, const T *__restrict__ x, int ld, int rows, int cols) {
+static __global__ void row_sum_kernel(float *__restrict__ db, const T *__restrict__ x, int ld, int rows, int cols,
+                                      int set) {
     LL_PDL_ENTER();
     const int lane = threadIdx.x & (LL_WARP - 1);
     const int r = blockIdx.x * (blockDim.x / LL_WARP) + threadIdx.x / LL_WARP;
@@ -130,7 +131,7 @@ static __global__ void row_sum_kernel(float *__restrict__ db, const T *__restric
     float a = 0.0f;
     for (int c = lane; c < cols; c += LL_WARP) a += ll_ld(xr + c);
     a = ll_warp_sum(a);
-    if (lane == 0) db[r] += a;
+    if (lane == 0) db[r] = set ? a : db[r] + a;
 }
 
 /* At least 64 rows per chunk, at most ~128 chunks (layernorm.cu's rule). */
@@ -146,13 +147,13 @@ extern "C" size_t ll_cuda_bias_grad_scratch_bytes(int rows, int cols, int by_col
 }
 
 extern "C" cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float *bgrad, const void *x, int ld,
-                                         int rows, int cols, int by_cols, void *scratch) {
+                                         int rows, int cols, int by_cols, int set, void *scratch) {
     if (rows <= 0 || cols <= 0) return cudaSuccess;
     if (ld < cols) return cudaErrorInvalidValue;
     if (!by_cols) {
         const int wpb = EPI_THREADS / LL_WARP;
         LL_DISPATCH(t, T, LL_LAUNCH((unsigned)((rows + wpb - 1) / wpb), EPI_THREADS, 0, s, row_sum_kernel<T>)(
-                              bgrad, (const T *)x, ld, rows, cols);)
+                              bgrad, (const T *)x, ld, rows, cols, set);)
         LL_CHECK_LAUNCH();
         return cudaSuccess;
     }
@@ -164,7 +165,7 @@ extern "C" cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float 
         LL_LAUNCH(g1, b1, 0, s, col_sum_partial<T>)(part, (const T *)x, ld, rows, cols, rpc);
     })
     LL_CHECK_LAUNCH();
-    col_partials_final_launch(s, NULL, bgrad, NULL, part, R, cols);
+    col_partials_final_launch(s, NULL, bgrad, NULL, part, R, cols, set);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

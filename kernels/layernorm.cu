@@ -394,7 +394,7 @@ extern "C" cudaError_t ll_cuda_layernorm_bwd_finish(cudaStream_t stream, float *
     if (!scratch) return cudaErrorInvalidValue;
     float *pw, *pb;
     dwdb_partials((float *)scratch, dw, db, N, C, &pw, &pb);
-    col_partials_final_launch(stream, dw, db, pw, pb, dwdb_chunks(N), C);
+    col_partials_final_launch(stream, dw, db, pw, pb, dwdb_chunks(N), C, 0);
     return cudaGetLastError();
 }
 

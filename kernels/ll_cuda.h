@@ -178,8 +178,9 @@ cudaError_t ll_cuda_residual_bwd(cudaStream_t s, ll_cuda_dtype t, void *ds, void
 cudaError_t ll_cuda_gemm_epilogue(cudaStream_t s, ll_cuda_dtype t, void *C, int ldc, int M, int N, float mul,
                                   const void *bias, ll_cuda_dtype bias_t, int relu);
 size_t ll_cuda_bias_grad_scratch_bytes(int rows, int cols, int by_cols);
+/* set: bgrad = the sums instead of += (a gradient known to be zero: no memset first) */
 cudaError_t ll_cuda_bias_grad(cudaStream_t s, ll_cuda_dtype t, float *bgrad, const void *x, int ld, int rows, int cols,
-                              int by_cols, void *scratch);
+                              int by_cols, int set, void *scratch);
 
 /* ---- conversions (kernels/convert.cu) ----------------------------------------------
  * ll_backend.convert: dst[i] = src[i] for fp32, bf16 and fp64 in any pair,

@@ -330,7 +330,8 @@ run_bench() {
   #   waves      the residual backward's grid of 1.55 waves (session 27)
   #   bwd1w2     the one-kernel attention backward in blocks of 2 warps (session 25)
   #   lnscalar   the layer norms' lane-strided rows (session 25)
-  #   bgradsplit weight gradients as plain products (cuBLASLt may split K) + the bias-gradient kernel
+  #   bgradepi   weight gradients with cuBLASLt's bias-gradient epilogue (the default until session 30,
+  #              when an H200 ran ll64 5.9% faster with plain products and the bias-gradient kernel)
   #   relumask   the ReLU backward in cuBLASLt's DRELU epilogue (measured slower in session 24)
   # then the autotune, decoding and the other models
   step bench-ll-ll64 90 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
@@ -339,7 +340,7 @@ run_bench() {
   local ab
   for ab in nopdl:LL_CUDA_PDL=0 noside:LL_CUDA_SIDE_STREAM=0 join1:LL_LAYERS_PER_JOIN=1 noprio:LL_CUDA_STREAM_PRIORITY=0 \
     waves:LL_CUDA_ONE_WAVE=0 bwd1w2:LL_CUDA_ATTN_BWD1_WARPS=2 lnscalar:LL_CUDA_LN_VEC=0 \
-    bgradsplit:LL_CUDA_BGRAD_EPILOGUE=0 relumask:LL_CUDA_RELU_MASK=1; do
+    bgradepi:LL_CUDA_BGRAD_EPILOGUE=1 relumask:LL_CUDA_RELU_MASK=1; do
     step "bench-ll-ll64-${ab%%:*}" 60 env "${ab#*:}" "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   done
   step bench-ll-ll64-tune 90 env LL_CUDA_GEMM_TUNE=8 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"

@@ -97,10 +97,10 @@ ab gemm_tune "| model | ll tok/s, cuBLASLt's heuristic | ll tok/s, LL_CUDA_GEMM_
 # 2026-11-28) against the backward matmul's DRELU epilogue
 ab relu_mask "| model | ll tok/s, separate relu_bwd | ll tok/s, ReLU backward in DRELU | separate / DRELU |" \
   LL_CUDA_RELU_MASK=1
-# weight gradients with cuBLASLt's bias-gradient epilogue (the default) against plain products (which
-# cuBLASLt may split over K) and a separate bias-gradient kernel
-ab bgrad_split "| model | ll tok/s, BGRAD epilogue | ll tok/s, plain dW + bias-gradient kernel | epilogue / split |" \
-  LL_CUDA_BGRAD_EPILOGUE=0
+# weight gradients as plain products (which cuBLASLt may split over K) and the bias-gradient kernel
+# (the default since an H200 ran ll64 5.9% faster so, 2026-11-28) against cuBLASLt's BGRAD epilogue
+ab bgrad_epilogue "| model | ll tok/s, plain dW + bias-gradient kernel | ll tok/s, BGRAD epilogue | split / epilogue |" \
+  LL_CUDA_BGRAD_EPILOGUE=1
 # the one-kernel attention backward (T <= 32) in blocks of 4 warps (the default since 2026-11-28)
 # against 2 (the layout an H100 timed at 102 us per ll64 call)
 ab bwd1_warps "| model | ll tok/s, 4-warp attention backward | ll tok/s, 2 warps | 4 / 2 |" \

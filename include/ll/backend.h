@@ -176,6 +176,7 @@ typedef struct {
     uint64_t conditionals;   /* conditional nodes in all captured graphs (cond_if) */
     uint64_t tune_drops;     /* kept graphs dropped: LL_CUDA_GEMM_TUNE switched a matmul's algorithm */
     uint64_t refusals;       /* updates in place the runtime refused (then built anew; counted there too) */
+    uint64_t unnamed;        /* captures whose kernels the runtime would not name (never updated in place) */
     uint64_t edges;          /* dependencies between the top-level nodes of all captured graphs */
     uint64_t pdl_edges;      /* ... programmatic ones (a kernel launched with programmatic dependent launch) */
 } ll_graph_stats;
@@ -526,6 +527,14 @@ int ll_backend_pdl(ll_backend *be);
  * (cuBLASLt's DRELU product took 55 us where the plain one took 15; bench/RESULTS.md, session 24). */
 static inline int ll_backend_relu_mask_asked(void) {
     const char *v = getenv("LL_CUDA_RELU_MASK");
+    return v && v[0] == '1' && !v[1];
+}
+/* LL_CUDA_BGRAD_EPILOGUE=1: weight gradients with cuBLASLt's bias-gradient epilogue on CUDA (and in
+ * the dry run's count).  Off by default: plain dW products (which cuBLASLt may split over K) and the
+ * bias-gradient kernel ran ll64's step 4.4 ms faster on an H200 (bench/RESULTS.md, session 30).
+ * LL_CUDA_BGRAD_EPILOGUE=0 is the default; another value stops (ll_backend_bgrad_epilogue_check). */
+static inline int ll_backend_bgrad_epilogue_asked(void) {
+    const char *v = getenv("LL_CUDA_BGRAD_EPILOGUE");
     return v && v[0] == '1' && !v[1];
 }
 /* The GPU benchmark's matmul survey (ll_gpu_bench --gemm-survey): for one

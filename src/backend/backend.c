@@ -132,5 +132,5 @@ void ll_graph_stats_add(ll_graph_stats *acc, const ll_graph_stats *b, const ll_g
     acc->updates += b->updates - a->updates, acc->instantiations += b->instantiations - a->instantiations;
     acc->replays += b->replays - a->replays, acc->launches += b->launches - a->launches;
     acc->conditionals += b->conditionals - a->conditionals, acc->tune_drops += b->tune_drops - a->tune_drops;
-    acc->refusals += b->refusals - a->refusals;
+    acc->refusals += b->refusals - a->refusals, acc->unnamed += b->unnamed - a->unnamed;
 }

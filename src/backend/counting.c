@@ -193,6 +193,8 @@ static uint64_t gemm_launches(const ll_gemm_desc *g) {
     const int bias = g->epi == LL_EPI_BIAS || g->epi == LL_EPI_BIAS_RELU || g->epi == LL_EPI_BIAS_RELU_AUX;
     const int bgrad = g->epi == LL_EPI_BGRAD;
     if (g->K <= 0) return (g->beta != 1 || bias) + (bgrad && g->bgrad_set); /* (+ the memset of bgrad) */
+    if (bgrad && !ll_backend_bgrad_epilogue_asked()) /* CUDA's default: the product, the bias-gradient kernel */
+        return 1 + (g->trans_a ? 2 : 1); /* (column sums: partials and their finish) */
     return 1 + (bgrad && !g->bgrad_set); /* BGRAD added: into scratch, then an acc into bgrad */
 }
 

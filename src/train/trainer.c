@@ -354,6 +354,10 @@ static void teardown(trainer *t) {
                    g.captures ? (double)g.nodes / (double)g.captures : 0.0,
                    g.captures ? (double)g.conditionals / (double)g.captures : 0.0, (unsigned long long)g.instantiations,
                    (unsigned long long)g.updates, (unsigned long long)g.refusals);
+        if (g.unnamed)
+            ll_log("CUDA graphs: the runtime did not name the kernels of %llu captures, so none of them was updated in "
+                   "place (each was built anew)",
+                   (unsigned long long)g.unnamed);
         if (g.tune_drops)
             ll_log("CUDA graphs: the kept graphs were dropped %llu times (LL_CUDA_GEMM_TUNE switched a matmul's "
                    "algorithm after they were captured)",

@@ -34,6 +34,7 @@
  * order, the body its value selects.  cudaGraphSetConditional (from a kernel)
  * outside a graph launch, or with a handle the launched graph does not have,
  * stops the process. */
+#include <cuda.h> /* (the driver's kernel-node types: cudaGetDriverEntryPointByVersion) */
 #include <stdio.h>
 #include <string.h>
 
@@ -542,11 +543,19 @@ cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *
     *n = k;
     return cudaSuccess;
 }
-/* the kernel alone (a library's kernels are told apart by their name; grid and arguments are not modelled) */
+/* a library's kernel node (cuBLAS, cuBLASLt, NCCL: their own modules, launched through the driver) */
+static bool library_node(const CUgraph_st::node &n) {
+    return !strncmp(n.what, "cublas", 6) || !strncmp(n.what, "nccl", 4);
+}
+/* the kernel alone (a library's kernels are told apart by their name; grid and arguments are not
+ * modelled).  The runtime names only kernels it launched: for cuBLASLt's, an H200 (CUDA 13.0, driver
+ * 580; bench/RESULTS.md, session 30) answered "invalid device function", and so does the emulation
+ * for every library's; the driver's cuGraphKernelNodeGetParams (below) names them */
 cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, struct cudaKernelNodeParams *p) {
     LOCK;
     const CUgraph_st::node *n = node_of(node);
     if (!n || !p || n->kind != NODE_KERNEL) return err(cudaErrorInvalidValue);
+    if (library_node(*n)) return err(cudaErrorInvalidDeviceFunction);
     *p = cudaKernelNodeParams{};
     p->func = (void *)(n->func ? n->func : (const void *)n->what);
     return cudaSuccess;
@@ -564,6 +573,48 @@ cudaError_t cudaGraphKernelNodeGetAttribute(cudaGraphNode_t node, cudaKernelNode
     if (attr != cudaLaunchAttributeClusterDimension) return err(cudaErrorNotSupported);
     v->clusterDim.x = n->cluster;
     v->clusterDim.y = v->clusterDim.z = 1;
+    return cudaSuccess;
+}
+/* The driver's kernel-node queries, reached through cudaGetDriverEntryPointByVersion (CUDA 12's
+ * layouts): every kernel node named, a library's as a CUkernel; they leave the runtime's last error
+ * alone.  LL_CUDA_EMU_NO_DRIVER_ENTRY_POINTS=1: the runtime offers none (ll then asks the runtime,
+ * which names no library kernel, so no graph with a matmul is updated in place) */
+static CUresult drv_kernel_node_params(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v2 *p) {
+    LOCK;
+    const CUgraph_st::node *n = node_of((cudaGraphNode_t)node);
+    if (!n || !p || n->kind != NODE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+    *p = CUDA_KERNEL_NODE_PARAMS_v2{};
+    const void *k = n->func ? n->func : (const void *)n->what;
+    if (library_node(*n))
+        p->kern = (CUkernel)k;
+    else
+        p->func = (CUfunction)k;
+    return CUDA_SUCCESS;
+}
+static CUresult drv_kernel_node_attribute(CUgraphNode node, CUkernelNodeAttrID attr, CUkernelNodeAttrValue *v) {
+    LOCK;
+    const CUgraph_st::node *n = node_of((cudaGraphNode_t)node);
+    if (!n || !v || n->kind != NODE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+    *v = CUkernelNodeAttrValue{};
+    if (attr == CU_LAUNCH_ATTRIBUTE_PRIORITY) {
+        v->priority = n->priority;
+        return CUDA_SUCCESS;
+    }
+    if (attr != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) return CUDA_ERROR_NOT_SUPPORTED;
+    v->clusterDim.x = n->cluster;
+    v->clusterDim.y = v->clusterDim.z = 1;
+    return CUDA_SUCCESS;
+}
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                             unsigned long long flags, enum cudaDriverEntryPointQueryResult *status) {
+    if (!symbol || !fn || flags != cudaEnableDefault || version < 12000) return err(cudaErrorInvalidValue);
+    const char *no = getenv("LL_CUDA_EMU_NO_DRIVER_ENTRY_POINTS");
+    *fn = nullptr;
+    if (!(no && *no && strcmp(no, "0"))) {
+        if (!strcmp(symbol, "cuGraphKernelNodeGetParams")) *fn = (void *)drv_kernel_node_params;
+        if (!strcmp(symbol, "cuGraphKernelNodeGetAttribute")) *fn = (void *)drv_kernel_node_attribute;
+    }
+    if (status) *status = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;
 }
 /* flags: 0 or cudaGraphInstantiateFlagUseNodePriority (the nodes' captured priorities; the emulation

@@ -33,6 +33,8 @@
 #              write it (a refused forward epilogue: the mask is garbage)
 #   graph_kernels a kept graph updated in place with a capture of other kernels
 #              (cuBLASLt's for another shape: an H100 faulted on its launch)
+#   driver_names the kernels of a captured graph named by the runtime alone (which names no
+#              library's: on an H200 no graph with a matmul was ever updated in place)
 #   bwd1_half  the one-kernel attention backward's second pair of warps takes dP of
 #              the first key tile (its keys' V not offset)
 #   side_fork  a side-stream gemm does not wait for the work queued before it (its
@@ -77,7 +79,7 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
   [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
-  [graph_kernels]=src/backend/cuda/cuda_graph.c [bwd1_half]=kernels/attention_tc.cu
+  [graph_kernels]=src/backend/cuda/cuda_graph.c [driver_names]=src/backend/cuda/cuda_graph.c [bwd1_half]=kernels/attention_tc.cu
   [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c
   [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [side_slot]=src/backend/cuda/cuda_side.c
   [layer_join]=src/model/transformer.c [group_pp]=src/model/transformer.c [group_release]=src/model/transformer.c
@@ -110,7 +112,7 @@ run_test() {
     ln_barrier) "$b/gpu_test_layernorm_cuda" ;;
     ticket | share | pdl_enter) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
     relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
-    graph_kernels) "$b/gpu_test_graph_cuda" --kernels ;;
+    graph_kernels | driver_names) "$b/gpu_test_graph_cuda" --kernels ;;
     bwd1_half | shared_load) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
     side_fork | side_join | side_workspace | side_slot) "$b/gpu_test_graph_cuda" --side ;;
     layer_join | group_release | kv_join) "$b/gpu_test_step_cuda" ;;
@@ -160,6 +162,7 @@ M = {
     "graph_kernels": ("src/backend/cuda/cuda_graph.c",
                       "(im->graph.had_cond || !update_on() || !kernels || kernels != im->graph.cache[slot].kernels)",
                       "(im->graph.had_cond || !update_on())"),
+    "driver_names": ("src/backend/cuda/cuda_graph.c", "    if (drv_params) {\n", "    if (0) {\n"),
     "bwd1_half": ("kernels/attention_tc.cu", "sV + (size_t)part * LL_WT * ld, ld, Dh, KTW); /* dP = dO V^T */",
                   "sV, ld, Dh, KTW); /* dP = dO V^T */"),
     "side_fork": ("src/backend/cuda/cuda_side.c", "    LL_CU(cudaStreamWaitEvent(s->stream, s->fork, 0));\n", ""),
@@ -182,7 +185,7 @@ PY
 
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
   graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release kv_join
-  pdl_enter shared_load)
+  pdl_enter shared_load driver_names)
 # LL_EMU_MUTANTS="a b": only those (a rerun after fixing one); CI runs them all
 if [ -n "${LL_EMU_MUTANTS:-}" ]; then read -r -a mutants <<< "$LL_EMU_MUTANTS"; fi
 status=0

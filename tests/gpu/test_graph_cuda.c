@@ -352,12 +352,29 @@ static void test_backend_kernels(ll_backend *be, int emulated) {
     CHECK_MSG(e1 < 1e-3 && e2 < 1e-3, "the products through updated graphs are off by %g and %g", e1, e2);
     be->graph_stats(be, &b);
     const unsigned long long up = b.updates - a.updates, built = b.instantiations - a.instantiations;
-    printf("graph-kernels: 4 captures of 2 shapes, 2 kept: %llu updated in place, %llu built\n", up, built);
+    const unsigned long long unnamed = b.unnamed - a.unnamed;
+    printf("graph-kernels: 4 captures of 2 shapes, 2 kept: %llu updated in place, %llu built, %llu of unnamed kernels\n",
+           up, built, unnamed);
+    /* LL_CUDA_EMU_NO_DRIVER_ENTRY_POINTS=1: the runtime alone, which names no library's kernel (as an
+     * H200's did not name cuBLASLt's, 2026-11-28): every capture built anew */
+    const char *nd = getenv("LL_CUDA_EMU_NO_DRIVER_ENTRY_POINTS");
+    const int no_driver = emulated && nd && *nd && strcmp(nd, "0");
+    const char *m = getenv("LL_CUDA_EMU_GRAPH_UPDATE"); /* (=refuse: updates refused, graphs built anew) */
+    const int refused = emulated && m && !strcmp(m, "refuse");
+    if (no_driver) {
+        CHECK_MSG(unnamed == 4 && up == 0 && built == 4,
+                  "graph-kernels without the driver's entry points: %llu unnamed, %llu updates, %llu built (want 4, 0, 4)",
+                  unnamed, up, built);
+    } else {
+        /* everywhere else every capture's kernels are named, and the last capture (the shape of the
+         * graph kept just before, other pointers) updates it in place: on an H200 the runtime did not
+         * name cuBLASLt's kernels and nothing was ever updated */
+        CHECK_MSG(unnamed == 0 && up >= (unsigned long long)!refused,
+                  "graph-kernels: %llu captures of unnamed kernels, %llu updates (want 0, >= %d)", unnamed, up, !refused);
+    }
     /* the emulation's cuBLASLt has one kernel per size class: the large shape's capture finds only the
      * small one's graphs (other kernels) and is built anew; the last capture updates the large one's */
-    if (emulated) { /* (LL_CUDA_EMU_GRAPH_UPDATE=refuse: that update refused, that graph built anew) */
-        const char *m = getenv("LL_CUDA_EMU_GRAPH_UPDATE");
-        const int refused = m && !strcmp(m, "refuse");
+    if (emulated && !no_driver) {
         CHECK_MSG(up == (refused ? 0 : 1) && built == (refused ? 4 : 3),
                   "graph-kernels: %llu updates and %llu built (want %d and %d)", up, built, refused ? 0 : 1,
                   refused ? 4 : 3);

@@ -76,7 +76,7 @@ typedef struct {
     lt_pending *pending;            /* keys met during a capture, tuned when it ends */
     int n_pending, cap_pending;
     uint64_t tuned, switched;
-    int bgrad_split; /* LL_CUDA_BGRAD_EPILOGUE=0: the bias gradient by its kernel after a plain dW product */
+    int bgrad_split; /* the bias gradient by its kernel after a plain dW product (LL_CUDA_BGRAD_EPILOGUE=1: not) */
 } lt_state;
 
 static lt_state *g_lt[LT_MAX_DEVICES];
@@ -473,7 +473,7 @@ static void gemm_run(ll_backend *be, const ll_gemm_desc *g) {
     /* cuBLASLt writes the bias gradient: straight into bgrad when it is to be set (a zero
      * gradient), else into scratch and added */
     float *bg_tmp = NULL;
-    const int bgrad_split = bgrad && st->bgrad_split; /* (an A/B: cuBLASLt may split K only without it) */
+    const int bgrad_split = bgrad && st->bgrad_split; /* (the default: cuBLASLt may split K only without it) */
     if (bgrad_split) d.epilogue = LL_CUDA_EPI_NONE;
     else if (bgrad) d.bgrad = g->bgrad_set ? g->bgrad : (bg_tmp = ll_cuda_scratch(be, sizeof(float) * (size_t)g->M));
     int rc = ll_cuda_gemm_lt(be, &d);
@@ -509,14 +509,13 @@ static void gemm_run(ll_backend *be, const ll_gemm_desc *g) {
         if (rc != 0 && rc != CUBLAS_STATUS_NOT_SUPPORTED) lt_die(&d, rc);
     }
     if (rc != 0) blas_gemm(st, s, &d, rc);
-    ll_cuda_sync_check(bgrad_split ? "gemm (LL_CUDA_BGRAD_EPILOGUE=0)" : "gemm (fallback)", __FILE__, __LINE__);
+    ll_cuda_sync_check(bgrad_split ? "gemm (dW, then its bias gradient)" : "gemm (fallback)", __FILE__, __LINE__);
     if (bias) LL_CU(ll_cuda_gemm_epilogue(s, ct, g->C, g->ldc, g->M, g->N, 1.0f, g->bias, biast, relu));
     if (drelu) LL_CU(ll_cuda_relu_bwd(s, ct, g->C, g->relu_y, (size_t)g->M * (size_t)g->N));
     if (bgrad) { /* bgrad[m] += sum_k op(A)[m, k]: A stored [K, M] (trans_a: column sums) or [M, K] (row sums) */
         const int by_cols = !!g->trans_a, rows = by_cols ? g->K : g->M, cols = by_cols ? g->M : g->K;
         const size_t nb = ll_cuda_bias_grad_scratch_bytes(rows, cols, by_cols);
-        if (g->bgrad_set) LL_CU(cudaMemsetAsync(g->bgrad, 0, sizeof(float) * (size_t)g->M, s));
-        LL_CU(ll_cuda_bias_grad(s, at, g->bgrad, g->A, g->lda, rows, cols, by_cols,
+        LL_CU(ll_cuda_bias_grad(s, at, g->bgrad, g->A, g->lda, rows, cols, by_cols, g->bgrad_set,
                                 nb ? ll_cuda_scratch(be, nb) : NULL));
     }
 }
@@ -774,10 +773,14 @@ int ll_cuda_register_gemm_lt(ll_backend *be) {
                    st->tune, st->tune);
         }
         const char *bg = getenv("LL_CUDA_BGRAD_EPILOGUE");
-        st->bgrad_split = bg && !strcmp(bg, "0");
-        if (st->bgrad_split)
-            ll_log("LL_CUDA_BGRAD_EPILOGUE=0: weight gradients are plain cuBLASLt products, their bias gradients a "
-                   "separate kernel (an A/B; the dry run counts the fused epilogue)");
+        if (bg && *bg && strcmp(bg, "0") && strcmp(bg, "1"))
+            ll_die("LL_CUDA_BGRAD_EPILOGUE=%s: want 1 (weight gradients with cuBLASLt's bias-gradient epilogue) or 0 "
+                   "(plain products and the bias-gradient kernel: the default)",
+                   bg);
+        st->bgrad_split = !ll_backend_bgrad_epilogue_asked();
+        if (!st->bgrad_split)
+            ll_log("LL_CUDA_BGRAD_EPILOGUE=1: weight gradients with cuBLASLt's bias-gradient epilogue (an A/B: "
+                   "an H200 ran ll64's step 4.4 ms slower so)");
         g_lt[dev] = st;
     }
     be->gemm = cu_gemm;

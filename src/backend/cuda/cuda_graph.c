@@ -2,7 +2,9 @@
  * "The step as a CUDA graph"): capture, the kept executables and their
  * updates, replay, and LayerDrop / cross-attention drop as conditional nodes.
  * The state is cuda_impl's graph part (cuda_impl.h). */
+#include <cuda.h> /* (types only: the driver's functions are reached through the runtime's entry points) */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,13 +179,72 @@ static void graph_edges(cudaGraph_t g, uint64_t *edges, uint64_t *pdl) {
     free(data);
 }
 
+/* The driver's cuGraphKernelNodeGetParams (CUDA 12's layout) and cuGraphKernelNodeGetAttribute, found
+ * through the runtime (nothing links libcuda itself); NULL where the runtime does not offer them.  The
+ * runtime's cudaGraphKernelNodeGetParams names only kernels the runtime launched: for cuBLASLt's it failed
+ * with "invalid device function" on an H200 (CUDA 13.0, driver 580; bench/RESULTS.md, session 30), so
+ * no graph with a matmul was ever updated in place.  The driver names every kernel node's function. */
+typedef CUresult (*node_params_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *);
+typedef CUresult (*node_attr_fn)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue *);
+static node_params_fn drv_params;
+static node_attr_fn drv_attr;
+static void *driver_fn(const char *name) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        (void)cudaGetLastError(), fn = NULL;
+    return fn;
+}
+static void find_driver_fns(void) {
+    drv_params = (node_params_fn)driver_fn("cuGraphKernelNodeGetParams");
+    drv_attr = (node_attr_fn)driver_fn("cuGraphKernelNodeGetAttribute");
+    if (!drv_params || !drv_attr) drv_params = NULL, drv_attr = NULL;
+}
+
+/* what identifies a kernel node's kernel: its function (two words: the driver's function or
+ * library kernel), cluster shape and priority; 0 when it is not named */
+static int kernel_of(cudaGraphNode_t node, uint64_t out[6]) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, find_driver_fns);
+    memset(out, 0, 6 * sizeof *out);
+    out[5] = 1; /* the priority where it is not said: outside the range, the same for all */
+    if (drv_params) {
+        CUDA_KERNEL_NODE_PARAMS_v2 p;
+        CUkernelNodeAttrValue cl, pr;
+        memset(&p, 0, sizeof p), memset(&cl, 0, sizeof cl), memset(&pr, 0, sizeof pr);
+        if (drv_params((CUgraphNode)node, &p) != CUDA_SUCCESS || (!p.func && !p.kern) ||
+            drv_attr((CUgraphNode)node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &cl) != CUDA_SUCCESS)
+            return 0;
+        out[0] = (uintptr_t)p.func, out[1] = (uintptr_t)p.kern;
+        out[2] = cl.clusterDim.x, out[3] = cl.clusterDim.y, out[4] = cl.clusterDim.z;
+        if (drv_attr((CUgraphNode)node, CU_LAUNCH_ATTRIBUTE_PRIORITY, &pr) == CUDA_SUCCESS) out[5] = (uint64_t)pr.priority;
+        return 1;
+    }
+    struct cudaKernelNodeParams kp;
+    cudaLaunchAttributeValue cl, pr;
+    memset(&cl, 0, sizeof cl), memset(&pr, 0, sizeof pr);
+    if (cudaGraphKernelNodeGetParams(node, &kp) != cudaSuccess || !kp.func ||
+        cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &cl) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    out[0] = (uintptr_t)kp.func;
+    out[2] = cl.clusterDim.x, out[3] = cl.clusterDim.y, out[4] = cl.clusterDim.z;
+    if (cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributePriority, &pr) == cudaSuccess)
+        out[5] = (uint64_t)pr.priority;
+    else
+        (void)cudaGetLastError();
+    return 1;
+}
+
 /* Which kernels a graph launches, in order: a hash of its nodes' types and, for each kernel node,
- * its function, cluster shape and priority; 0 when the runtime does not say (the graph is then never updated
- * in place).  cudaGraphExecUpdate accepts a kernel node whose kernel changed, but an H100
- * (CUDA 13.0, driver 580) then faulted with "an illegal instruction was encountered" (fp32 training
- * with TF32, where cuBLASLt picks other kernels for other shapes; bench/RESULTS.md, session 24), so
- * an executable is updated only with a capture of the same kernels: new pointers, grids and
- * arguments alone. */
+ * its function, cluster shape and priority (the side stream's work is captured at the least:
+ * cuda_side.c); 0 when the runtime does not say (the graph is then never updated in place).
+ * cudaGraphExecUpdate accepts a kernel node whose kernel changed, but an H100 (CUDA 13.0, driver
+ * 580) then faulted with "an illegal instruction was encountered" (fp32 training with TF32, where
+ * cuBLASLt picks other kernels for other shapes; bench/RESULTS.md, session 24), so an executable
+ * is updated only with a capture of the same kernels: new pointers, grids and arguments alone. */
 static uint64_t graph_kernels(cudaGraph_t g) {
     size_t n = 0;
     if (cudaGraphGetNodes(g, NULL, &n) != cudaSuccess || !n) {
@@ -202,22 +263,12 @@ static uint64_t graph_kernels(cudaGraph_t g) {
         }
         MIX(t);
         if (t != cudaGraphNodeTypeKernel) continue;
-        struct cudaKernelNodeParams kp;
-        cudaLaunchAttributeValue cl;
-        memset(&cl, 0, sizeof cl);
-        if (cudaGraphKernelNodeGetParams(nodes[i], &kp) != cudaSuccess || !kp.func ||
-            cudaGraphKernelNodeGetAttribute(nodes[i], cudaLaunchAttributeClusterDimension, &cl) != cudaSuccess) {
+        uint64_t k[6];
+        if (!kernel_of(nodes[i], k)) {
             h = 0;
             break;
         }
-        MIX((uintptr_t)kp.func);
-        MIX(cl.clusterDim.x), MIX(cl.clusterDim.y), MIX(cl.clusterDim.z);
-        /* and its priority (the side stream's work is captured at the least: cuda_side.c) */
-        cudaLaunchAttributeValue pr;
-        memset(&pr, 0, sizeof pr);
-        if (cudaGraphKernelNodeGetAttribute(nodes[i], cudaLaunchAttributePriority, &pr) != cudaSuccess)
-            (void)cudaGetLastError(), pr.priority = 1; /* (not said: outside the range, the same for all) */
-        MIX(pr.priority);
+        for (int j = 0; j < 6; j++) MIX(k[j]);
     }
 #undef MIX
     if (!h) (void)cudaGetLastError();
@@ -274,6 +325,7 @@ static int cu_graph_end(ll_backend *be, uint64_t fp, uint64_t family) {
      * used of the same kernels, else of any (updated in place only with the same kernels:
      * graph_kernels), else the least recently used */
     const uint64_t kernels = graph_kernels(g);
+    im->graph.st.unnamed += !kernels;
     int same = -1, free_slot = -1, famk = -1, fam = -1, lru = 0;
     for (int i = 0; i < graphs_kept(); i++) {
         if (!im->graph.cache[i].exec) {
