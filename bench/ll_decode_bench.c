@@ -6,11 +6,15 @@
  * real ll_beam_search (fairseq's algorithm, KV cache, finished sentences
  * dropped), called the way lldecode calls it (ll_translate_ids: batching by
  * length, --inter-threads workers).  Prints:
- *   RESULT ll_decode beam=B inter=W sent_per_s=... tok_per_s=... */
+ *   RESULT ll_decode beam=B inter=W sent_per_s=... tok_per_s=...
+ * --profile 1: every op timed between syncs (ll_backend_timing: no CUDA graphs) and its time per
+ * batch by op class after each beam's RESULT line (where a GPU's decoding goes: beam 5 ran at
+ * 2.2x PyTorch's incremental decoding on an H200, greedy at 3.9x; bench/RESULTS.md, session 30). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ll/backend.h"
 #include "ll/decode.h"
 #include "ll/model.h"
 #include "ll/train.h"
@@ -18,7 +22,7 @@
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
-    int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0;
+    int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0;
     const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -31,11 +35,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch")) B = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--src-len")) S = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--len")) T = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--profile")) profile = atoi(argv[i + 1]);
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
                     "          [--model base (bench/gpu/base.cfg, 128 x 32 -> 32)] [--device cpu|cuda]\n"
-                    "          [--precision fp32|bf16] [--batch B] [--src-len S] [--len T]\n",
+                    "          [--precision fp32|bf16] [--batch B] [--src-len S] [--len T] [--profile 1]\n",
                     argv[0]);
             return 2;
         }
@@ -56,6 +61,9 @@ int main(int argc, char **argv) {
     const ll_dtype act = strcmp(prec, "bf16") ? LL_REAL_DTYPE : LL_BF16;
     ll_backend *be = strcmp(device, "cuda") ? ll_backend_cpu_precision(act) : ll_backend_cuda_precision(0, act);
     if (!be) ll_die("ll_decode_bench: %s", ll_errbuf());
+    ll_backend *timed = profile ? ll_backend_timing(be) : NULL;
+    if (profile && !timed) ll_die("ll_decode_bench: --profile: no timing backend for %s", be->name);
+    if (timed) be = timed;
     ll_model *m = ll_model_new(&hp, be);
     ll_model_init(m, 1);
     int32_t *src = malloc(sizeof(int32_t) * B * S);
@@ -86,6 +94,11 @@ int main(int argc, char **argv) {
         ll_graph_stats g0 = {0}, g1 = {0}; /* search steps as CUDA graphs (LL_CUDA_DECODE_GRAPHS=0: none) */
         if (be->graph_stats) be->graph_stats(be, &g0);
         for (int rep = 0; rep < repeats + 1; rep++) {
+            if (timed && rep == 1) { /* (the first run warms up) */
+                ll_op_counts *c = ll_backend_counts(timed);
+                memset(c->per_op_ns, 0, sizeof c->per_op_ns);
+                memset(c->per_op, 0, sizeof c->per_op);
+            }
             double t0 = ll_now();
             ll_translate_ids(m, (const int32_t *const *)srcs, len, B, &to, out, NULL); /* lldecode's path */
             double dt = ll_now() - t0;
@@ -100,6 +113,12 @@ int main(int argc, char **argv) {
         printf("RESULT ll_decode beam=%d inter=%d sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu graph_replays=%llu\n",
                beam, ll_translate_workers(&to), B / best, tokens / best, (unsigned long long)(g1.launches - g0.launches),
                (unsigned long long)(g1.replays - g0.replays));
+        if (timed && repeats > 0) {
+            printf("profile, beam %d (ms per batch of %d sentences, ops timed between syncs, no CUDA graphs; the "
+                   "batch took %.1f ms so):\n",
+                   beam, B, 1e3 * best);
+            ll_backend_print_profile(stdout, ll_backend_counts(timed), repeats);
+        }
         fflush(stdout);
         free(out);
         while (*p && *p != ',') p++;

@@ -49,6 +49,11 @@ set_tests_properties(gpu_emu_bgrad_epilogue PROPERTIES LABELS gpu ENVIRONMENT
   "${LL_EMU_TEST_ENV};LL_CUDA_BGRAD_EPILOGUE=1")
 set_tests_properties(gpu_emu_bgrad_epilogue_bf16 PROPERTIES LABELS gpu ENVIRONMENT
   "${LL_EMU_TEST_ENV};LL_CUDA_BGRAD_EPILOGUE=1;LL_PARITY_PRECISION=bf16")
+# ... and the typed matmuls with it (cuBLASLt refuses BGRAD into an fp32 C with trans_a = 0: the
+# fallback must run and be counted)
+add_test(NAME gpu_emu_bgrad_epilogue_typed COMMAND gpu_test_typed_cuda)
+set_tests_properties(gpu_emu_bgrad_epilogue_typed PROPERTIES LABELS gpu ENVIRONMENT
+  "${LL_EMU_TEST_ENV};LL_CUDA_BGRAD_EPILOGUE=1")
 # ... and a training step and a decode with every epilogue refused: the fallbacks match the CPU,
 # and the tests see them counted (ll_backend_gemm_fallbacks; without the refusals they require none)
 add_test(NAME gpu_emu_lt_refuse_epilogue_step COMMAND gpu_test_step_cuda)

@@ -347,6 +347,8 @@ run_bench() {
   step bench-decode 90 "$B/ll_decode_bench" "${DEC[@]}"
   step bench-decode-nographs 90 env LL_CUDA_DECODE_GRAPHS=0 "$B/ll_decode_bench" "${DEC[@]}"
   tstep bench-torch-decode 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --peak-tflops "$PEAK"
+  # where beam 5's time goes (an H200 decoded it at 2.2x PyTorch, greedy at 3.9x: session 30)
+  step bench-decode-profile 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 5 --repeats 1 --profile 1
   step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off "${BENCH_EXTRA[@]}"
@@ -356,6 +358,7 @@ run_bench() {
   tstep bench-torch-base-compile 150 python3 bench/gpu/torch_gpu_peer.py --model base --compile --peak-tflops "$PEAK"
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
+  sed -n '/^profile, beam/,/^total/p' "$L/bench-decode-profile.log" | sed 's/^/  decode /' | tee -a "$S"
   grep -E '^(gemm survey|  calls|matmul time per step|bias-gradient shapes|RESULT ll_gemm_survey)|^ +[0-9]+ [01][01] |without the bias-gradient' \
     "$L/bench-ll-ll64-profile.log" | head -60 | sed 's/^/  /' | tee -a "$S"
 }

@@ -334,7 +334,8 @@ int main(int argc, char **argv) {
     ll_backend_gemm_tune_stats(plain, &tuned, &switched);
     printf("RESULT ll_gpu_train model=%s device=%s precision=%s graphs=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
            "peak_mem_gib=%.2f graph_replays=%llu graph_captures=%llu graph_conditionals=%.0f gemm_tuned=%llu "
-           "gemm_switched=%llu graph_tune_drops=%llu relu_mask=%s side_stream=%s pdl=%s pdl_edges=%.0f/%.0f layers_per_join=%d bgrad=%s\n",
+           "gemm_switched=%llu graph_tune_drops=%llu relu_mask=%s side_stream=%s pdl=%s pdl_edges=%.0f/%.0f "
+           "bgrad=%s layers_per_join=%d\n",
            model, device, ll_dtype_str(be->act), m->graphs && be->graph_begin ? "on" : "off", ntok / dt, dt, tflops,
            peak > 0 ? tflops / peak : 0, mem / (1 << 30), (unsigned long long)(g1.replays - g0.replays),
            (unsigned long long)(g1.captures - g0.captures),
@@ -346,9 +347,9 @@ int main(int argc, char **argv) {
            /* per captured graph: its programmatic dependencies (a kernel -> ll's kernel) / all */
            g1.captures ? (double)g1.pdl_edges / (double)g1.captures : 0.0,
            g1.captures ? (double)g1.edges / (double)g1.captures : 0.0,
-           ll_layer_join_every(m),
            /* the weight gradients' bias gradient: cuBLASLt's epilogue (LL_CUDA_BGRAD_EPILOGUE=1) or ll's kernel */
-           strcmp(device, "cuda") ? "-" : ll_backend_bgrad_epilogue_asked() ? "epilogue" : "kernel");
+           strncmp(device, "cuda", 4) ? "-" : ll_backend_bgrad_epilogue_asked() ? "epilogue" : "kernel",
+           ll_layer_join_every(m));
     for (int k = 0; k < NB; k++) {
         free(b[k].src), free(b[k].tgt_in), free(b[k].tgt_out), free(b[k].src_len), free(b[k].tgt_len);
     }

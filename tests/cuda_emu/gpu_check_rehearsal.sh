@@ -105,12 +105,14 @@ if [ $have_corpus = 1 ]; then
   echo "rehearsal 3 (quickstart,bench on tiny sizes): $(($(date +%s) - t0)) s"
   sed 's/^/  | /' "$S"
   grep -E '^[a-z0-9_-]+ +rc ' "$S" | grep -v '^nvidia-smi ' | grep -v ' rc 0 ' && bad "a step of run 3 did not pass"
-  for s in train-bible decode-test bench-ll-ll64 bench-ll-ll64-profile bench-decode bench-ll-base bench-ll-deep30; do
+  for s in train-bible decode-test bench-ll-ll64 bench-ll-ll64-profile bench-decode bench-decode-profile bench-ll-base \
+    bench-ll-deep30; do
     grep -qE "^$s +rc 0 " "$S" || bad "run 3 has no passing $s step"
   done
   grep -qE '^  test books \(en->es\), beam 5, full min of training: [0-9.]+ [0-9.]+ \(BLEU chrF\)' "$S" ||
     bad "run 3's summary has no BLEU and chrF of the test lines"
   grep -q '^  class ' "$S" || bad "run 3's summary has no per-op-class profile"
+  grep -q '^  decode class ' "$S" || bad "run 3's summary has no per-op-class profile of beam-5 decoding"
   # each A/B of the bench step: a switch the RESULT line shows must show there; the others must be
   # read somewhere in the sources (an environment variable nobody reads would time the default)
   result() { grep -h '^RESULT ll_gpu_train' "$W/c/logs/bench-ll-$1.log" 2> /dev/null; }
@@ -122,7 +124,9 @@ if [ $have_corpus = 1 ]; then
   want ll64-noside "side_stream=off"
   want ll64-relumask "relu_mask=drelu"
   want ll64-nographs "graphs=off"
-  result ll64-join1 | grep -q ' layers_per_join=1$' || bad "bench-ll-ll64-join1: not joined after every layer"
+  want ll64 "bgrad=kernel"
+  want ll64-bgradepi "bgrad=epilogue"
+  result ll64-join1 | grep -q ' layers_per_join=1\( \|$\)' || bad "bench-ll-ll64-join1: not joined after every layer"
   abs=$(awk '/for ab in /{f=1} f{print} f && /; do$/{exit}' "$SRC/scripts/gpu_check.sh" | tr ' \\;' '\n\n\n' |
     grep -E '^[a-z0-9]+:[A-Z0-9_]+=')
   [ "$(echo "$abs" | wc -l)" -ge 9 ] || bad "the bench step's A/B list was not found: $abs"

@@ -117,8 +117,10 @@ static void test_gemm_b(ll_dtype act, ll_dtype ct, ll_epilogue epi, int ta, int 
                   (unsigned long long)fell_back);
     /* cuBLASLt 13.0 refuses the bias gradient into an fp32 C with trans_a = 0 (its BGRADB of an
      * untransposed B; cuda_gemm_lt.c): fp32 operands on an H200 (2026-11-26), bf16 operands on an
-     * H100 (2026-11-27); into a bf16 C it runs.  The fallback must run, and be counted */
-    const int refused_bgrad = epi == LL_EPI_BGRAD && ct == LL_F32 && !ta;
+     * H100 (2026-11-27); into a bf16 C it runs.  The fallback must run, and be counted.  (Asked for
+     * only with LL_CUDA_BGRAD_EPILOGUE=1: by default a weight gradient is a plain product and the
+     * bias-gradient kernel, never a fallback) */
+    const int refused_bgrad = epi == LL_EPI_BGRAD && ct == LL_F32 && !ta && ll_backend_bgrad_epilogue_asked();
     if (refused_bgrad && K > 0 && !misalign)
         CHECK_MSG(fell_back == 1, "gemm %s -> fp32 BGRAD ta 0 M %d N %d K %d: %llu fallbacks counted, want 1",
                   ll_dtype_str(act), M, N, K, (unsigned long long)fell_back);
