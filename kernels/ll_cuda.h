@@ -107,6 +107,8 @@ cudaError_t ll_cuda_attention_bwd_dt(cudaStream_t stream, ll_cuda_dtype t, void 
  * ll_cuda_pdl(on) switches it for the whole process (1: where the device allows); it returns the
  * setting before the call.  Results are the same either way (every kernel waits first). */
 int ll_cuda_pdl_launch(void);
+/* executable step graphs kept (src/backend/cuda/cuda_graph.c; LL_CUDA_GRAPHS_KEPT) */
+int ll_cuda_graphs_kept(void);
 int ll_cuda_pdl(int on);
 /* Run once per device when its backend is made (dev_int: one device int of scratch): two kernels
  * in a row with the attribute.  Where a launch is refused or the second reads a wrong value,

@@ -301,7 +301,8 @@ static void test_budget_edge(const ll_dataset *d) {
 }
 
 /* data.pad_to_multiple: lengths padded to a multiple of 8, the budget counting the padding,
- * every sentence once per epoch, and fewer distinct batch shapes than without */
+ * every sentence once per epoch, and fewer distinct batch shapes than without (as
+ * ll_batcher_shapes counts them) */
 static int distinct_shapes(ll_batcher *it, ll_batch *b, const ll_dataset *d, int MT, int pad, int *bad, int *sents) {
     int n = 0, shapes[4096][3];
     *bad = *sents = 0;
@@ -324,6 +325,10 @@ static void test_pad_to(const ll_dataset *d) {
     CHECK_MSG(bad0 == 0 && bad8 == 0, "layout errors: %d unpadded, %d padded to 8", bad0, bad8);
     CHECK(n0 == NSENT[0] + NSENT[1] + NSENT[2] && n8 == n0);
     CHECK_MSG(s8 < s0, "padding to 8 leaves %d distinct batch shapes, %d without", s8, s0);
+    /* ll_batcher_shapes (the trainer's count against the CUDA graphs kept) without reading a batch */
+    CHECK_MSG(ll_batcher_shapes(plain) == s0 && ll_batcher_shapes(pad) == s8,
+              "ll_batcher_shapes says %d and %d; an epoch's batches have %d and %d", ll_batcher_shapes(plain),
+              ll_batcher_shapes(pad), s0, s8);
     printf("batch shapes in an epoch: %d distinct, %d with lengths padded to a multiple of 8\n", s0, s8);
     ll_batch_free(&b);
     ll_batcher_free(plain);

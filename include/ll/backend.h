@@ -522,6 +522,8 @@ uint64_t ll_backend_side_ln_finishes(ll_backend *be);
 /* 1 when a CUDA backend launches ll's kernels with programmatic dependent launch now (a device of
  * compute capability 9.0+, not switched off by LL_CUDA_PDL=0); 0 elsewhere. */
 int ll_backend_pdl(ll_backend *be);
+/* The step graphs a CUDA backend keeps (LL_CUDA_GRAPHS_KEPT, at most 64); 0 elsewhere. */
+int ll_backend_graphs_kept(ll_backend *be);
 /* LL_CUDA_RELU_MASK=1: the FFN's ReLU backward in cuBLASLt's DRELU epilogue (relu_mask_bytes) on
  * CUDA, and in the dry run's count.  Off by default: on an H100 it made ll64's step 3 ms slower
  * (cuBLASLt's DRELU product took 55 us where the plain one took 15; bench/RESULTS.md, session 24). */

@@ -185,6 +185,9 @@ ll_batcher *ll_batcher_from_config(const ll_dataset *d, const ll_config *cfg, in
 void ll_batcher_pad_to(ll_batcher *it, int multiple);
 void ll_batcher_free(ll_batcher *it);
 int ll_batcher_n_batches(const ll_batcher *it);          /* per epoch, all pairs */
+/* Distinct batch shapes (sentences, padded S, padded T) per epoch, all pairs: on CUDA each is
+ * one step graph (more than the backend keeps: steps captured again and again). */
+int ll_batcher_shapes(const ll_batcher *it);
 /* Batches of one pair (its own batching, before sampling). */
 int ll_batcher_pair_batches(const ll_batcher *it, int pair);
 /* Fill *b with the next batch; returns 0 at the end of an epoch (then the next call starts epoch+1). */

@@ -39,6 +39,9 @@ uint64_t ll_backend_side_ln_finishes(ll_backend *be) {
 int ll_backend_pdl(ll_backend *be) {
     return be && !strcmp(be->name, "cuda") ? ll_cuda_pdl_launch() : 0;
 }
+int ll_backend_graphs_kept(ll_backend *be) {
+    return be && !strcmp(be->name, "cuda") ? ll_cuda_graphs_kept() : 0;
+}
 int ll_backend_gemm_survey(ll_backend *be, const ll_gemm_desc *g, int max, int reps, ll_gemm_algo_time *out) {
     return be && !strcmp(be->name, "cuda") ? ll_cuda_gemm_survey(be, g, max, reps, out) : 0;
 }
@@ -60,6 +63,10 @@ uint64_t ll_backend_side_ln_finishes(ll_backend *be) {
     return 0;
 }
 int ll_backend_pdl(ll_backend *be) {
+    (void)be;
+    return 0;
+}
+int ll_backend_graphs_kept(ll_backend *be) {
     (void)be;
     return 0;
 }

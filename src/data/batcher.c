@@ -168,6 +168,34 @@ void ll_batcher_free(ll_batcher *it) {
 int ll_batcher_n_batches(const ll_batcher *it) { return it->total; }
 int ll_batcher_pair_batches(const ll_batcher *it, int pair) { return it->p[pair].n_batches; }
 
+static int shape_cmp(const void *a, const void *b) {
+    const int *x = a, *y = b;
+    for (int i = 0; i < 3; i++)
+        if (x[i] != y[i]) return x[i] < y[i] ? -1 : 1;
+    return 0;
+}
+int ll_batcher_shapes(const ll_batcher *it) {
+    int *sh = ll_malloc(sizeof(int) * 3 * (size_t)(it->total ? it->total : 1)), n = 0;
+    for (int p = 0; p < it->d->n_pairs; p++) {
+        const ll_pair_data *pd = &it->d->pairs[p];
+        const pair_batches *pb = &it->p[p];
+        for (int b = 0; b < pb->n_batches && n < it->total; b++, n++) { /* (as fill_batch shapes it) */
+            const int *idx = pb->order + pb->start[b];
+            int S = 0, T = 0;
+            for (int i = 0; i < pb->start[b + 1] - pb->start[b]; i++) {
+                S = imax(S, ll_tokfile_len(&pd->src, idx[i]));
+                T = imax(T, ll_tokfile_len(&pd->tgt, idx[i]));
+            }
+            sh[3 * n] = pb->start[b + 1] - pb->start[b], sh[3 * n + 1] = padded(it, S), sh[3 * n + 2] = padded(it, T);
+        }
+    }
+    qsort(sh, (size_t)n, 3 * sizeof(int), shape_cmp);
+    int distinct = 0;
+    for (int i = 0; i < n; i++) distinct += i == 0 || shape_cmp(sh + 3 * i, sh + 3 * (i - 1)) != 0;
+    free(sh);
+    return distinct;
+}
+
 /* Fisher-Yates over a[0..n) drawing from the stream at *ctr. */
 static void shuffle_ints(int *a, int n, const ll_philox *r, uint64_t *ctr) {
     for (int i = n - 1; i > 0; i--) {

@@ -236,6 +236,18 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->n_streams = 1;
         if (!(t->its[0] = ll_batcher_from_config(&t->train, cfg, 1))) return -1;
     }
+    if (t->m->graphs) { /* each batch shape is a step graph: more shapes than kept graphs are captured again and again */
+        int shapes = 0;
+        for (int s = 0; s < t->n_streams; s++) shapes += ll_batcher_shapes(t->its[s]);
+        const int kept = ll_backend_graphs_kept(be);
+        ll_log("training batches: %d shapes (sentences x source x target length) per epoch, each one CUDA graph; "
+               "%d graphs kept",
+               shapes, kept);
+        if (kept > 0 && shapes > kept)
+            ll_warn("the training batches have %d shapes, more than the %d CUDA graphs kept: steps will be captured "
+                    "again and again (a larger data.pad_to_multiple makes fewer shapes)",
+                    shapes, kept);
+    }
 
     struct stat sd;
     if (t->rank == 0 && (!o->resume || stat(cfg->save_dir, &sd) == 0)) { /* one run per save_dir, before any

@@ -24,6 +24,10 @@ read -r ru rr <<< "$(counts refused)"
 echo "graph-refused: updates allowed: ${au:-?} in place, ${ar:-?} refused; refused: ${ru:-?} in place, ${rr:-?} refused"
 [ "${au:-0}" -gt 0 ] && [ "${ar:-1}" = 0 ] || err "the run with updates did not update a graph in place"
 [ "${ru:-1}" = 0 ] && [ "${rr:-0}" -gt 0 ] || err "the run with updates refused did not count refusals (or updated)"
+# the trainer counts the epoch's batch shapes against the 2 graphs kept, and warns
+grep -qE "^training batches: [0-9]+ shapes .* 2 graphs kept" "$T/allowed.log" &&
+  grep -q "warning: the training batches have [0-9]* shapes, more than the 2 CUDA graphs kept" "$T/allowed.log" ||
+  err "no count of the batch shapes against the 2 graphs kept, or no warning"
 # each record's type, update, loss, nll and gradient norm (not its timings)
 losses() {
   python3 -c 'import json, sys

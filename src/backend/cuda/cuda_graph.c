@@ -31,6 +31,8 @@ static int graphs_kept(void) {
     return n;
 }
 
+int ll_cuda_graphs_kept(void) { return graphs_kept(); }
+
 static int cu_graph_begin(ll_backend *be) {
     cuda_impl *im = ll_cuda_impl_enter(be);
     if (im->graph.capturing) ll_die("CUDA backend: graph_begin inside a captured step");
