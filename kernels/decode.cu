@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <math.h>
 
+#include "col_sum.cuh" /* (ll_ld16: 16-byte loads) */
 #include "ll_cuda_common.cuh"
 
 #define TOPK_THREADS 256
@@ -121,12 +122,83 @@ extern "C" cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int 
 
 /* ---- attention_cached ------------------------------------------------------------ */
 
-/* One warp per (row, head): lane d holds dims d, d+32, ... of the query and the
- * output; keys in order with an online softmax (fp32), one warp sum per key.
- * A decoding step has one query per row and at most a few hundred keys. */
+/* LL_CUDA_DECODE_ATTN=serial: attention_cached_serial below (A/B timing on a GPU) */
 #define CACHED_MAXD 4 /* Dh <= 128 */
+
+/* One warp per (row, head), 32 keys at a time.  Lane j scores key j0 + j over all Dh dims (its
+ * ancestry entry, then its key's 16-byte loads against the query in shared memory); an online
+ * softmax over the chunks (fp32); then lane d (dims d, d+32, ...) adds p_j v_j over the chunk's
+ * keys, whose loads do not wait on each other.  The serial kernel's chain per key (a dependent
+ * load, a warp sum) kept beam 5 at 2.2x PyTorch on an H200 (session 30: 640 rows x 8 heads, up
+ * to 32 keys).  vec: every key row 16-byte aligned, Dh a multiple of a 16-byte vector. */
 template <typename T>
 static __global__ void attention_cached_kernel(T *__restrict__ out, const T *__restrict__ q, int q_stride,
+                                               const T *__restrict__ kv, int kv_stride, size_t row_stride,
+                                               const int *__restrict__ anc, int anc_stride, int n_keys,
+                                               const int *__restrict__ n_at, int H, int Dh, float scale, int vec) {
+    LL_PDL_ENTER();
+    constexpr int V = ll_vec16<T>::V;
+    const int r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, C = H * Dh;
+    if (n_at) n_keys += *n_at;
+    __shared__ float sq[WARP * CACHED_MAXD];
+    for (int d = lane; d < Dh; d += WARP) sq[d] = ll_ld(q + (size_t)r * q_stride + (size_t)h * Dh + d);
+    __syncwarp();
+    float acc[CACHED_MAXD];
+#pragma unroll
+    for (int i = 0; i < CACHED_MAXD; i++) acc[i] = 0.0f;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int j0 = 0; j0 < n_keys; j0 += WARP) {
+        const int j = j0 + lane, nj = min(WARP, n_keys - j0);
+        const bool valid = j < n_keys;
+        const int a = !valid ? 0 : anc ? anc[(size_t)r * anc_stride + j] : r;
+        float s = -INFINITY;
+        if (valid) {
+            const T *kj = kv + (size_t)a * row_stride + (size_t)j * kv_stride + (size_t)h * Dh;
+            float t = 0.0f;
+            if (vec) {
+                for (int d = 0; d < Dh; d += V) {
+                    float f[V];
+                    ll_ld16(kj + d, f);
+#pragma unroll
+                    for (int i = 0; i < V; i++) t += sq[d + i] * f[i];
+                }
+            } else {
+                for (int d = 0; d < Dh; d++) t += sq[d] * ll_ld(kj + d);
+            }
+            s = t * scale;
+        }
+        float cm = s;
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+        const float m2 = fmaxf(mx, cm), corr = __expf(mx - m2), p = valid ? __expf(s - m2) : 0.0f;
+        sum = sum * corr + ll_warp_sum(p);
+#pragma unroll
+        for (int i = 0; i < CACHED_MAXD; i++) acc[i] *= corr;
+#pragma unroll 4
+        for (int jj = 0; jj < nj; jj++) {
+            const float pj = __shfl_sync(0xffffffffu, p, jj);
+            const int aj = __shfl_sync(0xffffffffu, a, jj);
+            const T *vj = kv + (size_t)aj * row_stride + (size_t)(j0 + jj) * kv_stride + (size_t)h * Dh + C;
+#pragma unroll
+            for (int i = 0; i < CACHED_MAXD; i++) {
+                const int d = lane + WARP * i;
+                if (d < Dh) acc[i] += pj * ll_ld(vj + d);
+            }
+        }
+        mx = m2;
+    }
+    const float inv = n_keys > 0 ? 1.0f / sum : 0.0f;
+    for (int i = 0; i < CACHED_MAXD; i++) {
+        const int d = lane + WARP * i;
+        if (d < Dh) ll_st(out + (size_t)r * C + (size_t)h * Dh + d, acc[i] * inv);
+    }
+}
+
+/* The kernel before (LL_CUDA_DECODE_ATTN=serial): one warp per (row, head), lane d holds dims d,
+ * d+32, ... of the query and the output; keys in order with an online softmax (fp32), one warp
+ * sum per key. */
+template <typename T>
+static __global__ void attention_cached_serial(T *__restrict__ out, const T *__restrict__ q, int q_stride,
                                                const T *__restrict__ kv, int kv_stride, size_t row_stride,
                                                const int *__restrict__ anc, int anc_stride, int n_keys,
                                                const int *__restrict__ n_at, int H, int Dh, float scale) {
@@ -175,9 +247,18 @@ extern "C" cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dty
     /* the scale of full attention (attention.cu) and of the CPU, computed on the
      * host: rsqrtf is an approximation under --use_fast_math */
     const float scale = 1.0f / sqrtf((float)Dh);
+    static int chunked = -1;
+    if (!ll_env_switch_once(&chunked, "LL_CUDA_DECODE_ATTN", "serial")) {
+        LL_DISPATCH(t, T, LL_LAUNCH(grid, WARP, 0, stream, attention_cached_serial<T>)(
+                              (T *)out, (const T *)q, q_stride, (const T *)kv, kv_stride, row_stride, anc, anc_stride,
+                              n_keys, n_at, H, Dh, scale);)
+        return cudaGetLastError();
+    }
+    const size_t es = t == LL_CUDA_BF16 ? 2 : 4, align = (uintptr_t)kv | row_stride * es | (size_t)kv_stride * es;
+    const int vec = (size_t)Dh * es % 16 == 0 && align % 16 == 0;
     LL_DISPATCH(t, T, LL_LAUNCH(grid, WARP, 0, stream, attention_cached_kernel<T>)(
                           (T *)out, (const T *)q, q_stride, (const T *)kv, kv_stride, row_stride, anc, anc_stride,
-                          n_keys, n_at, H, Dh, scale);)
+                          n_keys, n_at, H, Dh, scale, vec);)
     return cudaGetLastError();
 }
 

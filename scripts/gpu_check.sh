@@ -349,6 +349,8 @@ run_bench() {
   tstep bench-torch-decode 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --peak-tflops "$PEAK"
   # where beam 5's time goes (an H200 decoded it at 2.2x PyTorch, greedy at 3.9x: session 30)
   step bench-decode-profile 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 5 --repeats 1 --profile 1
+  # the cached self-attention key by key, as before session 30 (its chunks of 32 keys: not yet timed)
+  step bench-decode-serial 90 env LL_CUDA_DECODE_ATTN=serial "$B/ll_decode_bench" "${DEC[@]}"
   step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off "${BENCH_EXTRA[@]}"

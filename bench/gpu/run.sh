@@ -154,20 +154,24 @@ for dm in "base+LayerDrop 0.2:--model base --set model.enc_layerdrop=0.2 --set m
 done
 
 say ""
-# ll's search steps run as CUDA graphs (one per batch shape, replayed); LL_CUDA_DECODE_GRAPHS=0: one by one
-say "| decoding (base, 128 x 32) | torch sent/s | ll sent/s | ll / torch | ll sent/s, steps not graphs | graph launches (replays) |"
-say "|---|---|---|---|---|---|"
+# ll's search steps run as CUDA graphs (one per batch shape, replayed); LL_CUDA_DECODE_GRAPHS=0: one by one;
+# LL_CUDA_DECODE_ATTN=serial: the cached self-attention key by key (before session 30)
+say "| decoding (base, 128 x 32) | torch sent/s | ll sent/s | ll / torch | ll sent/s, steps not graphs | ll sent/s, serial cached attention | graph launches (replays) |"
+say "|---|---|---|---|---|---|---|"
 $PY bench/gpu/torch_gpu_peer.py --model base --decode 5,1 >"$OUT/torch_decode.log" 2>&1
 "$BUILD/ll_decode_bench" --device cuda --model base --batch 128 --src-len 32 --len 32 --beams 5,1 >"$OUT/ll_decode.log" 2>&1
 LL_CUDA_DECODE_GRAPHS=0 "$BUILD/ll_decode_bench" --device cuda --model base --batch 128 --src-len 32 --len 32 \
   --beams 5,1 >"$OUT/ll_decode_nographs.log" 2>&1
+LL_CUDA_DECODE_ATTN=serial "$BUILD/ll_decode_bench" --device cuda --model base --batch 128 --src-len 32 --len 32 \
+  --beams 5,1 >"$OUT/ll_decode_serial.log" 2>&1
 for beam in 5 1; do
   t=$(grep "beam=$beam " "$OUT/torch_decode.log" | sed -n 's/.*sent_s=\([0-9.]*\).*/\1/p')
   l=$(grep "beam=$beam " "$OUT/ll_decode.log" | sed -n 's/.*sent_per_s=\([0-9.]*\).*/\1/p')
   n=$(grep "beam=$beam " "$OUT/ll_decode_nographs.log" | sed -n 's/.*sent_per_s=\([0-9.]*\).*/\1/p')
+  c=$(grep "beam=$beam " "$OUT/ll_decode_serial.log" | sed -n 's/.*sent_per_s=\([0-9.]*\).*/\1/p')
   g=$(grep "beam=$beam " "$OUT/ll_decode.log" | sed -n 's/.*graph_launches=\([0-9]*\) graph_replays=\([0-9]*\).*/\1 (\2)/p')
   r=$([ -n "$t" ] && [ -n "$l" ] && awk -v a="$l" -v b="$t" 'BEGIN { printf "%.2fx", a / b }')
-  say "| beam $beam | ${t:-fail} | ${l:-fail} | ${r:-} | ${n:-fail} | ${g:-} |"
+  say "| beam $beam | ${t:-fail} | ${l:-fail} | ${r:-} | ${n:-fail} | ${c:-fail} | ${g:-} |"
 done
 say ""
 say "ll per-op-class breakdown and matmul survey: $OUT/ll_*_profile.log"

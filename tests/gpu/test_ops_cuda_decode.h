@@ -72,10 +72,12 @@ static void t_beam_topk(void) {
 
 /* self-attention through the rows' ancestry: keys of row r at cache rows
  * anc[r][j] (any row of the batch), or the row's own (anc NULL); head sizes
- * 64 (the CPU's vector path) and 40 (its plain loop; not a multiple of 32) */
-static void cached_case(int rows, int H, int Dh, int max_T, int n_keys, int with_anc, int keys_at) {
-    const int C = H * Dh, qs = 3 * C + 5;
-    const size_t row_stride = (size_t)max_T * 2 * C + 7;
+ * 64 (the CPU's vector path) and 40 (its plain loop; not a multiple of 32).
+ * aligned: the model's strides (CUDA's 16-byte key loads), else odd ones; more
+ * than 32 keys: CUDA's chunks of 32 keys and their online softmax */
+static void cached_case_a(int rows, int H, int Dh, int max_T, int n_keys, int with_anc, int keys_at, int aligned) {
+    const int C = H * Dh, qs = 3 * C + (aligned ? 0 : 5);
+    const size_t row_stride = (size_t)max_T * 2 * C + (aligned ? 0 : 7);
     pbuf q = pb_rand_act((size_t)rows * qs, -1, 1), kv = pb_rand_act((size_t)rows * row_stride, -2, 2);
     int *ha = ll_malloc(sizeof(int) * (size_t)rows * max_T);
     for (int r = 0; r < rows; r++)
@@ -92,6 +94,9 @@ static void cached_case(int rows, int H, int Dh, int max_T, int n_keys, int with
     free(ha);
     pb_free(&q), pb_free(&kv), pb_free(&anc), pb_free(&out), pb_free(&nat);
 }
+static void cached_case(int rows, int H, int Dh, int max_T, int n_keys, int with_anc, int keys_at) {
+    cached_case_a(rows, H, Dh, max_T, n_keys, with_anc, keys_at, 0);
+}
 static void t_attention_cached(void) {
     cached_case(13, 4, 64, 12, 9, 1, 0);
     cached_case(13, 4, 64, 12, 12, 0, 0);
@@ -99,6 +104,11 @@ static void t_attention_cached(void) {
     cached_case(3, 2, 32, 4, 0, 1, 0); /* no key: out = 0 */
     cached_case(13, 4, 64, 12, 9, 1, 8); /* a decoding step: 1 + the position read on the device */
     cached_case(7, 3, 40, 5, 5, 0, 4);
+    cached_case_a(13, 4, 64, 80, 70, 1, 64, 1);  /* three chunks of keys, 16-byte loads */
+    cached_case_a(5, 2, 128, 40, 33, 1, 0, 1);  /* Dh 128, a chunk of one key */
+    cached_case_a(6, 2, 96, 40, 40, 0, 8, 1);   /* Dh 96: its last 32 dims in the third lane slot */
+    cached_case_a(9, 4, 16, 70, 65, 1, 1, 1);   /* Dh 16: half the lanes hold no output dim */
+    cached_case(9, 3, 40, 70, 66, 1, 0);        /* scalar loads over three chunks */
 }
 
 /* the ancestry tables: a beam reorder (inside groups), a compaction (rows
