@@ -20,7 +20,9 @@
 #include "col_sum.cuh" /* (ll_ld16: 16-byte loads) */
 #include "ll_cuda_common.cuh"
 
-#define TOPK_THREADS 256
+/* a top-k group's block: 1024 threads, since a group is one block (ll_decode_bench's 128 sentences
+ * fill 128 of an H200's 132 SMs; 30 registers a thread) */
+#define TOPK_THREADS 1024
 #define WARP 32
 
 /* ---- reorder_rows ---------------------------------------------------------------- */
@@ -324,7 +326,7 @@ static __device__ void topk_round(topk_round_state *st, double s, int f, double 
 }
 
 template <typename T>
-static __global__ void beam_topk_kernel(double *__restrict__ score, float *__restrict__ lp_out,
+static __global__ void __launch_bounds__(TOPK_THREADS) beam_topk_kernel(double *__restrict__ score, float *__restrict__ lp_out,
                                         int32_t *__restrict__ flat_out, const T *__restrict__ logp,
                                         const double *__restrict__ cum, const uint8_t *__restrict__ mode, int beam,
                                         int V, int k, int pad, int bos, int eos) {
@@ -334,20 +336,31 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
     double ls[LL_CUDA_TOPK_MAX];
     int lf[LL_CUDA_TOPK_MAX];
     int n = 0;
-    const size_t total = (size_t)beam * V;
-    for (size_t i = tid; i < total; i += blockDim.x) {
-        int fl;
-        const double sc = topk_candidate(i, g, beam, V, logp, cum, md, pad, bos, eos, &fl);
-        if (!(sc > -INFINITY)) continue; /* excluded, NaN, -inf */
-        if (n == k && !(sc > ls[k - 1])) continue;
-        int pos = n < k ? n++ : k - 1;
-        while (pos > 0 && ls[pos - 1] < sc) { /* strict: earlier (lower index) stays ahead on ties */
-            ls[pos] = ls[pos - 1];
-            lf[pos] = lf[pos - 1];
-            pos--;
+    /* the candidates row by row, token by token (each thread's in flat order, as ranked), with no
+     * 64-bit division per candidate; ls[k - 1] of a full list kept in a register, since most
+     * candidates stop at that test (the list itself lives in local memory) */
+    const bool eos_ok = md & 1, eos_only = md & 2;
+    double kth = -INFINITY;
+    for (int b = 0; b < beam; b++) {
+        const int r = g * beam + b;
+        const double cs = cum[r];
+        if (cs == -INFINITY) continue; /* a dead row */
+        const T *lr = logp + (size_t)r * V;
+        for (int v = tid; v < V; v += blockDim.x) {
+            if (v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos)) continue;
+            const double sc = cs + (double)ll_ld(lr + v);
+            if (!(sc > -INFINITY)) continue; /* NaN, -inf */
+            if (n == k && !(sc > kth)) continue;
+            int pos = n < k ? n++ : k - 1;
+            while (pos > 0 && ls[pos - 1] < sc) { /* strict: earlier (lower index) stays ahead on ties */
+                ls[pos] = ls[pos - 1];
+                lf[pos] = lf[pos - 1];
+                pos--;
+            }
+            ls[pos] = sc;
+            lf[pos] = r * V + v;
+            if (n == k) kth = ls[k - 1];
         }
-        ls[pos] = sc;
-        lf[pos] = fl;
     }
     __shared__ topk_round_state st;
     int head = 0;
@@ -365,7 +378,7 @@ static __global__ void beam_topk_kernel(double *__restrict__ score, float *__res
  * over the group's beam * V scores (large beams are rare; the result is the
  * same as the list kernel's). */
 template <typename T>
-static __global__ void beam_topk_rescan_kernel(double *__restrict__ score, float *__restrict__ lp_out,
+static __global__ void __launch_bounds__(TOPK_THREADS) beam_topk_rescan_kernel(double *__restrict__ score, float *__restrict__ lp_out,
                                                int32_t *__restrict__ flat_out, const T *__restrict__ logp,
                                                const double *__restrict__ cum, const uint8_t *__restrict__ mode,
                                                int beam, int V, int k, int pad, int bos, int eos) {
