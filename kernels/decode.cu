@@ -326,10 +326,10 @@ static __device__ void topk_round(topk_round_state *st, double s, int f, double 
 }
 
 template <typename T>
-static __global__ void __launch_bounds__(TOPK_THREADS) beam_topk_kernel(double *__restrict__ score, float *__restrict__ lp_out,
-                                        int32_t *__restrict__ flat_out, const T *__restrict__ logp,
-                                        const double *__restrict__ cum, const uint8_t *__restrict__ mode, int beam,
-                                        int V, int k, int pad, int bos, int eos) {
+static __global__ void __launch_bounds__(TOPK_THREADS)
+    beam_topk_kernel(double *__restrict__ score, float *__restrict__ lp_out, int32_t *__restrict__ flat_out,
+                     const T *__restrict__ logp, const double *__restrict__ cum, const uint8_t *__restrict__ mode,
+                     int beam, int V, int k, int pad, int bos, int eos) {
     LL_PDL_ENTER();
     const int g = blockIdx.x, tid = threadIdx.x;
     const uint8_t md = mode[g];
@@ -378,10 +378,10 @@ static __global__ void __launch_bounds__(TOPK_THREADS) beam_topk_kernel(double *
  * over the group's beam * V scores (large beams are rare; the result is the
  * same as the list kernel's). */
 template <typename T>
-static __global__ void __launch_bounds__(TOPK_THREADS) beam_topk_rescan_kernel(double *__restrict__ score, float *__restrict__ lp_out,
-                                               int32_t *__restrict__ flat_out, const T *__restrict__ logp,
-                                               const double *__restrict__ cum, const uint8_t *__restrict__ mode,
-                                               int beam, int V, int k, int pad, int bos, int eos) {
+static __global__ void __launch_bounds__(TOPK_THREADS)
+    beam_topk_rescan_kernel(double *__restrict__ score, float *__restrict__ lp_out, int32_t *__restrict__ flat_out,
+                            const T *__restrict__ logp, const double *__restrict__ cum, const uint8_t *__restrict__ mode,
+                            int beam, int V, int k, int pad, int bos, int eos) {
     LL_PDL_ENTER();
     const int g = blockIdx.x, tid = threadIdx.x;
     const uint8_t md = mode[g];

@@ -236,7 +236,8 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->n_streams = 1;
         if (!(t->its[0] = ll_batcher_from_config(&t->train, cfg, 1))) return -1;
     }
-    if (t->m->graphs) { /* each batch shape is a step graph: more shapes than kept graphs are captured again and again */
+    /* each batch shape is a step graph: shapes beyond the kept graphs are captured again and again */
+    if (t->m->graphs) {
         int shapes = 0;
         for (int s = 0; s < t->n_streams; s++) shapes += ll_batcher_shapes(t->its[s]);
         const int kept = ll_backend_graphs_kept(be);

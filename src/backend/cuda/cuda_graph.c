@@ -220,7 +220,8 @@ static int kernel_of(cudaGraphNode_t node, uint64_t out[6]) {
             return 0;
         out[0] = (uintptr_t)p.func, out[1] = (uintptr_t)p.kern;
         out[2] = cl.clusterDim.x, out[3] = cl.clusterDim.y, out[4] = cl.clusterDim.z;
-        if (drv_attr((CUgraphNode)node, CU_LAUNCH_ATTRIBUTE_PRIORITY, &pr) == CUDA_SUCCESS) out[5] = (uint64_t)pr.priority;
+        if (drv_attr((CUgraphNode)node, CU_LAUNCH_ATTRIBUTE_PRIORITY, &pr) == CUDA_SUCCESS)
+            out[5] = (uint64_t)pr.priority;
         return 1;
     }
     struct cudaKernelNodeParams kp;
