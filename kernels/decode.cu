@@ -275,14 +275,17 @@ static __device__ __forceinline__ bool better(double sa, int fa, double sb, int 
  * its score cum + logp, with *flat = its flat index; -inf when the token is
  * excluded (pad, bos, eos unless mode bit 1, anything but eos under mode bit
  * 2) or the row is dead.  Both top-k kernels rank the same candidates. */
+static __device__ __forceinline__ bool topk_excluded(int v, uint8_t md, int pad, int bos, int eos) {
+    const bool eos_ok = md & 1, eos_only = md & 2;
+    return v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos);
+}
 template <typename T>
 static __device__ double topk_candidate(size_t i, int g, int beam, int V, const T *logp, const double *cum,
                                         uint8_t md, int pad, int bos, int eos, int *flat) {
     const int b = (int)(i / V), v = (int)(i % V);
-    const bool eos_ok = md & 1, eos_only = md & 2;
     const int r = g * beam + b;
     *flat = r * V + v;
-    if (v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos)) return -INFINITY;
+    if (topk_excluded(v, md, pad, bos, eos)) return -INFINITY;
     const double cs = cum[r];
     if (cs == -INFINITY) return -INFINITY;
     return cs + (double)ll_ld(logp + (size_t)r * V + v);
@@ -339,7 +342,6 @@ static __global__ void __launch_bounds__(TOPK_THREADS)
     /* the candidates row by row, token by token (each thread's in flat order, as ranked), with no
      * 64-bit division per candidate; ls[k - 1] of a full list kept in a register, since most
      * candidates stop at that test (the list itself lives in local memory) */
-    const bool eos_ok = md & 1, eos_only = md & 2;
     double kth = -INFINITY;
     for (int b = 0; b < beam; b++) {
         const int r = g * beam + b;
@@ -347,7 +349,7 @@ static __global__ void __launch_bounds__(TOPK_THREADS)
         if (cs == -INFINITY) continue; /* a dead row */
         const T *lr = logp + (size_t)r * V;
         for (int v = tid; v < V; v += blockDim.x) {
-            if (v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos)) continue;
+            if (topk_excluded(v, md, pad, bos, eos)) continue;
             const double sc = cs + (double)ll_ld(lr + v);
             if (!(sc > -INFINITY)) continue; /* NaN, -inf */
             if (n == k && !(sc > kth)) continue;
