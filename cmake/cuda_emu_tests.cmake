@@ -179,3 +179,14 @@ foreach(prec fp32 bf16)
   set_tests_properties(gpu_emu_ops_one_process_${prec} PROPERTIES LABELS gpu
     ENVIRONMENT "${LL_EMU_TEST_ENV};LL_PARITY_FORK=0;LL_CUDA_RELU_MASK=1;LL_PARITY_PRECISION=${prec}")
 endforeach()
+# Label `variant`: a second run of kernels and host threads another test runs, with other inputs or
+# settings (every op in one process; TF32; programmatic launch or graph updates refused).  The plain
+# and ASan modes run them; the TSan mode, whose question is the interleavings, runs the tests they
+# vary (gpu_test_ops_cuda, _step_cuda, _resume_cuda, _bible300) and leaves them out: ~6 minutes of
+# CI's 2 cores (scripts/cuda_emu_test.sh).
+foreach(t gpu_emu_ops_one_process_fp32 gpu_emu_ops_one_process_bf16 gpu_test_tf32 gpu_emu_pdl_refused_step
+          gpu_emu_graph_update_refused_train)
+  if(TEST ${t})
+    set_property(TEST ${t} APPEND PROPERTY LABELS variant)
+  endif()
+endforeach()

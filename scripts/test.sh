@@ -5,7 +5,8 @@
 #                      the whole suite (GPU tests skip without a GPU);
 #   2. build-portable  -DLL_NATIVE=OFF -mno-avx512f, the whole CPU suite with
 #                      LL_CPU_KERNELS=generic: ll's portable kernels and an AVX2
-#                      BLAS core, as on a machine without AVX-512, on every machine;
+#                      BLAS core, as on a machine without AVX-512, on every machine
+#                      (cli_test_portable_isa: no AVX outside the AVX-512 kernels);
 #                      then its unit tests on an emulated Haswell (qemu-x86_64);
 #   3. build-clang     clang 14, -Werror, the single-process tests (label unit);
 #   4. build-aarch64   cross build for aarch64, -Werror, unit tests under qemu-user
@@ -63,9 +64,11 @@ portable() {
   # The same binaries on an emulated CPU without AVX-512 (qemu-x86_64 -cpu
   # Haswell: AVX2 + FMA): the kernels are chosen from its CPUID, OpenBLAS picks
   # its Haswell core, and any AVX-512 instruction the compiler let slip in is a
-  # SIGILL (a -march=native build dies there at once).  The single-process tests.
+  # SIGILL (a -march=native build dies there at once).  The single-process tests but
+  # the two FLOP-heavy ones (label heavy: 10 minutes of soft float; cli_test_portable_isa,
+  # above, reads every function's instructions off the build instead).
   cmake -S . -B build-portable "-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-x86_64;-cpu;Haswell" > /dev/null
-  (cd build-portable && ctest --output-on-failure -j2 --timeout 900 -L unit)
+  (cd build-portable && ctest --output-on-failure -j2 --timeout 900 -L unit -LE heavy)
   cmake -S . -B build-portable -DCMAKE_CROSSCOMPILING_EMULATOR= > /dev/null
 }
 

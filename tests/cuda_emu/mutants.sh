@@ -99,26 +99,27 @@ build() {
     > "$work/build.log" 2>&1
 }
 
-# the covering test: 0 = passed
-run_test() {
+# the covering test of a mutant: a command line (0 = passed); mutants that share one are run
+# unmutated once
+cover() {
   case $1 in
-    barrier) "$b/gpu_test_ops_cuda" --op xent_fwd_bwd && LL_CUDA_EMU_SCHEDULE=random:3 "$b/gpu_test_ops_cuda" --op sumsq ;;
-    past_row) "$b/gpu_test_layernorm_cuda" ;;
-    smem_short) "$b/gpu_test_ops_cuda" --op attention_fwd ;;
-    no_sync) "$b/gpu_test_ops_cuda" --op sync && "$b/gpu_test_ops_cuda" --op add ;;
-    bounds | shared_short) "$b/gpu_test_ops_cuda" --op xent_fwd_bwd ;;
-    syncwarp) LL_CUDA_LN_VEC=0 "$b/gpu_test_ops_cuda" --op residual_ln_fwd ;; # (the lane-strided rows)
-    tc_syncwarp) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_fwd ;;
-    ln_barrier) "$b/gpu_test_layernorm_cuda" ;;
-    ticket | share | pdl_enter) "$b/gpu_test_ops_cuda" --op residual_bwd ;;
-    relu_note) LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm ;;
-    graph_kernels | driver_names) "$b/gpu_test_graph_cuda" --kernels ;;
-    bwd1_half | shared_load) LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd ;;
-    side_fork | side_join | side_workspace | side_slot) "$b/gpu_test_graph_cuda" --side ;;
-    layer_join | group_release | kv_join) "$b/gpu_test_step_cuda" ;;
-    group_pp) LL_PARITY_PRECISION=bf16 LL_LAYERS_PER_JOIN=2 "$b/gpu_test_step_cuda" ;;
+    barrier) echo '"$b/gpu_test_ops_cuda" --op xent_fwd_bwd && LL_CUDA_EMU_SCHEDULE=random:3 "$b/gpu_test_ops_cuda" --op sumsq' ;;
+    past_row | ln_barrier) echo '"$b/gpu_test_layernorm_cuda"' ;;
+    smem_short) echo '"$b/gpu_test_ops_cuda" --op attention_fwd' ;;
+    no_sync) echo '"$b/gpu_test_ops_cuda" --op sync && "$b/gpu_test_ops_cuda" --op add' ;;
+    bounds | shared_short) echo '"$b/gpu_test_ops_cuda" --op xent_fwd_bwd' ;;
+    syncwarp) echo 'LL_CUDA_LN_VEC=0 "$b/gpu_test_ops_cuda" --op residual_ln_fwd' ;; # (the lane-strided rows)
+    tc_syncwarp) echo 'LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_fwd' ;;
+    ticket | share | pdl_enter) echo '"$b/gpu_test_ops_cuda" --op residual_bwd' ;;
+    relu_note) echo 'LL_CUDA_RELU_MASK=1 "$b/gpu_test_ops_cuda" --op gemm' ;;
+    graph_kernels | driver_names) echo '"$b/gpu_test_graph_cuda" --kernels' ;;
+    bwd1_half | shared_load) echo 'LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd' ;;
+    side_fork | side_join | side_workspace | side_slot) echo '"$b/gpu_test_graph_cuda" --side' ;;
+    layer_join | group_release | kv_join) echo '"$b/gpu_test_step_cuda"' ;;
+    group_pp) echo 'LL_PARITY_PRECISION=bf16 LL_LAYERS_PER_JOIN=2 "$b/gpu_test_step_cuda"' ;;
   esac
 }
+run_test() { eval "$(cover "$1")"; }
 
 # mutate NAME: apply (python: exact text replaced once, else the mutant is stale)
 mutate() {
@@ -191,22 +192,33 @@ if [ -n "${LL_EMU_MUTANTS:-}" ]; then read -r -a mutants <<< "$LL_EMU_MUTANTS"; 
 status=0
 for m in "${mutants[@]}"; do # (each mutant's file is touched above and restored below)
   [ -n "${file[$m]:-}" ] || { echo "mutants: $m has no entry in file=(...)"; exit 1; }
+  [ -n "$(cover "$m")" ] || { echo "mutants: $m has no covering test in cover()"; exit 1; }
 done
+t0=$SECONDS
 build || { tail -30 "$work/build.log"; exit 1; }
+echo "mutants: the unmutated copy built in $((SECONDS - t0)) s"
+t0=$SECONDS
+declare -A ran=()
 for m in "${mutants[@]}"; do
+  c=$(cover "$m")
+  [ -n "${ran[$c]:-}" ] && continue
+  ran[$c]=$m
   if ! run_test "$m" > "$work/orig-$m.log" 2>&1; then
     echo "mutants: the UNMUTATED test for $m fails ($work/orig-$m.log)"
     status=1
   fi
 done
+echo "mutants: the ${#ran[@]} covering tests ran unmutated in $((SECONDS - t0)) s"
 for m in "${mutants[@]}"; do
+  t0=$SECONDS
   mutate "$m" || { status=1; continue; }
   build || { echo "mutants: $m does not build"; status=1; continue; }
+  t1=$SECONDS
   if run_test "$m" > "$work/$m.log" 2>&1; then
     echo "mutants: $m SURVIVED (the emulated tests did not notice; $work/$m.log)"
     status=1
   else
-    echo "mutants: $m killed: $(grep -m1 -E 'ERROR|FAIL|differ|error' "$work/$m.log" | cut -c1-150)"
+    echo "mutants: $m killed (build $((t1 - t0)) s, test $((SECONDS - t1)) s): $(grep -m1 -E 'ERROR|FAIL|differ|error' "$work/$m.log" | cut -c1-150)"
   fi
   cp "$SRC/${file[$m]}" "$work/src/${file[$m]}" # the original again, newer than the mutant's objects
 done

@@ -33,15 +33,18 @@ typedef struct {
 #if defined(__x86_64__) && !defined(LL_REAL_DOUBLE)
 #include <immintrin.h>
 #define HAVE_KERNEL 1
+/* (every function with AVX-512 code has avx512 in its name: tests/cli/test_portable_isa.sh) */
+#define AVX512_FMA __attribute__((target("avx512f,fma")))
 
 /* C rows r < m (m <= R) of columns n0..n0+nvalid: A rows at a[r] (rows >= m
  * repeat the last valid row; their results are not stored).  R is a
  * compile-time 12 or 4: the loops unroll and the 2R accumulators live in
  * registers.  Each element is one FMA chain over k = 0..K-1 from the bias,
  * whatever R, so a row gets the same bits in either kernel. */
-__attribute__((target("avx512f,fma"))) static inline __attribute__((always_inline)) void kernel_rows(int K, const float *const *a, const float *bp,
-                                                              const float *bias, int nvalid, float *c, int ldc,
-                                                              int m, const int R) {
+AVX512_FMA static inline __attribute__((always_inline)) void kernel_rows_avx512(int K, const float *const *a,
+                                                                              const float *bp, const float *bias,
+                                                                              int nvalid, float *c, int ldc, int m,
+                                                                              const int R) {
     const __mmask16 m0 = nvalid >= 16 ? 0xffff : (__mmask16)((1u << nvalid) - 1);
     const __mmask16 m1 = nvalid >= 32 ? 0xffff : nvalid <= 16 ? 0 : (__mmask16)((1u << (nvalid - 16)) - 1);
     const __m512 b0i = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
@@ -70,14 +73,13 @@ __attribute__((target("avx512f,fma"))) static inline __attribute__((always_inlin
 /* 12-row blocks; a remainder of up to 8 rows takes one or two 4-row blocks
  * instead of a 12-row block computing rows it throws away (160 rows: 13
  * blocks of 12 + 4, where a 12-row block did 5% more multiply-adds). */
-__attribute__((target("avx512f,fma"))) static void kernel12(int K, const float *const a[MR], const float *bp,
-                                                            const float *bias, int nvalid, float *c, int ldc,
-                                                            int m) {
-    kernel_rows(K, a, bp, bias, nvalid, c, ldc, m, MR);
+AVX512_FMA static void kernel12_avx512(int K, const float *const a[MR], const float *bp, const float *bias,
+                                       int nvalid, float *c, int ldc, int m) {
+    kernel_rows_avx512(K, a, bp, bias, nvalid, c, ldc, m, MR);
 }
-__attribute__((target("avx512f,fma"))) static void kernel4(int K, const float *const a[4], const float *bp,
-                                                           const float *bias, int nvalid, float *c, int ldc, int m) {
-    kernel_rows(K, a, bp, bias, nvalid, c, ldc, m, 4);
+AVX512_FMA static void kernel4_avx512(int K, const float *const a[4], const float *bp, const float *bias,
+                                      int nvalid, float *c, int ldc, int m) {
+    kernel_rows_avx512(K, a, bp, bias, nvalid, c, ldc, m, 4);
 }
 #endif
 
@@ -127,9 +129,9 @@ void cpu_linear_packed(ll_backend *be, ll_act *Y_, int ldy, const ll_act *X_, in
             const float *a[MR];
             for (int r = 0; r < rows; r++) a[r] = X + (size_t)(r0 + (r < m ? r : m - 1)) * ldx;
             if (rows == MR)
-                kernel12(K, a, bp, bias ? bias + n0 : NULL, nvalid, Y + (size_t)r0 * ldy + n0, ldy, m);
+                kernel12_avx512(K, a, bp, bias ? bias + n0 : NULL, nvalid, Y + (size_t)r0 * ldy + n0, ldy, m);
             else
-                kernel4(K, a, bp, bias ? bias + n0 : NULL, nvalid, Y + (size_t)r0 * ldy + n0, ldy, m);
+                kernel4_avx512(K, a, bp, bias ? bias + n0 : NULL, nvalid, Y + (size_t)r0 * ldy + n0, ldy, m);
             r0 += m;
         }
     }
