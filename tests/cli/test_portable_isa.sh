@@ -12,9 +12,9 @@ skip() {
   echo "SKIP: $*"
   exit 77
 }
-[ "$(uname -m)" = x86_64 ] || skip "not x86-64"
 grep -q '^LL_NATIVE:BOOL=OFF' "$BIN/CMakeCache.txt" 2> /dev/null || skip "not a portable build (LL_NATIVE=ON)"
 command -v objdump > /dev/null || skip "no objdump"
+objdump -f "$BIN/lltrain" 2> /dev/null | grep -q 'file format elf64-x86-64' || skip "not an x86-64 build"
 CC=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$BIN/CMakeCache.txt")
 
 # check FILE...: "FILE: FUNCTION: N instruction(s) beyond x86-64-v2, the first: INSN" per stray function
