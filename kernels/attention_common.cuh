@@ -1,5 +1,5 @@
 /* What the attention kernels share (kernels/attention.cu: the fp32-math SIMT
- * kernels, every dtype; kernels/attention_tc.cu: the bf16 forward on tensor
+ * kernels, every dtype; kernels/attention_tc*.cu: the bf16 forward on tensor
  * cores): the launch arguments, the masks and the dropout bits. */
 #ifndef LL_ATTENTION_COMMON_CUH
 #define LL_ATTENTION_COMMON_CUH
@@ -91,7 +91,7 @@ struct attn_keep_cache {
     }
 };
 
-/* The bf16 kernels on tensor cores (kernels/attention_tc.cu): whether they
+/* The bf16 kernels on tensor cores (kernels/attention_tc*.cu): whether they
  * take a call of head size Dh, and their launchers (a's b0 is their own). */
 bool ll_attention_tc_takes(int Dh);
 cudaError_t ll_attention_fwd_tc(cudaStream_t stream, attn_args a, __nv_bfloat16 *out, float *lse);

@@ -79,12 +79,12 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [smem_short]=kernels/attention.cu [no_sync]=src/backend/cuda/cuda_backend.c [bounds]=kernels/losses.cu
   [shared_short]=kernels/losses.cu [syncwarp]=kernels/residual.cu [tc_syncwarp]=kernels/attention_tc.cu
   [ln_barrier]=kernels/layernorm.cu [ticket]=kernels/residual.cu [relu_note]=src/backend/cuda/cuda_gemm_lt.c
-  [graph_kernels]=src/backend/cuda/cuda_graph.c [driver_names]=src/backend/cuda/cuda_graph.c [bwd1_half]=kernels/attention_tc.cu
+  [graph_kernels]=src/backend/cuda/cuda_graph.c [driver_names]=src/backend/cuda/cuda_graph.c [bwd1_half]=kernels/attention_tc_bwd1.cu
   [side_fork]=src/backend/cuda/cuda_side.c [side_join]=src/backend/cuda/cuda_side.c
   [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [side_slot]=src/backend/cuda/cuda_side.c
   [layer_join]=src/model/transformer.c [group_pp]=src/model/transformer.c [group_release]=src/model/transformer.c
   [kv_join]=src/model/layers.c [share]=kernels/residual.cu [pdl_enter]=kernels/residual.cu
-  [shared_load]=kernels/attention_tc.cu)
+  [shared_load]=kernels/attention_tc_bwd1.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -93,6 +93,8 @@ cmake -S "$work/src" -B "$b" -DLL_CUDA_EMU=ON -DLL_SANITIZE=address,undefined -D
   > "$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0:detect_stack_use_after_return=0 LL_SOURCE_DIR=$work/src
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LL_NO_REEXEC=1
+# a killed mutant of the step test stops at its first failing method (the unmutated run passes all)
+export LL_STEP_TEST_FIRST_FAIL=1
 
 build() {
   cmake --build "$b" -j"$jobs" --target gpu_test_ops_cuda gpu_test_layernorm_cuda gpu_test_graph_cuda gpu_test_step_cuda \
@@ -153,7 +155,7 @@ M = {
                 "                k->kv_ready = 0;\n"),
     "pdl_enter": ("kernels/residual.cu", "float *dg2, const float *g1, const float *g2, res_args a) {\n    LL_PDL_ENTER();\n",
                   "float *dg2, const float *g1, const float *g2, res_args a) {\n"),
-    "shared_load": ("kernels/attention_tc.cu",
+    "shared_load": ("kernels/attention_tc_bwd1.cu",
                     "product_abt(sW, TC_SLD, sQ + (size_t)w0 * ld, sK + (size_t)part * LL_WT * ld, ld, Dh, KTW);",
                     "product_abt(sW, TC_SLD, sQ + (size_t)w0 * ld, kb + (size_t)part * LL_WT * ld, ld, Dh, KTW);"),
     "share": ("kernels/residual.cu", "hi = lo + share + (b < extra ? 1 : 0);", "hi = lo + share;"),
@@ -164,7 +166,7 @@ M = {
                       "(im->graph.had_cond || !update_on() || !kernels || kernels != im->graph.cache[slot].kernels)",
                       "(im->graph.had_cond || !update_on())"),
     "driver_names": ("src/backend/cuda/cuda_graph.c", "    if (drv_params) {\n", "    if (0) {\n"),
-    "bwd1_half": ("kernels/attention_tc.cu", "sV + (size_t)part * LL_WT * ld, ld, Dh, KTW); /* dP = dO V^T */",
+    "bwd1_half": ("kernels/attention_tc_bwd1.cu", "sV + (size_t)part * LL_WT * ld, ld, Dh, KTW); /* dP = dO V^T */",
                   "sV, ld, Dh, KTW); /* dP = dO V^T */"),
     "side_fork": ("src/backend/cuda/cuda_side.c", "    LL_CU(cudaStreamWaitEvent(s->stream, s->fork, 0));\n", ""),
     "side_join": ("src/backend/cuda/cuda_side.c", "    LL_CU(cudaStreamWaitEvent(ll_cuda_enter(be), s->join, 0));\n", ""),

@@ -504,13 +504,22 @@ int main(int argc, char **argv) {
         return tu_finish("gpu_test_step_cuda");
     }
     const int fork_each = pb_use_children();
-    int pass = 0;
+    /* LL_STEP_TEST_FIRST_FAIL=1: stop at the first method that fails (the mutation tests: a killed
+     * mutant need not run the others) */
+    const char *ff = getenv("LL_STEP_TEST_FIRST_FAIL");
+    const int first_fail = ff && *ff && strcmp(ff, "0") != 0;
+    int pass = 0, ran = 0;
     for (int i = 0; i < n; i++) {
         char idx[16], why[160] = "";
         snprintf(idx, sizeof idx, "%d", i);
         const int r = fork_each ? pb_child(argv[0], "--method", idx, 300, why, sizeof why) : !run_method(&methods[i]);
         if (r < 0) printf("FAIL  %-18s %s\n", methods[i].name, why);
         pass += r == 0;
+        ran++;
+        if (r != 0 && first_fail) {
+            printf("LL_STEP_TEST_FIRST_FAIL: stopped after method %d of %d\n", ran, n);
+            break;
+        }
     }
     printf("methods: %d of %d match (backend under test: %s, %s activations)\n", pass, n, pb_be[DUT]->name,
            ll_dtype_str(pb_act));
