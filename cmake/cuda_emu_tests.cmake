@@ -182,8 +182,8 @@ endforeach()
 # Label `variant`: a second run of kernels and host threads another test runs, with other inputs or
 # settings (every op in one process; TF32; programmatic launch or graph updates refused).  The plain
 # and ASan modes run them; the TSan mode, whose question is the interleavings, runs the tests they
-# vary (gpu_test_ops_cuda, _step_cuda, _resume_cuda, _bible300) and leaves them out: ~6 minutes of
-# CI's 2 cores (scripts/cuda_emu_test.sh).
+# vary (gpu_test_ops_cuda, _step_cuda, _resume_cuda, _bible300) and leaves them out: 345 s of
+# test time, ~3 minutes on CI's 2 cores (scripts/cuda_emu_test.sh).
 foreach(t gpu_emu_ops_one_process_fp32 gpu_emu_ops_one_process_bf16 gpu_test_tf32 gpu_emu_pdl_refused_step
           gpu_emu_graph_update_refused_train)
   if(TEST ${t})
