@@ -14,6 +14,11 @@ def write_atomic(path, data):
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=d)
     try:
+        # mkstemp makes the file 0600; give it the mode open() would (0666 less the umask), as ll's
+        # own files have, so a shared data directory stays readable
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -63,6 +63,12 @@ int ll_ckpt_n_tensors(const ll_ckpt *k);
 const ll_tensor_ref *ll_ckpt_tensor(const ll_ckpt *k, int i); /* file order; NULL if out of range */
 const ll_tensor_ref *ll_ckpt_find(const ll_ckpt *k, const char *name); /* NULL if absent */
 
+/* Before a tool (llavg, llprune) writes a model file to out: -1 + errbuf when
+ * out is one of the n inputs, or an existing checkpoint that holds training
+ * state (optimizer or trainer tensors), which a model-only file would replace
+ * (its run could no longer resume from it). */
+int ll_ckpt_output_ok(const char *out, const char *const *in, int n);
+
 /* Checkpoint directory management: checkpoint_last.llm, checkpoint_best.llm,
  * checkpoint_<update>.llm.  Only names of exactly that form (decimal update,
  * no sign, no leading zeros) count as numbered; nothing else is touched. */

@@ -43,6 +43,16 @@ void *ll_realloc(void *p, size_t n);
 char *ll_strdup(const char *s);
 void *ll_aligned_alloc(size_t n); /* 64-byte aligned, zeroed; free with free() */
 
+/* ---- command lines (src/core/args.c) ----
+ * A tool whose option came twice would keep the last one silently ("--config A
+ * --config B" trains B): ll_args_no_repeats dies naming it, but for the options
+ * in `repeatable` (names separated by blanks, e.g. "--set").  Option aliases
+ * (-i and --input) are the tool's to compare. */
+void ll_args_no_repeats(int argc, char **argv, const char *repeatable);
+/* 1 when a and b are one regular file (the same inode; either may be a link to
+ * it), so an output named like an input can be refused before it replaces it. */
+int ll_same_file(const char *a, const char *b);
+
 /* ---- strict numbers (src/core/numparse.c) ----
  * The whole string must be the number (no blanks or trailing text). */
 enum { LL_NUM_SYNTAX = -1, LL_NUM_RANGE = -2, LL_NUM_UNDERFLOW = -3 };

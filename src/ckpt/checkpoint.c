@@ -496,6 +496,22 @@ const ll_tensor_ref *ll_ckpt_find(const ll_ckpt *k, const char *name) {
     return NULL;
 }
 
+int ll_ckpt_output_ok(const char *out, const char *const *in, int n) {
+    for (int i = 0; i < n; i++)
+        if (ll_same_file(out, in[i])) return ll_fail("%s: the output is an input too; refusing to replace it", out);
+    struct stat st;
+    if (stat(out, &st) || !S_ISREG(st.st_mode)) return 0;
+    ll_ckpt *k = ll_ckpt_open(out); /* (not a checkpoint: the user's to replace) */
+    int training = 0;
+    for (int j = 0; k && j < k->n && !training; j++)
+        training = !strncmp(k->t[j].name, "optim.", 6) || !strncmp(k->t[j].name, "state.", 6);
+    ll_ckpt_close(k);
+    if (training)
+        return ll_fail("%s: a training checkpoint (it holds the optimizer and trainer state its run resumes "
+                       "from); refusing to replace it with a model file: choose another output", out);
+    return 0;
+}
+
 /* ---- checkpoint directories ------------------------------------------------- */
 
 /* "checkpoint_<N>.llm" with N canonical decimal (so no two names share an N). */

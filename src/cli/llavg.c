@@ -21,6 +21,7 @@ static int is_model_tensor(const char *name) { return strncmp(name, "optim.", 6)
 
 int main(int argc, char **argv) {
     ll_set_progname("llavg");
+    ll_args_no_repeats(argc, argv, NULL);
     const char *out = NULL, *dir = NULL;
     int last = 0, n_in = 0;
     char **in = calloc(argc, sizeof(char *));
@@ -45,6 +46,9 @@ int main(int argc, char **argv) {
     }
     if (!out) ll_die("--output OUT.llm is required");
     const int n_args = n_in; /* in[n_args..] are malloc'd paths from --dir */
+    /* two ways to name the inputs, not both: a file named again by --dir would be weighted twice */
+    if (dir && n_in) ll_die("--dir D --last N or checkpoint files, not both (see llavg --help)");
+    if (last && !dir) ll_die("--last N takes the newest N checkpoints of --dir D; no --dir given");
     if (dir) {
         if (last < 1) ll_die("--dir needs --last N with N >= 1");
         long *ups = NULL;
@@ -56,6 +60,13 @@ int main(int argc, char **argv) {
         free(ups);
     }
     if (n_in < 1) ll_die("no input checkpoints");
+    for (int i = 0; i < n_in; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(in[i], in[j]))
+                ll_die("%s is given twice: each checkpoint once, or it is weighted twice", in[i]);
+            else if (ll_same_file(in[i], in[j]))
+                ll_die("%s and %s are one file: each checkpoint once, or it is weighted twice", in[j], in[i]);
+    if (ll_ckpt_output_ok(out, (const char *const *)in, n_in)) ll_die("%s", ll_errbuf());
 
     ll_ckpt **k = calloc(n_in, sizeof *k);
     ll_hparams hp0;

@@ -213,6 +213,7 @@ static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_tran
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     ll_set_progname("lldecode");
+    ll_args_no_repeats(argc, argv, NULL);
     opts o = {.input = "-", .output = "-", .format = "text", .device = "cpu", .threshold = -1, .beam = -1,
               .nbest = 1, .max_len_b = 200, .min_len = 1, .max_tokens = 4096, .lenpen = NAN};
     for (int i = 1; i < argc; i++) {
@@ -280,6 +281,9 @@ int main(int argc, char **argv) {
         if (strcmp(a, "--raw-ids") && strcmp(a, "--quiet") && strcmp(a, "-q") && strcmp(a, "--no-cuda-graphs")) i++;
     }
     if (!o.model) ll_die("--model FILE is required (see lldecode --help)");
+    if (ll_same_file(o.output, o.input) || ll_same_file(o.output, o.model))
+        ll_die("--output %s: it is the %s too; refusing to replace it", o.output,
+               ll_same_file(o.output, o.input) ? "--input" : "--model");
     if (o.quiet) ll_verbosity = 0;
     ll_set_threads(o.threads > 0 ? (int)o.threads : ll_default_threads());
 

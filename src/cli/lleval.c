@@ -76,8 +76,18 @@ static int parse_int(const char *opt, const char *v, long lo, long hi) {
     return (int)x;
 }
 
+/* a is the option long_name (or its short alias); an option but --ref given
+ * twice, in either spelling, is refused (the later one would win silently) */
 static int is_opt(const char *a, const char *long_name, const char *short_name) {
-    return !strcmp(a, long_name) || (short_name && !strcmp(a, short_name));
+    static const char *seen[64];
+    static int n_seen;
+    if (strcmp(a, long_name) && !(short_name && !strcmp(a, short_name))) return 0;
+    for (int i = 0; i < n_seen; i++)
+        if (!strcmp(seen[i], long_name) && strcmp(long_name, "--ref"))
+            ll_die("%s%s%s%s is given twice; give it once", long_name, short_name ? " (" : "", short_name ? short_name : "",
+                   short_name ? ")" : "");
+    if (n_seen < 64) seen[n_seen++] = long_name;
+    return 1;
 }
 
 /* utils.print_single_results: several lines are right-aligned on their '='. */

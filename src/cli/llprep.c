@@ -27,6 +27,7 @@ static void usage(FILE *out) {
 
 int main(int argc, char **argv) {
     ll_set_progname("llprep");
+    ll_args_no_repeats(argc, argv, "--set");
     const char *cfg_path = NULL;
     const char *sets[256];
     int n_sets = 0, quiet = 0, if_needed = 0;

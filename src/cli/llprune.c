@@ -161,6 +161,7 @@ static int layer_of(const char *name, int *stack, const char **rest) {
 
 int main(int argc, char **argv) {
     ll_set_progname("llprune");
+    ll_args_no_repeats(argc, argv, NULL);
     const char *model = NULL, *out = NULL, *lang = NULL, *keep_s[2] = {NULL, NULL};
     double thr = -1;
     for (int i = 1; i < argc; i++) {
@@ -180,6 +181,8 @@ int main(int argc, char **argv) {
             ll_die("unknown or incomplete argument '%s' (see llprune --help)", argv[i]);
     }
     if (!model || !out) ll_die("--model and --output are required (see llprune --help)");
+    if (ll_ckpt_output_ok(out, &model, 1)) ll_die("%s", ll_errbuf());
+    const int thr_given = thr >= 0;
     ll_ckpt *k = ll_ckpt_open(model);
     if (!k) ll_die("%s", ll_errbuf());
     ll_model *check = ll_model_from_file(k, model, ll_backend_cpu(), NULL); /* config vs tensors, finite values */
@@ -202,6 +205,10 @@ int main(int argc, char **argv) {
     stack_plan plan[2] = {{.L = hp.Le}, {.L = hp.Ld}};
     const char *lname[2] = {"enc.latent_logits", "dec.latent_logits"};
     int latent_in[2] = {hp.latent_enc, hp.latent_dec};
+    if (thr_given && !(latent_in[0] && !keep_s[0]) && !(latent_in[1] && !keep_s[1]))
+        ll_die("--threshold %g: %s has no latent-depth stack to prune by it (%s); --enc-layers-to-keep and "
+               "--dec-layers-to-keep choose layers by index",
+               thr, model, latent_in[0] || latent_in[1] ? "each is given a keep list" : "latent.encoder and latent.decoder are false");
     if (lang && ll_config_lang_index(&cfg, lang) < 0) {
         fprintf(stderr, "llprune: error: --lang %s: the model knows", lang);
         for (int i = 0; i < n_langs; i++) fprintf(stderr, " %s", langs[i]);

@@ -68,6 +68,7 @@ static char *resume_command(int argc, char **argv) {
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     ll_set_progname("lltrain");
+    ll_args_no_repeats(argc, argv, "--set");
     const char *cfg_path = NULL, *threads = NULL;
     const char *sets[256];
     int n_sets = 0;

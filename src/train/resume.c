@@ -65,6 +65,20 @@ static int try_load(cand *c, ll_model *m, ll_train_state *ts, int *arch) {
     ll_hparams hp;
     ll_hparams_from_config(&hp, &cfg, m->hp.V);
     ll_config_free(&cfg);
+    /* another vocabulary size (the data's sentencepiece model changed): every embedding's shape differs,
+     * and so would every older checkpoint's; said as what it is (ll_resume_check compares the pieces) */
+    size_t vlen = 0;
+    const void *voc = ll_ckpt_vocab(c->k, &vlen);
+    ll_spm *spm = voc ? ll_spm_load_bytes(voc, vlen) : NULL;
+    const int v_old = spm ? ll_spm_vocab_size(spm) : m->hp.V;
+    ll_spm_free(spm);
+    if (v_old != m->hp.V) {
+        *arch = 1;
+        return ll_fail("--resume: %s was trained on a sentencepiece vocabulary of %d pieces, the data's has %d (the "
+                       "corpus, data.vocab_size or data.spm_model changed); resume on the data it was trained on, or "
+                       "choose another checkpoint.save_dir",
+                       c->path, v_old, m->hp.V);
+    }
     char what[128];
     if (ll_hparams_arch_diff(&hp, &m->hp, what, sizeof what)) {
         *arch = 1;

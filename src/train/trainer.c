@@ -415,8 +415,9 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     char extra[160];
     ll_valid_extra(t->cfg, &r, extra, sizeof extra);
     if (ll_verbosity > 0)
-        fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f%s | best %s %.3f%s\n", t->ts.update, r.loss,
-            r.nll, pow(2, r.nll), extra, by_bleu ? "bleu" : "loss", by_bleu ? -t->ts.best_valid : t->ts.best_valid,
+        fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f%s | best %s %.*f%s\n", t->ts.update, r.loss,
+            r.nll, pow(2, r.nll), extra, by_bleu ? "bleu" : "loss", by_bleu ? 2 : 3, /* bleu as printed before it */
+            by_bleu ? -t->ts.best_valid : t->ts.best_valid,
             best ? " (new best)" : "");
     fprintf(t->metrics, "{\"type\":\"valid\",\"update\":%ld,\"loss\":%.6f,\"nll\":%.6f,\"ppl\":%.4f,\"tokens\":%ld",
             t->ts.update, r.loss, r.nll, pow(2, r.nll), r.tokens);
@@ -485,6 +486,7 @@ static int absorb_update(trainer *t, const double *st, long ntok) {
     t->bad_streak = 0;
     t->log_updates++;
     t->log_tokens += ntok;
+    t->tps_tokens += ntok;
     t->acc.ntok += ntok;
     trn_add_stats(&t->acc, st);
     t->log_gnorm += st[LL_ST_GNORM];
@@ -586,7 +588,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         if ((rc = absorb_update(&t, st, ntok))) goto out;
         if (t.log_updates > 0 && log_now) {
             double now = ll_now();
-            double tps = t.log_tokens / (now - t_log);
+            double tps = t.tps_tokens / (now - t_log);
             double per_update = (now - t_start) / (double)(t.ts.update - start_update);
             ll_batcher_state(t.its[0], &epoch, &pos);
             double remaining = -1;
@@ -639,7 +641,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             if ((rc = metrics_done(&t))) goto out;
             crash_point(&t, "train");
             t_log = now;
-            t.log_tokens = t.log_updates = 0;
+            t.log_tokens = t.log_updates = t.tps_tokens = 0;
             t.log_gnorm = 0;
             *acc = (update_stats){0};
         }

@@ -51,6 +51,7 @@ typedef struct {
     update_stats acc;
     double log_gnorm;
     long log_updates, log_tokens;
+    long tps_tokens; /* tokens since the last record in this process (log_tokens resumes a checkpoint's: tok/s) */
     char path[LL_PATH_MAX + 64];
     char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
     int n_langs;

@@ -60,7 +60,8 @@ rm -rf "$T/crun"
 
 # ---- 2. outputs that are not regular files are written into, never replaced ----
 printf 'the cat\nthe dog\n' > "$T/in.txt"
-dec() { "$BIN/lldecode" --model "$M" --quiet --beam 1 --input "$T/in.txt" "$@"; } # a later --model wins
+dec() { decm "$M" "$@"; }
+decm() { local m=$1; shift; "$BIN/lldecode" --model "$m" --quiet --beam 1 --input "$T/in.txt" "$@"; } # decm FILE: another model
 mkfifo "$T/fifo"
 timeout 20 cat "$T/fifo" > "$T/fifo.out" &
 reader=$!
@@ -86,7 +87,8 @@ dec --output "$T/link.txt" 2> "$T/err" || err "lldecode --output symlink failed:
 [ -L "$T/link.txt" ] || err "lldecode replaced the symlink with a regular file"
 [ "$(wc -l < "$T/real/out.txt")" -eq 2 ] || err "the symlink's target was not written"
 ls "$T/real" | grep -q tmp && err "a temporary was left next to the symlink's target"
-ln -s "$T/real/model.llm" "$T/link.llm"; cp "$M" "$T/real/model.llm"
+ln -s "$T/real/model.llm" "$T/link.llm"; "$BIN/llavg" --output "$T/real/model.llm" "$M" 2> /dev/null # (a model file: a
+# training checkpoint is never replaced by one: test_run_guard.sh)
 "$BIN/llavg" --output "$T/link.llm" "$M" 2> "$T/err" || err "llavg --output symlink failed: $(cat "$T/err")"
 [ -L "$T/link.llm" ] || err "llavg replaced the symlink"
 ln -s "$T/nowhere/x.txt" "$T/dangling.txt"
@@ -97,16 +99,16 @@ check_error "directory" "is a directory" dec --output "$T/real"
 # ---- 5. model files: the stored config must agree with the tensors, weights finite ----
 forge "$M" "$T/heads3.llm" 'cfg = cfg.replace("heads: 2", "heads: 3")'
 check_error "heads 3, d_model 32" "heads3.llm: stored config: model.d_model (32) is not divisible by model.heads (3)" \
-  dec --model "$T/heads3.llm"
+  decm "$T/heads3.llm"
 forge "$M" "$T/layers1.llm" 'cfg = cfg.replace("enc_layers: 2", "enc_layers: 1")'
-check_error "fewer layers in the config" "layers1.llm: tensor 'enc.layers.1." dec --model "$T/layers1.llm"
+check_error "fewer layers in the config" "layers1.llm: tensor 'enc.layers.1." decm "$T/layers1.llm"
 forge "$M" "$T/ffn.llm" 'cfg = cfg.replace("ffn_dim: 64", "ffn_dim: 48")'
 check_error "ffn_dim vs shapes" "ffn.llm: tensor 'enc.layers.0.ffn.fc1.weight' has shape [64,32], the model needs [48,32]" \
-  dec --model "$T/ffn.llm"
+  decm "$T/ffn.llm"
 for v in nan inf -inf; do
   forge "$M" "$T/$v.llm" "setf('enc.layers.0.self_attn.qkv.weight', 7, float('$v'))"
   check_error "$v weight (lldecode)" "$v.llm: tensor 'enc.layers.0.self_attn.qkv.weight' holds a non-finite value" \
-    dec --model "$T/$v.llm"
+    decm "$T/$v.llm"
 done
 check_error "nan weight (llprune)" "nan.llm: tensor 'enc.layers.0.self_attn.qkv.weight' holds a non-finite value" \
   "$BIN/llprune" --model "$T/nan.llm" --output "$T/pruned.llm"

@@ -126,6 +126,11 @@ cat "$OUT"/test.en-*.en | LC_ALL=C sort -u >"$TMP/test_en"
     || fail "an English message in both valid and test"
 
 # Second run: complete outputs are kept; --force rebuilds identical bytes.
+# written with open()'s mode (0666 less the umask), not mkstemp's 0600: a shared data directory stays readable
+want=$(printf '%o' $((0666 & ~$(umask))))
+for f in "$OUT"/*; do
+  [ "$(stat -c %a "$f")" = "$want" ] || fail "$f has mode $(stat -c %a "$f"), not $want (umask $(umask))"
+done
 sum1=$(sed -n 's/^# sha256: //p' "$OUT/MANIFEST")
 [ -n "$sum1" ] || fail "no sha256 in MANIFEST"
 cp "$OUT/MANIFEST" "$TMP/MANIFEST1"

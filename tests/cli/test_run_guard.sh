@@ -44,6 +44,13 @@ checkpoint: {save_dir: $D/run, save_interval: 2, keep_last: 0}
 CFG
 "$BIN/lltrain" --config "$D/c.cfg" --quiet 2> "$T/log" || err "data2 run: $(cat "$T/log")"
 cp "$D/bin/spm.model" "$D/fixed.model"
+# another vocabulary size: one error that says so, no checkpoint tried after another, none changed
+ck=$(cat "$D"/run/*.llm | cksum)
+"$BIN/lltrain" --config "$D/c.cfg" --quiet --resume --set data.vocab_size=90 --set data.dir="$D/bin90" 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && [ "$(wc -l < "$T/log")" -eq 1 ] &&
+  grep -q "error: --resume: $D/run/checkpoint_last.llm was trained on a sentencepiece vocabulary of 100 pieces, the data's has 90 (the corpus, data.vocab_size or data.spm_model changed)" "$T/log" ||
+  err "resume onto a 90-piece vocabulary: exit $rc: $(cat "$T/log")"
+[ "$(cat "$D"/run/*.llm | cksum)" = "$ck" ] || err "a refused resume changed a checkpoint"
 sed -i '1,60d' "$D/train.en" "$D/train.es"
 "$BIN/lltrain" --config "$D/c.cfg" --quiet --resume --set train.max_updates=6 2> "$T/log"; rc=$?
 [ $rc -ne 0 ] && grep -q "error: --resume: $D/bin/spm.model is not the sentencepiece model $D/run/checkpoint_last.llm was trained with: [0-9]* of 100 ids now mean other pieces (id [0-9]*: '.*' was '.*')" "$T/log" ||
@@ -187,6 +194,53 @@ want "error: $T/bad_utf8.txt:2: invalid UTF-8 at byte 5 of the line" "$BIN/lldec
 
 # 10. a config file has a size cap (/dev/zero is refused at once, not read into 9 GB)
 want "error: /dev/zero: larger than 16777216 bytes; refusing to read it" "$BIN/lltrain" --config /dev/zero
+
+# 11. an output that is an input, or a training checkpoint, is never replaced by a tool's model file;
+#     llavg weighs each checkpoint once; an option given twice is refused, not overridden
+cp "$R/checkpoint_last.llm" "$T/keep.llm"
+sum() { cksum < "$1"; }
+before=$(sum "$R/checkpoint_last.llm")
+want "error: $R/checkpoint_last.llm: the output is an input too; refusing to replace it" \
+  "$BIN/llprune" --model "$R/checkpoint_last.llm" --output "$R/checkpoint_last.llm"
+ln -f "$T/keep.llm" "$T/hardlink.llm"
+want "error: $T/hardlink.llm: the output is an input too" "$BIN/llavg" --output "$T/hardlink.llm" "$R/checkpoint_5.llm" "$T/keep.llm"
+want "error: $R/checkpoint_last.llm: a training checkpoint .*choose another output" \
+  "$BIN/llavg" --output "$R/checkpoint_last.llm" "$R/checkpoint_5.llm" "$R/checkpoint_10.llm"
+want "error: $R/checkpoint_last.llm: a training checkpoint" "$BIN/llprune" --model "$R/checkpoint_5.llm" --output "$R/checkpoint_last.llm"
+[ "$(sum "$R/checkpoint_last.llm")" = "$before" ] || err "a refused output was changed anyway"
+want "error: --output $T/in.txt: it is the --input too; refusing to replace it" \
+  "$BIN/lldecode" --model "$R/checkpoint_last.llm" --input "$T/in.txt" --output "$T/in.txt"
+[ "$(cat "$T/in.txt")" = "hello world" ] || err "lldecode replaced its input"
+want "error: $R/checkpoint_5.llm is given twice: each checkpoint once" "$BIN/llavg" --output "$T/a.llm" "$R/checkpoint_5.llm" "$R/checkpoint_5.llm"
+want "error: --dir D --last N or checkpoint files, not both" "$BIN/llavg" --output "$T/a.llm" --dir "$R" --last 2 "$R/checkpoint_5.llm"
+want "error: --last N takes the newest N checkpoints of --dir D; no --dir given" "$BIN/llavg" --output "$T/a.llm" --last 2 "$R/checkpoint_5.llm"
+want "error: --threshold 0.5: $R/checkpoint_last.llm has no latent-depth stack to prune by it" \
+  "$BIN/llprune" --model "$R/checkpoint_last.llm" --threshold 0.5 --output "$T/p.llm"
+[ ! -e "$T/a.llm" ] && [ ! -e "$T/p.llm" ] || err "a refused llavg or llprune wrote its output"
+(cd "$T" && want "error: --config is given twice (arguments 1 and 3); give it once" "$BIN/lltrain" \
+  --config "$SRC/configs/tiny_test.cfg" --config "$SRC/configs/tiny_latent.cfg"; exit $fail) || fail=1 # (in $T: were it taken, it would train there)
+want "error: --beam is given twice" "$BIN/lldecode" --model "$R/checkpoint_last.llm" --beam 5 --beam 3 --input "$T/in.txt"
+want "error: --model is given twice" "$BIN/llprune" --model "$R/checkpoint_5.llm" --model "$R/checkpoint_10.llm" --output "$T/p.llm"
+want "error: --output is given twice" "$BIN/llavg" --output "$T/a.llm" --output "$T/b.llm" "$R/checkpoint_5.llm"
+want "error: --input (-i) is given twice" "$BIN/lleval" --ref "$T/in.txt" -i "$T/in.txt" --input "$T/in.txt"
+want "error: --config is given twice" "$BIN/llprep" --config "$D/c.cfg" --config "$D/c.cfg"
+"$BIN/lleval" --ref "$T/in.txt" --ref "$T/in.txt" --input "$T/in.txt" > /dev/null 2> "$T/log" || err "lleval with two --ref: $(cat "$T/log")"
+"$BIN/lldecode" --model "$R/checkpoint_last.llm" --input "$T/in.txt" --lenpen -0.5 --quiet > /dev/null 2> "$T/log" ||
+  err "lldecode --lenpen -0.5 (a value, not an option): $(cat "$T/log")"
+
+# 12. tok/s after a resume mid-interval counts this process's tokens only: the record's running sums
+#     span updates 1-100 (30 of them restored from the checkpoint), its time the 70 run here
+P=("${A[@]}" --set checkpoint.save_dir="$T/tps" --set train.log_interval=100 --set checkpoint.save_interval=30)
+"${P[@]}" --set train.max_updates=45 2> "$T/log" || err "tok/s run: $(tail -1 "$T/log")"
+rm -f "$T/tps/checkpoint_last.llm" "$T/tps/checkpoint_best.llm" # (resume from checkpoint_30: no record since update 0)
+"${P[@]}" --set train.max_updates=100 --resume 2> "$T/log" || err "tok/s resume: $(tail -1 "$T/log")"
+python3 - "$T/tps/metrics.jsonl" <<'PY' || err "tok/s after a resume counts the restored updates' tokens"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"train"' in l][-1]
+n = r["tokens_per_s"] * r["wall"] / r["tokens_per_update"]  # updates whose tokens tok/s counted
+print(f"update {r['update']}: tok/s x wall = {n:.1f} updates' tokens (want ~70, not 100)")
+sys.exit(not (r["update"] == 100 and 55 <= n <= 85))
+PY
 
 [ $fail -eq 0 ] && echo "test_run_guard: all checks passed"
 exit $fail

@@ -48,7 +48,10 @@ int main(int argc, char **argv) {
         }
         n++;
     }
-    printf("max_abs_diff %.3g over %d tensors (largest in %s)\n", worst, n, where);
+    if (worst > 0)
+        printf("max_abs_diff %.3g over %d tensors (largest in %s)\n", worst, n, where);
+    else
+        printf("max_abs_diff 0 over %d tensors (all equal)\n", n);
     ll_ckpt_close(a);
     ll_ckpt_close(b);
     return 0;
