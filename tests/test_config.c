@@ -374,8 +374,25 @@ static void test_validate(void) {
                        "    - {src: a, tgt: b, src_lang: en, tgt_lang: es}\n"
                        "    - {src: a, tgt: c, src_lang: en, tgt_lang: de}\n") == 0);
     CHECK(ll_config_validate(&c) == -1);
-    CHECK_CONTAINS(ll_errbuf(), "t.cfg: data.lang_tags is off but data.train has 2 target languages (es, de)");
+    /* file:line of the first key the file set (data.lang_tags, line 2); each list entry's line */
+    CHECK_CONTAINS(ll_errbuf(), "t.cfg:2: data.lang_tags is off but data.train has 2 target languages (es, de)");
+    {
+        char w[LL_PATH_MAX + 16];
+        CHECK_CONTAINS(ll_config_where(&c, "data.train", 1, w, sizeof w), "t.cfg:5");
+        CHECK_CONTAINS(ll_config_where(&c, "data.train", 0, w, sizeof w), "t.cfg:4");
+        CHECK_CONTAINS(ll_config_where(&c, "data.lang_tags", -1, w, sizeof w), "t.cfg:2");
+        CHECK(ll_config_set(&c, "data.lang_tags=off") == 0); /* now --set's: the file and no line */
+        CHECK(strstr(ll_config_where(&c, "data.lang_tags", -1, w, sizeof w), "t.cfg:") == NULL &&
+              strstr(w, "t.cfg") != NULL);
+        CHECK(ll_config_validate(&c) == -1);
+        CHECK_CONTAINS(ll_errbuf(), "t.cfg:3: data.lang_tags is off"); /* (data.train's line, the next key) */
+    }
     CHECK(ll_config_set(&c, "data.lang_tags=auto") == 0 && ll_config_validate(&c) == 0);
+    ll_config_free(&c);
+    /* a check naming a default key first takes the line of the next one the file set */
+    CHECK(load_str(&c, "model:\n  dropout: 0.1\n  heads: 3\n") == 0);
+    CHECK(ll_config_validate(&c) == -1);
+    CHECK_CONTAINS(ll_errbuf(), "t.cfg:3: model.d_model (512) must be divisible by model.heads (3)");
     ll_config_free(&c);
     CHECK(load_str(&c, "data:\n  train:\n"
                        "    - {src: a, tgt: b, src_lang: en, tgt_lang: es}\n"

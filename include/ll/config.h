@@ -24,6 +24,8 @@ typedef struct {
     char tgt_lang[LL_LANG_MAX];
 } ll_corpus_cfg;
 
+#define LL_CFG_MAX_KEYS 192 /* >= the schema's keys (checked when a config is loaded) */
+
 typedef struct {
     /* model */
     int d_model, ffn_dim, heads;
@@ -132,7 +134,14 @@ typedef struct {
     /* the original text (stored in checkpoints) and where it came from */
     char *text;
     char source[LL_PATH_MAX];
+    /* where in source each value was set, for messages (1-based lines; 0: a default or --set):
+     * each key by schema index, each data.train and data.valid entry */
+    unsigned key_line[LL_CFG_MAX_KEYS];
+    unsigned train_line[LL_MAX_CORPORA], valid_line[LL_MAX_CORPORA];
 } ll_config;
+/* "source:line" of a key's value (or of entry i of a corpus list key; else i < 0), "source" when
+ * it was not set in the file, "" for a config with no source; into buf. */
+const char *ll_config_where(const ll_config *c, const char *key, int i, char *buf, size_t n);
 
 /* Lifecycle: ll_config_load (or _load_text), then any ll_config_set overrides,
  * then ll_config_validate.  Loading starts from the defaults, so the result

@@ -82,6 +82,11 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
  * cfg_out (optional) receives that config.  NULL + errbuf. */
 ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be, ll_config *cfg_out);
 
+/* train.metrics_log names a file lltrain appends to (a resume) or replaces (a new run): -1 + errbuf
+ * when it exists, is a regular non-empty file and does not start as an ll metrics log does
+ * ({"type":"...), so a corpus, a note or a checkpoint given there by mistake is never overwritten or
+ * cut.  Pipes, devices and a missing file are fine. */
+int ll_metrics_log_check(const char *path);
 /* ---- resuming (src/train/resume.c) ---- */
 /* The update count a training checkpoint stores; -1 for a plain model file. */
 long ll_ckpt_stored_update(const ll_ckpt *k);

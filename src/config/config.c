@@ -209,7 +209,10 @@ static int parse_corpora(loader *L, const ll_cfg_key *k) {
                            k->name, *count, what(&L->ev));
         if (*count == cap)
             return fail_at(L, L->ev.start_mark, "too many %s entries (at most %d)", k->name, cap);
+        const unsigned at = (unsigned)L->ev.start_mark.line + 1;
         if (parse_corpus(L, k, *count, &list[*count])) return -1;
+        unsigned *lines = list == L->c->train ? L->c->train_line : list == L->c->valid ? L->c->valid_line : NULL;
+        if (lines) lines[*count] = at;
         (*count)++;
     }
 }
@@ -240,6 +243,7 @@ static int parse_section(loader *L, const char *section) {
             return fail_at(L, L->ev.start_mark, "duplicate key '%s' (first set on line %zu)", k->name,
                            L->seen_line[i]);
         L->seen_line[i] = L->ev.start_mark.line + 1;
+        L->c->key_line[i] = (unsigned)L->seen_line[i];
         if (next(L)) return -1;
         if (k->type == LL_CFG_CORPORA) {
             if (parse_corpora(L, k)) return -1;
@@ -315,6 +319,7 @@ static int parse_stream(loader *L) {
 }
 
 int ll_config_load_text_in(ll_config *c, const char *text, const char *name, const char *base_dir) {
+    if (ll_cfg_nkeys > LL_CFG_MAX_KEYS) ll_die("config schema: %d keys, LL_CFG_MAX_KEYS is %d", ll_cfg_nkeys, LL_CFG_MAX_KEYS);
     ll_config *t = ll_calloc(1, sizeof *t);
     ll_config_defaults(t);
     loader L;
@@ -401,7 +406,20 @@ int ll_config_set(ll_config *c, const char *assignment) {
     char err[1024];
     /* parse_value writes only on success, so a bad value leaves c untouched */
     if (ll_cfg_parse_value(&ll_cfg_keys[i], eq + 1, c, err, sizeof err)) return ll_fail("--set %s: %s", assignment, err);
+    c->key_line[i] = 0; /* (no longer the file's value) */
     return 0;
+}
+
+const char *ll_config_where(const ll_config *c, const char *key, int i, char *buf, size_t n) {
+    const int k = ll_cfg_find(key);
+    unsigned line = k < 0 ? 0 : i < 0 ? c->key_line[k] : 0;
+    if (i >= 0 && i < LL_MAX_CORPORA && !strcmp(key, "data.train")) line = c->train_line[i];
+    if (i >= 0 && i < LL_MAX_CORPORA && !strcmp(key, "data.valid")) line = c->valid_line[i];
+    if (line && c->source[0])
+        snprintf(buf, n, "%s:%u", c->source, line);
+    else
+        snprintf(buf, n, "%s", c->source);
+    return buf;
 }
 
 static int add_lang(char langs[][LL_LANG_MAX], int n, const char *lang, int *idx) {

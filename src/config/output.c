@@ -1,6 +1,7 @@
 /* Writing configs out (dump, single values, --help-config, the Markdown
  * reference) and the cross-field checks of ll_config_validate. */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,14 +140,39 @@ void ll_config_print_markdown(FILE *out) {
 
 /* ---- cross-field validation ------------------------------------------------ */
 
+/* Where the message's first key that the file set (a data.train[i] entry counts) was set:
+ * "source:line", else "source". */
+static void where_of(const ll_config *c, const char *msg, char *buf, size_t n) {
+    snprintf(buf, n, "%s", c->source);
+    for (const char *p = msg; *p; p++) {
+        if (!islower((unsigned char)*p) || (p > msg && (isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '.')))
+            continue;
+        size_t len = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_.");
+        while (len && p[len - 1] == '.') len--; /* a sentence's full stop */
+        char key[128];
+        if (len >= sizeof key || !memchr(p, '.', len)) continue;
+        memcpy(key, p, len);
+        key[len] = 0;
+        int entry = -1;
+        if (p[len] == '[') entry = atoi(p + len + 1);
+        char w[LL_PATH_MAX + 16];
+        ll_config_where(c, key, entry, w, sizeof w);
+        if (strcmp(w, c->source)) {
+            snprintf(buf, n, "%s", w);
+            return;
+        }
+    }
+}
+
 static int invalid(const ll_config *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int invalid(const ll_config *c, const char *fmt, ...) {
-    char msg[1024];
+    char msg[1024], where[LL_PATH_MAX + 16];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return c->source[0] ? ll_fail("%s: %s", c->source, msg) : ll_fail("%s", msg);
+    where_of(c, msg, where, sizeof where);
+    return where[0] ? ll_fail("%s: %s", where, msg) : ll_fail("%s", msg);
 }
 
 static int check_corpora(const ll_config *c) {

@@ -42,13 +42,16 @@ typedef struct {
 /* Every input is read more than once (line counts, sentencepiece training,
  * encoding; the manifest's hash on the next start), so a pipe, FIFO or
  * /dev/stdin would hang or read empty the second time: refused up front. */
-static int regular_input(const char *path, const char *key) {
+static int regular_input(const char *path, const char *key, const char *where) {
     struct stat st;
-    if (stat(path, &st) != 0) return ll_fail("%s %s: cannot open: %s", key, path, strerror(errno));
+    const char *sep = where[0] ? ": " : "";
+    if (strpbrk(path, "\n\r")) /* (the manifest lists inputs a line each: it could never be read back) */
+        return ll_fail("%s%s%s: the path holds a line break; rename the file", where, sep, key);
+    if (stat(path, &st) != 0) return ll_fail("%s%s%s %s: cannot open: %s", where, sep, key, path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return ll_fail("%s %s: not a regular file (a pipe, FIFO, device or directory); ll reads each input more "
+        return ll_fail("%s%s%s %s: not a regular file (a pipe, FIFO, device or directory); ll reads each input more "
                        "than once (sentencepiece training, then encoding): save it to a file first",
-                       key, path);
+                       where, sep, key, path);
     return 0;
 }
 
@@ -63,17 +66,22 @@ static int check_config(const ll_config *cfg) {
         return ll_fail("data.lang_tags: '%s' is not auto, on or off", cfg->lang_tags);
     if (cfg->max_len < 2) return ll_fail("data.max_len: %d is too small (EOS alone takes one)", cfg->max_len);
     if (!cfg->spm_model[0] && cfg->vocab_size < 8) return ll_fail("data.vocab_size: %d is too small", cfg->vocab_size);
-    if (cfg->spm_model[0] && regular_input(cfg->spm_model, "data.spm_model")) return -1;
+    char where[LL_PATH_MAX + 16]; /* "config:line" of the key or entry, for the messages */
+    if (cfg->spm_model[0] &&
+        regular_input(cfg->spm_model, "data.spm_model", ll_config_where(cfg, "data.spm_model", -1, where, sizeof where)))
+        return -1;
     for (int s = 0; s < 2; s++) {
         const char *split = s ? "valid" : "train";
         const ll_corpus_cfg *cc = s ? cfg->valid : cfg->train;
         for (int i = 0; i < (s ? cfg->n_valid : cfg->n_train); i++) {
             if (!cc[i].src[0] || !cc[i].tgt[0]) return ll_fail("data.%s[%d]: src and tgt files are required", split, i);
             char key[48];
+            snprintf(key, sizeof key, "data.%s", split);
+            ll_config_where(cfg, key, i, where, sizeof where);
             snprintf(key, sizeof key, "data.%s[%d].src", split, i);
-            if (regular_input(cc[i].src, key)) return -1;
+            if (regular_input(cc[i].src, key, where)) return -1;
             snprintf(key, sizeof key, "data.%s[%d].tgt", split, i);
-            if (regular_input(cc[i].tgt, key)) return -1;
+            if (regular_input(cc[i].tgt, key, where)) return -1;
             if (!ll_lang_ok(cc[i].src_lang))
                 return ll_fail("data.%s[%d].src_lang: invalid language code '%s' (letters, digits, _ and -)", split, i,
                                cc[i].src_lang);

@@ -123,6 +123,12 @@ int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chose
     }
     for (int i = 0; i < nn; i++) c[n++] = (cand){.path = ll_ckpt_numbered_path(dir, nums[i]), .update = nums[i], .prio = 1};
     free(nums);
+    if (n == 0 && skipped_last) { /* (not "does not exist": it does, and blocks a new run there) */
+        free(c);
+        return ll_fail("%s: no usable checkpoint: checkpoint_last.llm cannot be resumed from (above) and there is no "
+                       "other; move it away to start a new run in this directory, or choose another "
+                       "checkpoint.save_dir", dir);
+    }
     qsort(c, (size_t)n, sizeof *c, cmp_cand);
     int rc = n ? -1 : 0, tried = 0;
     char first_err[1024] = "";
@@ -147,6 +153,20 @@ int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chose
     }
     free(c);
     return rc;
+}
+
+int ll_metrics_log_check(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    static const char head[] = "{\"type\":\"";
+    char buf[sizeof head - 1];
+    FILE *f = fopen(path, "rb");
+    const int ok = f && fread(buf, 1, sizeof buf, f) == sizeof buf && !memcmp(buf, head, sizeof buf);
+    if (f) fclose(f);
+    if (!ok)
+        return ll_fail("train.metrics_log %s: an existing file that is not an ll metrics log (its first line is no "
+                       "{\"type\":...} record); refusing to write into it: choose another path", path);
+    return 0;
 }
 
 /* One record's "update", or -1 when it has none. */

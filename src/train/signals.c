@@ -38,7 +38,10 @@ void ll_train_signals_catch(ll_train_signals *s, int ranks) {
     sigemptyset(&sa.sa_mask);
     g_signal = 0;
     g_ranks = ranks;
-    for (int i = 0; i < 3; i++) sigaction(k_signals[i], &sa, &s->old[i]);
+    for (int i = 0; i < 3; i++) { /* an ignored one stays ignored: nohup lltrain survives the hangup */
+        sigaction(k_signals[i], NULL, &s->old[i]);
+        if (s->old[i].sa_handler != SIG_IGN) sigaction(k_signals[i], &sa, NULL);
+    }
 }
 
 void ll_train_signals_restore(const ll_train_signals *s) {

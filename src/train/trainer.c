@@ -155,6 +155,17 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (ll_config_act_dtype(cfg) == LL_F32 && ll_backend_set_tf32(be, cfg->tf32))
         ll_log("train.tf32 %s: fp32 matmuls %s", cfg->tf32 ? "true" : "false",
                cfg->tf32 ? "on TF32 tensor cores" : "exact (no TF32)");
+    struct stat sd;
+    if (t->rank == 0 && (!o->resume || stat(cfg->save_dir, &sd) == 0)) { /* one run per save_dir, before any
+                                                                            * checkpoint is read or written, and
+                                                                            * before data.dir is (re)prepared */
+        int stale = 0;
+        if (ll_mkdir_p(cfg->save_dir) || (t->lock_fd = ll_run_lock(cfg->save_dir, &t->prev_writer, &stale)) < 0) return -1;
+        if (stale > 0) ll_log("removed %d stale temporary file(s) of PID %ld from %s", stale, t->prev_writer, cfg->save_dir);
+        if (!o->resume && ll_ckpt_dir_has_checkpoint(cfg->save_dir))
+            return ll_fail("%s already holds checkpoints: pass --resume to continue that run, or choose another "
+                           "checkpoint.save_dir", cfg->save_dir);
+    }
     if (t->rank == 0 && !ll_data_is_prepared(cfg)) { /* several ranks: rank 0 prepares, the others wait */
         ll_log("preparing data in %s ...", cfg->data_dir);
         if (ll_prepare_data(cfg)) return -1;
@@ -250,13 +261,6 @@ static int setup(trainer *t, const ll_train_opts *o) {
                     shapes, kept);
     }
 
-    struct stat sd;
-    if (t->rank == 0 && (!o->resume || stat(cfg->save_dir, &sd) == 0)) { /* one run per save_dir, before any
-                                                                            * checkpoint is read or written */
-        int stale = 0;
-        if (ll_mkdir_p(cfg->save_dir) || (t->lock_fd = ll_run_lock(cfg->save_dir, &t->prev_writer, &stale)) < 0) return -1;
-        if (stale > 0) ll_log("removed %d stale temporary file(s) of PID %ld from %s", stale, t->prev_writer, cfg->save_dir);
-    }
     if (o->resume) {
         int r = ll_resume_load(cfg->save_dir, t->m, &t->ts, from, sizeof from);
         if (r < 0) return -1;
@@ -300,6 +304,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         snprintf(mpath, sizeof t->mpath, "%s", cfg->metrics_log);
     else
         snprintf(mpath, sizeof t->mpath, "%s/metrics.jsonl", cfg->save_dir);
+    if (t->rank == 0 && ll_metrics_log_check(mpath)) return -1;
     if (o->resume && t->rank == 0) {
         repair_best(t);
         int kept = ll_metrics_truncate(mpath, t->ts.update, t->ts.metrics_records); /* written after the state */

@@ -53,9 +53,21 @@ def has_checkpoint():
     return os.path.isdir(RUN) and any(f.endswith(".llm") for f in os.listdir(RUN))
 
 
-def start(extra=(), **kw):
+def default_signals():
+    # (a child of a background job or of nohup inherits SIGINT or SIGHUP ignored, and lltrain
+    # keeps an ignored signal ignored: the graceful stops below need them at their default)
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
+def start(extra=(), preexec_fn=None, **kw):
     args = ARGS + (["--resume"] if has_checkpoint() else []) + list(extra)
-    return subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+    def pre():
+        default_signals()
+        if preexec_fn:
+            preexec_fn()
+    return subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=pre, **kw)
 
 
 def records(path):
@@ -209,6 +221,18 @@ def main():
             if r.returncode != 0:
                 fail("%s: the printed command failed: %s" % (name, r.stderr.decode()[-300:]))
         compare_with_reference(ref, name)
+    # an ignored SIGHUP (nohup lltrain ... &) stays ignored: the run goes on, SIGTERM still stops it
+    shutil.rmtree(RUN, ignore_errors=True)
+    p = start(preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    while not has_checkpoint() and p.poll() is None:
+        time.sleep(0.005)
+    p.send_signal(signal.SIGHUP)
+    time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    err = err.decode()
+    if p.returncode != 0 or "stopped by signal %d " % signal.SIGHUP in err:
+        fail("an ignored SIGHUP stopped lltrain (exit %d): %s" % (p.returncode, err[-300:]))
     # a second signal exits at once, non-zero (a wider model, so that one update
     # outlasts the time between the two signals); what is on disk stays loadable
     shutil.rmtree(RUN, ignore_errors=True)

@@ -168,11 +168,11 @@ fi
 mkfifo "$T/fifo.en"
 sed -e "s#src: train.en#src: $T/fifo.en#" -e "s#dir: $D/bin#dir: $T/fifobin#" "$D/c.cfg" > "$D/fifo.cfg"
 timeout 20 "$BIN/llprep" --config "$D/fifo.cfg" > /dev/null 2> "$T/log"; rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: data.train\[0\].src $T/fifo.en: not a regular file (a pipe, FIFO, device or directory); ll reads each input more than once" "$T/log" ||
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: $D/fifo.cfg:6: data.train\[0\].src $T/fifo.en: not a regular file (a pipe, FIFO, device or directory); ll reads each input more than once" "$T/log" ||
   err "llprep on a FIFO: exit $rc: $(cat "$T/log")"
 sed -e "s#src: train.en#src: /dev/stdin#" -e "s#dir: $D/bin#dir: $T/stdinbin#" "$D/c.cfg" > "$D/stdin.cfg"
 cat "$D/train.en" | timeout 20 "$BIN/lltrain" --config "$D/stdin.cfg" --set checkpoint.save_dir="$T/stdinrun" > /dev/null 2> "$T/log"; rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: data.train\[0\].src /dev/stdin: not a regular file" "$T/log" ||
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: $D/stdin.cfg:6: data.train\[0\].src /dev/stdin: not a regular file" "$T/log" ||
   err "lltrain with /dev/stdin from a pipe: exit $rc: $(cat "$T/log")"
 
 # 10. SIGTERM to lldecode removes its temporary output; the exit status still says it was killed
@@ -241,6 +241,44 @@ n = r["tokens_per_s"] * r["wall"] / r["tokens_per_update"]  # updates whose toke
 print(f"update {r['update']}: tok/s x wall = {n:.1f} updates' tokens (want ~70, not 100)")
 sys.exit(not (r["update"] == 100 and 55 <= n <= 85))
 PY
+
+# 13. train.metrics_log on a file that is not a metrics log (a corpus, a note, a checkpoint) is refused,
+#     new run or resume, and the file is left as it was; the run's own log is appended to as before
+cp "$D/train.en" "$T/corpus.en"; printf 'my notes\nline 2\nline 3\n' > "$T/notes.txt"
+cks=$(cat "$T/corpus.en" "$T/notes.txt" "$R/checkpoint_last.llm" | cksum)
+want "error: train.metrics_log $T/corpus.en: an existing file that is not an ll metrics log" \
+  "${A[@]}" --set checkpoint.save_dir="$T/m1" --set train.max_updates=2 --set train.metrics_log="$T/corpus.en"
+for f in "$T/notes.txt" "$R/checkpoint_last.llm"; do # (a resume also lists the changed settings first)
+  "${A[@]}" --set train.max_updates=30 --resume --set train.metrics_log="$f" 2> "$T/log"; rc=$? # (R is at 20)
+  [ $rc -ne 0 ] && grep -q "^lltrain: error: train.metrics_log $f: an existing file that is not an ll metrics log" "$T/log" ||
+    err "--resume with train.metrics_log $f: exit $rc: $(cat "$T/log")"
+done
+[ "$(cat "$T/corpus.en" "$T/notes.txt" "$R/checkpoint_last.llm" | cksum)" = "$cks" ] || err "a refused metrics_log changed its file"
+"${A[@]}" --set checkpoint.save_dir="$T/m2" --set train.max_updates=2 --set train.metrics_log="$T/m.jsonl" 2> "$T/log" &&
+  "${A[@]}" --set checkpoint.save_dir="$T/m2" --set train.max_updates=4 --set train.metrics_log="$T/m.jsonl" --resume 2> "$T/log" ||
+  err "a metrics log of its own refused: $(cat "$T/log")"
+
+# 14. --resume where checkpoint_last is unreadable and nothing else is there: one message that says so
+#     and what to do (it said "does not exist"); a fresh run there is refused as before
+mkdir -p "$T/junk"; echo junk > "$T/junk/checkpoint_last.llm"
+"${A[@]}" --set checkpoint.save_dir="$T/junk" --resume 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && grep -q "error: $T/junk: no usable checkpoint: checkpoint_last.llm cannot be resumed from (above) and there is no other; move it away" "$T/log" ||
+  err "--resume on an unreadable checkpoint_last: exit $rc: $(cat "$T/log")"
+
+# 15. a run refused by the lock, or for a save_dir with checkpoints, touches no data: the refusal comes
+#     before data.dir is (re)prepared (a refused second run had rewritten the first one's data)
+rm -rf "$T/bin"; ls "$R" > /dev/null
+"${A[@]}" --set train.max_updates=2 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && grep -q "already holds checkpoints" "$T/log" && [ ! -e "$T/bin" ] ||
+  err "a fresh run into a run directory prepared data first: exit $rc, $(ls "$T" | tr '\n' ' ')"
+# 16. a corpus path with a line break is refused before anything is written (the manifest could not list it)
+cp "$D/train.en" "$T/nl
+x.en"
+printf 'data:\n  dir: %s\n  vocab_size: 100\n  train:\n    - {src: "%s/nl\\nx.en", tgt: %s/train.es, src_lang: en, tgt_lang: es}\n' \
+  "$T/nlbin" "$T" "$D" > "$D/nl.cfg"
+"$BIN/llprep" --config "$D/nl.cfg" > /dev/null 2> "$T/log"; rc=$?
+[ $rc -ne 0 ] && grep -q "error: $D/nl.cfg:5: data.train\[0\].src: the path holds a line break; rename the file" "$T/log" && [ ! -e "$T/nlbin" ] ||
+  err "a corpus path with a line break: exit $rc: $(cat "$T/log")"
 
 [ $fail -eq 0 ] && echo "test_run_guard: all checks passed"
 exit $fail
