@@ -389,6 +389,10 @@ static void test_validate(void) {
     }
     CHECK(ll_config_set(&c, "data.lang_tags=auto") == 0 && ll_config_validate(&c) == 0);
     ll_config_free(&c);
+    /* a value's line break (a YAML block scalar) is shown as \n: the message stays one line */
+    CHECK(load_str(&c, "model:\n  norm: |\n    pre\n") == -1);
+    CHECK_CONTAINS(ll_errbuf(), "(got 'pre\\n')");
+    CHECK(strchr(ll_errbuf(), '\n') == NULL);
     /* a check naming a default key first takes the line of the next one the file set */
     CHECK(load_str(&c, "model:\n  dropout: 0.1\n  heads: 3\n") == 0);
     CHECK(ll_config_validate(&c) == -1);

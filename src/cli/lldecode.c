@@ -281,6 +281,9 @@ int main(int argc, char **argv) {
         if (strcmp(a, "--raw-ids") && strcmp(a, "--quiet") && strcmp(a, "-q") && strcmp(a, "--no-cuda-graphs")) i++;
     }
     if (!o.model) ll_die("--model FILE is required (see lldecode --help)");
+    if (!*o.input || !*o.output || !*o.model) /* (an empty output failed only after decoding everything) */
+        ll_die("--%s '': an empty path (- is standard %s)", !*o.model ? "model" : !*o.input ? "input" : "output",
+               !*o.input ? "input" : "output");
     if (ll_same_file(o.output, o.input) || ll_same_file(o.output, o.model))
         ll_die("--output %s: it is the %s too; refusing to replace it", o.output,
                ll_same_file(o.output, o.input) ? "--input" : "--model");

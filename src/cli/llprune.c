@@ -208,7 +208,7 @@ int main(int argc, char **argv) {
     if (thr_given && !(latent_in[0] && !keep_s[0]) && !(latent_in[1] && !keep_s[1]))
         ll_die("--threshold %g: %s has no latent-depth stack to prune by it (%s); --enc-layers-to-keep and "
                "--dec-layers-to-keep choose layers by index",
-               thr, model, latent_in[0] || latent_in[1] ? "each is given a keep list" : "latent.encoder and latent.decoder are false");
+               thr, model, latent_in[0] || latent_in[1] ? "its latent stacks are given keep lists" : "latent.encoder and latent.decoder are false");
     if (lang && ll_config_lang_index(&cfg, lang) < 0) {
         fprintf(stderr, "llprune: error: --lang %s: the model knows", lang);
         for (int i = 0; i < n_langs; i++) fprintf(stderr, " %s", langs[i]);

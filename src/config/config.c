@@ -46,7 +46,16 @@ static int fail_at(const loader *L, yaml_mark_t m, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return ll_fail("%s:%zu:%zu: %s", L->name, m.line + 1, m.column + 1, msg);
+    char one[2 * sizeof msg]; /* one line: a value's line breaks (a YAML block scalar) shown as \n */
+    size_t o = 0;
+    for (const char *p = msg; *p && o + 3 < sizeof one; p++) {
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            one[o++] = '\\', one[o++] = *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't';
+        else
+            one[o++] = *p;
+    }
+    one[o] = 0;
+    return ll_fail("%s:%zu:%zu: %s", L->name, m.line + 1, m.column + 1, one);
 }
 
 static int syntax_error(const loader *L) {

@@ -225,6 +225,8 @@ want "error: --output is given twice" "$BIN/llavg" --output "$T/a.llm" --output 
 want "error: --input (-i) is given twice" "$BIN/lleval" --ref "$T/in.txt" -i "$T/in.txt" --input "$T/in.txt"
 want "error: --config is given twice" "$BIN/llprep" --config "$D/c.cfg" --config "$D/c.cfg"
 "$BIN/lleval" --ref "$T/in.txt" --ref "$T/in.txt" --input "$T/in.txt" > /dev/null 2> "$T/log" || err "lleval with two --ref: $(cat "$T/log")"
+want "error: --output '': an empty path (- is standard output)" "$BIN/lldecode" --model "$R/checkpoint_last.llm" --input "$T/in.txt" --output ""
+want "error: --input '': an empty path (- is standard input)" "$BIN/lldecode" --model "$R/checkpoint_last.llm" --input ""
 "$BIN/lldecode" --model "$R/checkpoint_last.llm" --input "$T/in.txt" --lenpen -0.5 --quiet > /dev/null 2> "$T/log" ||
   err "lldecode --lenpen -0.5 (a value, not an option): $(cat "$T/log")"
 
