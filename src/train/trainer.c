@@ -162,10 +162,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
         int stale = 0;
         if (ll_mkdir_p(cfg->save_dir) || (t->lock_fd = ll_run_lock(cfg->save_dir, &t->prev_writer, &stale)) < 0) return -1;
         if (stale > 0) ll_log("removed %d stale temporary file(s) of PID %ld from %s", stale, t->prev_writer, cfg->save_dir);
-        if (!o->resume && ll_ckpt_dir_has_checkpoint(cfg->save_dir))
-            return ll_fail("%s already holds checkpoints: pass --resume to continue that run, or choose another "
-                           "checkpoint.save_dir", cfg->save_dir);
     }
+    if (!o->resume && ll_ckpt_dir_has_checkpoint(cfg->save_dir)) /* (every rank: rank 0 under the lock) */
+        return ll_fail("%s already holds checkpoints: pass --resume to continue that run, or choose another "
+                       "checkpoint.save_dir", cfg->save_dir);
     if (t->rank == 0 && !ll_data_is_prepared(cfg)) { /* several ranks: rank 0 prepares, the others wait */
         ll_log("preparing data in %s ...", cfg->data_dir);
         if (ll_prepare_data(cfg)) return -1;
@@ -294,9 +294,6 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->log_tokens = (long)la[9];
         t->saved_update = t->ts.update;
         ll_log("resumed from %s at update %ld (epoch %lld)", from, t->ts.update, (long long)t->ts.stream_pos[0]);
-    } else if (ll_ckpt_dir_has_checkpoint(cfg->save_dir)) {
-        return ll_fail("%s already holds checkpoints: pass --resume to continue that run, or choose another "
-                       "checkpoint.save_dir", cfg->save_dir);
     }
     if (ll_mkdir_p(cfg->save_dir)) return -1;
     char *mpath = t->mpath;
