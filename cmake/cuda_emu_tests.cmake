@@ -180,12 +180,17 @@ foreach(prec fp32 bf16)
     ENVIRONMENT "${LL_EMU_TEST_ENV};LL_PARITY_FORK=0;LL_CUDA_RELU_MASK=1;LL_PARITY_PRECISION=${prec}")
 endforeach()
 # Label `variant`: a second run of kernels and host threads another test runs, with other inputs or
-# settings (every op in one process; TF32; programmatic launch or graph updates refused).  The plain
-# and ASan modes run them; the TSan mode, whose question is the interleavings, runs the tests they
-# vary (gpu_test_ops_cuda, _step_cuda, _resume_cuda, _bible300) and leaves them out: 345 s of
-# test time, ~3 minutes on CI's 2 cores (scripts/cuda_emu_test.sh).
+# settings (every op in one process; TF32; programmatic launch or graph updates refused; a step, a
+# decode and the typed matmuls with cuBLASLt's epilogues refused or its bias-gradient epilogue;
+# flush-to-zero).  The plain and ASan modes run them; the TSan mode, whose question is the
+# interleavings, runs the tests they vary (gpu_test_ops_cuda, _step_cuda, _decode_cuda, _typed_cuda,
+# _resume_cuda, _bible300; the fallbacks' kernels in gpu_emu_lt_refuse_epilogue/_all, on the gemm
+# op) and leaves them out: ~450 s of TSan test time, ~4 minutes on CI's 2 cores
+# (scripts/cuda_emu_test.sh).
 foreach(t gpu_emu_ops_one_process_fp32 gpu_emu_ops_one_process_bf16 gpu_test_tf32 gpu_emu_pdl_refused_step
-          gpu_emu_graph_update_refused_train)
+          gpu_emu_graph_update_refused_train gpu_emu_lt_refuse_epilogue_step gpu_emu_lt_refuse_epilogue_step_bf16
+          gpu_emu_lt_refuse_epilogue_decode gpu_emu_lt_refuse_epilogue_typed gpu_emu_lt_refuse_all_typed
+          gpu_emu_bgrad_epilogue_typed gpu_emu_ftz_shows)
   if(TEST ${t})
     set_property(TEST ${t} APPEND PROPERTY LABELS variant)
   endif()

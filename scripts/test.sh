@@ -3,7 +3,8 @@
 # then builds from scratch and tests, each build in its own folder:
 #   1. build-test      native (-march=native, CUDA when nvcc is there), -Werror,
 #                      the whole suite (GPU tests skip without a GPU);
-#   2. build-portable  -DLL_NATIVE=OFF -mno-avx512f, the whole CPU suite with
+#   2. build-portable  -DLL_NATIVE=OFF -mno-avx512f, the CPU suite (but label script: the
+#                      Python scripts' tests, which run no ll program and ran in 1) with
 #                      LL_CPU_KERNELS=generic: ll's portable kernels and an AVX2
 #                      BLAS core, as on a machine without AVX-512, on every machine
 #                      (cli_test_portable_isa: no AVX outside the AVX-512 kernels);
@@ -11,7 +12,8 @@
 #   3. build-clang     clang 14, -Werror, the single-process tests (label unit);
 #   4. build-aarch64   cross build for aarch64, -Werror, unit tests under qemu-user
 #                      (scripts/cross_aarch64.sh);
-#   5. build-asan      the CPU suite under AddressSanitizer + UBSan (docs/reliability.md);
+#   5. build-asan      the CPU suite (but label script) under AddressSanitizer + UBSan
+#                      (docs/reliability.md);
 #   6. build-emu-*     the CUDA backend on the CPU emulation of CUDA, cuBLASLt, CUB and
 #                      NCCL (scripts/cuda_emu_test.sh): every gpu test, plain (two warp
 #                      schedules), under ASan+UBSan and under TSan, then the mutation tests
@@ -60,13 +62,13 @@ portable() {
   cmake --build build-portable -j"$(nproc)"
   local core=()
   grep -qw avx2 /proc/cpuinfo && core=(OPENBLAS_CORETYPE=Haswell)
-  (cd build-portable && env LL_CPU_KERNELS=generic "${core[@]}" ctest --output-on-failure -j2 --timeout 900)
+  (cd build-portable && env LL_CPU_KERNELS=generic "${core[@]}" ctest --output-on-failure -j2 --timeout 900 -LE script)
   # The same binaries on an emulated CPU without AVX-512 (qemu-x86_64 -cpu
   # Haswell: AVX2 + FMA): the kernels are chosen from its CPUID, OpenBLAS picks
   # its Haswell core, and any AVX-512 instruction the compiler let slip in is a
   # SIGILL (a -march=native build dies there at once).  The single-process tests but
-  # the two FLOP-heavy ones (label heavy: 10 minutes of soft float; cli_test_portable_isa,
-  # above, reads every function's instructions off the build instead).
+  # the FLOP-heavy ones (label heavy: a minute or more each of emulated AVX2, the same paths
+  # the run above took; cli_test_portable_isa reads every function's instructions off the build).
   cmake -S . -B build-portable "-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-x86_64;-cpu;Haswell" > /dev/null
   (cd build-portable && ctest --output-on-failure -j2 --timeout 900 -L unit -LE heavy)
   cmake -S . -B build-portable -DCMAKE_CROSSCOMPILING_EMULATOR= > /dev/null
@@ -83,7 +85,7 @@ asan() {
   # (-Wformat-truncation); the builds above already enforce warnings.
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DLL_CUDA=OFF -DLL_SANITIZE=address,undefined
   cmake --build build-asan -j"$(nproc)"
-  (cd build-asan && ctest --output-on-failure -j2 --timeout 1800)
+  (cd build-asan && ctest --output-on-failure -j2 --timeout 1800 -LE script)
 }
 
 emu() {
