@@ -102,6 +102,19 @@ int ll_prepare_data(const ll_config *cfg);
  * languages and data settings), else 0.  Cheap when the raw files' size and
  * mtime are unchanged; otherwise re-hashes their contents. */
 int ll_data_is_prepared(const ll_config *cfg);
+/* data_dir's lock (an fcntl lock on data_dir/.lldata.lock, a file that exists while it is held):
+ * one preparation at a time, and no other llprep or lltrain replaces the files between the check
+ * that they are current (or their preparation) and their opening.  Take creates data_dir when
+ * missing and waits while another process holds the lock (saying once which PID); release with
+ * failed = 1 also removes the directories take created (when nothing else is in them), so a failed
+ * first preparation leaves no trace.  Take returns 0, or -1 with ll_errbuf set. */
+typedef struct {
+    int fd; /* held while >= 0 */
+    char dir[LL_PATH_MAX];
+    char created[LL_PATH_MAX]; /* topmost directory take created, "" if none */
+} ll_data_lock;
+int ll_data_lock_take(ll_data_lock *l, const char *data_dir);
+void ll_data_lock_release(ll_data_lock *l, int failed);
 
 /* What the manifest records (llprep's summary, lltrain's log). */
 typedef struct {

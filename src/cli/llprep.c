@@ -58,13 +58,19 @@ int main(int argc, char **argv) {
         if (ll_config_set(&cfg, sets[i]) != 0) ll_die("%s", ll_errbuf());
     if (ll_config_validate(&cfg) != 0) ll_die("%s", ll_errbuf());
 
+    double t0 = ll_now();
+    ll_data_lock lock; /* (held to the read-back: nobody prepares this data.dir in between) */
+    if (ll_data_lock_take(&lock, cfg.data_dir) != 0) ll_die("%s", ll_errbuf());
     if (if_needed && ll_data_is_prepared(&cfg)) {
+        ll_data_lock_release(&lock, 0);
         if (!quiet) printf("%s is up to date: nothing to do\n", cfg.data_dir);
         ll_config_free(&cfg);
         return 0;
     }
-    double t0 = ll_now();
-    if (ll_prepare_data(&cfg) != 0) ll_die("%s", ll_errbuf());
+    if (ll_prepare_data(&cfg) != 0) {
+        ll_data_lock_release(&lock, 1);
+        ll_die("%s", ll_errbuf());
+    }
     ll_data_info info;
     if (ll_data_info_read(&info, cfg.data_dir) != 0) ll_die("%s", ll_errbuf());
     for (int v = 0; v < 2; v++) { /* read back what was written: ids, EOS, checksums (one pass) */
@@ -72,6 +78,7 @@ int main(int argc, char **argv) {
         if (ll_dataset_open(&d, &cfg, v ? "valid" : "train") != 0) ll_die("%s", ll_errbuf());
         ll_dataset_close(&d);
     }
+    ll_data_lock_release(&lock, 0);
     if (quiet) {
         ll_config_free(&cfg);
         return 0;

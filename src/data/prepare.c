@@ -169,7 +169,7 @@ static int plan_langs(prep *P) {
 /* ---- directories ---- */
 
 /* mkdir -p, remembering the topmost directory created so an error can undo it. */
-static int make_dirs(prep *P, const char *dir) {
+static int mkdirs(char *created, size_t created_n, const char *dir) {
     char p[LL_PATH_MAX];
     snprintf(p, sizeof p, "%s", dir);
     size_t n = strlen(p);
@@ -179,7 +179,7 @@ static int make_dirs(prep *P, const char *dir) {
         char c = p[i];
         p[i] = 0;
         if (mkdir(p, 0777) == 0) {
-            if (!P->created[0]) snprintf(P->created, sizeof P->created, "%s", p);
+            if (!created[0]) snprintf(created, created_n, "%s", p);
         } else if (errno != EEXIST) {
             int e = errno;
             p[i] = c;
@@ -190,6 +190,88 @@ static int make_dirs(prep *P, const char *dir) {
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return ll_fail("%s: not a directory", dir);
     return 0;
+}
+static int make_dirs(prep *P, const char *dir) { return mkdirs(P->created, sizeof P->created, dir); }
+
+/* rmdir dir and its parents up to and including top (each only when empty). */
+static void remove_dirs_up_to(const char *dir, const char *top) {
+    char p[LL_PATH_MAX];
+    snprintf(p, sizeof p, "%s", dir);
+    for (;;) {
+        rmdir(p);
+        if (!strcmp(p, top) || !strcmp(p, "/") || !strcmp(p, ".")) break;
+        char *slash = strrchr(p, '/');
+        if (!slash) break;
+        *slash = 0;
+    }
+}
+
+/* ---- data_dir's lock ---- */
+
+#define LOCK_FILE ".lldata.lock" /* (not STAGE_PREFIX: remove_stale_stages leaves it) */
+
+int ll_data_lock_take(ll_data_lock *l, const char *data_dir) {
+    memset(l, 0, sizeof *l);
+    l->fd = -1;
+    snprintf(l->dir, sizeof l->dir, "%s", data_dir);
+    if (mkdirs(l->created, sizeof l->created, data_dir) != 0) return -1;
+    char path[LL_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/" LOCK_FILE, data_dir);
+    for (int said = 0;;) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) {
+            int e = errno;
+            ll_data_lock_release(l, 1);
+            return ll_fail("%s: cannot create data.dir's lock: %s", path, strerror(e));
+        }
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        if (fcntl(fd, F_SETLK, &fl) != 0) {
+            int e = errno;
+            if (e != EAGAIN && e != EACCES) { /* (a file system without locks: go on without one) */
+                ll_log("warning: %s: cannot lock (%s): nothing keeps another llprep or lltrain from preparing "
+                       "data.dir at the same time", path, strerror(e));
+                close(fd);
+                return 0;
+            }
+            struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+            if (!said++) {
+                if (fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK)
+                    ll_log("%s: waiting for PID %ld, which is preparing or opening this data.dir ...", data_dir,
+                           (long)who.l_pid);
+                else
+                    ll_log("%s: waiting for the process that holds %s ...", data_dir, path);
+            }
+            int r;
+            while ((r = fcntl(fd, F_SETLKW, &fl)) != 0 && errno == EINTR) {}
+            if (r != 0) {
+                int e2 = errno;
+                close(fd);
+                return ll_fail("%s: cannot lock: %s", path, strerror(e2));
+            }
+        }
+        /* the holder removed the file when it let go: lock the one now at the path */
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            l->fd = fd;
+            return 0;
+        }
+        close(fd);
+        if (mkdirs(l->created, sizeof l->created, data_dir) != 0) return -1;
+    }
+}
+
+/* The file goes with the lock, so data_dir keeps only what llprep wrote: removed while still locked,
+ * a waiter then finds its file gone and starts over on a new one (ll_data_lock_take). */
+void ll_data_lock_release(ll_data_lock *l, int failed) {
+    if (l->fd >= 0) {
+        char path[LL_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/" LOCK_FILE, l->dir);
+        unlink(path);
+    }
+    if (failed && l->created[0]) remove_dirs_up_to(l->dir, l->created);
+    if (l->fd >= 0) close(l->fd);
+    l->fd = -1;
+    l->created[0] = 0;
 }
 
 /* Remove a flat directory (staging dirs hold only files). */
@@ -226,16 +308,7 @@ static void remove_stale_stages(const char *data_dir) {
 
 static void undo_dirs(prep *P) {
     if (P->stage[0]) remove_flat_dir(P->stage);
-    if (!P->created[0]) return;
-    char p[LL_PATH_MAX];
-    snprintf(p, sizeof p, "%s", P->cfg->data_dir);
-    for (;;) {
-        rmdir(p);
-        if (!strcmp(p, P->created) || !strcmp(p, "/") || !strcmp(p, ".")) break;
-        char *slash = strrchr(p, '/');
-        if (!slash) break;
-        *slash = 0;
-    }
+    if (P->created[0]) remove_dirs_up_to(P->cfg->data_dir, P->created);
 }
 
 /* ---- sentencepiece ---- */

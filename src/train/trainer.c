@@ -166,9 +166,14 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (!o->resume && ll_ckpt_dir_has_checkpoint(cfg->save_dir)) /* (every rank: rank 0 under the lock) */
         return ll_fail("%s already holds checkpoints: pass --resume to continue that run, or choose another "
                        "checkpoint.save_dir", cfg->save_dir);
-    if (t->rank == 0 && !ll_data_is_prepared(cfg)) { /* several ranks: rank 0 prepares, the others wait */
-        ll_log("preparing data in %s ...", cfg->data_dir);
-        if (ll_prepare_data(cfg)) return -1;
+    if (t->rank == 0) { /* several ranks: rank 0 prepares, the others wait; data.dir's lock is held to the
+                          * opening of the data, so no other llprep or lltrain prepares it in between */
+        if (ll_data_lock_take(&t->data_lock, cfg->data_dir)) return -1;
+        t->data_locked = 1;
+        if (!ll_data_is_prepared(cfg)) {
+            ll_log("preparing data in %s ...", cfg->data_dir);
+            if (ll_prepare_data(cfg)) return -1;
+        }
     }
     if (t->world > 1) { /* however long preparing takes: no watchdog here */
         const double to = host->timeout_s;
@@ -191,6 +196,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
                        ll_spm_vocab_size(t->spm), t->train.vocab_size);
     t->have_valid = cfg->n_valid > 0;
     if (t->have_valid && ll_dataset_open(&t->valid, cfg, "valid")) return -1;
+    if (t->data_locked) ll_data_lock_release(&t->data_lock, 0), t->data_locked = 0;
     if (!strcmp(cfg->best_metric, "bleu") && !cfg->valid_bleu)
         return ll_fail("train.best_metric=bleu needs train.valid_bleu: true");
     t->n_langs = ll_config_langs(cfg, t->langs);
@@ -346,6 +352,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
 }
 
 static void teardown(trainer *t) {
+    if (t->data_locked) ll_data_lock_release(&t->data_lock, 1); /* (setup failed while holding it) */
     if (t->lock_fd > 0) close(t->lock_fd);
     if (t->metrics) fclose(t->metrics);
     ll_dist_train_free(t->dt);

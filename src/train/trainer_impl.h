@@ -63,6 +63,8 @@ typedef struct {
     int rank, world;
     int lock_fd;       /* rank 0: the save_dir lock (ll_run_lock), held until teardown */
     long prev_writer;  /* the PID that held it before (its temporaries are removed) */
+    ll_data_lock data_lock; /* rank 0: data.dir's lock, from the check that the data are current to their opening */
+    int data_locked;
     int uf;            /* micro-steps of a global update: update_freq x world */
 } trainer;
 
