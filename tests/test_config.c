@@ -179,6 +179,16 @@ static void test_load_errors(void) {
     /* missing file */
     CHECK(ll_config_load(&c, "/nonexistent/x.cfg") == -1);
     CHECK_CONTAINS(ll_errbuf(), "/nonexistent/x.cfg");
+    /* a NUL byte: refused with its line and column, as the parser's errors */
+    {
+        char nul_path[LL_PATH_MAX];
+        snprintf(nul_path, sizeof nul_path, "%s/nul.cfg", tu_tmpdir());
+        static const char nul_text[] = "model:\n  heads: 4\n  d_model: 6\0" "4\n";
+        FILE *f = fopen(nul_path, "wb");
+        CHECK(f && fwrite(nul_text, 1, sizeof nul_text - 1, f) == sizeof nul_text - 1 && fclose(f) == 0);
+        CHECK(ll_config_load(&c, nul_path) == -1);
+        CHECK_CONTAINS(ll_errbuf(), "/nul.cfg:3:13: config contains a NUL byte");
+    }
     /* load_text uses the given name */
     CHECK(ll_config_load_text(&c, "model:\n  heads: 0\n", "ckpt:config") == -1);
     CHECK_CONTAINS(ll_errbuf(), "ckpt:config:2:10: model.heads must be in [1, 1024], got 0");

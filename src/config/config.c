@@ -364,9 +364,14 @@ int ll_config_load(ll_config *c, const char *path) {
     size_t len;
     char *text = ll_read_file_max(path, (size_t)16 << 20, &len); /* a config is KBs: /dev/zero must not fill memory */
     if (!text) return -1;
-    if (strlen(text) != len) {
+    if (strlen(text) != len) { /* (the file:line:col of the first one, as the parser's errors) */
+        const size_t at = strlen(text);
+        int line = 1;
+        size_t col = 1;
+        for (size_t i = 0; i < at; i++, col++)
+            if (text[i] == '\n') line++, col = 0;
         free(text);
-        return ll_fail("%s: config contains a NUL byte", path);
+        return ll_fail("%s:%d:%zu: config contains a NUL byte", path, line, col);
     }
     /* Input paths are relative to the file's own (canonical) directory. */
     char *dir = ll_strdup(path), *slash = strrchr(dir, '/');

@@ -246,6 +246,7 @@ int ll_data_lock_take(ll_data_lock *l, const char *data_dir) {
             if (r != 0) {
                 int e2 = errno;
                 close(fd);
+                ll_data_lock_release(l, 1);
                 return ll_fail("%s: cannot lock: %s", path, strerror(e2));
             }
         }
