@@ -58,9 +58,9 @@ int main(int argc, char **argv) {
         if (ll_config_set(&cfg, sets[i]) != 0) ll_die("%s", ll_errbuf());
     if (ll_config_validate(&cfg) != 0) ll_die("%s", ll_errbuf());
 
-    double t0 = ll_now();
     ll_data_lock lock; /* (held to the read-back: nobody prepares this data.dir in between) */
     if (ll_data_lock_take(&lock, cfg.data_dir) != 0) ll_die("%s", ll_errbuf());
+    double t0 = ll_now();
     if (if_needed && ll_data_is_prepared(&cfg)) {
         ll_data_lock_release(&lock, 0);
         if (!quiet) printf("%s is up to date: nothing to do\n", cfg.data_dir);
@@ -72,13 +72,14 @@ int main(int argc, char **argv) {
         ll_die("%s", ll_errbuf());
     }
     ll_data_info info;
-    if (ll_data_info_read(&info, cfg.data_dir) != 0) ll_die("%s", ll_errbuf());
-    for (int v = 0; v < 2; v++) { /* read back what was written: ids, EOS, checksums (one pass) */
+    int bad = ll_data_info_read(&info, cfg.data_dir) != 0;
+    for (int v = 0; v < 2 && !bad; v++) { /* read back what was written: ids, EOS, checksums (one pass) */
         ll_dataset d;
-        if (ll_dataset_open(&d, &cfg, v ? "valid" : "train") != 0) ll_die("%s", ll_errbuf());
-        ll_dataset_close(&d);
+        bad = ll_dataset_open(&d, &cfg, v ? "valid" : "train") != 0;
+        if (!bad) ll_dataset_close(&d);
     }
     ll_data_lock_release(&lock, 0);
+    if (bad) ll_die("%s", ll_errbuf());
     if (quiet) {
         ll_config_free(&cfg);
         return 0;

@@ -213,12 +213,21 @@ static void remove_dirs_up_to(const char *dir, const char *top) {
 int ll_data_lock_take(ll_data_lock *l, const char *data_dir) {
     memset(l, 0, sizeof *l);
     l->fd = -1;
+    if (!data_dir[0]) return ll_fail("data.dir: not set");
     snprintf(l->dir, sizeof l->dir, "%s", data_dir);
-    if (mkdirs(l->created, sizeof l->created, data_dir) != 0) return -1;
     char path[LL_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/" LOCK_FILE, data_dir);
-    for (int said = 0;;) {
+    for (int said = 0, tries = 0;; tries++) {
+        if (mkdirs(l->created, sizeof l->created, data_dir) != 0) return -1;
         int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0 && errno == ENOENT && tries < 100) continue; /* a holder's failed first preparation removed
+                                                                  * data_dir just now: make it again */
+        if (fd < 0 && (errno == EACCES || errno == EPERM || errno == EROFS)) {
+            /* a data set on a read-only mount, or another user's: reading it needs no lock (preparing it
+             * fails on its own, naming the file) */
+            ll_warn("%s: cannot create data.dir's lock (%s): going on without it", path, strerror(errno));
+            return 0;
+        }
         if (fd < 0) {
             int e = errno;
             ll_data_lock_release(l, 1);
@@ -228,18 +237,18 @@ int ll_data_lock_take(ll_data_lock *l, const char *data_dir) {
         if (fcntl(fd, F_SETLK, &fl) != 0) {
             int e = errno;
             if (e != EAGAIN && e != EACCES) { /* (a file system without locks: go on without one) */
-                ll_log("warning: %s: cannot lock (%s): nothing keeps another llprep or lltrain from preparing "
-                       "data.dir at the same time", path, strerror(e));
+                ll_warn("%s: cannot lock (%s): nothing keeps another llprep or lltrain from preparing data.dir at "
+                        "the same time", path, strerror(e));
                 close(fd);
                 return 0;
             }
             struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-            if (!said++) {
+            if (!said++) { /* (also under --quiet: a process that waits says why) */
                 if (fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK)
-                    ll_log("%s: waiting for PID %ld, which is preparing or opening this data.dir ...", data_dir,
-                           (long)who.l_pid);
+                    ll_warn("%s: waiting for PID %ld, which is preparing or opening this data.dir ...", data_dir,
+                            (long)who.l_pid);
                 else
-                    ll_log("%s: waiting for the process that holds %s ...", data_dir, path);
+                    ll_warn("%s: waiting for the process that holds %s ...", data_dir, path);
             }
             int r;
             while ((r = fcntl(fd, F_SETLKW, &fl)) != 0 && errno == EINTR) {}
@@ -257,7 +266,6 @@ int ll_data_lock_take(ll_data_lock *l, const char *data_dir) {
             return 0;
         }
         close(fd);
-        if (mkdirs(l->created, sizeof l->created, data_dir) != 0) return -1;
     }
 }
 

@@ -196,6 +196,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
                        ll_spm_vocab_size(t->spm), t->train.vocab_size);
     t->have_valid = cfg->n_valid > 0;
     if (t->have_valid && ll_dataset_open(&t->valid, cfg, "valid")) return -1;
+    if (t->world > 1) host->barrier(host); /* every rank has opened the data: rank 0 may let data.dir go */
     if (t->data_locked) ll_data_lock_release(&t->data_lock, 0), t->data_locked = 0;
     if (!strcmp(cfg->best_metric, "bleu") && !cfg->valid_bleu)
         return ll_fail("train.best_metric=bleu needs train.valid_bleu: true");

@@ -223,7 +223,8 @@ def main():
             # it may have finished before the signal arrived (a loaded machine runs the reference slower
             # than this run), or after its last update, where it only saves: then the run is complete,
             # as the uninterrupted one (--quiet prints no "done" line to tell)
-            got = records(os.path.join(RUN, "metrics.jsonl"))
+            mpath = os.path.join(RUN, "metrics.jsonl")
+            got = records(mpath) if os.path.exists(mpath) else []
             if got != records(os.path.join(ref, "metrics.jsonl")):
                 fail("%s: no resume command printed, and the run stopped after %d of the uninterrupted run's "
                      "%d records: %s" % (name, len(got), len(records(os.path.join(ref, "metrics.jsonl"))), err[-300:]))
