@@ -314,6 +314,14 @@ int main(int argc, char **argv) {
     to.search.max_len_a = o.max_len_a;
     to.search.max_len_b = (int)o.max_len_b;
     to.search.min_len = (int)o.min_len;
+    /* EOS waits until --min-len; beyond every output's length limit it would never be allowed, and
+     * each translation would run to the limit (fairseq does that silently) */
+    if (o.min_len > m->hp.max_pos - 1)
+        ll_die("--min-len %ld: above the longest output this model allows (model.max_positions - 1 = %d)", o.min_len,
+               m->hp.max_pos - 1);
+    if (o.max_len_a == 0 && o.min_len > o.max_len_b)
+        ll_die("--min-len %ld: above --max-len-b %ld, every output's length limit when --max-len-a is 0", o.min_len,
+               o.max_len_b);
     if (o.nbest > to.search.beam) ll_die("--nbest %ld: must not exceed the beam size %d", o.nbest, to.search.beam);
     to.search.nbest = (int)o.nbest;
     if (ll_decode_bos(&cfg, spm, o.target_lang, &to.search.bos)) ll_die("%s", ll_errbuf());

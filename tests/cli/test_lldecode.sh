@@ -129,6 +129,8 @@ printf 'X' | dd of="$T/flipped.llm" bs=1 seek=3000 conv=notrunc 2>/dev/null
 check_error "corrupt model" "flipped.llm" --model "$T/flipped.llm" --input "$DATA/test.en"
 check_error "beam 0" "--beam" --model "$M" --beam 0 --input "$DATA/test.en"
 check_error "nbest > beam" "--nbest" --model "$M" --beam 2 --nbest 3 --input "$DATA/test.en"
+check_error "min-len above the length limit" "--max-len-b 10" --model "$M" --min-len 11 --max-len-b 10 --input "$DATA/test.en"
+check_error "min-len above the positions" "max_positions - 1 = 127" --model "$M" --min-len 128 --max-len-a 2 --input "$DATA/test.en"
 check_error "bad format" "--format" --model "$M" --format json --input "$DATA/test.en"
 check_error "missing input" "nothere.en" --model "$M" --input "$T/nothere.en"
 check_error "unknown target language" "es" --model "$M" --target-lang de --input "$DATA/test.en"
