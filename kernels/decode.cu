@@ -1,7 +1,7 @@
 /* Incremental-decoding kernels: the reorder of KV-cache rows (compaction),
  * the rows' ancestry tables, self-attention through them, and the beam
  * search's top-k over the vocabulary (contracts: include/ll/backend.h,
- * copy_rows / reorder_rows / beam_ancestry / attention_cached / beam_topk;
+ * copy_rows / reorder_rows / beam_ancestry / attention_cached / beam_topk / attn_align;
  * the CPU references are src/backend/cpu/cpu_decode.c and cpu_attention.c).  copy_rows is one
  * cudaMemcpy2DAsync (src/backend/cuda/cuda_ops_decode.c) unless its destination
  * offset is read on the device (a decoding step in a CUDA graph): then a kernel.
@@ -261,6 +261,71 @@ extern "C" cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dty
     LL_DISPATCH(t, T, LL_LAUNCH(grid, WARP, 0, stream, attention_cached_kernel<T>)(
                           (T *)out, (const T *)q, q_stride, (const T *)kv, kv_stride, row_stride, anc, anc_stride,
                           n_keys, n_at, H, Dh, scale, vec);)
+    return cudaGetLastError();
+}
+
+/* ---- attn_align ------------------------------------------------------------------ */
+
+/* One warp per query row (few rows, few keys: latency, not bandwidth).  Lane l owns keys
+ * l, l+32, ... of the row's sentence; per head, in order: the scores into shared memory, a warp
+ * max and sum, each lane adding its keys' probabilities into its own slots of the head sum (no
+ * atomics: the same sums at every run).  Then the first maximum over the keys before EOS. */
+template <typename T>
+static __global__ void attn_align_kernel(int32_t *__restrict__ idx, const T *__restrict__ q, int q_stride,
+                                         const T *__restrict__ kv, int kv_stride, const int *__restrict__ key_len,
+                                         int per_sent, int S, int H, int Dh, float scale) {
+    LL_PDL_ENTER();
+    LL_DYN_SHARED(float, align_smem);
+    const int r = blockIdx.x, b = r / per_sent, lane = threadIdx.x, C = H * Dh;
+    float *sq = align_smem, *ps = sq + C, *sum = ps + S; /* query [C], scores [S], head sums [S] */
+    const int n = min(key_len[b], S);
+    if (n < 2) {
+        if (lane == 0) idx[r] = -1;
+        return;
+    }
+    for (int d = lane; d < C; d += WARP) sq[d] = ll_ld(q + (size_t)r * q_stride + d);
+    for (int j = lane; j < n; j += WARP) sum[j] = 0.0f;
+    __syncwarp();
+    for (int h = 0; h < H; h++) {
+        float mx = -INFINITY;
+        for (int j = lane; j < n; j += WARP) {
+            const T *kj = kv + ((size_t)b * S + j) * kv_stride + (size_t)h * Dh;
+            float t = 0.0f;
+            for (int d = 0; d < Dh; d++) t += sq[h * Dh + d] * ll_ld(kj + d);
+            ps[j] = t * scale;
+            mx = fmaxf(mx, ps[j]);
+        }
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float z = 0.0f;
+        for (int j = lane; j < n; j += WARP) z += ps[j] = __expf(ps[j] - mx);
+        z = ll_warp_sum(z);
+        for (int j = lane; j < n; j += WARP) sum[j] += ps[j] / z;
+    }
+    /* the lane's first maximum, then the warp's: the higher sum, ties to the lower key */
+    int best = -1;
+    float bv = -INFINITY;
+    for (int j = lane; j < n - 1; j += WARP)
+        if (best < 0 || sum[j] > bv) best = j, bv = sum[j];
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oj = __shfl_xor_sync(0xffffffffu, best, o);
+        if (oj >= 0 && (best < 0 || ov > bv || (ov == bv && oj < best))) best = oj, bv = ov;
+    }
+    if (lane == 0) idx[r] = best;
+}
+
+extern "C" cudaError_t ll_cuda_attn_align(cudaStream_t stream, ll_cuda_dtype t, int32_t *idx, const void *q,
+                                          int q_stride, const void *kv, int kv_stride, const int *key_len, int sents,
+                                          int per_sent, int S, int H, int Dh) {
+    const long rows = (long)sents * per_sent;
+    if (rows <= 0 || S <= 0) return cudaSuccess;
+    const size_t smem = sizeof(float) * ((size_t)H * Dh + 2 * (size_t)S);
+    if (smem > 48 * 1024 || rows > INT_MAX) return cudaErrorInvalidValue;
+    const float scale = 1.0f / sqrtf((float)Dh); /* as attention_cached: computed on the host */
+    LL_DISPATCH(t, T, LL_LAUNCH((unsigned)rows, WARP, smem, stream, attn_align_kernel<T>)(
+                          idx, (const T *)q, q_stride, (const T *)kv, kv_stride, key_len, per_sent, S, H, Dh, scale);)
     return cudaGetLastError();
 }
 

@@ -375,6 +375,11 @@ cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dtype t, void 
                                      int n_keys, const int *n_at, int rows, int H, int Dh);
 cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int *scratch, const int *from, int rows, int t,
                                   const int *t_at, int stride, int group);
+/* attn_align as the op (one warp per row; cudaErrorInvalidValue when the query row and two
+ * floats per key exceed 48 KiB of shared memory); q, kv of type t */
+cudaError_t ll_cuda_attn_align(cudaStream_t stream, ll_cuda_dtype t, int32_t *idx, const void *q, int q_stride,
+                               const void *kv, int kv_stride, const int *key_len, int sents, int per_sent, int S, int H,
+                               int Dh);
 /* copy_rows with a destination offset read on the device: dst + *at * at_stride
  * (all in bytes); without one, the op is a cudaMemcpy2DAsync */
 cudaError_t ll_cuda_copy_rows_at(cudaStream_t stream, void *dst, size_t dst_stride, const void *src, size_t src_stride,
@@ -394,7 +399,8 @@ void ll_cuda_philox_fill_u32(ll_backend *be, uint32_t *dev_out, size_t n, const 
 void ll_cuda_philox_fill_uniform(ll_backend *be, float *dev_out, size_t n, const ll_philox *r, uint64_t offset);
 /* Die with the op's name and CUDA's message when a launcher failed. */
 void ll_cuda_check_launch(cudaError_t e, const char *op);
-/* src/backend/cuda/cuda_ops_decode.c: copy_rows, reorder_rows, beam_topk, attention_cached, beam_ancestry */
+/* src/backend/cuda/cuda_ops_decode.c: copy_rows, reorder_rows, beam_topk, attention_cached, beam_ancestry,
+ * attn_align */
 void ll_cuda_register_decode(ll_backend *be);
 
 #ifdef __cplusplus

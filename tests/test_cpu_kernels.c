@@ -9,7 +9,8 @@
  *   - Adam (fairseq's update, with weight decay), sumsq and bias_set against
  *     double-precision loops;
  *   - the decoding row ops: reorder_rows against a plain gather, and
- *     beam_ancestry against the cache reorders it replaces.
+ *     beam_ancestry against the cache reorders it replaces;
+ *   - attn_align (decoding's hard alignment) against a double-precision loop.
  * Attention has its own test (test_attention.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -387,6 +388,58 @@ static void test_ancestry(void) {
     }
 }
 
+/* attn_align against a double-precision loop: random queries and keys (a near tie may
+ * go either way), a key made the clear favourite, the same favourite at the EOS key
+ * (left out: the runner-up wins), identical best keys (the lower wins), one key (-1). */
+static void test_attn_align(void) {
+    ll_backend *be = ll_backend_cpu();
+    enum { SENTS = 3, PER = 4, S = 9, H = 3, DH = 8, C = H * DH, ROWS = SENTS * PER, QS = C + 5, KVS = 2 * C };
+    real q[ROWS * QS], kv[SENTS * S * KVS];
+    int32_t idx[ROWS];
+    srand(5);
+    for (int trial = 0; trial < 40; trial++) {
+        for (int i = 0; i < ROWS * QS; i++) q[i] = (real)(rand() % 2001 - 1000) / 400;
+        for (int i = 0; i < SENTS * S * KVS; i++) kv[i] = (real)(rand() % 2001 - 1000) / 400;
+        int key_len[SENTS] = {S, 2 + rand() % (S - 1), trial % 4 == 3 ? 1 : 3 + rand() % (S - 2)};
+        const int kind = trial % 4, fav = 1 + trial % 3; /* 1: favourite, 2: at EOS, 3: tie */
+        for (int b = 0; b < SENTS && kind; b++) {
+            if (key_len[b] < 3) continue;
+            const int at = kind == 2 ? key_len[b] - 1 : fav % (key_len[b] - 1);
+            for (int r = b * PER + 1; r < (b + 1) * PER; r++) /* one query for the sentence's rows */
+                memcpy(&q[r * QS], &q[b * PER * QS], sizeof(real) * C);
+            for (int e = 0; e < C; e++) kv[(b * S + at) * KVS + e] += 3 * q[b * PER * QS + e]; /* along it */
+            if (kind == 3) /* the same key again, later */
+                memcpy(&kv[(b * S + key_len[b] - 2) * KVS], &kv[(b * S + at) * KVS], sizeof(real) * C);
+        }
+        be->attn_align(be, idx, A_(q), QS, A_(kv), KVS, key_len, SENTS, PER, S, H, DH);
+        for (int r = 0; r < ROWS; r++) {
+            const int b = r / PER, n = key_len[b];
+            double sum[S] = {0};
+            for (int h = 0; h < H; h++) {
+                double sc[S], mx = -INFINITY, z = 0;
+                for (int j = 0; j < n; j++) {
+                    double t = 0;
+                    for (int d = 0; d < DH; d++) t += (double)q[r * QS + h * DH + d] * kv[(b * S + j) * KVS + h * DH + d];
+                    sc[j] = t / sqrt((double)DH);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j < n; j++) z += exp(sc[j] - mx);
+                for (int j = 0; j < n; j++) sum[j] += exp(sc[j] - mx) / z;
+            }
+            int best = n < 2 ? -1 : 0;
+            for (int j = 1; j < n - 1; j++)
+                if (sum[j] > sum[best]) best = j;
+            const int got = idx[r];
+            const int ok = got == best || (got >= 0 && got < n - 1 && best >= 0 && fabs(sum[got] - sum[best]) < 1e-5);
+            CHECK_MSG(ok, "attn_align trial %d row %d: %d, want %d (%.9g vs %.9g)", trial, r, got, best,
+                      got >= 0 && got < S ? sum[got] : 0.0, best >= 0 ? sum[best] : 0.0);
+            if (kind == 3 && n >= 3 && n - 2 != fav % (n - 1)) /* a tie: the lower key, exactly */
+                CHECK_MSG(got == fav % (n - 1), "attn_align tie: row %d got %d, want %d", r, got, fav % (n - 1));
+            if (kind == 2 && n >= 3) CHECK_MSG(got != n - 1, "attn_align chose EOS (row %d)", r);
+        }
+    }
+}
+
 int main(void) {
     ll_set_threads(2);
     test_philox();
@@ -396,5 +449,6 @@ int main(void) {
     test_beam_topk();
     test_row_ops();
     test_ancestry();
+    test_attn_align();
     return tu_finish("test_cpu_kernels");
 }

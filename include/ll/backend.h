@@ -447,7 +447,15 @@ struct ll_backend {
      *   moves a whole sentence's `group` cache rows by that much; a beam
      *   reorder stays inside the group: + 0); then, if t < stride, entry t
      *   of every row = r (the row writes position t itself).  scratch:
-     *   rows*t ints. */
+     *   rows*t ints.
+     * attn_align: a decoding step's hard alignment (fairseq's
+     *   --print-alignment): query rows grouped `per_sent` per sentence; row r
+     *   (q + r*q_stride, H heads of Dh) attends to its sentence b's keys
+     *   j < key_len[b] (kv + (b*S + j)*kv_stride, heads of Dh in a row).
+     *   idx[r] = the key j < key_len[b] - 1 (the last key, the source's EOS,
+     *   left out) with the highest probability summed over the heads
+     *   (softmax of q.k/sqrt(Dh) per head, in fp32), ties to the lower j;
+     *   -1 when key_len[b] < 2.  key_len and idx in backend memory. */
     void (*copy_rows)(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
                       size_t n, const int *at, size_t at_stride);
     void (*reorder_rows)(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
@@ -459,6 +467,8 @@ struct ll_backend {
                              const int *n_at, int rows, int H, int Dh);
     void (*beam_ancestry)(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, const int *t_at,
                           int stride, int group);
+    void (*attn_align)(ll_backend *be, int32_t *idx, const ll_act *q, int q_stride, const ll_act *kv, int kv_stride,
+                       const int *key_len, int sents, int per_sent, int S, int H, int Dh);
 
     /* fairseq Adam with decoupled weight decay (reference-spec §5.3) on the
      * gradient times stats[LL_ST_GMUL]; the 1-based step is stats[t_slot]; does

@@ -24,6 +24,7 @@ typedef struct {
     int min_len;      /* EOS is forbidden at steps < min_len (clamped to max_len) */
     int nbest;        /* hypotheses returned per sentence, 1..beam */
     int32_t bos;      /* first decoder input: LL_EOS, or the target-language tag */
+    int align;        /* 1: each hypothesis gets its hard alignment (ll_decode_align_on) */
 } ll_search_opts;
 
 /* fairseq's defaults: beam 5, lenpen 1, max_len 0*src+200, min_len 1, nbest 1, bos EOS. */
@@ -34,6 +35,8 @@ typedef struct {
     float *pos_scores; /* [len] natural-log probability of each token */
     int len;           /* generated tokens including EOS */
     double score;      /* sum(pos_scores) / len^lenpen, natural log */
+    int32_t *align;    /* [len] with ll_search_opts.align, else NULL: the source position
+                          (0-based, its EOS left out; -1: none) each token's step attended to most */
 } ll_hypo;
 
 typedef struct {

@@ -318,6 +318,8 @@ typedef struct {
                            linear_packed (NULL entries: use gemm); last = output projection */
     int own_packed;     /* packed by ll_decode_begin (no ll_decode_pack in force) */
     int graphs;         /* steps as CUDA graphs (1), or that path without them (2: ll_model.decode_graphs) */
+    int32_t *align_dev; /* backend [N]: each row's hard alignment of the last step (ll_decode_align_on) */
+    int align_layer;    /* the decoder layer whose cross-attention gives it; -1: off */
 } ll_dec_state;
 #define LL_DEC_PACKED 6 /* per decoder layer: qkv, o, cq, co, fc1, fc2 */
 
@@ -334,7 +336,15 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
  * eos allowed, bit 1 eos only), read into host score/lp/flat [B * k] (flat =
  * row * V + token, -1 for an empty slot).  One upload, one download. */
 void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,
-                         const uint8_t *mode, int k, double *score, real *lp, int32_t *flat);
+                         const uint8_t *mode, int k, double *score, real *lp, int32_t *flat, int32_t *align);
+/* Hard alignments (fairseq's --print-alignment): from now on each step also
+ * finds, per row, the source position (its EOS left out) that the last
+ * decoder layer with a cross-attention in use attends to most, summed over
+ * its heads (backend attn_align); ll_decode_step_topk returns them in align
+ * [N] (when not NULL), ll_decode_last_align after ll_decode_step.  Returns
+ * that layer, or -1 when no decoder layer attends to the source. */
+int ll_decode_align_on(ll_model *m, ll_dec_state *d);
+void ll_decode_last_align(ll_model *m, ll_dec_state *d, int32_t *align);
 /* Reorder rows: new row n takes old row from[n] (beam search); applied at the
  * start of the next step.  Compact (if any) comes first. */
 void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from);

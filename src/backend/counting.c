@@ -412,6 +412,10 @@ OPL(attention_cached, 1,
 OPL(beam_ancestry, from ? 2 : 1,
     (ll_backend * be, int *anc, int *scratch, const int *from, int rows, int t, const int *tat, int stride, int group),
     (((counting *)be)->inner, anc, scratch, from, rows, t, tat, stride, group))
+OPL(attn_align, 1,
+    (ll_backend * be, int32_t *idx, const ll_act *q, int qs, const ll_act *kv, int kvs, const int *kl, int sents,
+     int per, int S, int H, int Dh),
+    (((counting *)be)->inner, idx, q, qs, kv, kvs, kl, sents, per, S, H, Dh))
 OPL(adam, n != 0,
     (ll_backend * be, real *p, ll_act *pa, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
      real eps, real wd, const double *st, int slot),
@@ -519,7 +523,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     SET(weighted_scatter), SET(dots_acc), SET(latent_sample), SET(latent_grad), SET(latent_kl), SET(latent_lk);
     SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish);
     SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(adam);
-    SET(copy_rows), SET(reorder_rows), SET(beam_topk), SET(attention_cached), SET(beam_ancestry);
+    SET(copy_rows), SET(reorder_rows), SET(beam_topk), SET(attention_cached), SET(beam_ancestry), SET(attn_align);
     SET(linear_pack), SET(linear_packed), SET(linear_unpack);
     w->be.cond_if = c_cond_if, w->be.cond_else = c_cond_else, w->be.cond_end = c_cond_end; /* (any inner) */
     return &w->be;
@@ -568,7 +572,7 @@ static const char *op_class(const char *op) {
         {"xent", "loss"}, {"sym_kl", "loss"}, {"log_softmax", "loss"}, {"ald_", "loss"}, {"adam", "optimizer"},
         {"sumsq", "optimizer"}, {"grad_finish", "optimizer"}, {"latent_", "latent depth"}, {"weighted_", "DLCL"},
         {"dots_acc", "DLCL"}, {"embed", "embedding"}, {"upload", "host transfer"}, {"download", "host transfer"},
-        {"copy_rows", "decoding"}, {"reorder_rows", "decoding"}, {"beam_topk", "decoding"}, {"beam_ancestry", "decoding"}};
+        {"copy_rows", "decoding"}, {"reorder_rows", "decoding"}, {"beam_topk", "decoding"}, {"beam_ancestry", "decoding"}, {"attn_align", "decoding"}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strncmp(op, t[i].prefix, strlen(t[i].prefix))) return t[i].cls;
     return "element-wise"; /* add, acc, dropout, relu, gates, copies, memset, convert */
@@ -641,7 +645,7 @@ const char *ll_backend_op_name(size_t slot) {
         N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(residual_ln_fwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
-        N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
+        N(log_softmax), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(attn_align), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
     /* (graph_* and cond_*: the graph's structure, not ops of the parity and profile tables) */
 #undef N
     return slot < SLOTS && names[slot] ? names[slot] : "?";

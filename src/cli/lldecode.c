@@ -2,7 +2,7 @@
  *
  *   lldecode --model M [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
  *            [--max-len-a A] [--max-len-b B] [--min-len L] [--max-tokens T] [--max-sentences S]
- *            [--format text|fairseq] [--raw-ids] [--target-lang L] [--precision fp32|bf16] [--threads N]
+ *            [--format text|fairseq] [--raw-ids] [--alignment] [--target-lang L] [--precision fp32|bf16] [--threads N]
  *            [--inter-threads W] [--device auto|cpu|cuda] [--quiet]
  *
  * One output line per input line in text format (docs/decoding.md has the
@@ -42,6 +42,9 @@ static void usage(FILE *out) {
             "  --max-sentences S  sentences per batch (default 256 / beam)\n"
             "  --format F         text (default) or fairseq (S-/H-/D-/P- lines, base-2 scores)\n"
             "  --raw-ids          read and write space-separated token ids instead of text\n"
+            "  --alignment        hard alignments (the last decoder layer's cross-attention, summed over\n"
+            "                     heads): \"translation ||| s-t ...\" with word positions, or sentencepiece\n"
+            "                     piece positions with --raw-ids and in --format fairseq's A- lines\n"
             "  --target-lang L    target language (models with language tags)\n"
             "  --source-lang L    source language (multilingual latent-depth models)\n"
             "  --latent-inference hard|soft|sample   override latent.inference; --threshold Q overrides latent.threshold\n"
@@ -83,7 +86,7 @@ typedef struct {
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
     int bf16; /* --precision bf16 */
     double lenpen, max_len_a;
-    int raw_ids, quiet, no_graphs;
+    int raw_ids, quiet, no_graphs, alignment;
 } opts;
 
 /* Index of a language (given, or the only one on that side of the training data); -1 if ambiguous. */
@@ -166,6 +169,51 @@ static void put_tokens(FILE *f, const ll_spm *spm, const int32_t *t, int n, int 
     }
 }
 
+/* Word index of each piece: a piece beginning with U+2581 (sentencepiece's space) starts a word,
+ * so word k is the k-th whitespace-separated word of the text the pieces decode to. */
+static void piece_words(const ll_spm *spm, const int32_t *t, int n, int *w) {
+    int k = -1;
+    for (int i = 0; i < n; i++) {
+        const char *p = ll_spm_id_piece(spm, t[i]);
+        if (k < 0 || (p && !strncmp(p, "\xe2\x96\x81", 3))) k++;
+        w[i] = k;
+    }
+}
+
+static int cmp_pair(const void *a, const void *b) {
+    const int *x = a, *y = b;
+    return x[1] != y[1] ? (x[1] > y[1]) - (x[1] < y[1]) : (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* "s-t s-t ...": pieces (fairseq's hard alignment: target EOS left out, in target order) or, with
+ * words, the distinct word pairs of those, by target word then source word. */
+static void put_align(FILE *f, const ll_spm *spm, const int32_t *src, int src_len, const ll_hypo *y, int words) {
+    int n = y->len, np = 0;
+    if (n > 0 && y->tokens[n - 1] == LL_EOS) n--;
+    int *pair = ll_malloc(sizeof(int) * 2 * (n ? n : 1));
+    int *ws = words ? ll_malloc(sizeof(int) * (src_len ? src_len : 1)) : NULL;
+    int *wt = words ? ll_malloc(sizeof(int) * (n ? n : 1)) : NULL;
+    if (words) {
+        piece_words(spm, src, src_len, ws);
+        piece_words(spm, y->tokens, n, wt);
+    }
+    for (int j = 0; j < n; j++) {
+        const int a = y->align[j];
+        if (a < 0 || a >= src_len) continue;
+        pair[2 * np] = words ? ws[a] : a;
+        pair[2 * np + 1] = words ? wt[j] : j;
+        np++;
+    }
+    if (words) qsort(pair, np, sizeof(int) * 2, cmp_pair);
+    for (int i = 0, out = 0; i < np; i++) {
+        if (words && i && pair[2 * i] == pair[2 * i - 2] && pair[2 * i + 1] == pair[2 * i - 1]) continue;
+        fprintf(f, out++ ? " %d-%d" : "%d-%d", pair[2 * i], pair[2 * i + 1]);
+    }
+    free(pair);
+    free(ws);
+    free(wt);
+}
+
 static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_translation *t, long first) {
     const double ln2 = log(2.0);
     for (int i = 0; i < t->n; i++) {
@@ -176,6 +224,7 @@ static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_tran
             put_tokens(f, spm, t->src[i], t->src_len[i], o->raw_ids);
             fputc('\n', f);
             if (r->n == 0) fprintf(f, "H-%ld\t%.6f\t\nD-%ld\t%.6f\t\nP-%ld\t\n", id, 0.0, id, 0.0, id);
+            if (r->n == 0 && o->alignment) fprintf(f, "A-%ld\t\n", id);
             for (int h = 0; h < r->n; h++) {
                 const ll_hypo *y = &r->h[h];
                 char *detok = ll_spm_decode(spm, y->tokens, y->len);
@@ -184,11 +233,16 @@ static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_tran
                 fprintf(f, "\nD-%ld\t%.6f\t%s\nP-%ld\t", id, y->score / ln2, detok, id);
                 for (int k = 0; k < y->len; k++) fprintf(f, k ? " %.4f" : "%.4f", y->pos_scores[k] / ln2);
                 fputc('\n', f);
+                if (o->alignment) {
+                    fprintf(f, "A-%ld\t", id);
+                    put_align(f, spm, t->src[i], t->src_len[i], y, 0);
+                    fputc('\n', f);
+                }
                 free(detok);
             }
         } else if (o->nbest > 1) {
             /* Marian/Moses n-best: "i ||| hypothesis ||| score", score in base 2 */
-            if (r->n == 0) fprintf(f, "%ld |||  ||| %.6f\n", id, 0.0);
+            if (r->n == 0) fprintf(f, o->alignment ? "%ld |||  |||  ||| %.6f\n" : "%ld |||  ||| %.6f\n", id, 0.0);
             for (int h = 0; h < r->n; h++) {
                 const ll_hypo *y = &r->h[h];
                 fprintf(f, "%ld ||| ", id);
@@ -199,13 +253,22 @@ static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_tran
                     fputs(detok, f);
                     free(detok);
                 }
+                if (o->alignment) {
+                    fputs(" ||| ", f);
+                    put_align(f, spm, t->src[i], t->src_len[i], y, !o->raw_ids);
+                }
                 fprintf(f, " ||| %.6f\n", y->score / ln2);
             }
-        } else if (o->raw_ids) {
-            if (r->n) put_tokens(f, spm, r->h[0].tokens, r->h[0].len, 1);
-            fputc('\n', f);
         } else {
-            fprintf(f, "%s\n", t->best[i]);
+            if (!o->raw_ids)
+                fputs(t->best[i], f);
+            else if (r->n)
+                put_tokens(f, spm, r->h[0].tokens, r->h[0].len, 1);
+            if (o->alignment) { /* Marian's "translation ||| alignment" */
+                fputs(" ||| ", f);
+                if (r->n) put_align(f, spm, t->src[i], t->src_len[i], &r->h[0], !o->raw_ids);
+            }
+            fputc('\n', f);
         }
     }
 }
@@ -227,6 +290,8 @@ int main(int argc, char **argv) {
             o.quiet = 1;
         } else if (!strcmp(a, "--no-cuda-graphs")) {
             o.no_graphs = 1;
+        } else if (!strcmp(a, "--alignment")) {
+            o.alignment = 1;
         } else if (!v) {
             ll_die("unknown or incomplete argument '%s' (see lldecode --help)", a);
         } else if (!strcmp(a, "--model")) {
@@ -278,7 +343,9 @@ int main(int argc, char **argv) {
         } else {
             ll_die("unknown argument '%s' (see lldecode --help)", a);
         }
-        if (strcmp(a, "--raw-ids") && strcmp(a, "--quiet") && strcmp(a, "-q") && strcmp(a, "--no-cuda-graphs")) i++;
+        if (strcmp(a, "--raw-ids") && strcmp(a, "--quiet") && strcmp(a, "-q") && strcmp(a, "--no-cuda-graphs") &&
+            strcmp(a, "--alignment"))
+            i++;
     }
     if (!o.model) ll_die("--model FILE is required (see lldecode --help)");
     if (!*o.input || !*o.output || !*o.model) /* (an empty output failed only after decoding everything) */
@@ -324,6 +391,7 @@ int main(int argc, char **argv) {
                o.max_len_b);
     if (o.nbest > to.search.beam) ll_die("--nbest %ld: must not exceed the beam size %d", o.nbest, to.search.beam);
     to.search.nbest = (int)o.nbest;
+    to.search.align = o.alignment;
     if (ll_decode_bos(&cfg, spm, o.target_lang, &to.search.bos)) ll_die("%s", ll_errbuf());
     /* latent depth: the languages' own posteriors decide the layers (latent.inference) */
     if (o.latent_mode) snprintf(cfg.latent_inference, sizeof cfg.latent_inference, "%s", o.latent_mode);

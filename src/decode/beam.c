@@ -37,6 +37,7 @@ void ll_nbest_free(ll_nbest *r) {
     for (int i = 0; i < r->n; i++) {
         free(r->h[i].tokens);
         free(r->h[i].pos_scores);
+        free(r->h[i].align);
     }
     free(r->h);
     r->h = NULL;
@@ -82,6 +83,7 @@ static void finish(sent *s, int nbest, ll_nbest *out) {
     for (int i = out->n; i < s->n_fin; i++) {
         free(s->fin[i].tokens);
         free(s->fin[i].pos_scores);
+        free(s->fin[i].align);
     }
     out->h = s->fin;
     s->fin = NULL;
@@ -103,11 +105,19 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
         if (ss[i].max_len + 1 > T) T = ss[i].max_len + 1;
     }
     ll_dec_state *d = ll_decode_begin(m, src, src_len, B, S, beam, T);
+    if (o->align && ll_decode_align_on(m, d) < 0) ll_die("alignment: no decoder layer attends to the source");
 
     /* Row histories (tokens, per-token log-probs) are double-buffered: a step
      * builds the new rows from their parents. */
     int32_t *tok = ll_malloc(sizeof(int32_t) * N * T), *tok2 = ll_malloc(sizeof(int32_t) * N * T);
     float *ps = ll_malloc(sizeof(float) * N * T), *ps2 = ll_malloc(sizeof(float) * N * T);
+    /* with o->align: the rows' alignment histories, as tok; step_al: the step's, per row */
+    int32_t *al = NULL, *al2 = NULL, *step_al = NULL;
+    if (o->align) {
+        al = ll_malloc(sizeof(int32_t) * N * T);
+        al2 = ll_malloc(sizeof(int32_t) * N * T);
+        step_al = ll_malloc(sizeof(int32_t) * N);
+    }
     double *cum = ll_malloc(sizeof(double) * N), *cum2 = ll_malloc(sizeof(double) * N);
     int32_t *prev = ll_malloc(sizeof(int32_t) * N);
     /* per step, per sentence: k candidates from the backend (the [N, V]
@@ -129,7 +139,7 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
         for (int r = 0; r < n; r++) prev[r] = step ? tok[(size_t)r * T + step - 1] : o->bos;
         for (int j = 0; j < nact; j++)
             mode[j] = (uint8_t)((step >= ss[act[j]].min_len) | (step >= ss[act[j]].max_len) << 1);
-        ll_decode_step_topk(m, d, prev, cum, mode, k, score, lp, flat);
+        ll_decode_step_topk(m, d, prev, cum, mode, k, score, lp, flat, step_al);
         int n_keep = 0;
         for (int j = 0; j < nact; j++) {
             sent *s = &ss[act[j]];
@@ -154,6 +164,11 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
                 memcpy(h->pos_scores, ps + (size_t)c[q].row * T, sizeof(float) * step);
                 h->tokens[step] = LL_EOS;
                 h->pos_scores[step] = c[q].lp;
+                if (al) {
+                    h->align = ll_malloc(sizeof(int32_t) * h->len);
+                    memcpy(h->align, al + (size_t)c[q].row * T, sizeof(int32_t) * step);
+                    h->align[step] = step_al[c[q].row];
+                }
                 h->score = c[q].s / pow(step + 1, o->lenpen);
             }
             int done = s->n_fin == beam || step >= s->max_len;
@@ -169,6 +184,10 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
                 tok2[(size_t)r * T + step] = c[q].tok;
                 ps2[(size_t)r * T + step] = c[q].lp;
                 cum2[r] = c[q].s;
+                if (al) {
+                    memcpy(al2 + (size_t)r * T, al + (size_t)c[q].row * T, sizeof(int32_t) * step);
+                    al2[(size_t)r * T + step] = step_al[c[q].row];
+                }
             }
             if (filled == 0) done = 1; /* no live row: nothing more can finish */
             for (int r = base + filled; r < base + beam; r++) {
@@ -185,6 +204,7 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
         int32_t *ti = tok; tok = tok2; tok2 = ti;
         float *pi = ps; ps = ps2; ps2 = pi;
         double *ci = cum; cum = cum2; cum2 = ci;
+        int32_t *ai = al; al = al2; al2 = ai;
         if (n_keep == 0) break;
         if (n_keep < nact && ll_decode_compact_wanted(d, n_keep)) {
             /* drop finished sentences: move the kept rows down (ascending, so in place) */
@@ -198,6 +218,7 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
                     const int to = jj * beam + b, fr = j * beam + b;
                     memcpy(tok + (size_t)to * T, tok + (size_t)fr * T, sizeof(int32_t) * (step + 1));
                     memcpy(ps + (size_t)to * T, ps + (size_t)fr * T, sizeof(float) * (step + 1));
+                    if (al) memcpy(al + (size_t)to * T, al + (size_t)fr * T, sizeof(int32_t) * (step + 1));
                     cum[to] = cum[fr];
                     from[to] = from[fr] - fr + to;
                 }
@@ -215,6 +236,9 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     free(tok2);
     free(ps);
     free(ps2);
+    free(al);
+    free(al2);
+    free(step_al);
     free(cum);
     free(cum2);
     free(prev);

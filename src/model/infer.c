@@ -91,8 +91,8 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     const size_t b_cross = round64(ACT_BYTES(m, (size_t)B * S * 2 * C));
     const size_t b_self = round64(ACT_BYTES(m, (size_t)N * max_T * 2 * C));
     const size_t b_scratch = round64(ACT_BYTES(m, (size_t)N * (max_T > S ? max_T : S) * 2 * C));
-    const size_t b_anc = round64(sizeof(int) * (size_t)N * max_T);
-    const size_t total = b_len + b_logp + (size_t)hp->Ld * (b_cross + b_self) + b_scratch + 2 * b_anc;
+    const size_t b_anc = round64(sizeof(int) * (size_t)N * max_T), b_align = round64(sizeof(int32_t) * N);
+    const size_t total = b_len + b_logp + (size_t)hp->Ld * (b_cross + b_self) + b_scratch + 2 * b_anc + b_align;
     if (m->dec_mem_cap < total) {
         if (m->dec_mem) be->free(be, m->dec_mem);
         m->dec_mem = be->alloc(be, total);
@@ -112,6 +112,8 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     mem += b_scratch;
     d->anc = (int *)mem;
     d->anc_scratch = (int *)(mem + b_anc);
+    d->align_dev = (int32_t *)(mem + 2 * b_anc);
+    d->align_layer = -1;
     be->upload(be, d->dev_src_len, src_len, sizeof(int) * B);
 
     /* encoder: the training forward (stack run) with train = 0 */
@@ -194,7 +196,7 @@ static step_in step_upload(ll_model *m, ll_dec_state *d, const int32_t *prev_tok
  * position is read from backend memory, so every step of a shape queues the
  * same ops): the decoder on one position per row, the log-probabilities in
  * d->logp, and with k > 0 beam_topk's candidates into out. */
-static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
+static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out, int32_t *align) {
     ll_backend *be = m->be;
     const ll_hparams *hp = &m->hp;
     const int C = hp->C, N = d->N, beam = d->beam;
@@ -210,7 +212,7 @@ static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
 
     ll_inc inc = {.packed = d->packed, .self_kv = d->self_kv, .cross_kv = d->cross_kv, .max_T = d->max_T,
                   .t = in->t, .sents = d->B, .beam = roots ? 1 : beam, .anc = roots ? NULL : d->anc,
-                  .row_mul = mul, .sent_src_len = d->dev_src_len};
+                  .row_mul = mul, .sent_src_len = d->dev_src_len, .align = align, .align_layer = d->align_layer};
     ll_pass p = {.B = rows, .T = 1, .S = d->S, .train = 0, .no_grad = 1, .stack = 1, .inc = &inc};
     ll_stack_run r;
     ll_stack_run_init(m, &r, 1, &p, in->tok);
@@ -232,12 +234,12 @@ static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
 
 /* step_ops run through the fingerprinting wrapper (shadow: hashed, not run); their hash. */
 static uint64_t step_hashed(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out,
-                            int shadow) {
+                            int32_t *align, int shadow) {
     ll_backend *be = m->be;
     ll_backend_fingerprint_shadow(m->graph_fp, shadow);
     ll_backend_fingerprint_take(m->graph_fp);
     m->be = m->graph_fp;
-    step_ops(m, d, in, roots, k, out);
+    step_ops(m, d, in, roots, k, out, align);
     m->be = be;
     return ll_backend_fingerprint_take(m->graph_fp);
 }
@@ -247,16 +249,17 @@ static uint64_t step_hashed(ll_model *m, ll_dec_state *d, const step_in *in, int
  * else the step is captured.  Graphs of one kind of step (the first step or a
  * later one, with or without top-k) are a family: a new batch size updates the
  * kept one in place where no slot is free.  0: done; -1: graphs off, run the ops. */
-static int step_graphed(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
+static int step_graphed(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out,
+                        int32_t *align) {
     ll_backend *be = m->be;
     if (!m->graph_fp && !(m->graph_fp = ll_backend_fingerprint(be))) ll_die("out of memory");
     const ll_arena_mark act = ll_arena_get_mark(&m->arena), meta = ll_arena_get_mark(&m->meta);
-    int rc = be->graph_replay(be, step_hashed(m, d, in, roots, k, out, 1));
+    int rc = be->graph_replay(be, step_hashed(m, d, in, roots, k, out, align, 1));
     if (rc == 0) return 0;
     ll_arena_release(&m->arena, act);
     ll_arena_release(&m->meta, meta);
     if (rc == 1 && be->graph_begin(be) == 0) {
-        const uint64_t fp = step_hashed(m, d, in, roots, k, out, 0);
+        const uint64_t fp = step_hashed(m, d, in, roots, k, out, align, 0);
         const uint64_t family = 0x6c6c6465636f6465ull ^ (uint64_t)(roots | (k > 0) << 1);
         if (be->graph_end(be, fp, family) == 0) return 0;
         ll_arena_release(&m->arena, act);
@@ -266,11 +269,11 @@ static int step_graphed(ll_model *m, ll_dec_state *d, const step_in *in, int roo
     return -1;
 }
 
-static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
+static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out, int32_t *align) {
     ll_graph_stats g0, g1;
     const int graphed = d->graphs == 1 && m->be->graph_stats;
     if (graphed) m->be->graph_stats(m->be, &g0);
-    if (d->graphs != 1 || step_graphed(m, d, in, roots, k, out) != 0) step_ops(m, d, in, roots, k, out);
+    if (d->graphs != 1 || step_graphed(m, d, in, roots, k, out, align) != 0) step_ops(m, d, in, roots, k, out, align);
     if (graphed) { /* (the trainer's log tells training steps from search steps) */
         m->be->graph_stats(m->be, &g1);
         ll_graph_stats_add(&m->dec_graph_st, &g1, &g0);
@@ -282,7 +285,7 @@ static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
 const ll_act *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev_tok) {
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
     const step_in in = step_upload(m, d, prev_tok, NULL, NULL, 0);
-    run_step(m, d, &in, 0, 0, NULL);
+    run_step(m, d, &in, 0, 0, NULL, d->align_layer >= 0 ? d->align_dev : NULL);
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
     return d->logp;
@@ -305,28 +308,46 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
 }
 
 void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,
-                         const uint8_t *mode, int k, double *score, real *lp, int32_t *flat) {
+                         const uint8_t *mode, int k, double *score, real *lp, int32_t *flat, int32_t *align) {
     ll_backend *be = m->be;
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
     const int roots = root_rows_only(d, prev_tok, cum);
     const step_in in = step_upload(m, d, prev_tok, cum, mode, roots);
-    /* results in one block, read in one download: [score][lp][flat], widest
+    /* results in one block, read in one download: [score][lp][flat][align], widest
      * first so each array is aligned (real is double in the gradient-check build) */
-    const size_t nk = (size_t)d->B * k;
-    const size_t o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
-    const size_t bytes = o_flat + nk * sizeof(int32_t);
+    const size_t nk = (size_t)d->B * k, rows = roots ? (size_t)d->B : (size_t)d->N;
+    const size_t o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real), o_align = o_flat + nk * sizeof(int32_t);
+    const int want_align = align && d->align_layer >= 0;
+    const size_t bytes = o_align + (want_align ? rows * sizeof(int32_t) : 0);
     char *out = ll_arena_alloc(&m->arena, bytes);
-    run_step(m, d, &in, roots, k, out);
+    run_step(m, d, &in, roots, k, out, want_align ? (int32_t *)(out + o_align) : NULL);
     char *h = stage(d, bytes);
     be->download(be, h, out, bytes);
     memcpy(score, h, nk * sizeof(double));
     memcpy(lp, h + o_lp, nk * sizeof(real));
     memcpy(flat, h + o_flat, nk * sizeof(int32_t));
+    if (want_align) /* roots: row b of the step stood for the beam rows of sentence b */
+        for (int r = 0; r < d->N; r++) memcpy(&align[r], h + o_align + sizeof(int32_t) * (roots ? r / d->beam : r), 4);
     if (roots) /* row b of the step stood for row b * beam */
         for (size_t i = 0; i < nk; i++)
             if (flat[i] >= 0) flat[i] += (int32_t)((size_t)(flat[i] / m->hp.V) * (d->beam - 1) * m->hp.V);
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
+}
+
+int ll_decode_align_on(ll_model *m, ll_dec_state *d) {
+    /* the last layer whose cross-attention runs (fairseq: the last layer's, averaged over heads) */
+    d->align_layer = -1;
+    for (int l = 0; l < m->hp.Ld; l++) {
+        const ll_layer_ctl *c = &m->dec_ctl[l];
+        if (!(c->skip || c->skip_cross || ll_layer_off(c))) d->align_layer = l;
+    }
+    return d->align_layer;
+}
+
+void ll_decode_last_align(ll_model *m, ll_dec_state *d, int32_t *align) {
+    if (d->align_layer < 0) ll_die("decode: ll_decode_last_align without ll_decode_align_on");
+    m->be->download(m->be, align, d->align_dev, sizeof(int32_t) * d->N);
 }
 
 void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {

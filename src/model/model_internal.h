@@ -90,6 +90,9 @@ typedef struct {
                                  NULL: each row's own, row r = cache row r * row_mul */
     int row_mul;              /* 1, or beam when step 0 runs one row per sentence */
     const int *sent_src_len;  /* backend [sents] */
+    int32_t *align;           /* backend [rows]: the hard alignment of layer align_layer's cross-attention
+                                 (attn_align), or NULL */
+    int align_layer;
 } ll_inc;
 
 /* Shape and context shared by the blocks of one forward pass. */

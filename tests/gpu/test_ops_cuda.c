@@ -588,7 +588,7 @@ static void t_dots_acc(void) {
 }
 
 #include "test_ops_cuda_more.h"   /* latent depth, ALD, statistics, attention, losses, Adam, packed linear */
-#include "test_ops_cuda_decode.h" /* copy_rows, reorder_rows, beam_topk, attention_cached, beam_ancestry */
+#include "test_ops_cuda_decode.h" /* copy_rows, reorder_rows, beam_topk, attention_cached, beam_ancestry, attn_align */
 
 typedef struct {
     const char *name;
@@ -613,7 +613,7 @@ static const op_test tests[] = {
     {"attention_bwd", t_attention_bwd, 0}, {"xent_fwd_bwd", t_xent_fwd_bwd, 0}, {"sym_kl", t_sym_kl, 0},
     {"log_softmax", t_log_softmax, 0}, {"copy_rows", t_copy_rows, 0}, {"reorder_rows", t_reorder_rows, 0},
     {"beam_topk", t_beam_topk, 0}, {"attention_cached", t_attention_cached, 0},
-    {"beam_ancestry", t_beam_ancestry, 0}, {"adam", t_adam, 0}, {"linear_pack", t_linear_packed, 1},
+    {"beam_ancestry", t_beam_ancestry, 0}, {"attn_align", t_attn_align, 0}, {"adam", t_adam, 0}, {"linear_pack", t_linear_packed, 1},
     {"linear_packed", t_linear_packed, 1}, {"linear_unpack", t_linear_packed, 1},
 };
 

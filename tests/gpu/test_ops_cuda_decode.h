@@ -137,3 +137,39 @@ static void t_beam_ancestry(void) {
     free(ha);
     pb_free(&anc), pb_free(&scratch), pb_free(&fr), pb_free(&fc), pb_free(&t5);
 }
+
+/* the hard alignment (beam rows as a sentence's queries over its own keys), compared exactly:
+ * sentence 0 has one key (-1), 1 all S, the rest fewer; sentence 2's rows share a query whose
+ * key 1 is repeated before the EOS key (a tie: the lower), sentence 3's favourite is its EOS
+ * key (left out); the other sentences random (no near tie at these seeds) */
+static void align_case(int sents, int per, int S, int H, int Dh, int qpad) {
+    const int C = H * Dh, qs = C + qpad, kvs = 2 * C, rows = sents * per;
+    real *hq = pb_rand((size_t)rows * qs, -1, 1), *hk = pb_rand((size_t)sents * S * kvs, -2, 2);
+    int *len = ll_malloc(sizeof(int) * sents);
+    for (int b = 0; b < sents; b++) len[b] = b == 0 ? 1 : b == 1 ? S : 4 + (b * 7) % (S - 3);
+    for (int b = 2; b < 4 && b < sents; b++) {
+        for (int r = b * per + 1; r < (b + 1) * per; r++) memcpy(&hq[(size_t)r * qs], &hq[(size_t)b * per * qs], sizeof(real) * C);
+        const int fav = b == 2 ? 1 : len[b] - 1;
+        for (int e = 0; e < C; e++) hk[((size_t)b * S + fav) * kvs + e] = 2 * hq[(size_t)b * per * qs + e];
+        if (b == 2) memcpy(&hk[((size_t)b * S + len[b] - 2) * kvs], &hk[((size_t)b * S + fav) * kvs], sizeof(real) * C);
+    }
+    pbuf q = pb_new_act(hq, (size_t)rows * qs), kv = pb_new_act(hk, (size_t)sents * S * kvs);
+    pbuf kl = pb_new(len, sizeof(int) * sents), idx = pb_new(NULL, sizeof(int32_t) * rows);
+    BOTH BE->attn_align(BE, I32(idx, s), A(q, s), qs, A(kv, s), kvs, INT(kl, s), sents, per, S, H, Dh);
+    char what[96];
+    snprintf(what, sizeof what, "idx (sentences %d x %d rows, S %d, H %d, Dh %d)", sents, per, S, H, Dh);
+    pb_cmp_exact(what, &idx);
+    int32_t *got = pb_get(&idx, DUT);
+    for (int r = 0; r < rows && sents > 3; r++) { /* (also the CPU's, when they are equal) */
+        const int b = r / per, want = b == 0 ? -1 : b == 2 ? 1 : -2;
+        CHECK_MSG(want == -2 || got[r] == want, "attn_align row %d (sentence %d): %d, want %d", r, b, got[r], want);
+        CHECK_MSG(b != 3 || got[r] != len[3] - 1, "attn_align row %d chose the EOS key", r);
+    }
+    free(got), free(hq), free(hk), free(len);
+    pb_free(&q), pb_free(&kv), pb_free(&kl), pb_free(&idx);
+}
+static void t_attn_align(void) {
+    align_case(6, 5, 19, 8, 64, 0);  /* beam 5 over 19 keys, the model's strides */
+    align_case(5, 1, 70, 4, 40, 3);  /* greedy, more keys than a warp's lanes, odd strides */
+    align_case(4, 3, 33, 2, 128, 0); /* Dh 128 */
+}

@@ -583,6 +583,66 @@ static void test_bos(void) {
     ll_spm_free(spm);
 }
 
+/* ---- alignments: the search's bookkeeping ------------------------------------ */
+/* Each hypothesis's alignment (ll_search_opts.align) equals a replay of its tokens on one row
+ * (ll_decode_step + ll_decode_last_align), through beam reorders, the first step's shared
+ * rows and compaction (eager and lazy); the search itself is the same with and without it. */
+static void test_alignment(void) {
+    const int V = 12, B = 4;
+    int compared = 0, moved = 0;
+    real *logp = malloc(sizeof(real) * V);
+    for (int lazy = 0; lazy < 2; lazy++)
+        for (int seed = 1; seed <= 2; seed++) {
+            ll_model *m = toy(V, 32, 300 + seed);
+            m->decode_graphs = lazy ? 2 : -1;
+            int32_t src[B * 7];
+            int sl[B];
+            for (int i = 0; i < B; i++) {
+                sl[i] = 3 + (i * 2 + seed) % 5;
+                rand_src(src + i * 7, sl[i], V, seed * 50 + i);
+                for (int t = sl[i]; t < 7; t++) src[i * 7 + t] = LL_PAD;
+            }
+            ll_search_opts o;
+            ll_search_opts_default(&o);
+            o.beam = o.nbest = 3;
+            o.max_len_b = 6;
+            ll_nbest plain[B], al[B];
+            ll_beam_search(m, src, sl, B, 7, &o, plain);
+            o.align = 1;
+            ll_beam_search(m, src, sl, B, 7, &o, al);
+            for (int i = 0; i < B; i++) {
+                CHECK_MSG(al[i].n == plain[i].n, "alignment changed the search (sentence %d)", i);
+                for (int h = 0; h < al[i].n && h < plain[i].n; h++) {
+                    const ll_hypo *y = &al[i].h[h];
+                    CHECK_MSG(same_hypo(y, &plain[i].h[h], 0) && !plain[i].h[h].align && y->align,
+                              "seed %d sentence %d hypothesis %d: not the search without alignment", seed, i, h);
+                    if (!y->align) continue;
+                    ll_dec_state *d = ll_decode_begin(m, src + i * 7, &sl[i], 1, sl[i], 1, y->len + 1);
+                    CHECK(ll_decode_align_on(m, d) == 1);
+                    for (int t = 0; t < y->len; t++) {
+                        const int32_t prev = t ? y->tokens[t - 1] : o.bos;
+                        int32_t a = -7;
+                        ll_decode_step(m, d, &prev, logp);
+                        ll_decode_last_align(m, d, &a);
+                        CHECK_MSG(a == y->align[t] && a >= 0 && a < sl[i] - 1,
+                                  "seed %d sentence %d hypothesis %d token %d: aligned to %d, its replay to %d", seed,
+                                  i, h, t, y->align[t], a);
+                        moved += t > 0 && a != y->align[0];
+                        compared++;
+                    }
+                    ll_decode_end(m, d);
+                }
+                ll_nbest_free(&plain[i]);
+                ll_nbest_free(&al[i]);
+            }
+            ll_model_free(m);
+        }
+    free(logp);
+    fprintf(stderr, "alignment: %d tokens replayed (%d not aligned to their first token's position)\n", compared,
+            moved);
+    CHECK_MSG(compared > 50 && moved > 0, "alignment: too few tokens, or every token on one position");
+}
+
 int main(void) {
     ll_set_threads(1);
     test_exhaustive();
@@ -593,5 +653,6 @@ int main(void) {
     test_nbest();
     test_lengths();
     test_bos();
+    test_alignment();
     return tu_finish("grad_test_beam");
 }

@@ -443,6 +443,7 @@ static ll_backend g_cpu = {
     .beam_topk = cpu_beam_topk,
     .attention_cached = cpu_attention_cached,
     .beam_ancestry = cpu_beam_ancestry,
+    .attn_align = cpu_attn_align,
     .adam = cpu_adam,
     .linear_pack = cpu_linear_pack,
     .linear_packed = cpu_linear_packed,

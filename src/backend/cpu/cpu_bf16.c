@@ -363,6 +363,14 @@ static void b_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int
     back1(out, o, nq * C);
 }
 
+/* the keys of every sentence: sents * S rows of kv_stride */
+static void b_attn_align(ll_backend *be, int32_t *idx, const ll_act *q, int q_stride, const ll_act *kv, int kv_stride,
+                         const int *key_len, int sents, int per_sent, int S, int H, int Dh) {
+    const size_t C = (size_t)H * Dh, nq = (size_t)sents * per_sent, nk = (size_t)sents * S;
+    cpu_attn_align(be, idx, R(in2(0, q, nq, C, q_stride)), q_stride, R(in2(1, kv, nk, C, kv_stride)), kv_stride,
+                   key_len, sents, per_sent, S, H, Dh);
+}
+
 #define SET(op) g_bf16.op = b_##op
 static void init_bf16(void) {
     g_bf16 = *ll_backend_cpu(); /* memory, latent ops, sumsq, grad_finish, adam, convert: as fp32 */
@@ -371,7 +379,7 @@ static void init_bf16(void) {
     SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled), SET(acc), SET(add_gated);
     SET(scale_gated), SET(dot_acc), SET(residual_fwd), SET(residual_bwd), SET(weighted_sum), SET(weighted_scatter), SET(dots_acc), SET(ald_pool);
     SET(ald_unpool), SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax);
-    SET(beam_topk), SET(attention_cached);
+    SET(beam_topk), SET(attention_cached), SET(attn_align);
     /* decoding's packed fp32 kernel has no bf16 form: linear layers use gemm */
     g_bf16.linear_pack = NULL;
     g_bf16.linear_packed = NULL;

@@ -1,12 +1,14 @@
 /* Incremental-decoding ops on the CPU: the KV-cache write, the beam reorder
- * and the beam search's top-k over the vocabulary (contracts in
+ * the beam search's top-k over the vocabulary and the hard alignment (contracts in
  * include/ll/backend.h).  They are ops, not host code in the decoder, so that
  * the CUDA backend keeps the cache and the [rows, V] log-probabilities on the
  * device and the host reads only k candidates per sentence. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "fixed_sum.h"
 #include "vecmath.h"
 
 /* Copies only: the same code serves every activation dtype (element size from be). */
@@ -104,4 +106,44 @@ void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const
     for (int g = 0; g < groups; g++)
         topk_group(score + (size_t)g * k, lp + (size_t)g * k, flat + (size_t)g * k, logp, cum, mode[g], g * beam,
                    beam, V, k, pad, bos, eos);
+}
+
+/* Hard alignment of a decoding step (contract in include/ll/backend.h): per
+ * query row, the probabilities of its sentence's keys summed over the heads;
+ * the first maximum among the keys before the source's EOS. */
+void cpu_attn_align(ll_backend *be, int32_t *idx, const ll_act *q_, int q_stride, const ll_act *kv_, int kv_stride,
+                    const int *key_len, int sents, int per_sent, int S, int H, int Dh) {
+    (void)be;
+    const real *q = (const real *)q_, *kv = (const real *)kv_;
+    const real scale = 1 / sqrt((real)Dh);
+    const int rows = sents * per_sent;
+#pragma omp parallel if ((size_t)rows * S * H * Dh > 200000)
+    {
+        real *P = ll_aligned_alloc(sizeof(real) * 2 * (S > 0 ? S : 1)), *sum = P + (S > 0 ? S : 1);
+#pragma omp for schedule(static)
+        for (int r = 0; r < rows; r++) {
+            const int b = r / per_sent, n = key_len[b] < S ? key_len[b] : S;
+            if (n < 2) {
+                idx[r] = -1;
+                continue;
+            }
+            for (int j = 0; j < n; j++) sum[j] = 0;
+            for (int h = 0; h < H; h++) {
+                const real *qi = q + (size_t)r * q_stride + (size_t)h * Dh;
+                const real *kb = kv + (size_t)b * S * kv_stride + (size_t)h * Dh;
+                real mx = -INFINITY;
+                for (int j = 0; j < n; j++) {
+                    P[j] = ll_dot_fixed(qi, kb + (size_t)j * kv_stride, Dh) * scale;
+                    mx = P[j] > mx ? P[j] : mx;
+                }
+                const real z = ll_row_exp_inplace(P, n, mx, NULL);
+                for (int j = 0; j < n; j++) sum[j] += P[j] / z;
+            }
+            int best = 0;
+            for (int j = 1; j < n - 1; j++)
+                if (sum[j] > sum[best]) best = j;
+            idx[r] = best;
+        }
+        free(P);
+    }
 }

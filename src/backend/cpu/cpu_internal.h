@@ -80,6 +80,8 @@ void cpu_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_st
                           int H, int Dh);
 void cpu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, int rows, int t, const int *t_at,
                        int stride, int group);
+void cpu_attn_align(ll_backend *be, int32_t *idx, const ll_act *q, int q_stride, const ll_act *kv, int kv_stride,
+                    const int *key_len, int sents, int per_sent, int S, int H, int Dh);
 void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
                    const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
 

@@ -1,6 +1,6 @@
 /* CUDA host wrappers of the incremental-decoding ops (kernels/decode.cu):
  * the KV-cache write is one strided cudaMemcpy2DAsync; the reorder, the
- * ancestry tables, the cached self-attention and the beam top-k are kernels.  Nothing here synchronises. */
+ * ancestry tables, the cached self-attention, the beam top-k and the hard alignment are kernels.  Nothing here synchronises. */
 #include <cuda_runtime_api.h>
 
 #include "cuda_internal.h"
@@ -54,10 +54,18 @@ static void cu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *
                          "beam_ancestry");
 }
 
+static void cu_attn_align(ll_backend *be, int32_t *idx, const ll_act *q, int q_stride, const ll_act *kv, int kv_stride,
+                          const int *key_len, int sents, int per_sent, int S, int H, int Dh) {
+    ll_cuda_check_launch(ll_cuda_attn_align(ll_cuda_enter(be), ll_cuda_act(be), idx, q, q_stride, kv, kv_stride, key_len,
+                                            sents, per_sent, S, H, Dh),
+                         "attn_align");
+}
+
 void ll_cuda_register_decode(ll_backend *be) {
     be->copy_rows = cu_copy_rows;
     be->reorder_rows = cu_reorder_rows;
     be->beam_topk = cu_beam_topk;
     be->attention_cached = cu_attention_cached;
     be->beam_ancestry = cu_beam_ancestry;
+    be->attn_align = cu_attn_align;
 }
