@@ -110,6 +110,62 @@ printf '5 6 7\n\n9 10 11 12\n' | dec --raw-ids --beam 2 > "$T/ids.out" 2>/dev/nu
 [ "$(wc -l < "$T/ids.out")" -eq 3 ] && [ -z "$(sed -n 2p "$T/ids.out")" ] || err "--raw-ids: wrong lines: $(cat "$T/ids.out")"
 grep -qvE '^([0-9]+( [0-9]+)*)?$' "$T/ids.out" && err "--raw-ids output is not ids: $(cat "$T/ids.out")"
 
+# 5b. --alignment: fairseq's A- lines pair each target piece (EOS left out) with a source piece
+# (EOS left out); the text form is those pairs as words (a piece beginning with U+2581 starts a
+# word), the translation unchanged; --raw-ids gives the piece pairs; n-best adds a field
+{ head -6 "$DATA/overfit32.en"; echo; sed -n 7,12p "$DATA/overfit32.en"; } > "$T/al.in"
+dec --beam 5 --input "$T/al.in" --output "$T/al.txt" --quiet || err "decoding failed"
+for v in fairseq text nbest; do
+  case $v in
+    fairseq) dec --beam 5 --alignment --format fairseq --input "$T/al.in" ;;
+    text) dec --beam 5 --alignment --input "$T/al.in" ;;
+    nbest) dec --beam 5 --nbest 2 --alignment --input "$T/al.in" ;;
+  esac > "$T/al.$v" 2> "$T/al.err" || err "--alignment ($v) failed: $(cat "$T/al.err")"
+done
+printf '5 6 7\n\n9 10 11 12\n' | dec --raw-ids --beam 2 --alignment > "$T/al.ids" 2> /dev/null || err "--raw-ids --alignment failed"
+awk -F ' \\|\\|\\| ' 'NF != 2 { bad = 1 }
+  NR != 2 { n = split($1, t, " "); m = split($2, p, " "); if (n != m) bad = 1
+            for (i = 1; i <= m; i++) { split(p[i], q, "-"); if (q[2] != i - 1 || q[1] < 0 || q[1] >= (NR == 1 ? 3 : 4)) bad = 1 } }
+  NR == 2 && $0 != " ||| " { bad = 1 }
+  END { exit bad || NR != 3 }' "$T/al.ids" || err "--raw-ids --alignment: $(cat "$T/al.ids")"
+python3 - "$T/al.fairseq" "$T/al.text" "$T/al.txt" "$T/al.nbest" <<'PY' || err "--alignment outputs are inconsistent (above)"
+import sys
+fs, text, plain, nbest = (open(p, encoding="utf-8").read().split("\n")[:-1] for p in sys.argv[1:])
+rec = {}
+for line in fs:
+    tag, rest = line.split("\t", 1)
+    kind, i = tag.split("-", 1)
+    rec.setdefault(int(i), {}).setdefault(kind, rest.split("\t"))
+def words(pieces):
+    w, k = [], -1
+    for p in pieces:
+        if k < 0 or p.startswith("\u2581"):
+            k += 1
+        w.append(k)
+    return w
+bad, spread = [], 0
+for i in range(len(plain)):
+    r = rec[i]
+    src = r["S"][0].split() if r["S"][0] else []
+    hyp = r["H"][1].split() if r["H"][1] else []
+    pairs = [tuple(map(int, p.split("-"))) for p in r["A"][0].split()] if r["A"][0] else []
+    if [t for _, t in pairs] != list(range(len(hyp))) or any(not 0 <= s < len(src) for s, _ in pairs):
+        bad.append(f"sentence {i}: A- pairs {pairs} for {len(src)} source and {len(hyp)} target pieces")
+    spread += len({s for s, _ in pairs}) > 1
+    ws, wt = words(src), words(hyp)
+    want = " ||| ".join([plain[i], " ".join(f"{a}-{b}" for a, b in sorted({(ws[s], wt[t]) for s, t in pairs}, key=lambda p: (p[1], p[0])))])
+    if text[i] != want:
+        bad.append(f"sentence {i}: text form {text[i]!r}, want {want!r}")
+    n = [l for l in nbest if l.startswith(f"{i} ||| ")]
+    if len(n) != (1 if not src else 2) or n[0].split(" ||| ")[1:3] != want.split(" ||| "):
+        bad.append(f"sentence {i}: n-best {n}")
+if spread < 8:
+    bad.append(f"only {spread} of {len(plain) - 1} sentences align to more than one source piece")
+for b in bad:
+    print("FAIL:", b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+
 # 6. bad input: one line on stderr, exit 1, no output file (and an existing one untouched)
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
