@@ -116,7 +116,8 @@ static void check_graphs(ll_model *mg, const int32_t *src, const int *len, int B
         for (int i = 0; same && i < oe[b].n; i++)
             same &= oe[b].h[i].len == og[b].h[i].len && oe[b].h[i].score == og[b].h[i].score &&
                     !memcmp(oe[b].h[i].tokens, og[b].h[i].tokens, sizeof(int32_t) * oe[b].h[i].len) &&
-                    !memcmp(oe[b].h[i].pos_scores, og[b].h[i].pos_scores, sizeof(float) * oe[b].h[i].len);
+                    !memcmp(oe[b].h[i].pos_scores, og[b].h[i].pos_scores, sizeof(float) * oe[b].h[i].len) &&
+                    (!o->align || !memcmp(oe[b].h[i].align, og[b].h[i].align, sizeof(int32_t) * oe[b].h[i].len));
         ll_nbest_free(&oe[b]);
     }
     free(oe);
@@ -124,8 +125,9 @@ static void check_graphs(ll_model *mg, const int32_t *src, const int *len, int B
 }
 
 /* A whole search: same weights on both backends, same n-best lists (cpu NULL:
- * the search on gpu alone, checked for gemm fallbacks only). */
-static void test_search(ll_backend *cpu, ll_backend *gpu) {
+ * the search on gpu alone, checked for gemm fallbacks only); with align, the
+ * hypotheses' alignments (attn_align) the same too. */
+static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     ll_hparams hp = {.C = 32, .F = 64, .H = 4, .Le = 2, .Ld = 2, .V = 97, .max_pos = 64, .share_all = 1,
                      .tie_output = 1};
     ll_model *mc = cpu ? ll_model_new(&hp, cpu) : NULL, *mg = ll_model_new(&hp, gpu);
@@ -147,6 +149,7 @@ static void test_search(ll_backend *cpu, ll_backend *gpu) {
     o.nbest = 2;
     o.max_len_a = 1; /* sentences end at different steps: lazy compaction, new batch sizes */
     o.max_len_b = 4;
+    o.align = align;
     ll_nbest oc[B], og[B];
     memset(oc, 0, sizeof oc), memset(og, 0, sizeof og);
     const uint64_t f0 = ll_backend_gemm_fallbacks(gpu);
@@ -155,7 +158,7 @@ static void test_search(ll_backend *cpu, ll_backend *gpu) {
     ll_beam_search(mg, src, len, B, S, &o, og);
     gpu->graph_stats(gpu, &g1);
     char what[64];
-    snprintf(what, sizeof what, "beam search (%s)", ll_dtype_str(gpu->act));
+    snprintf(what, sizeof what, "beam search (%s%s)", ll_dtype_str(gpu->act), align ? ", alignments" : "");
     check_fallbacks(gpu, f0, what);
     check_graphs(mg, src, len, B, S, &o, og, &g0, &g1, what);
     if (!mc) {
@@ -172,10 +175,11 @@ static void test_search(ll_backend *cpu, ll_backend *gpu) {
         for (int i = 0; same && i < oc[b].n; i++)
             same &= oc[b].h[i].len == og[b].h[i].len &&
                     !memcmp(oc[b].h[i].tokens, og[b].h[i].tokens, sizeof(int32_t) * oc[b].h[i].len) &&
-                    fabs(oc[b].h[i].score - og[b].h[i].score) < 1e-4;
+                    fabs(oc[b].h[i].score - og[b].h[i].score) < 1e-4 &&
+                    (!align || !memcmp(oc[b].h[i].align, og[b].h[i].align, sizeof(int32_t) * oc[b].h[i].len));
         ll_nbest_free(&oc[b]), ll_nbest_free(&og[b]);
     }
-    CHECK_MSG(same, "beam search on CUDA gives other hypotheses than on the CPU");
+    CHECK_MSG(same, "%s on CUDA gives other hypotheses than on the CPU", what);
     ll_model_free(mc), ll_model_free(mg);
 }
 
@@ -190,9 +194,9 @@ int main(void) {
     test_topk(cpu, gpu, 2, 32, 301, 64);
     const char *miss = ll_backend_missing(gpu);
     CHECK_MSG(!miss, "the CUDA backend lacks '%s'", miss ? miss : "");
-    if (!miss) test_search(cpu, gpu);
+    if (!miss) test_search(cpu, gpu, 0), test_search(cpu, gpu, 1);
     ll_backend *b16 = ll_backend_cuda_precision(0, LL_BF16);
     CHECK_MSG(b16 != NULL, "ll_backend_cuda_precision(0, bf16): %s", ll_errbuf());
-    if (b16 && !ll_backend_missing(b16)) test_search(NULL, b16);
+    if (b16 && !ll_backend_missing(b16)) test_search(NULL, b16, 1);
     return tu_finish("gpu_test_decode_cuda");
 }
