@@ -30,27 +30,28 @@
 /* Moved rows only: pass 0 gathers the sources into scratch, pass 1 writes them back,
  * so a row overwritten early is still read correctly.  In bytes: any dtype. */
 static __global__ void reorder_pass(unsigned char *__restrict__ buf, unsigned char *__restrict__ scratch,
-                                    const int *__restrict__ from, size_t n, size_t stride, int pass) {
+                                    const int *__restrict__ from, int rows, size_t n, size_t stride, int pass) {
     LL_PDL_ENTER();
-    const int r = blockIdx.y;
-    const int f = from[r];
-    if (f == r) return;
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (size_t)gridDim.x * blockDim.x) {
-        if (pass == 0)
-            scratch[(size_t)r * n + j] = buf[(size_t)f * stride + j];
-        else
-            buf[(size_t)r * stride + j] = scratch[(size_t)r * n + j];
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) { /* (rows beyond grid.y's 65,535 too) */
+        const int f = from[r];
+        if (f == r) continue;
+        for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (size_t)gridDim.x * blockDim.x) {
+            if (pass == 0)
+                scratch[(size_t)r * n + j] = buf[(size_t)f * stride + j];
+            else
+                buf[(size_t)r * stride + j] = scratch[(size_t)r * n + j];
+        }
     }
 }
 
 extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, const int *from, int rows,
                                             size_t n, size_t stride) {
     if (rows <= 0 || n == 0) return cudaSuccess;
-    if (rows > 65535) return cudaErrorInvalidValue; /* grid.y limit */
     size_t bx = (n + 255) / 256;
-    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)rows);
+    dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(rows < 65535 ? rows : 65535));
     for (int pass = 0; pass < 2; pass++) {
-        LL_LAUNCH(grid, 256, 0, stream, reorder_pass)((unsigned char *)buf, (unsigned char *)scratch, from, n, stride, pass);
+        LL_LAUNCH(grid, 256, 0, stream, reorder_pass)((unsigned char *)buf, (unsigned char *)scratch, from, rows, n,
+                                                      stride, pass);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }

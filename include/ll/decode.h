@@ -70,6 +70,9 @@ typedef struct {
                            key draw_base + b (ll_latent_inference_draw), whichever worker runs it */
 } ll_translate_opts;
 
+/* Sentences per batch at most: max_sents (0: 256 / beam), and fewer where
+ * sentences x beam x V would pass 2^31 (beam_topk's int32 candidate index). */
+int ll_translate_batch_sents(const ll_translate_opts *o, int V);
 /* The number of concurrent batch workers ll_translate_ids will use at most. */
 int ll_translate_workers(const ll_translate_opts *o);
 

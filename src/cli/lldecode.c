@@ -11,6 +11,7 @@
  * Errors: one line on stderr, exit status 1. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,6 +391,8 @@ int main(int argc, char **argv) {
         ll_die("--min-len %ld: above --max-len-b %ld, every output's length limit when --max-len-a is 0", o.min_len,
                o.max_len_b);
     if (o.nbest > to.search.beam) ll_die("--nbest %ld: must not exceed the beam size %d", o.nbest, to.search.beam);
+    if ((long long)to.search.beam * m->hp.V > INT_MAX) /* (beam_topk numbers candidates in an int32) */
+        ll_die("--beam %d: beam x the vocabulary (%d pieces) must stay below 2^31", to.search.beam, m->hp.V);
     to.search.nbest = (int)o.nbest;
     to.search.align = o.alignment;
     if (ll_decode_bos(&cfg, spm, o.target_lang, &to.search.bos)) ll_die("%s", ll_errbuf());

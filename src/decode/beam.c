@@ -12,6 +12,7 @@
  * Finished sentences leave the batch (ll_decode_compact) when
  * ll_decode_compact_wanted says so; until then their rows ride along "dead"
  * (-inf, no candidates), which changes nothing for the others. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,8 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     const int k = beam == 1 ? 1 : 2 * beam;
     if (beam < 1 || o->nbest < 1 || o->nbest > beam) ll_die("beam search: need 1 <= nbest (%d) <= beam (%d)", o->nbest, beam);
     if (B <= 0) return;
+    if ((long long)B * beam * V > INT_MAX) /* (ll_translate_ids keeps its batches below) */
+        ll_die("beam search: %d rows (beam %d) x vocabulary %d exceed 2^31 candidates in one batch", N, beam, V);
     sent *ss = ll_calloc(B, sizeof *ss);
     int T = 1; /* history capacity: tokens per row */
     for (int i = 0; i < B; i++) {

@@ -3,6 +3,7 @@
  * together, and the results put back in input order.  Also the text side:
  * sentencepiece encoding with truncation, detokenisation, and the choice of
  * the decoder's first token (EOS or a target-language tag). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,15 @@ static void run_batch(ll_model *m, const len_idx *ord, const int32_t *const *src
     free(res);
 }
 
+int ll_translate_batch_sents(const ll_translate_opts *o, int V) {
+    const int beam = o->search.beam;
+    int n = o->max_sents > 0 ? o->max_sents : (256 / beam > 1 ? 256 / beam : 1);
+    /* beam_topk numbers a batch's candidates (row * V + token) in an int32: a batch's rows stay below
+     * 2^31 / V (ll_beam_search refuses more) */
+    const long rows_cap = INT_MAX / V / beam;
+    return n > rows_cap ? (rows_cap > 1 ? (int)rows_cap : 1) : n;
+}
+
 int ll_translate_workers(const ll_translate_opts *o) {
     const int t = ll_get_threads(); /* auto: one single-threaded worker per thread */
     return o->inter_threads > 0 && o->inter_threads < t ? o->inter_threads : t;
@@ -54,7 +64,7 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
                       ll_nbest *out, ll_translate_stats *st) {
     const double t0 = ll_now();
     ll_translate_stats acc = {0};
-    int max_sents = o->max_sents > 0 ? o->max_sents : (256 / o->search.beam > 1 ? 256 / o->search.beam : 1);
+    int max_sents = ll_translate_batch_sents(o, m->hp.V);
     /* Sort by length (ties by position) so that a batch pads little. */
     len_idx *ord = ll_malloc(sizeof(len_idx) * (n ? n : 1));
     int ne = 0;

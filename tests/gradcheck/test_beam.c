@@ -654,5 +654,15 @@ int main(void) {
     test_lengths();
     test_bos();
     test_alignment();
+    /* batches keep sentences x beam x V below 2^31 (beam_topk's int32 candidate index) */
+    ll_translate_opts to = {.max_sents = 1 << 20};
+    ll_search_opts_default(&to.search);
+    to.search.beam = 12;
+    CHECK(ll_translate_batch_sents(&to, 64000) == 2796); /* 2796 * 12 * 64000 < 2^31 <= 2797 * ... */
+    CHECK(ll_translate_batch_sents(&to, 100) == 1 << 20);
+    to.max_sents = 0;
+    CHECK(ll_translate_batch_sents(&to, 64000) == 21); /* 256 / beam */
+    to.search.beam = 1024;
+    CHECK(ll_translate_batch_sents(&to, 1 << 22) == 1);
     return tu_finish("grad_test_beam");
 }

@@ -42,7 +42,9 @@ static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat,
 static void cu_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
                                 int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys,
                                 const int *n_at, int rows, int H, int Dh) {
-    if (Dh > 128) ll_die("attention_cached: head size %d exceeds the CUDA limit 128", Dh);
+    if (Dh > 128)
+        ll_die("attention_cached: head size %d (model.d_model / model.heads) exceeds the CUDA kernels' limit of 128",
+               Dh);
     ll_cuda_check_launch(ll_cuda_attention_cached(ll_cuda_enter(be), ll_cuda_act(be), out, q, q_stride, kv, kv_stride,
                                                   row_stride, anc, anc_stride, n_keys, n_at, rows, H, Dh),
                          "attention_cached");
@@ -56,6 +58,9 @@ static void cu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *
 
 static void cu_attn_align(ll_backend *be, int32_t *idx, const ll_act *q, int q_stride, const ll_act *kv, int kv_stride,
                           const int *key_len, int sents, int per_sent, int S, int H, int Dh) {
+    if (sizeof(float) * ((size_t)H * Dh + 2 * (size_t)S) > 48 * 1024)
+        ll_die("--alignment: a model of width %d with %d source positions exceeds the CUDA kernel's 48 KiB of shared "
+               "memory", H * Dh, S);
     ll_cuda_check_launch(ll_cuda_attn_align(ll_cuda_enter(be), ll_cuda_act(be), idx, q, q_stride, kv, kv_stride, key_len,
                                             sents, per_sent, S, H, Dh),
                          "attn_align");
