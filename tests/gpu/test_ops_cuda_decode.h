@@ -35,6 +35,15 @@ static void t_reorder_rows(void) {
     BOTH BE->reorder_rows(BE, A(buf, s), A(scratch, s), INT(f, s), 1, n, stride);
     pb_cmp_exact("buf (one row)", &buf);
     pb_free(&buf), pb_free(&scratch), pb_free(&f);
+    /* more rows than a grid's 65,535 in y: the kernel's blocks take several (a long beam's compaction) */
+    enum { MANY = 65535 + 700 };
+    int *fm = ll_malloc(sizeof(int) * MANY);
+    for (int r = 0; r < MANY; r++) fm[r] = r % 7 ? r : MANY - 1 - r;
+    buf = pb_rand_act((size_t)MANY * 3, -1, 1), scratch = pb_new_act(NULL, (size_t)MANY * 2), f = pb_new(fm, sizeof(int) * MANY);
+    BOTH BE->reorder_rows(BE, A(buf, s), A(scratch, s), INT(f, s), MANY, 2, 3);
+    pb_cmp_exact("buf (65,535 + 700 rows)", &buf);
+    free(fm);
+    pb_free(&buf), pb_free(&scratch), pb_free(&f);
 }
 
 /* groups of `beam` rows over V = 32003: log-probs with ties (bf16 has many),
