@@ -47,10 +47,11 @@ static __global__ void reorder_pass(unsigned char *__restrict__ buf, unsigned ch
 extern "C" cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, const int *from, int rows,
                                             size_t n, size_t stride) {
     if (rows <= 0 || n == 0) return cudaSuccess;
-    size_t bx = (n + 255) / 256;
+    const int threads = n < 256 ? 32 * (int)((n + 31) / 32) : 256; /* (short rows: no idle warps) */
+    size_t bx = (n + threads - 1) / threads;
     dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(rows < 65535 ? rows : 65535));
     for (int pass = 0; pass < 2; pass++) {
-        LL_LAUNCH(grid, 256, 0, stream, reorder_pass)((unsigned char *)buf, (unsigned char *)scratch, from, rows, n,
+        LL_LAUNCH(grid, threads, 0, stream, reorder_pass)((unsigned char *)buf, (unsigned char *)scratch, from, rows, n,
                                                       stride, pass);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
