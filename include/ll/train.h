@@ -85,8 +85,10 @@ ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be,
 /* train.metrics_log names a file lltrain appends to (a resume) or replaces (a new run): -1 + errbuf
  * when it exists, is a regular non-empty file and does not start as an ll metrics log does
  * ({"type":"...), so a corpus, a note or a checkpoint given there by mistake is never overwritten or
- * cut.  Pipes, devices and a missing file are fine. */
-int ll_metrics_log_check(const char *path);
+ * cut.  Nor is another run's log: a new run (resumed_from NULL) refuses a non-empty log outside
+ * cfg's checkpoint.save_dir, a resumed one a non-empty log other than the one the checkpoint
+ * resumed_from logged to (train.metrics_log changed).  Pipes, devices and a missing file are fine. */
+int ll_metrics_log_check(const char *path, const ll_config *cfg, const char *resumed_from);
 /* ---- resuming (src/train/resume.c) ---- */
 /* The update count a training checkpoint stores; -1 for a plain model file. */
 long ll_ckpt_stored_update(const ll_ckpt *k);

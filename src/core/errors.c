@@ -3,6 +3,7 @@
 #include "ll/core.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -25,11 +26,27 @@ static void check_stdout(void) {
     _exit(1);
 }
 
+/* A closed standard descriptor would be taken by the next file opened: lltrain's run lock or
+ * metrics log would then receive the console's lines (`lltrain ... >&- 2>&-`).  Each gets
+ * /dev/null opened the wrong way round, so that using it still fails as on a closed one (a
+ * translation written to a closed stdout is an error at exit, check_stdout). */
+static void hold_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        const int n = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY); /* the lowest free: fd itself */
+        if (n > fd) {
+            dup2(n, fd);
+            close(n);
+        }
+    }
+}
+
 void ll_set_progname(const char *name) {
     static int registered;
     g_prog = name;
     ll_map_set_tool(name);
     if (!registered++) {
+        hold_std_fds();
         atexit(check_stdout);
         ll_remove_temps_on_signals();
     }

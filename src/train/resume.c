@@ -4,6 +4,7 @@
  * cut metrics.jsonl back to the update resumed from. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -155,7 +156,23 @@ int ll_resume_load(const char *dir, ll_model *m, ll_train_state *ts, char *chose
     return rc;
 }
 
-int ll_metrics_log_check(const char *path) {
+/* The metrics log the run saved in `from` wrote: its train.metrics_log, or save_dir's metrics.jsonl
+ * (the save_dir of now: a run directory may have moved).  "" when the checkpoint's config is unreadable. */
+static void logged_to(const char *from, const ll_config *cfg, char *out, size_t n) {
+    out[0] = 0;
+    ll_ckpt *k = ll_ckpt_open(from);
+    ll_config old;
+    if (k && ll_config_load_text(&old, ll_ckpt_config_text(k), from) == 0) {
+        if (old.metrics_log[0])
+            snprintf(out, n, "%s", old.metrics_log);
+        else
+            snprintf(out, n, "%s/metrics.jsonl", cfg->save_dir);
+        ll_config_free(&old);
+    }
+    if (k) ll_ckpt_close(k);
+}
+
+int ll_metrics_log_check(const char *path, const ll_config *cfg, const char *resumed_from) {
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
     static const char head[] = "{\"type\":\"";
@@ -166,6 +183,26 @@ int ll_metrics_log_check(const char *path) {
     if (!ok)
         return ll_fail("train.metrics_log %s: an existing file that is not an ll metrics log (its first line is no "
                        "{\"type\":...} record); refusing to write into it: choose another path", path);
+    if (resumed_from) { /* cut back to the checkpoint's records: only the log that run wrote */
+        char was[LL_PATH_MAX + 32];
+        logged_to(resumed_from, cfg, was, sizeof was);
+        if (was[0] && strcmp(was, path) && !ll_same_file(was, path))
+            return ll_fail("train.metrics_log %s: not the log this run wrote (%s, when %s was saved) and not empty; "
+                           "resuming would cut its records back: remove it or choose a new path",
+                           path, was, resumed_from);
+        return 0;
+    }
+    /* a new run replaces the log: within its own save_dir that is its own earlier attempt's (a fresh
+     * run into a directory with checkpoints is refused before this), elsewhere perhaps another run's */
+    char *dir = ll_strdup(path), *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    struct stat sd, ss;
+    const int own = !stat(slash ? (slash == dir ? "/" : dir) : ".", &sd) && !stat(cfg->save_dir, &ss) &&
+                    sd.st_dev == ss.st_dev && sd.st_ino == ss.st_ino;
+    free(dir);
+    if (!own)
+        return ll_fail("train.metrics_log %s: an existing metrics log outside checkpoint.save_dir %s (another "
+                       "run's?); a new run would overwrite it: remove it or choose another path", path, cfg->save_dir);
     return 0;
 }
 

@@ -308,7 +308,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         snprintf(mpath, sizeof t->mpath, "%s", cfg->metrics_log);
     else
         snprintf(mpath, sizeof t->mpath, "%s/metrics.jsonl", cfg->save_dir);
-    if (t->rank == 0 && ll_metrics_log_check(mpath)) return -1;
+    if (t->rank == 0 && ll_metrics_log_check(mpath, cfg, o->resume ? from : NULL)) return -1;
     if (o->resume && t->rank == 0) {
         repair_best(t);
         int kept = ll_metrics_truncate(mpath, t->ts.update, t->ts.metrics_records); /* written after the state */

@@ -286,5 +286,33 @@ printf 'data:\n  dir: %s\n  vocab_size: 100\n  train:\n    - {src: "%s/nl\\nx.en
 [ $rc -ne 0 ] && grep -q "error: $D/nl.cfg:5: data.train\[0\].src: the path holds a line break; rename the file" "$T/log" && [ ! -e "$T/nlbin" ] ||
   err "a corpus path with a line break: exit $rc: $(cat "$T/log")"
 
+# 17. (round 5) another run's metrics log is never overwritten or cut back: a new run refuses a
+#     non-empty log outside its save_dir, a resume one that the checkpoint's run did not write; a
+#     new run still replaces the stale log in its own save_dir, a resume starts a new path afresh
+cks=$(cksum < "$T/m.jsonl")
+want "error: train.metrics_log $T/m.jsonl: an existing metrics log outside checkpoint.save_dir $T/m3" \
+  "${A[@]}" --set checkpoint.save_dir="$T/m3" --set train.max_updates=2 --set train.metrics_log="$T/m.jsonl"
+"${A[@]}" --set checkpoint.save_dir="$T/mr" --set train.max_updates=6 --resume --set train.metrics_log="$T/m.jsonl" 2> "$T/log"
+rc=$?
+[ $rc -ne 0 ] && grep -q "^lltrain: error: train.metrics_log $T/m.jsonl: not the log this run wrote ($T/mr/metrics.jsonl" "$T/log" ||
+  err "--resume onto another run's metrics log: exit $rc: $(cat "$T/log")"
+[ "$(cksum < "$T/m.jsonl")" = "$cks" ] || err "a refused run changed another run's metrics log"
+"${A[@]}" --set checkpoint.save_dir="$T/m2" --set train.max_updates=6 --resume 2> "$T/log" &&
+  [ "$(grep -c . "$T/m2/metrics.jsonl")" -ge 1 ] && [ "$(cksum < "$T/m.jsonl")" = "$cks" ] ||
+  err "--resume onto a new metrics log path: $(cat "$T/log")"
+mkdir -p "$T/m4" && cp "$T/m.jsonl" "$T/m4/metrics.jsonl" # an attempt that saved no checkpoint
+"${A[@]}" --set checkpoint.save_dir="$T/m4" --set train.max_updates=2 2> "$T/log" &&
+  grep -q '"update":4,' "$T/m.jsonl" && ! grep -q '"update":4,' "$T/m4/metrics.jsonl" ||
+  err "a new run kept its save_dir's stale log: $(cat "$T/log")"
+# 18. (round 5) closed standard descriptors: the console's lines went into the first files opened
+#     (the run lock, the metrics log); now the log holds records only and the lock its PID line
+B=()
+for a in "${A[@]}"; do [ "$a" = --quiet ] || B+=("$a"); done
+"${B[@]}" --set checkpoint.save_dir="$T/m5" --set train.max_updates=3 --set train.log_interval=1 >&- 2>&-
+grep -vq '^{"type":"' "$T/m5/metrics.jsonl" && err "closed stdout/stderr: the metrics log holds other lines: $(head -3 "$T/m5/metrics.jsonl")"
+[ "$(grep -c . "$T/m5/metrics.jsonl")" -ge 3 ] || err "closed stdout/stderr: the run did not log"
+[ ! -e "$T/m5/.lltrain.lock" ] || [ "$(grep -vc '^lltrain pid' "$T/m5/.lltrain.lock")" -eq 0 ] ||
+  err "closed stdout/stderr: the lock file holds: $(head -3 "$T/m5/.lltrain.lock")"
+
 [ $fail -eq 0 ] && echo "test_run_guard: all checks passed"
 exit $fail
