@@ -112,6 +112,7 @@ typedef struct {
     float latent_logits_lr;     /* 0 = train.lr (same schedule) */
     char latent_inference[8];   /* "hard" | "soft" | "sample" */
     float latent_threshold;
+    char latent_pruned_for[LL_LANG_MAX]; /* llprune --lang: the language whose layers were kept ("" = any) */
 
     /* DLCL (Wang et al. 2019) */
     int dlcl_enc, dlcl_dec;

@@ -129,6 +129,20 @@ static void need_lang(const ll_config *cfg, const ll_hparams *hp, int src, int t
     }
 }
 
+/* A model llprune cut down to one language's layers (latent.pruned_for) translates pairs with that
+ * language only: the others' layers are gone, and it would run the wrong ones without a word. */
+static void need_pruned_lang(const ll_config *cfg, int src, int tgt) {
+    const char *p = cfg->latent_pruned_for;
+    if (!p[0]) return;
+    char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
+    const int n = ll_config_langs(cfg, langs);
+    const char *s = src >= 0 && src < n ? langs[src] : NULL, *t = tgt >= 0 && tgt < n ? langs[tgt] : NULL;
+    if ((s && !strcmp(s, p)) || (t && !strcmp(t, p))) return;
+    ll_die("the model was pruned for %s (llprune --lang %s): its other languages' layers are gone, so it translates "
+           "only pairs with %s, not %s -> %s%s",
+           p, p, p, s ? s : "?", t ? t : "?", !s || !t ? " (give --source-lang and --target-lang)" : "");
+}
+
 /* "id id id" -> ids with EOS appended (unless already last); 0 for a blank line. */
 static int parse_ids(const char *line, long lineno, const char *input, int V, int max_src, int32_t **ids, int *cap,
                      int *truncated) {
@@ -401,6 +415,7 @@ int main(int argc, char **argv) {
     if (o.threshold >= 0) cfg.latent_threshold = (float)o.threshold;
     const int src_lang = pick_lang(&cfg, o.source_lang, 0), tgt_lang = pick_lang(&cfg, o.target_lang, 1);
     need_lang(&cfg, &m->hp, src_lang, tgt_lang);
+    need_pruned_lang(&cfg, src_lang, tgt_lang);
     if (ll_set_pair_inference(m, &cfg, src_lang, tgt_lang)) ll_die("%s", ll_errbuf());
 
     FILE *in = stdin;

@@ -215,6 +215,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "\n");
         return 1;
     }
+    int narrowed = 0, lang_rows = 0; /* --lang: some stack kept its rows only; some stack had rows for it */
     for (int s = 0; s < 2; s++) {
         if (keep_s[s]) {
             parse_list(keep_s[s], plan[s].L, &plan[s], s ? "--dec-layers-to-keep" : "--enc-layers-to-keep");
@@ -240,9 +241,11 @@ int main(int argc, char **argv) {
                 n_sel += !sel[r], sel[r] = 1;
         }
         if (n_sel) { /* the --lang rows decide; with one row its gates are baked in */
+            narrowed |= n_sel < n_use; /* other languages' rows left out: the model is L's alone */
             memcpy(use, sel, sizeof use);
             n_use = n_sel;
         }
+        lang_rows |= n_sel > 0 || rows == 1;
         plan_latent(&plan[s], a, rows, plan[s].L, use, thr);
         for (int r = 0; r < rows; r++) { /* the posterior of every language this stack uses */
             if (!use[r]) continue;
@@ -266,6 +269,10 @@ int main(int argc, char **argv) {
         /* a single language (or a shared posterior): hard gates are exactly "kept or not" */
         plan[s].latent_out = n_use > 1;
     }
+    if (lang && !lang_rows) /* (a latent decoder has rows for target languages, a latent encoder for sources) */
+        ll_die("--lang %s: no latent stack of %s has a layer posterior for %s (a latent decoder's rows are its target "
+               "languages', a latent encoder's its source languages')",
+               lang, model, lang);
     /* exactness: what cannot be dropped, and the DLCL folds */
     const int dlcl_in[2] = {cfg.dlcl_enc, cfg.dlcl_dec};
     int any_fold = 0;
@@ -303,6 +310,7 @@ int main(int argc, char **argv) {
     cfg.enc_layers = plan[0].n_keep;
     cfg.dec_layers = plan[1].n_keep;
     cfg.latent_threshold = (float)thr; /* the kept gates must decide as they did here */
+    if (narrowed) snprintf(cfg.latent_pruned_for, sizeof cfg.latent_pruned_for, "%s", lang);
     if (!strcmp(cfg.latent_posterior, "auto")) /* auto depends on the latent stacks, which may change here */
         snprintf(cfg.latent_posterior, sizeof cfg.latent_posterior, "%s", hp.latent_per_pair ? "per_pair" : "per_language");
     cfg.latent_enc = plan[0].latent_out;

@@ -225,6 +225,9 @@ const ll_cfg_key ll_cfg_keys[] = {
          "Inference: hard (layer used iff q >= threshold, others not computed), soft (z = q), or sample (the "
          "code's stochastic draw, one per batch, keyed by train.seed and the batch)."),
     FLT("latent.threshold", latent_threshold, "0.5", 0, 1, 0, "Selection threshold on q(z=1) for hard inference and llprune."),
+    STR("latent.pruned_for", latent_pruned_for, "", 0,
+        "Written by llprune --lang L into the pruned model: it holds L's layers only, so lldecode translates "
+        "only pairs with L (other languages' layers are gone); empty: any language."),
 
     /* DLCL */
     BOOL("dlcl.encoder", dlcl_enc, "false", "DLCL in the encoder: each layer's input combines all earlier outputs."),

@@ -57,6 +57,11 @@ check_model() { # name: prune per language and for the union, decode, compare
     same "$T/$1.full.$lang" "$T/$1.pruned.$lang" || err "$1 $lang: pruned model decodes differently"
   done
   grep -q "^decoder: keep [0-3] of 4" "$T/$1.prune.es" "$T/$1.prune.xx" || err "$1: nothing was pruned"
+  # a model pruned for one language refuses the others (it ran their pairs on its layers, silently)
+  "$BIN/lldecode" --model "$T/$1.es.llm" --target-lang xx --input "$IN" --quiet > /dev/null 2> "$T/err" &&
+    err "$1: the model pruned for es decoded into xx"
+  grep -q "error: the model was pruned for es (llprune --lang es): .* only pairs with es, not en -> xx$" "$T/err" &&
+    [ "$(wc -l < "$T/err")" -eq 1 ] || err "$1: unclear refusal of xx: $(cat "$T/err")"
   "$BIN/llprune" --model "$M" --threshold "$thr" --output "$T/$1.all.llm" > /dev/null || err "$1: union prune failed"
   for lang in es xx; do
     "$BIN/lldecode" --model "$T/$1.all.llm" --target-lang $lang --beam 2 --format fairseq --input "$IN" \
@@ -105,6 +110,13 @@ thr=$(sed -n 's/.*use a threshold <= \([0-9.]*\).*/\1/p' "$T/err.prune")
   err "the suggested threshold $thr failed"
 "$BIN/lldecode" --model "$T/one.llm" --target-lang es --beam 2 --input "$IN" --quiet > /dev/null ||
   err "the model pruned at the suggested threshold does not decode"
+
+# --lang of a language no latent stack has rows for (en: only a source here, the decoder's rows are
+# per target language) is refused, not taken as no --lang
+"$BIN/llprune" --model "$M" --threshold 0.5 --lang en --output "$T/en.llm" > /dev/null 2> "$T/err" &&
+  err "llprune --lang en (a source language, latent decoder) accepted"
+grep -q "error: --lang en: no latent stack of .* has a layer posterior for en" "$T/err" && [ ! -e "$T/en.llm" ] ||
+  err "llprune --lang en: $(cat "$T/err")"
 
 # lldecode's shape message shows each shape with its own rank ([8,1] vs [8], not "[8,0] ... [8,0]")
 python3 - "$M" "$T/shape.llm" "$SRC/scripts" <<'PY'
