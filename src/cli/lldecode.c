@@ -137,10 +137,11 @@ static void need_pruned_lang(const ll_config *cfg, int src, int tgt) {
     char langs[LL_MAX_CORPORA * 4][LL_LANG_MAX];
     const int n = ll_config_langs(cfg, langs);
     const char *s = src >= 0 && src < n ? langs[src] : NULL, *t = tgt >= 0 && tgt < n ? langs[tgt] : NULL;
-    if ((s && !strcmp(s, p)) || (t && !strcmp(t, p))) return;
+    /* (a side not given and not implied could be p: the input is the user's word for it) */
+    if (!s || !t || !strcmp(s, p) || !strcmp(t, p)) return;
     ll_die("the model was pruned for %s (llprune --lang %s): its other languages' layers are gone, so it translates "
-           "only pairs with %s, not %s -> %s%s",
-           p, p, p, s ? s : "?", t ? t : "?", !s || !t ? " (give --source-lang and --target-lang)" : "");
+           "only pairs with %s, not %s -> %s",
+           p, p, p, s, t);
 }
 
 /* "id id id" -> ids with EOS appended (unless already last); 0 for a blank line. */

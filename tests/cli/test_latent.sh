@@ -71,6 +71,10 @@ for lang in es xx; do
   "$BIN/lldecode" --model "$T/m2o.$lang.llm" --beam 2 --input "$T/in.$lang" --quiet > "$T/m2o.pruned.$lang" ||
     err "M2O decode pruned $lang failed"
   cmp -s "$T/m2o.full.$lang" "$T/m2o.pruned.$lang" || err "M2O $lang: pruned output differs from the full model"
+  other=$([ $lang = es ] && echo xx || echo es) # the pruned model with the other source: refused
+  "$BIN/lldecode" --model "$T/m2o.$lang.llm" --source-lang $other --input "$T/in.$lang" --quiet > /dev/null 2> "$T/err" &&
+    err "M2O: the model pruned for $lang decoded $other"
+  grep -q "pruned for $lang .* not $other -> en$" "$T/err" || err "M2O pruned for $lang, --source-lang $other: $(cat "$T/err")"
 done
 
 # without --source-lang the M2O model must not guess an encoder row (row 0 would be es's)
