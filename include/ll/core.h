@@ -164,6 +164,10 @@ void ll_atomic_abort(ll_atomic_file *af);
  * temporaries, then kill the process as before.  ll_set_progname calls it;
  * lltrain's own handlers (graceful stop) replace it while training. */
 void ll_remove_temps_on_signals(void);
+/* More for those signals to remove (on 1) or to leave again (on 0): a file (data.dir's lock), and
+ * one flat directory (llprep's staging directory, files only). */
+void ll_signal_cleanup_file(const char *path, int on);
+void ll_signal_cleanup_dir(const char *dir, int on);
 
 /* Read a whole file; returns NULL + errbuf on failure.  Adds a NUL terminator. */
 char *ll_read_file(const char *path, size_t *len);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* Live temporaries, so that a SIGINT/SIGTERM/SIGHUP removes them before the
@@ -37,9 +38,48 @@ static void temp_untrack(const char *tmp) {
         }
 }
 
+/* A staging directory (llprep's, flat: files only), emptied and removed by the handler too. */
+static char g_stage_dir[TEMP_CAP];
+static volatile sig_atomic_t g_stage_used;
+
+void ll_signal_cleanup_file(const char *path, int on) {
+    if (on)
+        temp_track(path);
+    else
+        temp_untrack(path);
+}
+
+void ll_signal_cleanup_dir(const char *dir, int on) {
+    g_stage_used = 0;
+    if (on && strlen(dir) < TEMP_CAP) {
+        memcpy(g_stage_dir, dir, strlen(dir) + 1);
+        g_stage_used = 1;
+    }
+}
+
+/* In the signal handler: async-signal-safe calls only (no opendir/readdir: they allocate), so
+ * the entries come from the getdents64 system call itself. */
+static void remove_flat_dir_in_handler(const char *dir) {
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    _Alignas(8) char buf[4096];
+    long n;
+    while ((n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0)
+        for (long off = 0; off < n;) {
+            const char *name = buf + off + 19; /* d_ino 8, d_off 8, d_reclen 2, d_type 1 */
+            unsigned short reclen;
+            memcpy(&reclen, buf + off + 16, sizeof reclen);
+            if (strcmp(name, ".") && strcmp(name, "..")) unlinkat(fd, name, 0);
+            off += reclen;
+        }
+    close(fd);
+    rmdir(dir);
+}
+
 static void on_fatal_signal(int sig) {
     for (int i = 0; i < MAX_TEMPS; i++)
         if (g_temp_used[i]) unlink(g_temps[i]);
+    if (g_stage_used) remove_flat_dir_in_handler(g_stage_dir);
     signal(sig, SIG_DFL);
     raise(sig); /* dies of the signal, as it would have */
 }

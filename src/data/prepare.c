@@ -263,6 +263,7 @@ int ll_data_lock_take(ll_data_lock *l, const char *data_dir) {
         struct stat a, b;
         if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
             l->fd = fd;
+            ll_signal_cleanup_file(path, 1); /* a stopped holder lets go as ll_data_lock_release does */
             return 0;
         }
         close(fd);
@@ -276,6 +277,7 @@ void ll_data_lock_release(ll_data_lock *l, int failed) {
         char path[LL_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/" LOCK_FILE, l->dir);
         unlink(path);
+        ll_signal_cleanup_file(path, 0);
     }
     if (failed && l->created[0]) remove_dirs_up_to(l->dir, l->created);
     if (l->fd >= 0) close(l->fd);
@@ -601,6 +603,7 @@ int ll_prepare_data(const ll_config *cfg) {
         P.stage[0] = 0;
         goto out;
     }
+    ll_signal_cleanup_dir(P.stage, 1); /* SIGTERM, SIGINT, SIGHUP: removed, as the tools' temporaries */
     if (make_spm(&P) != 0) goto out;
     for (int k = 0; k < cfg->n_train + cfg->n_valid; k++) {
         if (binarize(&P, k, &P.info.corpora[k]) != 0) goto out;
@@ -615,6 +618,7 @@ out:
         undo_dirs(&P);
     else
         remove_flat_dir(P.stage); /* empty by now */
+    ll_signal_cleanup_dir(P.stage, 0);
     if (P.spm) ll_spm_free(P.spm);
     for (int i = 0; i < P.n_tags; i++) free(P.tags[i]);
     free(P.tags);

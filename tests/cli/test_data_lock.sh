@@ -114,5 +114,30 @@ else
   echo "SKIP section 4: not root (it runs llprep as another user)"
 fi
 
+# 5. (round 5) SIGTERM while llprep prepares: its staging directory and the lock go with it, as the
+#    tools' temporaries do (they stayed until the next preparation of that data.dir)
+python3 - "$T/big" <<'PY'
+import random, sys
+random.seed(1)
+w = ["".join(random.choice("abcdefghijklmnop") for _ in range(random.randint(2, 9))) for _ in range(20000)]
+for ext in ("en", "es"):
+    with open(f"{sys.argv[1]}.{ext}", "w") as f:
+        for _ in range(60000):
+            f.write(" ".join(random.choice(w) for _ in range(12)) + "\n")
+PY
+printf 'data:\n  dir: %s\n  vocab_size: 2000\n  train:\n    - {src: %s.en, tgt: %s.es, src_lang: en, tgt_lang: es}\n' \
+  "$T/sig" "$T/big" "$T/big" > "$T/sig.cfg"
+"$BIN/llprep" --config "$T/sig.cfg" > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 200); do compgen -G "$T/sig/.llprep.*" > /dev/null && break; sleep 0.05; done
+sleep 0.3 # (into the sentencepiece training: the staging directory holds its input by then)
+compgen -G "$T/sig/.llprep.*" > /dev/null || err "SIGTERM: llprep never staged (too fast?)"
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc -eq 143 ] || err "SIGTERM: llprep exit $rc (want 143: killed by it)"
+left=$(cd "$T/sig" 2> /dev/null && ls -A)
+[ -z "$(echo "$left" | grep -E '^\.llprep\.|^\.lldata\.lock$')" ] || err "SIGTERM left in data.dir: $left"
+
 [ $fail -eq 0 ] && echo "test_data_lock: all checks passed"
 exit $fail
