@@ -155,13 +155,18 @@ static int parse_ids(const char *line, long lineno, const char *input, int V, in
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (errno || end == p || (*end && *end != ' ' && *end != '\t') || v < 0 || v >= V || v == LL_PAD)
-            ll_die("%s:%ld: bad token id '%.*s' (ids are integers in [0, %d) other than pad = %d)", input, lineno,
-                   (int)strcspn(p, " \t"), p, V, LL_PAD);
+        /* as lldecode writes them: digits, no sign, no leading zero */
+        if (errno || end == p || (*end && *end != ' ' && *end != '\t') || v < 0 || v >= V || v == LL_PAD ||
+            *p < '0' || *p > '9' || (*p == '0' && end > p + 1))
+            ll_die("%s:%ld: bad token id '%.*s' (ids are integers in [0, %d) other than pad = %d, written in plain "
+                   "digits)", input, lineno, (int)strcspn(p, " \t"), p, V, LL_PAD);
+        if (n > 0 && (*ids)[n - 1] == LL_EOS) /* (EOS may end a line, as lldecode's own output never shows it) */
+            ll_die("%s:%ld: the EOS id %d inside the line: a source sentence ends at its EOS", input, lineno, LL_EOS);
         if (n + 2 > *cap) *ids = ll_realloc(*ids, sizeof(int32_t) * (*cap = 2 * (n + 2)));
         (*ids)[n++] = (int32_t)v;
         p = end;
     }
+    if (n == 1 && (*ids)[0] == LL_EOS) n = 0; /* EOS alone: an empty sentence, as an empty line */
     if (n == 0) return 0;
     if ((*ids)[n - 1] != LL_EOS) (*ids)[n++] = LL_EOS;
     if (n > max_src) {

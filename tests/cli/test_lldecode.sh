@@ -194,6 +194,15 @@ printf '5 6\n7 x 8\n' > "$T/bad.ids"
 check_error "bad id" "bad.ids:2" --model "$M" --raw-ids --input "$T/bad.ids"
 printf '5 6\n7 99999\n' > "$T/big.ids"
 check_error "id out of range" "big.ids:2" --model "$M" --raw-ids --input "$T/big.ids"
+for id in +5 -0 007 0x5 5.0; do # (round 5: strtol took a sign and leading zeros)
+  printf '5 6\n7 %s 8\n' "$id" > "$T/sig.ids"
+  check_error "id '$id'" "sig.ids:2: bad token id '$id'" --model "$M" --raw-ids --input "$T/sig.ids"
+done
+printf '5 2 6\n' > "$T/eosin.ids" # EOS (id 2) inside a line
+check_error "EOS inside a line" "eosin.ids:1: the EOS id 2 inside the line" --model "$M" --raw-ids --input "$T/eosin.ids"
+printf '5 6 2\n2\n\n' | dec --raw-ids --beam 2 > "$T/eos.out" 2> /dev/null || err "--raw-ids with final EOS ids failed"
+[ "$(sed -n 2p "$T/eos.out")" = "" ] && [ -n "$(sed -n 1p "$T/eos.out")" ] && [ "$(wc -l < "$T/eos.out")" -eq 3 ] ||
+  err "--raw-ids: an EOS-only line is not an empty sentence: $(cat "$T/eos.out")"
 printf '5 1 6\n' > "$T/pad.ids"
 check_error "pad id" "pad.ids:1" --model "$M" --raw-ids --input "$T/pad.ids"
 check_error "no model" "--model" --input "$DATA/test.en"
