@@ -95,7 +95,16 @@ static int pick_lang(const ll_config *cfg, const char *lang, int target) {
     if (lang) {
         int i = ll_config_lang_index(cfg, lang);
         if (i < 0) ll_die("--%s-lang %s: the model was not trained with that language", target ? "target" : "source", lang);
-        return i;
+        /* a language of the other side only: nothing would use it (a silent no-op) */
+        char list[LL_MAX_CORPORA * 2 * (LL_LANG_MAX + 2)] = "";
+        for (int c = 0; c < cfg->n_train + cfg->n_valid; c++) {
+            const ll_corpus_cfg *k = c < cfg->n_train ? &cfg->train[c] : &cfg->valid[c - cfg->n_train];
+            const char *l = target ? k->tgt_lang : k->src_lang;
+            if (!strcmp(l, lang)) return i;
+            if (!strstr(list, l) && strlen(list) + strlen(l) + 3 < sizeof list) strcat(strcat(list, list[0] ? ", " : ""), l);
+        }
+        ll_die("--%s-lang %s: the model translates %s %s only", target ? "target" : "source", lang,
+               target ? "into" : "from", list);
     }
     int found = -1;
     for (int c = 0; c < cfg->n_train; c++) {
@@ -417,6 +426,10 @@ int main(int argc, char **argv) {
     to.search.align = o.alignment;
     if (ll_decode_bos(&cfg, spm, o.target_lang, &to.search.bos)) ll_die("%s", ll_errbuf());
     /* latent depth: the languages' own posteriors decide the layers (latent.inference) */
+    if ((o.latent_mode || o.threshold >= 0) && !m->hp.latent_enc && !m->hp.latent_dec)
+        ll_die("--%s: the model has no latent-depth layers (latent.encoder and latent.decoder are false%s)",
+               o.latent_mode ? "latent-inference" : "threshold",
+               cfg.latent_pruned_for[0] ? "; llprune baked its gates in" : "");
     if (o.latent_mode) snprintf(cfg.latent_inference, sizeof cfg.latent_inference, "%s", o.latent_mode);
     if (o.threshold >= 0) cfg.latent_threshold = (float)o.threshold;
     const int src_lang = pick_lang(&cfg, o.source_lang, 0), tgt_lang = pick_lang(&cfg, o.target_lang, 1);
