@@ -56,7 +56,8 @@ static int parse_list(const char *s, int L, stack_plan *p, const char *flag) {
         if (p->n_keep && v <= p->keep[p->n_keep - 1]) ll_die("%s: indices must be increasing", flag);
         p->keep[p->n_keep++] = (int)v;
         c = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') ll_die("%s: '%s' is not a comma-separated list", flag, s);
+        if ((*end && *end != ',') || (*end == ',' && !end[1])) /* (a trailing comma: a layer left out?) */
+            ll_die("%s: '%s' is not a comma-separated list", flag, s);
     }
     if (p->n_keep == 0) ll_die("%s: keep at least one layer", flag);
     return 0;
@@ -209,6 +210,9 @@ int main(int argc, char **argv) {
         ll_die("--threshold %g: %s has no latent-depth stack to prune by it (%s); --enc-layers-to-keep and "
                "--dec-layers-to-keep choose layers by index",
                thr, model, latent_in[0] || latent_in[1] ? "its latent stacks are given keep lists" : "latent.encoder and latent.decoder are false");
+    if (!keep_s[0] && !keep_s[1] && !latent_in[0] && !latent_in[1]) /* (it wrote an identical copy) */
+        ll_die("%s: nothing to prune: no latent-depth stack (latent.encoder and latent.decoder are false); "
+               "--enc-layers-to-keep and --dec-layers-to-keep choose layers by index", model);
     if (lang && ll_config_lang_index(&cfg, lang) < 0) {
         fprintf(stderr, "llprune: error: --lang %s: the model knows", lang);
         for (int i = 0; i < n_langs; i++) fprintf(stderr, " %s", langs[i]);

@@ -100,7 +100,9 @@ for tool in lltrain lldecode lleval llavg llprep llprune; do
     err "$tool --help > /dev/full: exit $rc: $(cat "$T/log")"
 done
 "$BIN/lleval" --input "$T/in.txt" --ref "$T/in.txt" > /dev/full 2> "$T/log" && err "lleval > /dev/full exited 0"
-"$BIN/llprune" --model "$R/checkpoint_last.llm" --output "$T/pruned.llm" > /dev/full 2> "$T/log" && err "llprune > /dev/full exited 0"
+"$BIN/llprune" --model "$R/checkpoint_last.llm" --dec-layers-to-keep 0 --output "$T/pruned.llm" > /dev/full 2> "$T/log" &&
+  err "llprune > /dev/full exited 0"
+grep -q "write failed" "$T/log" || err "llprune > /dev/full: $(cat "$T/log")"
 
 # 4. out of memory while reading is an error naming the file, never end of input
 # (not in the AddressSanitizer build: its shadow memory cannot be mapped under ulimit -v)
@@ -221,6 +223,10 @@ want "error: --threshold 0.5: $R/checkpoint_last.llm has no latent-depth stack t
   --config "$SRC/configs/tiny_test.cfg" --config "$SRC/configs/tiny_latent.cfg"; exit $fail) || fail=1 # (in $T: were it taken, it would train there)
 want "error: --beam is given twice" "$BIN/lldecode" --model "$R/checkpoint_last.llm" --beam 5 --beam 3 --input "$T/in.txt"
 want "error: --model is given twice" "$BIN/llprune" --model "$R/checkpoint_5.llm" --model "$R/checkpoint_10.llm" --output "$T/p.llm"
+# (round 5) llprune: a keep list with a trailing comma, and a model with nothing to prune (it wrote a copy)
+want "error: --dec-layers-to-keep: '0,' is not a comma-separated list" "$BIN/llprune" --model "$R/checkpoint_5.llm" --dec-layers-to-keep 0, --output "$T/p.llm"
+want "checkpoint_5.llm: nothing to prune: no latent-depth stack" "$BIN/llprune" --model "$R/checkpoint_5.llm" --output "$T/p.llm"
+[ ! -e "$T/p.llm" ] || err "a refused llprune wrote its output"
 want "error: --output is given twice" "$BIN/llavg" --output "$T/a.llm" --output "$T/b.llm" "$R/checkpoint_5.llm"
 want "error: --input (-i) is given twice" "$BIN/lleval" --ref "$T/in.txt" -i "$T/in.txt" --input "$T/in.txt"
 want "error: --config is given twice" "$BIN/llprep" --config "$D/c.cfg" --config "$D/c.cfg"
