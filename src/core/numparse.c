@@ -9,6 +9,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 int ll_num_long(const char *s, long *v) {
     if (!*s || isspace((unsigned char)*s)) return LL_NUM_SYNTAX;
@@ -23,6 +24,9 @@ int ll_num_long(const char *s, long *v) {
 
 int ll_num_double(const char *s, double *v, int as_float) {
     if (!*s || isspace((unsigned char)*s)) return LL_NUM_SYNTAX;
+    /* decimal only, as the integers: strtod also reads hex ("0x1p-9") and "infinity" */
+    for (const char *c = s; *c; c++)
+        if (!isdigit((unsigned char)*c) && !strchr("+-.eE", *c)) return LL_NUM_SYNTAX;
     char *end;
     errno = 0;
     double x = strtod(s, &end);

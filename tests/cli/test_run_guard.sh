@@ -125,7 +125,7 @@ want() { # want "PATTERN" CMD...: CMD fails with one line matching PATTERN
   "$@" > /dev/null 2> "$T/log"; local rc=$?
   [ $rc -ne 0 ] && [ "$(wc -l < "$T/log")" -eq 1 ] && grep -q -- "$pat" "$T/log" || err "$*: exit $rc: $(cat "$T/log")"
 }
-for v in O.9 abc 0.5x -0.9 1.5 "" " 0.5" 1e-400; do
+for v in O.9 abc 0.5x -0.9 1.5 "" " 0.5" 1e-400 0x1p-1 infinity; do # (hex and words: decimal only, round 5)
   want "error: --threshold: .*\[0, 1\]" "$BIN/llprune" --model "$R/checkpoint_last.llm" --threshold "$v" --output "$T/p.llm"
 done
 [ ! -e "$T/p.llm" ] || err "llprune wrote a model despite a bad --threshold"
@@ -145,6 +145,7 @@ want "train.lr: 1e-320 underflows a float.*allowed: (0, 10\]" "${A[@]}" --set tr
 want "train.max_updates must be an integer in \[0, 2147483647\], got 3000000000" "${A[@]}" --set train.max_updates=3000000000
 want "train.seed must be an integer in \[0, 2147483647\], got 18446744073709551617" "${A[@]}" --set train.seed=18446744073709551617
 want "data.max_tokens expects an int, got '1e20' (allowed: \[1, 2147483647\])" "${A[@]}" --set data.max_tokens=1e20
+want "train.lr expects a float, got '0x1p-9'" "${A[@]}" --set train.lr=0x1p-9
 
 # 7. messages naming the key, the file and the reason
 want "error: checkpoint.save_dir is empty: set it to a directory" "${A[@]}" --set checkpoint.save_dir=
