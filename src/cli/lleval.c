@@ -190,6 +190,11 @@ int main(int argc, char **argv) {
 #undef NEED
     }
     if (nrefs == 0) ll_die("at least one --ref FILE is required (see lleval --help)");
+    /* standard input once: the second reader would get nothing ("<stdin> has 1 lines but <stdin> has 0") */
+    const int hyp_stdin = !strcmp(input, "-");
+    for (int i = 0, n = hyp_stdin; i < nrefs; i++)
+        if (!strcmp(refs[i], "-") && n++)
+            ll_die("--ref -: standard input is already %s; give files", hyp_stdin ? "the --input" : "another --ref");
 
     /* metric list; output order is sacreBLEU's sorted(metrics): BLEU before chrF */
     int use_bleu = 0, use_chrf = 0, first = 0;

@@ -39,6 +39,8 @@ expect_error "--ref FILE is required" "$LLEVAL" --input hyp2
 expect_error "unknown metric 'ter'" "$LLEVAL" --ref hyp2 --input hyp2 --metrics bleu,ter
 expect_error "unsupported tokenizer 'intl'" "$LLEVAL" --ref hyp2 --input hyp2 --tokenize intl
 expect_error "no_such_file" "$LLEVAL" --ref no_such_file --input hyp2
+expect_error "--ref -: standard input is already the --input" "$LLEVAL" --ref - --input - < hyp2
+expect_error "--ref -: standard input is already another --ref" "$LLEVAL" --ref - --ref - --input hyp2 < hyp2
 
 # ---- output format: sacreBLEU's README example, hypotheses on stdin ----
 printf '%s\n' 'The dog bit the man.' 'It was not unexpected.' 'The man bit him first.' >ref_a
