@@ -44,6 +44,16 @@ static void rand_src(int32_t *s, int sl, int V, uint64_t seed) {
     s[sl - 1] = LL_EOS;
 }
 
+/* B random sources in rows of 7 (padded): sentence i has min + (i * len[0] + len[1]) % len[2]
+ * tokens (EOS included), drawn with seed key + i. */
+static void rand_batch(int32_t *src, int *sl, int B, int V, int min, const int len[3], uint64_t key) {
+    for (int i = 0; i < B; i++) {
+        sl[i] = min + (i * len[0] + len[1]) % len[2];
+        rand_src(src + i * 7, sl[i], V, key + i);
+        for (int t = sl[i]; t < 7; t++) src[i * 7 + t] = LL_PAD;
+    }
+}
+
 /* Log-probs of n target sequences ys[i] (lens[i] tokens) after `bos`, all
  * teacher-forced in one batch: lp[i][t] = log p(ys[i][t] | bos ys[i][<t]).
  * With want_next: also the distribution after the full sequence (next[i*V..]). */
@@ -286,11 +296,7 @@ static void test_reference(int lazy) {
         m->decode_graphs = lazy ? 2 : -1;
         int32_t src[B * 7];
         int sl[B];
-        for (int i = 0; i < B; i++) {
-            sl[i] = 2 + (i * 3 + seed) % 6;
-            rand_src(src + i * 7, sl[i], V, seed * 100 + i);
-            for (int t = sl[i]; t < 7; t++) src[i * 7 + t] = LL_PAD;
-        }
+        rand_batch(src, sl, B, V, 2, (int[]){3, seed, 6}, seed * 100);
         for (int K = 2; K <= 4; K++) {
             ll_search_opts o;
             ll_search_opts_default(&o);
@@ -597,11 +603,7 @@ static void test_alignment(void) {
             m->decode_graphs = lazy ? 2 : -1;
             int32_t src[B * 7];
             int sl[B];
-            for (int i = 0; i < B; i++) {
-                sl[i] = 3 + (i * 2 + seed) % 5;
-                rand_src(src + i * 7, sl[i], V, seed * 50 + i);
-                for (int t = sl[i]; t < 7; t++) src[i * 7 + t] = LL_PAD;
-            }
+            rand_batch(src, sl, B, V, 3, (int[]){2, seed, 5}, seed * 50);
             ll_search_opts o;
             ll_search_opts_default(&o);
             o.beam = o.nbest = 3;
