@@ -22,7 +22,7 @@
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
-    int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0;
+    int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0;
     const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -36,11 +36,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--src-len")) S = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--len")) T = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--profile")) profile = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--alignment")) align = atoi(argv[i + 1]);
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
                     "          [--model base (bench/gpu/base.cfg, 128 x 32 -> 32)] [--device cpu|cuda]\n"
-                    "          [--precision fp32|bf16] [--batch B] [--src-len S] [--len T] [--profile 1]\n",
+                    "          [--precision fp32|bf16] [--batch B] [--src-len S] [--len T] [--profile 1]\n"
+                    "          [--alignment 1 (lldecode --alignment)]\n",
                     argv[0]);
             return 2;
         }
@@ -87,6 +89,7 @@ int main(int argc, char **argv) {
         o.max_len_a = 0;
         o.max_len_b = T; /* steps 0..T: T tokens then EOS */
         o.min_len = T;
+        o.align = align;
         ll_translate_opts to = {.search = o, .max_tokens = 1 << 20, .max_sents = B, .inter_threads = inter};
         ll_nbest *out = calloc(B, sizeof *out);
         double best = 1e30;
@@ -110,8 +113,9 @@ int main(int argc, char **argv) {
             if (rep > 0 && dt < best) best = dt; /* the first run warms up */
         }
         if (be->graph_stats) be->graph_stats(be, &g1);
-        printf("RESULT ll_decode beam=%d inter=%d sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu graph_replays=%llu\n",
-               beam, ll_translate_workers(&to), B / best, tokens / best, (unsigned long long)(g1.launches - g0.launches),
+        printf("RESULT ll_decode beam=%d inter=%d%s sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu "
+               "graph_replays=%llu\n",
+               beam, ll_translate_workers(&to), align ? " alignment=1" : "", B / best, tokens / best, (unsigned long long)(g1.launches - g0.launches),
                (unsigned long long)(g1.replays - g0.replays));
         if (timed && repeats > 0) {
             printf("profile, beam %d (ms per batch of %d sentences, ops timed between syncs, no CUDA graphs; the "
