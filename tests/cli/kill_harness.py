@@ -236,7 +236,9 @@ def main():
         compare_with_reference(ref, name)
     # an ignored SIGHUP (nohup lltrain ... &) stays ignored: the run goes on, SIGTERM still stops it
     shutil.rmtree(RUN, ignore_errors=True)
-    p = start(preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    # (a run far longer than the 0.2 s below: the SIGTERM must come while it trains, not after its last
+    # update, when lltrain's handlers are gone and the signal kills it; that failed once in CI)
+    p = start(["--set", "train.max_updates=100000"], preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     while not has_checkpoint() and p.poll() is None:
         time.sleep(0.005)
     p.send_signal(signal.SIGHUP)
