@@ -97,11 +97,13 @@ static int pick_lang(const ll_config *cfg, const char *lang, int target) {
         if (i < 0) ll_die("--%s-lang %s: the model was not trained with that language", target ? "target" : "source", lang);
         /* a language of the other side only: nothing would use it (a silent no-op) */
         char list[LL_MAX_CORPORA * 2 * (LL_LANG_MAX + 2)] = "";
+        char listed[LL_MAX_CORPORA * 4] = {0}; /* by language index: each named once */
         for (int c = 0; c < cfg->n_train + cfg->n_valid; c++) {
             const ll_corpus_cfg *k = c < cfg->n_train ? &cfg->train[c] : &cfg->valid[c - cfg->n_train];
             const char *l = target ? k->tgt_lang : k->src_lang;
             if (!strcmp(l, lang)) return i;
-            if (!strstr(list, l) && strlen(list) + strlen(l) + 3 < sizeof list) strcat(strcat(list, list[0] ? ", " : ""), l);
+            const int li = ll_config_lang_index(cfg, l);
+            if (li >= 0 && !listed[li]++) strcat(strcat(list, list[0] ? ", " : ""), l);
         }
         ll_die("--%s-lang %s: the model translates %s %s only", target ? "target" : "source", lang,
                target ? "into" : "from", list);

@@ -267,17 +267,16 @@ static void cu_layernorm_bwd(ll_backend *be, ll_act *dx, real *dw, real *db, con
 
 /* ---- attention (kernels/attention.cu) ------------------------------------------ */
 
-/* The kernels hold a head in registers up to 128 dims; the config allows more (the CPU runs them). */
-static void head_size_ok(int Dh) {
+void ll_cuda_head_size_ok(const char *op, int Dh) {
     if (Dh > 128)
-        ll_die("attention: head size %d (model.d_model / model.heads) exceeds the CUDA kernels' limit of 128; use "
-               "more heads", Dh);
+        ll_die("%s: head size %d (model.d_model / model.heads) exceeds the CUDA kernels' limit of 128; use more heads",
+               op, Dh);
 }
 
 static void cu_attention_fwd(ll_backend *be, ll_act *out, real *lse, const ll_act *q, int q_stride, const ll_act *k,
                              const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                              int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
-    head_size_ok(Dh);
+    ll_cuda_head_size_ok("attention", Dh);
     cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(ll_cuda_attention_fwd_dt(im->stream, ll_cuda_act(be), out, lse, q, q_stride, k, v, kv_stride, key_len,
                                         B, Tq, Tk, H, Dh, causal, attn_dropout, rng, rng_offset));
@@ -287,7 +286,7 @@ static void cu_attention_bwd(ll_backend *be, ll_act *dq, ll_act *dk, ll_act *dv,
                              const ll_act *out, const real *lse, const ll_act *q, int q_stride, const ll_act *k,
                              const ll_act *v, int kv_stride, const int *key_len, int B, int Tq, int Tk, int H, int Dh,
                              int causal, real attn_dropout, const ll_philox *rng, uint64_t rng_offset) {
-    head_size_ok(Dh);
+    ll_cuda_head_size_ok("attention", Dh);
     cuda_impl *im = ll_cuda_impl_enter(be);
     CUDA_CHECK(ll_cuda_attention_bwd_dt(im->stream, ll_cuda_act(be), dq, dk, dv, dout, out, lse, q, q_stride, k, v,
                                         kv_stride, key_len, B, Tq, Tk, H, Dh, causal, attn_dropout, rng,

@@ -18,6 +18,9 @@ static inline ll_cuda_dtype ll_cuda_act(const ll_backend *be) {
 
 /* Make the backend's device current (every op starts here) and return its stream. */
 cudaStream_t ll_cuda_enter(ll_backend *be);
+/* Dies naming the config keys when a head (model.d_model / model.heads) exceeds the attention kernels'
+ * 128 dims (they hold a head in registers; the config allows more, which the CPU runs). */
+void ll_cuda_head_size_ok(const char *op, int Dh);
 /* The backend's grow-only device scratch, at least `bytes`, 256-byte aligned,
  * valid until the next op on the same stream (each lane, the device's stream
  * and the side stream, has its own; a lane's ops are ordered).  Growing

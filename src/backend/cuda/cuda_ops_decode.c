@@ -42,9 +42,7 @@ static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat,
 static void cu_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
                                 int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys,
                                 const int *n_at, int rows, int H, int Dh) {
-    if (Dh > 128)
-        ll_die("attention_cached: head size %d (model.d_model / model.heads) exceeds the CUDA kernels' limit of 128",
-               Dh);
+    ll_cuda_head_size_ok("attention_cached", Dh);
     ll_cuda_check_launch(ll_cuda_attention_cached(ll_cuda_enter(be), ll_cuda_act(be), out, q, q_stride, kv, kv_stride,
                                                   row_stride, anc, anc_stride, n_keys, n_at, rows, H, Dh),
                          "attention_cached");
