@@ -243,6 +243,9 @@ cudaError_t ll_cuda_xent_fwd_bwd(cudaStream_t s, ll_cuda_dtype t, void *logits, 
 cudaError_t ll_cuda_sym_kl(cudaStream_t s, ll_cuda_dtype t, const void *lpa, const void *lpb, void *da, void *db,
                            const int32_t *target, int N, int V, int pad, float alpha, double *acc, void *scratch);
 cudaError_t ll_cuda_log_softmax(cudaStream_t s, ll_cuda_dtype t, void *x, int N, int V);
+/* out[i] = logp[i*V + target[i]] (fp32), 0 where target[i] == pad; logp of type t */
+cudaError_t ll_cuda_pick_logp(cudaStream_t s, ll_cuda_dtype t, float *out, const void *logp, const int32_t *target,
+                              int N, int V, int pad);
 
 /* ---- optimizer (kernels/adam.cu) -------------------------------------------------------
  * fairseq Adam on fp32 masters (cpu_adam's arithmetic), reading GMUL, SKIP

@@ -157,3 +157,24 @@ extern "C" cudaError_t ll_cuda_log_softmax(cudaStream_t s, ll_cuda_dtype t, void
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
+
+/* ---- a reference's token scores (forced decoding): one element per row ---------------------- */
+template <typename T>
+static __global__ void pick_logp_kernel(float *__restrict__ out, const T *__restrict__ logp,
+                                        const int32_t *__restrict__ target, int N, int V, int pad) {
+    LL_PDL_ENTER();
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= N) return;
+    const int t = target[r];
+    out[r] = t == pad ? 0.0f : ll_ld(logp + (size_t)r * V + t);
+}
+
+extern "C" cudaError_t ll_cuda_pick_logp(cudaStream_t s, ll_cuda_dtype t, float *out, const void *logp,
+                                         const int32_t *target, int N, int V, int pad) {
+    if (N <= 0) return cudaSuccess;
+    const int threads = 256;
+    LL_DISPATCH(t, T, LL_LAUNCH((unsigned)((N + threads - 1) / threads), threads, 0, s, pick_logp_kernel<T>)(
+                          out, (const T *)logp, target, N, V, pad);)
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}

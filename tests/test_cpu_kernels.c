@@ -10,7 +10,8 @@
  *     double-precision loops;
  *   - the decoding row ops: reorder_rows against a plain gather, and
  *     beam_ancestry against the cache reorders it replaces;
- *   - attn_align (decoding's hard alignment) against a double-precision loop.
+ *   - attn_align (decoding's hard alignment) against a double-precision loop;
+ *   - pick_logp (forced decoding's token scores) in fp32 and bf16 storage.
  * Attention has its own test (test_attention.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -440,6 +441,29 @@ static void test_attn_align(void) {
     }
 }
 
+/* pick_logp reads row i's target column, first and last columns included, and
+ * gives 0 on pad rows; the bf16 backend reads its bf16 storage exactly. */
+static void test_pick_logp(void) {
+    enum { N = 7, V = 11, PAD = 1 };
+    real lp[N * V], out[N];
+    uint16_t lp16[N * V];
+    const int32_t tgt[N] = {0, 10, PAD, 5, 2, PAD, 3};
+    for (int i = 0; i < N * V; i++) {
+        lp[i] = -(real)(i % 97) / 7 - (real)0.001 * i;
+        lp16[i] = ll_f32_to_bf16((float)lp[i]);
+    }
+    for (int bf = 0; bf < 2; bf++) {
+        ll_backend *be = bf ? ll_backend_cpu_precision(LL_BF16) : ll_backend_cpu();
+        for (int i = 0; i < N; i++) out[i] = 99;
+        be->pick_logp(be, out, bf ? (const ll_act *)lp16 : A_(lp), tgt, N, V, PAD);
+        for (int i = 0; i < N; i++) {
+            const real want = tgt[i] == PAD ? 0 : bf ? ll_bf16_to_f32(lp16[i * V + tgt[i]]) : lp[i * V + tgt[i]];
+            CHECK_MSG(out[i] == want, "pick_logp %s row %d: %g, want %g", bf ? "bf16" : "fp32", i, (double)out[i],
+                      (double)want);
+        }
+    }
+}
+
 int main(void) {
     ll_set_threads(2);
     test_philox();
@@ -450,5 +474,6 @@ int main(void) {
     test_row_ops();
     test_ancestry();
     test_attn_align();
+    test_pick_logp();
     return tu_finish("test_cpu_kernels");
 }

@@ -412,6 +412,10 @@ struct ll_backend {
                    int N, int V, int pad, real alpha, double *acc);
     /* log-softmax in place (inference). */
     void (*log_softmax)(ll_backend *be, ll_act *x, int N, int V);
+    /* pick_logp: out[i] = logp[i*V + target[i]] as real, 0 where target[i]
+     * == pad: a reference's token scores (lldecode --score-reference).
+     * target and out in backend memory. */
+    void (*pick_logp)(ll_backend *be, real *out, const ll_act *logp, const int32_t *target, int N, int V, int pad);
 
     /* Incremental decoding (src/model/infer.c, src/decode/beam.c).
      * copy_rows: rows x n elements, row i of src (stride src_stride elements)

@@ -121,6 +121,24 @@ void ll_translation_free(ll_translation *t);
  * language; an error lists the choices when there are several.  -1 + errbuf. */
 int ll_decode_bos(const ll_config *cfg, const ll_spm *spm, const char *lang, int32_t *bos);
 
+/* ---- forced decoding: scoring given translations (src/decode/score.c) ---- */
+typedef struct {
+    int max_tokens;    /* per batch: sentences x the longer padded side (source or reference) */
+    int max_sents;     /* sentences per batch; 0 = 256 */
+    int inter_threads; /* as ll_translate_opts */
+    int32_t bos;       /* the decoder's first input: LL_EOS or the target-language tag */
+    uint64_t draw_base; /* as ll_translate_opts (latent.inference sample) */
+} ll_score_opts;
+
+/* The natural-log probability of each token of the references tgt[i]
+ * (tlen[i] >= 1 ids ending with EOS) given the sources src[i] (slen[i] >= 1
+ * ids ending with EOS), teacher-forced without dropout as the search's model
+ * runs: pos[i] (tlen[i] floats, the caller's) gets them.  Batched and spread
+ * over the CPU's batch workers as ll_translate_ids; st may be NULL
+ * (out_tokens: reference tokens). */
+void ll_score_ids(ll_model *m, const int32_t *const *src, const int *slen, const int32_t *const *tgt, const int *tlen,
+                  int n, const ll_score_opts *o, float **pos, ll_translate_stats *st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -376,6 +376,9 @@ void ll_layerdrop_sample(ll_layer_ctl *ctl, int L, real p, uint64_t seed, uint64
  * (arena memory, valid until the next model call; real, converted from the
  * activation dtype when it differs). */
 real *ll_model_logprobs(ll_model *m, const ll_batch *b);
+/* The same forward's log-probability of each target token, b->tgt_out[i], into
+ * host out[B*T] (0 at pad positions): forced decoding of references. */
+void ll_model_token_logprobs(ll_model *m, const ll_batch *b, real *out);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,11 @@
-/* lldecode: translate text with a trained model by beam search.
+/* lldecode: translate text with a trained model by beam search, or score
+ * given translations (--score-reference).
  *
  *   lldecode --model M [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
  *            [--max-len-a A] [--max-len-b B] [--min-len L] [--max-tokens T] [--max-sentences S]
  *            [--format text|fairseq] [--raw-ids] [--alignment] [--target-lang L] [--precision fp32|bf16] [--threads N]
  *            [--inter-threads W] [--device auto|cpu|cuda] [--quiet]
+ *   lldecode --model M --input SRC --score-reference REF [--lenpen A] [--format text|fairseq] ...
  *
  * One output line per input line in text format (docs/decoding.md has the
  * formats).  --output is written atomically, so an error leaves no file (a
@@ -43,6 +45,9 @@ static void usage(FILE *out) {
             "  --max-sentences S  sentences per batch (default 256 / beam)\n"
             "  --format F         text (default) or fairseq (S-/H-/D-/P- lines, base-2 scores)\n"
             "  --raw-ids          read and write space-separated token ids instead of text\n"
+            "  --score-reference R  score the translations in R (one per input line) instead of\n"
+            "                     searching: each line's log-probability (base 2) / len^lenpen, the\n"
+            "                     score the search would give it; --format fairseq adds P- token scores\n"
             "  --alignment        hard alignments (the last decoder layer's cross-attention, summed over\n"
             "                     heads): \"translation ||| s-t ...\" with word positions, or sentencepiece\n"
             "                     piece positions with --raw-ids and in --format fairseq's A- lines\n"
@@ -83,6 +88,8 @@ static double parse_real(const char *flag, const char *s, double lo, double hi) 
 
 typedef struct {
     const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode, *device;
+    const char *score_ref;   /* --score-reference */
+    const char *search_flag; /* the first flag given that only the search uses */
     double threshold;
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
     int bf16; /* --precision bf16 */
@@ -172,7 +179,7 @@ static int parse_ids(const char *line, long lineno, const char *input, int V, in
             ll_die("%s:%ld: bad token id '%.*s' (ids are integers in [0, %d) other than pad = %d, written in plain "
                    "digits)", input, lineno, (int)strcspn(p, " \t"), p, V, LL_PAD);
         if (n > 0 && (*ids)[n - 1] == LL_EOS) /* (EOS may end a line, as lldecode's own output never shows it) */
-            ll_die("%s:%ld: the EOS id %d inside the line: a source sentence ends at its EOS", input, lineno, LL_EOS);
+            ll_die("%s:%ld: the EOS id %d inside the line: a sentence ends at its EOS", input, lineno, LL_EOS);
         if (n + 2 > *cap) *ids = ll_realloc(*ids, sizeof(int32_t) * (*cap = 2 * (n + 2)));
         (*ids)[n++] = (int32_t)v;
         p = end;
@@ -246,6 +253,34 @@ static void put_align(FILE *f, const ll_spm *spm, const int32_t *src, int src_le
     free(wt);
 }
 
+/* Up to max lines of f into lines[] (newline and CR stripped; a NUL byte or invalid UTF-8 is an
+ * error naming the line); *eof at the end.  Returns the number read. */
+static int read_chunk(FILE *f, const char *name, long lineno, int max, char **lines, char **buf, size_t *cap,
+                      int *eof) {
+    int n = 0;
+    while (n < max) {
+        errno = 0;
+        ssize_t got = getline(buf, cap, f);
+        if (got < 0) {
+            /* not at the end: an error, or no memory for the line (ENOMEM sets no error flag) */
+            if (ferror(f) || !feof(f))
+                ll_die("%s:%ld: read error: %s", name, lineno + n + 1, strerror(errno ? errno : EIO));
+            *eof = 1;
+            break;
+        }
+        char *line = *buf;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
+        if (memchr(line, 0, got)) ll_die("%s:%ld: NUL byte in the input", name, lineno + n + 1);
+        /* as llprep and lleval: UTF-8 only (sentencepiece would map the bytes to <unk> silently) */
+        const long bad = ll_utf8_invalid_at(line, (size_t)got);
+        if (bad >= 0)
+            ll_die("%s:%ld: invalid UTF-8 at byte %ld of the line (ll reads UTF-8 only: convert with iconv)", name,
+                   lineno + n + 1, bad + 1);
+        lines[n++] = ll_strdup(line);
+    }
+    return n;
+}
+
 static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_translation *t, long first) {
     const double ln2 = log(2.0);
     for (int i = 0; i < t->n; i++) {
@@ -305,6 +340,120 @@ static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_tran
     }
 }
 
+/* One side of a scored pair: ids ending with EOS.  A source without pieces is EOS alone (scored
+ * like any other); the source is cut to max_pos as in a search, a reference never: its score
+ * would be another sentence's. */
+static int side_ids(const opts *o, const ll_spm *spm, const ll_model *m, const char *line, const char *name,
+                    long lineno, int reference, int32_t **ids, int *cap, int *truncated) {
+    const int max = reference ? INT_MAX : m->hp.max_pos;
+    int n = o->raw_ids ? parse_ids(line, lineno, name, m->hp.V, max, ids, cap, truncated)
+                       : ll_encode_line(spm, line, max, ids, cap, truncated);
+    if (n < 0) ll_die("%s:%ld: %s", name, lineno, ll_errbuf());
+    if (n == 0) {
+        if (*cap < 1) *ids = ll_realloc(*ids, sizeof(int32_t) * (*cap = 2));
+        (*ids)[0] = LL_EOS;
+        n = 1;
+    }
+    if (reference && n > m->hp.max_pos)
+        ll_die("%s:%ld: the reference has %d tokens with EOS; the model's decoder holds at most model.max_positions = "
+               "%d",
+               name, lineno, n, m->hp.max_pos);
+    return n;
+}
+
+static int32_t *dup_ids(const int32_t *ids, int n) {
+    return memcpy(ll_malloc(sizeof(int32_t) * n), ids, sizeof(int32_t) * n);
+}
+
+/* --score-reference: the input and the references in step, CHUNK_LINES pairs at a time, scored by
+ * forced decoding; one line per pair (text: the score in base 2; fairseq: S/T/H/D/P lines). */
+static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos, double lenpen, FILE *in,
+                      const char *in_name, FILE *out, long *lineno, long *n_trunc, long *first_trunc,
+                      ll_translate_stats *total) {
+    FILE *rf = strcmp(o->score_ref, "-") ? fopen(o->score_ref, "rb") : stdin;
+    const char *rname = strcmp(o->score_ref, "-") ? o->score_ref : "<stdin>";
+    if (!rf) ll_die("%s: cannot open: %s", o->score_ref, strerror(errno));
+    char **sl = ll_calloc(CHUNK_LINES, sizeof(char *)), **rl = ll_calloc(CHUNK_LINES, sizeof(char *));
+    char *buf = NULL;
+    size_t cap = 0;
+    int32_t *ids = NULL;
+    int ids_cap = 0;
+    const double ln2 = log(2.0);
+    ll_score_opts so = {.max_tokens = (int)o->max_tokens, .max_sents = (int)o->max_sents,
+                        .inter_threads = (int)o->inter_threads, .bos = bos};
+    for (int eof = 0, reof; !eof;) {
+        const int n = read_chunk(in, in_name, *lineno, CHUNK_LINES, sl, &buf, &cap, &eof);
+        if (n == 0) break;
+        const int nr = read_chunk(rf, rname, *lineno, n, rl, &buf, &cap, &reof);
+        if (nr < n)
+            ll_die("%s: %ld lines, but %s has more: one translation per input line", rname, *lineno + nr, in_name);
+        int32_t **src = ll_malloc(sizeof(int32_t *) * n), **ref = ll_malloc(sizeof(int32_t *) * n);
+        int *slen = ll_malloc(sizeof(int) * n), *rlen = ll_malloc(sizeof(int) * n);
+        float **pos = ll_malloc(sizeof(float *) * n);
+        for (int i = 0; i < n; i++) {
+            int tr;
+            slen[i] = side_ids(o, spm, m, sl[i], in_name, *lineno + i + 1, 0, &ids, &ids_cap, &tr);
+            src[i] = dup_ids(ids, slen[i]);
+            if (tr && (*n_trunc)++ == 0) *first_trunc = *lineno + i + 1;
+            rlen[i] = side_ids(o, spm, m, rl[i], rname, *lineno + i + 1, 1, &ids, &ids_cap, &tr);
+            ref[i] = dup_ids(ids, rlen[i]);
+            pos[i] = ll_malloc(sizeof(float) * rlen[i]);
+        }
+        so.draw_base = (uint64_t)*lineno;
+        ll_translate_stats st;
+        ll_score_ids(m, (const int32_t *const *)src, slen, (const int32_t *const *)ref, rlen, n, &so, pos, &st);
+        for (int i = 0; i < n; i++) {
+            double sum = 0;
+            for (int t = 0; t < rlen[i]; t++) sum += pos[i][t];
+            const double score = sum / pow(rlen[i], lenpen) / ln2;
+            if (strcmp(o->format, "fairseq")) {
+                fprintf(out, "%.6f\n", score);
+            } else {
+                const long id = *lineno + i;
+                char *detok = ll_spm_decode(spm, ref[i], rlen[i]);
+                fprintf(out, "S-%ld\t", id);
+                put_tokens(out, spm, src[i], slen[i], o->raw_ids);
+                fprintf(out, "\nT-%ld\t", id);
+                if (o->raw_ids)
+                    put_tokens(out, spm, ref[i], rlen[i], 1);
+                else
+                    fputs(detok, out);
+                fprintf(out, "\nH-%ld\t%.6f\t", id, score);
+                put_tokens(out, spm, ref[i], rlen[i], o->raw_ids);
+                fprintf(out, "\nD-%ld\t%.6f\t%s\nP-%ld\t", id, score, detok, id);
+                for (int t = 0; t < rlen[i]; t++) fprintf(out, t ? " %.4f" : "%.4f", pos[i][t] / ln2);
+                fputc('\n', out);
+                free(detok);
+            }
+            free(src[i]);
+            free(ref[i]);
+            free(pos[i]);
+        }
+        if (ferror(out) || fflush(out) != 0)
+            ll_die("%s: write failed: %s", strcmp(o->output, "-") ? o->output : "<stdout>", strerror(errno));
+        for (int i = 0; i < n; i++) {
+            free(sl[i]);
+            free(rl[i]);
+        }
+        free(src), free(ref), free(slen), free(rlen), free(pos);
+        total->sents += st.sents;
+        total->batches += st.batches;
+        total->src_tokens += st.src_tokens;
+        total->out_tokens += st.out_tokens;
+        total->seconds += st.seconds;
+        *lineno += n;
+    }
+    /* the input ended: so must the references */
+    if (read_chunk(rf, rname, *lineno, 1, rl, &buf, &cap, &(int){0}) == 1)
+        ll_die("%s: more than %ld lines, but %s has %ld: one translation per input line", rname, *lineno, in_name,
+               *lineno);
+    if (rf != stdin) fclose(rf);
+    free(sl);
+    free(rl);
+    free(buf);
+    free(ids);
+}
+
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     ll_set_progname("lldecode");
@@ -322,14 +471,18 @@ int main(int argc, char **argv) {
             o.quiet = 1;
         } else if (!strcmp(a, "--no-cuda-graphs")) {
             o.no_graphs = 1;
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--alignment")) {
             o.alignment = 1;
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!v) {
             ll_die("unknown or incomplete argument '%s' (see lldecode --help)", a);
         } else if (!strcmp(a, "--model")) {
             o.model = v;
         } else if (!strcmp(a, "--input")) {
             o.input = v;
+        } else if (!strcmp(a, "--score-reference")) {
+            o.score_ref = v;
         } else if (!strcmp(a, "--output")) {
             o.output = v;
         } else if (!strcmp(a, "--format")) {
@@ -351,16 +504,21 @@ int main(int argc, char **argv) {
             o.threshold = parse_real(a, v, 0, 1);
         } else if (!strcmp(a, "--beam")) {
             o.beam = parse_int(a, v, 1, 1024);
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--nbest")) {
             o.nbest = parse_int(a, v, 1, 1024);
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--lenpen")) {
             o.lenpen = parse_real(a, v, -100, 100);
         } else if (!strcmp(a, "--max-len-a")) {
             o.max_len_a = parse_real(a, v, 0, 1e6);
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--max-len-b")) {
             o.max_len_b = parse_int(a, v, 0, 1000000);
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--min-len")) {
             o.min_len = parse_int(a, v, 0, 1000000);
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--max-tokens")) {
             o.max_tokens = parse_int(a, v, 1, 1L << 30);
         } else if (!strcmp(a, "--max-sentences")) {
@@ -386,6 +544,14 @@ int main(int argc, char **argv) {
     if (ll_same_file(o.output, o.input) || ll_same_file(o.output, o.model))
         ll_die("--output %s: it is the %s too; refusing to replace it", o.output,
                ll_same_file(o.output, o.input) ? "--input" : "--model");
+    if (o.score_ref) { /* the translations are given: nothing is searched */
+        if (o.search_flag) ll_die("%s: a search option, with --score-reference (which searches nothing)", o.search_flag);
+        if (!*o.score_ref) ll_die("--score-reference '': an empty path (- is standard input)");
+        if (!strcmp(o.score_ref, "-") && !strcmp(o.input, "-"))
+            ll_die("--score-reference -: standard input is already the --input; name a file for one of them");
+        if (ll_same_file(o.output, o.score_ref))
+            ll_die("--output %s: it is the --score-reference too; refusing to replace it", o.output);
+    }
     if (o.quiet) ll_verbosity = 0;
     ll_set_threads(o.threads > 0 ? (int)o.threads : ll_default_threads());
 
@@ -457,27 +623,12 @@ int main(int argc, char **argv) {
     ll_translate_stats total = {0};
     int32_t *ids = NULL;
     int ids_cap = 0;
-    for (int eof = 0; !eof;) {
-        int n = 0;
-        while (n < CHUNK_LINES) {
-            errno = 0;
-            ssize_t got = getline(&line, &line_cap, in);
-            if (got < 0) {
-                /* not at the end: an error, or no memory for the line (ENOMEM sets no error flag) */
-                if (ferror(in) || !feof(in))
-                    ll_die("%s:%ld: read error: %s", in_name, lineno + n + 1, strerror(errno ? errno : EIO));
-                eof = 1;
-                break;
-            }
-            while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
-            if (memchr(line, 0, got)) ll_die("%s:%ld: NUL byte in the input", in_name, lineno + n + 1);
-            /* as llprep and lleval: UTF-8 only (sentencepiece would map the bytes to <unk> silently) */
-            const long bad = ll_utf8_invalid_at(line, (size_t)got);
-            if (bad >= 0)
-                ll_die("%s:%ld: invalid UTF-8 at byte %ld of the line (ll reads UTF-8 only: convert with iconv)",
-                       in_name, lineno + n + 1, bad + 1);
-            lines[n++] = ll_strdup(line);
-        }
+    if (o.score_ref) {
+        score_all(&o, m, spm, to.search.bos, to.search.lenpen, in, in_name, out, &lineno, &n_trunc, &first_trunc,
+                  &total);
+    }
+    for (int eof = !!o.score_ref; !eof;) {
+        const int n = read_chunk(in, in_name, lineno, CHUNK_LINES, lines, &line, &line_cap, &eof);
         if (n == 0) break;
         ll_translation t;
         to.draw_base = (uint64_t)lineno; /* distinct per batch across chunks (a chunk has <= n batches) */
@@ -524,7 +675,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "lldecode: warning: %ld input lines were longer than model.max_positions = %d tokens "
                         "(EOS included) and were truncated (first: line %ld)\n",
                 n_trunc, m->hp.max_pos, first_trunc);
-    if (!o.quiet) {
+    if (!o.quiet && o.score_ref) {
+        const double s = total.seconds > 0 ? total.seconds : 1e-9;
+        fprintf(stderr, "lldecode: %ld pairs scored in %ld batches: %.2f s, %.1f sentences/s, %.0f reference tokens/s\n",
+                total.sents, total.batches, total.seconds, total.sents / s, total.out_tokens / s);
+    } else if (!o.quiet) {
         const double s = total.seconds > 0 ? total.seconds : 1e-9;
         fprintf(stderr, "lldecode: %ld lines, %ld sentences in %ld batches, beam %d: %.2f s, %.1f sentences/s, "
                         "%.0f target tokens/s\n",

@@ -8,26 +8,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode_internal.h"
 #include "ll/decode.h"
 #include "ll/latent.h"
 
 typedef struct {
-    int len, idx;
-} len_idx;
-
-static int by_len(const void *a, const void *b) {
-    const len_idx *x = a, *y = b;
-    if (x->len != y->len) return x->len < y->len ? -1 : 1;
-    return x->idx < y->idx ? -1 : x->idx > y->idx;
-}
-
-typedef struct {
-    int first, B, S; /* sentences ord[first .. first+B), padded source length */
-} batch_span;
+    const int32_t *const *src;
+    const int *len;
+    const ll_search_opts *so;
+    ll_nbest *out;
+} search_job;
 
 /* Search one batch on model m (a worker's replica) and file the results. */
-static void run_batch(ll_model *m, const len_idx *ord, const int32_t *const *src, const int *len,
-                      const batch_span *bs, const ll_search_opts *so, uint64_t draw, ll_nbest *out) {
+static void run_batch(ll_model *m, const ll_len_idx *ord, const ll_batch_span *bs, uint64_t draw, void *ctx) {
+    const search_job *j = ctx;
     ll_latent_inference_draw(m, draw); /* sample mode: this batch's own layers (no-op otherwise) */
     const int B = bs->B, S = bs->S;
     int32_t *buf = ll_malloc(sizeof(int32_t) * (size_t)B * S);
@@ -35,12 +29,12 @@ static void run_batch(ll_model *m, const len_idx *ord, const int32_t *const *src
     ll_nbest *res = ll_malloc(sizeof(ll_nbest) * B);
     for (int b = 0; b < B; b++) {
         const int i = ord[bs->first + b].idx;
-        blen[b] = len[i];
-        memcpy(buf + (size_t)b * S, src[i], sizeof(int32_t) * len[i]);
-        for (int t = len[i]; t < S; t++) buf[(size_t)b * S + t] = LL_PAD;
+        blen[b] = j->len[i];
+        memcpy(buf + (size_t)b * S, j->src[i], sizeof(int32_t) * j->len[i]);
+        for (int t = j->len[i]; t < S; t++) buf[(size_t)b * S + t] = LL_PAD;
     }
-    ll_beam_search(m, buf, blen, B, S, so, res);
-    for (int b = 0; b < B; b++) out[ord[bs->first + b].idx] = res[b];
+    ll_beam_search(m, buf, blen, B, S, j->so, res);
+    for (int b = 0; b < B; b++) j->out[ord[bs->first + b].idx] = res[b];
     free(buf);
     free(blen);
     free(res);
@@ -55,9 +49,56 @@ int ll_translate_batch_sents(const ll_translate_opts *o, int V) {
     return n > rows_cap ? (rows_cap > 1 ? (int)rows_cap : 1) : n;
 }
 
-int ll_translate_workers(const ll_translate_opts *o) {
+int ll_batch_workers(int inter_threads) {
     const int t = ll_get_threads(); /* auto: one single-threaded worker per thread */
-    return o->inter_threads > 0 && o->inter_threads < t ? o->inter_threads : t;
+    return inter_threads > 0 && inter_threads < t ? inter_threads : t;
+}
+
+int ll_translate_workers(const ll_translate_opts *o) { return ll_batch_workers(o->inter_threads); }
+
+static int by_len(const void *a, const void *b) {
+    const ll_len_idx *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+int ll_run_batches(ll_model *m, ll_len_idx *ord, int ne, int max_sents, int max_tokens, int workers, int pack,
+                   uint64_t draw_base, ll_batch_fn fn, void *ctx) {
+    /* Sort by length (ties by position) so that a batch pads little. */
+    qsort(ord, ne, sizeof *ord, by_len);
+    /* Workers (CTranslate2's inter_threads) run whole batches at once, each
+     * single-threaded on its own replica: no barrier between them, which on
+     * 2 cores beats splitting every op over both.  So that all of them get
+     * work, batches hold at most ceil(ne / workers) sentences. */
+    if (strcmp(m->be->name, "cpu")) workers = 1; /* one device stream: batches one after another */
+    if (workers > ne) workers = ne > 0 ? ne : 1;
+    if (workers > 1 && (ne + workers - 1) / workers < max_sents) max_sents = (ne + workers - 1) / workers;
+    ll_batch_span *spans = ll_malloc(sizeof(ll_batch_span) * (ne ? ne : 1));
+    int nb = 0;
+    for (int p = 0; p < ne;) {
+        /* grow the batch while B * S stays within max_tokens (lengths ascend, so S is the last length) */
+        int B = 1;
+        while (p + B < ne && B < max_sents && (long)(B + 1) * ord[p + B].len <= max_tokens) B++;
+        spans[nb++] = (ll_batch_span){p, B, ord[p + B - 1].len};
+        p += B;
+    }
+    if (workers > nb) workers = nb > 0 ? nb : 1;
+    if (workers <= 1) {
+        for (int b = 0; b < nb; b++) fn(m, ord, &spans[b], draw_base + b, ctx);
+    } else {
+        const int packed_here = pack && !m->dec_packed;
+        if (pack) ll_decode_pack(m); /* once, shared by the replicas */
+        /* replicas kept by m: from the second call on their arenas are warm */
+        ll_model **rep = ll_model_workers(m, workers);
+        const int saved = ll_workers_begin(); /* ops inside a worker run single-threaded */
+        /* longest batches first: the dynamic schedule then ends evenly */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
+        for (int b = nb - 1; b >= 0; b--) fn(rep[ll_worker_id()], ord, &spans[b], draw_base + b, ctx);
+        ll_workers_end(saved);
+        if (packed_here) ll_decode_unpack(m);
+    }
+    free(spans);
+    return nb;
 }
 
 void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, int n, const ll_translate_opts *o,
@@ -65,57 +106,23 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
     const double t0 = ll_now();
     ll_translate_stats acc = {0};
     int max_sents = ll_translate_batch_sents(o, m->hp.V);
-    /* Sort by length (ties by position) so that a batch pads little. */
-    len_idx *ord = ll_malloc(sizeof(len_idx) * (n ? n : 1));
+    ll_len_idx *ord = ll_malloc(sizeof(ll_len_idx) * (n ? n : 1));
     int ne = 0;
     for (int i = 0; i < n; i++) {
         out[i] = (ll_nbest){0};
         if (len[i] > 0) {
-            ord[ne++] = (len_idx){len[i], i};
+            ord[ne++] = (ll_len_idx){len[i], i};
             acc.src_tokens += len[i];
         }
     }
-    qsort(ord, ne, sizeof *ord, by_len);
-    /* Workers (CTranslate2's inter_threads) search whole batches at once, each
-     * single-threaded on its own replica: no barrier between them, which on
-     * 2 cores beats splitting every op over both.  So that all of them get
-     * work, batches hold at most ceil(ne / workers) sentences. */
-    int workers = ll_translate_workers(o);
-    if (strcmp(m->be->name, "cpu")) workers = 1; /* one device stream: batches one after another */
-    if (workers > ne) workers = ne > 0 ? ne : 1;
-    if (workers > 1 && (ne + workers - 1) / workers < max_sents) max_sents = (ne + workers - 1) / workers;
-    batch_span *spans = ll_malloc(sizeof(batch_span) * (ne ? ne : 1));
-    int nb = 0;
-    for (int p = 0; p < ne;) {
-        /* grow the batch while B * S stays within max_tokens (lengths ascend, so S is the last length) */
-        int B = 1;
-        while (p + B < ne && B < max_sents && (long)(B + 1) * ord[p + B].len <= o->max_tokens) B++;
-        spans[nb++] = (batch_span){p, B, ord[p + B - 1].len};
-        p += B;
-    }
-    if (workers > nb) workers = nb > 0 ? nb : 1;
-    if (workers <= 1) {
-        for (int b = 0; b < nb; b++) run_batch(m, ord, src, len, &spans[b], &o->search, o->draw_base + b, out);
-    } else {
-        const int packed_here = !m->dec_packed;
-        ll_decode_pack(m); /* once, shared by the replicas */
-        /* replicas kept by m: from the second call on their arenas are warm */
-        ll_model **rep = ll_model_workers(m, workers);
-        const int saved = ll_workers_begin(); /* ops inside a worker run single-threaded */
-        /* longest batches first: the dynamic schedule then ends evenly */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(workers)
-        for (int b = nb - 1; b >= 0; b--) {
-            run_batch(rep[ll_worker_id()], ord, src, len, &spans[b], &o->search, o->draw_base + b, out);
-        }
-        ll_workers_end(saved);
-        if (packed_here) ll_decode_unpack(m);
-    }
+    search_job job = {src, len, &o->search, out};
+    const int nb = ll_run_batches(m, ord, ne, max_sents, o->max_tokens, ll_translate_workers(o), 1, o->draw_base,
+                                  run_batch, &job);
     for (int i = 0; i < n; i++)
         if (out[i].n) acc.out_tokens += out[i].h[0].len;
     acc.sents = ne;
     acc.batches = nb;
     free(ord);
-    free(spans);
     acc.seconds = ll_now() - t0;
     if (st) *st = acc;
 }

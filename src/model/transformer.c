@@ -478,22 +478,38 @@ double ll_model_loss(ll_model *m, const ll_batch *b, uint64_t seed, uint64_t rng
     return st[LL_ST_LOSS] + st[LL_ST_CE2] + st[LL_ST_DDR] + st[LL_ST_ALD];
 }
 
-real *ll_model_logprobs(ll_model *m, const ll_batch *b) {
+/* The teacher-forced forward without dropout: log-probabilities [B*T, V] in the activation dtype. */
+static ll_act *forced_logprobs(ll_model *m, const ll_batch *b, ll_dev_batch *db) {
     ll_fwd_state *st = m->st;
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
-    const ll_dev_batch db = ll_batch_upload(m, b, 0, 0, 0);
-    ll_pass pe = enc_pass(b, &db, 0, 0, 0, 0);
-    ll_stack_run_init(m, &st->enc[0], 0, &pe, db.src);
+    *db = ll_batch_upload(m, b, 0, 0, 0);
+    ll_pass pe = enc_pass(b, db, 0, 0, 0, 0);
+    ll_stack_run_init(m, &st->enc[0], 0, &pe, db->src);
     ll_act *enc_out = ll_stack_run_fwd(m, &st->enc[0]);
-    ll_pass pd = dec_pass(b, &db, 0, 0, 0, 0, enc_out);
-    ll_stack_run_init(m, &st->dec[0], 1, &pd, db.tgt_in);
+    ll_pass pd = dec_pass(b, db, 0, 0, 0, 0, enc_out);
+    ll_stack_run_init(m, &st->dec[0], 1, &pd, db->tgt_in);
     ll_act *h = ll_stack_run_fwd(m, &st->dec[0]);
-    const size_t n = (size_t)b->B * b->T * m->hp.V;
     ll_act *logits = project(m, h, b->B * b->T);
     m->be->log_softmax(m->be, logits, b->B * b->T, m->hp.V);
-    if (ll_act_is_real(m->be)) return (real *)logits;
+    return logits;
+}
+
+real *ll_model_logprobs(ll_model *m, const ll_batch *b) {
+    ll_dev_batch db;
+    ll_act *logp = forced_logprobs(m, b, &db);
+    if (ll_act_is_real(m->be)) return (real *)logp;
+    const size_t n = (size_t)b->B * b->T * m->hp.V;
     real *lp = ll_fbuf(m, n); /* the caller reads reals */
-    m->be->convert(m->be, lp, LL_REAL_DTYPE, logits, m->be->act, n);
+    m->be->convert(m->be, lp, LL_REAL_DTYPE, logp, m->be->act, n);
     return lp;
+}
+
+void ll_model_token_logprobs(ll_model *m, const ll_batch *b, real *out) {
+    ll_dev_batch db;
+    ll_act *logp = forced_logprobs(m, b, &db);
+    const int N = b->B * b->T;
+    real *picked = ll_fbuf(m, N);
+    m->be->pick_logp(m->be, picked, logp, db.tgt_out, N, m->hp.V, LL_PAD);
+    m->be->download(m->be, out, picked, sizeof(real) * N);
 }

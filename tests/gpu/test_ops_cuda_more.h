@@ -264,6 +264,16 @@ static void t_log_softmax(void) {
     pb_cmp("x (in place)", &x, n, TOL_RED); /* log-sum-exp over V */
     pb_free(&x);
 }
+/* forced decoding's token scores: a copy of one element per row (exact), 0 on pad rows; targets at
+ * the vocabulary's first and last column */
+static void t_pick_logp(void) {
+    const size_t n = (size_t)XN * XV;
+    int32_t *ht = targets();
+    pbuf tgt = pb_new(ht, XN * sizeof(int32_t)), lp = pb_rand_act(n, -20, 0), out = pb_poison(XN);
+    BOTH BE->pick_logp(BE, F(out, s), A(lp, s), I32(tgt, s), XN, XV, 1);
+    pb_cmp_exact("out (overwritten; 0 on pad rows)", &out);
+    free(ht), pb_free(&tgt), pb_free(&lp), pb_free(&out);
+}
 
 /* ---- Adam ---- */
 /* p_act: the activation-dtype weight copy refreshed from the updated p (bf16

@@ -438,6 +438,7 @@ static ll_backend g_cpu = {
     .xent_fwd_bwd = cpu_xent_fwd_bwd,
     .sym_kl = cpu_sym_kl,
     .log_softmax = cpu_log_softmax,
+    .pick_logp = cpu_pick_logp,
     .copy_rows = cpu_copy_rows,
     .reorder_rows = cpu_reorder_rows,
     .beam_topk = cpu_beam_topk,

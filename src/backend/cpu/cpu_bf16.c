@@ -345,6 +345,13 @@ static void b_log_softmax(ll_backend *be, ll_act *x, int N, int V) {
     back1(x, s, n);
 }
 
+/* one element per row: read where it lies */
+static void b_pick_logp(ll_backend *be, real *out, const ll_act *logp, const int32_t *target, int N, int V, int pad) {
+    (void)be;
+    const bf16 *lp = (const bf16 *)logp;
+    for (int r = 0; r < N; r++) out[r] = target[r] == pad ? 0 : ll_bf16_to_f32(lp[(size_t)r * V + target[r]]);
+}
+
 /* ---- decoding: copy_rows/reorder_rows are dtype-generic copies (inherited) ---- */
 static void b_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
                         const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos) {
@@ -378,7 +385,7 @@ static void init_bf16(void) {
     SET(gemm), SET(layernorm_fwd), SET(layernorm_bwd), SET(embed_fwd), SET(embed_bwd), SET(relu_fwd);
     SET(relu_bwd), SET(dropout_fwd), SET(dropout_bwd), SET(add), SET(add_scaled), SET(acc), SET(add_gated);
     SET(scale_gated), SET(dot_acc), SET(residual_fwd), SET(residual_bwd), SET(weighted_sum), SET(weighted_scatter), SET(dots_acc), SET(ald_pool);
-    SET(ald_unpool), SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax);
+    SET(ald_unpool), SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(pick_logp);
     SET(beam_topk), SET(attention_cached), SET(attn_align);
     /* decoding's packed fp32 kernel has no bf16 form: linear layers use gemm */
     g_bf16.linear_pack = NULL;

@@ -20,6 +20,7 @@ void cpu_xent_fwd_bwd(ll_backend *be, ll_act *logits, const int32_t *target, int
 void cpu_sym_kl(ll_backend *be, const ll_act *lpa, const ll_act *lpb, ll_act *da, ll_act *db, const int32_t *target,
                 int N, int V, int pad, real alpha, double *acc);
 void cpu_log_softmax(ll_backend *be, ll_act *x, int N, int V);
+void cpu_pick_logp(ll_backend *be, real *out, const ll_act *logp, const int32_t *target, int N, int V, int pad);
 
 /* cpu_backend.c: the real-dtype gemm (epilogues included) and conversions */
 void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, const real *bias, real *C);

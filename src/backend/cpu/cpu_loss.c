@@ -77,3 +77,9 @@ void cpu_log_softmax(ll_backend *be, ll_act *x_, int N, int V) {
         ll_row_affine(xr, V, 1, -lse);
     }
 }
+
+void cpu_pick_logp(ll_backend *be, real *out, const ll_act *logp_, const int32_t *target, int N, int V, int pad) {
+    (void)be;
+    const real *logp = (const real *)logp_;
+    for (int r = 0; r < N; r++) out[r] = target[r] == pad ? 0 : logp[(size_t)r * V + target[r]];
+}

@@ -23,8 +23,13 @@ static void cu_log_softmax(ll_backend *be, ll_act *x, int N, int V) {
     LL_CU(ll_cuda_log_softmax(ll_cuda_enter(be), ll_cuda_act(be), x, N, V));
 }
 
+static void cu_pick_logp(ll_backend *be, real *out, const ll_act *logp, const int32_t *target, int N, int V, int pad) {
+    LL_CU(ll_cuda_pick_logp(ll_cuda_enter(be), ll_cuda_act(be), out, logp, target, N, V, pad));
+}
+
 void ll_cuda_register_loss(ll_backend *be) {
     be->xent_fwd_bwd = cu_xent_fwd_bwd;
     be->sym_kl = cu_sym_kl;
     be->log_softmax = cu_log_softmax;
+    be->pick_logp = cu_pick_logp;
 }

@@ -1,0 +1,33 @@
+/* Shared by translate.c and score.c: sentences sorted by length, cut into
+ * batches and run on the CPU's batch workers (one model replica each). */
+#ifndef LL_DECODE_INTERNAL_H
+#define LL_DECODE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "ll/model.h"
+
+typedef struct {
+    int len, idx; /* sort key (padded length it stands for) and input position */
+} ll_len_idx;
+
+typedef struct {
+    int first, B, S; /* sentences ord[first .. first+B), the longest key among them */
+} ll_batch_span;
+
+/* Run one batch on model m (the caller's model or a worker's replica); draw keys its latent sample. */
+typedef void (*ll_batch_fn)(ll_model *m, const ll_len_idx *ord, const ll_batch_span *bs, uint64_t draw, void *ctx);
+
+/* Batch workers for inter_threads (0: auto, one per thread; at most the thread count). */
+int ll_batch_workers(int inter_threads);
+
+/* Sort ord[ne] by length (ties by position), cut it into batches of at most
+ * max_sents sentences and max_tokens = B x the longest key, and run fn over
+ * them: on `workers` CPU replicas at once (batches then hold at most
+ * ceil(ne / workers) sentences; pack: the replicas share the packed decoder
+ * weights), else one after another.  Batch b draws with draw_base + b.
+ * Returns the number of batches. */
+int ll_run_batches(ll_model *m, ll_len_idx *ord, int ne, int max_sents, int max_tokens, int workers, int pack,
+                   uint64_t draw_base, ll_batch_fn fn, void *ctx);
+
+#endif
