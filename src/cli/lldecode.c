@@ -413,11 +413,7 @@ static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos
                 char *detok = ll_spm_decode(spm, ref[i], rlen[i]);
                 fprintf(out, "S-%ld\t", id);
                 put_tokens(out, spm, src[i], slen[i], o->raw_ids);
-                fprintf(out, "\nT-%ld\t", id);
-                if (o->raw_ids)
-                    put_tokens(out, spm, ref[i], rlen[i], 1);
-                else
-                    fputs(detok, out);
+                fprintf(out, "\nT-%ld\t%s", id, rl[i]); /* as given; D- is what was scored */
                 fprintf(out, "\nH-%ld\t%.6f\t", id, score);
                 put_tokens(out, spm, ref[i], rlen[i], o->raw_ids);
                 fprintf(out, "\nD-%ld\t%.6f\t%s\nP-%ld\t", id, score, detok, id);

@@ -166,6 +166,73 @@ for b in bad:
 sys.exit(1 if bad else 0)
 PY
 
+# 5c. --score-reference (forced decoding): each n-best hypothesis scored as a reference gets the
+# search's score (base 2, / len^lenpen) in text, fairseq and raw-id forms; empty sides still give
+# a line; the overfitted model prefers its training targets to another line's target
+for lp in 1.0 0.6; do
+  dec --beam 5 --nbest 3 --lenpen $lp --input "$T/in.en" > "$T/sc.nb" 2>/dev/null || err "--nbest (lenpen $lp) failed"
+  # (a text reference is scored as sentencepiece segments it, spaces normalised: hypotheses whose
+  # text has other pieces -- an empty piece between two spaces, or the same text twice -- are left
+  # to the raw-id check below)
+  awk -F ' \\|\\|\\| ' -v src="$T/in.en" 'BEGIN { while ((getline l < src) > 0) s[n++] = l }
+    { k = $2; gsub(/  +/, " ", k); c[$1, k]++; i[NR] = $1; h[NR] = $2; w[NR] = $3; key[NR] = k }
+    END { for (r = 1; r <= NR; r++) if (s[i[r]] != "" && c[i[r], key[r]] == 1 && key[r] == h[r]) {
+            print s[i[r]] > "'"$T"'/sc.src"; print h[r] > "'"$T"'/sc.ref"; print w[r] > "'"$T"'/sc.want" } }' "$T/sc.nb"
+  dec --lenpen $lp --input "$T/sc.src" --score-reference "$T/sc.ref" --output "$T/sc.got" 2> "$T/sc.err" ||
+    err "--score-reference (lenpen $lp) failed: $(cat "$T/sc.err")"
+  grep -q "pairs scored" "$T/sc.err" || err "--score-reference: no summary: $(cat "$T/sc.err")"
+  paste "$T/sc.got" "$T/sc.want" | awk -v lp=$lp '{ d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5) { print "FAIL: lenpen " lp " line " NR ": scored " $1 ", searched " $2; bad = 1 } }
+    END { exit bad || NR < 60 }' >&2 || err "--score-reference (lenpen $lp): scores differ from the search's"
+  rm -f "$T/sc.src" "$T/sc.ref" "$T/sc.want"
+done
+dec --input "$DATA/test.en" --score-reference "$T/out.5" --format fairseq 2>/dev/null > /dev/null &&
+  err "--score-reference with one line more in the references accepted"
+head -3 "$DATA/overfit32.es" > "$T/sc3.ref"; head -3 "$T/in.en" > "$T/in3.en"
+dec --input "$T/in.en" > "$T/sc.txt" 2>/dev/null
+python3 - "$T/in.en" "$T/sc.txt" <<'PY' > "$T/sc.ref" || err "making references failed"
+import sys
+src, hyp = (open(p, encoding="utf-8").read().split("\n")[:-1] for p in sys.argv[1:])
+print("\n".join(hyp[:5] + ["", "xq"] + hyp[7:]))  # an empty reference; an empty source (line 11) stays
+PY
+dec --input "$T/in.en" --score-reference "$T/sc.ref" --format fairseq > "$T/sc.fs" 2>/dev/null || err "--score-reference --format fairseq failed"
+dec --input "$T/in.en" --score-reference "$T/sc.ref" > "$T/sc.plain" 2>/dev/null || err "--score-reference failed"
+python3 - "$T/sc.fs" "$T/sc.plain" "$T/in.en" "$T/sc.ref" <<'PY' || err "--score-reference fairseq form (above)"
+import sys
+fs, plain, src, ref = (open(p, encoding="utf-8").read().split("\n")[:-1] for p in sys.argv[1:])
+bad, rec = [], {}
+for line in fs:
+    tag, rest = line.split("\t", 1)
+    kind, i = tag.split("-", 1)
+    rec.setdefault(int(i), {})[kind] = rest.split("\t")
+if sorted(rec) != list(range(len(src))) or len(plain) != len(src):
+    bad.append(f"{len(rec)} fairseq records, {len(plain)} text lines for {len(src)} pairs")
+for i, r in rec.items():
+    toks = r["H"][1].split() if r["H"][1] else []
+    pos = [float(x) for x in r["P"][0].split()]
+    score = float(r["H"][0])
+    if r["T"][0] != ref[i] or r["D"][1] != (ref[i] if ref[i] != "xq" else " \u2047 q"):
+        bad.append(f"pair {i}: T {r['T'][0]!r}, D {r['D'][1]!r}, reference {ref[i]!r}")
+    if len(pos) != len(toks) + 1 or abs(score - sum(pos) / len(pos)) > 1e-3 or abs(score - float(plain[i])) > 1e-6:
+        bad.append(f"pair {i}: score {score} for {len(toks)} pieces, P {pos}, text {plain[i]}")
+    if any(not (p <= 0) for p in pos) or (src[i] == "") != (r["S"][0] == ""):
+        bad.append(f"pair {i}: P {pos}, S {r['S'][0]!r} for source {src[i]!r}")
+for b in bad:
+    print("FAIL:", b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+head -20 "$DATA/overfit32.en" > "$T/ov.en"; head -20 "$DATA/overfit32.es" > "$T/ov.es"
+{ tail -n +2 "$T/ov.es"; head -1 "$T/ov.es"; } > "$T/ov.shift"
+dec --input "$T/ov.en" --score-reference "$T/ov.es" > "$T/ov.right" 2>/dev/null &&
+  dec --input "$T/ov.en" --score-reference "$T/ov.shift" > "$T/ov.wrong" 2>/dev/null || err "--score-reference failed"
+better=$(paste "$T/ov.right" "$T/ov.wrong" | awk '$1 > $2 + 0.1' | wc -l)
+[ "$better" -ge 18 ] || err "--score-reference: the training target scored clearly higher on $better of 20 lines only"
+printf '5 6 7\n\n9 10 11 12\n' > "$T/sc.ids"
+dec --raw-ids --beam 3 --nbest 2 --input "$T/sc.ids" > "$T/sc.idsnb" 2>/dev/null || err "--raw-ids --nbest failed"
+awk -F ' \\|\\|\\| ' '$1 != 1 { print $2 > "'"$T"'/sc.idsref"; print $3 > "'"$T"'/sc.idswant"; print ($1 ? "9 10 11 12" : "5 6 7") > "'"$T"'/sc.idssrc" }' "$T/sc.idsnb"
+dec --raw-ids --input "$T/sc.idssrc" --score-reference "$T/sc.idsref" > "$T/sc.idsgot" 2>/dev/null || err "--raw-ids --score-reference failed"
+paste "$T/sc.idsgot" "$T/sc.idswant" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5) bad = 1 } END { exit bad || NR != 4 }' ||
+  err "--raw-ids --score-reference: $(paste "$T/sc.idsgot" "$T/sc.idswant" | tr '\n' ' ')"
+
 # 6. bad input: one line on stderr, exit 1, no output file (and an existing one untouched)
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
@@ -194,6 +261,8 @@ check_error "bad format" "--format" --model "$M" --format json --input "$DATA/te
 check_error "missing input" "nothere.en" --model "$M" --input "$T/nothere.en"
 check_error "unknown target language" "es" --model "$M" --target-lang de --input "$DATA/test.en"
 printf '5 6\n7 x 8\n' > "$T/bad.ids"
+printf '5 6\n7 8\n' > "$T/good.ids"
+check_error "bad reference id" "bad.ids:2" --model "$M" --raw-ids --input "$T/good.ids" --score-reference "$T/bad.ids"
 check_error "bad id" "bad.ids:2" --model "$M" --raw-ids --input "$T/bad.ids"
 printf '5 6\n7 99999\n' > "$T/big.ids"
 check_error "id out of range" "big.ids:2" --model "$M" --raw-ids --input "$T/big.ids"
@@ -209,6 +278,14 @@ printf '5 6 2\n2\n\n' | dec --raw-ids --beam 2 > "$T/eos.out" 2> /dev/null || er
 printf '5 1 6\n' > "$T/pad.ids"
 check_error "pad id" "pad.ids:1" --model "$M" --raw-ids --input "$T/pad.ids"
 check_error "no model" "--model" --input "$DATA/test.en"
+check_error "references too few" "sc3.ref: 3 lines, but $T/in.en has more" --model "$M" --input "$T/in.en" --score-reference "$T/sc3.ref"
+check_error "references too many" "sc.ref: more than 3 lines, but $T/in3.en has 3" --model "$M" --input "$T/in3.en" --score-reference "$T/sc.ref"
+check_error "a search option" "--beam: a search option, with --score-reference" --model "$M" --beam 5 --input "$T/in.en" --score-reference "$T/sc.ref"
+check_error "alignment with scores" "--alignment: a search option" --model "$M" --alignment --input "$T/in.en" --score-reference "$T/sc.ref"
+check_error "both on stdin" "--score-reference -: standard input is already the --input" --model "$M" --score-reference -
+python3 -c "print(' '.join(['casa'] * 200))" > "$T/long.ref"
+head -1 "$T/in3.en" > "$T/in1.en"
+check_error "over-long reference" "long.ref:1: the reference has" --model "$M" --input "$T/in1.en" --score-reference "$T/long.ref"
 echo keep > "$T/keep.out"
 "$LLDECODE" --model "$M" --raw-ids --input "$T/bad.ids" --output "$T/keep.out" 2>/dev/null && err "bad ids accepted"
 [ "$(cat "$T/keep.out")" = keep ] || err "a failed run changed an existing output file"

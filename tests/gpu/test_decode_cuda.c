@@ -4,7 +4,9 @@
  * rows and the three length modes, at V = 32003 and at k = 64); then a whole
  * beam search on a random model gives the same hypotheses on both backends,
  * every gemm of it one fused cuBLASLt matmul (ll_backend_gemm_fallbacks; in
- * fp32 and, on the GPU alone, in bf16).  Skips (77) without a GPU. */
+ * fp32 and, on the GPU alone, in bf16), and its hypotheses scored as
+ * references (forced decoding) get the search's token scores.  Skips (77)
+ * without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -124,6 +126,39 @@ static void check_graphs(ll_model *mg, const int32_t *src, const int *len, int B
     CHECK_MSG(same, "%s: the steps as CUDA graphs give other hypotheses than the same ops run one by one", what);
 }
 
+/* Forced decoding on m's backend: each hypothesis of res scored as a reference (ll_score_ids, the
+ * teacher-forced forward and pick_logp) gets the search's token scores, within tol. */
+static void check_scores(ll_model *m, const int32_t *src, const int *len, int B, int S, const ll_search_opts *o,
+                         const ll_nbest *res, double tol, const char *what) {
+    const int32_t *ps[64], *pt[64];
+    int psl[64], ptl[64], np = 0;
+    float *pos[64];
+    const ll_hypo *hy[64];
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < res[b].n && np < 64; h++, np++) {
+            ps[np] = src + b * S, psl[np] = len[b], hy[np] = &res[b].h[h];
+            pt[np] = hy[np]->tokens, ptl[np] = hy[np]->len;
+            pos[np] = malloc(sizeof(float) * ptl[np]);
+        }
+    const uint64_t f0 = ll_backend_gemm_fallbacks(m->be);
+    ll_score_opts so = {.max_tokens = 4 * S, .bos = o->bos}; /* a few batches */
+    ll_translate_stats st;
+    ll_score_ids(m, ps, psl, pt, ptl, np, &so, pos, &st);
+    char w[96];
+    snprintf(w, sizeof w, "%s, scored as references", what);
+    check_fallbacks(m->be, f0, w);
+    double worst = 0;
+    for (int i = 0; i < np; i++) {
+        for (int t = 0; t < ptl[i]; t++) worst = fmax(worst, fabs(pos[i][t] - hy[i]->pos_scores[t]));
+        free(pos[i]);
+    }
+    fprintf(stderr, "%s: %d pairs in %ld batches, worst token score difference from the search %.3g\n", w, np,
+            st.batches, worst);
+    CHECK_MSG(np >= B && st.batches > 1 && worst <= tol,
+              "%s: %d pairs in %ld batches, worst token score difference from the search %.3g (tol %.3g)", w, np,
+              st.batches, worst, tol);
+}
+
 /* A whole search: same weights on both backends, same n-best lists (cpu NULL:
  * the search on gpu alone, checked for gemm fallbacks only); with align, the
  * hypotheses' alignments (attn_align) the same too. */
@@ -161,6 +196,7 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     snprintf(what, sizeof what, "beam search (%s%s)", ll_dtype_str(gpu->act), align ? ", alignments" : "");
     check_fallbacks(gpu, f0, what);
     check_graphs(mg, src, len, B, S, &o, og, &g0, &g1, what);
+    check_scores(mg, src, len, B, S, &o, og, gpu->act == LL_BF16 ? 0.1 : 1e-4, what);
     if (!mc) {
         int found = 1;
         for (int b = 0; b < B; b++) found &= og[b].n > 0, ll_nbest_free(&og[b]);

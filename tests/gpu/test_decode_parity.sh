@@ -3,7 +3,8 @@
 # bible_quick model on bible_gpu.cfg's data; if GPU training fails, 150 on the
 # CPU, said in the log, so decoding is still compared) decodes the test books
 # with beam 5 on the GPU and on the CPU.  Passes when at most 2% of the lines
-# differ and BLEU differs by at most 0.2.  Skips (77) without a GPU; fails
+# differ and BLEU differs by at most 0.2, and the CPU's translations scored as
+# references (--score-reference) on both agree.  Skips (77) without a GPU; fails
 # without the corpus.
 source "$(dirname "$0")/lib.sh"
 gpu_or_skip
@@ -83,6 +84,21 @@ print(f"decode-parity: {n} test lines, beam 5, fp32 model trained on the {traine
       f"({'PASS' if ok else 'FAIL'}: at most 2% of lines, |delta BLEU| <= 0.2)")
 sys.exit(0 if ok else 1)
 PY
+fi
+# forced decoding (--score-reference): the CPU's translations scored on both devices, one pass of
+# the teacher-forced forward each, agree within 1e-3 (base 2, per token)
+if [ -s "$T/test.cpu.es" ]; then
+  for dev in "$GPUDEV" cpu; do
+    "$BIN/lldecode" --model "$M" --device "$dev" --input "$SRCF" --score-reference "$T/test.cpu.es" \
+      --output "$T/score.$dev.txt" 2> "$T/score.$dev.log" || err "lldecode --device $dev --score-reference failed: $(tail -1 "$T/score.$dev.log")"
+  done
+  if [ -s "$T/score.$GPUDEV.txt" ] && [ -s "$T/score.cpu.txt" ]; then
+    paste "$T/score.$GPUDEV.txt" "$T/score.cpu.txt" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d; n++ }
+      END { ok = (n > 0 && w <= 0.001)
+            printf("decode-parity: %d translations scored as references, worst difference GPU - CPU %.2g (%s: at most 1e-3)\n",
+                   n, w, ok ? "PASS" : "FAIL")
+            exit !ok }' || fail=1
+  fi
 fi
 keep_logs decode_parity "$T"/*.log "$T"/test.*.es
 exit $fail

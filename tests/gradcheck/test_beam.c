@@ -11,7 +11,9 @@
  *   4. greedy (beam 1) == the argmax chain;
  *   5. n-best lists: order, scores, positional scores;
  *   6. min_len / max_len / max_positions limits;
- *   7. the decoder's first token: language tags from the config. */
+ *   7. the decoder's first token: language tags from the config;
+ *   8. forced decoding (ll_score_ids): each n-best hypothesis scored as a
+ *      reference gets the search's token scores, however it is batched. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -645,6 +647,85 @@ static void test_alignment(void) {
     CHECK_MSG(compared > 50 && moved > 0, "alignment: too few tokens, or every token on one position");
 }
 
+/* ---- 8. forced decoding --------------------------------------------------------- */
+/* Every hypothesis of an n-best search, scored as a reference by the teacher-forced forward
+ * (ll_score_ids), gets the token scores the search gave it (a KV-cached step per token: no
+ * code shared), with a language tag as BOS; in one batch per pair, in few batches, and on two
+ * batch workers.  Plus the edge pairs: a source and a reference of EOS alone. */
+static void test_score(void) {
+    const int V = 14, B = 5, beam = 4;
+    ll_model *m = toy(V, 24, 31);
+    int32_t src[B * 7];
+    int sl[B];
+    rand_batch(src, sl, B, V, 2, (const int[3]){3, 1, 6}, 900);
+    ll_search_opts o;
+    ll_search_opts_default(&o);
+    o.beam = o.nbest = beam;
+    o.max_len_b = 9;
+    o.lenpen = 0.7;
+    o.bos = 5; /* as a language tag would be */
+    ll_nbest res[B];
+    ll_beam_search(m, src, sl, B, 7, &o, res);
+    enum { MAXP = B * 4 + 2 };
+    const int32_t *ps[MAXP], *pt[MAXP];
+    int psl[MAXP], ptl[MAXP], np = 0;
+    const ll_hypo *hy[MAXP];
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < res[b].n; h++) {
+            ps[np] = src + b * 7, psl[np] = sl[b];
+            pt[np] = res[b].h[h].tokens, ptl[np] = res[b].h[h].len;
+            hy[np++] = &res[b].h[h];
+        }
+    const int32_t eos[1] = {LL_EOS};
+    ps[np] = eos, psl[np] = 1, pt[np] = src + 7, ptl[np] = sl[1], hy[np++] = NULL; /* empty source */
+    ps[np] = src, psl[np] = sl[0], pt[np] = eos, ptl[np] = 1, hy[np++] = NULL;      /* empty reference */
+    CHECK(np > 3 * B);
+    float *pos[3][MAXP];
+    const int max_tokens[3] = {1, 30, 4096}, inter[3] = {1, 1, 2};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < np; i++) pos[k][i] = malloc(sizeof(float) * ptl[i]);
+        ll_score_opts so = {.max_tokens = max_tokens[k], .inter_threads = inter[k], .bos = o.bos};
+        ll_translate_stats st;
+        ll_set_threads(inter[k]);
+        ll_score_ids(m, ps, psl, pt, ptl, np, &so, pos[k], &st);
+        ll_set_threads(1);
+        CHECK(st.sents == np);
+        if (k == 0) CHECK_MSG(st.batches == np, "max_tokens 1: %ld batches for %d pairs", st.batches, np);
+        if (k == 1) CHECK_MSG(st.batches > 1 && st.batches < np / 2, "max_tokens 30: %ld batches", st.batches);
+    }
+    double worst = 0;
+    for (int i = 0; i < np; i++) {
+        for (int k = 0; k < 3; k++) {
+            double sum = 0;
+            for (int t = 0; t < ptl[i]; t++) {
+                sum += pos[k][i][t];
+                CHECK_MSG(pos[k][i][t] <= 0 && isfinite(pos[k][i][t]), "pair %d token %d: %g", i, t, pos[k][i][t]);
+                if (k) CHECK_NEAR(pos[k][i][t], pos[0][i][t], PTOL);
+                if (hy[i]) {
+                    CHECK_NEAR(pos[k][i][t], hy[i]->pos_scores[t], PTOL);
+                    worst = fmax(worst, fabs(pos[k][i][t] - hy[i]->pos_scores[t]));
+                }
+            }
+            if (hy[i]) CHECK_NEAR(sum / pow(ptl[i], o.lenpen), hy[i]->score, PTOL * ptl[i]); /* (float scores) */
+        }
+    }
+    /* another BOS is another model input: the scores must move */
+    float *other[MAXP];
+    for (int i = 0; i < np; i++) other[i] = malloc(sizeof(float) * ptl[i]);
+    ll_score_opts so = {.max_tokens = 4096, .bos = LL_EOS};
+    ll_score_ids(m, ps, psl, pt, ptl, np, &so, other, NULL);
+    int moved = 0;
+    for (int i = 0; i < np; i++) moved += fabsf(other[i][0] - pos[0][i][0]) > 1e-3f;
+    CHECK_MSG(moved > np / 2, "the BOS token changed only %d of %d first-token scores", moved, np);
+    fprintf(stderr, "score: %d pairs, worst token score difference from the search %.3g\n", np, worst);
+    for (int i = 0; i < np; i++) {
+        free(other[i]);
+        for (int k = 0; k < 3; k++) free(pos[k][i]);
+    }
+    for (int b = 0; b < B; b++) ll_nbest_free(&res[b]);
+    ll_model_free(m);
+}
+
 int main(void) {
     ll_set_threads(1);
     test_exhaustive();
@@ -656,6 +737,7 @@ int main(void) {
     test_lengths();
     test_bos();
     test_alignment();
+    test_score();
     /* batches keep sentences x beam x V below 2^31 (beam_topk's int32 candidate index) */
     ll_translate_opts to = {.max_sents = 1 << 20};
     ll_search_opts_default(&to.search);
