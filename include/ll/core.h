@@ -108,6 +108,7 @@ enum {
     LL_RNG_LAYERDROP = 6,
     LL_RNG_UNK = 7,
     LL_RNG_SAMPLE = 8,
+    LL_RNG_DECODE_SAMPLE = 9, /* lldecode --sampling */
 };
 
 /* ---- arena: bump allocator for activations (reset per step) ----

@@ -25,6 +25,15 @@ typedef struct {
     int nbest;        /* hypotheses returned per sentence, 1..beam */
     int32_t bos;      /* first decoder input: LL_EOS, or the target-language tag */
     int align;        /* 1: each hypothesis gets its hard alignment (ll_decode_align_on) */
+    /* Sampling (fairseq's --sampling, Marian's --output-sampling): each of a sentence's `beam`
+     * rows draws its own translation, token by token, from the model's distribution
+     * (ll_sample_search); nbest of them come back, best score first. */
+    int sampling;
+    int topk;           /* sampling: among the topk most probable tokens only (0: all) */
+    double temperature; /* sampling: from softmax(log p / temperature) (1: the model's own) */
+    uint64_t seed;      /* sampling: sentence i draws with key (seed, keys[i]) */
+    const uint64_t *keys; /* [B] per-sentence keys (NULL: i), so a sentence's samples do not
+                             depend on its batch (ll_translate_ids passes draw_base + input index) */
 } ll_search_opts;
 
 /* fairseq's defaults: beam 5, lenpen 1, max_len 0*src+200, min_len 1, nbest 1, bos EOS. */
@@ -55,6 +64,12 @@ int ll_search_max_len(const ll_model *m, const ll_search_opts *o, int src_len);
  * per-step buffers are host memory. */
 void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, int S, const ll_search_opts *o,
                     ll_nbest *out);
+/* Sampling (o->sampling; ll_beam_search calls it): every row of every sentence draws until EOS
+ * or its max length; pos_scores are log softmax(log p / temperature) of the drawn tokens (the
+ * model's log-probabilities at temperature 1), score = their sum / len^lenpen.  Token t of row j
+ * of sentence i draws with Philox (seed, LL_RNG_DECODE_SAMPLE, keys[i]) at counter (j, t). */
+void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B, int S, const ll_search_opts *o,
+                      ll_nbest *out);
 void ll_nbest_free(ll_nbest *r);
 
 /* ---- batched translation (src/decode/translate.c) ---- */
@@ -67,7 +82,8 @@ typedef struct {
                           thread count; 0 = auto (= threads), 1 = one batch at
                           a time with every op threaded */
     uint64_t draw_base; /* latent.inference sample: batch b of this call draws its layers with
-                           key draw_base + b (ll_latent_inference_draw), whichever worker runs it */
+                           key draw_base + b (ll_latent_inference_draw), whichever worker runs it;
+                           search.sampling: sentence i draws with key draw_base + i */
 } ll_translate_opts;
 
 /* Sentences per batch at most: max_sents (0: 256 / beam), and fewer where

@@ -45,6 +45,12 @@ static void usage(FILE *out) {
             "  --max-sentences S  sentences per batch (default 256 / beam)\n"
             "  --format F         text (default) or fairseq (S-/H-/D-/P- lines, base-2 scores)\n"
             "  --raw-ids          read and write space-separated token ids instead of text\n"
+            "  --sampling         draw translations from the model instead of searching (back-translation):\n"
+            "                     --beam K draws per sentence (default 1), the --nbest best of them printed\n"
+            "  --sampling-topk K  with --sampling: among the K most probable tokens only (default 0: all)\n"
+            "  --temperature T    with --sampling: from softmax(log p / T) (default 1)\n"
+            "  --seed N           with --sampling: the draws' seed (default 1); line i's draws depend on\n"
+            "                     N and i only, not on batching, threads or device\n"
             "  --score-reference R  score the translations in R (one per input line) instead of\n"
             "                     searching: each line's log-probability (base 2) / len^lenpen, the\n"
             "                     score the search would give it; --format fairseq adds P- token scores\n"
@@ -89,6 +95,11 @@ static double parse_real(const char *flag, const char *s, double lo, double hi) 
 typedef struct {
     const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode, *device;
     const char *score_ref;   /* --score-reference */
+    int sampling;            /* --sampling */
+    long topk;               /* --sampling-topk */
+    double temperature;      /* --temperature */
+    long seed;               /* --seed */
+    const char *sample_flag; /* the first of --sampling-topk, --temperature, --seed given */
     const char *search_flag; /* the first flag given that only the search uses */
     double threshold;
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
@@ -455,7 +466,8 @@ int main(int argc, char **argv) {
     ll_set_progname("lldecode");
     ll_args_no_repeats(argc, argv, NULL);
     opts o = {.input = "-", .output = "-", .format = "text", .device = "cpu", .threshold = -1, .beam = -1,
-              .nbest = 1, .max_len_b = 200, .min_len = 1, .max_tokens = 4096, .lenpen = NAN};
+              .nbest = 1, .max_len_b = 200, .min_len = 1, .max_tokens = 4096, .lenpen = NAN, .temperature = 1,
+              .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -471,6 +483,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--alignment")) {
             o.alignment = 1;
             o.search_flag = o.search_flag ? o.search_flag : a;
+        } else if (!strcmp(a, "--sampling")) {
+            o.sampling = 1;
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!v) {
             ll_die("unknown or incomplete argument '%s' (see lldecode --help)", a);
         } else if (!strcmp(a, "--model")) {
@@ -479,6 +494,15 @@ int main(int argc, char **argv) {
             o.input = v;
         } else if (!strcmp(a, "--score-reference")) {
             o.score_ref = v;
+        } else if (!strcmp(a, "--sampling-topk")) {
+            o.topk = parse_int(a, v, 0, 1 << 30);
+            o.sample_flag = o.sample_flag ? o.sample_flag : a;
+        } else if (!strcmp(a, "--temperature")) {
+            o.temperature = parse_real(a, v, 1e-3, 1e3);
+            o.sample_flag = o.sample_flag ? o.sample_flag : a;
+        } else if (!strcmp(a, "--seed")) {
+            o.seed = parse_int(a, v, 0, LONG_MAX);
+            o.sample_flag = o.sample_flag ? o.sample_flag : a;
         } else if (!strcmp(a, "--output")) {
             o.output = v;
         } else if (!strcmp(a, "--format")) {
@@ -530,7 +554,7 @@ int main(int argc, char **argv) {
             ll_die("unknown argument '%s' (see lldecode --help)", a);
         }
         if (strcmp(a, "--raw-ids") && strcmp(a, "--quiet") && strcmp(a, "-q") && strcmp(a, "--no-cuda-graphs") &&
-            strcmp(a, "--alignment"))
+            strcmp(a, "--alignment") && strcmp(a, "--sampling"))
             i++;
     }
     if (!o.model) ll_die("--model FILE is required (see lldecode --help)");
@@ -540,6 +564,7 @@ int main(int argc, char **argv) {
     if (ll_same_file(o.output, o.input) || ll_same_file(o.output, o.model))
         ll_die("--output %s: it is the %s too; refusing to replace it", o.output,
                ll_same_file(o.output, o.input) ? "--input" : "--model");
+    if (o.sample_flag && !o.sampling) ll_die("%s: a sampling option, without --sampling", o.sample_flag);
     if (o.score_ref) { /* the translations are given: nothing is searched */
         if (o.search_flag) ll_die("%s: a search option, with --score-reference (which searches nothing)", o.search_flag);
         if (!*o.score_ref) ll_die("--score-reference '': an empty path (- is standard input)");
@@ -570,7 +595,12 @@ int main(int argc, char **argv) {
     ll_translate_opts to = {.max_tokens = (int)o.max_tokens, .max_sents = (int)o.max_sents,
                             .inter_threads = (int)o.inter_threads};
     ll_search_opts_default(&to.search);
-    to.search.beam = o.beam > 0 ? (int)o.beam : cfg.beam > 0 ? cfg.beam : 5;
+    /* sampling: one draw per sentence unless --beam asks for more (the model's decode.beam is a search's) */
+    to.search.beam = o.beam > 0 ? (int)o.beam : o.sampling ? 1 : cfg.beam > 0 ? cfg.beam : 5;
+    to.search.sampling = o.sampling;
+    to.search.topk = (int)(o.topk < m->hp.V ? o.topk : 0); /* (K >= V: the whole vocabulary) */
+    to.search.temperature = o.temperature;
+    to.search.seed = (uint64_t)o.seed;
     to.search.lenpen = !isnan(o.lenpen) ? o.lenpen : cfg.lenpen;
     to.search.max_len_a = o.max_len_a;
     to.search.max_len_b = (int)o.max_len_b;
@@ -583,7 +613,10 @@ int main(int argc, char **argv) {
     if (o.max_len_a == 0 && o.min_len > o.max_len_b)
         ll_die("--min-len %ld: above --max-len-b %ld, every output's length limit when --max-len-a is 0", o.min_len,
                o.max_len_b);
-    if (o.nbest > to.search.beam) ll_die("--nbest %ld: must not exceed the beam size %d", o.nbest, to.search.beam);
+    if (o.nbest > to.search.beam)
+        ll_die(o.sampling ? "--nbest %ld: must not exceed the draws per sentence (--beam) %d"
+                          : "--nbest %ld: must not exceed the beam size %d",
+               o.nbest, to.search.beam);
     if ((long long)to.search.beam * m->hp.V > INT_MAX) /* (beam_topk numbers candidates in an int32) */
         ll_die("--beam %d: beam x the vocabulary (%d pieces) must stay below 2^31", to.search.beam, m->hp.V);
     to.search.nbest = (int)o.nbest;
@@ -677,10 +710,10 @@ int main(int argc, char **argv) {
                 total.sents, total.batches, total.seconds, total.sents / s, total.out_tokens / s);
     } else if (!o.quiet) {
         const double s = total.seconds > 0 ? total.seconds : 1e-9;
-        fprintf(stderr, "lldecode: %ld lines, %ld sentences in %ld batches, beam %d: %.2f s, %.1f sentences/s, "
+        fprintf(stderr, "lldecode: %ld lines, %ld sentences in %ld batches, %s %d: %.2f s, %.1f sentences/s, "
                         "%.0f target tokens/s\n",
-                lineno, total.sents, total.batches, to.search.beam, total.seconds, total.sents / s,
-                total.out_tokens / s);
+                lineno, total.sents, total.batches, o.sampling ? "draws per sentence" : "beam", to.search.beam,
+                total.seconds, total.sents / s, total.out_tokens / s);
         if (be->graph_stats) be->graph_stats(be, &g1);
         if (g1.launches > g0.launches)
             fprintf(stderr, "lldecode: CUDA graphs: %llu search steps launched as graphs, %llu of them replayed as kept "

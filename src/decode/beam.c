@@ -17,11 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode_internal.h"
 #include "ll/decode.h"
 
 void ll_search_opts_default(ll_search_opts *o) {
     *o = (ll_search_opts){.beam = 5, .lenpen = 1.0, .max_len_a = 0, .max_len_b = 200, .min_len = 1, .nbest = 1,
-                          .bos = LL_EOS};
+                          .bos = LL_EOS, .temperature = 1.0};
 }
 
 int ll_search_max_len(const ll_model *m, const ll_search_opts *o, int src_len) {
@@ -90,8 +91,17 @@ static void finish(sent *s, int nbest, ll_nbest *out) {
     s->fin = NULL;
 }
 
+void ll_search_finish(ll_hypo *fin, int n_fin, int nbest, ll_nbest *out) {
+    sent s = {.fin = fin, .n_fin = n_fin};
+    finish(&s, nbest, out);
+}
+
 void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, int S, const ll_search_opts *o,
                     ll_nbest *out) {
+    if (o->sampling) {
+        ll_sample_search(m, src, src_len, B, S, o, out);
+        return;
+    }
     const int beam = o->beam, V = m->hp.V, N = B * beam;
     /* With one row, the best candidate alone decides (EOS finishes the sentence). */
     const int k = beam == 1 ? 1 : 2 * beam;

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "ll/decode.h"
 #include "ll/model.h"
 
 typedef struct {
@@ -29,5 +30,8 @@ int ll_batch_workers(int inter_threads);
  * Returns the number of batches. */
 int ll_run_batches(ll_model *m, ll_len_idx *ord, int ne, int max_sents, int max_tokens, int workers, int pack,
                    uint64_t draw_base, ll_batch_fn fn, void *ctx);
+
+/* Sort fin[0..n_fin) by score, best first (stable), keep nbest in out (owning fin), free the rest. */
+void ll_search_finish(ll_hypo *fin, int n_fin, int nbest, ll_nbest *out);
 
 #endif

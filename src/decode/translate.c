@@ -17,6 +17,7 @@ typedef struct {
     const int *len;
     const ll_search_opts *so;
     ll_nbest *out;
+    uint64_t key_base;
 } search_job;
 
 /* Search one batch on model m (a worker's replica) and file the results. */
@@ -33,7 +34,13 @@ static void run_batch(ll_model *m, const ll_len_idx *ord, const ll_batch_span *b
         memcpy(buf + (size_t)b * S, j->src[i], sizeof(int32_t) * j->len[i]);
         for (int t = j->len[i]; t < S; t++) buf[(size_t)b * S + t] = LL_PAD;
     }
-    ll_beam_search(m, buf, blen, B, S, j->so, res);
+    /* sampling: each sentence's draws keyed by its place in the input (draw_base + index), not its batch */
+    ll_search_opts so = *j->so;
+    uint64_t *keys = so.sampling ? ll_malloc(sizeof(uint64_t) * B) : NULL;
+    for (int b = 0; keys && b < B; b++) keys[b] = j->key_base + (uint64_t)ord[bs->first + b].idx;
+    so.keys = keys;
+    ll_beam_search(m, buf, blen, B, S, &so, res);
+    free(keys);
     for (int b = 0; b < B; b++) j->out[ord[bs->first + b].idx] = res[b];
     free(buf);
     free(blen);
@@ -115,7 +122,7 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
             acc.src_tokens += len[i];
         }
     }
-    search_job job = {src, len, &o->search, out};
+    search_job job = {src, len, &o->search, out, o->draw_base};
     const int nb = ll_run_batches(m, ord, ne, max_sents, o->max_tokens, ll_translate_workers(o), 1, o->draw_base,
                                   run_batch, &job);
     for (int i = 0; i < n; i++)
