@@ -166,6 +166,24 @@ for b in bad:
 sys.exit(1 if bad else 0)
 PY
 
+# 5b2. --sampling: top-1 draws are the greedy search; draws depend on --seed and the line, not on
+# threads; n-best draws sorted; empty lines stay empty
+dec --beam 1 --input "$T/in.en" > "$T/greedy.out" 2>/dev/null || err "greedy failed"
+dec --sampling --sampling-topk 1 --input "$T/in.en" > "$T/top1.out" 2> "$T/top1.err" || err "--sampling failed: $(cat "$T/top1.err")"
+cmp -s "$T/top1.out" "$T/greedy.out" || err "--sampling --sampling-topk 1 differs from greedy search"
+grep -q "draws per sentence 1" "$T/top1.err" || err "--sampling summary: $(cat "$T/top1.err")"
+dec --sampling --beam 3 --nbest 3 --seed 7 --input "$T/in.en" > "$T/s7a.out" 2>/dev/null &&
+  "$LLDECODE" --model "$M" --threads 1 --sampling --beam 3 --nbest 3 --seed 7 --input "$T/in.en" > "$T/s7b.out" 2>/dev/null &&
+  dec --sampling --beam 3 --nbest 3 --seed 8 --input "$T/in.en" > "$T/s8.out" 2>/dev/null || err "--sampling --nbest failed"
+cmp -s "$T/s7a.out" "$T/s7b.out" || err "--sampling: the draws changed with the thread count"
+cmp -s "$T/s7a.out" "$T/s8.out" && err "--sampling: --seed 8 drew what --seed 7 drew"
+awk -F ' \\|\\|\\| ' -v n="$n" '{ c[$1]++; if ($1 == p && $3 > s + 1e-9) bad = 1; p = $1; s = $3 }
+  END { for (i = 0; i < n; i++) if (c[i] != (i == 10 ? 1 : 3)) bad = 1; exit bad }' "$T/s7a.out" ||
+  err "--sampling --nbest 3: not 3 sorted draws per line: $(head -4 "$T/s7a.out")"
+dec --sampling --temperature 3 --input "$T/in.en" > "$T/hot.out" 2>/dev/null || err "--temperature 3 failed"
+[ "$(wc -l < "$T/hot.out")" -eq "$n" ] && [ -z "$(sed -n 11p "$T/hot.out")" ] || err "--sampling: lines not kept"
+cmp -s "$T/hot.out" "$T/greedy.out" && err "--temperature 3 drew the greedy translations"
+
 # 5c. --score-reference (forced decoding): each n-best hypothesis scored as a reference gets the
 # search's score (base 2, / len^lenpen) in text, fairseq and raw-id forms; empty sides still give
 # a line; the overfitted model prefers its training targets to another line's target
@@ -282,6 +300,10 @@ check_error "references too few" "sc3.ref: 3 lines, but $T/in.en has more" --mod
 check_error "references too many" "sc.ref: more than 3 lines, but $T/in3.en has 3" --model "$M" --input "$T/in3.en" --score-reference "$T/sc.ref"
 check_error "a search option" "--beam: a search option, with --score-reference" --model "$M" --beam 5 --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "alignment with scores" "--alignment: a search option" --model "$M" --alignment --input "$T/in.en" --score-reference "$T/sc.ref"
+check_error "topk without sampling" "--sampling-topk: a sampling option, without --sampling" --model "$M" --sampling-topk 5 --input "$T/in.en"
+check_error "zero temperature" "--temperature" --model "$M" --sampling --temperature 0 --input "$T/in.en"
+check_error "sampling a reference" "--sampling: a search option, with --score-reference" --model "$M" --sampling --input "$T/in.en" --score-reference "$T/sc.ref"
+check_error "more n-best than draws" "--nbest 2: must not exceed the draws per sentence (--beam) 1" --model "$M" --sampling --nbest 2 --input "$T/in.en"
 check_error "both on stdin" "--score-reference -: standard input is already the --input" --model "$M" --score-reference -
 python3 -c "print(' '.join(['casa'] * 200))" > "$T/long.ref"
 head -1 "$T/in3.en" > "$T/in1.en"

@@ -5,8 +5,8 @@
  * beam search on a random model gives the same hypotheses on both backends,
  * every gemm of it one fused cuBLASLt matmul (ll_backend_gemm_fallbacks; in
  * fp32 and, on the GPU alone, in bf16), and its hypotheses scored as
- * references (forced decoding) get the search's token scores.  Skips (77)
- * without a GPU. */
+ * references (forced decoding) get the search's token scores; sampling draws
+ * the same tokens on both.  Skips (77) without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -219,6 +219,52 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     ll_model_free(mc), ll_model_free(mg);
 }
 
+/* Sampling (ll_sample_search): the draws are made on the host from each step's log-probabilities,
+ * keyed by sentence, so the CUDA backend's fp32 steps draw the same tokens as the CPU's (a
+ * difference needs a uniform within ~1e-6 of a boundary); all of them, and topk, temperature. */
+static void test_sampling(ll_backend *cpu, ll_backend *gpu) {
+    ll_hparams hp = {.C = 32, .F = 64, .H = 4, .Le = 2, .Ld = 2, .V = 97, .max_pos = 64, .share_all = 1,
+                     .tie_output = 1};
+    ll_model *mc = ll_model_new(&hp, cpu), *mg = ll_model_new(&hp, gpu);
+    ll_model_init(mc, 6);
+    ll_model_init(mg, 6);
+    enum { B = 4, S = 8 };
+    int32_t src[B * S];
+    int len[B];
+    ll_philox r;
+    ll_philox_init(&r, 3, 3, 0);
+    for (int b = 0; b < B; b++) {
+        len[b] = 3 + b;
+        for (int t = 0; t < S; t++)
+            src[b * S + t] = t < len[b] - 1 ? 4 + (int)ll_philox_below(&r, b * S + t, hp.V - 4) : t == len[b] - 1 ? LL_EOS : LL_PAD;
+    }
+    for (int c = 0; c < 2; c++) {
+        ll_search_opts o;
+        ll_search_opts_default(&o);
+        o.sampling = 1, o.beam = 3, o.nbest = 3, o.max_len_b = 10, o.seed = 9;
+        o.topk = c ? 5 : 0, o.temperature = c ? 0.8 : 1.0;
+        ll_nbest oc[B], og[B];
+        ll_beam_search(mg, src, len, B, S, &o, og);
+        ll_beam_search(mc, src, len, B, S, &o, oc);
+        int same = 1, tokens = 0;
+        for (int b = 0; b < B; b++) {
+            same &= oc[b].n == og[b].n && og[b].n == 3;
+            for (int i = 0; same && i < oc[b].n; i++) {
+                same &= oc[b].h[i].len == og[b].h[i].len &&
+                        !memcmp(oc[b].h[i].tokens, og[b].h[i].tokens, sizeof(int32_t) * oc[b].h[i].len) &&
+                        fabs(oc[b].h[i].score - og[b].h[i].score) < 1e-4;
+                tokens += oc[b].h[i].len;
+            }
+            ll_nbest_free(&oc[b]), ll_nbest_free(&og[b]);
+        }
+        fprintf(stderr, "sampling (topk %d, temperature %g): %d tokens drawn on each backend\n", o.topk, o.temperature,
+                tokens);
+        CHECK_MSG(same, "sampling (topk %d, temperature %g) on CUDA draws other tokens than on the CPU", o.topk,
+                  o.temperature);
+    }
+    ll_model_free(mc), ll_model_free(mg);
+}
+
 int main(void) {
     gpu_or_skip();
     ll_backend *cpu = ll_backend_cpu(), *gpu = ll_backend_cuda(0);
@@ -230,7 +276,7 @@ int main(void) {
     test_topk(cpu, gpu, 2, 32, 301, 64);
     const char *miss = ll_backend_missing(gpu);
     CHECK_MSG(!miss, "the CUDA backend lacks '%s'", miss ? miss : "");
-    if (!miss) test_search(cpu, gpu, 0), test_search(cpu, gpu, 1);
+    if (!miss) test_search(cpu, gpu, 0), test_search(cpu, gpu, 1), test_sampling(cpu, gpu);
     ll_backend *b16 = ll_backend_cuda_precision(0, LL_BF16);
     CHECK_MSG(b16 != NULL, "ll_backend_cuda_precision(0, bf16): %s", ll_errbuf());
     if (b16 && !ll_backend_missing(b16)) test_search(NULL, b16, 1);
