@@ -4,7 +4,7 @@
 # CPU, said in the log, so decoding is still compared) decodes the test books
 # with beam 5 on the GPU and on the CPU.  Passes when at most 2% of the lines
 # differ and BLEU differs by at most 0.2, and the CPU's translations scored as
-# references (--score-reference) on both agree.  Skips (77) without a GPU; fails
+# references (--score-reference) on both agree, and sampling draws the same.  Skips (77) without a GPU; fails
 # without the corpus.
 source "$(dirname "$0")/lib.sh"
 gpu_or_skip
@@ -99,6 +99,20 @@ if [ -s "$T/test.cpu.es" ]; then
                    n, w, ok ? "PASS" : "FAIL")
             exit !ok }' || fail=1
   fi
+fi
+# sampling (--sampling): the draws are made on the host from each step's log-probabilities and
+# keyed by line, so both devices draw the same translations (a line may differ where a uniform
+# falls within rounding of a boundary: at most 2% of the lines)
+for dev in "$GPUDEV" cpu; do
+  "$BIN/lldecode" --model "$M" --device "$dev" --sampling --sampling-topk 20 --seed 3 --max-len-a 1.2 --max-len-b 10 \
+    --input "$SRCF" --output "$T/sample.$dev.es" 2> "$T/sample.$dev.log" || err "lldecode --device $dev --sampling failed: $(tail -1 "$T/sample.$dev.log")"
+done
+if [ -s "$T/sample.$GPUDEV.es" ] && [ -s "$T/sample.cpu.es" ]; then
+  n=$(wc -l < "$T/sample.cpu.es")
+  d=$(paste -d '\t' "$T/sample.$GPUDEV.es" "$T/sample.cpu.es" | awk -F '\t' '$1 != $2' | wc -l)
+  ok=$(( d * 50 <= n && n > 0 ))
+  echo "decode-parity: sampling (top-20, seed 3): $d of $n lines drawn differently ($([ $ok = 1 ] && echo PASS || echo FAIL): at most 2%)"
+  [ $ok = 1 ] || fail=1
 fi
 keep_logs decode_parity "$T"/*.log "$T"/test.*.es
 exit $fail
