@@ -22,7 +22,7 @@
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
-    int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0;
+    int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0, sampling = -1, score = 0;
     const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -37,12 +37,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--len")) T = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--profile")) profile = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--alignment")) align = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--sampling")) sampling = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--score")) score = atoi(argv[i + 1]);
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
                     "          [--model base (bench/gpu/base.cfg, 128 x 32 -> 32)] [--device cpu|cuda]\n"
                     "          [--precision fp32|bf16] [--batch B] [--src-len S] [--len T] [--profile 1]\n"
-                    "          [--alignment 1 (lldecode --alignment)]\n",
+                    "          [--alignment 1 (lldecode --alignment)] [--sampling K (lldecode --sampling\n"
+                    "          --sampling-topk K, K = 0: all; the --beams values are the draws per sentence)]\n"
+                    "          [--score 1 (lldecode --score-reference of T-token references)]\n",
                     argv[0]);
             return 2;
         }
@@ -90,6 +94,8 @@ int main(int argc, char **argv) {
         o.max_len_b = T; /* steps 0..T: T tokens then EOS */
         o.min_len = T;
         o.align = align;
+        o.sampling = sampling >= 0;
+        o.topk = sampling > 0 ? sampling : 0;
         ll_translate_opts to = {.search = o, .max_tokens = 1 << 20, .max_sents = B, .inter_threads = inter};
         ll_nbest *out = calloc(B, sizeof *out);
         double best = 1e30;
@@ -113,10 +119,12 @@ int main(int argc, char **argv) {
             if (rep > 0 && dt < best) best = dt; /* the first run warms up */
         }
         if (be->graph_stats) be->graph_stats(be, &g1);
-        printf("RESULT ll_decode beam=%d inter=%d%s sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu "
+        char what[32] = "";
+        if (o.sampling) snprintf(what, sizeof what, " sampling_topk=%d", o.topk);
+        printf("RESULT ll_decode beam=%d inter=%d%s%s sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu "
                "graph_replays=%llu\n",
-               beam, ll_translate_workers(&to), align ? " alignment=1" : "", B / best, tokens / best, (unsigned long long)(g1.launches - g0.launches),
-               (unsigned long long)(g1.replays - g0.replays));
+               beam, ll_translate_workers(&to), align ? " alignment=1" : "", what, B / best, tokens / best,
+               (unsigned long long)(g1.launches - g0.launches), (unsigned long long)(g1.replays - g0.replays));
         if (timed && repeats > 0) {
             printf("profile, beam %d (ms per batch of %d sentences, ops timed between syncs, no CUDA graphs; the "
                    "batch took %.1f ms so):\n",
@@ -127,6 +135,28 @@ int main(int argc, char **argv) {
         free(out);
         while (*p && *p != ',') p++;
         if (*p == ',') p++;
+    }
+    if (score) { /* forced decoding of T-token references (EOS last): lldecode --score-reference's path */
+        int32_t *ref = malloc(sizeof(int32_t) * B * (T + 1));
+        int32_t **refs = malloc(sizeof(int32_t *) * B);
+        int *rlen = malloc(sizeof(int) * B);
+        float **pos = malloc(sizeof(float *) * B);
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t <= T; t++) ref[b * (T + 1) + t] = t == T ? LL_EOS : 4 + (int)ll_philox_below(&r, 1u << 20 | (b * (T + 1) + t), hp.V - 4);
+            refs[b] = ref + (size_t)b * (T + 1), rlen[b] = T + 1, pos[b] = malloc(sizeof(float) * (T + 1));
+        }
+        ll_score_opts so = {.max_tokens = 1 << 20, .max_sents = B, .inter_threads = inter, .bos = LL_EOS};
+        double best = 1e30;
+        for (int rep = 0; rep < repeats + 1; rep++) {
+            double t0 = ll_now();
+            ll_score_ids(m, (const int32_t *const *)srcs, len, (const int32_t *const *)refs, rlen, B, &so, pos, NULL);
+            double dt = ll_now() - t0;
+            if (rep > 0 && dt < best) best = dt;
+        }
+        printf("RESULT ll_score inter=%d sent_per_s=%.2f tok_per_s=%.1f\n", ll_translate_workers(&(ll_translate_opts){.inter_threads = inter}), B / best,
+               B * (T + 1) / best);
+        for (int b = 0; b < B; b++) free(pos[b]);
+        free(ref), free(refs), free(rlen), free(pos);
     }
     ll_model_free(m);
     free(src);

@@ -48,63 +48,58 @@ static void heap_down(int *h, const double *q, int n, int at) {
 static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
 
 /* One draw from a row's log-probabilities lp[V] (mode: bit 0 EOS allowed, bit 1 EOS only; pad and
- * BOS never).  Returns the token; *lq = its log-probability under softmax(lp / temperature).
- * q, w: [V] scratch; cand: [V] ints. */
+ * BOS never).  Returns the token; *lq = its log-probability under softmax(lp / temperature),
+ * normalised over the whole vocabulary as fairseq's.  q, w: [V] double scratch; cand: [V] ints. */
 static int draw(const real *lp, int V, int mode, int topk, double temperature, double u, double *lq, double *q,
-                int *cand) {
+                double *w, int *cand) {
     const int t1 = temperature == 1.0;
-    double mx = -INFINITY;
+    double mx = -INFINITY, amx = -INFINITY; /* over all tokens; over the drawable ones */
     for (int v = 0; v < V; v++) {
         q[v] = t1 ? (double)lp[v] : (double)lp[v] / temperature;
         if (q[v] > mx) mx = q[v];
+        if (q[v] > amx && v != LL_PAD && v != LL_BOS && (v != LL_EOS || (mode & 1))) amx = q[v];
     }
-    double lse = 0;
-    if (!t1) { /* the tempered distribution, normalised over the whole vocabulary (as fairseq) */
+    int tok = LL_EOS; /* at the length limit (mode bit 1), or nothing drawable (every token -inf) */
+    if (!(mode & 2) && amx > -INFINITY) {
+        int n = 0;
+        if (topk > 0 && topk < V) { /* the topk best (ties to the lower id) in a min-heap, then by id */
+            for (int v = 0; v < V; v++) {
+                if (v == LL_PAD || v == LL_BOS || (v == LL_EOS && !(mode & 1)) || q[v] == -INFINITY) continue;
+                if (n < topk) { /* sift up */
+                    int at = n++;
+                    while (at > 0 && above(q[cand[(at - 1) / 2]], cand[(at - 1) / 2], q[v], v)) {
+                        cand[at] = cand[(at - 1) / 2];
+                        at = (at - 1) / 2;
+                    }
+                    cand[at] = v;
+                } else if (above(q[v], v, q[cand[0]], cand[0])) {
+                    cand[0] = v;
+                    heap_down(cand, q, n, 0);
+                }
+            }
+            qsort(cand, n, sizeof(int), cmp_int); /* a fixed order to walk: by token id */
+        } else {
+            for (int v = 0; v < V; v++)
+                if (v != LL_PAD && v != LL_BOS && (v != LL_EOS || (mode & 1)) && q[v] > -INFINITY) cand[n++] = v;
+        }
+        double total = 0;
+        for (int i = 0; i < n; i++) total += w[i] = exp(q[cand[i]] - amx);
+        const double target = u * total;
+        double acc = 0;
+        tok = cand[n - 1]; /* (rounding: past the last weight) */
+        for (int i = 0; i < n; i++)
+            if ((acc += w[i]) > target) {
+                tok = cand[i];
+                break;
+            }
+    }
+    if (t1) {
+        *lq = (double)lp[tok];
+    } else {
         double z = 0;
         for (int v = 0; v < V; v++) z += exp(q[v] - mx);
-        lse = mx + log(z);
+        *lq = q[tok] - (mx + log(z));
     }
-    int tok = -1;
-    if (mode & 2) {
-        tok = LL_EOS;
-    } else {
-        int n = 0;
-        const int k = topk > 0 && topk < V ? topk : V;
-        for (int v = 0; v < V; v++) {
-            if (v == LL_PAD || v == LL_BOS || (v == LL_EOS && !(mode & 1)) || q[v] == -INFINITY) continue;
-            if (n < k) { /* heap-insert: sift up */
-                int at = n++;
-                cand[at] = v;
-                while (at > 0 && above(q[cand[(at - 1) / 2]], cand[(at - 1) / 2], q[v], v)) {
-                    cand[at] = cand[(at - 1) / 2];
-                    at = (at - 1) / 2;
-                }
-                cand[at] = v;
-            } else if (above(q[v], v, q[cand[0]], cand[0])) {
-                cand[0] = v;
-                heap_down(cand, q, n, 0);
-            }
-        }
-        if (n == 0) {
-            tok = LL_EOS; /* nothing drawable (every token -inf): end the row */
-        } else {
-            qsort(cand, n, sizeof(int), cmp_int); /* a fixed order to walk: by token id */
-            double cmax = -INFINITY, total = 0;
-            for (int i = 0; i < n; i++) cmax = q[cand[i]] > cmax ? q[cand[i]] : cmax;
-            for (int i = 0; i < n; i++) total += exp(q[cand[i]] - cmax);
-            const double target = u * total;
-            double acc = 0;
-            tok = cand[n - 1]; /* (rounding: past the last weight) */
-            for (int i = 0; i < n; i++) {
-                acc += exp(q[cand[i]] - cmax);
-                if (acc > target) {
-                    tok = cand[i];
-                    break;
-                }
-            }
-        }
-    }
-    *lq = t1 ? (double)lp[tok] : q[tok] - lse;
     return tok;
 }
 
@@ -132,7 +127,7 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
     float *ps = ll_malloc(sizeof(float) * (size_t)N0 * T);
     int32_t *al = o->align ? ll_malloc(sizeof(int32_t) * (size_t)N0 * T) : NULL;
     int32_t *step_al = o->align ? ll_malloc(sizeof(int32_t) * N0) : NULL;
-    double *cum = ll_calloc(N0, sizeof(double)), *q = ll_malloc(sizeof(double) * V);
+    double *cum = ll_calloc(N0, sizeof(double)), *q = ll_malloc(sizeof(double) * 2 * (size_t)V);
     uint8_t *alive = ll_malloc(N0);
     memset(alive, 1, N0);
     real *logp = ll_malloc(sizeof(real) * (size_t)N0 * V);
@@ -154,7 +149,7 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
                 if (!alive[r]) continue;
                 double lq;
                 const double u = uniform53(&s->rng, (uint64_t)b << 25 | (uint64_t)step);
-                const int y = draw(logp + (size_t)r * V, V, mode, o->topk, o->temperature, u, &lq, q, cand);
+                const int y = draw(logp + (size_t)r * V, V, mode, o->topk, o->temperature, u, &lq, q, q + V, cand);
                 tok[(size_t)r * T + step] = y;
                 ps[(size_t)r * T + step] = (float)lq;
                 if (al) al[(size_t)r * T + step] = step_al[r];
