@@ -159,25 +159,32 @@ static void check_scores(ll_model *m, const int32_t *src, const int *len, int B,
               st.batches, worst, tol);
 }
 
+/* The searches' model and sources: sentence b has 3 + b tokens (EOS last), right-padded to S. */
+static const ll_hparams search_hp = {.C = 32, .F = 64, .H = 4, .Le = 2, .Ld = 2, .V = 97, .max_pos = 64,
+                                     .share_all = 1, .tie_output = 1};
+static void search_sources(int32_t *src, int *len, int B, int S, uint64_t seed) {
+    ll_philox r;
+    ll_philox_init(&r, seed, 3, 0);
+    for (int b = 0; b < B; b++) {
+        len[b] = 3 + b;
+        for (int t = 0; t < S; t++)
+            src[b * S + t] = t < len[b] - 1   ? 4 + (int)ll_philox_below(&r, b * S + t, search_hp.V - 4)
+                             : t == len[b] - 1 ? LL_EOS
+                                               : LL_PAD;
+    }
+}
+
 /* A whole search: same weights on both backends, same n-best lists (cpu NULL:
  * the search on gpu alone, checked for gemm fallbacks only); with align, the
  * hypotheses' alignments (attn_align) the same too. */
 static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
-    ll_hparams hp = {.C = 32, .F = 64, .H = 4, .Le = 2, .Ld = 2, .V = 97, .max_pos = 64, .share_all = 1,
-                     .tie_output = 1};
-    ll_model *mc = cpu ? ll_model_new(&hp, cpu) : NULL, *mg = ll_model_new(&hp, gpu);
+    ll_model *mc = cpu ? ll_model_new(&search_hp, cpu) : NULL, *mg = ll_model_new(&search_hp, gpu);
     if (mc) ll_model_init(mc, 4);
     ll_model_init(mg, 4);
     enum { B = 5, S = 9 };
     int32_t src[B * S];
     int len[B];
-    ll_philox r;
-    ll_philox_init(&r, 2, 3, 0);
-    for (int b = 0; b < B; b++) {
-        len[b] = 3 + b;
-        for (int t = 0; t < S; t++)
-            src[b * S + t] = t < len[b] - 1 ? 4 + (int)ll_philox_below(&r, b * S + t, hp.V - 4) : t == len[b] - 1 ? LL_EOS : LL_PAD;
-    }
+    search_sources(src, len, B, S, 2);
     ll_search_opts o;
     ll_search_opts_default(&o);
     o.beam = 4;
@@ -223,21 +230,13 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
  * keyed by sentence, so the CUDA backend's fp32 steps draw the same tokens as the CPU's (a
  * difference needs a uniform within ~1e-6 of a boundary); all of them, and topk, temperature. */
 static void test_sampling(ll_backend *cpu, ll_backend *gpu) {
-    ll_hparams hp = {.C = 32, .F = 64, .H = 4, .Le = 2, .Ld = 2, .V = 97, .max_pos = 64, .share_all = 1,
-                     .tie_output = 1};
-    ll_model *mc = ll_model_new(&hp, cpu), *mg = ll_model_new(&hp, gpu);
+    ll_model *mc = ll_model_new(&search_hp, cpu), *mg = ll_model_new(&search_hp, gpu);
     ll_model_init(mc, 6);
     ll_model_init(mg, 6);
     enum { B = 4, S = 8 };
     int32_t src[B * S];
     int len[B];
-    ll_philox r;
-    ll_philox_init(&r, 3, 3, 0);
-    for (int b = 0; b < B; b++) {
-        len[b] = 3 + b;
-        for (int t = 0; t < S; t++)
-            src[b * S + t] = t < len[b] - 1 ? 4 + (int)ll_philox_below(&r, b * S + t, hp.V - 4) : t == len[b] - 1 ? LL_EOS : LL_PAD;
-    }
+    search_sources(src, len, B, S, 3);
     for (int c = 0; c < 2; c++) {
         ll_search_opts o;
         ll_search_opts_default(&o);
