@@ -1,0 +1,53 @@
+/* The beam tests' toy model, random sources and hypothesis comparison
+ * (test_beam.c, test_sample.c), in the double build (grad_) and fp32 (f32_). */
+#ifndef LL_BEAM_TOY_H
+#define LL_BEAM_TOY_H
+
+#include <math.h>
+#include <string.h>
+
+#include "ll/decode.h"
+#include "ll/model.h"
+
+/* Score tolerance: double build, rounding only; fp32 build (f32_test_beam),
+ * the fast decoding paths sum in another order than the forced reference. */
+#define TOL (sizeof(real) == 8 ? 1e-9 : 2e-5)
+#define PTOL (sizeof(real) == 8 ? 1e-6 : 2e-5)
+
+static inline ll_model *toy(int V, int max_pos, uint64_t seed) {
+    ll_hparams hp = {.C = 8, .F = 16, .H = 2, .Le = 1, .Ld = 2, .V = V, .max_pos = max_pos, .share_all = 1,
+                     .tie_output = 1};
+    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+    ll_model_init(m, seed);
+    /* sharpen the output distribution so that searches disagree with greedy */
+    for (size_t i = 0; i < (size_t)V * 8; i++) m->params[m->out_proj + i] *= 2.5;
+    return m;
+}
+
+/* A random source of length sl (EOS included) over ids 4..V-1. */
+static inline void rand_src(int32_t *s, int sl, int V, uint64_t seed) {
+    ll_philox r;
+    ll_philox_init(&r, seed, 7, 0);
+    for (int t = 0; t < sl - 1; t++) s[t] = 4 + (int)ll_philox_below(&r, t, V - 4);
+    s[sl - 1] = LL_EOS;
+}
+
+/* B random sources in rows of 7 (padded): sentence i has min + (i * len[0] + len[1]) % len[2]
+ * tokens (EOS included), drawn with seed key + i. */
+static inline void rand_batch(int32_t *src, int *sl, int B, int V, int min, const int len[3], uint64_t key) {
+    for (int i = 0; i < B; i++) {
+        sl[i] = min + (i * len[0] + len[1]) % len[2];
+        rand_src(src + i * 7, sl[i], V, key + i);
+        for (int t = sl[i]; t < 7; t++) src[i * 7 + t] = LL_PAD;
+    }
+}
+
+static inline int same_hypo(const ll_hypo *a, const ll_hypo *b, double tol) {
+    if (a->len != b->len || memcmp(a->tokens, b->tokens, sizeof(int32_t) * a->len)) return 0;
+    if (fabs(a->score - b->score) > tol) return 0;
+    for (int t = 0; t < a->len; t++)
+        if (fabs(a->pos_scores[t] - b->pos_scores[t]) > PTOL) return 0; /* stored as float */
+    return 1;
+}
+
+#endif
