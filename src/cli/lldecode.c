@@ -392,7 +392,7 @@ static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos
     const double ln2 = log(2.0);
     ll_score_opts so = {.max_tokens = (int)o->max_tokens, .max_sents = (int)o->max_sents,
                         .inter_threads = (int)o->inter_threads, .bos = bos};
-    for (int eof = 0, reof; !eof;) {
+    for (int eof = 0, reof = 0; !eof;) {
         const int n = read_chunk(in, in_name, *lineno, CHUNK_LINES, sl, &buf, &cap, &eof);
         if (n == 0) break;
         const int nr = read_chunk(rf, rname, *lineno, n, rl, &buf, &cap, &reof);
