@@ -30,6 +30,8 @@ typedef struct {
      * (ll_sample_search); nbest of them come back, best score first. */
     int sampling;
     int topk;           /* sampling: among the topk most probable tokens only (0: all) */
+    double topp;        /* sampling: then among the most probable of those holding topp of their
+                           probability, the one crossing it included (0 or 1: all) */
     double temperature; /* sampling: from softmax(log p / temperature) (1: the model's own) */
     uint64_t seed;      /* sampling: sentence i draws with key (seed, keys[i]) */
     const uint64_t *keys; /* [B] per-sentence keys (NULL: i), so a sentence's samples do not

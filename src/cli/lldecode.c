@@ -48,6 +48,8 @@ static void usage(FILE *out) {
             "  --sampling         draw translations from the model instead of searching (back-translation):\n"
             "                     --beam K draws per sentence (default 1), the --nbest best of them printed\n"
             "  --sampling-topk K  with --sampling: among the K most probable tokens only (default 0: all)\n"
+            "  --sampling-topp P  with --sampling: then among the most probable holding P of their\n"
+            "                     probability (nucleus sampling; default 1: all)\n"
             "  --temperature T    with --sampling: from softmax(log p / T) (default 1)\n"
             "  --seed N           with --sampling: the draws' seed (default 1); line i's draws depend on\n"
             "                     N and i only, not on batching, threads or device\n"
@@ -97,9 +99,10 @@ typedef struct {
     const char *score_ref;   /* --score-reference */
     int sampling;            /* --sampling */
     long topk;               /* --sampling-topk */
+    double topp;             /* --sampling-topp */
     double temperature;      /* --temperature */
     long seed;               /* --seed */
-    const char *sample_flag; /* the first of --sampling-topk, --temperature, --seed given */
+    const char *sample_flag; /* the first of --sampling-topk/-topp, --temperature, --seed given */
     const char *search_flag; /* the first flag given that only the search uses */
     double threshold;
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
@@ -467,7 +470,7 @@ int main(int argc, char **argv) {
     ll_args_no_repeats(argc, argv, NULL);
     opts o = {.input = "-", .output = "-", .format = "text", .device = "cpu", .threshold = -1, .beam = -1,
               .nbest = 1, .max_len_b = 200, .min_len = 1, .max_tokens = 4096, .lenpen = NAN, .temperature = 1,
-              .seed = 1};
+              .seed = 1, .topp = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -496,6 +499,9 @@ int main(int argc, char **argv) {
             o.score_ref = v;
         } else if (!strcmp(a, "--sampling-topk")) {
             o.topk = parse_int(a, v, 0, 1 << 30);
+            o.sample_flag = o.sample_flag ? o.sample_flag : a;
+        } else if (!strcmp(a, "--sampling-topp")) {
+            o.topp = parse_real(a, v, 1e-6, 1);
             o.sample_flag = o.sample_flag ? o.sample_flag : a;
         } else if (!strcmp(a, "--temperature")) {
             o.temperature = parse_real(a, v, 1e-3, 1e3);
@@ -599,6 +605,7 @@ int main(int argc, char **argv) {
     to.search.beam = o.beam > 0 ? (int)o.beam : o.sampling ? 1 : cfg.beam > 0 ? cfg.beam : 5;
     to.search.sampling = o.sampling;
     to.search.topk = (int)(o.topk < m->hp.V ? o.topk : 0); /* (K >= V: the whole vocabulary) */
+    to.search.topp = o.topp;
     to.search.temperature = o.temperature;
     to.search.seed = (uint64_t)o.seed;
     to.search.lenpen = !isnan(o.lenpen) ? o.lenpen : cfg.lenpen;

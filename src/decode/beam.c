@@ -22,7 +22,7 @@
 
 void ll_search_opts_default(ll_search_opts *o) {
     *o = (ll_search_opts){.beam = 5, .lenpen = 1.0, .max_len_a = 0, .max_len_b = 200, .min_len = 1, .nbest = 1,
-                          .bos = LL_EOS, .temperature = 1.0};
+                          .bos = LL_EOS, .temperature = 1.0, .topp = 1.0};
 }
 
 int ll_search_max_len(const ll_model *m, const ll_search_opts *o, int src_len) {

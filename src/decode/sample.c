@@ -2,7 +2,9 @@
  * Marian's --output-sampling, CTranslate2's sampling_topk): each of a
  * sentence's rows draws its own translation, one token per step, from
  * softmax(log p / temperature), optionally among the topk most probable
- * tokens.  The back-translations of Edunov et al. (2018) are drawn so.
+ * tokens and then the smallest set of them holding topp of their probability
+ * (nucleus sampling, Holtzman et al. 2020).  The back-translations of Edunov
+ * et al. (2018) are drawn so.
  *
  * The draw happens on the host from the step's log-probabilities
  * (ll_decode_step), in double precision, with a uniform from a Philox stream
@@ -47,11 +49,36 @@ static void heap_down(int *h, const double *q, int n, int at) {
 
 static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
 
+typedef struct {
+    double w;
+    int i; /* position in cand */
+} weighted;
+
+/* higher weight first; ties to the lower token (cand is in token order, so the lower position) */
+static int by_weight(const void *a, const void *b) {
+    const weighted *x = a, *y = b;
+    if (x->w != y->w) return x->w < y->w ? 1 : -1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* Nucleus (top-p): keep the most probable candidates, best first, until their share of the
+ * candidates' weight reaches topp (the one that reaches it included); zero the others' w.
+ * Returns the kept weight. */
+static double nucleus(double *w, int n, double total, double topp, weighted *order) {
+    for (int i = 0; i < n; i++) order[i] = (weighted){w[i], i};
+    qsort(order, n, sizeof *order, by_weight);
+    double kept = 0;
+    int k = 0;
+    while (k < n && kept < topp * total) kept += order[k++].w;
+    for (int i = k; i < n; i++) w[order[i].i] = 0;
+    return kept;
+}
+
 /* One draw from a row's log-probabilities lp[V] (mode: bit 0 EOS allowed, bit 1 EOS only; pad and
  * BOS never).  Returns the token; *lq = its log-probability under softmax(lp / temperature),
  * normalised over the whole vocabulary as fairseq's.  q, w: [V] double scratch; cand: [V] ints. */
-static int draw(const real *lp, int V, int mode, int topk, double temperature, double u, double *lq, double *q,
-                double *w, int *cand) {
+static int draw(const real *lp, int V, int mode, int topk, double topp, double temperature, double u, double *lq,
+                double *q, double *w, int *cand, weighted *order) {
     const int t1 = temperature == 1.0;
     double mx = -INFINITY, amx = -INFINITY; /* over all tokens; over the drawable ones */
     for (int v = 0; v < V; v++) {
@@ -84,11 +111,14 @@ static int draw(const real *lp, int V, int mode, int topk, double temperature, d
         }
         double total = 0;
         for (int i = 0; i < n; i++) total += w[i] = exp(q[cand[i]] - amx);
+        if (topp > 0 && topp < 1) total = nucleus(w, n, total, topp, order);
         const double target = u * total;
         double acc = 0;
-        tok = cand[n - 1]; /* (rounding: past the last weight) */
+        tok = -1;
+        for (int i = n - 1; tok < 0; i--) /* (rounding: past the last weight, the last kept) */
+            if (w[i] > 0 || i == 0) tok = cand[i];
         for (int i = 0; i < n; i++)
-            if ((acc += w[i]) > target) {
+            if (w[i] > 0 && (acc += w[i]) > target) {
                 tok = cand[i];
                 break;
             }
@@ -107,8 +137,9 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
                       ll_nbest *out) {
     const int n = o->beam, V = m->hp.V;
     if (n < 1 || o->nbest < 1 || o->nbest > n) ll_die("sampling: need 1 <= nbest (%d) <= samples (%d)", o->nbest, n);
-    if (!(o->temperature > 0) || !isfinite(o->temperature) || o->topk < 0)
-        ll_die("sampling: temperature %g (must be > 0), topk %d (must be >= 0)", o->temperature, o->topk);
+    if (!(o->temperature > 0) || !isfinite(o->temperature) || o->topk < 0 || !(o->topp >= 0 && o->topp <= 1))
+        ll_die("sampling: temperature %g (must be > 0), topk %d (>= 0), topp %g (in [0, 1])", o->temperature, o->topk,
+               o->topp);
     if (B <= 0) return;
     sample_sent *ss = ll_calloc(B, sizeof *ss);
     int T = 1;
@@ -131,6 +162,7 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
     uint8_t *alive = ll_malloc(N0);
     memset(alive, 1, N0);
     real *logp = ll_malloc(sizeof(real) * (size_t)N0 * V);
+    weighted *order = o->topp > 0 && o->topp < 1 ? ll_malloc(sizeof(weighted) * V) : NULL;
     int *cand = ll_malloc(sizeof(int) * V), *act = ll_malloc(sizeof(int) * B), *keep = ll_malloc(sizeof(int) * B);
     for (int i = 0; i < B; i++) act[i] = i;
     int nact = B;
@@ -149,7 +181,8 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
                 if (!alive[r]) continue;
                 double lq;
                 const double u = uniform53(&s->rng, (uint64_t)b << 25 | (uint64_t)step);
-                const int y = draw(logp + (size_t)r * V, V, mode, o->topk, o->temperature, u, &lq, q, q + V, cand);
+                const int y = draw(logp + (size_t)r * V, V, mode, o->topk, o->topp, o->temperature, u, &lq, q, q + V, cand,
+                                   order);
                 tok[(size_t)r * T + step] = y;
                 ps[(size_t)r * T + step] = (float)lq;
                 if (al) al[(size_t)r * T + step] = step_al[r];
@@ -196,5 +229,5 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
     for (int i = 0; i < B; i++) free(ss[i].fin);
     free(ss);
     free(tok), free(prev), free(ps), free(al), free(step_al), free(cum), free(q), free(alive), free(logp);
-    free(cand), free(act), free(keep);
+    free(cand), free(act), free(keep), free(order);
 }

@@ -166,11 +166,13 @@ for b in bad:
 sys.exit(1 if bad else 0)
 PY
 
-# 5b2. --sampling: top-1 draws are the greedy search; draws depend on --seed and the line, not on
+# 5b2. --sampling: top-1 draws (top-k 1, or top-p of almost nothing) are the greedy search; draws depend on --seed and the line, not on
 # threads; n-best draws sorted; empty lines stay empty
 dec --beam 1 --input "$T/in.en" > "$T/greedy.out" 2>/dev/null || err "greedy failed"
 dec --sampling --sampling-topk 1 --input "$T/in.en" > "$T/top1.out" 2> "$T/top1.err" || err "--sampling failed: $(cat "$T/top1.err")"
 cmp -s "$T/top1.out" "$T/greedy.out" || err "--sampling --sampling-topk 1 differs from greedy search"
+dec --sampling --sampling-topp 0.000001 --input "$T/in.en" > "$T/topp.out" 2>/dev/null || err "--sampling-topp failed"
+cmp -s "$T/topp.out" "$T/greedy.out" || err "--sampling --sampling-topp 1e-6 (the best token alone) differs from greedy search"
 grep -q "draws per sentence 1" "$T/top1.err" || err "--sampling summary: $(cat "$T/top1.err")"
 dec --sampling --beam 3 --nbest 3 --seed 7 --input "$T/in.en" > "$T/s7a.out" 2>/dev/null &&
   "$LLDECODE" --model "$M" --threads 1 --sampling --beam 3 --nbest 3 --seed 7 --input "$T/in.en" > "$T/s7b.out" 2>/dev/null &&
@@ -302,6 +304,7 @@ check_error "a search option" "--beam: a search option, with --score-reference" 
 check_error "alignment with scores" "--alignment: a search option" --model "$M" --alignment --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "topk without sampling" "--sampling-topk: a sampling option, without --sampling" --model "$M" --sampling-topk 5 --input "$T/in.en"
 check_error "zero temperature" "--temperature" --model "$M" --sampling --temperature 0 --input "$T/in.en"
+check_error "zero top-p" "--sampling-topp" --model "$M" --sampling --sampling-topp 0 --input "$T/in.en"
 check_error "sampling a reference" "--sampling: a search option, with --score-reference" --model "$M" --sampling --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "more n-best than draws" "--nbest 2: must not exceed the draws per sentence (--beam) 1" --model "$M" --sampling --nbest 2 --input "$T/in.en"
 check_error "both on stdin" "--score-reference -: standard input is already the --input" --model "$M" --score-reference -

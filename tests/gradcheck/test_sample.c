@@ -96,7 +96,8 @@ static void test_score(void) {
 /* ---- 2. sampling ------------------------------------------------------------------ */
 /* 4000 one-token draws of one sentence (max_len 1) against the first step's distribution:
  * pad, BOS and (min_len 1) EOS never; the rest in proportion to p^(1/temperature), among the
- * topk most probable only; each draw's score the tempered log-probability.  Chi-square bounds
+ * topk most probable only, then the most probable holding topp of their mass (nucleus); each
+ * draw's score the tempered log-probability over the whole vocabulary.  Chi-square bounds
  * (fixed seed: the same draws every run; a wrong distribution exceeds them by far). */
 static void test_sampling_dist(void) {
     const int V = 9, n = 4000;
@@ -110,27 +111,35 @@ static void test_sampling_dist(void) {
     int32_t bos = LL_EOS;
     ll_decode_step(m, d, &bos, lp0);
     ll_decode_end(m, d);
-    const double temps[3] = {1, 0.5, 1.7};
-    const int topks[3] = {0, 0, 2};
-    for (int c = 0; c < 3; c++) {
+    const double temps[5] = {1, 0.5, 1.7, 1, 0.8}, topps[5] = {1, 1, 1, 0.45, 0.5};
+    const int topks[5] = {0, 0, 2, 0, 4};
+    for (int c = 0; c < 5; c++) {
         ll_search_opts o;
         ll_search_opts_default(&o);
         o.sampling = 1, o.beam = n, o.nbest = n, o.max_len_b = 1, o.temperature = temps[c], o.topk = topks[c];
+        o.topp = topps[c];
         o.seed = 11;
         ll_nbest r;
         ll_beam_search(m, src, &sl, 1, sl, &o, &r);
         CHECK_MSG(r.n == n, "sampling: %d of %d draws", r.n, n);
-        /* the tempered distribution over the allowed tokens (3..V-1), and its top two */
+        /* the tempered distribution over the allowed tokens (3..V-1); the topk best of them (by
+         * rank, ties to the lower id); then the most probable of those until topp of their mass */
         double w[9] = {0}, z = 0, zall = 0, mx = -INFINITY;
         for (int v = 0; v < V; v++) mx = fmax(mx, lp0[v] / temps[c]);
         for (int v = 0; v < V; v++) zall += exp(lp0[v] / temps[c] - mx);
-        int b1 = -1, b2 = -1;
+        int rank[9], nr = 0; /* allowed tokens, most probable first */
         for (int v = 3; v < V; v++) {
-            if (b1 < 0 || lp0[v] > lp0[b1]) b2 = b1, b1 = v;
-            else if (b2 < 0 || lp0[v] > lp0[b2]) b2 = v;
+            int at = nr++;
+            while (at > 0 && lp0[rank[at - 1]] < lp0[v]) rank[at] = rank[at - 1], at--;
+            rank[at] = v;
         }
-        for (int v = 3; v < V; v++)
-            if (!topks[c] || v == b1 || v == b2) z += w[v] = exp(lp0[v] / temps[c] - mx);
+        if (topks[c] && topks[c] < nr) nr = topks[c];
+        double mass = 0, kept = 0;
+        for (int i = 0; i < nr; i++) mass += exp(lp0[rank[i]] / temps[c] - mx);
+        for (int i = 0; i < nr && kept < topps[c] * mass; i++) {
+            kept += w[rank[i]] = exp(lp0[rank[i]] / temps[c] - mx);
+            z += w[rank[i]];
+        }
         int count[9] = {0};
         for (int h = 0; h < r.n; h++) {
             const ll_hypo *y = &r.h[h];
@@ -146,20 +155,20 @@ static void test_sampling_dist(void) {
         int df = -1;
         for (int v = 0; v < V; v++) {
             if (w[v] == 0) {
-                CHECK_MSG(count[v] == 0, "sampling (temperature %g, topk %d): token %d drawn %d times", temps[c],
-                          topks[c], v, count[v]);
+                CHECK_MSG(count[v] == 0, "sampling (temperature %g, topk %d, topp %g): token %d drawn %d times",
+                          temps[c], topks[c], topps[c], v, count[v]);
                 continue;
             }
             const double e = n * w[v] / z;
             chi2 += (count[v] - e) * (count[v] - e) / e;
             df++;
         }
-        fprintf(stderr, "sampling: temperature %g, topk %d: chi-square %.2f (%d degrees of freedom); draws", temps[c],
-                topks[c], chi2, df);
+        fprintf(stderr, "sampling: temperature %g, topk %d, topp %g: chi-square %.2f (%d degrees of freedom); draws",
+                temps[c], topks[c], topps[c], chi2, df);
         for (int v = 3; v < V; v++) fprintf(stderr, " %d/%.0f", count[v], n * w[v] / z);
         fprintf(stderr, "\n");
-        CHECK_MSG(chi2 < 30, "sampling (temperature %g, topk %d): chi-square %.1f over %d degrees of freedom", temps[c],
-                  topks[c], chi2, df);
+        CHECK_MSG(chi2 < 30 && df >= 1, "sampling (temperature %g, topk %d, topp %g): chi-square %.1f over %d degrees of freedom",
+                  temps[c], topks[c], topps[c], chi2, df);
         ll_nbest_free(&r);
     }
     ll_model_free(m);
