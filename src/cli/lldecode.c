@@ -27,7 +27,6 @@
 #include "ll/eval.h"
 #include "ll/train.h"
 
-#define CHUNK_LINES 20000 /* lines translated together (sorted and batched within a chunk) */
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -43,6 +42,8 @@ static void usage(FILE *out) {
             "  --min-len L        EOS is not allowed before step L (default 1)\n"
             "  --max-tokens T     source tokens per batch, padded (default 4096)\n"
             "  --max-sentences S  sentences per batch (default 256 / beam)\n"
+            "  --buffer-size N    lines read, translated and written together (default 20000; sorted by\n"
+            "                     length and batched within them); 1: each line as it arrives (interactive)\n"
             "  --format F         text (default) or fairseq (S-/H-/D-/P- lines, base-2 scores)\n"
             "  --raw-ids          read and write space-separated token ids instead of text\n"
             "  --sampling         draw translations from the model instead of searching (back-translation):\n"
@@ -106,6 +107,7 @@ typedef struct {
     const char *search_flag; /* the first flag given that only the search uses */
     double threshold;
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
+    long buffer; /* --buffer-size: lines read, translated and written together */
     int bf16; /* --precision bf16 */
     double lenpen, max_len_a;
     int raw_ids, quiet, no_graphs, alignment;
@@ -379,7 +381,7 @@ static int32_t *dup_ids(const int32_t *ids, int n) {
     return memcpy(ll_malloc(sizeof(int32_t) * n), ids, sizeof(int32_t) * n);
 }
 
-/* --score-reference: the input and the references in step, CHUNK_LINES pairs at a time, scored by
+/* --score-reference: the input and the references in step, --buffer-size pairs at a time, scored by
  * forced decoding; one line per pair (text: the score in base 2; fairseq: S/T/H/D/P lines). */
 static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos, double lenpen, FILE *in,
                       const char *in_name, FILE *out, long *lineno, long *n_trunc, long *first_trunc,
@@ -387,7 +389,7 @@ static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos
     FILE *rf = strcmp(o->score_ref, "-") ? fopen(o->score_ref, "rb") : stdin;
     const char *rname = strcmp(o->score_ref, "-") ? o->score_ref : "<stdin>";
     if (!rf) ll_die("%s: cannot open: %s", o->score_ref, strerror(errno));
-    char **sl = ll_calloc(CHUNK_LINES, sizeof(char *)), **rl = ll_calloc(CHUNK_LINES, sizeof(char *));
+    char **sl = ll_calloc(o->buffer, sizeof(char *)), **rl = ll_calloc(o->buffer, sizeof(char *));
     char *buf = NULL;
     size_t cap = 0;
     int32_t *ids = NULL;
@@ -396,7 +398,7 @@ static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos
     ll_score_opts so = {.max_tokens = (int)o->max_tokens, .max_sents = (int)o->max_sents,
                         .inter_threads = (int)o->inter_threads, .bos = bos};
     for (int eof = 0, reof = 0; !eof;) {
-        const int n = read_chunk(in, in_name, *lineno, CHUNK_LINES, sl, &buf, &cap, &eof);
+        const int n = read_chunk(in, in_name, *lineno, (int)o->buffer, sl, &buf, &cap, &eof);
         if (n == 0) break;
         const int nr = read_chunk(rf, rname, *lineno, n, rl, &buf, &cap, &reof);
         if (nr < n)
@@ -470,7 +472,7 @@ int main(int argc, char **argv) {
     ll_args_no_repeats(argc, argv, NULL);
     opts o = {.input = "-", .output = "-", .format = "text", .device = "cpu", .threshold = -1, .beam = -1,
               .nbest = 1, .max_len_b = 200, .min_len = 1, .max_tokens = 4096, .lenpen = NAN, .temperature = 1,
-              .seed = 1, .topp = 1};
+              .seed = 1, .topp = 1, .buffer = 20000};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -547,6 +549,8 @@ int main(int argc, char **argv) {
             o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--max-tokens")) {
             o.max_tokens = parse_int(a, v, 1, 1L << 30);
+        } else if (!strcmp(a, "--buffer-size")) {
+            o.buffer = parse_int(a, v, 1, 1000000);
         } else if (!strcmp(a, "--max-sentences")) {
             o.max_sents = parse_int(a, v, 1, 1L << 20);
         } else if (!strcmp(a, "--precision")) {
@@ -654,7 +658,7 @@ int main(int argc, char **argv) {
 
     char *line = NULL;
     size_t line_cap = 0;
-    char **lines = ll_calloc(CHUNK_LINES, sizeof(char *));
+    char **lines = ll_calloc(o.buffer, sizeof(char *));
     long lineno = 0, n_trunc = 0, first_trunc = -1;
     ll_translate_stats total = {0};
     int32_t *ids = NULL;
@@ -664,7 +668,7 @@ int main(int argc, char **argv) {
                   &total);
     }
     for (int eof = !!o.score_ref; !eof;) {
-        const int n = read_chunk(in, in_name, lineno, CHUNK_LINES, lines, &line, &line_cap, &eof);
+        const int n = read_chunk(in, in_name, lineno, (int)o.buffer, lines, &line, &line_cap, &eof);
         if (n == 0) break;
         ll_translation t;
         to.draw_base = (uint64_t)lineno; /* distinct per batch across chunks (a chunk has <= n batches) */

@@ -166,6 +166,17 @@ for b in bad:
 sys.exit(1 if bad else 0)
 PY
 
+# 5a. --buffer-size 1 (interactive, as fairseq-interactive): a line's translation comes out while
+# the input is still open, and equals the batch translation
+line1=$(head -1 "$DATA/overfit32.en")
+coproc DEC { "$LLDECODE" --model "$M" --threads 1 --buffer-size 1 --quiet 2>&1; }
+echo "$line1" >&"${DEC[1]}"
+got=
+read -r -t 120 got <&"${DEC[0]}" || err "--buffer-size 1: no translation while the input was open"
+exec {DEC[1]}>&-
+wait "$DEC_PID" 2>/dev/null
+[ "$got" = "$(echo "$line1" | dec --quiet)" ] || err "--buffer-size 1: '$got', not the batch translation"
+
 # 5b2. --sampling: top-1 draws (top-k 1, or top-p of almost nothing) are the greedy search; draws depend on --seed and the line, not on
 # threads; n-best draws sorted; empty lines stay empty
 dec --beam 1 --input "$T/in.en" > "$T/greedy.out" 2>/dev/null || err "greedy failed"
