@@ -36,6 +36,11 @@ typedef struct {
     uint64_t seed;      /* sampling: sentence i draws with key (seed, keys[i]) */
     const uint64_t *keys; /* [B] per-sentence keys (NULL: i), so a sentence's samples do not
                              depend on its batch (ll_translate_ids passes draw_base + input index) */
+    /* Target prefixes (fairseq's --prefix-size, CTranslate2's target_prefix): sentence i's
+     * translations begin with prefix[i][0 .. prefix_len[i]) (no EOS, pad or BOS), forced and
+     * scored as the model gives them; its max length is at least prefix_len[i] + 1.  NULL: none. */
+    const int32_t *const *prefix;
+    const int *prefix_len;
 } ll_search_opts;
 
 /* fairseq's defaults: beam 5, lenpen 1, max_len 0*src+200, min_len 1, nbest 1, bos EOS. */
@@ -83,6 +88,8 @@ typedef struct {
                           replica (CTranslate2's inter_threads), at most the
                           thread count; 0 = auto (= threads), 1 = one batch at
                           a time with every op threaded */
+    const int32_t *const *prefix; /* [n] per input sentence, as ll_search_opts.prefix (NULL: none) */
+    const int *prefix_len;
     uint64_t draw_base; /* latent.inference sample: batch b of this call draws its layers with
                            key draw_base + b (ll_latent_inference_draw), whichever worker runs it;
                            search.sampling: sentence i draws with key draw_base + i */

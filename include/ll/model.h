@@ -319,6 +319,7 @@ typedef struct {
     int own_packed;     /* packed by ll_decode_begin (no ll_decode_pack in force) */
     int graphs;         /* steps as CUDA graphs (1), or that path without them (2: ll_model.decode_graphs) */
     int32_t *align_dev; /* backend [N]: each row's hard alignment of the last step (ll_decode_align_on) */
+    int logp_rows;      /* rows of d->logp after the last step: N, or B when it ran one row per sentence */
     int align_layer;    /* the decoder layer whose cross-attention gives it; -1: off */
 } ll_dec_state;
 #define LL_DEC_PACKED 6 /* per decoder layer: qkv, o, cq, co, fc1, fc2 */
@@ -344,6 +345,10 @@ void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, 
  * [N] (when not NULL), ll_decode_last_align after ll_decode_step.  Returns
  * that layer, or -1 when no decoder layer attends to the source. */
 int ll_decode_align_on(ll_model *m, ll_dec_state *d);
+/* After a step: the log-probability of token tok[b] at sentence b's first row (a forced token:
+ * a target prefix), into host out[B]; tok[b] == LL_PAD gives 0.  The backend's pick_logp on the
+ * step's log-probabilities, which stay on the backend. */
+void ll_decode_first_row_logp(ll_model *m, ll_dec_state *d, const int32_t *tok, real *out);
 void ll_decode_last_align(ll_model *m, ll_dec_state *d, int32_t *align);
 /* Reorder rows: new row n takes old row from[n] (beam search); applied at the
  * start of the next step.  Compact (if any) comes first. */

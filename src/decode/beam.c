@@ -35,6 +35,13 @@ int ll_search_max_len(const ll_model *m, const ll_search_opts *o, int src_len) {
     return len < 0 ? 0 : len;
 }
 
+int ll_search_prefixed_max_len(const ll_model *m, const ll_search_opts *o, int src_len, int i) {
+    const int len = ll_search_max_len(m, o, src_len), p = o->prefix ? o->prefix_len[i] : 0;
+    if (p > m->hp.max_pos - 2)
+        ll_die("search: a target prefix of %d tokens leaves no step for EOS (model.max_positions %d)", p, m->hp.max_pos);
+    return len > p ? len : p + 1;
+}
+
 void ll_nbest_free(ll_nbest *r) {
     for (int i = 0; i < r->n; i++) {
         free(r->h[i].tokens);
@@ -112,12 +119,15 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     sent *ss = ll_calloc(B, sizeof *ss);
     int T = 1; /* history capacity: tokens per row */
     for (int i = 0; i < B; i++) {
-        ss[i].max_len = ll_search_max_len(m, o, src_len[i]);
+        ss[i].max_len = ll_search_prefixed_max_len(m, o, src_len[i], i);
         ss[i].min_len = o->min_len < ss[i].max_len ? o->min_len : ss[i].max_len;
         ss[i].fin = ll_calloc(beam, sizeof(ll_hypo));
         if (ss[i].max_len + 1 > T) T = ss[i].max_len + 1;
     }
     ll_dec_state *d = ll_decode_begin(m, src, src_len, B, S, beam, T);
+    /* prefix steps: the forced token of each sentence (pad: none) and its log-probability */
+    int32_t *force = o->prefix ? ll_malloc(sizeof(int32_t) * B) : NULL;
+    real *force_lp = o->prefix ? ll_malloc(sizeof(real) * B) : NULL;
     if (o->align && ll_decode_align_on(m, d) < 0) ll_die("alignment: no decoder layer attends to the source");
 
     /* Row histories (tokens, per-token log-probs) are double-buffered: a step
@@ -153,6 +163,10 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
         for (int j = 0; j < nact; j++)
             mode[j] = (uint8_t)((step >= ss[act[j]].min_len) | (step >= ss[act[j]].max_len) << 1);
         ll_decode_step_topk(m, d, prev, cum, mode, k, score, lp, flat, step_al);
+        int forcing = 0;
+        for (int j = 0; force && j < nact; j++)
+            forcing |= (force[j] = !dead[j] && step < o->prefix_len[act[j]] ? o->prefix[act[j]][step] : LL_PAD) != LL_PAD;
+        if (forcing) ll_decode_first_row_logp(m, d, force, force_lp);
         int n_keep = 0;
         for (int j = 0; j < nact; j++) {
             sent *s = &ss[act[j]];
@@ -165,7 +179,11 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
                 }
                 continue;
             }
-            const int nc = take_candidates(score + (size_t)j * k, lp + (size_t)j * k, flat + (size_t)j * k, V, k, c);
+            int nc;
+            if (forcing && force[j] != LL_PAD) /* a prefix step: its token, on the sentence's one live row */
+                c[0] = (cand){.s = cum[base] + force_lp[j], .lp = (float)force_lp[j], .row = base, .tok = force[j]}, nc = 1;
+            else
+                nc = take_candidates(score + (size_t)j * k, lp + (size_t)j * k, flat + (size_t)j * k, V, k, c);
             /* EOS within the first `beam` ranks: finalized (up to beam per sentence) */
             for (int q = 0; q < nc && q < beam; q++) {
                 if (c[q].tok != LL_EOS || s->n_fin == beam) continue;
@@ -243,6 +261,8 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
         if (moved) ll_decode_reorder(m, d, from);
     }
     ll_decode_end(m, d);
+    free(force);
+    free(force_lp);
     for (int i = 0; i < B; i++) free(ss[i].fin); /* NULL once handed to out */
     free(ss);
     free(tok);

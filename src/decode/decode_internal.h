@@ -31,6 +31,10 @@ int ll_batch_workers(int inter_threads);
 int ll_run_batches(ll_model *m, ll_len_idx *ord, int ne, int max_sents, int max_tokens, int workers, int pack,
                    uint64_t draw_base, ll_batch_fn fn, void *ctx);
 
+/* Sentence i's step budget with its target prefix (o->prefix): ll_search_max_len, at least the
+ * prefix and EOS. */
+int ll_search_prefixed_max_len(const ll_model *m, const ll_search_opts *o, int src_len, int i);
+
 /* Sort fin[0..n_fin) by score, best first (stable), keep nbest in out (owning fin), free the rest. */
 void ll_search_finish(ll_hypo *fin, int n_fin, int nbest, ll_nbest *out);
 

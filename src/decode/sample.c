@@ -75,10 +75,10 @@ static double nucleus(double *w, int n, double total, double topp, weighted *ord
 }
 
 /* One draw from a row's log-probabilities lp[V] (mode: bit 0 EOS allowed, bit 1 EOS only; pad and
- * BOS never).  Returns the token; *lq = its log-probability under softmax(lp / temperature),
+ * BOS never; forced >= 0: that token, a target prefix's).  Returns the token; *lq = its log-probability under softmax(lp / temperature),
  * normalised over the whole vocabulary as fairseq's.  q, w: [V] double scratch; cand: [V] ints. */
-static int draw(const real *lp, int V, int mode, int topk, double topp, double temperature, double u, double *lq,
-                double *q, double *w, int *cand, weighted *order) {
+static int draw(const real *lp, int V, int mode, int forced, int topk, double topp, double temperature, double u,
+                double *lq, double *q, double *w, int *cand, weighted *order) {
     const int t1 = temperature == 1.0;
     double mx = -INFINITY, amx = -INFINITY; /* over all tokens; over the drawable ones */
     for (int v = 0; v < V; v++) {
@@ -86,8 +86,8 @@ static int draw(const real *lp, int V, int mode, int topk, double topp, double t
         if (q[v] > mx) mx = q[v];
         if (q[v] > amx && v != LL_PAD && v != LL_BOS && (v != LL_EOS || (mode & 1))) amx = q[v];
     }
-    int tok = LL_EOS; /* at the length limit (mode bit 1), or nothing drawable (every token -inf) */
-    if (!(mode & 2) && amx > -INFINITY) {
+    int tok = forced >= 0 ? forced : LL_EOS; /* at the length limit (mode bit 1), or nothing drawable */
+    if (forced < 0 && !(mode & 2) && amx > -INFINITY) {
         int n = 0;
         if (topk > 0 && topk < V) { /* the topk best (ties to the lower id) in a min-heap, then by id */
             for (int v = 0; v < V; v++) {
@@ -144,7 +144,7 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
     sample_sent *ss = ll_calloc(B, sizeof *ss);
     int T = 1;
     for (int i = 0; i < B; i++) {
-        ss[i].max_len = ll_search_max_len(m, o, src_len[i]);
+        ss[i].max_len = ll_search_prefixed_max_len(m, o, src_len[i], i);
         ss[i].min_len = o->min_len < ss[i].max_len ? o->min_len : ss[i].max_len;
         ss[i].fin = ll_calloc(n, sizeof(ll_hypo));
         if (ss[i].max_len + 1 > T) T = ss[i].max_len + 1;
@@ -181,8 +181,9 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
                 if (!alive[r]) continue;
                 double lq;
                 const double u = uniform53(&s->rng, (uint64_t)b << 25 | (uint64_t)step);
-                const int y = draw(logp + (size_t)r * V, V, mode, o->topk, o->topp, o->temperature, u, &lq, q, q + V, cand,
-                                   order);
+                const int forced = o->prefix && step < o->prefix_len[act[j]] ? o->prefix[act[j]][step] : -1;
+                const int y = draw(logp + (size_t)r * V, V, mode, forced, o->topk, o->topp, o->temperature, u, &lq, q,
+                                   q + V, cand, order);
                 tok[(size_t)r * T + step] = y;
                 ps[(size_t)r * T + step] = (float)lq;
                 if (al) al[(size_t)r * T + step] = step_al[r];

@@ -18,6 +18,8 @@ typedef struct {
     const ll_search_opts *so;
     ll_nbest *out;
     uint64_t key_base;
+    const int32_t *const *prefix; /* per input sentence (NULL: none) */
+    const int *prefix_len;
 } search_job;
 
 /* Search one batch on model m (a worker's replica) and file the results. */
@@ -39,8 +41,19 @@ static void run_batch(ll_model *m, const ll_len_idx *ord, const ll_batch_span *b
     uint64_t *keys = so.sampling ? ll_malloc(sizeof(uint64_t) * B) : NULL;
     for (int b = 0; keys && b < B; b++) keys[b] = j->key_base + (uint64_t)ord[bs->first + b].idx;
     so.keys = keys;
+    const int32_t **pre = j->prefix ? ll_malloc(sizeof(int32_t *) * B) : NULL;
+    int *plen = j->prefix ? ll_malloc(sizeof(int) * B) : NULL;
+    for (int b = 0; pre && b < B; b++) {
+        const int i = ord[bs->first + b].idx;
+        pre[b] = j->prefix[i];
+        plen[b] = j->prefix_len[i];
+    }
+    so.prefix = pre;
+    so.prefix_len = plen;
     ll_beam_search(m, buf, blen, B, S, &so, res);
     free(keys);
+    free(pre);
+    free(plen);
     for (int b = 0; b < B; b++) j->out[ord[bs->first + b].idx] = res[b];
     free(buf);
     free(blen);
@@ -122,7 +135,7 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
             acc.src_tokens += len[i];
         }
     }
-    search_job job = {src, len, &o->search, out, o->draw_base};
+    search_job job = {src, len, &o->search, out, o->draw_base, o->prefix, o->prefix_len};
     const int nb = ll_run_batches(m, ord, ne, max_sents, o->max_tokens, ll_translate_workers(o), 1, o->draw_base,
                                   run_batch, &job);
     for (int i = 0; i < n; i++)

@@ -286,6 +286,7 @@ const ll_act *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *pr
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
     const step_in in = step_upload(m, d, prev_tok, NULL, NULL, 0);
     run_step(m, d, &in, 0, 0, NULL, d->align_layer >= 0 ? d->align_dev : NULL);
+    d->logp_rows = d->N;
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
     return d->logp;
@@ -321,6 +322,7 @@ void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, 
     const size_t bytes = o_align + (want_align ? rows * sizeof(int32_t) : 0);
     char *out = ll_arena_alloc(&m->arena, bytes);
     run_step(m, d, &in, roots, k, out, want_align ? (int32_t *)(out + o_align) : NULL);
+    d->logp_rows = (int)rows;
     char *h = stage(d, bytes);
     be->download(be, h, out, bytes);
     memcpy(score, h, nk * sizeof(double));
@@ -343,6 +345,22 @@ int ll_decode_align_on(ll_model *m, ll_dec_state *d) {
         if (!(c->skip || c->skip_cross || ll_layer_off(c))) d->align_layer = l;
     }
     return d->align_layer;
+}
+
+void ll_decode_first_row_logp(ll_model *m, ll_dec_state *d, const int32_t *tok, real *out) {
+    ll_backend *be = m->be;
+    const int rows = d->logp_rows, per = rows / d->B; /* 1 after a step of one row per sentence */
+    ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+    int32_t *h = (int32_t *)stage(d, (sizeof(real) + sizeof(int32_t)) * rows); /* tokens up, then reals down */
+    for (int r = 0; r < rows; r++) h[r] = r % per ? LL_PAD : tok[r / per];
+    int32_t *t = ll_arena_alloc(&m->arena, sizeof(int32_t) * rows);
+    be->upload(be, t, h, sizeof(int32_t) * rows);
+    real *dev = ll_fbuf(m, rows);
+    be->pick_logp(be, dev, d->logp, t, rows, m->hp.V, LL_PAD);
+    real *hr = (real *)h;
+    be->download(be, hr, dev, sizeof(real) * rows);
+    for (int b = 0; b < d->B; b++) out[b] = hr[b * per];
+    ll_arena_release(&m->arena, mk);
 }
 
 void ll_decode_last_align(ll_model *m, ll_dec_state *d, int32_t *align) {

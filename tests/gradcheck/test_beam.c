@@ -11,7 +11,8 @@
  *   4. greedy (beam 1) == the argmax chain;
  *   5. n-best lists: order, scores, positional scores;
  *   6. min_len / max_len / max_positions limits;
- *   7. the decoder's first token: language tags from the config.
+ *   7. the decoder's first token: language tags from the config;
+ *   8. target prefixes: exhaustive with a prefix; mixed batches, searched and sampled.
  * Forced decoding and sampling: test_sample.c. */
 #include <math.h>
 #include <stdio.h>
@@ -611,6 +612,123 @@ static void test_alignment(void) {
     CHECK_MSG(compared > 50 && moved > 0, "alignment: too few tokens, or every token on one position");
 }
 
+/* ---- 8. target prefixes ------------------------------------------------------------ */
+/* A beam wide enough for every candidate, with a forced prefix: it finds exactly the sequences
+ * that begin with the prefix, with their exhaustive scores (the prefix's tokens scored too) and
+ * the optimum first.  Then a batch mixing prefixes of 0-3 tokens, searched and sampled, equals
+ * each sentence alone and on two workers, every output beginning with its prefix. */
+static void test_prefix(void) {
+    const int V = 7, max_len = 3;
+    ll_model *m = toy(V, 16, 2);
+    const int32_t pa[1] = {5}, pb[2] = {4, 6};
+    const int32_t *pres[2] = {pa, pb};
+    const int plens[2] = {1, 2};
+    for (int pi = 0; pi < 2; pi++) {
+        const int P = plens[pi];
+        int32_t *ys[30];
+        int lens[30], n = 0;
+        for (int L = 0; L + P <= max_len; L++) {
+            int count = 1;
+            for (int t = 0; t < L; t++) count *= 4;
+            for (int c = 0; c < count; c++, n++) {
+                ys[n] = malloc(sizeof(int32_t) * (P + L + 1));
+                memcpy(ys[n], pres[pi], sizeof(int32_t) * P);
+                for (int t = 0, x = c; t < L; t++, x /= 4) ys[n][P + t] = 3 + x % 4;
+                ys[n][P + L] = LL_EOS;
+                lens[n] = P + L + 1;
+            }
+        }
+        double *lp[30];
+        for (int i = 0; i < n; i++) lp[i] = malloc(sizeof(double) * lens[i]);
+        int32_t src[5];
+        const int sl = 5;
+        rand_src(src, sl, V, 70 + pi);
+        forced(m, src, sl, LL_EOS, ys, lens, n, lp, NULL);
+        ll_search_opts o;
+        ll_search_opts_default(&o);
+        o.beam = o.nbest = 40, o.lenpen = 0.8, o.max_len_b = max_len;
+        o.prefix = &pres[pi], o.prefix_len = &plens[pi];
+        ll_nbest out;
+        ll_beam_search(m, src, &sl, 1, sl, &o, &out);
+        CHECK_MSG(out.n == n, "prefix of %d: %d hypotheses, %d sequences begin with it", P, out.n, n);
+        double *want = malloc(sizeof(double) * n);
+        int best = 0;
+        for (int i = 0; i < n; i++) {
+            want[i] = sum(lp[i], lens[i]) / pow(lens[i], o.lenpen);
+            if (want[i] > want[best]) best = i;
+        }
+        if (out.n == n) {
+            double worst = 0;
+            qsort(want, n, sizeof(double), cmp_desc);
+            for (int i = 0; i < n; i++) {
+                worst = fmax(worst, fabs(out.h[i].score - want[i]));
+                CHECK_MSG(!memcmp(out.h[i].tokens, pres[pi], sizeof(int32_t) * P), "hypothesis %d lacks the prefix", i);
+            }
+            CHECK_MSG(worst < TOL, "prefix of %d: sorted scores differ by %g", P, worst);
+            CHECK_MSG(out.h[0].len == lens[best] && !memcmp(out.h[0].tokens, ys[best], sizeof(int32_t) * lens[best]),
+                      "prefix of %d: the best hypothesis is not the exhaustive optimum", P);
+        }
+        ll_nbest_free(&out);
+        free(want);
+        for (int i = 0; i < n; i++) free(ys[i]), free(lp[i]);
+    }
+    ll_model_free(m);
+
+    /* mixed batches: searched (beam 3) and sampled (3 draws) */
+    const int V2 = 15, ns = 6;
+    m = toy(V2, 40, 12);
+    int32_t *src[6];
+    int len[6];
+    const int32_t p0[1] = {7}, p2[3] = {9, 4, 11}, p4[2] = {5, 5};
+    const int32_t *pre[6] = {p0, NULL, p2, NULL, p4, p0};
+    const int plen[6] = {1, 0, 3, 0, 2, 1};
+    for (int i = 0; i < ns; i++) {
+        len[i] = 3 + (i * 3) % 5;
+        src[i] = malloc(sizeof(int32_t) * len[i]);
+        rand_src(src[i], len[i], V2, 800 + i);
+    }
+    for (int sampling = 0; sampling < 2; sampling++) {
+        ll_translate_opts o = {.max_tokens = 1000, .prefix = pre, .prefix_len = plen};
+        ll_search_opts_default(&o.search);
+        o.search.beam = o.search.nbest = 3, o.search.max_len_b = 8, o.search.sampling = sampling, o.search.seed = 3;
+        ll_nbest a[6], b[6], c[6];
+        ll_translate_ids(m, (const int32_t *const *)src, len, ns, &o, a, NULL);
+        ll_set_threads(2);
+        o.inter_threads = 2;
+        ll_translate_ids(m, (const int32_t *const *)src, len, ns, &o, c, NULL);
+        ll_set_threads(1);
+        for (int i = 0; i < ns; i++) { /* alone */
+            ll_search_opts so = o.search;
+            so.prefix = &pre[i], so.prefix_len = &plen[i];
+            uint64_t key = (uint64_t)i; /* (ll_translate_ids keys draws by input index) */
+            so.keys = &key;
+            ll_beam_search(m, src[i], &len[i], 1, len[i], &so, &b[i]);
+        }
+        for (int i = 0; i < ns; i++) {
+            int same = a[i].n == 3 && b[i].n == 3 && c[i].n == 3;
+            for (int h = 0; same && h < 3; h++)
+                same = same_hypo(&a[i].h[h], &b[i].h[h], TOL) && same_hypo(&a[i].h[h], &c[i].h[h], TOL);
+            CHECK_MSG(same, "%s, sentence %d (prefix of %d): batched, alone and on two workers differ",
+                      sampling ? "sampling" : "search", i, plen[i]);
+            for (int h = 0; h < a[i].n; h++) {
+                const ll_hypo *y = &a[i].h[h];
+                CHECK_MSG(y->len > plen[i] && (!plen[i] || !memcmp(y->tokens, pre[i], sizeof(int32_t) * plen[i])),
+                          "%s, sentence %d: hypothesis %d does not begin with its prefix", sampling ? "sampling" : "search", i, h);
+                /* the prefix's tokens are scored as the model gives them */
+                float *pos = malloc(sizeof(float) * y->len);
+                const int32_t *ps[1] = {src[i]}, *pt[1] = {y->tokens};
+                ll_score_opts so = {.max_tokens = 4096, .bos = LL_EOS};
+                ll_score_ids(m, ps, &len[i], pt, &y->len, 1, &so, &pos, NULL);
+                for (int t = 0; t < y->len; t++) CHECK_NEAR(y->pos_scores[t], pos[t], PTOL);
+                free(pos);
+            }
+            ll_nbest_free(&a[i]), ll_nbest_free(&b[i]), ll_nbest_free(&c[i]);
+        }
+    }
+    for (int i = 0; i < ns; i++) free(src[i]);
+    ll_model_free(m);
+}
+
 int main(void) {
     ll_set_threads(1);
     test_exhaustive();
@@ -622,6 +740,7 @@ int main(void) {
     test_lengths();
     test_bos();
     test_alignment();
+    test_prefix();
     /* batches keep sentences x beam x V below 2^31 (beam_topk's int32 candidate index) */
     ll_translate_opts to = {.max_sents = 1 << 20};
     ll_search_opts_default(&to.search);
