@@ -54,6 +54,8 @@ static void usage(FILE *out) {
             "  --temperature T    with --sampling: from softmax(log p / T) (default 1)\n"
             "  --seed N           with --sampling: the draws' seed (default 1); line i's draws depend on\n"
             "                     N and i only, not on batching, threads or device\n"
+            "  --prefix F         target prefixes, one per input line (an empty line: none): each\n"
+            "                     translation begins with its line's, forced (CTranslate2's target_prefix)\n"
             "  --score-reference R  score the translations in R (one per input line) instead of\n"
             "                     searching: each line's log-probability (base 2) / len^lenpen, the\n"
             "                     score the search would give it; --format fairseq adds P- token scores\n"
@@ -98,6 +100,7 @@ static double parse_real(const char *flag, const char *s, double lo, double hi) 
 typedef struct {
     const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode, *device;
     const char *score_ref;   /* --score-reference */
+    const char *prefix;      /* --prefix */
     int sampling;            /* --sampling */
     long topk;               /* --sampling-topk */
     double topp;             /* --sampling-topp */
@@ -381,6 +384,23 @@ static int32_t *dup_ids(const int32_t *ids, int n) {
     return memcpy(ll_malloc(sizeof(int32_t) * n), ids, sizeof(int32_t) * n);
 }
 
+/* A target prefix (--prefix): pieces or ids without EOS (a final EOS id is dropped); an empty line
+ * none.  It must leave the decoder a step for EOS. */
+static int prefix_ids(const opts *o, const ll_spm *spm, const ll_model *m, const char *line, const char *name,
+                      long lineno, int32_t **ids, int *cap) {
+    int tr, n = o->raw_ids ? parse_ids(line, lineno, name, m->hp.V, INT_MAX, ids, cap, &tr)
+                           : ll_spm_encode(spm, line, ids, cap);
+    if (n < 0) ll_die("%s:%ld: %s", name, lineno, ll_errbuf());
+    if (o->raw_ids && n > 0) n--; /* (parse_ids ends the ids with EOS) */
+    for (int i = 0; i < n; i++)
+        if ((*ids)[i] == LL_BOS)
+            ll_die("%s:%ld: the BOS id %d in a prefix", name, lineno, LL_BOS);
+    if (n > m->hp.max_pos - 2)
+        ll_die("%s:%ld: a prefix of %d tokens leaves no step for EOS (model.max_positions = %d)", name, lineno, n,
+               m->hp.max_pos);
+    return n;
+}
+
 /* --score-reference: the input and the references in step, --buffer-size pairs at a time, scored by
  * forced decoding; one line per pair (text: the score in base 2; fairseq: S/T/H/D/P lines). */
 static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos, double lenpen, FILE *in,
@@ -499,6 +519,9 @@ int main(int argc, char **argv) {
             o.input = v;
         } else if (!strcmp(a, "--score-reference")) {
             o.score_ref = v;
+        } else if (!strcmp(a, "--prefix")) {
+            o.prefix = v;
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--sampling-topk")) {
             o.topk = parse_int(a, v, 0, 1 << 30);
             o.sample_flag = o.sample_flag ? o.sample_flag : a;
@@ -575,6 +598,12 @@ int main(int argc, char **argv) {
         ll_die("--output %s: it is the %s too; refusing to replace it", o.output,
                ll_same_file(o.output, o.input) ? "--input" : "--model");
     if (o.sample_flag && !o.sampling) ll_die("%s: a sampling option, without --sampling", o.sample_flag);
+    if (o.prefix) {
+        if (!*o.prefix) ll_die("--prefix '': an empty path (- is standard input)");
+        if (!strcmp(o.prefix, "-") && !strcmp(o.input, "-"))
+            ll_die("--prefix -: standard input is already the --input; name a file for one of them");
+        if (ll_same_file(o.output, o.prefix)) ll_die("--output %s: it is the --prefix too; refusing to replace it", o.output);
+    }
     if (o.score_ref) { /* the translations are given: nothing is searched */
         if (o.search_flag) ll_die("%s: a search option, with --score-reference (which searches nothing)", o.search_flag);
         if (!*o.score_ref) ll_die("--score-reference '': an empty path (- is standard input)");
@@ -667,9 +696,31 @@ int main(int argc, char **argv) {
         score_all(&o, m, spm, to.search.bos, to.search.lenpen, in, in_name, out, &lineno, &n_trunc, &first_trunc,
                   &total);
     }
+    /* --prefix: one target prefix per input line, read in step with it */
+    FILE *pf = NULL;
+    const char *pname = o.prefix ? (strcmp(o.prefix, "-") ? o.prefix : "<stdin>") : NULL;
+    if (o.prefix && !(pf = strcmp(o.prefix, "-") ? fopen(o.prefix, "rb") : stdin))
+        ll_die("%s: cannot open: %s", o.prefix, strerror(errno));
+    char **plines = pf ? ll_calloc(o.buffer, sizeof(char *)) : NULL;
+    int32_t **pre = pf ? ll_calloc(o.buffer, sizeof(int32_t *)) : NULL;
+    int *plen = pf ? ll_calloc(o.buffer, sizeof(int)) : NULL;
     for (int eof = !!o.score_ref; !eof;) {
         const int n = read_chunk(in, in_name, lineno, (int)o.buffer, lines, &line, &line_cap, &eof);
         if (n == 0) break;
+        if (pf) {
+            int peof = 0;
+            const int np = read_chunk(pf, pname, lineno, n, plines, &line, &line_cap, &peof);
+            if (np < n)
+                ll_die("%s: %ld lines, but %s has more: one prefix (or an empty line) per input line", pname,
+                       lineno + np, in_name);
+            for (int i = 0; i < n; i++) {
+                plen[i] = prefix_ids(&o, spm, m, plines[i], pname, lineno + i + 1, &ids, &ids_cap);
+                pre[i] = dup_ids(ids, plen[i] ? plen[i] : 1);
+                free(plines[i]);
+            }
+            to.prefix = (const int32_t *const *)pre;
+            to.prefix_len = plen;
+        }
         ll_translation t;
         to.draw_base = (uint64_t)lineno; /* distinct per batch across chunks (a chunk has <= n batches) */
         if (o.raw_ids) {
@@ -702,8 +753,14 @@ int main(int argc, char **argv) {
         total.seconds += t.stats.seconds;
         ll_translation_free(&t);
         for (int i = 0; i < n; i++) free(lines[i]);
+        for (int i = 0; pre && i < n; i++) free(pre[i]);
         lineno += n;
     }
+    if (pf && read_chunk(pf, pname, lineno, 1, plines, &line, &line_cap, &(int){0}) == 1)
+        ll_die("%s: more than %ld lines, but %s has %ld: one prefix (or an empty line) per input line", pname, lineno,
+               in_name, lineno);
+    if (pf && pf != stdin) fclose(pf);
+    free(plines), free(pre), free(plen);
     if (in != stdin) fclose(in);
     if (g_out_open) {
         g_out_open = 0;

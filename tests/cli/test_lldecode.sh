@@ -177,6 +177,25 @@ exec {DEC[1]}>&-
 wait "$DEC_PID" 2>/dev/null
 [ "$got" = "$(echo "$line1" | dec --quiet)" ] || err "--buffer-size 1: '$got', not the batch translation"
 
+# 5a2. --prefix: forcing the first two ids of each greedy translation gives the same translation;
+# text prefixes begin their outputs, empty prefix lines change nothing, and sampling keeps them
+printf '5 6 7\n9 10 11 12\n13 8\n' > "$T/px.ids"
+dec --raw-ids --beam 1 --input "$T/px.ids" > "$T/px.greedy" 2>/dev/null || err "--raw-ids greedy failed"
+awk '{ print $1, $2 }' "$T/px.greedy" > "$T/px.pre"
+dec --raw-ids --beam 1 --input "$T/px.ids" --prefix "$T/px.pre" > "$T/px.forced" 2>/dev/null || err "--prefix (ids) failed"
+cmp -s "$T/px.forced" "$T/px.greedy" || err "--prefix of the greedy translation's own first ids changed it: $(paste -d'|' "$T/px.forced" "$T/px.greedy" | tr '\n' ' ')"
+awk 'NR % 3 == 1 { print "El perro"; next } NR % 3 == 2 { print ""; next } { print "La casa" }' "$T/in.en" > "$T/px.txt"
+dec --beam 5 --input "$T/in.en" --prefix "$T/px.txt" > "$T/px.out" 2>/dev/null || err "--prefix failed"
+dec --sampling --beam 2 --nbest 2 --input "$T/in.en" --prefix "$T/px.txt" > "$T/px.samp" 2>/dev/null || err "--prefix --sampling failed"
+paste -d '\t' "$T/px.txt" "$T/px.out" "$T/out.5" "$T/in.en" | awk -F '\t' '
+  $4 == "" { if ($2 != "") { print "FAIL: line " NR ": an empty input gave " $2; bad = 1 }; next }
+  $1 == "" && $2 != $3 { print "FAIL: line " NR ": an empty prefix changed the translation"; bad = 1 }
+  $1 != "" && index($2, $1) != 1 { print "FAIL: line " NR ": " $2 " does not begin with " $1; bad = 1 }
+  END { exit bad }' >&2 || err "--prefix: outputs and their prefixes"
+awk -F ' \\|\\|\\| ' -v pf="$T/px.txt" 'BEGIN { while ((getline l < pf) > 0) p[n++] = l }
+  p[$1] != "" && index($2, p[$1]) != 1 { print "FAIL: draw " $0 " lacks " p[$1]; bad = 1 } END { exit bad }' "$T/px.samp" >&2 ||
+  err "--prefix --sampling: draws without their prefix"
+
 # 5b2. --sampling: top-1 draws (top-k 1, or top-p of almost nothing) are the greedy search; draws depend on --seed and the line, not on
 # threads; n-best draws sorted; empty lines stay empty
 dec --beam 1 --input "$T/in.en" > "$T/greedy.out" 2>/dev/null || err "greedy failed"
@@ -318,6 +337,12 @@ check_error "zero temperature" "--temperature" --model "$M" --sampling --tempera
 check_error "zero top-p" "--sampling-topp" --model "$M" --sampling --sampling-topp 0 --input "$T/in.en"
 check_error "sampling a reference" "--sampling: a search option, with --score-reference" --model "$M" --sampling --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "more n-best than draws" "--nbest 2: must not exceed the draws per sentence (--beam) 1" --model "$M" --sampling --nbest 2 --input "$T/in.en"
+check_error "prefixes too few" "px.pre: 3 lines, but $T/in.en has more" --model "$M" --input "$T/in.en" --prefix "$T/px.pre"
+check_error "prefixes too many" "px.txt: more than 3 lines, but $T/in3.en has 3" --model "$M" --input "$T/in3.en" --prefix "$T/px.txt"
+check_error "prefix with scores" "--prefix: a search option, with --score-reference" --model "$M" --input "$T/in.en" --prefix "$T/px.txt" --score-reference "$T/sc.ref"
+check_error "prefix on stdin too" "--prefix -: standard input is already the --input" --model "$M" --prefix -
+python3 -c "print(' '.join(['casa'] * 200))" > "$T/long.pre"; head -1 "$T/in.en" > "$T/in1p.en"
+check_error "over-long prefix" "long.pre:1: a prefix of" --model "$M" --input "$T/in1p.en" --prefix "$T/long.pre"
 check_error "both on stdin" "--score-reference -: standard input is already the --input" --model "$M" --score-reference -
 python3 -c "print(' '.join(['casa'] * 200))" > "$T/long.ref"
 head -1 "$T/in3.en" > "$T/in1.en"

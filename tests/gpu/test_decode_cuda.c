@@ -176,7 +176,7 @@ static void search_sources(int32_t *src, int *len, int B, int S, uint64_t seed) 
 
 /* A whole search: same weights on both backends, same n-best lists (cpu NULL:
  * the search on gpu alone, checked for gemm fallbacks only); with align, the
- * hypotheses' alignments (attn_align) the same too. */
+ * hypotheses' alignments (attn_align) the same too, and target prefixes forced. */
 static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     ll_model *mc = cpu ? ll_model_new(&search_hp, cpu) : NULL, *mg = ll_model_new(&search_hp, gpu);
     if (mc) ll_model_init(mc, 4);
@@ -192,6 +192,12 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     o.max_len_a = 1; /* sentences end at different steps: lazy compaction, new batch sizes */
     o.max_len_b = 4;
     o.align = align;
+    /* with alignments, target prefixes too (0, 1 and 2 forced tokens): forced on the first row, their
+     * log-probabilities read by pick_logp after the step (graph or not) */
+    const int32_t p0[2] = {11, 40}, p2[1] = {7};
+    const int32_t *pre[B] = {p0, NULL, p2, NULL, p0};
+    const int plen[B] = {2, 0, 1, 0, 1};
+    if (align) o.prefix = pre, o.prefix_len = plen;
     ll_nbest oc[B], og[B];
     memset(oc, 0, sizeof oc), memset(og, 0, sizeof og);
     const uint64_t f0 = ll_backend_gemm_fallbacks(gpu);
@@ -200,7 +206,10 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     ll_beam_search(mg, src, len, B, S, &o, og);
     gpu->graph_stats(gpu, &g1);
     char what[64];
-    snprintf(what, sizeof what, "beam search (%s%s)", ll_dtype_str(gpu->act), align ? ", alignments" : "");
+    snprintf(what, sizeof what, "beam search (%s%s)", ll_dtype_str(gpu->act), align ? ", alignments, prefixes" : "");
+    for (int b = 0; b < B && align; b++)
+        for (int i = 0; i < og[b].n; i++)
+            CHECK_MSG(!memcmp(og[b].h[i].tokens, pre[b], sizeof(int32_t) * plen[b]), "%s: sentence %d lacks its prefix", what, b);
     check_fallbacks(gpu, f0, what);
     check_graphs(mg, src, len, B, S, &o, og, &g0, &g1, what);
     check_scores(mg, src, len, B, S, &o, og, gpu->act == LL_BF16 ? 0.1 : 1e-4, what);
