@@ -9,7 +9,9 @@
  * The draw happens on the host from the step's log-probabilities
  * (ll_decode_step), in double precision, with a uniform from a Philox stream
  * keyed by the sentence (not its batch or row), so a sentence's samples are
- * the same however it is batched, on any backend.  Rows stay in their lanes
+ * the same however it is batched, on any backend, as far as its
+ * log-probabilities are (rounding may differ with the batch: the portable
+ * CPU build's OpenBLAS, a GPU).  Rows stay in their lanes
  * (no reorder); a row is finished at its EOS, a sentence when all its rows
  * are.  Scores as in the beam search: pos_scores are the drawn tokens'
  * log-probabilities under the (tempered) model, score = sum / len^lenpen. */
