@@ -715,7 +715,7 @@ int main(int argc, char **argv) {
                        lineno + np, in_name);
             for (int i = 0; i < n; i++) {
                 plen[i] = prefix_ids(&o, spm, m, plines[i], pname, lineno + i + 1, &ids, &ids_cap);
-                pre[i] = dup_ids(ids, plen[i] ? plen[i] : 1);
+                pre[i] = plen[i] ? dup_ids(ids, plen[i]) : NULL; /* (ids: NULL before a first prefix) */
                 free(plines[i]);
             }
             to.prefix = (const int32_t *const *)pre;

@@ -184,7 +184,7 @@ dec --raw-ids --beam 1 --input "$T/px.ids" > "$T/px.greedy" 2>/dev/null || err "
 awk '{ print $1, $2 }' "$T/px.greedy" > "$T/px.pre"
 dec --raw-ids --beam 1 --input "$T/px.ids" --prefix "$T/px.pre" > "$T/px.forced" 2>/dev/null || err "--prefix (ids) failed"
 cmp -s "$T/px.forced" "$T/px.greedy" || err "--prefix of the greedy translation's own first ids changed it: $(paste -d'|' "$T/px.forced" "$T/px.greedy" | tr '\n' ' ')"
-awk 'NR % 3 == 1 { print "El perro"; next } NR % 3 == 2 { print ""; next } { print "La casa" }' "$T/in.en" > "$T/px.txt"
+awk 'NR % 3 == 2 { print "El perro"; next } NR % 3 == 1 { print ""; next } { print "La casa" }' "$T/in.en" > "$T/px.txt" # (first: none)
 dec --beam 5 --input "$T/in.en" --prefix "$T/px.txt" > "$T/px.out" 2>/dev/null || err "--prefix failed"
 dec --sampling --beam 2 --nbest 2 --input "$T/in.en" --prefix "$T/px.txt" > "$T/px.samp" 2>/dev/null || err "--prefix --sampling failed"
 paste -d '\t' "$T/px.txt" "$T/px.out" "$T/out.5" "$T/in.en" | awk -F '\t' '
@@ -192,8 +192,9 @@ paste -d '\t' "$T/px.txt" "$T/px.out" "$T/out.5" "$T/in.en" | awk -F '\t' '
   $1 == "" && $2 != $3 { print "FAIL: line " NR ": an empty prefix changed the translation"; bad = 1 }
   $1 != "" && index($2, $1) != 1 { print "FAIL: line " NR ": " $2 " does not begin with " $1; bad = 1 }
   END { exit bad }' >&2 || err "--prefix: outputs and their prefixes"
-awk -F ' \\|\\|\\| ' -v pf="$T/px.txt" 'BEGIN { while ((getline l < pf) > 0) p[n++] = l }
-  p[$1] != "" && index($2, p[$1]) != 1 { print "FAIL: draw " $0 " lacks " p[$1]; bad = 1 } END { exit bad }' "$T/px.samp" >&2 ||
+awk -F ' \\|\\|\\| ' -v pf="$T/px.txt" -v src="$T/in.en" 'BEGIN { while ((getline l < pf) > 0) p[n++] = l
+    while ((getline l < src) > 0) s[m++] = l }
+  s[$1] != "" && p[$1] != "" && index($2, p[$1]) != 1 { print "FAIL: draw " $0 " lacks " p[$1]; bad = 1 } END { exit bad }' "$T/px.samp" >&2 ||
   err "--prefix --sampling: draws without their prefix"
 
 # 5b2. --sampling: top-1 draws (top-k 1, or top-p of almost nothing) are the greedy search; draws depend on --seed and the line, not on
