@@ -27,6 +27,8 @@
 #include "ll/eval.h"
 #include "ll/train.h"
 
+#include "decode_io.h"
+
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -181,125 +183,6 @@ static void need_pruned_lang(const ll_config *cfg, int src, int tgt) {
            p, p, p, s, t);
 }
 
-/* "id id id" -> ids with EOS appended (unless already last); 0 for a blank line. */
-static int parse_ids(const char *line, long lineno, const char *input, int V, int max_src, int32_t **ids, int *cap,
-                     int *truncated) {
-    int n = 0;
-    *truncated = 0;
-    for (const char *p = line;;) {
-        while (*p == ' ' || *p == '\t') p++;
-        if (!*p) break;
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        /* as lldecode writes them: digits, no sign, no leading zero */
-        if (errno || end == p || (*end && *end != ' ' && *end != '\t') || v < 0 || v >= V || v == LL_PAD ||
-            *p < '0' || *p > '9' || (*p == '0' && end > p + 1))
-            ll_die("%s:%ld: bad token id '%.*s' (ids are integers in [0, %d) other than pad = %d, written in plain "
-                   "digits)", input, lineno, (int)strcspn(p, " \t"), p, V, LL_PAD);
-        if (n > 0 && (*ids)[n - 1] == LL_EOS) /* (EOS may end a line, as lldecode's own output never shows it) */
-            ll_die("%s:%ld: the EOS id %d inside the line: a sentence ends at its EOS", input, lineno, LL_EOS);
-        if (n + 2 > *cap) *ids = ll_realloc(*ids, sizeof(int32_t) * (*cap = 2 * (n + 2)));
-        (*ids)[n++] = (int32_t)v;
-        p = end;
-    }
-    if (n == 1 && (*ids)[0] == LL_EOS) n = 0; /* EOS alone: an empty sentence, as an empty line */
-    if (n == 0) return 0;
-    if ((*ids)[n - 1] != LL_EOS) (*ids)[n++] = LL_EOS;
-    if (n > max_src) {
-        (*ids)[max_src - 1] = LL_EOS;
-        n = max_src;
-        *truncated = 1;
-    }
-    return n;
-}
-
-/* Tokens without the final EOS: pieces ("▁The ▁cat") or ids ("57 12"). */
-static void put_tokens(FILE *f, const ll_spm *spm, const int32_t *t, int n, int as_ids) {
-    if (n > 0 && t[n - 1] == LL_EOS) n--;
-    for (int i = 0; i < n; i++) {
-        if (i) fputc(' ', f);
-        const char *p = as_ids ? NULL : ll_spm_id_piece(spm, t[i]);
-        if (p)
-            fputs(p, f);
-        else
-            fprintf(f, "%d", t[i]);
-    }
-}
-
-/* Word index of each piece: a piece beginning with U+2581 (sentencepiece's space) starts a word,
- * so word k is the k-th whitespace-separated word of the text the pieces decode to. */
-static void piece_words(const ll_spm *spm, const int32_t *t, int n, int *w) {
-    int k = -1;
-    for (int i = 0; i < n; i++) {
-        const char *p = ll_spm_id_piece(spm, t[i]);
-        if (k < 0 || (p && !strncmp(p, "\xe2\x96\x81", 3))) k++;
-        w[i] = k;
-    }
-}
-
-static int cmp_pair(const void *a, const void *b) {
-    const int *x = a, *y = b;
-    return x[1] != y[1] ? (x[1] > y[1]) - (x[1] < y[1]) : (x[0] > y[0]) - (x[0] < y[0]);
-}
-
-/* "s-t s-t ...": pieces (fairseq's hard alignment: target EOS left out, in target order) or, with
- * words, the distinct word pairs of those, by target word then source word. */
-static void put_align(FILE *f, const ll_spm *spm, const int32_t *src, int src_len, const ll_hypo *y, int words) {
-    int n = y->len, np = 0;
-    if (n > 0 && y->tokens[n - 1] == LL_EOS) n--;
-    int *pair = ll_malloc(sizeof(int) * 2 * (n ? n : 1));
-    int *ws = words ? ll_malloc(sizeof(int) * (src_len ? src_len : 1)) : NULL;
-    int *wt = words ? ll_malloc(sizeof(int) * (n ? n : 1)) : NULL;
-    if (words) {
-        piece_words(spm, src, src_len, ws);
-        piece_words(spm, y->tokens, n, wt);
-    }
-    for (int j = 0; j < n; j++) {
-        const int a = y->align[j];
-        if (a < 0 || a >= src_len) continue;
-        pair[2 * np] = words ? ws[a] : a;
-        pair[2 * np + 1] = words ? wt[j] : j;
-        np++;
-    }
-    if (words) qsort(pair, np, sizeof(int) * 2, cmp_pair);
-    for (int i = 0, out = 0; i < np; i++) {
-        if (words && i && pair[2 * i] == pair[2 * i - 2] && pair[2 * i + 1] == pair[2 * i - 1]) continue;
-        fprintf(f, out++ ? " %d-%d" : "%d-%d", pair[2 * i], pair[2 * i + 1]);
-    }
-    free(pair);
-    free(ws);
-    free(wt);
-}
-
-/* Up to max lines of f into lines[] (newline and CR stripped; a NUL byte or invalid UTF-8 is an
- * error naming the line); *eof at the end.  Returns the number read. */
-static int read_chunk(FILE *f, const char *name, long lineno, int max, char **lines, char **buf, size_t *cap,
-                      int *eof) {
-    int n = 0;
-    while (n < max) {
-        errno = 0;
-        ssize_t got = getline(buf, cap, f);
-        if (got < 0) {
-            /* not at the end: an error, or no memory for the line (ENOMEM sets no error flag) */
-            if (ferror(f) || !feof(f))
-                ll_die("%s:%ld: read error: %s", name, lineno + n + 1, strerror(errno ? errno : EIO));
-            *eof = 1;
-            break;
-        }
-        char *line = *buf;
-        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = 0;
-        if (memchr(line, 0, got)) ll_die("%s:%ld: NUL byte in the input", name, lineno + n + 1);
-        /* as llprep and lleval: UTF-8 only (sentencepiece would map the bytes to <unk> silently) */
-        const long bad = ll_utf8_invalid_at(line, (size_t)got);
-        if (bad >= 0)
-            ll_die("%s:%ld: invalid UTF-8 at byte %ld of the line (ll reads UTF-8 only: convert with iconv)", name,
-                   lineno + n + 1, bad + 1);
-        lines[n++] = ll_strdup(line);
-    }
-    return n;
-}
-
 static void write_chunk(FILE *f, const opts *o, const ll_spm *spm, const ll_translation *t, long first) {
     const double ln2 = log(2.0);
     for (int i = 0; i < t->n; i++) {
@@ -406,10 +289,10 @@ static int prefix_ids(const opts *o, const ll_spm *spm, const ll_model *m, const
 static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos, double lenpen, FILE *in,
                       const char *in_name, FILE *out, long *lineno, long *n_trunc, long *first_trunc,
                       ll_translate_stats *total) {
-    FILE *rf = strcmp(o->score_ref, "-") ? fopen(o->score_ref, "rb") : stdin;
-    const char *rname = strcmp(o->score_ref, "-") ? o->score_ref : "<stdin>";
-    if (!rf) ll_die("%s: cannot open: %s", o->score_ref, strerror(errno));
-    char **sl = ll_calloc(o->buffer, sizeof(char *)), **rl = ll_calloc(o->buffer, sizeof(char *));
+    side_file rf;
+    side_open(&rf, o->score_ref, in_name, "translation", o->buffer);
+    const char *rname = rf.name;
+    char **sl = ll_calloc(o->buffer, sizeof(char *)), **rl = rf.lines;
     char *buf = NULL;
     size_t cap = 0;
     int32_t *ids = NULL;
@@ -417,12 +300,10 @@ static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos
     const double ln2 = log(2.0);
     ll_score_opts so = {.max_tokens = (int)o->max_tokens, .max_sents = (int)o->max_sents,
                         .inter_threads = (int)o->inter_threads, .bos = bos};
-    for (int eof = 0, reof = 0; !eof;) {
+    for (int eof = 0; !eof;) {
         const int n = read_chunk(in, in_name, *lineno, (int)o->buffer, sl, &buf, &cap, &eof);
         if (n == 0) break;
-        const int nr = read_chunk(rf, rname, *lineno, n, rl, &buf, &cap, &reof);
-        if (nr < n)
-            ll_die("%s: %ld lines, but %s has more: one translation per input line", rname, *lineno + nr, in_name);
+        side_read(&rf, *lineno, n, &buf, &cap);
         int32_t **src = ll_malloc(sizeof(int32_t *) * n), **ref = ll_malloc(sizeof(int32_t *) * n);
         int *slen = ll_malloc(sizeof(int) * n), *rlen = ll_malloc(sizeof(int) * n);
         float **pos = ll_malloc(sizeof(float *) * n);
@@ -475,13 +356,8 @@ static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos
         total->seconds += st.seconds;
         *lineno += n;
     }
-    /* the input ended: so must the references */
-    if (read_chunk(rf, rname, *lineno, 1, rl, &buf, &cap, &(int){0}) == 1)
-        ll_die("%s: more than %ld lines, but %s has %ld: one translation per input line", rname, *lineno, in_name,
-               *lineno);
-    if (rf != stdin) fclose(rf);
+    side_close(&rf, *lineno, &buf, &cap);
     free(sl);
-    free(rl);
     free(buf);
     free(ids);
 }
@@ -697,26 +573,19 @@ int main(int argc, char **argv) {
                   &total);
     }
     /* --prefix: one target prefix per input line, read in step with it */
-    FILE *pf = NULL;
-    const char *pname = o.prefix ? (strcmp(o.prefix, "-") ? o.prefix : "<stdin>") : NULL;
-    if (o.prefix && !(pf = strcmp(o.prefix, "-") ? fopen(o.prefix, "rb") : stdin))
-        ll_die("%s: cannot open: %s", o.prefix, strerror(errno));
-    char **plines = pf ? ll_calloc(o.buffer, sizeof(char *)) : NULL;
-    int32_t **pre = pf ? ll_calloc(o.buffer, sizeof(int32_t *)) : NULL;
-    int *plen = pf ? ll_calloc(o.buffer, sizeof(int)) : NULL;
+    side_file pf = {0};
+    if (o.prefix) side_open(&pf, o.prefix, in_name, "prefix (or an empty line)", o.buffer);
+    int32_t **pre = pf.f ? ll_calloc(o.buffer, sizeof(int32_t *)) : NULL;
+    int *plen = pf.f ? ll_calloc(o.buffer, sizeof(int)) : NULL;
     for (int eof = !!o.score_ref; !eof;) {
         const int n = read_chunk(in, in_name, lineno, (int)o.buffer, lines, &line, &line_cap, &eof);
         if (n == 0) break;
-        if (pf) {
-            int peof = 0;
-            const int np = read_chunk(pf, pname, lineno, n, plines, &line, &line_cap, &peof);
-            if (np < n)
-                ll_die("%s: %ld lines, but %s has more: one prefix (or an empty line) per input line", pname,
-                       lineno + np, in_name);
+        if (pf.f) {
+            side_read(&pf, lineno, n, &line, &line_cap);
             for (int i = 0; i < n; i++) {
-                plen[i] = prefix_ids(&o, spm, m, plines[i], pname, lineno + i + 1, &ids, &ids_cap);
+                plen[i] = prefix_ids(&o, spm, m, pf.lines[i], pf.name, lineno + i + 1, &ids, &ids_cap);
                 pre[i] = plen[i] ? dup_ids(ids, plen[i]) : NULL; /* (ids: NULL before a first prefix) */
-                free(plines[i]);
+                free(pf.lines[i]);
             }
             to.prefix = (const int32_t *const *)pre;
             to.prefix_len = plen;
@@ -756,11 +625,8 @@ int main(int argc, char **argv) {
         for (int i = 0; pre && i < n; i++) free(pre[i]);
         lineno += n;
     }
-    if (pf && read_chunk(pf, pname, lineno, 1, plines, &line, &line_cap, &(int){0}) == 1)
-        ll_die("%s: more than %ld lines, but %s has %ld: one prefix (or an empty line) per input line", pname, lineno,
-               in_name, lineno);
-    if (pf && pf != stdin) fclose(pf);
-    free(plines), free(pre), free(plen);
+    if (pf.f) side_close(&pf, lineno, &line, &line_cap);
+    free(pre), free(plen);
     if (in != stdin) fclose(in);
     if (g_out_open) {
         g_out_open = 0;
