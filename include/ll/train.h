@@ -89,6 +89,11 @@ ll_model *ll_model_from_file(const ll_ckpt *k, const char *path, ll_backend *be,
  * cfg's checkpoint.save_dir, a resumed one a non-empty log other than the one the checkpoint
  * resumed_from logged to (train.metrics_log changed).  Pipes, devices and a missing file are fine. */
 int ll_metrics_log_check(const char *path, const ll_config *cfg, const char *resumed_from);
+/* Hold train.metrics_log for this process (an flock, so closing other descriptors of the file keeps
+ * it), created if missing: two runs given the same log (different save_dirs) would interleave or
+ * cut each other's records.  The descriptor to keep open, 0 for a pipe or device (not locked), -1 +
+ * errbuf when another process holds it. */
+int ll_metrics_lock(const char *path);
 /* ---- resuming (src/train/resume.c) ---- */
 /* The update count a training checkpoint stores; -1 for a plain model file. */
 long ll_ckpt_stored_update(const ll_ckpt *k);
@@ -168,7 +173,8 @@ typedef struct {
 } ll_train_opts;
 /* Prints the backend memory one training step of cfg needs (fp32 and bf16),
  * measured on the dry backend at the largest batch shape, or B x T sentences
- * x tokens when given (> 0) (src/train/dryrun.c). */
+ * x tokens when given (> 0) (src/train/dryrun.c).  -1 + errbuf when the shape needs more host memory
+ * than the machine has available (the batch is real, ~40 bytes per token). */
 int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B, int T);
 /* Peak activation bytes of one step at the largest batch shape (dry run):
  * the trainer sizes the activation arena with it before the first step. */

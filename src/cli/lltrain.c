@@ -112,6 +112,9 @@ int main(int argc, char **argv) {
                 B > INT_MAX || T < 2 || T > INT_MAX)
                 ll_die("--batch %s: expected BxT, e.g. 256x32 (B in [1, %d] sentences of T in [2, %d] tokens)",
                        argv[i], INT_MAX, INT_MAX);
+            if (B * T > INT_MAX) /* (B, T < 2^31: no overflow) */
+                ll_die("--batch %s: %lld tokens in one batch; at most %d (the limit of data.max_tokens)", argv[i],
+                       (long long)B * T, INT_MAX);
             dry_B = (int)B;
             dry_T = (int)T;
         } else if (!strcmp(argv[i], "--op-stats")) {
@@ -142,6 +145,7 @@ int main(int argc, char **argv) {
     if (dry_T > cfg.max_positions) ll_die("--batch: %d tokens exceed model.max_positions %d", dry_T, cfg.max_positions);
     if (dry) {
         int drc = ll_train_dry_run(&cfg, cfg_path, dry_B, dry_T);
+        if (drc) ll_die("%s", ll_errbuf());
         ll_config_free(&cfg);
         return drc ? 1 : 0;
     }

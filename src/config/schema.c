@@ -134,7 +134,8 @@ const ll_cfg_key ll_cfg_keys[] = {
         "--max-valid-steps); 0 = all. For quick checks; validation BLEU still decodes every line."),
     INT("train.log_interval", log_interval, "100", 1, INT_MAX, "Log training metrics every this many updates."),
     STR("train.metrics_log", metrics_log, "", 0,
-        "JSON-lines metrics file; empty = <checkpoint.save_dir>/metrics.jsonl.  Relative to the working directory."),
+        "JSON-lines metrics file; empty = <checkpoint.save_dir>/metrics.jsonl.  Relative to the working directory.  "
+        "Locked while a run writes it: each run needs its own."),
     ENUM("train.device", device, "cpu", "auto|cpu|cuda",
          "Where to train: cpu; cuda (GPU 0; an error when there is none); auto (GPU 0 when there is one and the "
          "CUDA backend has every op, else the CPU; the log says which)."),

@@ -344,7 +344,7 @@ void ll_batch_full(ll_batch *b, int B, int L) {
     b->tgt_len = ll_malloc(sizeof(int) * (size_t)B);
     for (int i = 0; i < B; i++) {
         b->src_len[i] = b->tgt_len[i] = L;
-        for (int t = 0; t < L; t++) b->src[i * L + t] = b->tgt_in[i * L + t] = b->tgt_out[i * L + t] = LL_EOS;
+        for (size_t t = (size_t)i * L; t < (size_t)(i + 1) * L; t++) b->src[t] = b->tgt_in[t] = b->tgt_out[t] = LL_EOS;
     }
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ll/latent.h"
 #include "ll/train.h"
@@ -24,6 +25,25 @@ typedef struct {
     int B, T;
 } dry_step;
 
+/* The largest shape: sentences of max_len tokens, as many as max_tokens allows (or the caller's). */
+static int dry_len(const ll_config *cfg, int T_opt) { return T_opt > 0 ? T_opt : cfg->max_len; }
+static int dry_sents(const ll_config *cfg, int B_opt, int T) {
+    return B_opt > 0 ? B_opt : cfg->max_tokens / T > 0 ? cfg->max_tokens / T : 1;
+}
+
+/* Memory this process may still take: MemAvailable, else all physical memory; 0 when unknown. */
+static double host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb > 0) return kb * 1024;
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * size : 0;
+}
+
 /* `reps` training steps of cfg at B x T (<= 0: the largest shape) on the dry backend; d->step
  * counts the last (the first grows the activation arena, the second consolidates it: a
  * trainer sizes it up front, so from the third on a step is what training repeats). */
@@ -38,9 +58,7 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
     ll_adam_init(&d->opt, m, cfg);
     d->before_step = ll_backend_counts(be)->mem_live;
 
-    /* the largest shape: sentences of max_len tokens, as many as max_tokens allows (or the caller's) */
-    const int T = d->T = T_opt > 0 ? T_opt : cfg->max_len;
-    const int B = d->B = B_opt > 0 ? B_opt : cfg->max_tokens / T > 0 ? cfg->max_tokens / T : 1;
+    const int T = d->T = dry_len(cfg, T_opt), B = d->B = dry_sents(cfg, B_opt, T);
     ll_batch b;
     ll_batch_full(&b, B, T);
     for (int rep = 0; rep < reps; rep++) {
@@ -138,6 +156,16 @@ size_t ll_train_arena_bytes(const ll_config *cfg) {
 }
 
 int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, int T_opt) {
+    { /* the backend computes nothing, but the batch and the step's per-token arrays are real host
+       * memory, ~36 bytes per token for the two steps (measured, any model): a shape beyond the
+       * machine is an error, not an OOM kill minutes later */
+        const int T = dry_len(cfg, T_opt);
+        const double need = 40.0 * dry_sents(cfg, B_opt, T) * T, avail = host_available();
+        if (avail > 0 && need > avail)
+            return ll_fail("--dry-run at %d x %d tokens: the batch and the step's per-token arrays need about %.1f GiB "
+                           "of host memory (40 bytes per token), more than the %.1f GiB available here",
+                           dry_sents(cfg, B_opt, T), T, gib(need), gib(avail));
+    }
     dry_step d, h;
     dry_run_step(&d, cfg, B_opt, T_opt, LL_REAL_DTYPE, 3);
     dry_run_step(&h, cfg, B_opt, T_opt, LL_BF16, 3);

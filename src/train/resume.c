@@ -3,11 +3,14 @@
  * stores), falling back past corrupt or unreadable ones with a warning; and
  * cut metrics.jsonl back to the update resumed from. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ll/data.h"
 #include "ll/train.h"
@@ -206,6 +209,25 @@ int ll_metrics_log_check(const char *path, const ll_config *cfg, const char *res
     return 0;
 }
 
+int ll_metrics_lock(const char *path) {
+    const int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return ll_fail("%s: cannot write metrics log: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { /* /dev/null, a FIFO: nothing to keep apart */
+        close(fd);
+        return 0;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return ll_fail("train.metrics_log %s: another lltrain is writing it (its lock is held); give each run its "
+                           "own log", path);
+        return ll_fail("train.metrics_log %s: cannot lock: %s", path, strerror(e));
+    }
+    return fd;
+}
+
 /* One record's "update", or -1 when it has none. */
 static long record_update(const char *line) {
     const char *u = strstr(line, "\"update\":");
@@ -241,13 +263,10 @@ int ll_metrics_truncate(const char *path, long update, int64_t records) {
                 (long long)n, (long long)records);
     int rc = 0;
     if (keep != len) {
-        ll_atomic_file af;
-        rc = ll_atomic_open(&af, path);
-        if (rc == 0 && fwrite(text, 1, keep, af.f) != keep) {
-            ll_atomic_abort(&af);
-            rc = ll_fail("%s: write failed", path);
-        } else if (rc == 0)
-            rc = ll_atomic_commit(&af);
+        /* in place: what stays is a prefix, so cutting the rest is one step, and the file stays the one
+         * ll_metrics_lock holds (a replacement would be another, unlocked) */
+        if (truncate(path, (off_t)keep) != 0) rc = ll_fail("%s: cannot cut the records after update %ld: %s", path,
+                                                         update, strerror(errno));
         if (rc == 0) ll_log("%s: dropped %zu bytes written after the checkpoint of update %ld", path, len - keep, update);
     }
     free(text);

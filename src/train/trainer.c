@@ -309,6 +309,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
     else
         snprintf(mpath, sizeof t->mpath, "%s/metrics.jsonl", cfg->save_dir);
     if (t->rank == 0 && ll_metrics_log_check(mpath, cfg, o->resume ? from : NULL)) return -1;
+    if (t->rank == 0 && (t->metrics_lock_fd = ll_metrics_lock(mpath)) < 0) return -1; /* before it is cut or replaced */
     if (o->resume && t->rank == 0) {
         repair_best(t);
         int kept = ll_metrics_truncate(mpath, t->ts.update, t->ts.metrics_records); /* written after the state */
@@ -355,6 +356,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
 static void teardown(trainer *t) {
     if (t->data_locked) ll_data_lock_release(&t->data_lock, 1); /* (setup failed while holding it) */
     if (t->lock_fd > 0) close(t->lock_fd);
+    if (t->metrics_lock_fd > 0) close(t->metrics_lock_fd);
     if (t->metrics) fclose(t->metrics);
     ll_dist_train_free(t->dt);
     if (t->dist && t->dist->host != t->dist) t->dist->finalize(t->dist); /* NCCL over the host's ranks */

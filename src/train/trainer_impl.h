@@ -62,6 +62,7 @@ typedef struct {
     ll_dist_train *dt;
     int rank, world;
     int lock_fd;       /* rank 0: the save_dir lock (ll_run_lock), held until teardown */
+    int metrics_lock_fd; /* rank 0: train.metrics_log's lock (ll_metrics_lock; 0: none), held until teardown */
     long prev_writer;  /* the PID that held it before (its temporaries are removed) */
     ll_data_lock data_lock; /* rank 0: data.dir's lock, from the check that the data are current to their opening */
     int data_locked;

@@ -320,6 +320,36 @@ grep -vq '^{"type":"' "$T/m5/metrics.jsonl" && err "closed stdout/stderr: the me
 [ "$(grep -c . "$T/m5/metrics.jsonl")" -ge 3 ] || err "closed stdout/stderr: the run did not log"
 [ ! -e "$T/m5/.lltrain.lock" ] || [ "$(grep -vc '^lltrain pid' "$T/m5/.lltrain.lock")" -eq 0 ] ||
   err "closed stdout/stderr: the lock file holds: $(head -3 "$T/m5/.lltrain.lock")"
+# 19. one metrics log per run: runs with their own save_dirs given the same train.metrics_log (they
+#     start together, so neither log exists yet for the check of 17) interleaved and cut each other's
+#     records; now the log is locked for the run, and another process holding it stops lltrain at
+#     once, before a resume cuts it back (the lock is flock(2): held here by flock(1))
+: > "$T/shared.jsonl"
+want "error: train.metrics_log $T/shared.jsonl: another lltrain is writing it" \
+  flock "$T/shared.jsonl" "${A[@]}" --set checkpoint.save_dir="$T/m6" --set train.max_updates=2 --set train.metrics_log="$T/shared.jsonl"
+[ ! -s "$T/shared.jsonl" ] && [ ! -e "$T/m6/checkpoint_last.llm" ] || err "a run refused by the metrics lock wrote"
+M6=("${A[@]}" --set checkpoint.save_dir="$T/m6" --set train.metrics_log="$T/shared.jsonl")
+"${M6[@]}" --set train.max_updates=2 2> "$T/log" && [ "$(grep -c . "$T/shared.jsonl")" -ge 1 ] ||
+  err "the log once free: $(cat "$T/log")"
+echo '{"type":"train","update":3,"torn":' >> "$T/shared.jsonl" # a resume would cut this line
+cks=$(cksum < "$T/shared.jsonl")
+flock "$T/shared.jsonl" "${M6[@]}" --set train.max_updates=4 --resume 2> "$T/log" &&
+  err "a resume onto a held metrics log exited 0" # (its first line reports the changed max_updates)
+grep -q "error: train.metrics_log $T/shared.jsonl: another lltrain is writing it" "$T/log" ||
+  err "a resume onto a held metrics log: $(cat "$T/log")"
+[ "$(cksum < "$T/shared.jsonl")" = "$cks" ] || err "a resume refused by the metrics lock cut the log"
+"${M6[@]}" --set train.max_updates=4 --resume 2> "$T/log" && ! grep -q torn "$T/shared.jsonl" &&
+  python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$T/shared.jsonl" ||
+  err "resume with the log free (cut in place): $(cat "$T/log")"
+# 20. lltrain --dry-run --batch beyond the machine: B x T above data.max_tokens's limit said "out of
+#     memory allocating 1099511627264 bytes"; below it, a batch the host cannot hold was an OOM kill.
+#     Now both are one line that says why (the second where this machine has under 80 GiB free)
+want "error: --batch 2147483647x128: 274877906816 tokens in one batch; at most 2147483647" \
+  "$BIN/lltrain" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run --batch 2147483647x128
+if [ "$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)" -lt $((80 * 1024 * 1024)) ]; then
+  want "error: --dry-run at 16777215 x 128 tokens: .* need about 80.0 GiB of host memory" \
+    timeout 60 "$BIN/lltrain" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run --batch 16777215x128
+fi
 
 [ $fail -eq 0 ] && echo "test_run_guard: all checks passed"
 exit $fail
