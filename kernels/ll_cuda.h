@@ -246,6 +246,8 @@ cudaError_t ll_cuda_log_softmax(cudaStream_t s, ll_cuda_dtype t, void *x, int N,
 /* out[i] = logp[i*V + target[i]] (fp32), 0 where target[i] == pad; logp of type t */
 cudaError_t ll_cuda_pick_logp(cudaStream_t s, ll_cuda_dtype t, float *out, const void *logp, const int32_t *target,
                               int N, int V, int pad);
+/* acc[i] = log(exp(acc[i]) + exp(x[i])) - c in double (an ensemble's log-probabilities); type t */
+cudaError_t ll_cuda_ensemble_mix(cudaStream_t s, ll_cuda_dtype t, void *acc, const void *x, size_t n, double c);
 
 /* ---- optimizer (kernels/adam.cu) -------------------------------------------------------
  * fairseq Adam on fp32 masters (cpu_adam's arithmetic), reading GMUL, SKIP

@@ -11,7 +11,8 @@
  *   - the decoding row ops: reorder_rows against a plain gather, and
  *     beam_ancestry against the cache reorders it replaces;
  *   - attn_align (decoding's hard alignment) against a double-precision loop;
- *   - pick_logp (forced decoding's token scores) in fp32 and bf16 storage.
+ *   - pick_logp (forced decoding's token scores) in fp32 and bf16 storage;
+ *   - ensemble_mix (an ensemble's log-probabilities) against log(e^a + e^b) - c in long double.
  * Attention has its own test (test_attention.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -464,6 +465,35 @@ static void test_pick_logp(void) {
     }
 }
 
+/* ensemble_mix = log(e^a + e^b) - c, without overflow for large gaps (e^-800), -inf only where
+ * both are -inf, c subtracted once; fp32 within rounding, bf16 its storage's rounding of it. */
+static void test_ensemble_mix(void) {
+    enum { N = 12 };
+    const double a[N] = {-1, -2.5, -INFINITY, -INFINITY, -800, 0, -3, -0.7, -20, -1e-3, -50, -4};
+    const double b[N] = {-1, -0.5, -INFINITY, -3, -1, -800, -3.01, -INFINITY, -20.5, -7, -49, -4};
+    const double c = log(3.0);
+    for (int bf = 0; bf < 2; bf++) {
+        ll_backend *be = bf ? ll_backend_cpu_precision(LL_BF16) : ll_backend_cpu();
+        real acc[N], x[N];
+        uint16_t acc16[N], x16[N];
+        for (int i = 0; i < N; i++) {
+            acc[i] = (real)a[i], x[i] = (real)b[i];
+            acc16[i] = ll_f32_to_bf16((float)a[i]), x16[i] = ll_f32_to_bf16((float)b[i]);
+        }
+        be->ensemble_mix(be, bf ? (ll_act *)acc16 : A_(acc), bf ? (const ll_act *)x16 : A_(x), N, c);
+        for (int i = 0; i < N; i++) {
+            const long double ai = bf ? ll_bf16_to_f32(ll_f32_to_bf16((float)a[i])) : (real)a[i];
+            const long double bi = bf ? ll_bf16_to_f32(ll_f32_to_bf16((float)b[i])) : (real)b[i];
+            const long double want = ai == -INFINITY && bi == -INFINITY ? -INFINITY : logl(expl(ai) + expl(bi)) - c;
+            const double got = bf ? ll_bf16_to_f32(acc16[i]) : (double)acc[i];
+            const double tol = bf ? 4e-3 * fabs((double)want) : 2e-7 * fabs((double)want) + 1e-12;
+            CHECK_MSG(isinf((double)want) ? got == (double)want : fabs(got - (double)want) <= tol,
+                      "ensemble_mix %s %d: log(e^%g + e^%g) - %g = %.9g, want %.9Lg", bf ? "bf16" : "fp32", i, a[i],
+                      b[i], c, got, want);
+        }
+    }
+}
+
 int main(void) {
     ll_set_threads(2);
     test_philox();
@@ -475,5 +505,6 @@ int main(void) {
     test_ancestry();
     test_attn_align();
     test_pick_logp();
+    test_ensemble_mix();
     return tu_finish("test_cpu_kernels");
 }

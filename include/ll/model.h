@@ -137,6 +137,10 @@ typedef struct ll_model {
     void **dec_packed;                 /* ll_decode_pack: shared packed decoder weights */
     struct ll_model **workers;         /* ll_model_workers: decoding replicas kept across calls */
     int n_workers;
+    /* ll_model_ensemble: the other members of an ensemble this model decodes with (owned; on a
+     * worker replica, the members' replicas of the same worker) */
+    struct ll_model **ens;
+    int n_ens;
     /* ll_decode_begin's backend buffers (caches, log-probabilities), kept
      * between decodes so that the next batch finds them warm; one decode at
      * a time per model (dec_busy) */
@@ -298,7 +302,7 @@ double ll_model_train_flops(const ll_hparams *hp, long src_tokens, long tgt_toke
  * hypothesis and appends its self-attention keys/values to a cache; the
  * cross-attention keys/values are projected once.  Hypotheses are rows; each
  * row belongs to one source sentence (row / beam). */
-typedef struct {
+typedef struct ll_dec_state {
     int N, B, S, beam;  /* rows, sentences, padded source length, rows per sentence */
     int max_T, t;       /* cache capacity and steps taken */
     int *sent_src_len;  /* host [B] source length of each sentence */
@@ -321,9 +325,16 @@ typedef struct {
     int32_t *align_dev; /* backend [N]: each row's hard alignment of the last step (ll_decode_align_on) */
     int logp_rows;      /* rows of d->logp after the last step: N, or B when it ran one row per sentence */
     int align_layer;    /* the decoder layer whose cross-attention gives it; -1: off */
+    struct ll_dec_state **ens; /* the ensemble members' states (ll_model.ens), stepped with this one */
 } ll_dec_state;
 #define LL_DEC_PACKED 6 /* per decoder layer: qkv, o, cq, co, fc1, fc2 */
 
+/* An ensemble (fairseq's EnsembleModel): m decodes with the n models of members beside it, which
+ * it then owns (ll_model_free frees them).  Every step runs each model on the same rows and
+ * d->logp holds log(mean of their probabilities); alignments are m's; steps run without CUDA
+ * graphs.  The members must share m's backend, vocabulary size and max_positions, and have their
+ * decoding set up (layer gates, latent inference) as m. */
+void ll_model_ensemble(ll_model *m, ll_model **members, int n);
 /* Encode B sentences (src [B*S], right-padded) and set up `beam` rows per sentence. */
 ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam, int max_T);
 /* Log-probabilities [N, V] of the next token given each row's previous token
@@ -382,7 +393,8 @@ void ll_layerdrop_sample(ll_layer_ctl *ctl, int L, real p, uint64_t seed, uint64
  * activation dtype when it differs). */
 real *ll_model_logprobs(ll_model *m, const ll_batch *b);
 /* The same forward's log-probability of each target token, b->tgt_out[i], into
- * host out[B*T] (0 at pad positions): forced decoding of references. */
+ * host out[B*T] (0 at pad positions): forced decoding of references.  An ensemble
+ * (ll_model_ensemble): log(mean over its models of p(token)). */
 void ll_model_token_logprobs(ll_model *m, const ll_batch *b, real *out);
 
 #ifdef __cplusplus

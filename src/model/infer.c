@@ -50,11 +50,13 @@ static void unpack_decoder(ll_model *m, void **pk) {
 
 void ll_decode_pack(ll_model *m) {
     if (!m->dec_packed) m->dec_packed = pack_decoder(m);
+    for (int j = 0; j < m->n_ens; j++) ll_decode_pack(m->ens[j]);
 }
 
 void ll_decode_unpack(ll_model *m) {
     unpack_decoder(m, m->dec_packed);
     m->dec_packed = NULL;
+    for (int j = 0; j < m->n_ens; j++) ll_decode_unpack(m->ens[j]);
 }
 
 static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -136,6 +138,14 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     d->packed = m->dec_packed ? m->dec_packed : (d->own_packed = 1, pack_decoder(m));
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
+    if (m->n_ens) { /* the members encode too; a step then runs them one after another, ungraphed */
+        d->graphs = 0;
+        d->ens = ll_calloc(m->n_ens, sizeof(ll_dec_state *));
+        for (int j = 0; j < m->n_ens; j++) {
+            d->ens[j] = ll_decode_begin(m->ens[j], src, src_len, B, S, beam, max_T);
+            d->ens[j]->graphs = 0;
+        }
+    }
     return d;
 }
 
@@ -192,6 +202,15 @@ static step_in step_upload(ll_model *m, ll_dec_state *d, const int32_t *prev_tok
     return in;
 }
 
+static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out, int32_t *align);
+
+/* beam_topk's candidates over the step's log-probabilities (d->logp) into out: [score][lp][flat]. */
+static void step_topk_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
+    const size_t nk = (size_t)d->B * k, o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
+    m->be->beam_topk(m->be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, in->cum, in->mode,
+                     d->B, roots ? 1 : d->beam, m->hp.V, k, LL_PAD, LL_BOS, LL_EOS);
+}
+
 /* The step's ops, no transfer among them (a CUDA graph holds them; the
  * position is read from backend memory, so every step of a shape queues the
  * same ops): the decoder on one position per row, the log-probabilities in
@@ -225,11 +244,27 @@ static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
         be->gemm(be, &g);
     }
     be->log_softmax(be, d->logp, rows, hp->V);
-    if (k > 0) {
-        const size_t nk = (size_t)d->B * k, o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
-        be->beam_topk(be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, in->cum, in->mode,
-                      d->B, roots ? 1 : beam, hp->V, k, LL_PAD, LL_BOS, LL_EOS);
+    if (k > 0) step_topk_ops(m, d, in, roots, k, out);
+}
+
+/* An ensemble's step (ll_model_ensemble): m's decoder, then each member's on the same rows, their
+ * log-probabilities mixed into d->logp (ensemble_mix: log of the mean probability), then the top-k. */
+static void ens_step(ll_model *m, ll_dec_state *d, const step_in *in, const int32_t *prev_tok, int roots, int k,
+                     char *out, int32_t *align) {
+    run_step(m, d, in, roots, 0, NULL, align);
+    const size_t n = (size_t)(roots ? d->B : d->N) * m->hp.V;
+    for (int j = 0; j < m->n_ens; j++) {
+        ll_model *e = m->ens[j];
+        ll_dec_state *de = d->ens[j];
+        const ll_arena_mark mk = ll_arena_get_mark(&e->arena), mk_meta = ll_arena_get_mark(&e->meta);
+        const step_in ie = step_upload(e, de, prev_tok, NULL, NULL, roots);
+        run_step(e, de, &ie, roots, 0, NULL, NULL);
+        de->logp_rows = roots ? de->B : de->N;
+        m->be->ensemble_mix(m->be, d->logp, de->logp, n, j == m->n_ens - 1 ? log(m->n_ens + 1.0) : 0);
+        ll_arena_release(&e->arena, mk);
+        ll_arena_release(&e->meta, mk_meta);
     }
+    if (k > 0) step_topk_ops(m, d, in, roots, k, out);
 }
 
 /* step_ops run through the fingerprinting wrapper (shadow: hashed, not run); their hash. */
@@ -285,7 +320,11 @@ static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
 const ll_act *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev_tok) {
     ll_arena_mark mk = ll_arena_get_mark(&m->arena), mk_meta = ll_arena_get_mark(&m->meta);
     const step_in in = step_upload(m, d, prev_tok, NULL, NULL, 0);
-    run_step(m, d, &in, 0, 0, NULL, d->align_layer >= 0 ? d->align_dev : NULL);
+    int32_t *align = d->align_layer >= 0 ? d->align_dev : NULL;
+    if (m->n_ens)
+        ens_step(m, d, &in, prev_tok, 0, 0, NULL, align);
+    else
+        run_step(m, d, &in, 0, 0, NULL, align);
     d->logp_rows = d->N;
     ll_arena_release(&m->arena, mk);
     ll_arena_release(&m->meta, mk_meta);
@@ -321,7 +360,10 @@ void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, 
     const int want_align = align && d->align_layer >= 0;
     const size_t bytes = o_align + (want_align ? rows * sizeof(int32_t) : 0);
     char *out = ll_arena_alloc(&m->arena, bytes);
-    run_step(m, d, &in, roots, k, out, want_align ? (int32_t *)(out + o_align) : NULL);
+    if (m->n_ens)
+        ens_step(m, d, &in, prev_tok, roots, k, out, want_align ? (int32_t *)(out + o_align) : NULL);
+    else
+        run_step(m, d, &in, roots, k, out, want_align ? (int32_t *)(out + o_align) : NULL);
     d->logp_rows = (int)rows;
     char *h = stage(d, bytes);
     be->download(be, h, out, bytes);
@@ -376,11 +418,14 @@ void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
     /* applied by the next step, whose upload carries it */
     memcpy(d->from, from, sizeof(int) * d->N);
     d->reorder_pending = 1;
+    for (int j = 0; j < m->n_ens; j++) ll_decode_reorder(m->ens[j], d->ens[j], from);
 }
 
 void ll_decode_end(ll_model *m, ll_dec_state *d) {
     if (!d) return;
     m->dec_busy = 0; /* the buffers stay with the model (m->dec_mem) */
+    for (int j = 0; j < m->n_ens; j++) ll_decode_end(m->ens[j], d->ens[j]);
+    free(d->ens);
     if (d->own_packed) unpack_decoder(m, d->packed);
     free(d->self_kv);
     free(d->cross_kv);
@@ -399,6 +444,7 @@ void ll_decode_compact(ll_model *m, ll_dec_state *d, const int *keep, int n_keep
             ll_die("decode: compact needs ascending sentence indices below %d", d->B);
     }
     if (d->reorder_pending) ll_die("decode: compact with a reorder pending (compact first, then reorder)");
+    for (int j = 0; j < m->n_ens; j++) ll_decode_compact(m->ens[j], d->ens[j], keep, n_keep);
     /* the moves as reorders: sentences (cross K/V, source lengths), then rows (self K/V) */
     const size_t nrow = (size_t)n_keep * beam;
     int *h = (int *)stage(d, sizeof(int) * (n_keep + nrow + n_keep));

@@ -353,6 +353,8 @@ static void replica_sync(ll_model *r, const ll_model *m) {
     r->dec_mem = own.dec_mem;
     r->dec_mem_cap = own.dec_mem_cap;
     r->dec_busy = own.dec_busy;
+    r->ens = own.ens; /* its own members' replicas (ll_model_workers) */
+    r->n_ens = own.n_ens;
     r->grad_fresh = own.grad_fresh; /* its own gradients' */
     memcpy(r->enc_ctl, m->enc_ctl, sizeof(ll_layer_ctl) * (m->hp.Le ? m->hp.Le : 1));
     memcpy(r->dec_ctl, m->dec_ctl, sizeof(ll_layer_ctl) * (m->hp.Ld ? m->hp.Ld : 1));
@@ -383,6 +385,19 @@ void ll_model_decode_release(ll_model *m) {
     m->dec_mem_cap = 0;
 }
 
+void ll_model_ensemble(ll_model *m, ll_model **members, int n) {
+    if (m->replica_of || m->n_ens) ll_die("ll_model_ensemble: on a replica, or twice");
+    for (int j = 0; j < n; j++) {
+        const ll_model *e = members[j];
+        if (e->be != m->be || e->hp.V != m->hp.V || e->hp.max_pos != m->hp.max_pos || e->replica_of || e->n_ens)
+            ll_die("ll_model_ensemble: member %d differs in backend, vocabulary size or max_positions, or is a "
+                   "replica or an ensemble", j + 1);
+    }
+    m->ens = ll_malloc(sizeof(ll_model *) * (n ? n : 1));
+    memcpy(m->ens, members, sizeof(ll_model *) * n);
+    m->n_ens = n;
+}
+
 ll_model **ll_model_workers(ll_model *m, int n) {
     if (m->replica_of) ll_die("ll_model_workers: called on a replica");
     if (n > m->n_workers) {
@@ -391,6 +406,14 @@ ll_model **ll_model_workers(ll_model *m, int n) {
         m->n_workers = n;
     }
     for (int w = 0; w < n; w++) replica_sync(m->workers[w], m);
+    for (int j = 0; j < m->n_ens; j++) { /* worker w decodes with the members' worker-w replicas */
+        ll_model **mw = ll_model_workers(m->ens[j], n);
+        for (int w = 0; w < n; w++) {
+            if (!m->workers[w]->ens) m->workers[w]->ens = ll_calloc(m->n_ens, sizeof(ll_model *));
+            m->workers[w]->ens[j] = mw[w];
+            m->workers[w]->n_ens = m->n_ens;
+        }
+    }
     return m->workers;
 }
 
@@ -409,11 +432,14 @@ void ll_model_free(ll_model *m) {
         free(m->enc_ctl);
         free(m->dec_ctl);
         free(m->grad_fresh);
+        free(m->ens); /* (the members' replicas are their models') */
         free(m);
         return;
     }
     ll_model_decode_release(m);
-    ll_decode_unpack(m);
+    ll_decode_unpack(m); /* (the members' too) */
+    for (int j = 0; j < m->n_ens; j++) ll_model_free(m->ens[j]);
+    free(m->ens);
     free(m->enc_ctl);
     free(m->dec_ctl);
     for (int s = 0; s < 2; s++) {

@@ -495,9 +495,20 @@ static ll_act *forced_logprobs(ll_model *m, const ll_batch *b, ll_dev_batch *db)
     return logits;
 }
 
+/* forced_logprobs of m, mixed with its ensemble members' (ll_model_ensemble) as a decode step mixes them */
+static ll_act *forced_logprobs_ens(ll_model *m, const ll_batch *b, ll_dev_batch *db) {
+    ll_act *logp = forced_logprobs(m, b, db);
+    for (int j = 0; j < m->n_ens; j++) {
+        ll_dev_batch dj;
+        const ll_act *lj = forced_logprobs(m->ens[j], b, &dj); /* (in the member's own arena) */
+        m->be->ensemble_mix(m->be, logp, lj, (size_t)b->B * b->T * m->hp.V, j == m->n_ens - 1 ? log(m->n_ens + 1.0) : 0);
+    }
+    return logp;
+}
+
 real *ll_model_logprobs(ll_model *m, const ll_batch *b) {
     ll_dev_batch db;
-    ll_act *logp = forced_logprobs(m, b, &db);
+    ll_act *logp = forced_logprobs_ens(m, b, &db);
     if (ll_act_is_real(m->be)) return (real *)logp;
     const size_t n = (size_t)b->B * b->T * m->hp.V;
     real *lp = ll_fbuf(m, n); /* the caller reads reals */
@@ -507,7 +518,7 @@ real *ll_model_logprobs(ll_model *m, const ll_batch *b) {
 
 void ll_model_token_logprobs(ll_model *m, const ll_batch *b, real *out) {
     ll_dev_batch db;
-    ll_act *logp = forced_logprobs(m, b, &db);
+    ll_act *logp = forced_logprobs_ens(m, b, &db);
     const int N = b->B * b->T;
     real *picked = ll_fbuf(m, N);
     m->be->pick_logp(m->be, picked, logp, db.tgt_out, N, m->hp.V, LL_PAD);

@@ -439,6 +439,7 @@ static ll_backend g_cpu = {
     .sym_kl = cpu_sym_kl,
     .log_softmax = cpu_log_softmax,
     .pick_logp = cpu_pick_logp,
+    .ensemble_mix = cpu_ensemble_mix,
     .copy_rows = cpu_copy_rows,
     .reorder_rows = cpu_reorder_rows,
     .beam_topk = cpu_beam_topk,

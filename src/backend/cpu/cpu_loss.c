@@ -78,6 +78,29 @@ void cpu_log_softmax(ll_backend *be, ll_act *x_, int N, int V) {
     }
 }
 
+/* log(e^a + e^b) - c in double: the one formula of every backend (CPU, bf16, CUDA) */
+static inline double mix_one(double a, double b, double c) {
+    const double hi = a > b ? a : b, lo = a > b ? b : a;
+    return hi == -INFINITY ? -INFINITY : hi + log1p(exp(lo - hi)) - c;
+}
+
+void cpu_ensemble_mix(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, double c) {
+    (void)be;
+    real *acc = (real *)acc_;
+    const real *x = (const real *)x_;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) acc[i] = (real)mix_one(acc[i], x[i], c);
+}
+
+void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, double c) {
+    (void)be;
+    uint16_t *acc = (uint16_t *)acc_;
+    const uint16_t *x = (const uint16_t *)x_;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        acc[i] = ll_f32_to_bf16((float)mix_one(ll_bf16_to_f32(acc[i]), ll_bf16_to_f32(x[i]), c));
+}
+
 void cpu_pick_logp(ll_backend *be, real *out, const ll_act *logp_, const int32_t *target, int N, int V, int pad) {
     (void)be;
     const real *logp = (const real *)logp_;

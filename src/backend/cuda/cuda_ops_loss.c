@@ -27,7 +27,12 @@ static void cu_pick_logp(ll_backend *be, real *out, const ll_act *logp, const in
     LL_CU(ll_cuda_pick_logp(ll_cuda_enter(be), ll_cuda_act(be), out, logp, target, N, V, pad));
 }
 
+static void cu_ensemble_mix(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double c) {
+    LL_CU(ll_cuda_ensemble_mix(ll_cuda_enter(be), ll_cuda_act(be), acc, x, n, c));
+}
+
 void ll_cuda_register_loss(ll_backend *be) {
+    be->ensemble_mix = cu_ensemble_mix;
     be->xent_fwd_bwd = cu_xent_fwd_bwd;
     be->sym_kl = cu_sym_kl;
     be->log_softmax = cu_log_softmax;

@@ -1,0 +1,164 @@
+/* Ensembles (ll_model_ensemble: lldecode --model A --model B ...) in double
+ * precision (grad_test_ensemble) and in fp32 with the fast decoding paths
+ * (f32_test_ensemble):
+ *   1. forced decoding with an ensemble gives each token log(mean of the
+ *      members' probabilities), the members scored alone (separate models);
+ *   2. every hypothesis of an ensemble's beam search, sampling and prefixed
+ *      search gets those token scores (the search's incremental steps, its
+ *      reorders and compactions, run on every member), however it is batched
+ *      and on two workers;
+ *   3. a model in an ensemble with copies of itself searches as it does alone. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/testutil.h"
+#include "beam_toy.h"
+
+enum { V = 13, MAXPOS = 24, NM = 3, NS = 8 };
+static const uint64_t seeds[NM] = {41, 42, 43};
+
+/* Three different toy models as an ensemble (the first holds the others). */
+static ll_model *ensemble(int n) {
+    ll_model *m = toy(V, MAXPOS, seeds[0]), *e[NM];
+    for (int j = 1; j < n; j++) e[j - 1] = toy(V, MAXPOS, seeds[j]);
+    ll_model_ensemble(m, e, n - 1);
+    return m;
+}
+
+/* Sources of 0 (empty) to 6 tokens. */
+static void sources(int32_t **src, int *len) {
+    for (int i = 0; i < NS; i++) {
+        len[i] = i == 3 ? 0 : 2 + (i * 5) % 6;
+        src[i] = malloc(sizeof(int32_t) * 8);
+        if (len[i]) rand_src(src[i], len[i], V, 700 + i);
+    }
+}
+
+/* The members' forced token scores, each model alone, mixed: log(mean_j exp(lp_j)). */
+static void mixed_reference(const int32_t *src, int slen, const int32_t *tgt, int tlen, int32_t bos, double *out) {
+    for (int t = 0; t < tlen; t++) out[t] = 0;
+    float *lp = malloc(sizeof(float) * tlen);
+    for (int j = 0; j < NM; j++) {
+        ll_model *alone = toy(V, MAXPOS, seeds[j]);
+        ll_score_opts so = {.max_tokens = 4096, .bos = bos};
+        ll_score_ids(alone, &src, &slen, &tgt, &tlen, 1, &so, &lp, NULL);
+        for (int t = 0; t < tlen; t++) out[t] += exp((double)lp[t]) / NM;
+        ll_model_free(alone);
+    }
+    for (int t = 0; t < tlen; t++) out[t] = log(out[t]);
+    free(lp);
+}
+
+/* Hypothesis y of source i: its token scores are the mixed forced ones, and the ensemble's own
+ * forced decoding (ll_score_ids on it) agrees. */
+static double check_hypo(ll_model *ens, const int32_t *src, int slen, const ll_hypo *y, int32_t bos, double lenpen,
+                         const char *what) {
+    double *want = malloc(sizeof(double) * y->len), worst = 0, sum = 0;
+    float *lp = malloc(sizeof(float) * y->len);
+    mixed_reference(src, slen, y->tokens, y->len, bos, want);
+    ll_score_opts so = {.max_tokens = 4096, .bos = bos};
+    ll_score_ids(ens, &src, &slen, (const int32_t *const *)&y->tokens, &y->len, 1, &so, &lp, NULL);
+    for (int t = 0; t < y->len; t++) {
+        CHECK_MSG(fabs(y->pos_scores[t] - want[t]) <= PTOL, "%s: token %d scored %.9g, the members mixed %.9g", what, t,
+                  (double)y->pos_scores[t], want[t]);
+        CHECK_MSG(fabs(lp[t] - want[t]) <= PTOL, "%s: forced token %d %.9g, the members mixed %.9g", what, t,
+                  (double)lp[t], want[t]);
+        worst = fmax(worst, fabs(y->pos_scores[t] - want[t]));
+        sum += y->pos_scores[t];
+    }
+    if (lenpen >= 0) CHECK_NEAR(y->score, sum / pow(y->len, lenpen), PTOL * y->len);
+    free(want);
+    free(lp);
+    return worst;
+}
+
+/* 1 + 2: searches of every kind, batched three ways. */
+static void test_searches(void) {
+    ll_model *ens = ensemble(NM);
+    int32_t *src[NS];
+    int len[NS];
+    sources(src, len);
+    /* prefixes for the prefixed search: 0-2 tokens */
+    int32_t pre_tok[NS][2];
+    const int32_t *pre[NS];
+    int plen[NS];
+    for (int i = 0; i < NS; i++) {
+        plen[i] = i % 3;
+        pre_tok[i][0] = 4 + i % (V - 4), pre_tok[i][1] = 4 + (3 * i + 1) % (V - 4);
+        pre[i] = plen[i] ? pre_tok[i] : NULL;
+    }
+    double worst = 0;
+    long hyps = 0;
+    for (int kind = 0; kind < 3; kind++) { /* beam search, sampling, prefixed beam search */
+        ll_translate_opts o = {.max_tokens = 1000, .draw_base = 11};
+        ll_search_opts_default(&o.search);
+        o.search.beam = 4, o.search.nbest = 4, o.search.max_len_b = 9, o.search.lenpen = 0.7, o.search.bos = 6;
+        if (kind == 1) o.search.sampling = 1, o.search.beam = 3, o.search.nbest = 3, o.search.seed = 3;
+        if (kind == 2) o.prefix = pre, o.prefix_len = plen;
+        ll_nbest r[3][NS];
+        const int max_tokens[3] = {1000, 1, 1000}, inter[3] = {1, 1, 2};
+        for (int k = 0; k < 3; k++) { /* one batch; one sentence per batch; two workers */
+            o.max_tokens = max_tokens[k], o.inter_threads = inter[k];
+            ll_set_threads(inter[k]);
+            ll_translate_ids(ens, (const int32_t *const *)src, len, NS, &o, r[k], NULL);
+            ll_set_threads(1);
+        }
+        for (int i = 0; i < NS; i++) {
+            CHECK(r[0][i].n == (len[i] ? o.search.nbest : 0));
+            for (int k = 1; k < 3; k++) {
+                int same = r[k][i].n == r[0][i].n;
+                for (int h = 0; same && h < r[0][i].n; h++) same = same_hypo(&r[0][i].h[h], &r[k][i].h[h], TOL);
+                CHECK_MSG(same, "search %d sentence %d: batching %d changed the ensemble's hypotheses", kind, i, k);
+            }
+            for (int h = 0; h < r[0][i].n; h++) {
+                const ll_hypo *y = &r[0][i].h[h];
+                char what[64];
+                snprintf(what, sizeof what, "search %d sentence %d hypothesis %d", kind, i, h);
+                if (kind == 2)
+                    for (int t = 0; t < plen[i]; t++) CHECK_MSG(y->tokens[t] == pre[i][t], "%s: prefix lost", what);
+                worst = fmax(worst, check_hypo(ens, src[i], len[i], y, o.search.bos, o.search.lenpen, what));
+                hyps++;
+            }
+            for (int k = 0; k < 3; k++) ll_nbest_free(&r[k][i]);
+        }
+    }
+    fprintf(stderr, "ensemble of %d: %ld hypotheses (beam, sampling, prefixes), worst token score difference from the "
+                    "members mixed %.3g\n",
+            NM, hyps, worst);
+    for (int i = 0; i < NS; i++) free(src[i]);
+    ll_model_free(ens);
+}
+
+/* 3: a model with two copies of itself: log(mean(p, p, p)) = log p, so the same search. */
+static void test_copies(void) {
+    ll_model *m = toy(V, MAXPOS, seeds[1]), *alone = toy(V, MAXPOS, seeds[1]);
+    ll_model *e[2] = {toy(V, MAXPOS, seeds[1]), toy(V, MAXPOS, seeds[1])};
+    ll_model_ensemble(m, e, 2);
+    int32_t *src[NS];
+    int len[NS];
+    sources(src, len);
+    ll_translate_opts o = {.max_tokens = 1000};
+    ll_search_opts_default(&o.search);
+    o.search.beam = 5, o.search.nbest = 5, o.search.max_len_b = 10;
+    ll_nbest a[NS], b[NS];
+    ll_translate_ids(m, (const int32_t *const *)src, len, NS, &o, a, NULL);
+    ll_translate_ids(alone, (const int32_t *const *)src, len, NS, &o, b, NULL);
+    for (int i = 0; i < NS; i++) {
+        int same = a[i].n == b[i].n;
+        for (int h = 0; same && h < a[i].n; h++) same = same_hypo(&a[i].h[h], &b[i].h[h], TOL);
+        CHECK_MSG(same, "sentence %d: a model ensembled with its copies searched otherwise than alone", i);
+        ll_nbest_free(&a[i]), ll_nbest_free(&b[i]);
+        free(src[i]);
+    }
+    ll_model_free(m);
+    ll_model_free(alone);
+}
+
+int main(void) {
+    ll_set_threads(1);
+    test_searches();
+    test_copies();
+    return tu_finish("test_ensemble");
+}
