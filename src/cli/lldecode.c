@@ -29,10 +29,13 @@
 
 #include "decode_io.h"
 
+enum { MAX_MODELS = 16 }; /* an ensemble's models at most */
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: lldecode --model FILE [options]\n"
+            "usage: lldecode --model FILE [--model FILE2 ...] [options]\n"
+            "  --model FILE       the model; given again, an ensemble: each step averages the models'\n"
+            "                     probabilities (fairseq's --path A:B; one vocabulary, up to %d models)\n"
             "  --beam K           beam size (default: the model's decode.beam, else 5); 1 = greedy\n"
             "  --lenpen A         length penalty: score = logprob / len^A (default: decode.lenpen, else 1.0)\n"
             "  --input F|-        source text, one sentence per line (default: stdin)\n"
@@ -76,7 +79,8 @@ static void usage(FILE *out) {
             "                     file is fp32 on the host, whichever device trained it\n"
             "  --no-cuda-graphs   on a GPU, run each search step's kernels one by one instead of as a\n"
             "                     CUDA graph (one per batch shape, replayed every step)\n"
-            "  --quiet            no summary or warnings on stderr\n");
+            "  --quiet            no summary or warnings on stderr\n",
+            MAX_MODELS);
 }
 
 /* An atomically written --output; removed by the exit handler unless committed. */
@@ -100,6 +104,8 @@ static double parse_real(const char *flag, const char *s, double lo, double hi) 
 }
 
 typedef struct {
+    const char *models[MAX_MODELS]; /* --model, in order; models[0] leads (its settings and alignments) */
+    int n_models;
     const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode, *device;
     const char *score_ref;   /* --score-reference */
     const char *prefix;      /* --prefix */
@@ -362,10 +368,22 @@ static void score_all(const opts *o, ll_model *m, const ll_spm *spm, int32_t bos
     free(ids);
 }
 
+/* One model's languages and layers for this pair (the --source-lang / --target-lang pair, latent
+ * depth's inference and --threshold), each of an ensemble's by its own config. */
+static void setup_pair(const opts *o, ll_model *m, ll_config *cfg) {
+    /* latent depth: the languages' own posteriors decide the layers (latent.inference) */
+    if (o->latent_mode) snprintf(cfg->latent_inference, sizeof cfg->latent_inference, "%s", o->latent_mode);
+    if (o->threshold >= 0) cfg->latent_threshold = (float)o->threshold;
+    const int src_lang = pick_lang(cfg, o->source_lang, 0), tgt_lang = pick_lang(cfg, o->target_lang, 1);
+    need_lang(cfg, &m->hp, src_lang, tgt_lang);
+    need_pruned_lang(cfg, src_lang, tgt_lang);
+    if (ll_set_pair_inference(m, cfg, src_lang, tgt_lang)) ll_die("%s", ll_errbuf());
+}
+
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     ll_set_progname("lldecode");
-    ll_args_no_repeats(argc, argv, NULL);
+    ll_args_no_repeats(argc, argv, "--model");
     opts o = {.input = "-", .output = "-", .format = "text", .device = "cpu", .threshold = -1, .beam = -1,
               .nbest = 1, .max_len_b = 200, .min_len = 1, .max_tokens = 4096, .lenpen = NAN, .temperature = 1,
               .seed = 1, .topp = 1, .buffer = 20000};
@@ -390,7 +408,9 @@ int main(int argc, char **argv) {
         } else if (!v) {
             ll_die("unknown or incomplete argument '%s' (see lldecode --help)", a);
         } else if (!strcmp(a, "--model")) {
-            o.model = v;
+            if (o.n_models == MAX_MODELS) ll_die("--model: an ensemble of at most %d models", MAX_MODELS);
+            o.model = o.model ? o.model : v;
+            o.models[o.n_models++] = v;
         } else if (!strcmp(a, "--input")) {
             o.input = v;
         } else if (!strcmp(a, "--score-reference")) {
@@ -467,12 +487,14 @@ int main(int argc, char **argv) {
             i++;
     }
     if (!o.model) ll_die("--model FILE is required (see lldecode --help)");
-    if (!*o.input || !*o.output || !*o.model) /* (an empty output failed only after decoding everything) */
-        ll_die("--%s '': an empty path (- is standard %s)", !*o.model ? "model" : !*o.input ? "input" : "output",
+    for (int j = 0; j < o.n_models; j++) {
+        if (!*o.models[j]) ll_die("--model '': an empty path");
+        if (ll_same_file(o.output, o.models[j])) ll_die("--output %s: it is a --model too; refusing to replace it", o.output);
+    }
+    if (!*o.input || !*o.output) /* (an empty output failed only after decoding everything) */
+        ll_die("--%s '': an empty path (- is standard %s)", !*o.input ? "input" : "output",
                !*o.input ? "input" : "output");
-    if (ll_same_file(o.output, o.input) || ll_same_file(o.output, o.model))
-        ll_die("--output %s: it is the %s too; refusing to replace it", o.output,
-               ll_same_file(o.output, o.input) ? "--input" : "--model");
+    if (ll_same_file(o.output, o.input)) ll_die("--output %s: it is the --input too; refusing to replace it", o.output);
     if (o.sample_flag && !o.sampling) ll_die("%s: a sampling option, without --sampling", o.sample_flag);
     if (o.prefix) {
         if (!*o.prefix) ll_die("--prefix '': an empty path (- is standard input)");
@@ -493,17 +515,34 @@ int main(int argc, char **argv) {
 
     ll_backend *be = ll_backend_select(o.device, o.bf16 ? LL_BF16 : LL_REAL_DTYPE, 0, "--device");
     if (!be) ll_die("%s", ll_errbuf());
-    ll_ckpt *k = ll_ckpt_open(o.model);
-    if (!k) ll_die("%s", ll_errbuf());
-    ll_config cfg;
-    ll_model *m = ll_model_from_file(k, o.model, be, &cfg);
-    if (!m) ll_die("%s", ll_errbuf());
-    if (o.no_graphs) m->decode_graphs = -1;
+    ll_config cfg, mcfg[MAX_MODELS];
+    ll_model *mm[MAX_MODELS];
     size_t vlen = 0;
-    const void *vocab = ll_ckpt_vocab(k, &vlen);
+    void *vocab = NULL;
+    for (int j = 0; j < o.n_models; j++) {
+        ll_ckpt *k = ll_ckpt_open(o.models[j]);
+        if (!k) ll_die("%s", ll_errbuf());
+        if (!(mm[j] = ll_model_from_file(k, o.models[j], be, &mcfg[j]))) ll_die("%s", ll_errbuf());
+        size_t n = 0;
+        const void *v = ll_ckpt_vocab(k, &n);
+        if (j == 0) {
+            vocab = ll_malloc(n ? n : 1), vlen = n;
+            if (n) memcpy(vocab, v, n);
+        } else if (n != vlen || (n && memcmp(v, vocab, n))) { /* the same ids must mean the same pieces */
+            ll_die("--model %s: its sentencepiece vocabulary differs from %s's; an ensemble's models share one",
+                   o.models[j], o.model);
+        } else if (mm[j]->hp.max_pos != mm[0]->hp.max_pos) {
+            ll_die("--model %s: model.max_positions %d, but %s has %d; an ensemble's models need the same", o.models[j],
+                   mm[j]->hp.max_pos, o.model, mm[0]->hp.max_pos);
+        }
+        ll_ckpt_close(k); /* parameters were copied into the model */
+    }
+    cfg = mcfg[0];
+    ll_model *m = mm[0];
+    if (o.no_graphs) m->decode_graphs = -1;
     ll_spm *spm = ll_spm_load_bytes(vocab, vlen);
     if (!spm) ll_die("%s: no usable vocabulary in the model file", o.model);
-    ll_ckpt_close(k); /* parameters were copied into the model */
+    free(vocab);
 
     ll_graph_stats g0 = {0}, g1 = {0}; /* search steps as CUDA graphs (a GPU; not --no-cuda-graphs) */
     if (be->graph_stats) be->graph_stats(be, &g0);
@@ -538,17 +577,22 @@ int main(int argc, char **argv) {
     to.search.nbest = (int)o.nbest;
     to.search.align = o.alignment;
     if (ll_decode_bos(&cfg, spm, o.target_lang, &to.search.bos)) ll_die("%s", ll_errbuf());
-    /* latent depth: the languages' own posteriors decide the layers (latent.inference) */
-    if ((o.latent_mode || o.threshold >= 0) && !m->hp.latent_enc && !m->hp.latent_dec)
-        ll_die("--%s: the model has no latent-depth layers (latent.encoder and latent.decoder are false%s)",
-               o.latent_mode ? "latent-inference" : "threshold",
+    int latent = 0; /* (in an ensemble, the options are for the models with latent layers) */
+    for (int j = 0; j < o.n_models; j++) latent |= mm[j]->hp.latent_enc || mm[j]->hp.latent_dec;
+    if ((o.latent_mode || o.threshold >= 0) && !latent)
+        ll_die("--%s: %s no latent-depth layers (latent.encoder and latent.decoder are false%s)",
+               o.latent_mode ? "latent-inference" : "threshold", o.n_models > 1 ? "no model has" : "the model has",
                cfg.latent_pruned_for[0] ? "; llprune baked its gates in" : "");
-    if (o.latent_mode) snprintf(cfg.latent_inference, sizeof cfg.latent_inference, "%s", o.latent_mode);
-    if (o.threshold >= 0) cfg.latent_threshold = (float)o.threshold;
-    const int src_lang = pick_lang(&cfg, o.source_lang, 0), tgt_lang = pick_lang(&cfg, o.target_lang, 1);
-    need_lang(&cfg, &m->hp, src_lang, tgt_lang);
-    need_pruned_lang(&cfg, src_lang, tgt_lang);
-    if (ll_set_pair_inference(m, &cfg, src_lang, tgt_lang)) ll_die("%s", ll_errbuf());
+    for (int j = 0; j < o.n_models; j++) {
+        int32_t bos;
+        if (ll_decode_bos(&mcfg[j], spm, o.target_lang, &bos)) ll_die("--model %s: %s", o.models[j], ll_errbuf());
+        if (bos != to.search.bos) /* one decoder input for all: a target-language tag, or EOS */
+            ll_die("--model %s: its decoder starts with token %d, %s's with %d (one with target-language tags, the "
+                   "other without?)", o.models[j], bos, o.model, to.search.bos);
+        setup_pair(&o, mm[j], &mcfg[j]);
+    }
+    cfg = mcfg[0]; /* (setup_pair set its latent inference) */
+    if (o.n_models > 1) ll_model_ensemble(m, mm + 1, o.n_models - 1);
 
     FILE *in = stdin;
     const char *in_name = strcmp(o.input, "-") ? o.input : "<stdin>";
@@ -644,9 +688,11 @@ int main(int argc, char **argv) {
                 total.sents, total.batches, total.seconds, total.sents / s, total.out_tokens / s);
     } else if (!o.quiet) {
         const double s = total.seconds > 0 ? total.seconds : 1e-9;
-        fprintf(stderr, "lldecode: %ld lines, %ld sentences in %ld batches, %s %d: %.2f s, %.1f sentences/s, "
+        char ens[48] = "";
+        if (o.n_models > 1) snprintf(ens, sizeof ens, ", an ensemble of %d models", o.n_models);
+        fprintf(stderr, "lldecode: %ld lines, %ld sentences in %ld batches, %s %d%s: %.2f s, %.1f sentences/s, "
                         "%.0f target tokens/s\n",
-                lineno, total.sents, total.batches, o.sampling ? "draws per sentence" : "beam", to.search.beam,
+                lineno, total.sents, total.batches, o.sampling ? "draws per sentence" : "beam", to.search.beam, ens,
                 total.seconds, total.sents / s, total.out_tokens / s);
         if (be->graph_stats) be->graph_stats(be, &g1);
         if (g1.launches > g0.launches)
@@ -658,7 +704,7 @@ int main(int argc, char **argv) {
     free(lines);
     free(ids);
     ll_spm_free(spm);
-    ll_model_free(m);
-    ll_config_free(&cfg);
+    ll_model_free(m); /* (and the ensemble's other models) */
+    for (int j = 0; j < o.n_models; j++) ll_config_free(&mcfg[j]);
     return 0;
 }

@@ -288,6 +288,59 @@ dec --raw-ids --input "$T/sc.idssrc" --score-reference "$T/sc.idsref" > "$T/sc.i
 paste "$T/sc.idsgot" "$T/sc.idswant" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5) bad = 1 } END { exit bad || NR != 4 }' ||
   err "--raw-ids --score-reference: $(paste "$T/sc.idsgot" "$T/sc.idswant" | tr '\n' ' ')"
 
+# 5d. ensembles (--model A --model B): a model with itself translates as alone; two models give
+# each token log2 of the mean of their probabilities (each scored alone by --score-reference), and
+# the ensemble's search scores its translations as its forced decoding does
+"$LLTRAIN" --config "$T/tiny.cfg" --quiet --set train.seed=2 --set train.max_updates=120 \
+  --set checkpoint.save_dir="$T/run2" > /dev/null 2> "$T/train2.log" || err "second model: $(tail -1 "$T/train2.log")"
+M2=$T/run2/checkpoint_last.llm
+dec --model "$M" --beam 5 --input "$T/in.en" > "$T/ens.self" 2> "$T/ens.err" || err "--model twice: $(cat "$T/ens.err")"
+cmp -s "$T/ens.self" "$T/out.5" || err "a model in an ensemble with itself translated otherwise than alone"
+grep -q "beam 5, an ensemble of 2 models" "$T/ens.err" || err "ensemble summary: $(cat "$T/ens.err")"
+dec --model "$M2" --beam 5 --format fairseq --input "$T/in.en" > "$T/ens.fs" 2>/dev/null || err "ensemble search failed"
+grep '^D-' "$T/ens.fs" | sort -t- -k2n | cut -f3 > "$T/ens.txt"
+[ "$(wc -l < "$T/ens.txt")" -eq "$n" ] || err "ensemble: $(wc -l < "$T/ens.txt") translations for $n lines"
+for who in ens a b; do
+  case $who in ens) args=(--model "$M" --model "$M2") ;; a) args=(--model "$M") ;; b) args=(--model "$M2") ;; esac
+  "$LLDECODE" "${args[@]}" --threads 2 --input "$T/in.en" --score-reference "$T/ens.txt" --format fairseq \
+    > "$T/ens.sc.$who" 2>/dev/null || err "--score-reference with $who failed"
+done
+python3 - "$T/ens.fs" "$T/ens.sc.ens" "$T/ens.sc.a" "$T/ens.sc.b" <<'PY' || err "ensemble scores (above)"
+import math, sys
+def records(path):
+    rec = {}
+    for line in open(path, encoding="utf-8").read().split("\n")[:-1]:
+        tag, rest = line.split("\t", 1)
+        kind, i = tag.split("-", 1)
+        rec.setdefault(int(i), {})[kind] = rest.split("\t")
+    return rec
+search, ens, a, b = (records(p) for p in sys.argv[1:])
+bad, tokens, same = [], 0, 0
+for i in ens:
+    pe, pa, pb = ([float(x) for x in r[i]["P"][0].split()] for r in (ens, a, b))
+    for t, (e, x, y) in enumerate(zip(pe, pa, pb)):
+        want = math.log2((2 ** x + 2 ** y) / 2)
+        tokens += 1
+        if abs(e - want) > 3e-4:
+            bad.append(f"line {i} token {t}: ensemble {e}, the models {x} and {y} mixed {want:.4f}")
+    if search[i]["S"][0] and search[i]["H"][1] == ens[i]["H"][1]:  # re-encodes to the pieces searched
+        same += 1
+        if abs(float(search[i]["H"][0]) - float(ens[i]["H"][0])) > 1e-4:
+            bad.append(f"line {i}: searched {search[i]['H'][0]}, forced {ens[i]['H'][0]}")
+if tokens < 100 or same < len(ens) // 2:
+    bad.append(f"only {tokens} tokens, {same} of {len(ens)} translations compared")
+differ = sum(abs(float(ens[i]["H"][0]) - float(a[i]["H"][0])) > 1e-3 for i in ens)
+if differ < len(ens) // 2:
+    bad.append(f"the ensemble's scores differ from the first model's alone on {differ} lines only")
+for x in bad[:10]:
+    print("FAIL:", x, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+"$LLTRAIN" --config "$T/tiny.cfg" --quiet --set data.dir="$T/bin60" --set data.vocab_size=60 --set train.max_updates=1 \
+  --set checkpoint.save_dir="$T/run60" > /dev/null 2>&1 || err "a model with another vocabulary: training failed"
+"$LLTRAIN" --config "$T/tiny.cfg" --quiet --set model.max_positions=64 --set train.max_updates=1 \
+  --set checkpoint.save_dir="$T/run64" > /dev/null 2>&1 || err "a model with max_positions 64: training failed"
+
 # 6. bad input: one line on stderr, exit 1, no output file (and an existing one untouched)
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
@@ -333,6 +386,14 @@ printf '5 6 2\n2\n\n' | dec --raw-ids --beam 2 > "$T/eos.out" 2> /dev/null || er
 printf '5 1 6\n' > "$T/pad.ids"
 check_error "pad id" "pad.ids:1" --model "$M" --raw-ids --input "$T/pad.ids"
 check_error "no model" "--model" --input "$DATA/test.en"
+check_error "ensemble, another vocabulary" "--model $T/run60/checkpoint_last.llm: its sentencepiece vocabulary differs from $M's" \
+  --model "$M" --model "$T/run60/checkpoint_last.llm" --input "$T/in.en"
+check_error "ensemble, another max_positions" "model.max_positions 64, but $M has 128" \
+  --model "$M" --model "$T/run64/checkpoint_last.llm" --input "$T/in.en"
+cp "$M2" "$T/m2copy.llm"
+"$LLDECODE" --model "$M" --model "$T/m2copy.llm" --input "$T/in.en" --output "$T/m2copy.llm" 2> "$T/err" &&
+  err "--output onto the second --model accepted"
+grep -q "it is a --model too" "$T/err" && cmp -s "$M2" "$T/m2copy.llm" || err "--output onto the second --model: $(cat "$T/err")"
 check_error "references too few" "sc3.ref: 3 lines, but $T/in.en has more" --model "$M" --input "$T/in.en" --score-reference "$T/sc3.ref"
 check_error "references too many" "sc.ref: more than 3 lines, but $T/in3.en has 3" --model "$M" --input "$T/in3.en" --score-reference "$T/sc.ref"
 check_error "a search option" "--beam: a search option, with --score-reference" --model "$M" --beam 5 --input "$T/in.en" --score-reference "$T/sc.ref"
