@@ -6,7 +6,7 @@
  * every gemm of it one fused cuBLASLt matmul (ll_backend_gemm_fallbacks; in
  * fp32 and, on the GPU alone, in bf16), and its hypotheses scored as
  * references (forced decoding) get the search's token scores; sampling draws
- * the same tokens on both.  Skips (77) without a GPU. */
+ * the same tokens on both; an ensemble of two models searches alike on both.  Skips (77) without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -236,6 +236,15 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     ll_model_free(mc), ll_model_free(mg);
 }
 
+/* Two n-best lists alike: the same hypotheses, scores within 1e-4. */
+static int oc_same(const ll_nbest *a, const ll_nbest *b) {
+    int same = a->n == b->n;
+    for (int i = 0; same && i < a->n; i++)
+        same = a->h[i].len == b->h[i].len && !memcmp(a->h[i].tokens, b->h[i].tokens, sizeof(int32_t) * a->h[i].len) &&
+               fabs(a->h[i].score - b->h[i].score) < 1e-4;
+    return same;
+}
+
 /* Sampling (ll_sample_search): the draws are made on the host from each step's log-probabilities,
  * keyed by sentence, so the CUDA backend's fp32 steps draw the same tokens as the CPU's (a
  * difference needs a uniform within ~1e-6 of a boundary); all of them, and topk, topp, temperature. */
@@ -274,6 +283,46 @@ static void test_sampling(ll_backend *cpu, ll_backend *gpu) {
     ll_model_free(mc), ll_model_free(mg);
 }
 
+/* An ensemble of two models (ll_model_ensemble): each step mixes their log-probabilities with the
+ * CUDA ensemble_mix kernel; the same hypotheses as on the CPU, and forced decoding with the
+ * ensemble gives the search's token scores (cpu NULL: on gpu alone, bf16). */
+static void test_ensemble(ll_backend *cpu, ll_backend *gpu) {
+    enum { B = 5, S = 9 };
+    ll_nbest out[2][B];
+    int32_t src[B * S];
+    int len[B];
+    search_sources(src, len, B, S, 5);
+    ll_search_opts o;
+    ll_search_opts_default(&o);
+    o.beam = 4, o.nbest = 2, o.max_len_a = 1, o.max_len_b = 4;
+    char what[64];
+    snprintf(what, sizeof what, "ensemble beam search (%s)", ll_dtype_str(gpu->act));
+    for (int side = 0; side < 2; side++) {
+        ll_backend *be = side ? gpu : cpu;
+        if (!be) continue;
+        ll_model *m = ll_model_new(&search_hp, be), *e = ll_model_new(&search_hp, be);
+        ll_model_init(m, 4);
+        ll_model_init(e, 7);
+        ll_model_ensemble(m, &e, 1);
+        const uint64_t f0 = ll_backend_gemm_fallbacks(be);
+        ll_beam_search(m, src, len, B, S, &o, out[side]);
+        if (side) {
+            check_fallbacks(gpu, f0, what);
+            check_scores(m, src, len, B, S, &o, out[side], gpu->act == LL_BF16 ? 0.1 : 1e-4, what);
+        }
+        ll_model_free(m); /* (and e) */
+    }
+    int same = 1, found = 1;
+    for (int b = 0; b < B; b++) {
+        found &= out[1][b].n == 2;
+        same &= !cpu || oc_same(&out[0][b], &out[1][b]);
+        if (cpu) ll_nbest_free(&out[0][b]);
+        ll_nbest_free(&out[1][b]);
+    }
+    CHECK_MSG(found, "%s: a sentence without its 2 hypotheses", what);
+    CHECK_MSG(same, "%s on CUDA gives other hypotheses than on the CPU", what);
+}
+
 int main(void) {
     gpu_or_skip();
     ll_backend *cpu = ll_backend_cpu(), *gpu = ll_backend_cuda(0);
@@ -285,9 +334,9 @@ int main(void) {
     test_topk(cpu, gpu, 2, 32, 301, 64);
     const char *miss = ll_backend_missing(gpu);
     CHECK_MSG(!miss, "the CUDA backend lacks '%s'", miss ? miss : "");
-    if (!miss) test_search(cpu, gpu, 0), test_search(cpu, gpu, 1), test_sampling(cpu, gpu);
+    if (!miss) test_search(cpu, gpu, 0), test_search(cpu, gpu, 1), test_sampling(cpu, gpu), test_ensemble(cpu, gpu);
     ll_backend *b16 = ll_backend_cuda_precision(0, LL_BF16);
     CHECK_MSG(b16 != NULL, "ll_backend_cuda_precision(0, bf16): %s", ll_errbuf());
-    if (b16 && !ll_backend_missing(b16)) test_search(NULL, b16, 1);
+    if (b16 && !ll_backend_missing(b16)) test_search(NULL, b16, 1), test_ensemble(NULL, b16);
     return tu_finish("gpu_test_decode_cuda");
 }
