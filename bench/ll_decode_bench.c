@@ -22,7 +22,7 @@
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
-    int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0, sampling = -1, score = 0;
+    int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0, sampling = -1, score = 0, ensemble = 1;
     const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--alignment")) align = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--sampling")) sampling = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--score")) score = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ensemble")) ensemble = atoi(argv[i + 1]);
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
@@ -46,7 +47,8 @@ int main(int argc, char **argv) {
                     "          [--precision fp32|bf16] [--batch B] [--src-len S] [--len T] [--profile 1]\n"
                     "          [--alignment 1 (lldecode --alignment)] [--sampling K (lldecode --sampling\n"
                     "          --sampling-topk K, K = 0: all; the --beams values are the draws per sentence)]\n"
-                    "          [--score 1 (lldecode --score-reference of T-token references)]\n",
+                    "          [--score 1 (lldecode --score-reference of T-token references)]\n"
+                    "          [--ensemble N (lldecode --model given N times: N models of the same shape)]\n",
                     argv[0]);
             return 2;
         }
@@ -70,8 +72,14 @@ int main(int argc, char **argv) {
     ll_backend *timed = profile ? ll_backend_timing(be) : NULL;
     if (profile && !timed) ll_die("ll_decode_bench: --profile: no timing backend for %s", be->name);
     if (timed) be = timed;
-    ll_model *m = ll_model_new(&hp, be);
+    ll_model *m = ll_model_new(&hp, be), *members[16];
     ll_model_init(m, 1);
+    if (ensemble < 1 || ensemble > 16) ll_die("ll_decode_bench: --ensemble %d: 1 to 16 models", ensemble);
+    for (int j = 1; j < ensemble; j++) {
+        members[j - 1] = ll_model_new(&hp, be);
+        ll_model_init(members[j - 1], 1 + (uint64_t)j);
+    }
+    if (ensemble > 1) ll_model_ensemble(m, members, ensemble - 1);
     int32_t *src = malloc(sizeof(int32_t) * B * S);
     int *len = malloc(sizeof(int) * B);
     int32_t **srcs = malloc(sizeof(int32_t *) * B);
@@ -119,8 +127,9 @@ int main(int argc, char **argv) {
             if (rep > 0 && dt < best) best = dt; /* the first run warms up */
         }
         if (be->graph_stats) be->graph_stats(be, &g1);
-        char what[32] = "";
+        char what[64] = "";
         if (o.sampling) snprintf(what, sizeof what, " sampling_topk=%d", o.topk);
+        if (ensemble > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " ensemble=%d", ensemble);
         printf("RESULT ll_decode beam=%d inter=%d%s%s sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu "
                "graph_replays=%llu\n",
                beam, ll_translate_workers(&to), align ? " alignment=1" : "", what, B / best, tokens / best,
@@ -153,7 +162,7 @@ int main(int argc, char **argv) {
             double dt = ll_now() - t0;
             if (rep > 0 && dt < best) best = dt;
         }
-        printf("RESULT ll_score inter=%d sent_per_s=%.2f tok_per_s=%.1f\n", ll_translate_workers(&(ll_translate_opts){.inter_threads = inter}), B / best,
+        printf("RESULT ll_score inter=%d ensemble=%d sent_per_s=%.2f tok_per_s=%.1f\n", ll_translate_workers(&(ll_translate_opts){.inter_threads = inter}), ensemble, B / best,
                B * (T + 1) / best);
         for (int b = 0; b < B; b++) free(pos[b]);
         free(ref), free(refs), free(rlen), free(pos);

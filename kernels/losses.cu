@@ -179,7 +179,7 @@ extern "C" cudaError_t ll_cuda_pick_logp(cudaStream_t s, ll_cuda_dtype t, float 
     return cudaSuccess;
 }
 
-/* ---- an ensemble's log-probabilities: log(e^a + e^b) - c in double, as the CPU's mix_one ----- */
+/* ---- an ensemble's log-probabilities: log(e^a + e^b) - c in double (the CPU: fp32, ll_mix_logp) -- */
 template <typename T>
 static __global__ void ensemble_mix_kernel(T *__restrict__ acc, const T *__restrict__ x, size_t n, double c) {
     LL_PDL_ENTER();

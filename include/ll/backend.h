@@ -416,8 +416,8 @@ struct ll_backend {
      * == pad: a reference's token scores (lldecode --score-reference).
      * target and out in backend memory. */
     void (*pick_logp)(ll_backend *be, real *out, const ll_act *logp, const int32_t *target, int N, int V, int pad);
-    /* ensemble_mix: acc[i] = log(exp(acc[i]) + exp(x[i])) - c over n elements, computed in double
-     * (-inf where both are -inf): an ensemble's members' log-probabilities summed as probabilities,
+    /* ensemble_mix: acc[i] = log(exp(acc[i]) + exp(x[i])) - c over n elements (-inf where both
+     * are -inf; the CPU in fp32 with a fast exp and log, CUDA in double: ~2e-7 relative): an ensemble's members' log-probabilities summed as probabilities,
      * c = log(members) at the last, their average (lldecode --model A --model B; fairseq's
      * EnsembleModel).  acc and x in the activation dtype, in backend memory. */
     void (*ensemble_mix)(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double c);

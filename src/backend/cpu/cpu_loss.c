@@ -78,18 +78,24 @@ void cpu_log_softmax(ll_backend *be, ll_act *x_, int N, int V) {
     }
 }
 
-/* log(e^a + e^b) - c in double: the one formula of every backend (CPU, bf16, CUDA) */
-static inline double mix_one(double a, double b, double c) {
-    const double hi = a > b ? a : b, lo = a > b ? b : a;
-    return hi == -INFINITY ? -INFINITY : hi + log1p(exp(lo - hi)) - c;
-}
-
+/* ensemble_mix: ll_mix_logp (vecmath.h), in chunks over the threads */
 void cpu_ensemble_mix(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, double c) {
     (void)be;
     real *acc = (real *)acc_;
     const real *x = (const real *)x_;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) acc[i] = (real)mix_one(acc[i], x[i], c);
+    enum { CHUNK = 1 << 14 };
+    const long chunks = (long)((n + CHUNK - 1) / CHUNK);
+#pragma omp parallel for schedule(static) if (chunks > 4)
+    for (long k = 0; k < chunks; k++) {
+        const size_t i0 = (size_t)k * CHUNK, m = n - i0 < CHUNK ? n - i0 : CHUNK;
+#ifdef LL_VEC16
+        if (ll_cpu_avx512) {
+            ll_mix_logp_avx512(acc + i0, x + i0, m, (float)c);
+            continue;
+        }
+#endif
+        for (size_t i = i0; i < i0 + m; i++) acc[i] = ll_mix_logp(acc[i], x[i], (real)c);
+    }
 }
 
 void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, double c) {
@@ -98,7 +104,7 @@ void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc_, const ll_act *x_, size_
     const uint16_t *x = (const uint16_t *)x_;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++)
-        acc[i] = ll_f32_to_bf16((float)mix_one(ll_bf16_to_f32(acc[i]), ll_bf16_to_f32(x[i]), c));
+        acc[i] = ll_f32_to_bf16((float)ll_mix_logp(ll_bf16_to_f32(acc[i]), ll_bf16_to_f32(x[i]), (real)c));
 }
 
 void cpu_pick_logp(ll_backend *be, real *out, const ll_act *logp_, const int32_t *target, int N, int V, int pad) {

@@ -42,6 +42,45 @@ static inline float ll_fast_expf(float x) {
     return e * s;
 }
 #define vexp(x) ll_fast_expf(x)
+
+/* log x for a positive normal x: Cephes' logf (x = m 2^e, m in [sqrt(1/2), sqrt(2)], a degree-8
+ * polynomial in m - 1), max relative error ~1e-7.  For an ensemble's mix (ll_mix_logp). */
+#pragma omp declare simd
+static inline float ll_fast_logf(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    float e = (float)((int)(bits >> 23) - 127), m;
+    bits = (bits & 0x007fffffu) | 0x3f800000u; /* the mantissa in [1, 2) */
+    memcpy(&m, &bits, sizeof m);
+    if (m > 1.41421356f) m *= 0.5f, e += 1.0f;
+    const float t = m - 1.0f, z = t * t;
+    float p = 7.0376836292e-2f;
+    p = p * t - 1.1514610310e-1f;
+    p = p * t + 1.1676998740e-1f;
+    p = p * t - 1.2420140846e-1f;
+    p = p * t + 1.4249322787e-1f;
+    p = p * t - 1.6668057665e-1f;
+    p = p * t + 2.0000714765e-1f;
+    p = p * t - 2.4999993993e-1f;
+    p = p * t + 3.3333331174e-1f;
+    float y = p * t * z - 2.12194440e-4f * e - 0.5f * z;
+    return t + y + 0.693359375f * e;
+}
+#endif
+
+/* log(e^a + e^b) - c: two log-probabilities summed as probabilities (an ensemble's); -inf where
+ * both are.  fp32: hi + log(1 + e^(lo - hi)) with the fast exp and log (~2e-7 relative). */
+#ifdef LL_REAL_DOUBLE
+static inline real ll_mix_logp(real a, real b, real c) {
+    const real hi = a > b ? a : b, lo = a > b ? b : a;
+    return hi == -INFINITY ? -INFINITY : hi + log1p(exp(lo - hi)) - c;
+}
+#else
+#pragma omp declare simd
+static inline float ll_mix_logp(float a, float b, float c) {
+    const float hi = a > b ? a : b, lo = a > b ? b : a;
+    return hi == -INFINITY ? -INFINITY : hi + ll_fast_logf(1.0f + ll_fast_expf(lo - hi)) - c;
+}
 #endif
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(LL_REAL_DOUBLE)
@@ -68,6 +107,43 @@ LL_AVX512 static inline __m512 ll_exp16(__m512 x) {
 }
 
 static inline __mmask16 ll_tail16(int left) { return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1); }
+
+/* ll_fast_logf on 16 lanes (positive normal x) */
+LL_AVX512 static inline __m512 ll_log16(__m512 x) {
+    __m512 m = _mm512_getmant_ps(x, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero), e = _mm512_getexp_ps(x);
+    const __mmask16 big = _mm512_cmp_ps_mask(m, _mm512_set1_ps(1.41421356f), _CMP_GT_OQ);
+    m = _mm512_mask_mul_ps(m, big, m, _mm512_set1_ps(0.5f));
+    e = _mm512_mask_add_ps(e, big, e, _mm512_set1_ps(1.0f));
+    const __m512 t = _mm512_sub_ps(m, _mm512_set1_ps(1.0f)), z = _mm512_mul_ps(t, t);
+    __m512 p = _mm512_set1_ps(7.0376836292e-2f);
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.1514610310e-1f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.1676998740e-1f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.2420140846e-1f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.4249322787e-1f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.6668057665e-1f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(2.0000714765e-1f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-2.4999993993e-1f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(3.3333331174e-1f));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, t), z);
+    y = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), y);
+    y = _mm512_fmadd_ps(z, _mm512_set1_ps(-0.5f), y);
+    return _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), _mm512_add_ps(t, y));
+}
+
+/* acc[i] = ll_mix_logp(acc[i], x[i], c) over n elements, 16 lanes */
+LL_AVX512 static inline void ll_mix_logp_avx512(float *acc, const float *x, size_t n, float c) {
+    const __m512 vc = _mm512_set1_ps(c), ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = ll_tail16((int)(n - i < 16 ? n - i : 16));
+        const __m512 a = _mm512_maskz_loadu_ps(k, acc + i), b = _mm512_maskz_loadu_ps(k, x + i);
+        const __m512 hi = _mm512_max_ps(a, b), lo = _mm512_min_ps(a, b);
+        const __m512 l = ll_log16(_mm512_add_ps(one, ll_exp16(_mm512_sub_ps(lo, hi))));
+        const __m512 r = _mm512_sub_ps(_mm512_add_ps(hi, l), vc);
+        /* both -inf: lo - hi is NaN; the sum's probability is 0 */
+        const __mmask16 none = _mm512_cmp_ps_mask(hi, ninf, _CMP_EQ_OQ);
+        _mm512_mask_storeu_ps(acc + i, k, _mm512_mask_mov_ps(r, none, ninf));
+    }
+}
 
 /* (VMAXPS returns its second operand when either is NaN: with the row second, a NaN replaced a
  * lane's running max, so the row's max could come out below its largest element; with the
