@@ -1,8 +1,9 @@
 /* Ensembles (ll_model_ensemble: lldecode --model A --model B ...) in double
  * precision (grad_test_ensemble) and in fp32 with the fast decoding paths
  * (f32_test_ensemble):
- *   1. forced decoding with an ensemble gives each token log(mean of the
- *      members' probabilities), the members scored alone (separate models);
+ *   1. forced decoding with an ensemble (two toy models and one of another
+ *      shape) gives each token log(mean of the members' probabilities), the
+ *      members scored alone (separate models);
  *   2. every hypothesis of an ensemble's beam search, sampling and prefixed
  *      search gets those token scores (the search's incremental steps, its
  *      reorders and compactions, run on every member), however it is batched
@@ -19,10 +20,22 @@
 enum { V = 13, MAXPOS = 24, NM = 3, NS = 8 };
 static const uint64_t seeds[NM] = {41, 42, 43};
 
-/* Three different toy models as an ensemble (the first holds the others). */
+/* Model j of the ensemble: toy models, the last of another shape (width 16, one decoder layer,
+ * a deeper encoder): an ensemble's models share only the vocabulary and max_positions. */
+static ll_model *member(int j) {
+    if (j < NM - 1) return toy(V, MAXPOS, seeds[j]);
+    ll_hparams hp = {.C = 16, .F = 24, .H = 4, .Le = 2, .Ld = 1, .V = V, .max_pos = MAXPOS, .share_all = 1,
+                     .tie_output = 1};
+    ll_model *m = ll_model_new(&hp, ll_backend_cpu());
+    ll_model_init(m, seeds[j]);
+    for (size_t i = 0; i < (size_t)V * 16; i++) m->params[m->out_proj + i] *= 2.0;
+    return m;
+}
+
+/* The three models as an ensemble (the first holds the others). */
 static ll_model *ensemble(int n) {
-    ll_model *m = toy(V, MAXPOS, seeds[0]), *e[NM];
-    for (int j = 1; j < n; j++) e[j - 1] = toy(V, MAXPOS, seeds[j]);
+    ll_model *m = member(0), *e[NM];
+    for (int j = 1; j < n; j++) e[j - 1] = member(j);
     ll_model_ensemble(m, e, n - 1);
     return m;
 }
@@ -41,7 +54,7 @@ static void mixed_reference(const int32_t *src, int slen, const int32_t *tgt, in
     for (int t = 0; t < tlen; t++) out[t] = 0;
     float *lp = malloc(sizeof(float) * tlen);
     for (int j = 0; j < NM; j++) {
-        ll_model *alone = toy(V, MAXPOS, seeds[j]);
+        ll_model *alone = member(j);
         ll_score_opts so = {.max_tokens = 4096, .bos = bos};
         ll_score_ids(alone, &src, &slen, &tgt, &tlen, 1, &so, &lp, NULL);
         for (int t = 0; t < tlen; t++) out[t] += exp((double)lp[t]) / NM;
