@@ -4,7 +4,8 @@
 # CPU, said in the log, so decoding is still compared) decodes the test books
 # with beam 5 on the GPU and on the CPU.  Passes when at most 2% of the lines
 # differ and BLEU differs by at most 0.2, and the CPU's translations scored as
-# references (--score-reference) on both agree, and sampling draws the same.  Skips (77) without a GPU; fails
+# references (--score-reference) on both agree, sampling draws the same, and the model ensembled
+# with itself on the GPU translates as alone.  Skips (77) without a GPU; fails
 # without the corpus.
 source "$(dirname "$0")/lib.sh"
 gpu_or_skip
@@ -112,6 +113,18 @@ if [ -s "$T/sample.$GPUDEV.es" ] && [ -s "$T/sample.cpu.es" ]; then
   d=$(paste -d '\t' "$T/sample.$GPUDEV.es" "$T/sample.cpu.es" | awk -F '\t' '$1 != $2' | wc -l)
   ok=$(( d * 50 <= n && n > 0 ))
   echo "decode-parity: sampling (top-20, seed 3): $d of $n lines drawn differently ($([ $ok = 1 ] && echo PASS || echo FAIL): at most 2%)"
+  [ $ok = 1 ] || fail=1
+fi
+# an ensemble of the model with itself (--model M --model M: the ensemble_mix kernel, every model's
+# caches, steps without graphs): log(mean(p, p)) = log p, so the GPU's own beam-5 translations
+# (at most 2% of the lines may differ by rounding)
+"$BIN/lldecode" --model "$M" --model "$M" --device "$GPUDEV" --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 \
+  --input "$SRCF" --output "$T/ens.$GPUDEV.es" 2> "$T/ens.$GPUDEV.log" || err "lldecode --device $GPUDEV, an ensemble: $(tail -1 "$T/ens.$GPUDEV.log")"
+if [ -s "$T/ens.$GPUDEV.es" ] && [ -s "$T/test.$GPUDEV.es" ]; then
+  n=$(wc -l < "$T/test.$GPUDEV.es")
+  d=$(paste -d '\t' "$T/ens.$GPUDEV.es" "$T/test.$GPUDEV.es" | awk -F '\t' '$1 != $2' | wc -l)
+  ok=$(( d * 50 <= n && n > 0 ))
+  echo "decode-parity: the model ensembled with itself on $GPUDEV: $d of $n lines differ from it alone ($([ $ok = 1 ] && echo PASS || echo FAIL): at most 2%)"
   [ $ok = 1 ] || fail=1
 fi
 keep_logs decode_parity "$T"/*.log "$T"/test.*.es
