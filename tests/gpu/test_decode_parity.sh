@@ -101,6 +101,16 @@ if [ -s "$T/test.cpu.es" ]; then
             exit !ok }' || fail=1
   fi
 fi
+# lines_alike WHAT HOW A B: at most 2% of the lines of A and B differ (both written)
+lines_alike() {
+  [ -s "$3" ] && [ -s "$4" ] || return 0 # (a failed run has said so)
+  local n d ok
+  n=$(wc -l < "$4")
+  d=$(paste -d '\t' "$3" "$4" | awk -F '\t' '$1 != $2' | wc -l)
+  ok=$(( d * 50 <= n && n > 0 ))
+  echo "decode-parity: $1: $d of $n lines $2 ($([ $ok = 1 ] && echo PASS || echo FAIL): at most 2%)"
+  [ $ok = 1 ] || fail=1
+}
 # sampling (--sampling): the draws are made on the host from each step's log-probabilities and
 # keyed by line, so both devices draw the same translations (a line may differ where a uniform
 # falls within rounding of a boundary: at most 2% of the lines)
@@ -108,24 +118,12 @@ for dev in "$GPUDEV" cpu; do
   "$BIN/lldecode" --model "$M" --device "$dev" --sampling --sampling-topk 20 --seed 3 --max-len-a 1.2 --max-len-b 10 \
     --input "$SRCF" --output "$T/sample.$dev.es" 2> "$T/sample.$dev.log" || err "lldecode --device $dev --sampling failed: $(tail -1 "$T/sample.$dev.log")"
 done
-if [ -s "$T/sample.$GPUDEV.es" ] && [ -s "$T/sample.cpu.es" ]; then
-  n=$(wc -l < "$T/sample.cpu.es")
-  d=$(paste -d '\t' "$T/sample.$GPUDEV.es" "$T/sample.cpu.es" | awk -F '\t' '$1 != $2' | wc -l)
-  ok=$(( d * 50 <= n && n > 0 ))
-  echo "decode-parity: sampling (top-20, seed 3): $d of $n lines drawn differently ($([ $ok = 1 ] && echo PASS || echo FAIL): at most 2%)"
-  [ $ok = 1 ] || fail=1
-fi
+lines_alike "sampling (top-20, seed 3)" "drawn differently" "$T/sample.$GPUDEV.es" "$T/sample.cpu.es"
 # an ensemble of the model with itself (--model M --model M: the ensemble_mix kernel, every model's
 # caches, steps without graphs): log(mean(p, p)) = log p, so the GPU's own beam-5 translations
 # (at most 2% of the lines may differ by rounding)
 "$BIN/lldecode" --model "$M" --model "$M" --device "$GPUDEV" --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 \
   --input "$SRCF" --output "$T/ens.$GPUDEV.es" 2> "$T/ens.$GPUDEV.log" || err "lldecode --device $GPUDEV, an ensemble: $(tail -1 "$T/ens.$GPUDEV.log")"
-if [ -s "$T/ens.$GPUDEV.es" ] && [ -s "$T/test.$GPUDEV.es" ]; then
-  n=$(wc -l < "$T/test.$GPUDEV.es")
-  d=$(paste -d '\t' "$T/ens.$GPUDEV.es" "$T/test.$GPUDEV.es" | awk -F '\t' '$1 != $2' | wc -l)
-  ok=$(( d * 50 <= n && n > 0 ))
-  echo "decode-parity: the model ensembled with itself on $GPUDEV: $d of $n lines differ from it alone ($([ $ok = 1 ] && echo PASS || echo FAIL): at most 2%)"
-  [ $ok = 1 ] || fail=1
-fi
+lines_alike "the model ensembled with itself on $GPUDEV" "differ from it alone" "$T/ens.$GPUDEV.es" "$T/test.$GPUDEV.es"
 keep_logs decode_parity "$T"/*.log "$T"/test.*.es
 exit $fail
