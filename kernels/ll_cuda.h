@@ -247,6 +247,8 @@ cudaError_t ll_cuda_log_softmax(cudaStream_t s, ll_cuda_dtype t, void *x, int N,
 cudaError_t ll_cuda_pick_logp(cudaStream_t s, ll_cuda_dtype t, float *out, const void *logp, const int32_t *target,
                               int N, int V, int pad);
 /* acc[i] = log(exp(acc[i]) + exp(x[i])) - c in double (an ensemble's log-probabilities); type t */
+/* x[r*V + col] += val for r < rows (a token's log-probability moved: lldecode --unkpen); type t */
+cudaError_t ll_cuda_add_col(cudaStream_t s, ll_cuda_dtype t, void *x, int rows, int V, int col, float val);
 cudaError_t ll_cuda_ensemble_mix(cudaStream_t s, ll_cuda_dtype t, void *acc, const void *x, size_t n, double c);
 
 /* ---- optimizer (kernels/adam.cu) -------------------------------------------------------

@@ -199,3 +199,20 @@ extern "C" cudaError_t ll_cuda_ensemble_mix(cudaStream_t s, ll_cuda_dtype t, voi
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }
+
+/* ---- one column moved in every row (lldecode --unkpen): a thread per row ------------------- */
+template <typename T>
+static __global__ void add_col_kernel(T *__restrict__ x, int rows, int V, int col, float val) {
+    LL_PDL_ENTER();
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) ll_st(x + (size_t)r * V + col, ll_ld(x + (size_t)r * V + col) + val);
+}
+
+extern "C" cudaError_t ll_cuda_add_col(cudaStream_t s, ll_cuda_dtype t, void *x, int rows, int V, int col, float val) {
+    if (rows <= 0) return cudaSuccess;
+    const int threads = 128;
+    LL_DISPATCH(t, T, LL_LAUNCH((unsigned)((rows + threads - 1) / threads), threads, 0, s, add_col_kernel<T>)(
+                          (T *)x, rows, V, col, val);)
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}

@@ -12,7 +12,8 @@
  *     beam_ancestry against the cache reorders it replaces;
  *   - attn_align (decoding's hard alignment) against a double-precision loop;
  *   - pick_logp (forced decoding's token scores) in fp32 and bf16 storage;
- *   - ensemble_mix (an ensemble's log-probabilities) against log(e^a + e^b) - c in long double.
+ *   - ensemble_mix (an ensemble's log-probabilities) against log(e^a + e^b) - c in long double;
+ *   - add_col (--unkpen) moves one column of every row, nothing else.
  * Attention has its own test (test_attention.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -494,6 +495,28 @@ static void test_ensemble_mix(void) {
     }
 }
 
+/* add_col: column col of each row moved by val (bf16: rounded once), every other element as it was. */
+static void test_add_col(void) {
+    enum { R = 5, V = 9, COL = 3 };
+    for (int bf = 0; bf < 2; bf++) {
+        ll_backend *be = bf ? ll_backend_cpu_precision(LL_BF16) : ll_backend_cpu();
+        real x[R * V], x0[R * V];
+        uint16_t h[R * V], h0[R * V];
+        for (int i = 0; i < R * V; i++) {
+            x[i] = x0[i] = -(real)i / 4;
+            h[i] = h0[i] = ll_f32_to_bf16((float)x0[i]);
+        }
+        be->add_col(be, bf ? (ll_act *)h : A_(x), R, V, COL, (real)-0.75);
+        for (int i = 0; i < R * V; i++) {
+            const double want = i % V == COL ? (bf ? ll_bf16_to_f32(ll_f32_to_bf16(ll_bf16_to_f32(h0[i]) - 0.75f))
+                                                  : (double)(x0[i] - (real)0.75))
+                                             : bf ? ll_bf16_to_f32(h0[i]) : (double)x0[i];
+            const double got = bf ? ll_bf16_to_f32(h[i]) : (double)x[i];
+            CHECK_MSG(got == want, "add_col %s element %d: %g, want %g", bf ? "bf16" : "fp32", i, got, want);
+        }
+    }
+}
+
 int main(void) {
     ll_set_threads(2);
     test_philox();
@@ -506,5 +529,6 @@ int main(void) {
     test_attn_align();
     test_pick_logp();
     test_ensemble_mix();
+    test_add_col();
     return tu_finish("test_cpu_kernels");
 }

@@ -421,6 +421,9 @@ struct ll_backend {
      * c = log(members) at the last, their average (lldecode --model A --model B; fairseq's
      * EnsembleModel).  acc and x in the activation dtype, in backend memory. */
     void (*ensemble_mix)(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double c);
+    /* add_col: x[r*V + col] += val for r < rows (a token's log-probability moved in every row:
+     * lldecode --unkpen, as fairseq's lprobs[:, unk] -= unk_penalty).  x in the activation dtype. */
+    void (*add_col)(ll_backend *be, ll_act *x, int rows, int V, int col, real val);
 
     /* Incremental decoding (src/model/infer.c, src/decode/beam.c).
      * copy_rows: rows x n elements, row i of src (stride src_stride elements)

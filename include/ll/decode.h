@@ -25,6 +25,8 @@ typedef struct {
     int nbest;        /* hypotheses returned per sentence, 1..beam */
     int32_t bos;      /* first decoder input: LL_EOS, or the target-language tag */
     int align;        /* 1: each hypothesis gets its hard alignment (ll_decode_align_on) */
+    double unkpen;    /* subtracted from <unk>'s log-probability at every step, after the model
+                         (fairseq's --unkpen: scores include it; 0: none) */
     /* Sampling (fairseq's --sampling, Marian's --output-sampling): each of a sentence's `beam`
      * rows draws its own translation, token by token, from the model's distribution
      * (ll_sample_search); nbest of them come back, best score first. */

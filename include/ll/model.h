@@ -326,6 +326,7 @@ typedef struct ll_dec_state {
     int logp_rows;      /* rows of d->logp after the last step: N, or B when it ran one row per sentence */
     int align_layer;    /* the decoder layer whose cross-attention gives it; -1: off */
     struct ll_dec_state **ens; /* the ensemble members' states (ll_model.ens), stepped with this one */
+    real unk_pen;       /* ll_decode_step_topk: subtracted from <unk>'s log-probability before the top-k */
 } ll_dec_state;
 #define LL_DEC_PACKED 6 /* per decoder layer: qkv, o, cq, co, fc1, fc2 */
 

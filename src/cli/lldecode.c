@@ -45,6 +45,8 @@ static void usage(FILE *out) {
             "  --max-len-a A      max output length = A * src_len + B, src_len incl. EOS (default 0)\n"
             "  --max-len-b B      (default 200); capped at model.max_positions - 1\n"
             "  --min-len L        EOS is not allowed before step L (default 1)\n"
+            "  --unkpen P         subtract P from <unk>'s log-probability at every step (fairseq's\n"
+            "                     --unkpen; default 0; 1e9: never <unk>)\n"
             "  --max-tokens T     source tokens per batch, padded (default 4096)\n"
             "  --max-sentences S  sentences per batch (default 256 / beam)\n"
             "  --buffer-size N    lines read, translated and written together (default 20000; sorted by\n"
@@ -120,7 +122,7 @@ typedef struct {
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
     long buffer; /* --buffer-size: lines read, translated and written together */
     int bf16; /* --precision bf16 */
-    double lenpen, max_len_a;
+    double lenpen, max_len_a, unkpen;
     int raw_ids, quiet, no_graphs, alignment;
 } opts;
 
@@ -463,6 +465,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--max-len-b")) {
             o.max_len_b = parse_int(a, v, 0, 1000000);
             o.search_flag = o.search_flag ? o.search_flag : a;
+        } else if (!strcmp(a, "--unkpen")) {
+            o.unkpen = parse_real(a, v, -1e9, 1e9);
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--min-len")) {
             o.min_len = parse_int(a, v, 0, 1000000);
             o.search_flag = o.search_flag ? o.search_flag : a;
@@ -560,6 +565,7 @@ int main(int argc, char **argv) {
     to.search.max_len_a = o.max_len_a;
     to.search.max_len_b = (int)o.max_len_b;
     to.search.min_len = (int)o.min_len;
+    to.search.unkpen = o.unkpen;
     /* EOS waits until --min-len; beyond every output's length limit it would never be allowed, and
      * each translation would run to the limit (fairseq does that silently) */
     if (o.min_len > m->hp.max_pos - 1)

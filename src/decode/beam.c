@@ -125,6 +125,7 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
         if (ss[i].max_len + 1 > T) T = ss[i].max_len + 1;
     }
     ll_dec_state *d = ll_decode_begin(m, src, src_len, B, S, beam, T);
+    d->unk_pen = (real)o->unkpen;
     /* prefix steps: the forced token of each sentence (pad: none) and its log-probability */
     int32_t *force = o->prefix ? ll_malloc(sizeof(int32_t) * B) : NULL;
     real *force_lp = o->prefix ? ll_malloc(sizeof(real) * B) : NULL;

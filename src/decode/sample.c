@@ -78,14 +78,17 @@ static double nucleus(double *w, int n, double total, double topp, weighted *ord
 
 /* One draw from a row's log-probabilities lp[V] (mode: bit 0 EOS allowed, bit 1 EOS only; pad and
  * BOS never; forced >= 0: that token, a target prefix's).  Returns the token; *lq = its log-probability under softmax(lp / temperature),
- * normalised over the whole vocabulary as fairseq's.  q, w: [V] double scratch; cand: [V] ints. */
-static int draw(const real *lp, int V, int mode, int forced, int topk, double topp, double temperature, double u,
-                double *lq, double *q, double *w, int *cand, weighted *order) {
+ * normalised over the whole vocabulary as fairseq's, less unkpen for <unk> (fairseq subtracts it after
+ * the softmax: <unk> is drawn e^-unkpen times as often, the others' scores stay).  q, w: [V] double
+ * scratch; cand: [V] ints. */
+static int draw(const real *lp, int V, int mode, int forced, int topk, double topp, double temperature, double unkpen,
+                double u, double *lq, double *q, double *w, int *cand, weighted *order) {
     const int t1 = temperature == 1.0;
-    double mx = -INFINITY, amx = -INFINITY; /* over all tokens; over the drawable ones */
+    double mx = -INFINITY, amx = -INFINITY; /* over all tokens (as the model gives them); over the drawable ones */
     for (int v = 0; v < V; v++) {
         q[v] = t1 ? (double)lp[v] : (double)lp[v] / temperature;
         if (q[v] > mx) mx = q[v];
+        if (v == LL_UNK) q[v] -= unkpen;
         if (q[v] > amx && v != LL_PAD && v != LL_BOS && (v != LL_EOS || (mode & 1))) amx = q[v];
     }
     int tok = forced >= 0 ? forced : LL_EOS; /* at the length limit (mode bit 1), or nothing drawable */
@@ -126,10 +129,10 @@ static int draw(const real *lp, int V, int mode, int forced, int topk, double to
             }
     }
     if (t1) {
-        *lq = (double)lp[tok];
-    } else {
+        *lq = (double)lp[tok] - (tok == LL_UNK ? unkpen : 0);
+    } else { /* the normaliser of the tempered model, before the penalty */
         double z = 0;
-        for (int v = 0; v < V; v++) z += exp(q[v] - mx);
+        for (int v = 0; v < V; v++) z += exp((v == LL_UNK ? q[v] + unkpen : q[v]) - mx);
         *lq = q[tok] - (mx + log(z));
     }
     return tok;
@@ -184,8 +187,8 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
                 double lq;
                 const double u = uniform53(&s->rng, (uint64_t)b << 25 | (uint64_t)step);
                 const int forced = o->prefix && step < o->prefix_len[act[j]] ? o->prefix[act[j]][step] : -1;
-                const int y = draw(logp + (size_t)r * V, V, mode, forced, o->topk, o->topp, o->temperature, u, &lq, q,
-                                   q + V, cand, order);
+                const int y = draw(logp + (size_t)r * V, V, mode, forced, o->topk, o->topp, o->temperature, o->unkpen,
+                                   u, &lq, q, q + V, cand, order);
                 tok[(size_t)r * T + step] = y;
                 ps[(size_t)r * T + step] = (float)lq;
                 if (al) al[(size_t)r * T + step] = step_al[r];

@@ -206,6 +206,8 @@ static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
 
 /* beam_topk's candidates over the step's log-probabilities (d->logp) into out: [score][lp][flat]. */
 static void step_topk_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
+    if (d->unk_pen != 0) /* (in d->logp: a prefix's forced <unk> reads it too, as fairseq's) */
+        m->be->add_col(m->be, d->logp, roots ? d->B : d->N, m->hp.V, LL_UNK, -d->unk_pen);
     const size_t nk = (size_t)d->B * k, o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
     m->be->beam_topk(m->be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, in->cum, in->mode,
                      d->B, roots ? 1 : d->beam, m->hp.V, k, LL_PAD, LL_BOS, LL_EOS);

@@ -341,6 +341,15 @@ PY
 "$LLTRAIN" --config "$T/tiny.cfg" --quiet --set model.max_positions=64 --set train.max_updates=1 \
   --set checkpoint.save_dir="$T/run64" > /dev/null 2>&1 || err "a model with max_positions 64: training failed"
 
+# 5e. --unkpen (fairseq's): 0 changes nothing; a bonus of 1000 makes <unk> (id 3) every token up to
+# the length limit, in the search and in sampling
+dec --beam 5 --unkpen 0 --input "$T/in.en" > "$T/unk0" 2>/dev/null && cmp -s "$T/unk0" "$T/out.5" || err "--unkpen 0 changed the translations"
+for how in "--beam 2" "--sampling"; do
+  # shellcheck disable=SC2086
+  dec $how --raw-ids --unkpen -1000 --max-len-b 4 --input "$T/sc.ids" > "$T/unkb" 2>/dev/null || err "--unkpen -1000 ($how) failed"
+  [ "$(tr '\n' '|' < "$T/unkb")" = "3 3 3 3||3 3 3 3|" ] || err "--unkpen -1000 ($how): $(tr '\n' '|' < "$T/unkb")"
+done
+
 # 6. bad input: one line on stderr, exit 1, no output file (and an existing one untouched)
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
@@ -401,6 +410,8 @@ check_error "alignment with scores" "--alignment: a search option" --model "$M" 
 check_error "topk without sampling" "--sampling-topk: a sampling option, without --sampling" --model "$M" --sampling-topk 5 --input "$T/in.en"
 check_error "zero temperature" "--temperature" --model "$M" --sampling --temperature 0 --input "$T/in.en"
 check_error "zero top-p" "--sampling-topp" --model "$M" --sampling --sampling-topp 0 --input "$T/in.en"
+check_error "unkpen with scores" "--unkpen: a search option, with --score-reference" --model "$M" --unkpen 1 --input "$T/in.en" --score-reference "$T/sc.ref"
+check_error "unkpen not a number" "--unkpen" --model "$M" --unkpen lots --input "$T/in.en"
 check_error "sampling a reference" "--sampling: a search option, with --score-reference" --model "$M" --sampling --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "more n-best than draws" "--nbest 2: must not exceed the draws per sentence (--beam) 1" --model "$M" --sampling --nbest 2 --input "$T/in.en"
 check_error "prefixes too few" "px.pre: 3 lines, but $T/in.en has more" --model "$M" --input "$T/in.en" --prefix "$T/px.pre"

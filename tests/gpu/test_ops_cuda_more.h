@@ -288,6 +288,16 @@ static void t_ensemble_mix(void) {
     free(ha), free(hx), pb_free(&acc), pb_free(&x);
 }
 
+/* --unkpen: one column of every row moved, the rest untouched (exact: one addition per element) */
+static void t_add_col(void) {
+    const size_t n = (size_t)XN * XV;
+    pbuf x = pb_rand_act(n, -20, 0);
+    BOTH BE->add_col(BE, A(x, s), XN, XV, XV - 1, (real)-1.25);
+    BOTH BE->add_col(BE, A(x, s), XN, XV, 3, (real)0.5);
+    pb_cmp_exact("x (in place)", &x);
+    pb_free(&x);
+}
+
 /* ---- Adam ---- */
 /* p_act: the activation-dtype weight copy refreshed from the updated p (bf16
  * mode; NULL in fp32, where the copy aliases the master) */

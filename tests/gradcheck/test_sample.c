@@ -5,7 +5,9 @@
  *      reference gets the search's token scores, however it is batched;
  *   2. sampling (ll_sample_search): draws follow the model's distribution
  *      (tempered, top-k), their scores are the forced ones, and a sentence's
- *      draws do not depend on its batch or the worker count. */
+ *      draws do not depend on its batch or the worker count;
+ *   3. --unkpen: searched and sampled token scores are the forced ones less the
+ *      penalty on <unk>, a large penalty keeps <unk> out, a bonus brings it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,10 +240,68 @@ static void test_sampling_batching(void) {
     ll_model_free(m);
 }
 
+/* ---- 3. <unk> penalty ------------------------------------------------------------- */
+/* A toy model that likes <unk> (its output row scaled up): with no penalty some hypotheses hold it;
+ * with a penalty of 0.5 every token score of a beam search (on the backend, add_col) and of sampling
+ * (on the host) is the forced score less 0.5 where the token is <unk>; 1e9 keeps <unk> out of every
+ * hypothesis and -50 puts it first. */
+static void test_unkpen(void) {
+    const int V = 12, n = 6;
+    ll_model *m = toy(V, 24, 17);
+    for (int c = 0; c < 8; c++) m->params[m->out_proj + (size_t)LL_UNK * 8 + c] *= 1.6f;
+    int32_t *src[6];
+    int len[6];
+    for (int i = 0; i < n; i++) {
+        len[i] = 2 + (i * 3) % 5;
+        src[i] = malloc(sizeof(int32_t) * 8);
+        rand_src(src[i], len[i], V, 800 + i);
+    }
+    const double pens[4] = {0, 0.5, 1e9, -50};
+    for (int sampling = 0; sampling < 2; sampling++) {
+        int unks[4] = {0};
+        for (int pi = 0; pi < 4; pi++) {
+            ll_translate_opts o = {.max_tokens = 1000, .draw_base = 3};
+            ll_search_opts_default(&o.search);
+            o.search.beam = 3, o.search.nbest = 3, o.search.max_len_b = 8, o.search.unkpen = pens[pi];
+            o.search.sampling = sampling, o.search.seed = 4;
+            ll_nbest r[6];
+            ll_translate_ids(m, (const int32_t *const *)src, len, n, &o, r, NULL);
+            for (int i = 0; i < n; i++) {
+                for (int h = 0; h < r[i].n; h++) {
+                    const ll_hypo *y = &r[i].h[h];
+                    float *pos = malloc(sizeof(float) * y->len);
+                    const int32_t *ps[1] = {src[i]}, *pt[1] = {y->tokens};
+                    ll_score_opts so = {.max_tokens = 4096, .bos = LL_EOS};
+                    ll_score_ids(m, ps, &len[i], pt, &y->len, 1, &so, &pos, NULL);
+                    for (int t = 0; t < y->len; t++) {
+                        const int unk = y->tokens[t] == LL_UNK;
+                        unks[pi] += unk;
+                        if (pi < 2)
+                            CHECK_MSG(fabs(y->pos_scores[t] - (pos[t] - (unk ? pens[pi] : 0))) <= PTOL,
+                                      "%s, unkpen %g: sentence %d hypothesis %d token %d (%d) scored %g, forced %g",
+                                      sampling ? "sampling" : "beam", pens[pi], i, h, t, y->tokens[t],
+                                      (double)y->pos_scores[t], (double)pos[t]);
+                    }
+                    free(pos);
+                }
+                ll_nbest_free(&r[i]);
+            }
+        }
+        fprintf(stderr, "%s: <unk> tokens in the hypotheses at unkpen 0, 0.5, 1e9, -50: %d %d %d %d\n",
+                sampling ? "sampling" : "beam search", unks[0], unks[1], unks[2], unks[3]);
+        CHECK_MSG(unks[0] > 0 && unks[1] > 0 && unks[1] < unks[0] && unks[2] == 0 && unks[3] > unks[0],
+                  "%s: <unk> counts %d %d %d %d at unkpen 0, 0.5, 1e9, -50", sampling ? "sampling" : "beam", unks[0],
+                  unks[1], unks[2], unks[3]);
+    }
+    for (int i = 0; i < n; i++) free(src[i]);
+    ll_model_free(m);
+}
+
 int main(void) {
     ll_set_threads(1);
     test_score();
     test_sampling_dist();
     test_sampling_batching();
+    test_unkpen();
     return tu_finish("test_sample");
 }

@@ -440,6 +440,7 @@ static ll_backend g_cpu = {
     .log_softmax = cpu_log_softmax,
     .pick_logp = cpu_pick_logp,
     .ensemble_mix = cpu_ensemble_mix,
+    .add_col = cpu_add_col,
     .copy_rows = cpu_copy_rows,
     .reorder_rows = cpu_reorder_rows,
     .beam_topk = cpu_beam_topk,

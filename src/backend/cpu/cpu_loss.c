@@ -107,6 +107,21 @@ void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc_, const ll_act *x_, size_
         acc[i] = ll_f32_to_bf16((float)ll_mix_logp(ll_bf16_to_f32(acc[i]), ll_bf16_to_f32(x[i]), (real)c));
 }
 
+void cpu_add_col(ll_backend *be, ll_act *x_, int rows, int V, int col, real val) {
+    (void)be;
+    real *x = (real *)x_;
+    for (int r = 0; r < rows; r++) x[(size_t)r * V + col] += val;
+}
+
+void cpu_add_col_bf16(ll_backend *be, ll_act *x_, int rows, int V, int col, real val) {
+    (void)be;
+    uint16_t *x = (uint16_t *)x_;
+    for (int r = 0; r < rows; r++) {
+        uint16_t *p = x + (size_t)r * V + col;
+        *p = ll_f32_to_bf16(ll_bf16_to_f32(*p) + (float)val);
+    }
+}
+
 void cpu_pick_logp(ll_backend *be, real *out, const ll_act *logp_, const int32_t *target, int N, int V, int pad) {
     (void)be;
     const real *logp = (const real *)logp_;

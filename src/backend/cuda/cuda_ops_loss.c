@@ -31,7 +31,12 @@ static void cu_ensemble_mix(ll_backend *be, ll_act *acc, const ll_act *x, size_t
     LL_CU(ll_cuda_ensemble_mix(ll_cuda_enter(be), ll_cuda_act(be), acc, x, n, c));
 }
 
+static void cu_add_col(ll_backend *be, ll_act *x, int rows, int V, int col, real val) {
+    LL_CU(ll_cuda_add_col(ll_cuda_enter(be), ll_cuda_act(be), x, rows, V, col, (float)val));
+}
+
 void ll_cuda_register_loss(ll_backend *be) {
+    be->add_col = cu_add_col;
     be->ensemble_mix = cu_ensemble_mix;
     be->xent_fwd_bwd = cu_xent_fwd_bwd;
     be->sym_kl = cu_sym_kl;
