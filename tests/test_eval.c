@@ -1,4 +1,4 @@
-/* BLEU / chrF against sacreBLEU 2.6.0 (docs/eval.md).
+/* BLEU / chrF / TER against sacreBLEU 2.6.0 (docs/eval.md).
  *
  * Vector sources:
  *  - sacreBLEU's own test suite, test/test_bleu.py, test_chrf.py and
@@ -504,8 +504,67 @@ static void test_api(void) {
     CHECK(!strcmp(buf, "BLEU|SIG = 27.35 0.0/0.0/0.0/0.0 (BP = 1.000 ratio = 1.500 hyp_len = 0 ref_len = 0)"));
 }
 
+/* TER: sentence_score of sacreBLEU 2.6.0 (Python 3.11.7) on pairs that exercise each part: shifts
+ * (a block moved, one with a word between), empty sides, case, the double-tokenised reference
+ * with --ter-normalized (sacreBLEU's quirk: "it's" split only in the reference), punctuation
+ * removal, several references (fewest edits, mean length), Unicode lowercasing. */
+static void test_ter(void) {
+    static const struct {
+        const char *h, *r[3];
+        int cs, norm, np;
+        double want;
+        int64_t edits;
+        double ref_len;
+    } c[] = {
+        {"the man bit the dog .", {"The dog bit the man."}, 0, 0, 0, 60.0, 3, 5.0},
+        {"a b c d e f", {"d e f a b c"}, 0, 0, 0, 16.666666666666664, 1, 6.0},
+        {"d e f x a b c", {"a b c d e f"}, 0, 0, 0, 33.33333333333333, 2, 6.0},
+        {"", {"a reference here"}, 0, 0, 0, 100.0, 3, 3.0},
+        {"some words", {""}, 0, 0, 0, 100.0, 2, 0.0},
+        {"", {""}, 0, 0, 0, 0.0, 0, 0.0},
+        {"It is A Test", {"it is a test"}, 0, 0, 0, 0.0, 0, 4.0},
+        {"It is A Test", {"it is a test"}, 1, 0, 0, 75.0, 3, 4.0},
+        {"it's\x1c" "don't", {"it's\x1c" "don't"}, 0, 1, 0, 66.66666666666666, 2, 3.0},
+        {"Hello, world! (yes)", {"hello world yes"}, 0, 0, 1, 0.0, 0, 3.0},
+        {"&quot;AT&amp;T&quot; e.g. 1,000.50 10-20 it's", {"\" at & t \" e . g . 1,000.50 10 - 20 it 's"}, 0, 1, 0,
+         0.0, 0, 15.0},
+        {"a cat sat on the mat", {"the cat sat on a mat", "a dog sat on the mat", "on the mat a cat sat"}, 0, 0, 0,
+         16.666666666666664, 1, 6.0},
+        {"\u03a3\u038a\u03a3\u03a5\u03a6\u039f\u03a3 \u0130stanbul STRASSE",
+         {"\u03c3\u03af\u03c3\u03c5\u03c6\u03bf\u03c2 i\u0307stanbul strasse"}, 0, 0, 0, 0.0, 0, 3.0},
+    };
+    for (int i = 0; i < N(c); i++) {
+        ll_ter_opts o = {.case_sensitive = c[i].cs, .normalized = c[i].norm, .no_punct = c[i].np};
+        ll_ter_stats s;
+        ll_ter_result r;
+        ll_ter_init(&s, &o);
+        int nr = 0;
+        while (nr < 3 && c[i].r[nr]) nr++;
+        CHECK(ll_ter_add(&s, c[i].h, c[i].r, nr) == 0);
+        ll_ter_compute(&s, &r);
+        CHECK_MSG(r.edits == c[i].edits && r.ref_len == c[i].ref_len && r.score == c[i].want,
+                  "TER case %d: %lld edits, ref_len %g, %.17g; sacreBLEU %lld, %g, %.17g", i, (long long)r.edits,
+                  r.ref_len, r.score, (long long)c[i].edits, c[i].ref_len, c[i].want);
+    }
+    /* a corpus: the edits and the mean reference lengths summed, then one ratio */
+    ll_ter_stats s;
+    ll_ter_result r;
+    ll_ter_init(&s, NULL);
+    for (int i = 0; i < 3; i++) CHECK(ll_ter_add(&s, c[i].h, c[i].r, 1) == 0);
+    ll_ter_compute(&s, &r);
+    CHECK(r.edits == 6 && r.ref_len == 17.0);
+    CHECK_NEAR(r.score, 100.0 * 6 / 17, 1e-12);
+    char sig[256], line[512];
+    ll_ter_signature(&s, 0, sig, sizeof sig);
+    CHECK(!strcmp(sig, "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:" LL_SACREBLEU_VERSION));
+    ll_ter_format(&r, 2, 0, sig, line, sizeof line);
+    CHECK(!strcmp(line, "TER|nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:" LL_SACREBLEU_VERSION
+                        " = 35.29"));
+}
+
 int main(void) {
     test_tokenizer();
+    test_ter();
     test_sacrebleu_bleu();
     test_sacrebleu_chrf();
     test_readme();

@@ -119,6 +119,38 @@ int ll_chrf_signature(const ll_chrf_stats *s, int short_form, char *buf, size_t 
 /* "chrF2 = 55.12", "chrF2|<sig> = 55.12" or "55.12" */
 int ll_chrf_format(const ll_chrf_result *r, int width, int score_only, const char *sig, char *buf, size_t n);
 
+/* ---- TER (Snover et al. 2006; sacreBLEU's Tercom port) ------------------------------- */
+
+typedef struct {
+    int case_sensitive; /* case:mixed (default lc: lowercased, as sacreBLEU's TER) */
+    int normalized;     /* norm:yes: Tercom's western normalisation and punctuation splitting */
+    int no_punct;       /* punct:no: . , ? : ; ! " ( ) removed */
+} ll_ter_opts;
+
+typedef struct {
+    ll_ter_opts opts;
+    int64_t edits;  /* per segment the fewest edits over its references (shifts count one each), summed */
+    double ref_len; /* per segment the references' mean word count, summed */
+    int64_t n_sents;
+    int nrefs;
+} ll_ter_stats;
+
+typedef struct {
+    double score; /* 100 * edits / ref_len (lower is better) */
+    int64_t edits;
+    double ref_len;
+} ll_ter_result;
+
+void ll_ter_opts_default(ll_ter_opts *o);
+void ll_ter_init(ll_ter_stats *s, const ll_ter_opts *o); /* o == NULL: defaults */
+int ll_ter_add(ll_ter_stats *s, const char *hyp, const char *const *refs, int nrefs);
+void ll_ter_merge(ll_ter_stats *dst, const ll_ter_stats *src);
+void ll_ter_compute(const ll_ter_stats *s, ll_ter_result *r);
+/* "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0" */
+int ll_ter_signature(const ll_ter_stats *s, int short_form, char *buf, size_t n);
+/* "TER = 55.12", "TER|<sig> = 55.12" or "55.12" */
+int ll_ter_format(const ll_ter_result *r, int width, int score_only, const char *sig, char *buf, size_t n);
+
 /* ---- text helpers shared with lleval ----------------------------------------- */
 
 /* Offset of the first byte that Python's strict UTF-8 decoder rejects, or -1. */

@@ -21,7 +21,7 @@ static void usage(FILE *out) {
             "Scores HYP (default: stdin) like sacreBLEU %s (-f text); see docs/eval.md.\n"
             "  -r, --ref FILE            reference file (repeat for multiple references)\n"
             "  -i, --input FILE          hypotheses, one per line ('-' or absent: stdin)\n"
-            "  -m, --metrics LIST        comma-separated: bleu, chrf (default bleu)\n"
+            "  -m, --metrics LIST        comma-separated: bleu, chrf, ter (default bleu)\n"
             "  -lc, --lowercase          case-insensitive BLEU and chrF (case:lc)\n"
             "  -tok, --tokenize 13a|none BLEU tokenizer (default 13a)\n"
             "  -s, --smooth-method M     exp (default), none, floor, add-k\n"
@@ -31,6 +31,9 @@ static void usage(FILE *out) {
             "  --chrf-beta N             default 2\n"
             "  --chrf-whitespace         keep whitespace in character n-grams\n"
             "  --chrf-eps-smoothing      chrF++.py-style epsilon smoothing\n"
+            "  --ter-case-sensitive      TER keeps case (default: lowercased, as sacreBLEU)\n"
+            "  --ter-normalized          TER with Tercom's normalisation (punctuation split off)\n"
+            "  --ter-no-punct            TER without . , ? : ; ! \" ( )\n"
             "  -sl, --sentence-level     one score per line (first metric; BLEU with effective order)\n"
             "  -b, --score-only          print only the score\n"
             "  -w, --width N             decimals of the score (default 2; sacrebleu's CLI default is 1)\n"
@@ -96,7 +99,7 @@ static void print_results(char lines[][LL_EVAL_LINE_MAX], int n) {
         puts(lines[0]);
         return;
     }
-    int w = 0, lens[2];
+    int w = 0, lens[3];
     for (int i = 0; i < n; i++) {
         char *eq = strchr(lines[i], '=');
         lens[i] = eq ? (int)(eq - lines[i]) - 1 : -1;
@@ -113,8 +116,10 @@ int main(int argc, char **argv) {
     int nrefs = 0, score_only = 0, width = 2, short_sig = 0, sentence = 0;
     ll_bleu_opts bo;
     ll_chrf_opts co;
+    ll_ter_opts to;
     ll_bleu_opts_default(&bo);
     ll_chrf_opts_default(&co);
+    ll_ter_opts_default(&to);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define IS(l, s) is_opt(a, l, s)
@@ -174,6 +179,14 @@ int main(int argc, char **argv) {
             co.whitespace = 1;
         } else if (IS("--chrf-eps-smoothing", NULL)) {
             co.eps_smoothing = 1;
+        } else if (IS("--ter-case-sensitive", NULL)) {
+            to.case_sensitive = 1;
+        } else if (IS("--ter-normalized", NULL)) {
+            to.normalized = 1;
+        } else if (IS("--ter-no-punct", NULL)) {
+            to.no_punct = 1;
+        } else if (IS("--ter-asian-support", NULL)) {
+            ll_die("--ter-asian-support: not in lleval (sacreBLEU's CJK handling for TER)");
         } else if (IS("--sentence-level", "-sl")) {
             sentence = 1;
         } else if (IS("--score-only", "-b")) {
@@ -196,8 +209,8 @@ int main(int argc, char **argv) {
         if (!strcmp(refs[i], "-") && n++)
             ll_die("--ref -: standard input is already %s; give files", hyp_stdin ? "the --input" : "another --ref");
 
-    /* metric list; output order is sacreBLEU's sorted(metrics): BLEU before chrF */
-    int use_bleu = 0, use_chrf = 0, first = 0;
+    /* metric list; output order is sacreBLEU's sorted(metrics): BLEU, chrF, TER */
+    int use_bleu = 0, use_chrf = 0, use_ter = 0, first = 0;
     for (const char *p = metrics; *p;) {
         size_t n = strcspn(p, ",");
         if (n == 4 && !strncmp(p, "bleu", 4)) {
@@ -206,16 +219,21 @@ int main(int argc, char **argv) {
         } else if (n == 4 && !strncmp(p, "chrf", 4)) {
             use_chrf = 1;
             if (!first) first = 2;
+        } else if (n == 3 && !strncmp(p, "ter", 3)) {
+            use_ter = 1;
+            if (!first) first = 3;
         } else if (n) {
-            ll_die("unknown metric '%.*s' in --metrics (bleu, chrf)", (int)n, p);
+            ll_die("unknown metric '%.*s' in --metrics (bleu, chrf, ter)", (int)n, p);
         }
         p += n + (p[n] == ',');
     }
-    if (!first) ll_die("--metrics lists no metric (bleu, chrf)");
+    if (!first) ll_die("--metrics lists no metric (bleu, chrf, ter)");
 
     ll_bleu_stats bs;
     ll_chrf_stats cs;
+    ll_ter_stats ts;
     ll_bleu_init(&bs, &bo);
+    ll_ter_init(&ts, &to);
     if (use_chrf && ll_chrf_init(&cs, &co) != 0) ll_die("%s", ll_errbuf());
 
     text_file hyp, ref[MAX_REFS];
@@ -228,7 +246,7 @@ int main(int argc, char **argv) {
     if (hyp.n == 0) ll_die("%s is empty: no lines to score", hyp.name);
 
     const char *seg_refs[MAX_REFS];
-    char out[2][LL_EVAL_LINE_MAX], sig[LL_EVAL_LINE_MAX];
+    char out[3][LL_EVAL_LINE_MAX], sig[LL_EVAL_LINE_MAX];
     for (long i = 0; i < hyp.n; i++) {
         for (int k = 0; k < nrefs; k++) seg_refs[k] = ref[k].lines[i];
         if (sentence) {
@@ -241,6 +259,14 @@ int main(int argc, char **argv) {
                 one.nrefs = nrefs;
                 ll_bleu_signature(&one, short_sig, sig, sizeof sig);
                 ll_bleu_format(&r, width, score_only, sig, out[0], sizeof out[0]);
+            } else if (first == 3) {
+                ll_ter_stats one;
+                ll_ter_result r;
+                ll_ter_init(&one, &to);
+                if (ll_ter_add(&one, hyp.lines[i], seg_refs, nrefs) != 0) ll_die("%s", ll_errbuf());
+                ll_ter_compute(&one, &r);
+                ll_ter_signature(&one, short_sig, sig, sizeof sig);
+                ll_ter_format(&r, width, score_only, sig, out[0], sizeof out[0]);
             } else {
                 ll_chrf_stats one;
                 ll_chrf_result r;
@@ -255,6 +281,7 @@ int main(int argc, char **argv) {
         }
         if (use_bleu && ll_bleu_add(&bs, hyp.lines[i], seg_refs, nrefs) != 0) ll_die("%s", ll_errbuf());
         if (use_chrf && ll_chrf_add(&cs, hyp.lines[i], seg_refs, nrefs) != 0) ll_die("%s", ll_errbuf());
+        if (use_ter && ll_ter_add(&ts, hyp.lines[i], seg_refs, nrefs) != 0) ll_die("%s", ll_errbuf());
     }
     if (!sentence) {
         int n = 0;
@@ -269,6 +296,12 @@ int main(int argc, char **argv) {
             ll_chrf_compute(&cs, &r);
             ll_chrf_signature(&cs, short_sig, sig, sizeof sig);
             ll_chrf_format(&r, width, score_only, sig, out[n++], sizeof out[0]);
+        }
+        if (use_ter) {
+            ll_ter_result r;
+            ll_ter_compute(&ts, &r);
+            ll_ter_signature(&ts, short_sig, sig, sizeof sig);
+            ll_ter_format(&r, width, score_only, sig, out[n++], sizeof out[0]);
         }
         print_results(out, n);
     }

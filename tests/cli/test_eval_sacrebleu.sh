@@ -36,7 +36,8 @@ expect_error "hyp2 has 2 lines but ref3 has 3" "$LLEVAL" --ref hyp2 --ref ref3 -
 expect_error "bad_utf8:1: invalid UTF-8" "$LLEVAL" --ref hyp2 --input bad_utf8
 expect_error "empty is empty" "$LLEVAL" --ref empty --input empty
 expect_error "--ref FILE is required" "$LLEVAL" --input hyp2
-expect_error "unknown metric 'ter'" "$LLEVAL" --ref hyp2 --input hyp2 --metrics bleu,ter
+expect_error "unknown metric 'meteor'" "$LLEVAL" --ref hyp2 --input hyp2 --metrics bleu,meteor
+expect_error "--ter-asian-support: not in lleval" "$LLEVAL" --ref hyp2 --input hyp2 --metrics ter --ter-asian-support
 expect_error "unsupported tokenizer 'intl'" "$LLEVAL" --ref hyp2 --input hyp2 --tokenize intl
 expect_error "no_such_file" "$LLEVAL" --ref no_such_file --input hyp2
 expect_error "--ref -: standard input is already the --input" "$LLEVAL" --ref - --input - < hyp2
@@ -54,6 +55,12 @@ cat >want <<EOF
 chrF2|nrefs:2|case:mixed|eff:yes|nc:6|nw:0|space:no|version:$VER = 59.73
 EOF
 diff want got || fail "README example output differs"
+"$LLEVAL" -r ref_a -r ref_b -m ter,bleu -w 1 <sys >got || fail "lleval -m ter failed on the README example"
+cat >want <<EOF
+        BLEU|nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:$VER = 48.5 82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 ref_len = 18)
+TER|nrefs:2|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:$VER = 40.0
+EOF
+diff want got || fail "README example output with TER differs"
 [ "$("$LLEVAL" -r ref_a -r ref_b -i sys -m chrf,bleu -b -w 1)" = "$(printf '48.5\n59.7')" ] \
     || fail "--score-only output differs"
 

@@ -7,7 +7,7 @@ Each case writes a hypothesis file and 1-3 reference files (random and
 hand-written text: Unicode whitespace, numbers with separators, HTML entities,
 CJK, Arabic, emoji, Greek sigma, long lines, empty lines, ...), picks options
 (lowercase, tokenize none, chrF++, smoothing, several references,
-sentence-level, ...) and computes sacreBLEU's output lines in this process the
+sentence-level, TER and its options, ...) and computes sacreBLEU's output lines in this process the
 way its CLI does (sacrebleu.py main(): files opened with newline="\\n",
 rstrip()ed; print_single_results for the alignment).  The first --cli cases are
 also run through the real `sacrebleu` command to check that emulation.  lleval
@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 import sacrebleu
-from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.utils import print_single_results
 
 WORDS = ["the", "cat", "sat", "on", "mat", "Hello", "world", "New", "York", "U.S.", "e.g.", "don't",
@@ -120,6 +120,9 @@ OPTION_SETS = [
     {"smooth": "floor"}, {"smooth": "add-k"}, {"smooth": "floor", "sv": 0.3}, {"smooth": "add-k", "sv": 2},
     {"ws": True}, {"eps": True}, {"cc": 4, "beta": 1}, {"sl": "bleu"}, {"sl": "chrf"}, {"short": True},
     {"score_only": True}, {"tok": "none", "lc": True, "cw": 2},
+    {"m": ["bleu", "chrf", "ter"]}, {"m": ["ter"], "tcs": True}, {"m": ["ter"], "tnorm": True},
+    {"m": ["ter"], "tnp": True}, {"m": ["ter", "bleu"], "tcs": True, "tnorm": True, "tnp": True, "lc": True},
+    {"sl": "ter"}, {"m": ["ter"], "short": True, "tnorm": True}, {"m": ["ter"], "score_only": True},
 ]
 
 
@@ -131,12 +134,15 @@ def expected(hyp_path, ref_paths, opt, width):
     system = read(hyp_path)
     refs = [read(p) for p in ref_paths]
     metrics = {}
-    names = [opt["sl"]] if "sl" in opt else ["bleu", "chrf"]
+    names = [opt["sl"]] if "sl" in opt else opt.get("m", ["bleu", "chrf"])
     for name in names:
         if name == "bleu":
             metrics["BLEU"] = BLEU(lowercase=opt.get("lc", False), tokenize=opt.get("tok"),
                                    smooth_method=opt.get("smooth", "exp"), smooth_value=opt.get("sv"),
                                    effective_order="sl" in opt, references=refs)
+        elif name == "ter":
+            metrics["TER"] = TER(case_sensitive=opt.get("tcs", False), normalized=opt.get("tnorm", False),
+                                 no_punct=opt.get("tnp", False), references=refs)
         else:
             metrics["CHRF"] = CHRF(char_order=opt.get("cc", 6), word_order=opt.get("cw", 0),
                                    beta=opt.get("beta", 2), lowercase=opt.get("lc", False),
@@ -161,7 +167,7 @@ def expected(hyp_path, ref_paths, opt, width):
 
 
 def lleval_args(opt):
-    a = ["-m", opt["sl"] if "sl" in opt else "bleu,chrf"]
+    a = ["-m", opt["sl"] if "sl" in opt else ",".join(opt.get("m", ["bleu", "chrf"]))]
     if opt.get("lc"):
         a.append("-lc")
     if "tok" in opt:
@@ -186,12 +192,15 @@ def lleval_args(opt):
         a.append("-b")
     if opt.get("short"):
         a.append("-sh")
+    for k, flag in (("tcs", "--ter-case-sensitive"), ("tnorm", "--ter-normalized"), ("tnp", "--ter-no-punct")):
+        if opt.get(k):
+            a.append(flag)
     return a
 
 
 def sacrebleu_cli_args(opt):
     """The same options for the real sacrebleu command."""
-    a = ["-m"] + ([opt["sl"]] if "sl" in opt else ["bleu", "chrf"])
+    a = ["-m"] + ([opt["sl"]] if "sl" in opt else opt.get("m", ["bleu", "chrf"]))
     if opt.get("lc"):
         a += ["-lc", "--chrf-lowercase"]
     for k, flag in (("tok", "-tok"), ("smooth", "-s"), ("sv", "-sv"), ("cw", "-cw"), ("cc", "-cc"),
@@ -199,7 +208,8 @@ def sacrebleu_cli_args(opt):
         if k in opt:
             a += [flag, str(opt[k])]
     for k, flag in (("ws", "--chrf-whitespace"), ("eps", "--chrf-eps-smoothing"), ("score_only", "-b"),
-                    ("short", "-sh")):
+                    ("short", "-sh"), ("tcs", "--ter-case-sensitive"), ("tnorm", "--ter-normalized"),
+                    ("tnp", "--ter-no-punct")):
         if opt.get(k):
             a.append(flag)
     if "sl" in opt:
@@ -224,15 +234,16 @@ def write(path, lines, rng):
         f.write(text)
 
 
-def make_case(rng, idx):
+def make_case(rng, idx, ter=False):
     if idx < len(HAND):
         hyps, refs = HAND[idx]
         return list(hyps), [list(r) for r in refs]
     n = rng.randint(1, 12)
     nrefs = rng.choice([1, 1, 1, 2, 3])
     level = rng.choice([0.0, 0.1, 0.3, 0.6, 1.0])
-    base = [rand_line(rng, rng.choice([0, 1, 2, 5, 10, 20, 40, 200]) if rng.random() < 0.95 else 0)
-            for _ in range(n)]
+    # (TER: lines up to 80 words; sacrebleu's Python TER takes seconds on 200)
+    lens = [0, 1, 2, 5, 10, 20, 40, 80] if ter else [0, 1, 2, 5, 10, 20, 40, 200]
+    base = [rand_line(rng, rng.choice(lens) if rng.random() < 0.95 else 0) for _ in range(n)]
     refs = [[perturb(rng, b, 0.3 * level) if k else b for b in base] for k in range(nrefs)]
     hyps = [perturb(rng, b, level) if rng.random() > 0.05 else "" for b in base]
     return hyps, refs
@@ -259,8 +270,8 @@ def main():
               % (theirs, args.lleval_version))
     cli_checked = 0
     for idx in range(args.cases):
-        hyps, refs = make_case(rng, idx)
         opt = OPTION_SETS[idx % len(OPTION_SETS)] if idx >= len(HAND) else {}
+        hyps, refs = make_case(rng, idx, "ter" in opt.get("m", []) or opt.get("sl") == "ter")
         d = os.path.join(tmp, "case%03d" % idx)
         os.makedirs(d, exist_ok=True)
         hyp_path = os.path.join(d, "hyp")
