@@ -89,6 +89,7 @@ void ll_latent_set_inference(ll_model *m, int stack, int row, int mode, real thr
 void ll_latent_inference_draw(ll_model *m, uint64_t draw) {
     for (int s = 0; s < 2; s++)
         if (ll_latent_on(m, s) && m->latent_inf[s].mode == LL_LATENT_SAMPLE) apply_inference(m, s, draw);
+    for (int j = 0; j < m->n_ens; j++) ll_latent_inference_draw(m->ens[j], draw); /* an ensemble's other models */
 }
 
 double ll_latent_expected_depth(ll_model *m, int stack, int row) {

@@ -27,6 +27,20 @@ for lang in es xx; do
   cmp -s "$T/full.$lang" "$T/pruned.$lang" || err "$lang: pruned model output differs from the hard-gated full model"
 done
 cmp -s "$T/full.es" "$T/full.xx" && err "the two target languages decode identically"
+# ensembles (lldecode --model A --model B) set each model up for the pair: the pruned model beside the
+# hard-gated full one (the threshold reaching the second model) translates as either alone; the
+# model beside itself under --latent-inference sample draws each batch's layers in both (one
+# sentence per batch: a draw per line), so it translates as alone
+"$BIN/lldecode" --model "$T/pruned.es.llm" --model "$M" --target-lang es --threshold "$thr" --beam 2 \
+  --input "$SRC/tests/data/tiny/test.en" --quiet > "$T/ens.es" || err "ensemble of the pruned and the full model failed"
+cmp -s "$T/ens.es" "$T/full.es" || err "ensemble of the pruned and the hard-gated full model differs from either alone"
+for m in one two; do
+  # shellcheck disable=SC2046
+  "$BIN/lldecode" --model "$M" $([ $m = two ] && echo --model "$M") --target-lang es --latent-inference sample \
+    --max-sentences 1 --beam 2 --input "$SRC/tests/data/tiny/test.en" --quiet > "$T/sample.$m" || err "sample ($m) failed"
+done
+cmp -s "$T/sample.one" "$T/sample.two" || err "--latent-inference sample: the model ensembled with itself differs from it alone"
+cmp -s "$T/sample.one" "$T/full.es" && err "--latent-inference sample decoded as the hard gates (the test would not test it)"
 grep -q "keep" "$T/prune.es.log" && grep -q "parameters:" "$T/prune.es.log" || err "llprune did not report kept layers/savings"
 
 # union over languages: per-language gates kept for the rest
