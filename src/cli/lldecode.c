@@ -1,11 +1,14 @@
 /* lldecode: translate text with a trained model by beam search, or score
  * given translations (--score-reference).
  *
- *   lldecode --model M [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
+ *   lldecode --model M [--model M2 ...] [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
  *            [--max-len-a A] [--max-len-b B] [--min-len L] [--max-tokens T] [--max-sentences S]
  *            [--format text|fairseq] [--raw-ids] [--alignment] [--target-lang L] [--precision fp32|bf16] [--threads N]
  *            [--inter-threads W] [--device auto|cpu|cuda] [--quiet]
  *   lldecode --model M --input SRC --score-reference REF [--lenpen A] [--format text|fairseq] ...
+ *
+ * --model given again decodes with an ensemble (ll_model_ensemble); --unkpen, --prefix,
+ * --sampling and the rest are in usage() below.
  *
  * One output line per input line in text format (docs/decoding.md has the
  * formats).  --output is written atomically, so an error leaves no file (a
