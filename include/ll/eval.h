@@ -151,6 +151,67 @@ int ll_ter_signature(const ll_ter_stats *s, int short_form, char *buf, size_t n)
 /* "TER = 55.12", "TER|<sig> = 55.12" or "55.12" */
 int ll_ter_format(const ll_ter_result *r, int width, int score_only, const char *sig, char *buf, size_t n);
 
+/* ---- statistical tests (sacreBLEU's --confidence, --paired-bs, --paired-ar) ------ */
+
+/* numpy.random.default_rng(seed) (SeedSequence + PCG64): the draws sacreBLEU's tests
+ * make, bit for bit (src/eval/np_random.c). */
+typedef struct {
+    unsigned __int128 state, inc;
+    int has_u32; /* PCG64's buffered upper half */
+    uint32_t u32;
+} ll_np_rng;
+typedef struct {
+    uint32_t buf;
+    int bcnt;
+} ll_np_bits; /* the bit buffer of one integers(2, dtype=bool) call: zero it first */
+void ll_np_rng_seed(ll_np_rng *r, uint64_t seed);
+uint64_t ll_np_rng_next64(ll_np_rng *r);
+uint32_t ll_np_rng_next32(ll_np_rng *r);
+uint32_t ll_np_rng_below(ll_np_rng *r, uint32_t n); /* integers(0, n), choice(n) */
+void ll_np_rng_bools(ll_np_rng *r, ll_np_bits *b, unsigned char *out, size_t cnt);
+
+typedef enum { LL_SIG_BLEU = 0, LL_SIG_CHRF, LL_SIG_TER } ll_sig_kind;
+
+/* One metric as the tests see it: per-segment statistics, summed and scored. */
+typedef struct {
+    ll_sig_kind kind;
+    int k; /* statistics per segment */
+    ll_bleu_opts bleu;
+    ll_chrf_opts chrf;
+    ll_ter_opts ter;
+} ll_sig_metric;
+
+void ll_sig_metric_bleu(ll_sig_metric *m, const ll_bleu_opts *o);
+int ll_sig_metric_chrf(ll_sig_metric *m, const ll_chrf_opts *o); /* -1 + ll_errbuf() for bad orders */
+void ll_sig_metric_ter(ll_sig_metric *m, const ll_ter_opts *o);
+/* A segment's statistics in sacreBLEU's order, out[m->k]: BLEU hyp_len, ref_len,
+ * correct[4], total[4]; chrF hyp, ref and matching n-grams per order; TER edits,
+ * mean reference length.  -1 + ll_errbuf() when no reference is left. */
+int ll_sig_segment(const ll_sig_metric *m, const char *hyp, const char *const *refs, int nrefs, double *out);
+/* The score of summed statistics, as sacreBLEU computes it from Python numbers. */
+double ll_sig_score(const ll_sig_metric *m, const double *sums);
+
+typedef struct {
+    double score;    /* the corpus score */
+    int has_ci;      /* mean and ci are set */
+    double mean, ci; /* bootstrap estimate of the mean, 95% half-width */
+    double p;        /* paired tests: the p-value; -1 for the baseline */
+} ll_sig_result;
+
+/* stats: n segments x m->k.  Bootstrap resampling (n_samples resamples of the n
+ * segments, numpy's choice under `seed`): --confidence (statistics.mean, numpy_mean
+ * 0) or a paired test's baseline (numpy's mean, numpy_mean 1).  r->score is set too. */
+void ll_sig_bootstrap(const ll_sig_metric *m, const double *stats, long n, int n_samples, uint64_t seed,
+                      int numpy_mean, ll_sig_result *r);
+/* Paired bootstrap resampling (Koehn 2004, as Moses' script and sacreBLEU): the
+ * system's score, mean, CI and p-value against the baseline. */
+void ll_sig_paired_bs(const ll_sig_metric *m, const double *base, const double *sys, long n, int n_samples,
+                      uint64_t seed, ll_sig_result *r);
+/* Paired approximate randomization (Riezler and Maxwell 2005, multeval): the
+ * system's score and p-value. */
+void ll_sig_paired_ar(const ll_sig_metric *m, const double *base, const double *sys, long n, int n_trials,
+                      uint64_t seed, ll_sig_result *r);
+
 /* ---- text helpers shared with lleval ----------------------------------------- */
 
 /* Offset of the first byte that Python's strict UTF-8 decoder rejects, or -1. */
