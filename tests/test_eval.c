@@ -562,6 +562,87 @@ static void test_ter(void) {
                         " = 35.29"));
 }
 
+/* numpy's draws (numbers printed by numpy 2.4: PCG64(12345).random_raw(3),
+ * default_rng(12345).choice(1000, 8), default_rng(7).choice(3, 8),
+ * default_rng(2**32).integers(2, size=40, dtype=bool) then .choice(37, 4),
+ * default_rng(2**64 - 1).choice(100000, 3)) */
+static void test_np_random(void) {
+    ll_np_rng r;
+    ll_np_rng_seed(&r, 12345);
+    const uint64_t raw[] = {4193609425186963869ull, 5843160025838961886ull, 14708796524633321433ull};
+    for (int i = 0; i < 3; i++) CHECK(ll_np_rng_next64(&r) == raw[i]);
+    const uint32_t c1000[] = {699, 227, 788, 316, 204, 797, 642, 676}, c3[] = {2, 1, 2, 2, 1, 2, 2, 0};
+    ll_np_rng_seed(&r, 12345);
+    for (int i = 0; i < 8; i++) CHECK(ll_np_rng_below(&r, 1000) == c1000[i]);
+    ll_np_rng_seed(&r, 7);
+    for (int i = 0; i < 8; i++) CHECK(ll_np_rng_below(&r, 3) == c3[i]);
+    const char *bits = "1010010001101000001101011010000101000111";
+    unsigned char b[40];
+    ll_np_bits buf = {0, 0};
+    ll_np_rng_seed(&r, 4294967296ull);
+    ll_np_rng_bools(&r, &buf, b, 13); /* in two pieces: the bit buffer carries over */
+    ll_np_rng_bools(&r, &buf, b + 13, 27);
+    for (int i = 0; i < 40; i++) CHECK(b[i] == bits[i] - '0');
+    const uint32_t c37[] = {36, 20, 11, 29}, c1e5[] = {54796, 68002, 95007};
+    for (int i = 0; i < 4; i++) CHECK(ll_np_rng_below(&r, 37) == c37[i]);
+    ll_np_rng_seed(&r, UINT64_MAX);
+    for (int i = 0; i < 3; i++) CHECK(ll_np_rng_below(&r, 100000) == c1e5[i]);
+}
+
+/* sacreBLEU 2.6.0's tests on five sentences, numbers printed by Python (repr):
+ * corpus_score(n_bootstrap=200) (Score.estimate_ci: statistics.mean), PairedTest bs
+ * 200 (the baseline's mean by numpy: one ulp from statistics.mean for BLEU) and ar 300 */
+static void test_signif(void) {
+    const char *ref[] = {"The dog bit the man.", "It was not unexpected.", "The man bit him first.",
+                         "A cat sat on the mat.", "Nothing else happened here today."};
+    const char *s1[] = {"The dog bit the man.", "It wasn't surprising.", "The man had just bitten him.",
+                        "The cat sat on a mat.", "Nothing happened today."};
+    const char *s2[] = {"A dog bit a man.", "It was unexpected.", "The man bit him first.", "A cat on the mat.",
+                        "Nothing else happened."};
+    const struct {
+        double score, mean, ci, np_mean;                /* s1: --confidence, and as a paired baseline */
+        double score2, mean2, ci2, p_bs, p_ar;          /* s2 against s1 */
+    } want[3] = {
+        {35.40227512523255, 33.37656767994757, 31.09900198267032, 33.37656767994758, 48.79488173370557,
+         48.06847859324833, 30.560187105546362, 0.22885572139303484, 0.5182724252491694},
+        {51.573658275745885, 51.427188873291016, 19.805875778198242, 51.427188873291016, 70.12613594832004,
+         70.46759796142578, 17.39640998840332, 0.11940298507462686, 0.33222591362126247},
+        {44.0, 44.87742233276367, 24.782608032226562, 44.87742233276367, 28.000000000000004, 26.902170181274414,
+         19.076923370361328, 0.15422885572139303, 0.39867109634551495},
+    };
+    ll_bleu_opts bo;
+    ll_chrf_opts co;
+    ll_ter_opts to;
+    ll_bleu_opts_default(&bo);
+    ll_chrf_opts_default(&co);
+    ll_ter_opts_default(&to);
+    for (int m = 0; m < 3; m++) {
+        ll_sig_metric mt;
+        if (m == 0) ll_sig_metric_bleu(&mt, &bo);
+        if (m == 1) CHECK(ll_sig_metric_chrf(&mt, &co) == 0);
+        if (m == 2) ll_sig_metric_ter(&mt, &to);
+        double st1[5 * 18], st2[5 * 18];
+        for (int i = 0; i < 5; i++) {
+            CHECK(ll_sig_segment(&mt, s1[i], &ref[i], 1, st1 + i * mt.k) == 0);
+            CHECK(ll_sig_segment(&mt, s2[i], &ref[i], 1, st2 + i * mt.k) == 0);
+        }
+        ll_sig_result r;
+        ll_sig_bootstrap(&mt, st1, 5, 200, 12345, 0, &r);
+        CHECK_MSG(r.score == want[m].score && r.mean == want[m].mean && r.ci == want[m].ci && r.has_ci,
+                  "metric %d --confidence: %.17g (%.17g +- %.17g)", m, r.score, r.mean, r.ci);
+        ll_sig_bootstrap(&mt, st1, 5, 200, 12345, 1, &r);
+        CHECK_MSG(r.mean == want[m].np_mean, "metric %d baseline mean %.17g", m, r.mean);
+        ll_sig_paired_bs(&mt, st1, st2, 5, 200, 12345, &r);
+        CHECK_MSG(r.score == want[m].score2 && r.mean == want[m].mean2 && r.ci == want[m].ci2 && r.p == want[m].p_bs,
+                  "metric %d paired bs: %.17g (%.17g +- %.17g) p %.17g", m, r.score, r.mean, r.ci, r.p);
+        ll_sig_paired_ar(&mt, st1, st2, 5, 300, 12345, &r);
+        CHECK_MSG(r.score == want[m].score2 && r.p == want[m].p_ar && !r.has_ci, "metric %d paired ar: p %.17g", m, r.p);
+        /* a system against itself: no trial exceeds a zero difference */
+        ll_sig_paired_ar(&mt, st1, st1, 5, 300, 12345, &r);
+        CHECK(r.p == 1.0 / 301);
+    }
+}
+
 int main(void) {
     test_tokenizer();
     test_ter();
@@ -570,5 +651,7 @@ int main(void) {
     test_readme();
     test_generated_corpora();
     test_api();
+    test_np_random();
+    test_signif();
     return tu_finish("test_eval");
 }

@@ -64,6 +64,42 @@ diff want got || fail "README example output with TER differs"
 [ "$("$LLEVAL" -r ref_a -r ref_b -i sys -m chrf,bleu -b -w 1)" = "$(printf '48.5\n59.7')" ] \
     || fail "--score-only output differs"
 
+# ---- statistical tests and several systems (sacreBLEU's output, printed by sacrebleu 2.6.0) ----
+printf '%s\n' 'The dog bit a man.' "It was not unexpected." 'The man bit him.' >sys2
+expect_error "paired tests require multiple input systems" "$LLEVAL" -r ref_a -i sys --paired-bs
+expect_error "--confidence: use a paired test" "$LLEVAL" -r ref_a -i sys sys2 --confidence
+expect_error "statistical tests are unavailable in sentence-level mode" "$LLEVAL" -r ref_a -i sys -sl --confidence
+expect_error "only one system can be evaluated in sentence-level mode" "$LLEVAL" -r ref_a -i sys sys2 -sl
+expect_error "give one of the two tests" "$LLEVAL" -r ref_a -i sys sys2 --paired-bs --paired-ar
+expect_error "'sys2' already used to name a system" "$LLEVAL" -r ref_a -i sys sys2 sys2
+expect_error "standard input is already another --input" "$LLEVAL" -r ref_a -i - - <sys
+expect_error "hyp2 has 2 lines but ref3 has 3" "$LLEVAL" -r ref3 -i ref3 hyp2
+expect_error "SACREBLEU_SEED='x1': not a seed" env SACREBLEU_SEED=x1 "$LLEVAL" -r ref_a -i sys --confidence
+"$LLEVAL" -r ref_a -r ref_b -i sys -m bleu,chrf --confidence >got || fail "lleval --confidence failed"
+cat >want <<EOF
+  BLEU|nrefs:2|bs:1000|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:$VER = 48.53 (μ = 46.96 ± 46.75) 82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 ref_len = 18)
+chrF2|nrefs:2|bs:1000|seed:12345|case:mixed|eff:yes|nc:6|nw:0|space:no|version:$VER = 59.73 (μ = 60.35 ± 32.33)
+EOF
+diff want got || fail "--confidence output differs"
+# the baseline given again is skipped, as sacreBLEU does
+"$LLEVAL" -r ref_a -r ref_b -i sys sys2 sys -m bleu,chrf --paired-bs -w 1 >got || fail "lleval --paired-bs failed"
+head -8 got >got8
+cat >want <<'EOF'
+╒═══════════════╤═════════════════════╤══════════════════════╕
+│        System │  BLEU (μ ± 95% CI)  │  chrF2 (μ ± 95% CI)  │
+╞═══════════════╪═════════════════════╪══════════════════════╡
+│ Baseline: sys │ 48.5 (47.0 ± 46.8)  │  59.7 (60.3 ± 32.3)  │
+├───────────────┼─────────────────────┼──────────────────────┤
+│          sys2 │ 61.6 (62.3 ± 35.6)  │  77.1 (77.1 ± 19.9)  │
+│               │    (p = 0.3057)     │     (p = 0.1608)     │
+╘═══════════════╧═════════════════════╧══════════════════════╛
+EOF
+diff want got8 || fail "--paired-bs table differs"
+grep -q "^ - BLEU       nrefs:2|bs:1000|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:$VER\$" got \
+    || fail "--paired-bs signature differs"
+SACREBLEU_SEED=none "$LLEVAL" -r ref_a -i sys -m chrf --confidence -sh | grep -q '^chrF2|#:1|bs:1000|rs:none|' \
+    || fail "SACREBLEU_SEED=none: the signature shows rs:none"
+
 # ---- agreement with sacrebleu ----
 # Use the sacrebleu of python3; else pip-install it there; else (e.g. Debian's
 # externally managed python) into a venv kept in the build directory.
@@ -87,4 +123,6 @@ if ! "$PY" -c 'import sacrebleu' 2>/dev/null; then
 fi
 "$PY" "$SRC/tests/data/eval/compare_sacrebleu.py" "$LLEVAL" --cases 200 --seed 20240 --lleval-version "$VER" \
     || fail "lleval disagrees with sacrebleu"
+"$PY" "$SRC/tests/data/eval/compare_sacrebleu_tests.py" "$LLEVAL" --cases 60 --seed 4321 --lleval-version "$VER" \
+    || fail "lleval's statistical tests disagree with sacrebleu's"
 echo "PASS"
