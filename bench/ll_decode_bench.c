@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
         members[j - 1] = ll_model_new(&hp, be);
         ll_model_init(members[j - 1], 1 + (uint64_t)j);
     }
-    if (ensemble > 1) ll_model_ensemble(m, members, ensemble - 1);
+    if (ensemble > 1) ll_model_ensemble(m, members, ensemble - 1, NULL);
     int32_t *src = malloc(sizeof(int32_t) * B * S);
     int *len = malloc(sizeof(int) * B);
     int32_t **srcs = malloc(sizeof(int32_t *) * B);

@@ -179,23 +179,23 @@ extern "C" cudaError_t ll_cuda_pick_logp(cudaStream_t s, ll_cuda_dtype t, float 
     return cudaSuccess;
 }
 
-/* ---- an ensemble's log-probabilities: log(e^a + e^b) - c in double (the CPU: fp32, ll_mix_logp) -- */
+/* ---- an ensemble's log-probabilities: log(e^a + e^(x + w)) - c in double (the CPU: fp32, ll_mix_logp) -- */
 template <typename T>
-static __global__ void ensemble_mix_kernel(T *__restrict__ acc, const T *__restrict__ x, size_t n, double c) {
+static __global__ void ensemble_mix_kernel(T *__restrict__ acc, const T *__restrict__ x, size_t n, double w, double c) {
     LL_PDL_ENTER();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const double a = ll_ld(acc + i), b = ll_ld(x + i), hi = a > b ? a : b, lo = a > b ? b : a;
+        const double a = ll_ld(acc + i), b = (double)ll_ld(x + i) + w, hi = a > b ? a : b, lo = a > b ? b : a;
         ll_st(acc + i, (float)(hi == -INFINITY ? -INFINITY : hi + log1p(exp(lo - hi)) - c));
     }
 }
 
 extern "C" cudaError_t ll_cuda_ensemble_mix(cudaStream_t s, ll_cuda_dtype t, void *acc, const void *x, size_t n,
-                                            double c) {
+                                            double b, double c) {
     if (n == 0) return cudaSuccess;
     const int threads = 256;
     const size_t want = (n + threads - 1) / threads;
     const unsigned blocks = (unsigned)(want < 65535 ? want : 65535); /* grid-stride beyond */
-    LL_DISPATCH(t, T, LL_LAUNCH(blocks, threads, 0, s, ensemble_mix_kernel<T>)((T *)acc, (const T *)x, n, c);)
+    LL_DISPATCH(t, T, LL_LAUNCH(blocks, threads, 0, s, ensemble_mix_kernel<T>)((T *)acc, (const T *)x, n, b, c);)
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

@@ -12,7 +12,7 @@
  *     beam_ancestry against the cache reorders it replaces;
  *   - attn_align (decoding's hard alignment) against a double-precision loop;
  *   - pick_logp (forced decoding's token scores) in fp32 and bf16 storage;
- *   - ensemble_mix (an ensemble's log-probabilities) against log(e^a + e^b) - c in long double;
+ *   - ensemble_mix (an ensemble's log-probabilities) against log(e^a + e^(b + w)) - c in long double;
  *   - add_col (--unkpen) moves one column of every row, nothing else.
  * Attention has its own test (test_attention.c). */
 #include <math.h>
@@ -466,33 +466,37 @@ static void test_pick_logp(void) {
     }
 }
 
-/* ensemble_mix = log(e^a + e^b) - c, without overflow for large gaps (e^-800), -inf only where
- * both are -inf, c subtracted once; fp32 within rounding, bf16 its storage's rounding of it. */
+/* ensemble_mix = log(e^a + e^(b + w)) - c, without overflow for large gaps (e^-800), -inf only where
+ * both are -inf, c subtracted once; with a member weight (w = log 0.3) and without; fp32 within
+ * rounding, bf16 its storage's rounding of it. */
 static void test_ensemble_mix(void) {
     enum { N = 12 };
     const double a[N] = {-1, -2.5, -INFINITY, -INFINITY, -800, 0, -3, -0.7, -20, -1e-3, -50, -4};
     const double b[N] = {-1, -0.5, -INFINITY, -3, -1, -800, -3.01, -INFINITY, -20.5, -7, -49, -4};
     const double c = log(3.0);
-    for (int bf = 0; bf < 2; bf++) {
-        ll_backend *be = bf ? ll_backend_cpu_precision(LL_BF16) : ll_backend_cpu();
-        real acc[N], x[N];
-        uint16_t acc16[N], x16[N];
-        for (int i = 0; i < N; i++) {
-            acc[i] = (real)a[i], x[i] = (real)b[i];
-            acc16[i] = ll_f32_to_bf16((float)a[i]), x16[i] = ll_f32_to_bf16((float)b[i]);
+    for (int bf = 0; bf < 2; bf++)
+        for (int wi = 0; wi < 2; wi++) {
+            const double w = wi ? log(0.3) : 0;
+            ll_backend *be = bf ? ll_backend_cpu_precision(LL_BF16) : ll_backend_cpu();
+            real acc[N], x[N];
+            uint16_t acc16[N], x16[N];
+            for (int i = 0; i < N; i++) {
+                acc[i] = (real)a[i], x[i] = (real)b[i];
+                acc16[i] = ll_f32_to_bf16((float)a[i]), x16[i] = ll_f32_to_bf16((float)b[i]);
+            }
+            be->ensemble_mix(be, bf ? (ll_act *)acc16 : A_(acc), bf ? (const ll_act *)x16 : A_(x), N, w, c);
+            for (int i = 0; i < N; i++) {
+                const long double ai = bf ? ll_bf16_to_f32(ll_f32_to_bf16((float)a[i])) : (real)a[i];
+                const long double bi = bf ? ll_bf16_to_f32(ll_f32_to_bf16((float)b[i])) : (real)b[i];
+                const long double want =
+                    ai == -INFINITY && bi == -INFINITY ? -INFINITY : logl(expl(ai) + expl(bi + w)) - c;
+                const double got = bf ? ll_bf16_to_f32(acc16[i]) : (double)acc[i];
+                const double tol = bf ? 4e-3 * fabs((double)want) : 5e-7 * fabs((double)want) + 1e-7;
+                CHECK_MSG(isinf((double)want) ? got == (double)want : fabs(got - (double)want) <= tol,
+                          "ensemble_mix %s %d: log(e^%g + e^(%g + %g)) - %g = %.9g, want %.9Lg", bf ? "bf16" : "fp32",
+                          i, a[i], b[i], w, c, got, want);
+            }
         }
-        be->ensemble_mix(be, bf ? (ll_act *)acc16 : A_(acc), bf ? (const ll_act *)x16 : A_(x), N, c);
-        for (int i = 0; i < N; i++) {
-            const long double ai = bf ? ll_bf16_to_f32(ll_f32_to_bf16((float)a[i])) : (real)a[i];
-            const long double bi = bf ? ll_bf16_to_f32(ll_f32_to_bf16((float)b[i])) : (real)b[i];
-            const long double want = ai == -INFINITY && bi == -INFINITY ? -INFINITY : logl(expl(ai) + expl(bi)) - c;
-            const double got = bf ? ll_bf16_to_f32(acc16[i]) : (double)acc[i];
-            const double tol = bf ? 4e-3 * fabs((double)want) : 5e-7 * fabs((double)want) + 1e-7;
-            CHECK_MSG(isinf((double)want) ? got == (double)want : fabs(got - (double)want) <= tol,
-                      "ensemble_mix %s %d: log(e^%g + e^%g) - %g = %.9g, want %.9Lg", bf ? "bf16" : "fp32", i, a[i],
-                      b[i], c, got, want);
-        }
-    }
 }
 
 /* add_col: column col of each row moved by val (bf16: rounded once), every other element as it was. */

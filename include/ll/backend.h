@@ -416,11 +416,12 @@ struct ll_backend {
      * == pad: a reference's token scores (lldecode --score-reference).
      * target and out in backend memory. */
     void (*pick_logp)(ll_backend *be, real *out, const ll_act *logp, const int32_t *target, int N, int V, int pad);
-    /* ensemble_mix: acc[i] = log(exp(acc[i]) + exp(x[i])) - c over n elements (-inf where both
+    /* ensemble_mix: acc[i] = log(exp(acc[i]) + exp(x[i] + b)) - c over n elements (-inf where both
      * are -inf; the CPU in fp32 with a fast exp and log, CUDA in double: ~2e-7 relative): an ensemble's members' log-probabilities summed as probabilities,
-     * c = log(members) at the last, their average (lldecode --model A --model B; fairseq's
+     * b = log(w_j / w_0) a member's weight against the first model's (0: equal), c = log(sum w / w_0) at the
+     * last, their (weighted) average (lldecode --model A --model B [--weights]; fairseq's
      * EnsembleModel).  acc and x in the activation dtype, in backend memory. */
-    void (*ensemble_mix)(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double c);
+    void (*ensemble_mix)(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double b, double c);
     /* add_col: x[r*V + col] += val for r < rows (a token's log-probability moved in every row:
      * lldecode --unkpen, as fairseq's lprobs[:, unk] -= unk_penalty).  x in the activation dtype. */
     void (*add_col)(ll_backend *be, ll_act *x, int rows, int V, int col, real val);

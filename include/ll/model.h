@@ -141,6 +141,9 @@ typedef struct ll_model {
      * worker replica, the members' replicas of the same worker) */
     struct ll_model **ens;
     int n_ens;
+    /* ensemble_mix's offsets: ens_b[j] = log(w_{j+1} / w_0) for member j, ens_c = log(sum w / w_0)
+     * (equal weights: 0 and log(n_ens + 1)); owned by the first model, shared by its replicas */
+    double *ens_b, ens_c;
     /* ll_decode_begin's backend buffers (caches, log-probabilities), kept
      * between decodes so that the next batch finds them warm; one decode at
      * a time per model (dec_busy) */
@@ -332,10 +335,11 @@ typedef struct ll_dec_state {
 
 /* An ensemble (fairseq's EnsembleModel): m decodes with the n models of members beside it, which
  * it then owns (ll_model_free frees them).  Every step runs each model on the same rows and
- * d->logp holds log(mean of their probabilities); alignments are m's; steps run without CUDA
+ * d->logp holds log(mean of their probabilities), or with weights (n + 1 of them, m's first,
+ * positive; NULL: equal) log(sum w_i p_i / sum w_i); alignments are m's; steps run without CUDA
  * graphs.  The members must share m's backend, vocabulary size and max_positions, and have their
  * decoding set up (layer gates, latent inference) as m. */
-void ll_model_ensemble(ll_model *m, ll_model **members, int n);
+void ll_model_ensemble(ll_model *m, ll_model **members, int n, const double *weights);
 /* Encode B sentences (src [B*S], right-padded) and set up `beam` rows per sentence. */
 ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam, int max_T);
 /* Log-probabilities [N, V] of the next token given each row's previous token

@@ -398,8 +398,8 @@ OPL(log_softmax, 1, (ll_backend * be, ll_act *x, int N, int V), (((counting *)be
 OPL(pick_logp, N > 0,
     (ll_backend * be, real *out, const ll_act *lp, const int32_t *t, int N, int V, int pad),
     (((counting *)be)->inner, out, lp, t, N, V, pad))
-OPL(ensemble_mix, n > 0, (ll_backend * be, ll_act *acc, const ll_act *x, size_t n, double c),
-    (((counting *)be)->inner, acc, x, n, c))
+OPL(ensemble_mix, n > 0, (ll_backend * be, ll_act *acc, const ll_act *x, size_t n, double b, double c),
+    (((counting *)be)->inner, acc, x, n, b, c))
 OPL(add_col, rows > 0, (ll_backend * be, ll_act *x, int rows, int V, int col, real val),
     (((counting *)be)->inner, x, rows, V, col, val))
 OPL(copy_rows, rows > 0,

@@ -39,6 +39,8 @@ static void usage(FILE *out) {
             "usage: lldecode --model FILE [--model FILE2 ...] [options]\n"
             "  --model FILE       the model; given again, an ensemble: each step averages the models'\n"
             "                     probabilities (fairseq's --path A:B; one vocabulary, up to %d models)\n"
+            "  --weights W1,W2,.. an ensemble's mixture weights, one per --model in order (positive;\n"
+            "                     normalised): each step's p = sum W_i p_i / sum W_i (default: equal)\n"
             "  --beam K           beam size (default: the model's decode.beam, else 5); 1 = greedy\n"
             "  --lenpen A         length penalty: score = logprob / len^A (default: decode.lenpen, else 1.0)\n"
             "  --input F|-        source text, one sentence per line (default: stdin)\n"
@@ -108,11 +110,34 @@ static double parse_real(const char *flag, const char *s, double lo, double hi) 
     return v;
 }
 
+/* --weights W1,W2,...: one positive weight per --model (n of them) */
+static void parse_weights(const char *s, int n, double *w) {
+    if (n < 2) ll_die("--weights: an ensemble's option, but there is one --model");
+    int k = 0;
+    for (const char *p = s;; k++) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (k == n) ll_die("--weights '%s': more weights than the %d models", s, n);
+        char buf[64];
+        if (!len || len >= sizeof buf) ll_die("--weights '%s': weight %d is %s", s, k + 1, len ? "too long" : "empty");
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        char flag[32];
+        snprintf(flag, sizeof flag, "--weights (weight %d)", k + 1);
+        w[k] = parse_real(flag, buf, 0, 1e30);
+        if (!(w[k] > 0)) ll_die("--weights '%s': weight %d is %s; each must be positive", s, k + 1, buf);
+        if (!e) break;
+        p = e + 1;
+    }
+    if (k + 1 != n) ll_die("--weights '%s': %d weights for %d models", s, k + 1, n);
+}
+
 typedef struct {
     const char *models[MAX_MODELS]; /* --model, in order; models[0] leads (its settings and alignments) */
     int n_models;
     const char *model, *input, *output, *format, *target_lang, *source_lang, *latent_mode, *device;
     const char *score_ref;   /* --score-reference */
+    const char *weights;     /* --weights, as given */
     const char *prefix;      /* --prefix */
     int sampling;            /* --sampling */
     long topk;               /* --sampling-topk */
@@ -416,6 +441,8 @@ int main(int argc, char **argv) {
             if (o.n_models == MAX_MODELS) ll_die("--model: an ensemble of at most %d models", MAX_MODELS);
             o.model = o.model ? o.model : v;
             o.models[o.n_models++] = v;
+        } else if (!strcmp(a, "--weights")) {
+            o.weights = v;
         } else if (!strcmp(a, "--input")) {
             o.input = v;
         } else if (!strcmp(a, "--score-reference")) {
@@ -495,6 +522,8 @@ int main(int argc, char **argv) {
             i++;
     }
     if (!o.model) ll_die("--model FILE is required (see lldecode --help)");
+    double weights[MAX_MODELS];
+    if (o.weights) parse_weights(o.weights, o.n_models, weights);
     for (int j = 0; j < o.n_models; j++) {
         if (!*o.models[j]) ll_die("--model '': an empty path");
         if (ll_same_file(o.output, o.models[j])) ll_die("--output %s: it is a --model too; refusing to replace it", o.output);
@@ -601,7 +630,7 @@ int main(int argc, char **argv) {
         setup_pair(&o, mm[j], &mcfg[j]);
     }
     cfg = mcfg[0]; /* (setup_pair set its latent inference) */
-    if (o.n_models > 1) ll_model_ensemble(m, mm + 1, o.n_models - 1);
+    if (o.n_models > 1) ll_model_ensemble(m, mm + 1, o.n_models - 1, o.weights ? weights : NULL);
 
     FILE *in = stdin;
     const char *in_name = strcmp(o.input, "-") ? o.input : "<stdin>";

@@ -250,7 +250,7 @@ static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
 }
 
 /* An ensemble's step (ll_model_ensemble): m's decoder, then each member's on the same rows, their
- * log-probabilities mixed into d->logp (ensemble_mix: log of the mean probability), then the top-k. */
+ * log-probabilities mixed into d->logp (ensemble_mix: log of the (weighted) mean probability), then the top-k. */
 static void ens_step(ll_model *m, ll_dec_state *d, const step_in *in, const int32_t *prev_tok, int roots, int k,
                      char *out, int32_t *align) {
     run_step(m, d, in, roots, 0, NULL, align);
@@ -262,7 +262,7 @@ static void ens_step(ll_model *m, ll_dec_state *d, const step_in *in, const int3
         const step_in ie = step_upload(e, de, prev_tok, NULL, NULL, roots);
         run_step(e, de, &ie, roots, 0, NULL, NULL);
         de->logp_rows = roots ? de->B : de->N;
-        m->be->ensemble_mix(m->be, d->logp, de->logp, n, j == m->n_ens - 1 ? log(m->n_ens + 1.0) : 0);
+        m->be->ensemble_mix(m->be, d->logp, de->logp, n, m->ens_b[j], j == m->n_ens - 1 ? m->ens_c : 0);
         ll_arena_release(&e->arena, mk);
         ll_arena_release(&e->meta, mk_meta);
     }

@@ -385,7 +385,7 @@ void ll_model_decode_release(ll_model *m) {
     m->dec_mem_cap = 0;
 }
 
-void ll_model_ensemble(ll_model *m, ll_model **members, int n) {
+void ll_model_ensemble(ll_model *m, ll_model **members, int n, const double *weights) {
     if (m->replica_of || m->n_ens) ll_die("ll_model_ensemble: on a replica, or twice");
     for (int j = 0; j < n; j++) {
         const ll_model *e = members[j];
@@ -396,6 +396,17 @@ void ll_model_ensemble(ll_model *m, ll_model **members, int n) {
     m->ens = ll_malloc(sizeof(ll_model *) * (n ? n : 1));
     memcpy(m->ens, members, sizeof(ll_model *) * n);
     m->n_ens = n;
+    /* the mix keeps the first model's scale: member j enters with w_j / w_0, the sum is divided last */
+    m->ens_b = ll_calloc(n ? n : 1, sizeof(double));
+    double sum = 1;
+    for (int j = 0; j < n; j++) {
+        const double w = weights ? weights[j + 1] / weights[0] : 1;
+        if (weights && !(weights[0] > 0 && weights[j + 1] > 0 && isfinite(w) && w > 0))
+            ll_die("ll_model_ensemble: weight %d is not a positive number", weights[0] > 0 ? j + 2 : 1);
+        m->ens_b[j] = log(w);
+        sum += w;
+    }
+    m->ens_c = log(sum);
 }
 
 ll_model **ll_model_workers(ll_model *m, int n) {
@@ -412,6 +423,8 @@ ll_model **ll_model_workers(ll_model *m, int n) {
             if (!m->workers[w]->ens) m->workers[w]->ens = ll_calloc(m->n_ens, sizeof(ll_model *));
             m->workers[w]->ens[j] = mw[w];
             m->workers[w]->n_ens = m->n_ens;
+            m->workers[w]->ens_b = m->ens_b;
+            m->workers[w]->ens_c = m->ens_c;
         }
     }
     return m->workers;
@@ -440,6 +453,7 @@ void ll_model_free(ll_model *m) {
     ll_decode_unpack(m); /* (the members' too) */
     for (int j = 0; j < m->n_ens; j++) ll_model_free(m->ens[j]);
     free(m->ens);
+    free(m->ens_b);
     free(m->enc_ctl);
     free(m->dec_ctl);
     for (int s = 0; s < 2; s++) {

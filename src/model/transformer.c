@@ -501,7 +501,7 @@ static ll_act *forced_logprobs_ens(ll_model *m, const ll_batch *b, ll_dev_batch 
     for (int j = 0; j < m->n_ens; j++) {
         ll_dev_batch dj;
         const ll_act *lj = forced_logprobs(m->ens[j], b, &dj); /* (in the member's own arena) */
-        m->be->ensemble_mix(m->be, logp, lj, (size_t)b->B * b->T * m->hp.V, j == m->n_ens - 1 ? log(m->n_ens + 1.0) : 0);
+        m->be->ensemble_mix(m->be, logp, lj, (size_t)b->B * b->T * m->hp.V, m->ens_b[j], j == m->n_ens - 1 ? m->ens_c : 0);
     }
     return logp;
 }

@@ -300,12 +300,17 @@ grep -q "beam 5, an ensemble of 2 models" "$T/ens.err" || err "ensemble summary:
 dec --model "$M2" --beam 5 --format fairseq --input "$T/in.en" > "$T/ens.fs" 2>/dev/null || err "ensemble search failed"
 grep '^D-' "$T/ens.fs" | sort -t- -k2n | cut -f3 > "$T/ens.txt"
 [ "$(wc -l < "$T/ens.txt")" -eq "$n" ] || err "ensemble: $(wc -l < "$T/ens.txt") translations for $n lines"
-for who in ens a b; do
-  case $who in ens) args=(--model "$M" --model "$M2") ;; a) args=(--model "$M") ;; b) args=(--model "$M2") ;; esac
+# --weights: equal weights on any scale are the plain mean; 3,1 mixes 3/4 of the first model's
+# probability with 1/4 of the second's
+dec --model "$M2" --weights 2.5,2.5 --beam 5 --format fairseq --input "$T/in.en" > "$T/ens.fs22" 2>/dev/null || err "--weights 2.5,2.5 failed"
+cmp -s "$T/ens.fs" "$T/ens.fs22" || err "--weights 2.5,2.5 searched otherwise than equal weights by default"
+for who in ens a b w; do
+  case $who in ens) args=(--model "$M" --model "$M2") ;; a) args=(--model "$M") ;; b) args=(--model "$M2") ;;
+    w) args=(--model "$M" --model "$M2" --weights 3,1) ;; esac
   "$LLDECODE" "${args[@]}" --threads 2 --input "$T/in.en" --score-reference "$T/ens.txt" --format fairseq \
     > "$T/ens.sc.$who" 2>/dev/null || err "--score-reference with $who failed"
 done
-python3 - "$T/ens.fs" "$T/ens.sc.ens" "$T/ens.sc.a" "$T/ens.sc.b" <<'PY' || err "ensemble scores (above)"
+python3 - "$T/ens.fs" "$T/ens.sc.ens" "$T/ens.sc.a" "$T/ens.sc.b" "$T/ens.sc.w" <<'PY' || err "ensemble scores (above)"
 import math, sys
 def records(path):
     rec = {}
@@ -314,15 +319,18 @@ def records(path):
         kind, i = tag.split("-", 1)
         rec.setdefault(int(i), {})[kind] = rest.split("\t")
     return rec
-search, ens, a, b = (records(p) for p in sys.argv[1:])
+search, ens, a, b, w = (records(p) for p in sys.argv[1:])
 bad, tokens, same = [], 0, 0
 for i in ens:
-    pe, pa, pb = ([float(x) for x in r[i]["P"][0].split()] for r in (ens, a, b))
-    for t, (e, x, y) in enumerate(zip(pe, pa, pb)):
+    pe, pa, pb, pw = ([float(x) for x in r[i]["P"][0].split()] for r in (ens, a, b, w))
+    for t, (e, x, y, ew) in enumerate(zip(pe, pa, pb, pw)):
         want = math.log2((2 ** x + 2 ** y) / 2)
+        want_w = math.log2((3 * 2 ** x + 2 ** y) / 4)
         tokens += 1
         if abs(e - want) > 3e-4:
             bad.append(f"line {i} token {t}: ensemble {e}, the models {x} and {y} mixed {want:.4f}")
+        if abs(ew - want_w) > 3e-4:
+            bad.append(f"line {i} token {t}: --weights 3,1 gave {ew}, the models {x} and {y} mixed 3:1 {want_w:.4f}")
     if search[i]["S"][0] and search[i]["H"][1] == ens[i]["H"][1]:  # re-encodes to the pieces searched
         same += 1
         if abs(float(search[i]["H"][0]) - float(ens[i]["H"][0])) > 1e-4:
@@ -397,6 +405,13 @@ check_error "pad id" "pad.ids:1" --model "$M" --raw-ids --input "$T/pad.ids"
 check_error "no model" "--model" --input "$DATA/test.en"
 check_error "ensemble, another vocabulary" "--model $T/run60/checkpoint_last.llm: its sentencepiece vocabulary differs from $M's" \
   --model "$M" --model "$T/run60/checkpoint_last.llm" --input "$T/in.en"
+check_error "--weights, one model" "--weights: an ensemble's option, but there is one --model" \
+  --model "$M" --weights 1 --input "$T/in.en"
+check_error "--weights, too few" "--weights '2': 1 weights for 2 models" --model "$M" --model "$M2" --weights 2 --input "$T/in.en"
+check_error "--weights, too many" "more weights than the 2 models" --model "$M" --model "$M2" --weights 1,2,3 --input "$T/in.en"
+check_error "--weights, zero" "weight 2 is 0; each must be positive" --model "$M" --model "$M2" --weights 1,0 --input "$T/in.en"
+check_error "--weights, empty" "weight 2 is empty" --model "$M" --model "$M2" --weights 1, --input "$T/in.en"
+check_error "--weights, not a number" "--weights (weight 1)" --model "$M" --model "$M2" --weights x,1 --input "$T/in.en"
 check_error "ensemble, another max_positions" "model.max_positions 64, but $M has 128" \
   --model "$M" --model "$T/run64/checkpoint_last.llm" --input "$T/in.en"
 cp "$M2" "$T/m2copy.llm"

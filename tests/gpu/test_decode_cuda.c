@@ -310,7 +310,7 @@ static void test_ensemble(ll_backend *cpu, ll_backend *gpu) {
         ll_model *m = ll_model_new(&search_hp, be), *e = ll_model_new(&search_hp, be);
         ll_model_init(m, 4);
         ll_model_init(e, 7);
-        ll_model_ensemble(m, &e, 1);
+        ll_model_ensemble(m, &e, 1, NULL);
         const uint64_t f0 = ll_backend_gemm_fallbacks(be);
         ll_beam_search(m, src, len, B, S, &o, out[side]);
         if (side) {

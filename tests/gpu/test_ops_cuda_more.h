@@ -275,7 +275,7 @@ static void t_pick_logp(void) {
     free(ht), pb_free(&tgt), pb_free(&lp), pb_free(&out);
 }
 
-/* an ensemble's log-probabilities: log(e^acc + e^x) - c in double on both sides, so within one
+/* an ensemble's log-probabilities: log(e^acc + e^(x + b)) - c in double on both sides, so within one
  * rounding of the output dtype; -inf where both are (every 7th element), and where one is */
 static void t_ensemble_mix(void) {
     const size_t n = (size_t)XN * XV;
@@ -283,7 +283,7 @@ static void t_ensemble_mix(void) {
     for (size_t i = 0; i < n; i += 7) ha[i] = hx[i] = -INFINITY;
     for (size_t i = 3; i < n; i += 11) hx[i] = -INFINITY;
     pbuf acc = pb_new_act(ha, n), x = pb_new_act(hx, n);
-    BOTH BE->ensemble_mix(BE, A(acc, s), A(x, s), n, log(3.0));
+    BOTH BE->ensemble_mix(BE, A(acc, s), A(x, s), n, log(0.25), log(3.0));
     pb_cmp("acc (in place)", &acc, n, TOL_EW);
     free(ha), free(hx), pb_free(&acc), pb_free(&x);
 }

@@ -8,7 +8,9 @@
  *      search gets those token scores (the search's incremental steps, its
  *      reorders and compactions, run on every member), however it is batched
  *      and on two workers;
- *   3. a model in an ensemble with copies of itself searches as it does alone. */
+ *   3. a model in an ensemble with copies of itself searches as it does alone.
+ * 1 and 2 run with equal weights and with mixture weights (lldecode --weights): log(sum_j w_j p_j
+ * / sum_j w_j). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,11 +34,14 @@ static ll_model *member(int j) {
     return m;
 }
 
+/* The mixture weights of the test running: NULL (equal) or NM of them. */
+static const double *g_weights;
+
 /* The three models as an ensemble (the first holds the others). */
 static ll_model *ensemble(int n) {
     ll_model *m = member(0), *e[NM];
     for (int j = 1; j < n; j++) e[j - 1] = member(j);
-    ll_model_ensemble(m, e, n - 1);
+    ll_model_ensemble(m, e, n - 1, g_weights);
     return m;
 }
 
@@ -49,15 +54,17 @@ static void sources(int32_t **src, int *len) {
     }
 }
 
-/* The members' forced token scores, each model alone, mixed: log(mean_j exp(lp_j)). */
+/* The members' forced token scores, each model alone, mixed: log(sum_j w_j exp(lp_j) / sum_j w_j). */
 static void mixed_reference(const int32_t *src, int slen, const int32_t *tgt, int tlen, int32_t bos, double *out) {
     for (int t = 0; t < tlen; t++) out[t] = 0;
     float *lp = malloc(sizeof(float) * tlen);
+    double wsum = 0;
+    for (int j = 0; j < NM; j++) wsum += g_weights ? g_weights[j] : 1;
     for (int j = 0; j < NM; j++) {
         ll_model *alone = member(j);
         ll_score_opts so = {.max_tokens = 4096, .bos = bos};
         ll_score_ids(alone, &src, &slen, &tgt, &tlen, 1, &so, &lp, NULL);
-        for (int t = 0; t < tlen; t++) out[t] += exp((double)lp[t]) / NM;
+        for (int t = 0; t < tlen; t++) out[t] += (g_weights ? g_weights[j] : 1) * exp((double)lp[t]) / wsum;
         ll_model_free(alone);
     }
     for (int t = 0; t < tlen; t++) out[t] = log(out[t]);
@@ -137,9 +144,9 @@ static void test_searches(void) {
             for (int k = 0; k < 3; k++) ll_nbest_free(&r[k][i]);
         }
     }
-    fprintf(stderr, "ensemble of %d: %ld hypotheses (beam, sampling, prefixes), worst token score difference from the "
-                    "members mixed %.3g\n",
-            NM, hyps, worst);
+    fprintf(stderr, "ensemble of %d%s: %ld hypotheses (beam, sampling, prefixes), worst token score difference from "
+                    "the members mixed %.3g\n",
+            NM, g_weights ? " (weights 0.5, 3, 1.5)" : "", hyps, worst);
     for (int i = 0; i < NS; i++) free(src[i]);
     ll_model_free(ens);
 }
@@ -148,7 +155,7 @@ static void test_searches(void) {
 static void test_copies(void) {
     ll_model *m = toy(V, MAXPOS, seeds[1]), *alone = toy(V, MAXPOS, seeds[1]);
     ll_model *e[2] = {toy(V, MAXPOS, seeds[1]), toy(V, MAXPOS, seeds[1])};
-    ll_model_ensemble(m, e, 2);
+    ll_model_ensemble(m, e, 2, NULL);
     int32_t *src[NS];
     int len[NS];
     sources(src, len);
@@ -172,6 +179,10 @@ static void test_copies(void) {
 int main(void) {
     ll_set_threads(1);
     test_searches();
+    static const double weights[NM] = {0.5, 3, 1.5};
+    g_weights = weights;
+    test_searches();
+    g_weights = NULL;
     test_copies();
     return tu_finish("test_ensemble");
 }

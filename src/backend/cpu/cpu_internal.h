@@ -23,8 +23,8 @@ void cpu_log_softmax(ll_backend *be, ll_act *x, int N, int V);
 void cpu_pick_logp(ll_backend *be, real *out, const ll_act *logp, const int32_t *target, int N, int V, int pad);
 void cpu_add_col(ll_backend *be, ll_act *x, int rows, int V, int col, real val);
 void cpu_add_col_bf16(ll_backend *be, ll_act *x, int rows, int V, int col, real val); /* bf16 storage */
-void cpu_ensemble_mix(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double c);
-void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double c); /* bf16 storage */
+void cpu_ensemble_mix(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double b, double c);
+void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double b, double c); /* bf16 storage */
 
 /* cpu_backend.c: the real-dtype gemm (epilogues included) and conversions */
 void cpu_gemm_real(const ll_gemm_desc *g, const real *A, const real *B, const real *bias, real *C);

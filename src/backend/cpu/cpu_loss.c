@@ -79,7 +79,7 @@ void cpu_log_softmax(ll_backend *be, ll_act *x_, int N, int V) {
 }
 
 /* ensemble_mix: ll_mix_logp (vecmath.h), in chunks over the threads */
-void cpu_ensemble_mix(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, double c) {
+void cpu_ensemble_mix(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, double b, double c) {
     (void)be;
     real *acc = (real *)acc_;
     const real *x = (const real *)x_;
@@ -90,21 +90,21 @@ void cpu_ensemble_mix(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, 
         const size_t i0 = (size_t)k * CHUNK, m = n - i0 < CHUNK ? n - i0 : CHUNK;
 #ifdef LL_VEC16
         if (ll_cpu_avx512) {
-            ll_mix_logp_avx512(acc + i0, x + i0, m, (float)c);
+            ll_mix_logp_avx512(acc + i0, x + i0, m, (float)b, (float)c);
             continue;
         }
 #endif
-        for (size_t i = i0; i < i0 + m; i++) acc[i] = ll_mix_logp(acc[i], x[i], (real)c);
+        for (size_t i = i0; i < i0 + m; i++) acc[i] = ll_mix_logp(acc[i], x[i] + (real)b, (real)c);
     }
 }
 
-void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, double c) {
+void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, double b, double c) {
     (void)be;
     uint16_t *acc = (uint16_t *)acc_;
     const uint16_t *x = (const uint16_t *)x_;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++)
-        acc[i] = ll_f32_to_bf16((float)ll_mix_logp(ll_bf16_to_f32(acc[i]), ll_bf16_to_f32(x[i]), (real)c));
+        acc[i] = ll_f32_to_bf16((float)ll_mix_logp(ll_bf16_to_f32(acc[i]), ll_bf16_to_f32(x[i]) + (real)b, (real)c));
 }
 
 void cpu_add_col(ll_backend *be, ll_act *x_, int rows, int V, int col, real val) {

@@ -27,8 +27,8 @@ static void cu_pick_logp(ll_backend *be, real *out, const ll_act *logp, const in
     LL_CU(ll_cuda_pick_logp(ll_cuda_enter(be), ll_cuda_act(be), out, logp, target, N, V, pad));
 }
 
-static void cu_ensemble_mix(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double c) {
-    LL_CU(ll_cuda_ensemble_mix(ll_cuda_enter(be), ll_cuda_act(be), acc, x, n, c));
+static void cu_ensemble_mix(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double b, double c) {
+    LL_CU(ll_cuda_ensemble_mix(ll_cuda_enter(be), ll_cuda_act(be), acc, x, n, b, c));
 }
 
 static void cu_add_col(ll_backend *be, ll_act *x, int rows, int V, int col, real val) {
