@@ -208,6 +208,22 @@ static __global__ void add_col_kernel(T *__restrict__ x, int rows, int V, int co
     if (r < rows) ll_st(x + (size_t)r * V + col, ll_ld(x + (size_t)r * V + col) + val);
 }
 
+template <typename T>
+static __global__ void fill_at_kernel(T *__restrict__ x, const int32_t *__restrict__ idx, int n, float val) {
+    LL_PDL_ENTER();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ll_st(x + idx[i], val);
+}
+
+extern "C" cudaError_t ll_cuda_fill_at(cudaStream_t s, ll_cuda_dtype t, void *x, const int32_t *idx, int n, float val) {
+    if (n <= 0) return cudaSuccess;
+    const int threads = 128;
+    LL_DISPATCH(t, T, LL_LAUNCH((unsigned)((n + threads - 1) / threads), threads, 0, s, fill_at_kernel<T>)(
+                          (T *)x, idx, n, val);)
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}
+
 extern "C" cudaError_t ll_cuda_add_col(cudaStream_t s, ll_cuda_dtype t, void *x, int rows, int V, int col, float val) {
     if (rows <= 0) return cudaSuccess;
     const int threads = 128;

@@ -14,6 +14,7 @@
  *   - pick_logp (forced decoding's token scores) in fp32 and bf16 storage;
  *   - ensemble_mix (an ensemble's log-probabilities) against log(e^a + e^(b + w)) - c in long double;
  *   - add_col (--unkpen) moves one column of every row, nothing else.
+ *   - fill_at (--no-repeat-ngram-size) sets the listed elements (repeats too), nothing else.
  * Attention has its own test (test_attention.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -521,6 +522,27 @@ static void test_add_col(void) {
     }
 }
 
+/* fill_at: the listed flat indices (one twice) := -inf, every other element as it was. */
+static void test_fill_at(void) {
+    enum { R = 4, V = 7 };
+    const int32_t idx[] = {0, 9, 27, 9, R * V - 1};
+    const int n = (int)(sizeof idx / sizeof idx[0]);
+    for (int bf = 0; bf < 2; bf++) {
+        ll_backend *be = bf ? ll_backend_cpu_precision(LL_BF16) : ll_backend_cpu();
+        real x[R * V];
+        uint16_t h[R * V];
+        for (int i = 0; i < R * V; i++) x[i] = -(real)i / 4, h[i] = ll_f32_to_bf16((float)x[i]);
+        be->fill_at(be, bf ? (ll_act *)h : A_(x), idx, n, (real)-INFINITY);
+        for (int i = 0; i < R * V; i++) {
+            int listed = 0;
+            for (int j = 0; j < n; j++) listed |= idx[j] == i;
+            const double got = bf ? ll_bf16_to_f32(h[i]) : (double)x[i];
+            const double want = listed ? -INFINITY : -(double)i / 4;
+            CHECK_MSG(got == want, "fill_at %s element %d: %g, want %g", bf ? "bf16" : "fp32", i, got, want);
+        }
+    }
+}
+
 int main(void) {
     ll_set_threads(2);
     test_philox();
@@ -534,5 +556,6 @@ int main(void) {
     test_pick_logp();
     test_ensemble_mix();
     test_add_col();
+    test_fill_at();
     return tu_finish("test_cpu_kernels");
 }

@@ -425,6 +425,10 @@ struct ll_backend {
     /* add_col: x[r*V + col] += val for r < rows (a token's log-probability moved in every row:
      * lldecode --unkpen, as fairseq's lprobs[:, unk] -= unk_penalty).  x in the activation dtype. */
     void (*add_col)(ll_backend *be, ll_act *x, int rows, int V, int col, real val);
+    /* fill_at: x[idx[i]] = val for i < n (flat indices, repeats allowed: tokens banned from rows,
+     * lldecode --no-repeat-ngram-size as fairseq's NGramRepeatBlock).  idx [n] in backend memory,
+     * x in the activation dtype. */
+    void (*fill_at)(ll_backend *be, ll_act *x, const int32_t *idx, int n, real val);
 
     /* Incremental decoding (src/model/infer.c, src/decode/beam.c).
      * copy_rows: rows x n elements, row i of src (stride src_stride elements)

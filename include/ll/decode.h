@@ -27,6 +27,9 @@ typedef struct {
     int align;        /* 1: each hypothesis gets its hard alignment (ll_decode_align_on) */
     double unkpen;    /* subtracted from <unk>'s log-probability at every step, after the model
                          (fairseq's --unkpen: scores include it; 0: none) */
+    int no_repeat_ngram; /* > 0: no n-gram of this size twice in a hypothesis (fairseq's
+                            --no-repeat-ngram-size; its start token counts, a target prefix's
+                            forced tokens are never banned); also in sampling.  0: off */
     /* Sampling (fairseq's --sampling, Marian's --output-sampling): each of a sentence's `beam`
      * rows draws its own translation, token by token, from the model's distribution
      * (ll_sample_search); nbest of them come back, best score first. */

@@ -330,6 +330,8 @@ typedef struct ll_dec_state {
     int align_layer;    /* the decoder layer whose cross-attention gives it; -1: off */
     struct ll_dec_state **ens; /* the ensemble members' states (ll_model.ens), stepped with this one */
     real unk_pen;       /* ll_decode_step_topk: subtracted from <unk>'s log-probability before the top-k */
+    const int32_t *ban; /* ll_decode_ban: host [n_ban] flat indices row * V + token, -inf in the next */
+    int n_ban;          /* ll_decode_step_topk's log-probabilities before its top-k (then cleared) */
 } ll_dec_state;
 #define LL_DEC_PACKED 6 /* per decoder layer: qkv, o, cq, co, fc1, fc2 */
 
@@ -354,6 +356,11 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
  * row * V + token, -1 for an empty slot).  One upload, one download. */
 void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,
                          const uint8_t *mode, int k, double *score, real *lp, int32_t *flat, int32_t *align);
+/* Tokens banned at the next ll_decode_step_topk (lldecode --no-repeat-ngram-size): flat [n] =
+ * row * V + token (repeats allowed; host memory, read by that step) get log-probability -inf
+ * before its top-k, and in the log-probabilities it leaves (ll_decode_first_row_logp reads them).
+ * That step's top-k then runs outside its CUDA graph (the model's step stays one). */
+void ll_decode_ban(const ll_model *m, ll_dec_state *d, const int32_t *flat, int n);
 /* Hard alignments (fairseq's --print-alignment): from now on each step also
  * finds, per row, the source position (its EOS left out) that the last
  * decoder layer with a cross-attention in use attends to most, summed over

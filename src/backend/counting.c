@@ -402,6 +402,8 @@ OPL(ensemble_mix, n > 0, (ll_backend * be, ll_act *acc, const ll_act *x, size_t 
     (((counting *)be)->inner, acc, x, n, b, c))
 OPL(add_col, rows > 0, (ll_backend * be, ll_act *x, int rows, int V, int col, real val),
     (((counting *)be)->inner, x, rows, V, col, val))
+OPL(fill_at, n > 0, (ll_backend * be, ll_act *x, const int32_t *idx, int n, real val),
+    (((counting *)be)->inner, x, idx, n, val))
 OPL(copy_rows, rows > 0,
     (ll_backend * be, ll_act *d, size_t ds, const ll_act *s, size_t ss, int rows, size_t n, const int *at, size_t ats),
     (((counting *)be)->inner, d, ds, s, ss, rows, n, at, ats))
@@ -529,7 +531,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     SET(weighted_sum);
     SET(weighted_scatter), SET(dots_acc), SET(latent_sample), SET(latent_grad), SET(latent_kl), SET(latent_lk);
     SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish);
-    SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(pick_logp), SET(ensemble_mix), SET(add_col), SET(adam);
+    SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(pick_logp), SET(ensemble_mix), SET(add_col), SET(fill_at), SET(adam);
     SET(copy_rows), SET(reorder_rows), SET(beam_topk), SET(attention_cached), SET(beam_ancestry), SET(attn_align);
     SET(linear_pack), SET(linear_packed), SET(linear_unpack);
     w->be.cond_if = c_cond_if, w->be.cond_else = c_cond_else, w->be.cond_end = c_cond_end; /* (any inner) */
@@ -576,7 +578,7 @@ ll_backend *ll_backend_timing(ll_backend *inner) {
 static const char *op_class(const char *op) {
     static const struct { const char *prefix, *cls; } t[] = {
         {"gemm", "matmul"}, {"linear_", "matmul"}, {"attention", "attention"}, {"layernorm", "layer norm"},
-        {"xent", "loss"}, {"sym_kl", "loss"}, {"log_softmax", "loss"}, {"pick_logp", "loss"}, {"ensemble_mix", "loss"}, {"add_col", "loss"}, {"ald_", "loss"}, {"adam", "optimizer"},
+        {"xent", "loss"}, {"sym_kl", "loss"}, {"log_softmax", "loss"}, {"pick_logp", "loss"}, {"ensemble_mix", "loss"}, {"add_col", "loss"}, {"fill_at", "loss"}, {"ald_", "loss"}, {"adam", "optimizer"},
         {"sumsq", "optimizer"}, {"grad_finish", "optimizer"}, {"latent_", "latent depth"}, {"weighted_", "DLCL"},
         {"dots_acc", "DLCL"}, {"embed", "embedding"}, {"upload", "host transfer"}, {"download", "host transfer"},
         {"copy_rows", "decoding"}, {"reorder_rows", "decoding"}, {"beam_topk", "decoding"}, {"beam_ancestry", "decoding"}, {"attn_align", "decoding"}};
@@ -652,7 +654,7 @@ const char *ll_backend_op_name(size_t slot) {
         N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(residual_ln_fwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
-        N(log_softmax), N(pick_logp), N(ensemble_mix), N(add_col), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(attn_align), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
+        N(log_softmax), N(pick_logp), N(ensemble_mix), N(add_col), N(fill_at), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(attn_align), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
     /* (graph_* and cond_*: the graph's structure, not ops of the parity and profile tables) */
 #undef N
     return slot < SLOTS && names[slot] ? names[slot] : "?";

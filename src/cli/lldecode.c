@@ -52,6 +52,8 @@ static void usage(FILE *out) {
             "  --min-len L        EOS is not allowed before step L (default 1)\n"
             "  --unkpen P         subtract P from <unk>'s log-probability at every step (fairseq's\n"
             "                     --unkpen; default 0; 1e9: never <unk>)\n"
+            "  --no-repeat-ngram-size N  no n-gram of N pieces twice in a translation (fairseq's; the\n"
+            "                     decoder's start token counts; 1: no piece twice; default 0: off)\n"
             "  --max-tokens T     source tokens per batch, padded (default 4096)\n"
             "  --max-sentences S  sentences per batch (default 256 / beam)\n"
             "  --buffer-size N    lines read, translated and written together (default 20000; sorted by\n"
@@ -151,6 +153,7 @@ typedef struct {
     long buffer; /* --buffer-size: lines read, translated and written together */
     int bf16; /* --precision bf16 */
     double lenpen, max_len_a, unkpen;
+    long no_repeat; /* --no-repeat-ngram-size */
     int raw_ids, quiet, no_graphs, alignment;
 } opts;
 
@@ -498,6 +501,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--unkpen")) {
             o.unkpen = parse_real(a, v, -1e9, 1e9);
             o.search_flag = o.search_flag ? o.search_flag : a;
+        } else if (!strcmp(a, "--no-repeat-ngram-size")) {
+            o.no_repeat = parse_int(a, v, 0, 1024);
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--min-len")) {
             o.min_len = parse_int(a, v, 0, 1000000);
             o.search_flag = o.search_flag ? o.search_flag : a;
@@ -598,6 +604,7 @@ int main(int argc, char **argv) {
     to.search.max_len_b = (int)o.max_len_b;
     to.search.min_len = (int)o.min_len;
     to.search.unkpen = o.unkpen;
+    to.search.no_repeat_ngram = (int)o.no_repeat;
     /* EOS waits until --min-len; beyond every output's length limit it would never be allowed, and
      * each translation would run to the limit (fairseq does that silently) */
     if (o.min_len > m->hp.max_pos - 1)

@@ -153,6 +153,8 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     int *from = ll_malloc(sizeof(int) * N), *act = ll_malloc(sizeof(int) * B), *keep = ll_malloc(sizeof(int) * B);
     uint8_t *dead = ll_calloc(B, 1); /* slot j's sentence is finished but still in the batch */
     cand *c = ll_malloc(sizeof(cand) * k);
+    /* o->no_repeat_ngram: the step's banned (row, token)s, flat; at most `step` per row */
+    int32_t *ban = o->no_repeat_ngram > 0 ? ll_malloc(sizeof(int32_t) * (size_t)N * T) : NULL;
     /* step 0 expands only row 0 of each sentence (all rows are identical) */
     for (int r = 0; r < N; r++) cum[r] = r % beam ? -INFINITY : 0;
     for (int i = 0; i < B; i++) act[i] = i;
@@ -163,6 +165,19 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
         for (int r = 0; r < n; r++) prev[r] = step ? tok[(size_t)r * T + step - 1] : o->bos;
         for (int j = 0; j < nact; j++)
             mode[j] = (uint8_t)((step >= ss[act[j]].min_len) | (step >= ss[act[j]].max_len) << 1);
+        if (ban && step > 0) { /* live rows of sentences past their prefix (forced tokens are never banned) */
+            int nb = 0;
+            for (int j = 0; j < nact; j++) {
+                if (dead[j] || (o->prefix && step < o->prefix_len[act[j]])) continue;
+                for (int r = j * beam; r < (j + 1) * beam; r++) {
+                    if (cum[r] == -INFINITY) continue;
+                    const int nr = ll_ngram_bans(o->bos, tok + (size_t)r * T, step, o->no_repeat_ngram, ban + nb);
+                    for (int q = nb; q < nb + nr; q++) ban[q] += r * V;
+                    nb += nr;
+                }
+            }
+            if (nb) ll_decode_ban(m, d, ban, nb);
+        }
         ll_decode_step_topk(m, d, prev, cum, mode, k, score, lp, flat, step_al);
         int forcing = 0;
         for (int j = 0; force && j < nact; j++)
@@ -285,4 +300,5 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     free(keep);
     free(dead);
     free(c);
+    free(ban);
 }

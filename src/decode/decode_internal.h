@@ -35,6 +35,11 @@ int ll_run_batches(ll_model *m, ll_len_idx *ord, int ne, int max_sents, int max_
  * prefix and EOS. */
 int ll_search_prefixed_max_len(const ll_model *m, const ll_search_opts *o, int src_len, int i);
 
+/* The tokens that would repeat an n-gram of a hypothesis (start token bos, then gen[0 .. len)) at
+ * its next step (fairseq's NGramRepeatBlock; n >= 1), into out (room for len; repeats possible);
+ * returns their count. */
+int ll_ngram_bans(int32_t bos, const int32_t *gen, int len, int n, int32_t *out);
+
 /* Sort fin[0..n_fin) by score, best first (stable), keep nbest in out (owning fin), free the rest. */
 void ll_search_finish(ll_hypo *fin, int n_fin, int nbest, ll_nbest *out);
 

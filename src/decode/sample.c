@@ -79,18 +79,22 @@ static double nucleus(double *w, int n, double total, double topp, weighted *ord
 /* One draw from a row's log-probabilities lp[V] (mode: bit 0 EOS allowed, bit 1 EOS only; pad and
  * BOS never; forced >= 0: that token, a target prefix's).  Returns the token; *lq = its log-probability under softmax(lp / temperature),
  * normalised over the whole vocabulary as fairseq's, less unkpen for <unk> (fairseq subtracts it after
- * the softmax: <unk> is drawn e^-unkpen times as often, the others' scores stay).  q, w: [V] double
- * scratch; cand: [V] ints. */
+ * the softmax: <unk> is drawn e^-unkpen times as often, the others' scores stay).  ban[n_ban]: tokens
+ * never drawn (--no-repeat-ngram-size; like unkpen, after the softmax: fairseq's blocker sets
+ * them to -inf, the others' scores stay).  q, w: [V] double scratch; cand: [V] ints. */
 static int draw(const real *lp, int V, int mode, int forced, int topk, double topp, double temperature, double unkpen,
-                double u, double *lq, double *q, double *w, int *cand, weighted *order) {
+                const int32_t *ban, int n_ban, double u, double *lq, double *q, double *w, int *cand,
+                weighted *order) {
     const int t1 = temperature == 1.0;
     double mx = -INFINITY, amx = -INFINITY; /* over all tokens (as the model gives them); over the drawable ones */
     for (int v = 0; v < V; v++) {
         q[v] = t1 ? (double)lp[v] : (double)lp[v] / temperature;
         if (q[v] > mx) mx = q[v];
         if (v == LL_UNK) q[v] -= unkpen;
-        if (q[v] > amx && v != LL_PAD && v != LL_BOS && (v != LL_EOS || (mode & 1))) amx = q[v];
     }
+    for (int i = 0; i < n_ban; i++) q[ban[i]] = -INFINITY;
+    for (int v = 0; v < V; v++)
+        if (q[v] > amx && v != LL_PAD && v != LL_BOS && (v != LL_EOS || (mode & 1))) amx = q[v];
     int tok = forced >= 0 ? forced : LL_EOS; /* at the length limit (mode bit 1), or nothing drawable */
     if (forced < 0 && !(mode & 2) && amx > -INFINITY) {
         int n = 0;
@@ -132,7 +136,7 @@ static int draw(const real *lp, int V, int mode, int forced, int topk, double to
         *lq = (double)lp[tok] - (tok == LL_UNK ? unkpen : 0);
     } else { /* the normaliser of the tempered model, before the penalty */
         double z = 0;
-        for (int v = 0; v < V; v++) z += exp((v == LL_UNK ? q[v] + unkpen : q[v]) - mx);
+        for (int v = 0; v < V; v++) z += exp((double)lp[v] / temperature - mx); /* (bans and unkpen left out) */
         *lq = q[tok] - (mx + log(z));
     }
     return tok;
@@ -169,6 +173,7 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
     real *logp = ll_malloc(sizeof(real) * (size_t)N0 * V);
     weighted *order = o->topp > 0 && o->topp < 1 ? ll_malloc(sizeof(weighted) * V) : NULL;
     int *cand = ll_malloc(sizeof(int) * V), *act = ll_malloc(sizeof(int) * B), *keep = ll_malloc(sizeof(int) * B);
+    int32_t *ban = ll_malloc(sizeof(int32_t) * T); /* a row's banned tokens (o->no_repeat_ngram) */
     for (int i = 0; i < B; i++) act[i] = i;
     int nact = B;
     for (int step = 0; nact > 0; step++) {
@@ -187,8 +192,11 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
                 double lq;
                 const double u = uniform53(&s->rng, (uint64_t)b << 25 | (uint64_t)step);
                 const int forced = o->prefix && step < o->prefix_len[act[j]] ? o->prefix[act[j]][step] : -1;
+                const int n_ban = o->no_repeat_ngram > 0 && forced < 0
+                                      ? ll_ngram_bans(o->bos, tok + (size_t)r * T, step, o->no_repeat_ngram, ban)
+                                      : 0;
                 const int y = draw(logp + (size_t)r * V, V, mode, forced, o->topk, o->topp, o->temperature, o->unkpen,
-                                   u, &lq, q, q + V, cand, order);
+                                   ban, n_ban, u, &lq, q, q + V, cand, order);
                 tok[(size_t)r * T + step] = y;
                 ps[(size_t)r * T + step] = (float)lq;
                 if (al) al[(size_t)r * T + step] = step_al[r];
@@ -235,5 +243,5 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
     for (int i = 0; i < B; i++) free(ss[i].fin);
     free(ss);
     free(tok), free(prev), free(ps), free(al), free(step_al), free(cum), free(q), free(alive), free(logp);
-    free(cand), free(act), free(keep), free(order);
+    free(cand), free(act), free(keep), free(order), free(ban);
 }

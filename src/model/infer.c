@@ -349,6 +349,14 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     ll_arena_release(&m->arena, mk);
 }
 
+void ll_decode_ban(const ll_model *m, ll_dec_state *d, const int32_t *flat, int n) {
+    const long long cells = (long long)d->N * m->hp.V;
+    for (int i = 0; i < n; i++)
+        if (flat[i] < 0 || flat[i] >= cells)
+            ll_die("decode: banned token %d outside the %d rows' log-probabilities", flat[i], d->N);
+    d->ban = flat, d->n_ban = n;
+}
+
 void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,
                          const uint8_t *mode, int k, double *score, real *lp, int32_t *flat, int32_t *align) {
     ll_backend *be = m->be;
@@ -362,10 +370,20 @@ void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, 
     const int want_align = align && d->align_layer >= 0;
     const size_t bytes = o_align + (want_align ? rows * sizeof(int32_t) : 0);
     char *out = ll_arena_alloc(&m->arena, bytes);
+    /* banned tokens: the step without its top-k (graphed as usual), the bans, then the top-k */
+    const int ban = d->n_ban > 0, k_run = ban ? 0 : k;
+    if (ban && roots) ll_die("decode: tokens banned at the first step, whose rows stand for their sentences");
     if (m->n_ens)
-        ens_step(m, d, &in, prev_tok, roots, k, out, want_align ? (int32_t *)(out + o_align) : NULL);
+        ens_step(m, d, &in, prev_tok, roots, k_run, out, want_align ? (int32_t *)(out + o_align) : NULL);
     else
-        run_step(m, d, &in, roots, k, out, want_align ? (int32_t *)(out + o_align) : NULL);
+        run_step(m, d, &in, roots, k_run, out, want_align ? (int32_t *)(out + o_align) : NULL);
+    if (ban) {
+        int32_t *idx = ll_arena_alloc(&m->arena, sizeof(int32_t) * (size_t)d->n_ban);
+        be->upload(be, idx, d->ban, sizeof(int32_t) * (size_t)d->n_ban);
+        be->fill_at(be, d->logp, idx, d->n_ban, (real)-INFINITY);
+        step_topk_ops(m, d, &in, roots, k, out);
+        d->ban = NULL, d->n_ban = 0;
+    }
     d->logp_rows = (int)rows;
     char *h = stage(d, bytes);
     be->download(be, h, out, bytes);

@@ -358,6 +358,29 @@ for how in "--beam 2" "--sampling"; do
   [ "$(tr '\n' '|' < "$T/unkb")" = "3 3 3 3||3 3 3 3|" ] || err "--unkpen -1000 ($how): $(tr '\n' '|' < "$T/unkb")"
 done
 
+# 5f. --no-repeat-ngram-size (fairseq's): 0 changes nothing; with <unk> favoured (which would fill
+# every step), no translation repeats an n-gram of ids, in the search and in sampling
+dec --beam 5 --no-repeat-ngram-size 0 --input "$T/in.en" > "$T/nr0" 2>/dev/null && cmp -s "$T/nr0" "$T/out.5" ||
+  err "--no-repeat-ngram-size 0 changed the translations"
+for how in "--beam 4" "--sampling"; do
+  for ng in 1 2 3; do
+    # shellcheck disable=SC2086
+    dec $how --raw-ids --unkpen -20 --no-repeat-ngram-size $ng --max-len-b 12 --input "$T/sc.ids" > "$T/nrb" 2>/dev/null ||
+      err "--no-repeat-ngram-size $ng ($how) failed"
+    python3 - "$T/nrb" "$ng" <<'PY' || err "--no-repeat-ngram-size $ng ($how): $(tr '\n' '|' < "$T/nrb")"
+import sys
+lines, n = open(sys.argv[1]).read().split("\n")[:-1], int(sys.argv[2])
+assert len(lines) == 3 and any("3" in l.split() for l in lines), lines
+for l in lines:
+    t = l.split()
+    grams = [tuple(t[i:i + n]) for i in range(len(t) - n + 1)]
+    assert len(grams) == len(set(grams)), (n, l)
+PY
+  done
+done
+dec --beam 4 --raw-ids --unkpen -20 --max-len-b 12 --input "$T/sc.ids" > "$T/nrb" 2>/dev/null
+grep -q "3 3 3" "$T/nrb" || err "without --no-repeat-ngram-size, <unk> favoured repeats no 3-gram: $(tr '\n' '|' < "$T/nrb")"
+
 # 6. bad input: one line on stderr, exit 1, no output file (and an existing one untouched)
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
@@ -426,6 +449,9 @@ check_error "topk without sampling" "--sampling-topk: a sampling option, without
 check_error "zero temperature" "--temperature" --model "$M" --sampling --temperature 0 --input "$T/in.en"
 check_error "zero top-p" "--sampling-topp" --model "$M" --sampling --sampling-topp 0 --input "$T/in.en"
 check_error "unkpen with scores" "--unkpen: a search option, with --score-reference" --model "$M" --unkpen 1 --input "$T/in.en" --score-reference "$T/sc.ref"
+check_error "no-repeat with scores" "--no-repeat-ngram-size: a search option, with --score-reference" --model "$M" \
+  --no-repeat-ngram-size 3 --input "$T/in.en" --score-reference "$T/sc.ref"
+check_error "no-repeat negative" "--no-repeat-ngram-size" --model "$M" --no-repeat-ngram-size -1 --input "$T/in.en"
 check_error "unkpen not a number" "--unkpen" --model "$M" --unkpen lots --input "$T/in.en"
 check_error "sampling a reference" "--sampling: a search option, with --score-reference" --model "$M" --sampling --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "more n-best than draws" "--nbest 2: must not exceed the draws per sentence (--beam) 1" --model "$M" --sampling --nbest 2 --input "$T/in.en"

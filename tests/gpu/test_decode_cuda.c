@@ -194,6 +194,7 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     o.max_len_b = 4;
     o.align = align;
     o.unkpen = align ? 0 : -4; /* without alignments, <unk> favoured (the add_col kernel; the scores hold it) */
+    o.no_repeat_ngram = align ? 0 : 2; /* and no bigram twice (fill_at, the top-k after the step's graph) */
     /* with alignments, target prefixes too (0, 1 and 2 forced tokens): forced on the first row, their
      * log-probabilities read by pick_logp after the step (graph or not) */
     const int32_t p0[2] = {11, 40}, p2[1] = {7};
@@ -208,7 +209,25 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     ll_beam_search(mg, src, len, B, S, &o, og);
     gpu->graph_stats(gpu, &g1);
     char what[64];
-    snprintf(what, sizeof what, "beam search (%s%s)", ll_dtype_str(gpu->act), align ? ", alignments, prefixes" : "");
+    snprintf(what, sizeof what, "beam search (%s%s)", ll_dtype_str(gpu->act),
+             align ? ", alignments, prefixes" : ", <unk> favoured, no bigram twice");
+    if (o.no_repeat_ngram) { /* the bans held, and they mattered: the search without them repeats */
+        ll_search_opts o2 = o;
+        o2.no_repeat_ngram = 0;
+        ll_nbest ob[B];
+        ll_beam_search(mg, src, len, B, S, &o2, ob);
+        int rep[2] = {0, 0};
+        for (int k = 0; k < 2; k++)
+            for (int b = 0; b < B; b++)
+                for (int i = 0; i < (k ? ob : og)[b].n; i++) {
+                    const ll_hypo *y = &(k ? ob : og)[b].h[i];
+                    for (int t = 0; t + 1 < y->len; t++)
+                        for (int u = t + 1; u + 1 < y->len; u++)
+                            rep[k] += y->tokens[t] == y->tokens[u] && y->tokens[t + 1] == y->tokens[u + 1];
+                }
+        for (int b = 0; b < B; b++) ll_nbest_free(&ob[b]);
+        CHECK_MSG(rep[0] == 0 && rep[1] > 0, "%s: %d repeated bigrams with the bans, %d without", what, rep[0], rep[1]);
+    }
     for (int b = 0; b < B && align; b++)
         for (int i = 0; i < og[b].n; i++)
             CHECK_MSG(!plen[b] || !memcmp(og[b].h[i].tokens, pre[b], sizeof(int32_t) * plen[b]),

@@ -298,6 +298,20 @@ static void t_add_col(void) {
     pb_free(&x);
 }
 
+/* fill_at: scattered flat indices (repeats among them) := -inf, and a finite value */
+static void t_fill_at(void) {
+    const size_t n = (size_t)XN * XV;
+    const int ni = 300;
+    int32_t *hi = malloc(sizeof(int32_t) * ni);
+    for (int i = 0; i < ni; i++) hi[i] = (int32_t)(((size_t)i * 2654435761u) % n);
+    hi[ni - 1] = hi[0];
+    pbuf x = pb_rand_act(n, -20, 0), idx = pb_new(hi, ni * sizeof(int32_t));
+    BOTH BE->fill_at(BE, A(x, s), I32(idx, s), ni, (real)-INFINITY);
+    BOTH BE->fill_at(BE, A(x, s), I32(idx, s), ni / 3, (real)-2.5);
+    pb_cmp_exact("x (in place)", &x);
+    free(hi), pb_free(&idx), pb_free(&x);
+}
+
 /* ---- Adam ---- */
 /* p_act: the activation-dtype weight copy refreshed from the updated p (bf16
  * mode; NULL in fp32, where the copy aliases the master) */

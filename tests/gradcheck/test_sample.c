@@ -7,7 +7,10 @@
  *      (tempered, top-k), their scores are the forced ones, and a sentence's
  *      draws do not depend on its batch or the worker count;
  *   3. --unkpen: searched and sampled token scores are the forced ones less the
- *      penalty on <unk>, a large penalty keeps <unk> out, a bonus brings it. */
+ *      penalty on <unk>, a large penalty keeps <unk> out, a bonus brings it;
+ *   4. --no-repeat-ngram-size: the banned tokens are fairseq's NGramRepeatBlock's (its Python loop
+ *      transcribed), and beam search and sampling with n = 1..3 give hypotheses without a repeated
+ *      n-gram, token scores = forced scores (bans take nothing from the others), prefixes kept. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 
 #include "../util/testutil.h"
 #include "beam_toy.h"
+#include "../../src/decode/decode_internal.h" /* white-box: ll_ngram_bans */
 
 /* ---- 1. forced decoding --------------------------------------------------------- */
 /* Every hypothesis of an n-best search, scored as a reference by the teacher-forced forward
@@ -297,11 +301,123 @@ static void test_unkpen(void) {
     ll_model_free(m);
 }
 
+/* ---- 4. repeated n-grams ---------------------------------------------------------- */
+/* fairseq's NGramRepeatBlock._no_repeat_ngram for one row, transcribed from its Python: tokens =
+ * h[0 .. step] (the start token first), ngram_to_check = tokens[-(n-1):] (n = 1: the whole list,
+ * which matches no empty slice: nothing banned), for i in range(step + 2 - n): ban tokens[i + n - 1]
+ * where tokens[i : i + n - 1] == ngram_to_check. */
+static int fairseq_bans(const int32_t *h, int step, int n, int32_t *out) {
+    const int L = step + 1, m = n - 1 > 0 ? n - 1 : L; /* len(ngram_to_check) */
+    const int32_t *chk = h + L - m;
+    int c = 0;
+    for (int i = 0; i < step + 2 - n; i++) {
+        const int len = i + n - 1 <= L ? n - 1 : L - i; /* len(tokens[i : i + n - 1]) */
+        if (len != m) continue;
+        if (!memcmp(h + i, chk, sizeof(int32_t) * m)) out[c++] = h[i + n - 1];
+    }
+    return c;
+}
+
+/* The hypothesis (bos, tokens without its final EOS) holds no n-gram twice (n = 1: no generated
+ * token twice); returns 1 when it does (a repeat). */
+static int has_repeat(int32_t bos, const ll_hypo *y, int n) {
+    int32_t h[64];
+    int L = 0;
+    h[L++] = bos;
+    for (int t = 0; t < y->len && y->tokens[t] != LL_EOS; t++) h[L++] = y->tokens[t];
+    const int from = n == 1; /* n = 1: the start token is not a generated token */
+    for (int i = from; i + n <= L; i++)
+        for (int j = i + 1; j + n <= L; j++)
+            if (!memcmp(h + i, h + j, sizeof(int32_t) * n)) return 1;
+    return 0;
+}
+
+static void test_no_repeat(void) {
+    /* the ban lists: every history of up to 9 tokens over a 3-token alphabet (many repeats) */
+    long lists = 0, banned = 0;
+    for (int n = 1; n <= 4; n++)
+        for (int len = 0; len <= 9; len++)
+            for (int code = 0, codes = (int)pow(3, len + 1); code < codes; code++) {
+                int32_t h[10], got[10], want[10], none[10];
+                for (int i = 0, c = code; i <= len; i++, c /= 3) h[i] = 4 + c % 3;
+                const int ng = ll_ngram_bans(h[0], h + 1, len, n, got);
+                int nw;
+                if (n == 1) /* fairseq's Python bans nothing; ll bans the generated tokens */
+                    for (nw = 0; nw < len; nw++) want[nw] = h[1 + nw];
+                else
+                    nw = fairseq_bans(h, len, n, want);
+                CHECK_MSG(n != 1 || fairseq_bans(h, len, n, none) == 0, "fairseq's n = 1 transcription banned");
+                int same = ng == nw;
+                for (int i = 0; same && i < ng; i++) same = got[i] == want[i];
+                CHECK_MSG(same, "n %d, history of %d (code %d): %d bans, fairseq's %d", n, len + 1, code, ng, nw);
+                lists++, banned += ng;
+            }
+    /* searches: a toy model with a 7-token vocabulary repeats itself */
+    const int V = 7, ns = 6;
+    ll_model *m = toy(V, 24, 23);
+    int32_t *src[6], pre_tok[6][2];
+    const int32_t *pre[6];
+    int len[6], plen[6];
+    for (int i = 0; i < ns; i++) {
+        len[i] = 2 + (i * 3) % 5;
+        src[i] = malloc(sizeof(int32_t) * 8);
+        rand_src(src[i], len[i], V, 850 + i);
+        plen[i] = i % 3;
+        pre_tok[i][0] = 4 + i % 2 * 2, pre_tok[i][1] = pre_tok[i][0]; /* repeats itself (not the bos, 5) */
+        pre[i] = plen[i] ? pre_tok[i] : NULL;
+    }
+    for (int sampling = 0; sampling < 2; sampling++)
+        for (int prefixed = 0; prefixed < 2; prefixed++) {
+            int repeats[4] = {0}, hyps = 0;
+            for (int n = 0; n <= 3; n++) {
+                ll_translate_opts o = {.max_tokens = 1000, .draw_base = 5};
+                ll_search_opts_default(&o.search);
+                o.search.beam = 3, o.search.nbest = 3, o.search.max_len_b = 12;
+                o.search.no_repeat_ngram = n, o.search.sampling = sampling, o.search.seed = 9;
+                o.search.bos = 5; /* a language tag: the start token counts in n-grams */
+                if (prefixed) o.prefix = pre, o.prefix_len = plen;
+                ll_nbest r[6];
+                ll_translate_ids(m, (const int32_t *const *)src, len, ns, &o, r, NULL);
+                for (int i = 0; i < ns; i++) {
+                    for (int h = 0; h < r[i].n; h++) {
+                        const ll_hypo *y = &r[i].h[h];
+                        hyps += n == 0;
+                        for (int k = 1; k <= 3; k++) repeats[k] += n == 0 && has_repeat(o.search.bos, y, k);
+                        const int p = prefixed ? plen[i] : 0;
+                        for (int t = 0; t < p; t++) CHECK_MSG(y->tokens[t] == pre[i][t], "prefix token %d lost", t);
+                        if (n > 0 && !(prefixed && p == 2 && n == 1)) /* (a prefix may repeat itself) */
+                            CHECK_MSG(!has_repeat(o.search.bos, y, n), "%s, n %d: sentence %d hypothesis %d repeats",
+                                      sampling ? "sampling" : "beam", n, i, h);
+                        float *pos = malloc(sizeof(float) * y->len);
+                        const int32_t *ps[1] = {src[i]}, *pt[1] = {y->tokens};
+                        ll_score_opts so = {.max_tokens = 4096, .bos = o.search.bos};
+                        ll_score_ids(m, ps, &len[i], pt, &y->len, 1, &so, &pos, NULL);
+                        for (int t = 0; t < y->len; t++)
+                            CHECK_MSG(fabs(y->pos_scores[t] - pos[t]) <= PTOL,
+                                      "%s, n %d: sentence %d hypothesis %d token %d scored %g, forced %g",
+                                      sampling ? "sampling" : "beam", n, i, h, t, (double)y->pos_scores[t],
+                                      (double)pos[t]);
+                        free(pos);
+                    }
+                    ll_nbest_free(&r[i]);
+                }
+            }
+            fprintf(stderr, "%s%s: %d hypotheses without bans, %d/%d/%d of them repeat a 1/2/3-gram\n",
+                    sampling ? "sampling" : "beam search", prefixed ? " with prefixes" : "", hyps, repeats[1],
+                    repeats[2], repeats[3]);
+            CHECK_MSG(repeats[2] > 0 && repeats[3] > 0, "the toy model repeats no 2- or 3-gram: the test tests nothing");
+        }
+    fprintf(stderr, "repeated n-grams: %ld ban lists as fairseq's (%ld tokens banned)\n", lists, banned);
+    for (int i = 0; i < ns; i++) free(src[i]);
+    ll_model_free(m);
+}
+
 int main(void) {
     ll_set_threads(1);
     test_score();
     test_sampling_dist();
     test_sampling_batching();
     test_unkpen();
+    test_no_repeat();
     return tu_finish("test_sample");
 }

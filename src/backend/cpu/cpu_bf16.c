@@ -388,6 +388,7 @@ static void init_bf16(void) {
     SET(ald_unpool), SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(pick_logp);
     g_bf16.ensemble_mix = cpu_ensemble_mix_bf16;
     g_bf16.add_col = cpu_add_col_bf16;
+    g_bf16.fill_at = cpu_fill_at_bf16;
     SET(beam_topk), SET(attention_cached), SET(attn_align);
     /* decoding's packed fp32 kernel has no bf16 form: linear layers use gemm */
     g_bf16.linear_pack = NULL;

@@ -23,6 +23,8 @@ void cpu_log_softmax(ll_backend *be, ll_act *x, int N, int V);
 void cpu_pick_logp(ll_backend *be, real *out, const ll_act *logp, const int32_t *target, int N, int V, int pad);
 void cpu_add_col(ll_backend *be, ll_act *x, int rows, int V, int col, real val);
 void cpu_add_col_bf16(ll_backend *be, ll_act *x, int rows, int V, int col, real val); /* bf16 storage */
+void cpu_fill_at(ll_backend *be, ll_act *x, const int32_t *idx, int n, real val);
+void cpu_fill_at_bf16(ll_backend *be, ll_act *x, const int32_t *idx, int n, real val); /* bf16 storage */
 void cpu_ensemble_mix(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double b, double c);
 void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double b, double c); /* bf16 storage */
 

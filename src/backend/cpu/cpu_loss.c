@@ -122,6 +122,19 @@ void cpu_add_col_bf16(ll_backend *be, ll_act *x_, int rows, int V, int col, real
     }
 }
 
+void cpu_fill_at(ll_backend *be, ll_act *x_, const int32_t *idx, int n, real val) {
+    (void)be;
+    real *x = (real *)x_;
+    for (int i = 0; i < n; i++) x[idx[i]] = val;
+}
+
+void cpu_fill_at_bf16(ll_backend *be, ll_act *x_, const int32_t *idx, int n, real val) {
+    (void)be;
+    uint16_t *x = (uint16_t *)x_;
+    const uint16_t v = ll_f32_to_bf16((float)val);
+    for (int i = 0; i < n; i++) x[idx[i]] = v;
+}
+
 void cpu_pick_logp(ll_backend *be, real *out, const ll_act *logp_, const int32_t *target, int N, int V, int pad) {
     (void)be;
     const real *logp = (const real *)logp_;
