@@ -373,6 +373,17 @@ void ll_sig_bootstrap(const ll_sig_metric *m, const double *stats, long n, int n
 /* (c + 1) / (len + 1) with c the trials whose statistic exceeds the real one */
 static double p_value(long c, long len) { return (double)(c + 1) / (double)(len + 1); }
 
+/* The two systems' corpus scores (r->score: the system's); returns |baseline - system|, the
+ * difference the paired tests ask about.  sums: [m->k] scratch. */
+static double pair_diff(const ll_sig_metric *m, const double *base, const double *sys, long n, double *sums,
+                        ll_sig_result *r) {
+    column_sums(base, n, m->k, sums);
+    const double bl_score = ll_sig_score(m, sums);
+    column_sums(sys, n, m->k, sums);
+    r->score = ll_sig_score(m, sums);
+    return fabs(bl_score - r->score);
+}
+
 void ll_sig_paired_bs(const ll_sig_metric *m, const double *base, const double *sys, long n, int n_samples,
                       uint64_t seed, ll_sig_result *r) {
     const int k = m->k;
@@ -380,11 +391,7 @@ void ll_sig_paired_bs(const ll_sig_metric *m, const double *base, const double *
     double *sc_bl = ll_malloc((size_t)n_samples * sizeof *sc_bl), *sc_sys = ll_malloc((size_t)n_samples * sizeof *sc_sys);
     float *fb = to_f32(base, n, k), *fsys = to_f32(sys, n, k), *fs = ll_malloc((size_t)k * sizeof *fs);
     uint32_t *idx = ll_malloc((size_t)n * sizeof *idx);
-    column_sums(base, n, k, sums);
-    const double bl_score = ll_sig_score(m, sums);
-    column_sums(sys, n, k, sums);
-    r->score = ll_sig_score(m, sums);
-    const double diff = fabs(bl_score - r->score);
+    const double diff = pair_diff(m, base, sys, n, sums, r);
     ll_np_rng rng;
     ll_np_rng_seed(&rng, seed);
     int bl_f32 = 1, sys_f32 = 1;
@@ -433,11 +440,7 @@ void ll_sig_paired_ar(const ll_sig_metric *m, const double *base, const double *
     double *sums = ll_malloc((size_t)k * sizeof *sums), *sa = ll_malloc((size_t)k * sizeof *sa),
            *sb = ll_malloc((size_t)k * sizeof *sb);
     unsigned char *pos = ll_malloc((size_t)n);
-    column_sums(base, n, k, sums);
-    const double bl_score = ll_sig_score(m, sums);
-    column_sums(sys, n, k, sums);
-    r->score = ll_sig_score(m, sums);
-    const double diff = fabs(bl_score - r->score);
+    const double diff = pair_diff(m, base, sys, n, sums, r);
     ll_np_rng rng;
     ll_np_bits bits = {0, 0};
     ll_np_rng_seed(&rng, seed);
