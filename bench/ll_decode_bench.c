@@ -23,6 +23,7 @@
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0, sampling = -1, score = 0, ensemble = 1;
+    int no_repeat = 0;
     const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--sampling")) sampling = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--score")) score = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--ensemble")) ensemble = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--no-repeat")) no_repeat = atoi(argv[i + 1]);
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
@@ -48,7 +50,8 @@ int main(int argc, char **argv) {
                     "          [--alignment 1 (lldecode --alignment)] [--sampling K (lldecode --sampling\n"
                     "          --sampling-topk K, K = 0: all; the --beams values are the draws per sentence)]\n"
                     "          [--score 1 (lldecode --score-reference of T-token references)]\n"
-                    "          [--ensemble N (lldecode --model given N times: N models of the same shape)]\n",
+                    "          [--ensemble N (lldecode --model given N times: N models of the same shape)]\n"
+                    "          [--no-repeat N (lldecode --no-repeat-ngram-size N)]\n",
                     argv[0]);
             return 2;
         }
@@ -104,6 +107,7 @@ int main(int argc, char **argv) {
         o.align = align;
         o.sampling = sampling >= 0;
         o.topk = sampling > 0 ? sampling : 0;
+        o.no_repeat_ngram = no_repeat;
         ll_translate_opts to = {.search = o, .max_tokens = 1 << 20, .max_sents = B, .inter_threads = inter};
         ll_nbest *out = calloc(B, sizeof *out);
         double best = 1e30;
@@ -130,6 +134,7 @@ int main(int argc, char **argv) {
         char what[64] = "";
         if (o.sampling) snprintf(what, sizeof what, " sampling_topk=%d", o.topk);
         if (ensemble > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " ensemble=%d", ensemble);
+        if (no_repeat) snprintf(what + strlen(what), sizeof what - strlen(what), " no_repeat=%d", no_repeat);
         printf("RESULT ll_decode beam=%d inter=%d%s%s sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu "
                "graph_replays=%llu\n",
                beam, ll_translate_workers(&to), align ? " alignment=1" : "", what, B / best, tokens / best,
