@@ -338,8 +338,8 @@ typedef struct ll_dec_state {
 /* An ensemble (fairseq's EnsembleModel): m decodes with the n models of members beside it, which
  * it then owns (ll_model_free frees them).  Every step runs each model on the same rows and
  * d->logp holds log(mean of their probabilities), or with weights (n + 1 of them, m's first,
- * positive; NULL: equal) log(sum w_i p_i / sum w_i); alignments are m's; steps run without CUDA
- * graphs.  The members must share m's backend, vocabulary size and max_positions, and have their
+ * positive; NULL: equal) log(sum w_i p_i / sum w_i); alignments are m's; on a GPU each model's
+ * step is a CUDA graph of its own (the mix and the top-k run after them).  The members must share m's backend, vocabulary size and max_positions, and have their
  * decoding set up (layer gates, latent inference) as m. */
 void ll_model_ensemble(ll_model *m, ll_model **members, int n, const double *weights);
 /* Encode B sentences (src [B*S], right-padded) and set up `beam` rows per sentence. */

@@ -138,12 +138,11 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     d->packed = m->dec_packed ? m->dec_packed : (d->own_packed = 1, pack_decoder(m));
     ll_arena_reset(&m->arena);
     ll_arena_reset(&m->meta);
-    if (m->n_ens) { /* the members encode too; a step then runs them one after another, ungraphed */
-        d->graphs = 0;
+    if (m->n_ens) { /* the members encode too; a step runs each model's step (a CUDA graph each), then the mix */
         d->ens = ll_calloc(m->n_ens, sizeof(ll_dec_state *));
         for (int j = 0; j < m->n_ens; j++) {
             d->ens[j] = ll_decode_begin(m->ens[j], src, src_len, B, S, beam, max_T);
-            d->ens[j]->graphs = 0;
+            d->ens[j]->graphs = d->graphs; /* (the first model's setting: lldecode --no-cuda-graphs) */
         }
     }
     return d;

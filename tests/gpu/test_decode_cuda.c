@@ -331,8 +331,12 @@ static void test_ensemble(ll_backend *cpu, ll_backend *gpu) {
         ll_model_init(e, 7);
         ll_model_ensemble(m, &e, 1, NULL);
         const uint64_t f0 = ll_backend_gemm_fallbacks(be);
+        ll_graph_stats g0, g1;
+        if (side) gpu->graph_stats(gpu, &g0);
         ll_beam_search(m, src, len, B, S, &o, out[side]);
-        if (side) {
+        if (side) { /* each model's steps as graphs, the same hypotheses as op by op */
+            gpu->graph_stats(gpu, &g1);
+            check_graphs(m, src, len, B, S, &o, out[side], &g0, &g1, what);
             check_fallbacks(gpu, f0, what);
             check_scores(m, src, len, B, S, &o, out[side], gpu->act == LL_BF16 ? 0.1 : 1e-4, what);
         }
