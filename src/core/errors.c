@@ -47,6 +47,12 @@ void ll_set_progname(const char *name) {
     ll_map_set_tool(name);
     if (!registered++) {
         hold_std_fds();
+        /* A printf longer than stdout's buffer (4 KiB on a pipe or file: lldecode --help) writes
+         * past it, and when that write fails, its errno is gone by check_stdout's flush ("I/O
+         * error" for a full disk).  64 KiB keeps such texts buffered until that flush; a terminal
+         * stays line-buffered. */
+        static char out_buf[1 << 16];
+        if (!isatty(STDOUT_FILENO)) setvbuf(stdout, out_buf, _IOFBF, sizeof out_buf);
         atexit(check_stdout);
         ll_remove_temps_on_signals();
     }
