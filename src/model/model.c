@@ -396,17 +396,20 @@ void ll_model_ensemble(ll_model *m, ll_model **members, int n, const double *wei
     m->ens = ll_malloc(sizeof(ll_model *) * (n ? n : 1));
     memcpy(m->ens, members, sizeof(ll_model *) * n);
     m->n_ens = n;
-    /* the mix keeps the first model's scale: member j enters with w_j / w_0, the sum is divided last */
+    /* the mix keeps the first model's scale: member j enters with w_j / w_0, the sum is divided
+     * last; in logs, so that any positive weights (1e-300 beside 1e30) give finite offsets */
     m->ens_b = ll_calloc(n ? n : 1, sizeof(double));
-    double sum = 1;
+    for (int j = 0; j <= n; j++)
+        if (weights && !(weights[j] > 0 && isfinite(weights[j])))
+            ll_die("ll_model_ensemble: weight %d (%g) is not a positive number", j + 1, weights[j]);
+    double mx = 0; /* log(sum w / w_0) = mx + log(sum exp(b_j - mx)), b_0 = 0 */
     for (int j = 0; j < n; j++) {
-        const double w = weights ? weights[j + 1] / weights[0] : 1;
-        if (weights && !(weights[0] > 0 && weights[j + 1] > 0 && isfinite(w) && w > 0))
-            ll_die("ll_model_ensemble: weight %d is not a positive number", weights[0] > 0 ? j + 2 : 1);
-        m->ens_b[j] = log(w);
-        sum += w;
+        m->ens_b[j] = weights ? log(weights[j + 1]) - log(weights[0]) : 0;
+        mx = fmax(mx, m->ens_b[j]);
     }
-    m->ens_c = log(sum);
+    double sum = exp(-mx);
+    for (int j = 0; j < n; j++) sum += exp(m->ens_b[j] - mx);
+    m->ens_c = mx + log(sum);
 }
 
 ll_model **ll_model_workers(ll_model *m, int n) {

@@ -304,6 +304,10 @@ grep '^D-' "$T/ens.fs" | sort -t- -k2n | cut -f3 > "$T/ens.txt"
 # probability with 1/4 of the second's
 dec --model "$M2" --weights 2.5,2.5 --beam 5 --format fairseq --input "$T/in.en" > "$T/ens.fs22" 2>/dev/null || err "--weights 2.5,2.5 failed"
 cmp -s "$T/ens.fs" "$T/ens.fs22" || err "--weights 2.5,2.5 searched otherwise than equal weights by default"
+# weights 30 orders of magnitude apart and beyond (the offsets in logs): the first model alone
+dec --model "$M2" --weights 1e30,1e-300 --beam 5 --input "$T/in.en" > "$T/ens.far" 2> "$T/ens.err" ||
+  err "--weights 1e30,1e-300: $(cat "$T/ens.err")"
+cmp -s "$T/ens.far" "$T/out.5" || err "--weights 1e30,1e-300 translated otherwise than the first model alone"
 for who in ens a b w; do
   case $who in ens) args=(--model "$M" --model "$M2") ;; a) args=(--model "$M") ;; b) args=(--model "$M2") ;;
     w) args=(--model "$M" --model "$M2" --weights 3,1) ;; esac
