@@ -246,11 +246,12 @@ cudaError_t ll_cuda_log_softmax(cudaStream_t s, ll_cuda_dtype t, void *x, int N,
 /* out[i] = logp[i*V + target[i]] (fp32), 0 where target[i] == pad; logp of type t */
 cudaError_t ll_cuda_pick_logp(cudaStream_t s, ll_cuda_dtype t, float *out, const void *logp, const int32_t *target,
                               int N, int V, int pad);
-/* acc[i] = log(exp(acc[i]) + exp(x[i])) - c in double (an ensemble's log-probabilities); type t */
 /* x[r*V + col] += val for r < rows (a token's log-probability moved: lldecode --unkpen); type t */
 cudaError_t ll_cuda_add_col(cudaStream_t s, ll_cuda_dtype t, void *x, int rows, int V, int col, float val);
 /* x[idx[i]] = val for i < n (idx in device memory; repeats write the same value) */
 cudaError_t ll_cuda_fill_at(cudaStream_t s, ll_cuda_dtype t, void *x, const int32_t *idx, int n, float val);
+/* acc[i] = log(exp(acc[i]) + exp(x[i] + b)) - c in double (an ensemble's log-probabilities, b a
+ * member's log weight against the first model's); type t */
 cudaError_t ll_cuda_ensemble_mix(cudaStream_t s, ll_cuda_dtype t, void *acc, const void *x, size_t n, double b,
                                  double c);
 

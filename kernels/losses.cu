@@ -179,12 +179,12 @@ extern "C" cudaError_t ll_cuda_pick_logp(cudaStream_t s, ll_cuda_dtype t, float 
     return cudaSuccess;
 }
 
-/* ---- an ensemble's log-probabilities: log(e^a + e^(x + w)) - c in double (the CPU: fp32, ll_mix_logp) -- */
+/* ---- an ensemble's log-probabilities: log(e^a + e^(x + b)) - c in double (the CPU: fp32, ll_mix_logp) -- */
 template <typename T>
-static __global__ void ensemble_mix_kernel(T *__restrict__ acc, const T *__restrict__ x, size_t n, double w, double c) {
+static __global__ void ensemble_mix_kernel(T *__restrict__ acc, const T *__restrict__ x, size_t n, double b, double c) {
     LL_PDL_ENTER();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const double a = ll_ld(acc + i), b = (double)ll_ld(x + i) + w, hi = a > b ? a : b, lo = a > b ? b : a;
+        const double a = ll_ld(acc + i), e = (double)ll_ld(x + i) + b, hi = a > e ? a : e, lo = a > e ? e : a;
         ll_st(acc + i, (float)(hi == -INFINITY ? -INFINITY : hi + log1p(exp(lo - hi)) - c));
     }
 }

@@ -339,8 +339,9 @@ typedef struct ll_dec_state {
  * it then owns (ll_model_free frees them).  Every step runs each model on the same rows and
  * d->logp holds log(mean of their probabilities), or with weights (n + 1 of them, m's first,
  * positive; NULL: equal) log(sum w_i p_i / sum w_i); alignments are m's; on a GPU each model's
- * step is a CUDA graph of its own (the mix and the top-k run after them).  The members must share m's backend, vocabulary size and max_positions, and have their
- * decoding set up (layer gates, latent inference) as m. */
+ * step is a CUDA graph of its own (the mix and the top-k run after them).  The members must
+ * share m's backend, vocabulary size and max_positions, and have their decoding set up (layer
+ * gates, latent inference) as m. */
 void ll_model_ensemble(ll_model *m, ll_model **members, int n, const double *weights);
 /* Encode B sentences (src [B*S], right-padded) and set up `beam` rows per sentence. */
 ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_len, int B, int S, int beam, int max_T);

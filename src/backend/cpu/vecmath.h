@@ -130,14 +130,14 @@ LL_AVX512 static inline __m512 ll_log16(__m512 x) {
     return _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), _mm512_add_ps(t, y));
 }
 
-/* acc[i] = ll_mix_logp(acc[i], x[i] + w, c) over n elements, 16 lanes */
-LL_AVX512 static inline void ll_mix_logp_avx512(float *acc, const float *x, size_t n, float w, float c) {
-    const __m512 vc = _mm512_set1_ps(c), vw = _mm512_set1_ps(w), ninf = _mm512_set1_ps(-INFINITY),
+/* acc[i] = ll_mix_logp(acc[i], x[i] + b, c) over n elements, 16 lanes */
+LL_AVX512 static inline void ll_mix_logp_avx512(float *acc, const float *x, size_t n, float b, float c) {
+    const __m512 vc = _mm512_set1_ps(c), vb = _mm512_set1_ps(b), ninf = _mm512_set1_ps(-INFINITY),
                  one = _mm512_set1_ps(1.0f);
     for (size_t i = 0; i < n; i += 16) {
         const __mmask16 k = ll_tail16((int)(n - i < 16 ? n - i : 16));
-        const __m512 a = _mm512_maskz_loadu_ps(k, acc + i), b = _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + i), vw);
-        const __m512 hi = _mm512_max_ps(a, b), lo = _mm512_min_ps(a, b);
+        const __m512 a = _mm512_maskz_loadu_ps(k, acc + i), e = _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + i), vb);
+        const __m512 hi = _mm512_max_ps(a, e), lo = _mm512_min_ps(a, e);
         const __m512 l = ll_log16(_mm512_add_ps(one, ll_exp16(_mm512_sub_ps(lo, hi))));
         const __m512 r = _mm512_sub_ps(_mm512_add_ps(hi, l), vc);
         /* both -inf: lo - hi is NaN; the sum's probability is 0 */
