@@ -50,6 +50,26 @@ typedef struct {
     double prior_p;
 } ll_latent_prior;
 
+/* sample_draw's settings (lldecode --sampling-topk, --sampling-topp,
+ * --temperature, --unkpen) and the special tokens it never draws (pad, bos;
+ * eos as a row's mode allows) or penalises (unk). */
+typedef struct {
+    int topk;                /* 0 (or >= V): every token */
+    double topp;             /* in (0, 1): nucleus; 0 or 1: none */
+    double temperature;      /* > 0 */
+    double unkpen;           /* subtracted from unk's tempered score, after the softmax */
+    int pad, bos, eos, unk;
+} ll_sample_params;
+
+/* One row's draw: u uniform in [0, 1); mode bit 0: eos allowed, bit 1: eos
+ * only (the length limit), bit 2: no draw (a finished row: tok -1, lq 0);
+ * forced >= 0: that token (a target prefix's); ban[ban0 .. ban0 + n_ban):
+ * tokens never drawn (--no-repeat-ngram-size). */
+typedef struct {
+    double u;
+    int32_t mode, forced, ban0, n_ban;
+} ll_sample_row;
+
 /* Slots of the per-update statistics buffer (double, backend memory).  Slots
  * before LL_ST_ADAM_T are zeroed at the start of every update; the Adam step
  * counts persist (the optimizer op reads them, grad_finish advances them). */
@@ -429,6 +449,25 @@ struct ll_backend {
      * lldecode --no-repeat-ngram-size as fairseq's NGramRepeatBlock).  idx [n] in backend memory,
      * x in the activation dtype. */
     void (*fill_at)(ll_backend *be, ll_act *x, const int32_t *idx, int n, real val);
+    /* sample_draw: one token per row from the rows' log-probabilities logp
+     *   [rows, V] (lldecode --sampling; src/decode/sample.c).  Per row, in
+     *   double: q = logp / temperature, q[unk] -= unkpen, q = -inf at the
+     *   row's bans; the drawable tokens are those with q > -inf but pad, bos
+     *   and eos unless mode bit 0; among them the topk best (ties to the lower
+     *   id), then (0 < topp < 1) the fewest of those, most probable first
+     *   (weight ties to the lower id), whose weight reaches topp of theirs;
+     *   weights w = exp(q - max drawable q) summed in token order into W, and
+     *   tok = the first candidate in token order whose running sum exceeds
+     *   u * W (the last one if rounding leaves none).  No draw: forced, else
+     *   eos under mode bit 1 or with nothing drawable.  lq = the token's
+     *   log-probability under softmax(logp / temperature) normalised over every
+     *   token (bans and unkpen left out of the normaliser), less unkpen for
+     *   unk (temperature 1: logp[tok] less that).  Every sum runs in token
+     *   (or rank) order, one after another, so each backend adds the same
+     *   numbers in the same order: CUDA equals the CPU up to exp's last bit.
+     *   tok, lq, row [rows] and ban in backend memory; p on the host. */
+    void (*sample_draw)(ll_backend *be, int32_t *tok, double *lq, const ll_act *logp, const ll_sample_row *row,
+                        const int32_t *ban, int rows, int V, const ll_sample_params *p);
 
     /* Incremental decoding (src/model/infer.c, src/decode/beam.c).
      * copy_rows: rows x n elements, row i of src (stride src_stride elements)

@@ -351,6 +351,11 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
  * the activation dtype: converted when it is not real's). */
 const ll_act *ll_decode_step_dev(ll_model *m, ll_dec_state *d, const int32_t *prev_tok);
 void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real *logp);
+/* A sampling step: the step, then one draw per row on the backend (sample_draw: row [N] and
+ * ban [n_ban] on the host, uploaded together; tok and lq [N] read back in one download), so
+ * the [N, V] log-probabilities stay where they are. */
+void ll_decode_step_sample(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const ll_sample_row *row,
+                           const int32_t *ban, int n_ban, const ll_sample_params *p, int32_t *tok, double *lq);
 /* A beam-search step: the step, then per sentence the k best candidates
  * (row, token) by cum[row] + log p (the backend's beam_topk; mode [B]: bit 0
  * eos allowed, bit 1 eos only), read into host score/lp/flat [B * k] (flat =

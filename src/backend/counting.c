@@ -126,12 +126,21 @@ static void fp_prior(counting *k, const void *px, size_t n) {
     for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++) fp_u64(k, (uint64_t)iv[i]);
     fp_raw(k, p->active, sizeof p->active), fp_raw(k, &p->prior_p, sizeof p->prior_p);
 }
+static void fp_sample_params(counting *k, const void *px, size_t n) {
+    (void)n;
+    const ll_sample_params *p = *(const ll_sample_params *const *)px;
+    const int64_t iv[] = {p->topk, p->pad, p->bos, p->eos, p->unk};
+    for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++) fp_u64(k, (uint64_t)iv[i]);
+    fp_raw(k, &p->topp, sizeof p->topp), fp_raw(k, &p->temperature, sizeof p->temperature);
+    fp_raw(k, &p->unkpen, sizeof p->unkpen);
+}
 static void fp_ptrs(counting *k, const void *const *v, int n) {
     for (int i = 0; i < n; i++) FP_PTR(k, v[i]);
 }
 /* one argument (an lvalue: the op's parameter) */
 #define FP1(x)                                                                                          \
     _Generic((x), const ll_gemm_desc *: fp_gemm, const ll_philox *: fp_philox, const ll_latent_prior *: fp_prior, \
+             const ll_sample_params *: fp_sample_params, \
              default: fp_raw)(k_, &(x), sizeof(x));
 #define FP_E1(m, x) m(x)
 #define FP_E2(m, x, ...) m(x) FP_E1(m, __VA_ARGS__)
@@ -414,6 +423,10 @@ OPL(beam_topk, 2,
     (ll_backend * be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
      const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos),
     (((counting *)be)->inner, score, lp, flat, logp, cum, mode, groups, beam, V, k, pad, bos, eos))
+OPL(sample_draw, rows > 0,
+    (ll_backend * be, int32_t *tok, double *lq, const ll_act *logp, const ll_sample_row *row, const int32_t *ban,
+     int rows, int V, const ll_sample_params *p),
+    (((counting *)be)->inner, tok, lq, logp, row, ban, rows, V, p))
 OPL(attention_cached, 1,
     (ll_backend * be, ll_act *out, const ll_act *q, int qs, const ll_act *kv, int kvs, size_t rs, const int *anc,
      int as, int nk, const int *nat, int rows, int H, int Dh),
@@ -532,7 +545,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     SET(weighted_scatter), SET(dots_acc), SET(latent_sample), SET(latent_grad), SET(latent_kl), SET(latent_lk);
     SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish);
     SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(pick_logp), SET(ensemble_mix), SET(add_col), SET(fill_at), SET(adam);
-    SET(copy_rows), SET(reorder_rows), SET(beam_topk), SET(attention_cached), SET(beam_ancestry), SET(attn_align);
+    SET(copy_rows), SET(reorder_rows), SET(beam_topk), SET(sample_draw), SET(attention_cached), SET(beam_ancestry), SET(attn_align);
     SET(linear_pack), SET(linear_packed), SET(linear_unpack);
     w->be.cond_if = c_cond_if, w->be.cond_else = c_cond_else, w->be.cond_end = c_cond_end; /* (any inner) */
     return &w->be;
@@ -581,7 +594,7 @@ static const char *op_class(const char *op) {
         {"xent", "loss"}, {"sym_kl", "loss"}, {"log_softmax", "loss"}, {"pick_logp", "loss"}, {"ensemble_mix", "loss"}, {"add_col", "loss"}, {"fill_at", "loss"}, {"ald_", "loss"}, {"adam", "optimizer"},
         {"sumsq", "optimizer"}, {"grad_finish", "optimizer"}, {"latent_", "latent depth"}, {"weighted_", "DLCL"},
         {"dots_acc", "DLCL"}, {"embed", "embedding"}, {"upload", "host transfer"}, {"download", "host transfer"},
-        {"copy_rows", "decoding"}, {"reorder_rows", "decoding"}, {"beam_topk", "decoding"}, {"beam_ancestry", "decoding"}, {"attn_align", "decoding"}};
+        {"copy_rows", "decoding"}, {"reorder_rows", "decoding"}, {"beam_topk", "decoding"}, {"sample_draw", "decoding"}, {"beam_ancestry", "decoding"}, {"attn_align", "decoding"}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strncmp(op, t[i].prefix, strlen(t[i].prefix))) return t[i].cls;
     return "element-wise"; /* add, acc, dropout, relu, gates, copies, memset, convert */
@@ -654,7 +667,7 @@ const char *ll_backend_op_name(size_t slot) {
         N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(residual_ln_fwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
-        N(log_softmax), N(pick_logp), N(ensemble_mix), N(add_col), N(fill_at), N(copy_rows), N(reorder_rows), N(beam_topk), N(attention_cached), N(beam_ancestry), N(attn_align), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
+        N(log_softmax), N(pick_logp), N(ensemble_mix), N(add_col), N(fill_at), N(copy_rows), N(reorder_rows), N(beam_topk), N(sample_draw), N(attention_cached), N(beam_ancestry), N(attn_align), N(adam), N(linear_pack), N(linear_packed), N(linear_unpack)};
     /* (graph_* and cond_*: the graph's structure, not ops of the parity and profile tables) */
 #undef N
     return slot < SLOTS && names[slot] ? names[slot] : "?";

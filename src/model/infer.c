@@ -348,6 +348,38 @@ void ll_decode_step(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, real 
     ll_arena_release(&m->arena, mk);
 }
 
+void ll_decode_step_sample(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const ll_sample_row *row,
+                           const int32_t *ban, int n_ban, const ll_sample_params *p, int32_t *tok, double *lq) {
+    ll_backend *be = m->be;
+    const int N = d->N, V = m->hp.V;
+    for (int r = 0; r < N; r++) {
+        const ll_sample_row *w = &row[r];
+        if (w->mode & 4) continue;
+        if (w->forced >= V || w->ban0 < 0 || w->n_ban < 0 || w->ban0 > n_ban - w->n_ban)
+            ll_die("decode: sampling row %d: forced token %d or bans [%d, +%d) outside the vocabulary or the %d bans",
+                   r, w->forced, w->ban0, w->n_ban, n_ban);
+        for (int i = 0; i < w->n_ban; i++)
+            if (ban[w->ban0 + i] < 0 || ban[w->ban0 + i] >= V)
+                ll_die("decode: sampling row %d: banned token %d outside the vocabulary", r, ban[w->ban0 + i]);
+    }
+    const ll_act *logp = ll_decode_step_dev(m, d, prev_tok);
+    ll_arena_mark mk = ll_arena_get_mark(&m->arena);
+    /* one upload [rows][bans], one download [lq][tok] (widest first: aligned) */
+    const size_t in_bytes = sizeof(ll_sample_row) * (size_t)N + sizeof(int32_t) * (size_t)n_ban;
+    const size_t out_bytes = (sizeof(double) + sizeof(int32_t)) * (size_t)N;
+    char *h = stage(d, in_bytes > out_bytes ? in_bytes : out_bytes);
+    memcpy(h, row, sizeof(ll_sample_row) * (size_t)N);
+    if (n_ban) memcpy(h + sizeof(ll_sample_row) * (size_t)N, ban, sizeof(int32_t) * (size_t)n_ban);
+    char *in = ll_arena_alloc(&m->arena, in_bytes), *out = ll_arena_alloc(&m->arena, out_bytes);
+    be->upload(be, in, h, in_bytes);
+    be->sample_draw(be, (int32_t *)(out + sizeof(double) * (size_t)N), (double *)out, logp, (const ll_sample_row *)in,
+                    (const int32_t *)(in + sizeof(ll_sample_row) * (size_t)N), N, V, p);
+    be->download(be, h, out, out_bytes);
+    memcpy(lq, h, sizeof(double) * (size_t)N);
+    memcpy(tok, h + sizeof(double) * (size_t)N, sizeof(int32_t) * (size_t)N);
+    ll_arena_release(&m->arena, mk);
+}
+
 void ll_decode_ban(const ll_model *m, ll_dec_state *d, const int32_t *flat, int n) {
     const long long cells = (long long)d->N * m->hp.V;
     for (int i = 0; i < n; i++)

@@ -445,6 +445,7 @@ static ll_backend g_cpu = {
     .copy_rows = cpu_copy_rows,
     .reorder_rows = cpu_reorder_rows,
     .beam_topk = cpu_beam_topk,
+    .sample_draw = cpu_sample_draw,
     .attention_cached = cpu_attention_cached,
     .beam_ancestry = cpu_beam_ancestry,
     .attn_align = cpu_attn_align,

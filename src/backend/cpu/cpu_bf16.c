@@ -359,6 +359,12 @@ static void b_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, 
                   bos, eos);
 }
 
+/* the rows widened to fp32 (exactly), then the fp32 draw */
+static void b_sample_draw(ll_backend *be, int32_t *tok, double *lq, const ll_act *logp, const ll_sample_row *row,
+                          const int32_t *ban, int rows, int V, const ll_sample_params *p) {
+    cpu_sample_draw(be, tok, lq, R(in1(0, logp, (size_t)rows * V)), row, ban, rows, V, p);
+}
+
 /* the cache through the rows' ancestry: every referenced row lies below rows * row_stride */
 static void b_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
                                int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys,
@@ -389,7 +395,7 @@ static void init_bf16(void) {
     g_bf16.ensemble_mix = cpu_ensemble_mix_bf16;
     g_bf16.add_col = cpu_add_col_bf16;
     g_bf16.fill_at = cpu_fill_at_bf16;
-    SET(beam_topk), SET(attention_cached), SET(attn_align);
+    SET(beam_topk), SET(sample_draw), SET(attention_cached), SET(attn_align);
     /* decoding's packed fp32 kernel has no bf16 form: linear layers use gemm */
     g_bf16.linear_pack = NULL;
     g_bf16.linear_packed = NULL;

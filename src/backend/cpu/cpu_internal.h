@@ -91,6 +91,8 @@ void cpu_attn_align(ll_backend *be, int32_t *idx, const ll_act *q, int q_stride,
                     const int *key_len, int sents, int per_sent, int S, int H, int Dh);
 void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
                    const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
+void cpu_sample_draw(ll_backend *be, int32_t *tok, double *lq, const ll_act *logp, const ll_sample_row *row,
+                     const int32_t *ban, int rows, int V, const ll_sample_params *p);
 
 void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K);
 void cpu_linear_packed(ll_backend *be, ll_act *Y, int ldy, const ll_act *X, int ldx, const void *packed,
