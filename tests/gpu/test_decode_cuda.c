@@ -271,9 +271,10 @@ static int oc_same(const ll_nbest *a, const ll_nbest *b) {
     return same;
 }
 
-/* Sampling (ll_sample_search): the draws are made on the host from each step's log-probabilities,
- * keyed by sentence, so the CUDA backend's fp32 steps draw the same tokens as the CPU's (a
- * difference needs a uniform within ~1e-6 of a boundary); all of them, and topk, topp, temperature. */
+/* Sampling (ll_sample_search): each backend draws from its step's log-probabilities (sample_draw,
+ * a kernel on CUDA), with uniforms keyed by sentence, so the CUDA backend's fp32 steps draw the
+ * same tokens as the CPU's (a difference needs a uniform within ~1e-6 of a boundary); all of
+ * them, and topk, topp, temperature with --unkpen and no bigram twice (bans on the device). */
 static void test_sampling(ll_backend *cpu, ll_backend *gpu) {
     ll_model *mc = ll_model_new(&search_hp, cpu), *mg = ll_model_new(&search_hp, gpu);
     ll_model_init(mc, 6);
@@ -287,6 +288,7 @@ static void test_sampling(ll_backend *cpu, ll_backend *gpu) {
         ll_search_opts_default(&o);
         o.sampling = 1, o.beam = 3, o.nbest = 3, o.max_len_b = 10, o.seed = 9;
         o.topk = c ? 5 : 0, o.topp = c ? 0.9 : 1.0, o.temperature = c ? 0.8 : 1.0;
+        o.unkpen = c ? 1.5 : 0, o.no_repeat_ngram = c ? 2 : 0;
         ll_nbest oc[B], og[B];
         ll_beam_search(mg, src, len, B, S, &o, og);
         ll_beam_search(mc, src, len, B, S, &o, oc);
@@ -301,8 +303,8 @@ static void test_sampling(ll_backend *cpu, ll_backend *gpu) {
             }
             ll_nbest_free(&oc[b]), ll_nbest_free(&og[b]);
         }
-        fprintf(stderr, "sampling (topk %d, topp %g, temperature %g): %d tokens drawn on each backend\n", o.topk, o.topp,
-                o.temperature, tokens);
+        fprintf(stderr, "sampling (topk %d, topp %g, temperature %g, unkpen %g, no-repeat %d): %d tokens drawn on each "
+                "backend\n", o.topk, o.topp, o.temperature, o.unkpen, o.no_repeat_ngram, tokens);
         CHECK_MSG(same, "sampling (topk %d, temperature %g) on CUDA draws other tokens than on the CPU", o.topk,
                   o.temperature);
     }

@@ -81,6 +81,69 @@ static void t_beam_topk(void) {
     topk_case(2, 4, 17, 80);    /* fewer candidates than k: -inf / -1 slots */
 }
 
+/* sample_draw: rows of log-probabilities with exact ties, NaN and -inf, a flat row (its nucleus spans
+ * several of the kernel's 1,024-rank chunks) and a peaked one; every mode (eos not yet, allowed,
+ * only, a finished row), forced tokens, bans (repeated), u at 0 and just below 1.  Tokens exact;
+ * lq within 1e-12 (CUDA's exp may differ from the host's in the last bit; the emulation's is the
+ * host's, so there they are equal). */
+static void sample_case(int rows, int V, int topk, double topp, double temperature, double unkpen) {
+    const size_t n = (size_t)rows * V;
+    real *hl = pb_rand(n, -12, -0.01);
+    for (size_t i = 0; i < n; i += 89) hl[i] = hl[i / 3]; /* exact ties */
+    for (size_t i = 5; i < n; i += 1013) hl[i] = NAN;
+    for (size_t i = 11; i < n; i += 401) hl[i] = -INFINITY;
+    for (int v = 0; v < V; v++) hl[(size_t)1 * V + v] = -8; /* flat */
+    for (int v = 0; v < V; v++) hl[(size_t)2 * V + v] = v == 7 ? -0.001f : -30; /* peaked */
+    for (int r = 0; r < rows; r++) hl[(size_t)r * V + 2] = -1.5f; /* eos competitive */
+    hl[(size_t)3 * V + 3] = 0; /* unk the best */
+    for (int r = 8; r < rows; r += 4) /* flat, eos too (mode 0: not drawable): V - 3 weights of exactly 1 */
+        for (int v = 0; v < V; v++) hl[(size_t)r * V + v] = -8;
+    ll_sample_row *hr = ll_malloc(sizeof(ll_sample_row) * rows);
+    int32_t hb[64];
+    int nb = 0;
+    ll_philox rng;
+    ll_philox_init(&rng, 7, 3, (uint32_t)(topk * 31 + V));
+    for (int r = 0; r < rows; r++) {
+        hr[r] = (ll_sample_row){ll_philox_uniform(&rng, (uint64_t)r), r % 4 == 3 ? 1 : r % 4, -1, nb, 0};
+        if (r == 0) hr[r].u = 0;
+        if (r == 4) hr[r].u = 0.99999999999999989; /* (the largest double below 1) */
+        if (r == 6) hr[r].mode = 4; /* finished: tok -1, lq 0 */
+        if (r == 7) hr[r].forced = 3;
+        if (r % 5 == 1 && nb + 6 <= 64) { /* bans, one twice, the row's favourites among them */
+            const int32_t b[6] = {7, 4, 3, 4, (int32_t)(V - 1), 9};
+            memcpy(hb + nb, b, sizeof b);
+            hr[r].n_ban = 6, nb += 6;
+        }
+    }
+    const ll_sample_params p = {topk, topp, temperature, unkpen, 1, 0, 2, 3};
+    pbuf logp = pb_new_act(hl, n), row = pb_new(hr, sizeof(ll_sample_row) * rows), ban = pb_new(hb, sizeof hb);
+    pbuf tok = pb_new(NULL, sizeof(int32_t) * rows), lq = pb_new(NULL, sizeof(double) * rows);
+    BOTH BE->sample_draw(BE, I32(tok, s), F64(lq, s), A(logp, s), (const ll_sample_row *)row.d[s], I32(ban, s), rows,
+                         V, &p);
+    char what[128];
+    snprintf(what, sizeof what, "tok (V %d, topk %d, topp %g, temperature %g, unkpen %g)", V, topk, topp, temperature,
+             unkpen);
+    pb_cmp_exact(what, &tok);
+    pb_cmp_f64("lq", &lq, rows, 1e-12, 1);
+    int32_t *t = pb_get(&tok, REF);
+    CHECK_MSG(t[6] == -1 && t[7] == 3, "sample_draw: a finished row drew %d, a forced one %d", t[6], t[7]);
+    for (int r = 0; r < rows; r++)
+        CHECK_MSG(t[r] == -1 || (t[r] >= 0 && t[r] < V), "sample_draw: row %d drew %d", r, t[r]);
+    free(t), free(hl), free(hr);
+    pb_free(&logp), pb_free(&row), pb_free(&ban), pb_free(&tok), pb_free(&lq);
+}
+static void t_sample_draw(void) {
+    sample_case(24, 3001, 0, 0, 1, 0);         /* every token */
+    sample_case(24, 3001, 10, 0, 1, 0);        /* top-k */
+    sample_case(24, 3001, 0, 0.9, 1, 0);       /* nucleus: the flat row's spans three chunks */
+    sample_case(24, 3003, 0, 0.5, 1, 0);       /* the flat rows' kept weight reaches half exactly */
+    sample_case(24, 3001, 50, 0.5, 0.7, 2);    /* both, tempered, unk penalised */
+    sample_case(24, 3001, 2500, 0.95, 1.3, 0); /* a top-k wider than a chunk */
+    sample_case(24, 3001, 3006, 1, 1, 0.5);    /* topk >= V, topp 1: neither */
+    sample_case(24, 3001, 1, 0, 1, 0);         /* top-1: the arg-max */
+    sample_case(9, 32003, 0, 0.999999, 1, 0);  /* a vocabulary of the benchmarks' size */
+}
+
 /* self-attention through the rows' ancestry: keys of row r at cache rows
  * anc[r][j] (any row of the batch), or the row's own (anc NULL); head sizes
  * 64 (the CPU's vector path) and 40 (its plain loop; not a multiple of 32).

@@ -1,6 +1,7 @@
 /* CUDA host wrappers of the incremental-decoding ops (kernels/decode.cu):
  * the KV-cache write is one strided cudaMemcpy2DAsync; the reorder, the
- * ancestry tables, the cached self-attention, the beam top-k and the hard alignment are kernels.  Nothing here synchronises. */
+ * ancestry tables, the cached self-attention, the beam top-k, the sampling draw and the hard
+ * alignment are kernels.  Nothing here synchronises. */
 #include <cuda_runtime_api.h>
 
 #include "cuda_internal.h"
@@ -39,6 +40,16 @@ static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat,
                          "beam_topk");
 }
 
+/* the kernel's scratch from the lane's grow-only device scratch (a block's slice per row it draws) */
+static void cu_sample_draw(ll_backend *be, int32_t *tok, double *lq, const ll_act *logp, const ll_sample_row *row,
+                           const int32_t *ban, int rows, int V, const ll_sample_params *p) {
+    if (rows <= 0) return;
+    void *scratch = ll_cuda_scratch(be, ll_cuda_sample_draw_scratch_bytes(rows, V));
+    ll_cuda_check_launch(ll_cuda_sample_draw(ll_cuda_enter(be), ll_cuda_act(be), tok, lq, logp, row, ban, rows, V, p,
+                                             scratch),
+                         "sample_draw");
+}
+
 static void cu_attention_cached(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
                                 int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys,
                                 const int *n_at, int rows, int H, int Dh) {
@@ -68,6 +79,7 @@ void ll_cuda_register_decode(ll_backend *be) {
     be->copy_rows = cu_copy_rows;
     be->reorder_rows = cu_reorder_rows;
     be->beam_topk = cu_beam_topk;
+    be->sample_draw = cu_sample_draw;
     be->attention_cached = cu_attention_cached;
     be->beam_ancestry = cu_beam_ancestry;
     be->attn_align = cu_attn_align;
