@@ -59,6 +59,9 @@
 #   shared_load the one-kernel attention backward's S = Q K^T reads K's tile from global memory
 #              through ll_wmma_load_shared (a .shared load of a global address reads something
 #              else on a GPU: the emulation checks every tile that load names is shared memory)
+#   sample_barrier the sampling draw without the barrier between the threads' writes of the
+#              candidates and their weights and thread 0's sum of them (it reads weights
+#              not yet written)
 # Exit 0 when every mutant is killed and the unmutated copy passes.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -84,7 +87,7 @@ declare -A file=([barrier]=kernels/ll_cuda_common.cuh [past_row]=kernels/layerno
   [side_workspace]=src/backend/cuda/cuda_gemm_lt.c [side_slot]=src/backend/cuda/cuda_side.c
   [layer_join]=src/model/transformer.c [group_pp]=src/model/transformer.c [group_release]=src/model/transformer.c
   [kv_join]=src/model/layers.c [share]=kernels/residual.cu [pdl_enter]=kernels/residual.cu
-  [shared_load]=kernels/attention_tc_bwd1.cu)
+  [shared_load]=kernels/attention_tc_bwd1.cu [sample_barrier]=kernels/sample.cu)
 for m in "${!file[@]}"; do touch "$work/src/${file[$m]}"; done
 launcher=${LL_EMU_LAUNCHER:-}
 # shellcheck disable=SC2086
@@ -120,6 +123,7 @@ cover() {
     bwd1_half | shared_load) echo 'LL_PARITY_PRECISION=bf16 "$b/gpu_test_ops_cuda" --op attention_bwd' ;;
     side_fork | side_join | side_workspace | side_slot) echo '"$b/gpu_test_graph_cuda" --side' ;;
     layer_join | group_release | kv_join) echo '"$b/gpu_test_step_cuda"' ;;
+    sample_barrier) echo '"$b/gpu_test_ops_cuda" --op sample_draw' ;;
     group_pp) echo 'LL_PARITY_PRECISION=bf16 LL_LAYERS_PER_JOIN=2 "$b/gpu_test_step_cuda"' ;;
   esac
 }
@@ -160,6 +164,9 @@ M = {
     "shared_load": ("kernels/attention_tc_bwd1.cu",
                     "product_abt(sW, TC_SLD, sQ + (size_t)w0 * ld, sK + (size_t)part * LL_WT * ld, ld, Dh, KTW);",
                     "product_abt(sW, TC_SLD, sQ + (size_t)w0 * ld, kb + (size_t)part * LL_WT * ld, ld, Dh, KTW);"),
+    "sample_barrier": ("kernels/sample.cu",
+                       "w[at] = exp(q(v) - amx), at++;\n            __syncthreads();\n",
+                       "w[at] = exp(q(v) - amx), at++;\n"),
     "share": ("kernels/residual.cu", "hi = lo + share + (b < extra ? 1 : 0);", "hi = lo + share;"),
     "ticket": ("kernels/residual.cu", "    *ticket = 0u; /* for the next launch (ordered after this one on the stream) */\n", ""),
     "relu_note": ("src/backend/cuda/cuda_gemm_lt.c", "drelu_kernel = drelu && !ll_cuda_relu_mask_written(g->aux);",
@@ -190,7 +197,7 @@ PY
 
 mutants=(barrier past_row smem_short no_sync bounds shared_short syncwarp tc_syncwarp ln_barrier ticket relu_note
   graph_kernels bwd1_half side_fork side_join layer_join side_workspace share side_slot group_pp group_release kv_join
-  pdl_enter shared_load driver_names)
+  pdl_enter shared_load driver_names sample_barrier)
 # LL_EMU_MUTANTS="a b": only those (a rerun after fixing one); CI runs them all
 if [ -n "${LL_EMU_MUTANTS:-}" ]; then read -r -a mutants <<< "$LL_EMU_MUTANTS"; fi
 status=0
