@@ -7,13 +7,15 @@
  * inverted index): the top-k are the keys at or above the k-th's; the
  * nucleus walks the candidates by weight in chunks of SAMPLE_CHUNK ranks,
  * each chunk gathered by its bounding keys and sorted in shared memory (a
- * bitonic sort), usually one chunk.  The sums that decide a draw (the
- * candidates' total, the nucleus's kept weight, the running sum of the walk,
- * the tempered normaliser) are added by one thread in the CPU's order, so
- * both add the same numbers in the same order: the tokens are the CPU's up to
- * the last bit of exp (the emulation's exp is the host's: equal there).  Those
- * serial loops run over the candidates (top-k: k), the whole vocabulary only
- * for unrestricted sampling; the rows' blocks run side by side. */
+ * bitonic sort), usually one chunk.  The sums that decide a draw are
+ * defined term by term (include/ll/backend.h): sums over tokens in blocks of
+ * LL_SAMPLE_SUM_BLOCK, which the threads add side by side before one thread
+ * adds the blocks' sums in order (and walks one block), and the nucleus's
+ * kept weight in rank order by one thread; so both backends add the same
+ * numbers in the same order, and the tokens are the CPU's up to the last bit
+ * of exp (the emulation's exp is the host's: equal there).  One thread's
+ * serial work is then ~V / 64 additions for unrestricted sampling (32k
+ * tokens: ~500), not V. */
 #include <math.h>
 
 #include "ll_cuda_common.cuh"
@@ -123,6 +125,25 @@ static __device__ int block_scan(int c, int *red, int *total) {
     return before + x - c;
 }
 
+/* bsum[j] = w[j*B .. (j+1)*B) summed in order, B = LL_SAMPLE_SUM_BLOCK, by the block's threads side
+ * by side; then a barrier */
+static __device__ void block_sums(const double *w, int n, double *bsum) {
+    const int nb = (n + LL_SAMPLE_SUM_BLOCK - 1) / LL_SAMPLE_SUM_BLOCK;
+    for (int j = threadIdx.x; j < nb; j += blockDim.x) {
+        const int e = (j + 1) * LL_SAMPLE_SUM_BLOCK < n ? (j + 1) * LL_SAMPLE_SUM_BLOCK : n;
+        double b = 0;
+        for (int i = j * LL_SAMPLE_SUM_BLOCK; i < e; i++) b += w[i];
+        bsum[j] = b;
+    }
+    __syncthreads();
+}
+/* (one thread) the blocks' sums in order */
+static __device__ double sum_blocks(const double *bsum, int n) {
+    double t = 0;
+    for (int j = 0; j < (n + LL_SAMPLE_SUM_BLOCK - 1) / LL_SAMPLE_SUM_BLOCK; j++) t += bsum[j];
+    return t;
+}
+
 /* Descending bitonic sort of P (a power of 2) keys in shared memory. */
 static __device__ void bitonic_desc(uint64_t *hi, uint32_t *lo, int P) {
     for (int k = 2; k <= P; k <<= 1)
@@ -158,7 +179,8 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
     __shared__ sample_smem sm;
     const int tid = threadIdx.x, nt = blockDim.x;
     double *w = (double *)(scratch + blockIdx.x * per_block);
-    int *cand = (int *)(w + V);
+    double *bsum = w + V; /* [V / LL_SAMPLE_SUM_BLOCK + 1] */
+    int *cand = (int *)(bsum + V / LL_SAMPLE_SUM_BLOCK + 1);
     unsigned char *banned = (unsigned char *)(cand + V);
     const bool t1 = p.temperature == 1.0;
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -222,11 +244,8 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
             for (int v = v0; v < v1; v++)
                 if (is_cand(v)) cand[at] = v, w[at] = exp(q(v) - amx), at++;
             __syncthreads();
-            if (tid == 0) {
-                double total = 0;
-                for (int i = 0; i < n; i++) total += w[i];
-                sm.total = total;
-            }
+            block_sums(w, n, bsum);
+            if (tid == 0) sm.total = sum_blocks(bsum, n);
             __syncthreads();
             if (p.topp > 0 && p.topp < 1) { /* nucleus: ranks by (weight desc, position asc), a chunk at a time */
                 auto wkey = [&](int i, key96 *k) {
@@ -272,19 +291,29 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
                     if (key_less(k, keep)) w[i] = 0;
                 }
                 __syncthreads();
+                block_sums(w, n, bsum); /* (the kept weights, for the walk) */
                 if (tid == 0) sm.total = sm.kept;
             }
-            if (tid == 0) { /* the walk, as the CPU's */
+            if (tid == 0) { /* the walk, as the CPU's: the block holding the target, then within it */
                 const double target = row.u * sm.total;
-                double acc = 0;
                 int t = -1;
-                for (int i = n - 1; t < 0; i--)
-                    if (w[i] > 0 || i == 0) t = cand[i];
-                for (int i = 0; i < n; i++)
-                    if (w[i] > 0 && (acc += w[i]) > target) {
-                        t = cand[i];
-                        break;
+                double P = 0;
+                for (int j = 0; t < 0 && j * LL_SAMPLE_SUM_BLOCK < n; j++) {
+                    if (P + bsum[j] > target) {
+                        const int e = (j + 1) * LL_SAMPLE_SUM_BLOCK < n ? (j + 1) * LL_SAMPLE_SUM_BLOCK : n;
+                        double s = 0;
+                        for (int i = j * LL_SAMPLE_SUM_BLOCK; i < e; i++) {
+                            s += w[i];
+                            if (w[i] > 0 && P + s > target) {
+                                t = cand[i];
+                                break;
+                            }
+                        }
                     }
+                    P += bsum[j];
+                }
+                for (int i = n - 1; t < 0; i--) /* (rounding: past the last weight, the last kept) */
+                    if (w[i] > 0 || i == 0) t = cand[i];
                 sm.tok = t;
             }
         }
@@ -295,11 +324,8 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
         } else { /* the tempered normaliser, summed in token order (bans and unkpen left out) */
             for (int v = tid; v < V; v += nt) w[v] = exp(q0(v) - mx);
             __syncthreads();
-            if (tid == 0) {
-                double z = 0;
-                for (int v = 0; v < V; v++) z += w[v];
-                lq_out[r] = q(t) - (mx + log(z));
-            }
+            block_sums(w, V, bsum);
+            if (tid == 0) lq_out[r] = q(t) - (mx + log(sum_blocks(bsum, V)));
         }
         if (tid == 0) tok_out[r] = t;
         __syncthreads(); /* (the next row rewrites banned, w and the shared state) */
@@ -309,7 +335,8 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
 extern "C" int ll_cuda_sample_draw_blocks(int rows) { return rows < SAMPLE_BLOCKS ? rows : SAMPLE_BLOCKS; }
 
 extern "C" size_t ll_cuda_sample_draw_scratch_bytes(int rows, int V) {
-    const size_t per = ((sizeof(double) + sizeof(int) + 1) * (size_t)V + 255) & ~(size_t)255;
+    const size_t per = (sizeof(double) * ((size_t)V + V / LL_SAMPLE_SUM_BLOCK + 1) + (sizeof(int) + 1) * (size_t)V + 255) &
+                       ~(size_t)255;
     return per * (size_t)ll_cuda_sample_draw_blocks(rows);
 }
 

@@ -61,6 +61,11 @@ typedef struct {
     int pad, bos, eos, unk;
 } ll_sample_params;
 
+/* sample_draw's sums over tokens: blocks of this many consecutive terms, each block summed in
+ * order, then the blocks' sums in order (a GPU adds the blocks side by side, and the CPU the
+ * same numbers in the same order). */
+#define LL_SAMPLE_SUM_BLOCK 64
+
 /* One row's draw: u uniform in [0, 1); mode bit 0: eos allowed, bit 1: eos
  * only (the length limit), bit 2: no draw (a finished row: tok -1, lq 0);
  * forced >= 0: that token (a target prefix's); ban[ban0 .. ban0 + n_ban):
@@ -455,16 +460,20 @@ struct ll_backend {
      *   row's bans; the drawable tokens are those with q > -inf but pad, bos
      *   and eos unless mode bit 0; among them the topk best (ties to the lower
      *   id), then (0 < topp < 1) the fewest of those, most probable first
-     *   (weight ties to the lower id), whose weight reaches topp of theirs;
-     *   weights w = exp(q - max drawable q) summed in token order into W, and
+     *   (weight ties to the lower id), whose weight reaches topp of theirs
+     *   (their weights added one by one in that order); weights w = exp(q -
+     *   max drawable q); W = their sum (the nucleus: its kept weight), and
      *   tok = the first candidate in token order whose running sum exceeds
-     *   u * W (the last one if rounding leaves none).  No draw: forced, else
+     *   u * W (the last one if rounding leaves none).  Sums over tokens run in
+     *   blocks of LL_SAMPLE_SUM_BLOCK candidates: the running sum at candidate
+     *   i of block j is (the blocks before j, summed in order) + (block j's
+     *   terms up to i, in order).  No draw: forced, else
      *   eos under mode bit 1 or with nothing drawable.  lq = the token's
      *   log-probability under softmax(logp / temperature) normalised over every
      *   token (bans and unkpen left out of the normaliser), less unkpen for
-     *   unk (temperature 1: logp[tok] less that).  Every sum runs in token
-     *   (or rank) order, one after another, so each backend adds the same
-     *   numbers in the same order: CUDA equals the CPU up to exp's last bit.
+     *   unk (temperature 1: logp[tok] less that).  Every sum is defined
+     *   term by term, so each backend adds the same numbers in the same
+     *   order: CUDA equals the CPU up to exp's last bit.
      *   tok, lq, row [rows] and ban in backend memory; p on the host. */
     void (*sample_draw)(ll_backend *be, int32_t *tok, double *lq, const ll_act *logp, const ll_sample_row *row,
                         const int32_t *ban, int rows, int V, const ll_sample_params *p);

@@ -50,6 +50,38 @@ static double nucleus(double *w, int n, double total, double topp, weighted *ord
     return kept;
 }
 
+/* w[0..n) summed as the contract says: blocks of LL_SAMPLE_SUM_BLOCK in order, their sums in order */
+static double block_sum(const double *w, int n) {
+    double total = 0;
+    for (int j = 0; j < n; j += LL_SAMPLE_SUM_BLOCK) {
+        const int e = j + LL_SAMPLE_SUM_BLOCK < n ? j + LL_SAMPLE_SUM_BLOCK : n;
+        double b = 0;
+        for (int i = j; i < e; i++) b += w[i];
+        total += b;
+    }
+    return total;
+}
+
+/* The first candidate whose running sum (the blocks before its own, then its block's terms up to
+ * it) exceeds target; -1 when none does (rounding). */
+static int walk(const double *w, const int *cand, int n, double target) {
+    double P = 0;
+    for (int j = 0; j < n; j += LL_SAMPLE_SUM_BLOCK) {
+        const int e = j + LL_SAMPLE_SUM_BLOCK < n ? j + LL_SAMPLE_SUM_BLOCK : n;
+        double b = 0;
+        for (int i = j; i < e; i++) b += w[i];
+        if (P + b > target) { /* in this block (its last weighted candidate reaches P + b) */
+            double s = 0;
+            for (int i = j; i < e; i++) {
+                s += w[i];
+                if (w[i] > 0 && P + s > target) return cand[i];
+            }
+        }
+        P += b;
+    }
+    return -1;
+}
+
 typedef struct {
     double *q, *w;
     int *cand;
@@ -96,26 +128,18 @@ static int draw(const real *lp, int V, const ll_sample_row *row, const int32_t *
                 if (DRAWABLE(v)) cand[n++] = v;
         }
 #undef DRAWABLE
-        double total = 0;
-        for (int i = 0; i < n; i++) total += w[i] = exp(q[cand[i]] - amx);
+        for (int i = 0; i < n; i++) w[i] = exp(q[cand[i]] - amx);
+        double total = block_sum(w, n);
         if (p->topp > 0 && p->topp < 1) total = nucleus(w, n, total, p->topp, s->order);
-        const double target = row->u * total;
-        double acc = 0;
-        tok = -1;
+        tok = walk(w, cand, n, row->u * total);
         for (int i = n - 1; tok < 0; i--) /* (rounding: past the last weight, the last kept) */
             if (w[i] > 0 || i == 0) tok = cand[i];
-        for (int i = 0; i < n; i++)
-            if (w[i] > 0 && (acc += w[i]) > target) {
-                tok = cand[i];
-                break;
-            }
     }
     if (t1) {
         *lq = (double)lp[tok] - (tok == p->unk ? p->unkpen : 0);
     } else { /* the normaliser of the tempered model, before the penalty */
-        double z = 0;
-        for (int v = 0; v < V; v++) z += exp((double)lp[v] / p->temperature - mx); /* (bans and unkpen left out) */
-        *lq = q[tok] - (mx + log(z));
+        for (int v = 0; v < V; v++) w[v] = exp((double)lp[v] / p->temperature - mx); /* (bans and unkpen left out) */
+        *lq = q[tok] - (mx + log(block_sum(w, V)));
     }
     return tok;
 }
