@@ -351,6 +351,12 @@ run_bench() {
   step bench-decode-profile 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 5 --repeats 1 --profile 1
   # the cached self-attention key by key, as before session 30 (its chunks of 32 keys: not yet timed)
   step bench-decode-serial 90 env LL_CUDA_DECODE_ATTN=serial "$B/ll_decode_bench" "${DEC[@]}"
+  # never timed on a GPU: sampling's draw as a kernel (session 38; before it the host drew from a
+  # [rows, V] download per step), ensembles' steps as graphs and --no-repeat-ngram-size (session 37)
+  step bench-decode-sample 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 0
+  step bench-decode-sample-top10 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 10
+  step bench-decode-ensemble 90 "$B/ll_decode_bench" "${DEC[@]}" --ensemble 2
+  step bench-decode-norepeat 60 "$B/ll_decode_bench" "${DEC[@]}" --no-repeat 3
   step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off "${BENCH_EXTRA[@]}"
