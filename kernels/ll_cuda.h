@@ -378,10 +378,11 @@ cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, 
 cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *score, float *lp, int32_t *flat,
                               const void *logp, const double *cum, const uint8_t *mode, int groups, int beam, int V,
                               int k, int pad, int bos, int eos);
-/* sample_draw (kernels/sample.cu): a block per row, at most ll_cuda_sample_draw_blocks(rows)
- * blocks, each with its slice of `scratch` (ll_cuda_sample_draw_scratch_bytes: ~13 bytes per token
- * per block); row, ban, tok, lq on the device, p on the host; logp of type t. */
-int ll_cuda_sample_draw_blocks(int rows);
+/* sample_draw (kernels/sample.cu): a block per row, at most ll_cuda_sample_draw_blocks(rows, V)
+ * blocks (256, fewer where their scratch would pass 128 MiB), each with its slice of `scratch`
+ * (ll_cuda_sample_draw_scratch_bytes: ~13 bytes per token per block); row, ban, tok, lq on the
+ * device, p on the host; logp of type t. */
+int ll_cuda_sample_draw_blocks(int rows, int V);
 size_t ll_cuda_sample_draw_scratch_bytes(int rows, int V);
 cudaError_t ll_cuda_sample_draw(cudaStream_t s, ll_cuda_dtype t, int32_t *tok, double *lq, const void *logp,
                                 const ll_sample_row *row, const int32_t *ban, int rows, int V,

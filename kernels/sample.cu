@@ -23,6 +23,7 @@
 #define SAMPLE_THREADS 512
 #define SAMPLE_CHUNK 1024 /* nucleus ranks sorted at a time (12 KiB of shared memory) */
 #define SAMPLE_BLOCKS 256 /* at most: rows beyond it loop (the scratch is per block) */
+#define SAMPLE_SCRATCH_MAX (128u << 20) /* fewer blocks where a large vocabulary would need more */
 #define WARP 32
 
 typedef struct {
@@ -332,12 +333,21 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
 }
 
-extern "C" int ll_cuda_sample_draw_blocks(int rows) { return rows < SAMPLE_BLOCKS ? rows : SAMPLE_BLOCKS; }
+/* a block's scratch: w and the block sums (doubles), cand (ints), the ban flags (bytes) */
+static size_t per_block_bytes(int V) {
+    return (sizeof(double) * ((size_t)V + V / LL_SAMPLE_SUM_BLOCK + 1) + (sizeof(int) + 1) * (size_t)V + 255) &
+           ~(size_t)255;
+}
+
+extern "C" int ll_cuda_sample_draw_blocks(int rows, int V) {
+    size_t b = SAMPLE_SCRATCH_MAX / per_block_bytes(V);
+    if (b > SAMPLE_BLOCKS) b = SAMPLE_BLOCKS;
+    if (b > (size_t)rows) b = (size_t)rows;
+    return b > 0 ? (int)b : 1;
+}
 
 extern "C" size_t ll_cuda_sample_draw_scratch_bytes(int rows, int V) {
-    const size_t per = (sizeof(double) * ((size_t)V + V / LL_SAMPLE_SUM_BLOCK + 1) + (sizeof(int) + 1) * (size_t)V + 255) &
-                       ~(size_t)255;
-    return per * (size_t)ll_cuda_sample_draw_blocks(rows);
+    return per_block_bytes(V) * (size_t)ll_cuda_sample_draw_blocks(rows, V);
 }
 
 extern "C" cudaError_t ll_cuda_sample_draw(cudaStream_t s, ll_cuda_dtype t, int32_t *tok, double *lq, const void *logp,
@@ -345,8 +355,8 @@ extern "C" cudaError_t ll_cuda_sample_draw(cudaStream_t s, ll_cuda_dtype t, int3
                                            const ll_sample_params *p, void *scratch) {
     if (rows <= 0) return cudaSuccess;
     if (!scratch || V <= 0) return cudaErrorInvalidValue;
-    const int blocks = ll_cuda_sample_draw_blocks(rows);
-    const size_t per = ll_cuda_sample_draw_scratch_bytes(rows, V) / (size_t)blocks;
+    const int blocks = ll_cuda_sample_draw_blocks(rows, V);
+    const size_t per = per_block_bytes(V);
     LL_DISPATCH(t, T, LL_LAUNCH(blocks, SAMPLE_THREADS, 0, s, sample_draw_kernel<T>)(
                           tok, lq, (const T *)logp, row, ban, rows, V, *p, (unsigned char *)scratch, per);)
     LL_CHECK_LAUNCH();

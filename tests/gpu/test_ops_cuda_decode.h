@@ -146,6 +146,7 @@ static void t_sample_draw(void) {
     sample_case(24, 3001, 3006, 1, 1, 0.5);    /* topk >= V, topp 1: neither */
     sample_case(24, 3001, 1, 0, 1, 0);         /* top-1: the arg-max */
     sample_case(9, 32003, 0, 0.999999, 1, 0);  /* a vocabulary of the benchmarks' size */
+    sample_case(300, 101, 5, 0.8, 0.9, 1);     /* more rows than the kernel's 256 blocks: blocks take several */
 }
 
 /* self-attention through the rows' ancestry: keys of row r at cache rows
