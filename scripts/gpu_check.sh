@@ -351,12 +351,6 @@ run_bench() {
   step bench-decode-profile 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 5 --repeats 1 --profile 1
   # the cached self-attention key by key, as before session 30 (its chunks of 32 keys: not yet timed)
   step bench-decode-serial 90 env LL_CUDA_DECODE_ATTN=serial "$B/ll_decode_bench" "${DEC[@]}"
-  # never timed on a GPU: sampling's draw as a kernel (session 38; before it the host drew from a
-  # [rows, V] download per step), ensembles' steps as graphs and --no-repeat-ngram-size (session 37)
-  step bench-decode-sample 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 0
-  step bench-decode-sample-top10 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 10
-  step bench-decode-ensemble 90 "$B/ll_decode_bench" "${DEC[@]}" --ensemble 2
-  step bench-decode-norepeat 60 "$B/ll_decode_bench" "${DEC[@]}" --no-repeat 3
   step bench-ll-base 60 "$B/ll_gpu_bench" --model base --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   step bench-ll-deep30 60 "$B/ll_gpu_bench" --model deep30 --device cuda --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   step bench-ll-ll64-nographs 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" --graphs off "${BENCH_EXTRA[@]}"
@@ -364,6 +358,13 @@ run_bench() {
     --peak-tflops "$PEAK" "${BENCH_EXTRA[@]}"
   tstep bench-torch-base 60 python3 bench/gpu/torch_gpu_peer.py --model base --peak-tflops "$PEAK"
   tstep bench-torch-base-compile 150 python3 bench/gpu/torch_gpu_peer.py --model base --compile --peak-tflops "$PEAK"
+  # last (the issue's targets first), never timed on a GPU: sampling's draw as a kernel (session 38;
+  # before it the host drew from a [rows, V] download per step), ensembles' steps as graphs and
+  # --no-repeat-ngram-size (session 37)
+  step bench-decode-sample 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 0
+  step bench-decode-sample-top10 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 10
+  step bench-decode-ensemble 90 "$B/ll_decode_bench" "${DEC[@]}" --ensemble 2
+  step bench-decode-norepeat 60 "$B/ll_decode_bench" "${DEC[@]}" --no-repeat 3
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
   sed -n '/^profile, beam/,/^total/p' "$L/bench-decode-profile.log" | sed 's/^/  decode /' | tee -a "$S"
