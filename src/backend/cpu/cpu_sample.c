@@ -2,7 +2,12 @@
  * of a sampling search, in double, rows in parallel.  The reference of the
  * CUDA kernel (kernels/sample.cu), which finds the same candidates and adds
  * the same weights in the same order with other algorithms (a radix select
- * instead of a heap, a sort of ranked chunks instead of qsort). */
+ * instead of a heap, a sort of ranked chunks instead of qsort).
+ *
+ * As fairseq: the score is normalised over the whole (tempered) vocabulary;
+ * unkpen and the bans (--no-repeat-ngram-size) act after the softmax, so
+ * <unk> is drawn e^-unkpen times as often and a banned token never, while
+ * the other tokens' scores stay what the model gives them. */
 #include <math.h>
 #include <stdlib.h>
 
