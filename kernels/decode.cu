@@ -268,20 +268,40 @@ extern "C" cudaError_t ll_cuda_attention_cached(cudaStream_t stream, ll_cuda_dty
 
 /* ---- attn_align ------------------------------------------------------------------ */
 
+/* The first maximum of v[j], j < n - 1 (the keys before EOS; n >= 2), over a warp whose lane l
+ * reads j = l, l+32, ...: each lane's first maximum, then the warp's (the higher, ties to the
+ * lower key).  Every lane returns it. */
+static __device__ int warp_first_max(const float *v, int n) {
+    const int lane = threadIdx.x % WARP;
+    int best = -1;
+    float bv = -INFINITY;
+    for (int j = lane; j < n - 1; j += WARP)
+        if (best < 0 || v[j] > bv) best = j, bv = v[j];
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oj = __shfl_xor_sync(0xffffffffu, best, o);
+        if (oj >= 0 && (best < 0 || ov > bv || (ov == bv && oj < best))) best = oj, bv = ov;
+    }
+    return best;
+}
+
 /* One warp per query row (few rows, few keys: latency, not bandwidth).  Lane l owns keys
  * l, l+32, ... of the row's sentence; per head, in order: the scores into shared memory, a warp
  * max and sum, each lane adding its keys' probabilities into its own slots of the head sum (no
- * atomics: the same sums at every run).  Then the first maximum over the keys before EOS. */
+ * atomics: the same sums at every run).  Then (acc NULL) the first maximum over the keys before
+ * EOS, or (attn_probs) f times the sums written (overwrite) or added to the row of acc. */
 template <typename T>
-static __global__ void attn_align_kernel(int32_t *__restrict__ idx, const T *__restrict__ q, int q_stride,
-                                         const T *__restrict__ kv, int kv_stride, const int *__restrict__ key_len,
-                                         int per_sent, int S, int H, int Dh, float scale) {
+static __global__ void attn_align_kernel(int32_t *__restrict__ idx, float *__restrict__ acc, int overwrite, float f,
+                                         const T *__restrict__ q, int q_stride, const T *__restrict__ kv,
+                                         int kv_stride, const int *__restrict__ key_len, int per_sent, int S, int H,
+                                         int Dh, float scale) {
     LL_PDL_ENTER();
     LL_DYN_SHARED(float, align_smem);
     const int r = blockIdx.x, b = r / per_sent, lane = threadIdx.x, C = H * Dh;
     float *sq = align_smem, *ps = sq + C, *sum = ps + S; /* query [C], scores [S], head sums [S] */
     const int n = min(key_len[b], S);
-    if (n < 2) {
+    if (!acc && n < 2) {
         if (lane == 0) idx[r] = -1;
         return;
     }
@@ -304,18 +324,23 @@ static __global__ void attn_align_kernel(int32_t *__restrict__ idx, const T *__r
         z = ll_warp_sum(z);
         for (int j = lane; j < n; j += WARP) sum[j] += ps[j] / z;
     }
-    /* the lane's first maximum, then the warp's: the higher sum, ties to the lower key */
-    int best = -1;
-    float bv = -INFINITY;
-    for (int j = lane; j < n - 1; j += WARP)
-        if (best < 0 || sum[j] > bv) best = j, bv = sum[j];
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oj = __shfl_xor_sync(0xffffffffu, best, o);
-        if (oj >= 0 && (best < 0 || ov > bv || (ov == bv && oj < best))) best = oj, bv = ov;
+    if (acc) { /* (a lane's own keys: no barrier needed) */
+        float *a = acc + (size_t)r * S;
+        for (int j = lane; j < n; j += WARP) a[j] = overwrite ? f * sum[j] : a[j] + f * sum[j];
+        return;
     }
+    __syncwarp();
+    const int best = warp_first_max(sum, n);
     if (lane == 0) idx[r] = best;
+}
+
+/* align_argmax: a warp per row over its row of acc */
+static __global__ void align_argmax_kernel(int32_t *__restrict__ idx, const float *__restrict__ acc,
+                                           const int *__restrict__ key_len, int per_sent, int S) {
+    LL_PDL_ENTER();
+    const int r = blockIdx.x, n = min(key_len[r / per_sent], S);
+    const int best = n < 2 ? -1 : warp_first_max(acc + (size_t)r * S, n);
+    if (threadIdx.x == 0) idx[r] = best;
 }
 
 extern "C" cudaError_t ll_cuda_attn_align(cudaStream_t stream, ll_cuda_dtype t, int32_t *idx, const void *q,
@@ -327,7 +352,31 @@ extern "C" cudaError_t ll_cuda_attn_align(cudaStream_t stream, ll_cuda_dtype t, 
     if (smem > 48 * 1024 || rows > INT_MAX) return cudaErrorInvalidValue;
     const float scale = 1.0f / sqrtf((float)Dh); /* as attention_cached: computed on the host */
     LL_DISPATCH(t, T, LL_LAUNCH((unsigned)rows, WARP, smem, stream, attn_align_kernel<T>)(
-                          idx, (const T *)q, q_stride, (const T *)kv, kv_stride, key_len, per_sent, S, H, Dh, scale);)
+                          idx, NULL, 0, 0.0f, (const T *)q, q_stride, (const T *)kv, kv_stride, key_len, per_sent, S,
+                          H, Dh, scale);)
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ll_cuda_attn_probs(cudaStream_t stream, ll_cuda_dtype t, float *acc, int overwrite, float w,
+                                          const void *q, int q_stride, const void *kv, int kv_stride,
+                                          const int *key_len, int sents, int per_sent, int S, int H, int Dh) {
+    const long rows = (long)sents * per_sent;
+    if (rows <= 0 || S <= 0) return cudaSuccess;
+    const size_t smem = sizeof(float) * ((size_t)H * Dh + 2 * (size_t)S);
+    if (smem > 48 * 1024 || rows > INT_MAX) return cudaErrorInvalidValue;
+    const float scale = 1.0f / sqrtf((float)Dh), f = w / (float)H; /* (f as the CPU's: w / H in fp32) */
+    LL_DISPATCH(t, T, LL_LAUNCH((unsigned)rows, WARP, smem, stream, attn_align_kernel<T>)(
+                          NULL, acc, overwrite, f, (const T *)q, q_stride, (const T *)kv, kv_stride, key_len,
+                          per_sent, S, H, Dh, scale);)
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ll_cuda_align_argmax(cudaStream_t stream, int32_t *idx, const float *acc, const int *key_len,
+                                            int sents, int per_sent, int S) {
+    const long rows = (long)sents * per_sent;
+    if (rows <= 0 || S <= 0) return cudaSuccess;
+    if (rows > INT_MAX) return cudaErrorInvalidValue;
+    LL_LAUNCH((unsigned)rows, WARP, 0, stream, align_argmax_kernel)(idx, acc, key_len, per_sent, S);
     return cudaGetLastError();
 }
 

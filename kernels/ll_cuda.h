@@ -400,6 +400,12 @@ cudaError_t ll_cuda_beam_ancestry(cudaStream_t stream, int *anc, int *scratch, c
 cudaError_t ll_cuda_attn_align(cudaStream_t stream, ll_cuda_dtype t, int32_t *idx, const void *q, int q_stride,
                                const void *kv, int kv_stride, const int *key_len, int sents, int per_sent, int S, int H,
                                int Dh);
+/* attn_probs and align_argmax as the ops (attn_probs: attn_align's kernel, the same limits) */
+cudaError_t ll_cuda_attn_probs(cudaStream_t stream, ll_cuda_dtype t, float *acc, int overwrite, float w, const void *q,
+                               int q_stride, const void *kv, int kv_stride, const int *key_len, int sents,
+                               int per_sent, int S, int H, int Dh);
+cudaError_t ll_cuda_align_argmax(cudaStream_t stream, int32_t *idx, const float *acc, const int *key_len, int sents,
+                                 int per_sent, int S);
 /* copy_rows with a destination offset read on the device: dst + *at * at_stride
  * (all in bytes); without one, the op is a cudaMemcpy2DAsync */
 cudaError_t ll_cuda_copy_rows_at(cudaStream_t stream, void *dst, size_t dst_stride, const void *src, size_t src_stride,

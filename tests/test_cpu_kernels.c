@@ -10,7 +10,8 @@
  *     double-precision loops;
  *   - the decoding row ops: reorder_rows against a plain gather, and
  *     beam_ancestry against the cache reorders it replaces;
- *   - attn_align (decoding's hard alignment) against a double-precision loop;
+ *   - attn_align (decoding's hard alignment) against a double-precision loop, and an
+ *     ensemble's: attn_probs (written, then added) and align_argmax;
  *   - pick_logp (forced decoding's token scores) in fp32 and bf16 storage;
  *   - ensemble_mix (an ensemble's log-probabilities) against log(e^a + e^(b + w)) - c in long double;
  *   - add_col (--unkpen) moves one column of every row, nothing else.
@@ -394,12 +395,15 @@ static void test_ancestry(void) {
 
 /* attn_align against a double-precision loop: random queries and keys (a near tie may
  * go either way), a key made the clear favourite, the same favourite at the EOS key
- * (left out: the runner-up wins), identical best keys (the lower wins), one key (-1). */
+ * (left out: the runner-up wins), identical best keys (the lower wins), one key (-1).
+ * The same for an ensemble's path: attn_probs written with weight 0.25 then added with
+ * 0.75 (the head mean: sum / H; entries past a sentence's keys untouched), then
+ * align_argmax of it. */
 static void test_attn_align(void) {
     ll_backend *be = ll_backend_cpu();
     enum { SENTS = 3, PER = 4, S = 9, H = 3, DH = 8, C = H * DH, ROWS = SENTS * PER, QS = C + 5, KVS = 2 * C };
-    real q[ROWS * QS], kv[SENTS * S * KVS];
-    int32_t idx[ROWS];
+    real q[ROWS * QS], kv[SENTS * S * KVS], acc[ROWS * S];
+    int32_t idx[ROWS], idx2[ROWS];
     srand(5);
     for (int trial = 0; trial < 40; trial++) {
         for (int i = 0; i < ROWS * QS; i++) q[i] = (real)(rand() % 2001 - 1000) / 400;
@@ -416,6 +420,10 @@ static void test_attn_align(void) {
                 memcpy(&kv[(b * S + key_len[b] - 2) * KVS], &kv[(b * S + at) * KVS], sizeof(real) * C);
         }
         be->attn_align(be, idx, A_(q), QS, A_(kv), KVS, key_len, SENTS, PER, S, H, DH);
+        for (int i = 0; i < ROWS * S; i++) acc[i] = 7;
+        be->attn_probs(be, acc, 1, (real)0.25, A_(q), QS, A_(kv), KVS, key_len, SENTS, PER, S, H, DH);
+        be->attn_probs(be, acc, 0, (real)0.75, A_(q), QS, A_(kv), KVS, key_len, SENTS, PER, S, H, DH);
+        be->align_argmax(be, idx2, acc, key_len, SENTS, PER, S);
         for (int r = 0; r < ROWS; r++) {
             const int b = r / PER, n = key_len[b];
             double sum[S] = {0};
@@ -433,13 +441,22 @@ static void test_attn_align(void) {
             int best = n < 2 ? -1 : 0;
             for (int j = 1; j < n - 1; j++)
                 if (sum[j] > sum[best]) best = j;
-            const int got = idx[r];
-            const int ok = got == best || (got >= 0 && got < n - 1 && best >= 0 && fabs(sum[got] - sum[best]) < 1e-5);
-            CHECK_MSG(ok, "attn_align trial %d row %d: %d, want %d (%.9g vs %.9g)", trial, r, got, best,
-                      got >= 0 && got < S ? sum[got] : 0.0, best >= 0 ? sum[best] : 0.0);
-            if (kind == 3 && n >= 3 && n - 2 != fav % (n - 1)) /* a tie: the lower key, exactly */
-                CHECK_MSG(got == fav % (n - 1), "attn_align tie: row %d got %d, want %d", r, got, fav % (n - 1));
-            if (kind == 2 && n >= 3) CHECK_MSG(got != n - 1, "attn_align chose EOS (row %d)", r);
+            for (int j = 0; j < S; j++) {
+                const double want = j < n ? sum[j] / H : 7;
+                CHECK_MSG(fabs(acc[r * S + j] - want) <= 1e-5 * fmax(1, fabs(want)),
+                          "attn_probs trial %d row %d key %d: %.9g, want %.9g", trial, r, j, (double)acc[r * S + j], want);
+            }
+            for (int e = 0; e < 2; e++) {
+                const int got = e ? idx2[r] : idx[r];
+                const char *op = e ? "attn_probs + align_argmax" : "attn_align";
+                const int ok =
+                    got == best || (got >= 0 && got < n - 1 && best >= 0 && fabs(sum[got] - sum[best]) < 1e-5);
+                CHECK_MSG(ok, "%s trial %d row %d: %d, want %d (%.9g vs %.9g)", op, trial, r, got, best,
+                          got >= 0 && got < S ? sum[got] : 0.0, best >= 0 ? sum[best] : 0.0);
+                if (kind == 3 && n >= 3 && n - 2 != fav % (n - 1)) /* a tie: the lower key, exactly */
+                    CHECK_MSG(got == fav % (n - 1), "%s tie: row %d got %d, want %d", op, r, got, fav % (n - 1));
+                if (kind == 2 && n >= 3) CHECK_MSG(got != n - 1, "%s chose EOS (row %d)", op, r);
+            }
         }
     }
 }

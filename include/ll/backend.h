@@ -520,7 +520,16 @@ struct ll_backend {
      *   idx[r] = the key j < key_len[b] - 1 (the last key, the source's EOS,
      *   left out) with the highest probability summed over the heads
      *   (softmax of q.k/sqrt(Dh) per head, in fp32), ties to the lower j;
-     *   -1 when key_len[b] < 2.  key_len and idx in backend memory. */
+     *   -1 when key_len[b] < 2.  key_len and idx in backend memory.
+     * attn_probs: an ensemble's share of the alignment (fairseq averages its
+     *   models' attention, each averaged over its heads): the same
+     *   probabilities as attn_align, summed over the heads in head order,
+     *   times w / H, written (overwrite) or added to acc[r*S + j] for
+     *   j < key_len[b]; acc's other entries as they were.  acc real
+     *   [rows * S] in backend memory.
+     * align_argmax: idx[r] = the key j < key_len[b] - 1 with the highest
+     *   acc[r*S + j], ties to the lower j; -1 when key_len[b] < 2 (the last
+     *   step of an ensemble's alignment, as attn_align's). */
     void (*copy_rows)(ll_backend *be, ll_act *dst, size_t dst_stride, const ll_act *src, size_t src_stride, int rows,
                       size_t n, const int *at, size_t at_stride);
     void (*reorder_rows)(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
@@ -534,6 +543,11 @@ struct ll_backend {
                           int stride, int group);
     void (*attn_align)(ll_backend *be, int32_t *idx, const ll_act *q, int q_stride, const ll_act *kv, int kv_stride,
                        const int *key_len, int sents, int per_sent, int S, int H, int Dh);
+    void (*attn_probs)(ll_backend *be, real *acc, int overwrite, real w, const ll_act *q, int q_stride,
+                       const ll_act *kv, int kv_stride, const int *key_len, int sents, int per_sent, int S, int H,
+                       int Dh);
+    void (*align_argmax)(ll_backend *be, int32_t *idx, const real *acc, const int *key_len, int sents, int per_sent,
+                         int S);
 
     /* fairseq Adam with decoupled weight decay (reference-spec §5.3) on the
      * gradient times stats[LL_ST_GMUL]; the 1-based step is stats[t_slot]; does

@@ -328,6 +328,10 @@ typedef struct ll_dec_state {
     int32_t *align_dev; /* backend [N]: each row's hard alignment of the last step (ll_decode_align_on) */
     int logp_rows;      /* rows of d->logp after the last step: N, or B when it ran one row per sentence */
     int align_layer;    /* the decoder layer whose cross-attention gives it; -1: off */
+    real *align_acc;    /* an ensemble's: backend [N, S], its models' weighted attention (align_argmax) */
+    real *acc_to;       /* this step: this model's attention into acc_to (attn_probs), times acc_w */
+    real acc_w;
+    int acc_over;       /* (overwrite: the first model) */
     struct ll_dec_state **ens; /* the ensemble members' states (ll_model.ens), stepped with this one */
     real unk_pen;       /* ll_decode_step_topk: subtracted from <unk>'s log-probability before the top-k */
     const int32_t *ban; /* ll_decode_ban: host [n_ban] flat indices row * V + token, -inf in the next */
@@ -338,8 +342,9 @@ typedef struct ll_dec_state {
 /* An ensemble (fairseq's EnsembleModel): m decodes with the n models of members beside it, which
  * it then owns (ll_model_free frees them).  Every step runs each model on the same rows and
  * d->logp holds log(mean of their probabilities), or with weights (n + 1 of them, m's first,
- * positive; NULL: equal) log(sum w_i p_i / sum w_i); alignments are m's; on a GPU each model's
- * step is a CUDA graph of its own (the mix and the top-k run after them).  The members must
+ * positive; NULL: equal) log(sum w_i p_i / sum w_i); alignments come from the models' attention,
+ * each averaged over its heads, weighted so too (fairseq's average); on a GPU each model's
+ * step is a CUDA graph of its own (the mix, the alignment's arg-max and the top-k run after them).  The members must
  * share m's backend, vocabulary size and max_positions, and have their decoding set up (layer
  * gates, latent inference) as m. */
 void ll_model_ensemble(ll_model *m, ll_model **members, int n, const double *weights);

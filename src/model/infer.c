@@ -94,7 +94,9 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     const size_t b_self = round64(ACT_BYTES(m, (size_t)N * max_T * 2 * C));
     const size_t b_scratch = round64(ACT_BYTES(m, (size_t)N * (max_T > S ? max_T : S) * 2 * C));
     const size_t b_anc = round64(sizeof(int) * (size_t)N * max_T), b_align = round64(sizeof(int32_t) * N);
-    const size_t total = b_len + b_logp + (size_t)hp->Ld * (b_cross + b_self) + b_scratch + 2 * b_anc + b_align;
+    const size_t b_acc = m->n_ens ? round64(sizeof(real) * (size_t)N * S) : 0; /* (an ensemble's alignment) */
+    const size_t total =
+        b_len + b_logp + (size_t)hp->Ld * (b_cross + b_self) + b_scratch + 2 * b_anc + b_align + b_acc;
     if (m->dec_mem_cap < total) {
         if (m->dec_mem) be->free(be, m->dec_mem);
         m->dec_mem = be->alloc(be, total);
@@ -115,6 +117,7 @@ ll_dec_state *ll_decode_begin(ll_model *m, const int32_t *src, const int *src_le
     d->anc = (int *)mem;
     d->anc_scratch = (int *)(mem + b_anc);
     d->align_dev = (int32_t *)(mem + 2 * b_anc);
+    d->align_acc = b_acc ? (real *)(mem + 2 * b_anc + b_align) : NULL;
     d->align_layer = -1;
     be->upload(be, d->dev_src_len, src_len, sizeof(int) * B);
 
@@ -232,7 +235,8 @@ static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
 
     ll_inc inc = {.packed = d->packed, .self_kv = d->self_kv, .cross_kv = d->cross_kv, .max_T = d->max_T,
                   .t = in->t, .sents = d->B, .beam = roots ? 1 : beam, .anc = roots ? NULL : d->anc,
-                  .row_mul = mul, .sent_src_len = d->dev_src_len, .align = align, .align_layer = d->align_layer};
+                  .row_mul = mul, .sent_src_len = d->dev_src_len, .align = align, .align_layer = d->align_layer,
+                  .align_acc = d->acc_to, .align_w = d->acc_w, .align_overwrite = d->acc_over};
     ll_pass p = {.B = rows, .T = 1, .S = d->S, .train = 0, .no_grad = 1, .stack = 1, .inc = &inc};
     ll_stack_run r;
     ll_stack_run_init(m, &r, 1, &p, in->tok);
@@ -249,22 +253,30 @@ static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
 }
 
 /* An ensemble's step (ll_model_ensemble): m's decoder, then each member's on the same rows, their
- * log-probabilities mixed into d->logp (ensemble_mix: log of the (weighted) mean probability), then the top-k. */
+ * log-probabilities mixed into d->logp (ensemble_mix: log of the (weighted) mean probability), then the top-k.
+ * Alignments (fairseq's): each model's attention, averaged over its heads, weighted as the mixture
+ * and summed into d->align_acc in its step (attn_probs), then their arg-max (align_argmax). */
 static void ens_step(ll_model *m, ll_dec_state *d, const step_in *in, const int32_t *prev_tok, int roots, int k,
                      char *out, int32_t *align) {
-    run_step(m, d, in, roots, 0, NULL, align);
+    if (align) d->acc_to = d->align_acc, d->acc_w = (real)exp(-m->ens_c), d->acc_over = 1;
+    run_step(m, d, in, roots, 0, NULL, NULL);
+    d->acc_to = NULL;
     const size_t n = (size_t)(roots ? d->B : d->N) * m->hp.V;
     for (int j = 0; j < m->n_ens; j++) {
         ll_model *e = m->ens[j];
         ll_dec_state *de = d->ens[j];
         const ll_arena_mark mk = ll_arena_get_mark(&e->arena), mk_meta = ll_arena_get_mark(&e->meta);
         const step_in ie = step_upload(e, de, prev_tok, NULL, NULL, roots);
+        if (align && de->align_layer >= 0) /* (a member without cross-attention adds nothing, as in fairseq) */
+            de->acc_to = d->align_acc, de->acc_w = (real)exp(m->ens_b[j] - m->ens_c), de->acc_over = 0;
         run_step(e, de, &ie, roots, 0, NULL, NULL);
+        de->acc_to = NULL;
         de->logp_rows = roots ? de->B : de->N;
         m->be->ensemble_mix(m->be, d->logp, de->logp, n, m->ens_b[j], j == m->n_ens - 1 ? m->ens_c : 0);
         ll_arena_release(&e->arena, mk);
         ll_arena_release(&e->meta, mk_meta);
     }
+    if (align) m->be->align_argmax(m->be, align, d->align_acc, d->dev_src_len, d->B, roots ? 1 : d->beam, d->S);
     if (k > 0) step_topk_ops(m, d, in, roots, k, out);
 }
 
@@ -437,6 +449,7 @@ int ll_decode_align_on(ll_model *m, ll_dec_state *d) {
         const ll_layer_ctl *c = &m->dec_ctl[l];
         if (!(c->skip || c->skip_cross || ll_layer_off(c))) d->align_layer = l;
     }
+    for (int j = 0; j < m->n_ens; j++) ll_decode_align_on(m->ens[j], d->ens[j]); /* (ens_step averages them) */
     return d->align_layer;
 }
 

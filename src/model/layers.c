@@ -145,7 +145,10 @@ static void sub_fwd(ll_model *m, ll_block *k, const ll_pass *p, int layer, const
             const ll_inc *c = p->inc;
             be->attention_fwd(be, k->ctx, NULL, k->q, C, c->cross_kv[layer], ACT(m, c->cross_kv[layer], C), 2 * C,
                               c->sent_src_len, c->sents, c->beam, p->S, H, Dh, 0, 0, NULL, 0);
-            if (c->align && layer == c->align_layer)
+            if (c->align_acc && layer == c->align_layer)
+                be->attn_probs(be, c->align_acc, c->align_overwrite, c->align_w, k->q, C, c->cross_kv[layer], 2 * C,
+                               c->sent_src_len, c->sents, c->beam, p->S, H, Dh);
+            else if (c->align && layer == c->align_layer)
                 be->attn_align(be, c->align, k->q, C, c->cross_kv[layer], 2 * C, c->sent_src_len, c->sents, c->beam,
                                p->S, H, Dh);
         } else {

@@ -93,6 +93,10 @@ typedef struct {
     int32_t *align;           /* backend [rows]: the hard alignment of layer align_layer's cross-attention
                                  (attn_align), or NULL */
     int align_layer;
+    real *align_acc;          /* instead (an ensemble's model): that layer's probabilities times align_w
+                                 into backend [rows, S] (attn_probs; align_overwrite: =, else +=) */
+    real align_w;
+    int align_overwrite;
 } ll_inc;
 
 /* Shape and context shared by the blocks of one forward pass. */

@@ -8,7 +8,11 @@
  *      search gets those token scores (the search's incremental steps, its
  *      reorders and compactions, run on every member), however it is batched
  *      and on two workers;
- *   3. a model in an ensemble with copies of itself searches as it does alone.
+ *   3. a model in an ensemble with copies of itself searches as it does alone, alignments too;
+ *   4. alignments average the models' attention with the mixture's weights (fairseq's average
+ *      of the models' head means): with one model's weight 1 and the others' 1e-300 the
+ *      ensemble aligns as that model alone, for each of the three (the third has 4 heads
+ *      and one decoder layer), in beam search and sampling.
  * 1 and 2 run with equal weights and with mixture weights (lldecode --weights): log(sum_j w_j p_j
  * / sum_j w_j). */
 #include <math.h>
@@ -161,19 +165,66 @@ static void test_copies(void) {
     sources(src, len);
     ll_translate_opts o = {.max_tokens = 1000};
     ll_search_opts_default(&o.search);
-    o.search.beam = 5, o.search.nbest = 5, o.search.max_len_b = 10;
+    o.search.beam = 5, o.search.nbest = 5, o.search.max_len_b = 10, o.search.align = 1;
     ll_nbest a[NS], b[NS];
     ll_translate_ids(m, (const int32_t *const *)src, len, NS, &o, a, NULL);
     ll_translate_ids(alone, (const int32_t *const *)src, len, NS, &o, b, NULL);
     for (int i = 0; i < NS; i++) {
         int same = a[i].n == b[i].n;
-        for (int h = 0; same && h < a[i].n; h++) same = same_hypo(&a[i].h[h], &b[i].h[h], TOL);
-        CHECK_MSG(same, "sentence %d: a model ensembled with its copies searched otherwise than alone", i);
+        for (int h = 0; same && h < a[i].n; h++)
+            same = same_hypo(&a[i].h[h], &b[i].h[h], TOL) &&
+                   !memcmp(a[i].h[h].align, b[i].h[h].align, sizeof(int32_t) * a[i].h[h].len);
+        CHECK_MSG(same, "sentence %d: a model ensembled with its copies searched (or aligned) otherwise than alone", i);
         ll_nbest_free(&a[i]), ll_nbest_free(&b[i]);
         free(src[i]);
     }
     ll_model_free(m);
     ll_model_free(alone);
+}
+
+/* 4: the ensemble with model t's weight 1 and the others' 1e-300 aligns as model t alone.  Its
+ * search is model t's up to the mixture's rounding, so sentences whose hypothesis came out
+ * otherwise are left out (at most one of the NS). */
+static void test_alignments(void) {
+    int32_t *src[NS];
+    int len[NS];
+    sources(src, len);
+    int compared = 0;
+    for (int t = 0; t < NM; t++) {
+        double w[NM];
+        for (int j = 0; j < NM; j++) w[j] = j == t ? 1 : 1e-300;
+        g_weights = w;
+        ll_model *ens = ensemble(NM), *alone = member(t);
+        g_weights = NULL;
+        for (int kind = 0; kind < 2; kind++) { /* beam search, sampling */
+            ll_translate_opts o = {.max_tokens = 1000, .draw_base = 5};
+            ll_search_opts_default(&o.search);
+            o.search.beam = 3, o.search.nbest = 1, o.search.max_len_b = 9, o.search.align = 1;
+            if (kind) o.search.sampling = 1, o.search.seed = 2;
+            ll_nbest a[NS], b[NS];
+            ll_translate_ids(ens, (const int32_t *const *)src, len, NS, &o, a, NULL);
+            ll_translate_ids(alone, (const int32_t *const *)src, len, NS, &o, b, NULL);
+            int skipped = 0;
+            for (int i = 0; i < NS; i++) {
+                if (a[i].n && b[i].n && a[i].h[0].len == b[i].h[0].len &&
+                    !memcmp(a[i].h[0].tokens, b[i].h[0].tokens, sizeof(int32_t) * a[i].h[0].len)) {
+                    CHECK_MSG(!memcmp(a[i].h[0].align, b[i].h[0].align, sizeof(int32_t) * a[i].h[0].len),
+                              "model %d weighted 1 (%s), sentence %d: the ensemble aligns otherwise than it alone", t,
+                              kind ? "sampling" : "beam search", i);
+                    compared++;
+                } else {
+                    skipped += a[i].n > 0;
+                }
+                ll_nbest_free(&a[i]), ll_nbest_free(&b[i]);
+            }
+            CHECK_MSG(skipped <= 1, "model %d weighted 1: %d sentences translated otherwise than by it alone", t,
+                      skipped);
+        }
+        ll_model_free(ens);
+        ll_model_free(alone);
+    }
+    fprintf(stderr, "ensemble alignments: %d translations aligned as their dominant model's alone\n", compared);
+    for (int i = 0; i < NS; i++) free(src[i]);
 }
 
 int main(void) {
@@ -184,5 +235,6 @@ int main(void) {
     test_searches();
     g_weights = NULL;
     test_copies();
+    test_alignments();
     return tu_finish("test_ensemble");
 }

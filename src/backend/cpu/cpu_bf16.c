@@ -384,6 +384,14 @@ static void b_attn_align(ll_backend *be, int32_t *idx, const ll_act *q, int q_st
                    key_len, sents, per_sent, S, H, Dh);
 }
 
+static void b_attn_probs(ll_backend *be, real *acc, int overwrite, real w, const ll_act *q, int q_stride,
+                         const ll_act *kv, int kv_stride, const int *key_len, int sents, int per_sent, int S, int H,
+                         int Dh) {
+    const size_t C = (size_t)H * Dh, nq = (size_t)sents * per_sent, nk = (size_t)sents * S;
+    cpu_attn_probs(be, acc, overwrite, w, R(in2(0, q, nq, C, q_stride)), q_stride, R(in2(1, kv, nk, C, kv_stride)),
+                   kv_stride, key_len, sents, per_sent, S, H, Dh);
+}
+
 #define SET(op) g_bf16.op = b_##op
 static void init_bf16(void) {
     g_bf16 = *ll_backend_cpu(); /* memory, latent ops, sumsq, grad_finish, adam, convert: as fp32 */
@@ -395,7 +403,7 @@ static void init_bf16(void) {
     g_bf16.ensemble_mix = cpu_ensemble_mix_bf16;
     g_bf16.add_col = cpu_add_col_bf16;
     g_bf16.fill_at = cpu_fill_at_bf16;
-    SET(beam_topk), SET(sample_draw), SET(attention_cached), SET(attn_align);
+    SET(beam_topk), SET(sample_draw), SET(attention_cached), SET(attn_align), SET(attn_probs);
     /* decoding's packed fp32 kernel has no bf16 form: linear layers use gemm */
     g_bf16.linear_pack = NULL;
     g_bf16.linear_packed = NULL;

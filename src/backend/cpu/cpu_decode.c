@@ -108,6 +108,33 @@ void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const
                    beam, V, k, pad, bos, eos);
 }
 
+/* Row r's attention probabilities over its sentence b's first n keys, summed over the heads in
+ * head order, into sum[n] (P: [n] scratch). */
+static void head_sums(const real *q, int q_stride, const real *kv, int kv_stride, int r, int b, int n, int S, int H,
+                      int Dh, real *P, real *sum) {
+    const real scale = 1 / sqrt((real)Dh);
+    for (int j = 0; j < n; j++) sum[j] = 0;
+    for (int h = 0; h < H; h++) {
+        const real *qi = q + (size_t)r * q_stride + (size_t)h * Dh;
+        const real *kb = kv + (size_t)b * S * kv_stride + (size_t)h * Dh;
+        real mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            P[j] = ll_dot_fixed(qi, kb + (size_t)j * kv_stride, Dh) * scale;
+            mx = P[j] > mx ? P[j] : mx;
+        }
+        const real z = ll_row_exp_inplace(P, n, mx, NULL);
+        for (int j = 0; j < n; j++) sum[j] += P[j] / z;
+    }
+}
+
+/* the first maximum among the keys before the source's EOS (n >= 2) */
+static int first_max(const real *v, int n) {
+    int best = 0;
+    for (int j = 1; j < n - 1; j++)
+        if (v[j] > v[best]) best = j;
+    return best;
+}
+
 /* Hard alignment of a decoding step (contract in include/ll/backend.h): per
  * query row, the probabilities of its sentence's keys summed over the heads;
  * the first maximum among the keys before the source's EOS. */
@@ -115,7 +142,6 @@ void cpu_attn_align(ll_backend *be, int32_t *idx, const ll_act *q_, int q_stride
                     const int *key_len, int sents, int per_sent, int S, int H, int Dh) {
     (void)be;
     const real *q = (const real *)q_, *kv = (const real *)kv_;
-    const real scale = 1 / sqrt((real)Dh);
     const int rows = sents * per_sent;
 #pragma omp parallel if ((size_t)rows * S * H * Dh > 200000)
     {
@@ -127,23 +153,40 @@ void cpu_attn_align(ll_backend *be, int32_t *idx, const ll_act *q_, int q_stride
                 idx[r] = -1;
                 continue;
             }
-            for (int j = 0; j < n; j++) sum[j] = 0;
-            for (int h = 0; h < H; h++) {
-                const real *qi = q + (size_t)r * q_stride + (size_t)h * Dh;
-                const real *kb = kv + (size_t)b * S * kv_stride + (size_t)h * Dh;
-                real mx = -INFINITY;
-                for (int j = 0; j < n; j++) {
-                    P[j] = ll_dot_fixed(qi, kb + (size_t)j * kv_stride, Dh) * scale;
-                    mx = P[j] > mx ? P[j] : mx;
-                }
-                const real z = ll_row_exp_inplace(P, n, mx, NULL);
-                for (int j = 0; j < n; j++) sum[j] += P[j] / z;
-            }
-            int best = 0;
-            for (int j = 1; j < n - 1; j++)
-                if (sum[j] > sum[best]) best = j;
-            idx[r] = best;
+            head_sums(q, q_stride, kv, kv_stride, r, b, n, S, H, Dh, P, sum);
+            idx[r] = first_max(sum, n);
         }
         free(P);
+    }
+}
+
+/* An ensemble member's share of the alignment: acc (=, +=) w / H * the head sums. */
+void cpu_attn_probs(ll_backend *be, real *acc, int overwrite, real w, const ll_act *q_, int q_stride,
+                    const ll_act *kv_, int kv_stride, const int *key_len, int sents, int per_sent, int S, int H,
+                    int Dh) {
+    (void)be;
+    const real *q = (const real *)q_, *kv = (const real *)kv_;
+    const int rows = sents * per_sent;
+    const real f = w / (real)H;
+#pragma omp parallel if ((size_t)rows * S * H * Dh > 200000)
+    {
+        real *P = ll_aligned_alloc(sizeof(real) * 2 * (S > 0 ? S : 1)), *sum = P + (S > 0 ? S : 1);
+#pragma omp for schedule(static)
+        for (int r = 0; r < rows; r++) {
+            const int b = r / per_sent, n = key_len[b] < S ? key_len[b] : S;
+            real *a = acc + (size_t)r * S;
+            head_sums(q, q_stride, kv, kv_stride, r, b, n, S, H, Dh, P, sum);
+            for (int j = 0; j < n; j++) a[j] = overwrite ? f * sum[j] : a[j] + f * sum[j];
+        }
+        free(P);
+    }
+}
+
+void cpu_align_argmax(ll_backend *be, int32_t *idx, const real *acc, const int *key_len, int sents, int per_sent,
+                      int S) {
+    (void)be;
+    for (int r = 0; r < sents * per_sent; r++) {
+        const int b = r / per_sent, n = key_len[b] < S ? key_len[b] : S;
+        idx[r] = n < 2 ? -1 : first_max(acc + (size_t)r * S, n);
     }
 }

@@ -75,6 +75,23 @@ static void cu_attn_align(ll_backend *be, int32_t *idx, const ll_act *q, int q_s
                          "attn_align");
 }
 
+static void cu_attn_probs(ll_backend *be, real *acc, int overwrite, real w, const ll_act *q, int q_stride,
+                          const ll_act *kv, int kv_stride, const int *key_len, int sents, int per_sent, int S, int H,
+                          int Dh) {
+    if (sizeof(float) * ((size_t)H * Dh + 2 * (size_t)S) > 48 * 1024)
+        ll_die("--alignment: a model of width %d with %d source positions exceeds the CUDA kernel's 48 KiB of shared "
+               "memory", H * Dh, S);
+    ll_cuda_check_launch(ll_cuda_attn_probs(ll_cuda_enter(be), ll_cuda_act(be), acc, overwrite, w, q, q_stride, kv,
+                                            kv_stride, key_len, sents, per_sent, S, H, Dh),
+                         "attn_probs");
+}
+
+static void cu_align_argmax(ll_backend *be, int32_t *idx, const real *acc, const int *key_len, int sents,
+                            int per_sent, int S) {
+    ll_cuda_check_launch(ll_cuda_align_argmax(ll_cuda_enter(be), idx, acc, key_len, sents, per_sent, S),
+                         "align_argmax");
+}
+
 void ll_cuda_register_decode(ll_backend *be) {
     be->copy_rows = cu_copy_rows;
     be->reorder_rows = cu_reorder_rows;
@@ -83,4 +100,6 @@ void ll_cuda_register_decode(ll_backend *be) {
     be->attention_cached = cu_attention_cached;
     be->beam_ancestry = cu_beam_ancestry;
     be->attn_align = cu_attn_align;
+    be->attn_probs = cu_attn_probs;
+    be->align_argmax = cu_align_argmax;
 }
