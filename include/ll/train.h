@@ -73,6 +73,13 @@ int ll_model_load_params(ll_model *m, const ll_ckpt *k, const char *path);
 /* 1 + a description ("model.heads 2 vs 4") when a and b differ in anything
  * that shapes the network (not dropout/label smoothing), else 0. */
 int ll_hparams_arch_diff(const ll_hparams *a, const ll_hparams *b, char *what, size_t n);
+/* train.init_from: ll_model_init_from_check, before anything is created, opens cfg->init_from and
+ * compares the architecture its stored config describes with cfg's (ll_hparams_arch_diff); then,
+ * once the data is prepared, ll_model_init_from loads its parameters into m, refusing another
+ * sentencepiece vocabulary than vocab [vocab_len] (byte for byte).  -1 + errbuf (one line naming
+ * the file and what differs). */
+int ll_model_init_from_check(const ll_config *cfg);
+int ll_model_init_from(ll_model *m, const char *path, const void *vocab, size_t vocab_len);
 /* Restore optimizer + trainer state.  -1 + errbuf when absent, mismatched or
  * impossible (negative counters, Adam step beyond the update count, negative
  * second moments, non-finite values). */

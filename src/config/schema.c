@@ -136,6 +136,11 @@ const ll_cfg_key ll_cfg_keys[] = {
     STR("train.metrics_log", metrics_log, "", 0,
         "JSON-lines metrics file; empty = <checkpoint.save_dir>/metrics.jsonl.  Relative to the working directory.  "
         "Locked while a run writes it: each run needs its own."),
+    STR("train.init_from", init_from, "", LL_CFG_INPUT_PATH,
+        "A model file (checkpoint, llavg or llprune output) whose parameters start this run instead of random ones "
+        "(fairseq's --finetune-from-model): fine-tuning, or training a pruned model on.  The optimizer, learning-rate "
+        "schedule, update count and data position start fresh.  It must have this config's architecture (model.*, "
+        "dlcl.*, latent layers) and vocabulary; relative to the config file.  Not read by --resume."),
     ENUM("train.device", device, "cpu", "auto|cpu|cuda",
          "Where to train: cpu; cuda (GPU 0; an error when there is none); auto (GPU 0 when there is one and the "
          "CUDA backend has every op, else the CPU; the log says which)."),

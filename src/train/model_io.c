@@ -181,6 +181,58 @@ int ll_hparams_arch_diff(const ll_hparams *a, const ll_hparams *b, char *what, s
     return 0;
 }
 
+/* The architecture of the model file k (its stored config) against cfg's, both with the file's
+ * vocabulary size; -1 + errbuf naming the first difference. */
+static int same_arch(const ll_ckpt *k, const char *path, const ll_config *cfg) {
+    size_t vlen = 0;
+    const void *vocab = ll_ckpt_vocab(k, &vlen);
+    ll_spm *spm = vlen ? ll_spm_load_bytes(vocab, vlen) : NULL;
+    if (!spm) return ll_fail("%s: no usable vocabulary in the model file", path);
+    const int V = ll_spm_vocab_size(spm);
+    ll_spm_free(spm);
+    ll_config c;
+    if (ll_config_load_text(&c, ll_ckpt_config_text(k), path)) return -1; /* (frees what it loaded) */
+    int rc = check_arch(&c, path);
+    if (rc == 0) {
+        ll_hparams a, b;
+        char what[160];
+        ll_hparams_from_config(&a, cfg, V);
+        ll_hparams_from_config(&b, &c, V);
+        if (ll_hparams_arch_diff(&a, &b, what, sizeof what))
+            rc = ll_fail("%s: train.init_from: another architecture than this config's (%s: the config's, then the "
+                         "file's)", path, what);
+    }
+    ll_config_free(&c);
+    return rc;
+}
+
+int ll_model_init_from_check(const ll_config *cfg) {
+    ll_ckpt *k = ll_ckpt_open(cfg->init_from);
+    if (!k) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ll_errbuf());
+        return ll_fail("train.init_from: %s", why);
+    }
+    const int rc = same_arch(k, cfg->init_from, cfg);
+    ll_ckpt_close(k);
+    return rc;
+}
+
+int ll_model_init_from(ll_model *m, const char *path, const void *vocab, size_t vocab_len) {
+    ll_ckpt *k = ll_ckpt_open(path);
+    if (!k) return -1;
+    size_t vlen = 0;
+    const void *v = ll_ckpt_vocab(k, &vlen);
+    if (vlen != vocab_len || memcmp(v, vocab, vlen)) {
+        ll_ckpt_close(k);
+        return ll_fail("%s: train.init_from: its sentencepiece vocabulary is not this run's (data.spm_model): the "
+                       "same ids would mean other pieces", path);
+    }
+    const int rc = ll_model_load_params(m, k, path); /* (ll_model_init_from_check compared the architectures) */
+    ll_ckpt_close(k);
+    return rc;
+}
+
 int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const char *path) {
     const ll_tensor_ref *mm = ll_ckpt_find(k, "optim.adam_m"), *vv = ll_ckpt_find(k, "optim.adam_v");
     const ll_tensor_ref *cc = ll_ckpt_find(k, "state.counters"), *bb = ll_ckpt_find(k, "state.best_valid");

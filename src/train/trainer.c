@@ -149,6 +149,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (!cfg->save_dir[0] || !cfg->data_dir[0]) /* "" would read as the working directory, or fail as ": ..." */
         return ll_fail("%s is empty: set it to a directory", cfg->save_dir[0] ? "data.dir" : "checkpoint.save_dir");
     if (ll_config_check_ranks(host, cfg)) return -1; /* mismatched ranks: told which keys differ */
+    if (cfg->init_from[0] && !o->resume && ll_model_init_from_check(cfg)) return -1; /* (before save_dir exists) */
     /* before data preparation: fail fast (one rank per GPU; fp32 or bf16) */
     ll_backend *be = ll_backend_select(cfg->device, ll_config_act_dtype(cfg), host->local_rank, "train.device");
     if (!be) return -1;
@@ -208,6 +209,12 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (!(t->dist = ll_dist_for_backend(host, be, !strcmp(cfg->dist_backend, "nccl")))) return -1;
     t->m = ll_model_new(&hp, be);
     ll_model_init(t->m, (uint64_t)cfg->seed);
+    if (cfg->init_from[0] && !o->resume) { /* (a resumed run's parameters are its checkpoint's) */
+        if (ll_model_init_from(t->m, cfg->init_from, t->vocab, t->vocab_len)) return -1;
+        if (t->rank == 0)
+            ll_log("train.init_from: parameters from %s; the optimizer, learning-rate schedule, update count and "
+                   "data position start fresh", cfg->init_from);
+    }
     /* activations: one arena block sized by a dry run at the largest batch (+ slack for
      * shorter batches' alignment), so no step allocates backend memory */
     size_t act = ll_train_arena_bytes(cfg);

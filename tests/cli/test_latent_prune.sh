@@ -3,7 +3,8 @@
 # it: with DLCL (pre-norm, and ReZero with fixed weights) a dropped layer's
 # entry is folded into the kept rows' weights, and the pruned model decodes
 # like the hard-gated full model (same tokens, same log-probs up to float
-# rounding).  Post-norm latent layers and DLCL layers-to-keep are refused.
+# rounding).  Post-norm latent layers and DLCL layers-to-keep are refused.  A pruned
+# model trains on (train.init_from) with its layer count.
 source "$(dirname "$0")/lib.sh"
 IN=$T/in.en
 head -12 "$SRC/tests/data/tiny/test.en" > "$IN"
@@ -110,6 +111,19 @@ thr=$(sed -n 's/.*use a threshold <= \([0-9.]*\).*/\1/p' "$T/err.prune")
   err "the suggested threshold $thr failed"
 "$BIN/lldecode" --model "$T/one.llm" --target-lang es --beam 2 --input "$IN" --quiet > /dev/null ||
   err "the model pruned at the suggested threshold does not decode"
+
+# train.init_from: the pruned model (the union of the languages' layers) trained on, with its layer count
+thr=$(median_q "$M")
+"$BIN/llprune" --model "$M" --threshold "$thr" --output "$T/ft_src.llm" > "$T/ft.out" || err "prune for init_from failed"
+K=$(sed -n 's/^decoder: keep \([0-9]*\) of 4.*/\1/p' "$T/ft.out")
+[ -n "$K" ] && [ "$K" -lt 4 ] || err "the prune for init_from kept $K decoder layers: $(cat "$T/ft.out")"
+"$BIN/lltrain" --config "$SRC/configs/tiny_latent.cfg" --set data.dir="$T/bin" --set checkpoint.save_dir="$T/ft" \
+  --set latent.logits_lr=0.05 --set dlcl.decoder=true --set dlcl.encoder=true --set model.dec_layers="$K" \
+  --set train.max_updates=2 --set train.init_from="$T/ft_src.llm" 2> "$T/ft.log" &&
+  grep -q "train.init_from: parameters from $T/ft_src.llm" "$T/ft.log" ||
+  err "training the pruned model on: $(tail -1 "$T/ft.log")"
+"$BIN/lldecode" --model "$T/ft/checkpoint_last.llm" --target-lang es --beam 2 --input "$IN" --quiet > /dev/null ||
+  err "the pruned model trained on does not decode"
 
 # --lang of a language no latent stack has rows for (en: only a source here, the decoder's rows are
 # per target language) is refused, not taken as no --lang

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # lltrain end to end on real files: a tiny model overfits 32 sentence pairs,
-# --resume continues bit for bit, and bad input fails with one line and leaves
-# nothing behind.
+# --resume continues bit for bit, train.init_from starts a run from its
+# parameters, and bad input fails with one line and leaves nothing behind.
 source "$(dirname "$0")/lib.sh"
 LLTRAIN=$BIN/lltrain
 
@@ -70,6 +70,21 @@ OMP_NUM_THREADS=3 "$LLTRAIN" --config "$T/overfit.cfg" --set checkpoint.save_dir
   --threads 1 --set train.valid_interval=0 2> "$T/omp2.log" || err "--threads 1 run failed: $(tail -1 "$T/omp2.log")"
 grep -q "; 1 threads," "$T/omp2.log" || err "--threads 1 under OMP_NUM_THREADS=3: $(grep '^model:' "$T/omp2.log")"
 
+# 3d. train.init_from (fairseq's --finetune-from-model): the overfit model's parameters start a new run, whose
+# first update (1: the counters start fresh) then has the overfit model's loss; a fresh start's is far higher
+"$LLTRAIN" --config "$T/overfit.cfg" --set checkpoint.save_dir="$T/ft" --set train.max_updates=2 \
+  --set train.log_interval=1 --set train.valid_interval=0 --set train.init_from="$T/overfit/checkpoint_last.llm" \
+  2> "$T/ft.log" || err "init_from run failed: $(tail -1 "$T/ft.log")"
+grep -q "train.init_from: parameters from $T/overfit/checkpoint_last.llm" "$T/ft.log" || err "init_from not logged"
+first() { grep '"type":"train"' "$T/$1/metrics.jsonl" | head -1; }
+case "$(first ft)" in *'"update":1,'*) ;; *) err "init_from: the first record is not update 1: $(first ft)" ;; esac
+"$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/fresh" --set train.max_updates=1 \
+  --set train.log_interval=1 --set train.valid_interval=0 2> /dev/null || err "fresh run failed"
+ftl=$(first ft | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/') frl=$(first fresh | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+echo "init_from: first training loss $ftl (a fresh start: $frl)"
+python3 -c "import sys; sys.exit(0 if float('$ftl') < 0.2 and float('$frl') > 5 else 1)" ||
+  err "init_from: first loss $ftl, fresh $frl"
+
 # 4. bad input: one-line error, exit 1, nothing written
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
@@ -79,6 +94,7 @@ check_error() { # name expected-substring args...
   [ "$(wc -l < "$T/err")" -eq 1 ] || err "$name: expected one line on stderr, got: $(cat "$T/err")"
   grep -qF -- "$want" "$T/err" || err "$name: '$want' not in: $(cat "$T/err")"
 }
+printf 'not a model\n' > "$T/a.txt"
 printf 'model:\n  d_model: 64\n  dropuot: 0.1\n' > "$T/bad.cfg"
 check_error "unknown key" "bad.cfg:3:3" --config "$T/bad.cfg" --set checkpoint.save_dir="$T/nothing"
 printf 'model:\n  d_model: sixty\n' > "$T/bad2.cfg"
@@ -86,7 +102,20 @@ check_error "wrong type" "bad2.cfg:2:12" --config "$T/bad2.cfg" --set checkpoint
 check_error "bad --set" "train.lr" --config "$T/overfit.cfg" --set train.lr=fast --set checkpoint.save_dir="$T/nothing"
 check_error "existing run" "--resume" --config "$T/overfit.cfg"
 check_error "resume without checkpoint" "does not exist" --config "$T/overfit.cfg" --resume --set checkpoint.save_dir="$T/nothing"
+check_error "init_from: missing file" "$T/none.llm" --config "$T/overfit.cfg" --set checkpoint.save_dir="$T/nothing" \
+  --set train.init_from="$T/none.llm"
+check_error "init_from: not a model file" "$T/a.txt" --config "$T/overfit.cfg" --set checkpoint.save_dir="$T/nothing" \
+  --set train.init_from="$T/a.txt"
+check_error "init_from: another architecture" "another architecture than this config's (model.dec_layers 3 vs 2" \
+  --config "$T/overfit.cfg" --set checkpoint.save_dir="$T/nothing" --set model.dec_layers=3 \
+  --set train.init_from="$T/overfit/checkpoint_last.llm"
 [ ! -e "$T/nothing" ] || err "an error left $T/nothing behind"
+# another sentencepiece model (its vocabulary size 90 at the same architecture): refused once the data is known
+"$LLTRAIN" --config "$T/overfit.cfg" --quiet --set data.dir="$T/bin90" --set data.vocab_size=90 \
+  --set checkpoint.save_dir="$T/v90" --set train.max_updates=1 --set train.valid_interval=0 2> /dev/null ||
+  err "the vocabulary-90 run failed"
+check_error "init_from: another vocabulary" "its sentencepiece vocabulary is not this run's" --config "$T/overfit.cfg" \
+  --set checkpoint.save_dir="$T/v80" --set train.init_from="$T/v90/checkpoint_last.llm"
 printf 'a\nb\n' > "$T/a.en"; printf 'a\n' > "$T/a.es"
 sed -e "s#$SRC/tests/data/tiny/overfit32.en#$T/a.en#" -e "s#$SRC/tests/data/tiny/overfit32.es#$T/a.es#" \
     -e "s#dir: $T/bin#dir: $T/badbin#" "$T/overfit.cfg" > "$T/mismatch.cfg"
