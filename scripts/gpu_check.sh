@@ -363,6 +363,10 @@ run_bench() {
   # --no-repeat-ngram-size (session 37)
   step bench-decode-sample 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 0
   step bench-decode-sample-top10 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 10
+  tstep bench-torch-decode-sample 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --sampling 0 \
+    --peak-tflops "$PEAK"
+  tstep bench-torch-decode-sample-top10 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --sampling 10 \
+    --peak-tflops "$PEAK"
   step bench-decode-ensemble 90 "$B/ll_decode_bench" "${DEC[@]}" --ensemble 2
   step bench-decode-norepeat 60 "$B/ll_decode_bench" "${DEC[@]}" --no-repeat 3
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done

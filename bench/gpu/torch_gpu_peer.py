@@ -317,6 +317,14 @@ def bench_decode(args, dev, beam):
             lp = torch.log_softmax(F.linear(model.dec_ln(y[:, -1]), model.emb.weight).float(), dim=-1)
             lp[:, EOS] = -float("inf")
             lp[:, PAD] = -float("inf")
+            if args.sampling >= 0:  # every row draws its own (ll_decode_bench --sampling K: beam = draws)
+                if args.sampling > 0:
+                    kth = lp.topk(args.sampling, dim=-1).values[:, -1:]
+                    lp = lp.masked_fill(lp < kth, -float("inf"))
+                nxt = torch.multinomial(lp.exp(), 1)[:, 0]
+                out[:, t] = nxt
+                tok = nxt[:, None]
+                continue
             if beam == 1:
                 nxt = lp.argmax(-1)
                 out[:, t] = nxt
@@ -344,7 +352,8 @@ def bench_decode(args, dev, beam):
         run()
     sync(dev)
     dt = (time.perf_counter() - t0) / reps
-    print(f"RESULT torch_gpu_decode model={args.model} beam={beam} sent_s={B / dt:.1f} tok_s={B * Tmax / dt:.0f}")
+    what = f" sampling_topk={args.sampling}" if args.sampling >= 0 else ""
+    print(f"RESULT torch_gpu_decode model={args.model} beam={beam}{what} sent_s={B / dt:.1f} tok_s={B * Tmax / dt:.0f}")
 
 
 def main():
@@ -363,6 +372,9 @@ def main():
     ap.add_argument("--dec-batch", type=int, default=128)
     ap.add_argument("--dec-len", type=int, default=32)
     ap.add_argument("--dec-repeats", type=int, default=3)
+    ap.add_argument("--sampling", type=int, default=-1,
+                    help="with --decode: draw instead of searching, among the K most probable tokens (0: all); "
+                    "the --decode values are the draws per sentence")
     ap.add_argument("--cpu-bf16", action="store_true", help="bf16 autocast on the CPU too")
     args = ap.parse_args()
     dev = torch.device(args.device)
