@@ -110,12 +110,22 @@ class IncrementalDecoder:
 
 
 @torch.inference_mode()
-def translate(model, src, beam, max_len):
+def translate(model, src, beam, max_len, sampling=-1):
     dec = IncrementalDecoder(model, src, beam, max_len)
     B, V = src.shape[0], model.cfg.vocab
     N = B * beam
     tokens = torch.full((N,), tt.EOS, dtype=torch.long)      # decoder start symbol
     out = torch.empty(N, max_len, dtype=torch.long)
+    if sampling >= 0:  # fairseq's --sampling [--sampling-topk K]: each of a sentence's `beam` rows draws its own
+        for t in range(max_len):
+            lp = dec.step(tokens, t)
+            if sampling > 0:
+                top_lp, top_i = lp.topk(sampling, dim=-1)
+                tokens = top_i.gather(1, torch.multinomial(top_lp.exp(), 1))[:, 0]
+            else:
+                tokens = torch.multinomial(lp.exp(), 1)[:, 0]
+            out[:, t] = tokens
+        return out.view(B, beam, max_len)[:, 0]               # (the time is the same whichever is returned)
     if beam == 1:
         for t in range(max_len):
             lp = dec.step(tokens, t)
@@ -154,6 +164,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sampling", type=int, default=-1,
+                    help="draw instead of searching (fairseq --sampling), among the K most probable tokens (0: all); "
+                    "the --beams values are the draws per sentence (as ll_decode_bench --sampling K)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -166,19 +179,20 @@ def main():
           f"parameters {tt.param_count(model)}")
 
     for beam in [int(b) for b in args.beams.split(",") if b.strip()]:
-        out = translate(model, src, beam, args.max_len)        # warm-up
+        out = translate(model, src, beam, args.max_len, args.sampling)  # warm-up
         assert out.shape == (args.batch, args.max_len)
         times = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            translate(model, src, beam, args.max_len)
+            translate(model, src, beam, args.max_len, args.sampling)
             times.append(time.perf_counter() - t0)
         total = sum(times)
         sent_s = args.batch * args.repeats / total
         tok_s = sent_s * args.max_len
         print(f"beam {beam}: runs " + " ".join(f"{t:.3f}" for t in times)
               + f" s -> {sent_s:.1f} sentences/s, {tok_s:.1f} target tokens/s")
-        print(f"RESULT torch_decode beam={beam} sent_per_s={sent_s:.2f} tok_per_s={tok_s:.1f}")
+        what = f" sampling_topk={args.sampling}" if args.sampling >= 0 else ""
+        print(f"RESULT torch_decode beam={beam}{what} sent_per_s={sent_s:.2f} tok_per_s={tok_s:.1f}")
 
 
 if __name__ == "__main__":
