@@ -329,8 +329,7 @@ static __global__ void attn_align_kernel(int32_t *__restrict__ idx, float *__res
         for (int j = lane; j < n; j += WARP) a[j] = overwrite ? f * sum[j] : a[j] + f * sum[j];
         return;
     }
-    __syncwarp();
-    const int best = warp_first_max(sum, n);
+    const int best = warp_first_max(sum, n); /* (each lane reads its own keys) */
     if (lane == 0) idx[r] = best;
 }
 

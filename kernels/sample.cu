@@ -168,7 +168,7 @@ typedef struct {
     double total, kept;
     key96 thr;
     unsigned slot;
-    int tok, K, done;
+    int tok, done;
 } sample_smem;
 
 template <typename T>
@@ -254,7 +254,7 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
                     return true;
                 };
                 const double goal = p.topp * sm.total;
-                if (tid == 0) sm.kept = 0, sm.K = 0, sm.done = 0;
+                if (tid == 0) sm.kept = 0, sm.done = 0;
                 key96 prev = {0, 0};
                 for (int r0 = 0;; r0 += SAMPLE_CHUNK) {
                     const int cnt = n - r0 < SAMPLE_CHUNK ? n - r0 : SAMPLE_CHUNK;
@@ -278,7 +278,7 @@ static __global__ void __launch_bounds__(SAMPLE_THREADS)
                         int j = 0;
                         for (; j < cnt && kept < goal; j++) kept += bits_d(sm.ck_hi[j]);
                         if (j > 0) sm.thr = key96{sm.ck_hi[j - 1], sm.ck_lo[j - 1]};
-                        sm.kept = kept, sm.K += j;
+                        sm.kept = kept;
                         sm.done = j < cnt || r0 + cnt == n;
                     }
                     __syncthreads();

@@ -588,7 +588,8 @@ static void t_dots_acc(void) {
 }
 
 #include "test_ops_cuda_more.h"   /* latent depth, ALD, statistics, attention, losses, Adam, packed linear */
-#include "test_ops_cuda_decode.h" /* copy_rows, reorder_rows, beam_topk, attention_cached, beam_ancestry, attn_align */
+#include "test_ops_cuda_decode.h" /* copy_rows, reorder_rows, beam_topk, sample_draw, attention_cached, beam_ancestry,
+                                     attn_align with attn_probs and align_argmax */
 
 typedef struct {
     const char *name;
@@ -613,7 +614,7 @@ static const op_test tests[] = {
     {"attention_bwd", t_attention_bwd, 0}, {"xent_fwd_bwd", t_xent_fwd_bwd, 0}, {"sym_kl", t_sym_kl, 0},
     {"log_softmax", t_log_softmax, 0}, {"pick_logp", t_pick_logp, 0}, {"ensemble_mix", t_ensemble_mix, 0}, {"add_col", t_add_col, 0}, {"fill_at", t_fill_at, 0}, {"copy_rows", t_copy_rows, 0}, {"reorder_rows", t_reorder_rows, 0},
     {"beam_topk", t_beam_topk, 0}, {"sample_draw", t_sample_draw, 0}, {"attention_cached", t_attention_cached, 0},
-    {"beam_ancestry", t_beam_ancestry, 0}, {"attn_align", t_attn_align, 0}, {"attn_probs", t_attn_probs, 0}, {"align_argmax", t_align_argmax, 0}, {"adam", t_adam, 0}, {"linear_pack", t_linear_packed, 1},
+    {"beam_ancestry", t_beam_ancestry, 0}, {"attn_align", t_attn_align, 0}, {"attn_probs", t_attn_align, 0}, {"align_argmax", t_attn_align, 0}, {"adam", t_adam, 0}, {"linear_pack", t_linear_packed, 1},
     {"linear_packed", t_linear_packed, 1}, {"linear_unpack", t_linear_packed, 1},
 };
 
@@ -676,6 +677,16 @@ int main(int argc, char **argv) {
         }
         if (t->optional && (!strncmp(name, "linear_", 7) && strcmp(name, "linear_packed"))) {
             printf("(%s: tested with linear_packed)\n", name);
+            continue;
+        }
+        const op_test *first = t; /* ops tested together (one helper): run once, under the table's first name */
+        for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
+            if (tests[i].run == t->run) {
+                first = &tests[i];
+                break;
+            }
+        if (first != t && !t->optional) {
+            printf("(%s: tested with %s)\n", name, first->name);
             continue;
         }
         char why[160] = "";

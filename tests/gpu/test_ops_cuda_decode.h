@@ -217,7 +217,6 @@ static void t_beam_ancestry(void) {
     pb_free(&anc), pb_free(&scratch), pb_free(&fr), pb_free(&fc), pb_free(&t5);
 }
 
-static int g_probs; /* align_case also runs attn_probs and align_argmax (their table entries) */
 /* the hard alignment (beam rows as a sentence's queries over its own keys), compared exactly:
  * sentence 0 has one key (-1), 1 all S, the rest fewer; sentence 2's rows share a query whose
  * key 1 is repeated before the EOS key (a tie: the lower), sentence 3's favourite is its EOS
@@ -239,7 +238,7 @@ static void align_case(int sents, int per, int S, int H, int Dh, int qpad) {
     char what[96];
     snprintf(what, sizeof what, "idx (sentences %d x %d rows, S %d, H %d, Dh %d)", sents, per, S, H, Dh);
     pb_cmp_exact(what, &idx);
-    if (g_probs) { /* an ensemble's path: its probabilities written (w 0.4), added (w 0.6), their arg-max */
+    { /* an ensemble's path (attn_probs, align_argmax): the probabilities written (w 0.4), added (w 0.6), their arg-max */
         real *h7 = pb_fill((size_t)rows * S, 7);
         pbuf acc = pb_new(h7, sizeof(real) * (size_t)rows * S), idx2 = pb_new(NULL, sizeof(int32_t) * rows);
         BOTH BE->attn_probs(BE, F(acc, s), 1, (real)0.4, A(q, s), qs, A(kv, s), kvs, INT(kl, s), sents, per, S, H, Dh);
@@ -263,13 +262,6 @@ static void align_case(int sents, int per, int S, int H, int Dh, int qpad) {
     free(got), free(hq), free(hk), free(len);
     pb_free(&q), pb_free(&kv), pb_free(&kl), pb_free(&idx);
 }
-static void t_attn_align(void);
-static void t_attn_probs(void) {
-    g_probs = 1;
-    t_attn_align();
-    g_probs = 0;
-}
-static void t_align_argmax(void) { t_attn_probs(); }
 static void t_attn_align(void) {
     align_case(6, 5, 19, 8, 64, 0);  /* beam 5 over 19 keys, the model's strides */
     align_case(5, 1, 70, 4, 40, 3);  /* greedy, more keys than a warp's lanes, odd strides */
