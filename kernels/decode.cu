@@ -386,31 +386,40 @@ static __device__ __forceinline__ bool better(double sa, int fa, double sb, int 
     return sa > sb || (sa == sb && fa < fb);
 }
 
-/* Candidate i (row b = i / V of group g, token v = i % V) of a top-k group:
- * its score cum + logp, with *flat = its flat index; -inf when the token is
- * excluded (pad, bos, eos unless mode bit 1, anything but eos under mode bit
- * 2) or the row is dead.  Both top-k kernels rank the same candidates. */
+/* Tokens excluded from the candidates: pad, bos, eos unless mode bit 1,
+ * anything but eos under mode bit 2.  Both top-k kernels rank the same
+ * candidates. */
 static __device__ __forceinline__ bool topk_excluded(int v, uint8_t md, int pad, int bos, int eos) {
     const bool eos_ok = md & 1, eos_only = md & 2;
     return v == pad || v == bos || (v == eos && !eos_ok) || (eos_only && v != eos);
 }
-template <typename T>
-static __device__ double topk_candidate(size_t i, int g, int beam, int V, const T *logp, const double *cum,
-                                        uint8_t md, int pad, int bos, int eos, int *flat) {
-    const int b = (int)(i / V), v = (int)(i % V);
-    const int r = g * beam + b;
-    *flat = r * V + v;
-    if (topk_excluded(v, md, pad, bos, eos)) return -INFINITY;
-    const double cs = cum[r];
-    if (cs == -INFINITY) return -INFINITY;
-    return cs + (double)ll_ld(logp + (size_t)r * V + v);
+
+/* Diverse beam search (div_groups D > 1): subgroup `sub` of a group ranks
+ * rows first, first + step, .. (beam 1: every subgroup ranks the one row);
+ * its penalty for token v is strength times the number of the group's filled
+ * slots of subgroups < sub (slot q * D + s, already written: a barrier
+ * separates the subgroups) holding v. */
+typedef struct {
+    const int32_t *slots; /* the group's k output slots (flat indices) */
+    int sub, D, kk, V;
+    double strength;
+} div_pen;
+/* x less the penalty of token v: one fma, as the CPU's (no contraction can change it) */
+static __device__ __forceinline__ double div_less(const div_pen &p, int v, double x) {
+    int c = 0;
+    for (int q = 0; q < p.kk; q++)
+        for (int s = 0; s < p.sub; s++) {
+            const int f = p.slots[q * p.D + s];
+            c += f >= 0 && f % p.V == v;
+        }
+    return fma(-p.strength, (double)c, x);
 }
 
 /* One round of a top-k kernel: the block's best (score, flat index) over
  * every thread's candidate (s, f) -- a warp shuffle reduction, then thread 0
- * over the warps -- written to output row o by thread 0 and left in
- * st->win_s / st->win_f for every thread (after the barrier at the end).
- * All threads of the block call it. */
+ * over the warps -- written to output slot o by thread 0 (lp less its
+ * penalty) and left in st->win_s / st->win_f for every thread (after the
+ * barrier at the end).  All threads of the block call it. */
 typedef struct {
     double ws[TOPK_THREADS / WARP];
     int wf[TOPK_THREADS / WARP];
@@ -419,7 +428,7 @@ typedef struct {
 } topk_round_state;
 template <typename T>
 static __device__ void topk_round(topk_round_state *st, double s, int f, double *score, float *lp_out,
-                                  int32_t *flat_out, const T *logp, size_t o) {
+                                  int32_t *flat_out, const T *logp, size_t o, const div_pen &pen) {
     const int tid = threadIdx.x, lane = tid % WARP, warp = tid / WARP, nwarps = blockDim.x / WARP;
     for (int d = WARP / 2; d > 0; d >>= 1) {
         const double s2 = __shfl_down_sync(0xffffffffu, s, d);
@@ -437,7 +446,9 @@ static __device__ void topk_round(topk_round_state *st, double s, int f, double 
         if (bf == INT_MAX) {
             score[o] = -INFINITY, lp_out[o] = 0.0f, flat_out[o] = -1;
         } else {
-            score[o] = bs, lp_out[o] = ll_ld(logp + (size_t)bf), flat_out[o] = bf;
+            const float l = ll_ld(logp + (size_t)bf);
+            score[o] = bs, flat_out[o] = bf;
+            lp_out[o] = pen.sub > 0 ? (float)div_less(pen, bf % pen.V, (double)l) : l;
         }
     }
     __syncthreads();
@@ -447,45 +458,54 @@ template <typename T>
 static __global__ void __launch_bounds__(TOPK_THREADS)
     beam_topk_kernel(double *__restrict__ score, float *__restrict__ lp_out, int32_t *__restrict__ flat_out,
                      const T *__restrict__ logp, const double *__restrict__ cum, const uint8_t *__restrict__ mode,
-                     int beam, int V, int k, int pad, int bos, int eos) {
+                     int beam, int V, int k, int D, double strength, int pad, int bos, int eos) {
     LL_PDL_ENTER();
-    const int g = blockIdx.x, tid = threadIdx.x;
+    const int g = blockIdx.x, tid = threadIdx.x, kk = k / D;
     const uint8_t md = mode[g];
+    /* a penalty that only lowers scores keeps the early test below exact */
+    const bool lowers = strength >= 0;
     double ls[LL_CUDA_TOPK_MAX];
     int lf[LL_CUDA_TOPK_MAX];
-    int n = 0;
-    /* the candidates row by row, token by token (each thread's in flat order, as ranked), with no
-     * 64-bit division per candidate; ls[k - 1] of a full list kept in a register, since most
-     * candidates stop at that test (the list itself lives in local memory) */
-    double kth = -INFINITY;
-    for (int b = 0; b < beam; b++) {
-        const int r = g * beam + b;
-        const double cs = cum[r];
-        if (cs == -INFINITY) continue; /* a dead row */
-        const T *lr = logp + (size_t)r * V;
-        for (int v = tid; v < V; v += blockDim.x) {
-            if (topk_excluded(v, md, pad, bos, eos)) continue;
-            const double sc = cs + (double)ll_ld(lr + v);
-            if (!(sc > -INFINITY)) continue; /* NaN, -inf */
-            if (n == k && !(sc > kth)) continue;
-            int pos = n < k ? n++ : k - 1;
-            while (pos > 0 && ls[pos - 1] < sc) { /* strict: earlier (lower index) stays ahead on ties */
-                ls[pos] = ls[pos - 1];
-                lf[pos] = lf[pos - 1];
-                pos--;
-            }
-            ls[pos] = sc;
-            lf[pos] = r * V + v;
-            if (n == k) kth = ls[k - 1];
-        }
-    }
     __shared__ topk_round_state st;
-    int head = 0;
-    for (int q = 0; q < k; q++) {
-        topk_round(&st, head < n ? ls[head] : -INFINITY, head < n ? lf[head] : INT_MAX, score, lp_out, flat_out,
-                   logp, (size_t)g * k + q);
-        if (head < n && lf[head] == st.win_f && st.win_f != INT_MAX) head++; /* flat indices are unique */
-        __syncthreads();                                                      /* win_* is rewritten next round */
+    for (int sub = 0; sub < D; sub++) {
+        const div_pen pen = {flat_out + (size_t)g * k, sub, D, kk, V, strength};
+        int n = 0;
+        /* the candidates row by row, token by token (each thread's in flat order, as ranked), with no
+         * 64-bit division per candidate; ls[kk - 1] of a full list kept in a register, since most
+         * candidates stop at that test (the list itself lives in local memory) */
+        double kth = -INFINITY;
+        for (int b = beam == 1 ? 0 : sub; b < beam; b += beam == 1 ? 1 : D) {
+            const int r = g * beam + b;
+            const double cs = cum[r];
+            if (cs == -INFINITY) continue; /* a dead row */
+            const T *lr = logp + (size_t)r * V;
+            for (int v = tid; v < V; v += blockDim.x) {
+                if (topk_excluded(v, md, pad, bos, eos)) continue;
+                double sc = cs + (double)ll_ld(lr + v);
+                if (!(sc > -INFINITY)) continue; /* NaN, -inf */
+                if (lowers && n == kk && !(sc > kth)) continue;
+                if (sub > 0) {
+                    sc = div_less(pen, v, sc);
+                    if (!(sc > -INFINITY) || (n == kk && !(sc > kth))) continue;
+                }
+                int pos = n < kk ? n++ : kk - 1;
+                while (pos > 0 && ls[pos - 1] < sc) { /* strict: earlier (lower index) stays ahead on ties */
+                    ls[pos] = ls[pos - 1];
+                    lf[pos] = lf[pos - 1];
+                    pos--;
+                }
+                ls[pos] = sc;
+                lf[pos] = r * V + v;
+                if (n == kk) kth = ls[kk - 1];
+            }
+        }
+        int head = 0;
+        for (int q = 0; q < kk; q++) {
+            topk_round(&st, head < n ? ls[head] : -INFINITY, head < n ? lf[head] : INT_MAX, score, lp_out, flat_out,
+                       logp, (size_t)g * k + (size_t)q * D + sub, pen);
+            if (head < n && lf[head] == st.win_f && st.win_f != INT_MAX) head++; /* flat indices are unique */
+            __syncthreads(); /* win_* is rewritten next round; the slot is read by the next subgroup */
+        }
     }
 }
 
@@ -498,40 +518,52 @@ template <typename T>
 static __global__ void __launch_bounds__(TOPK_THREADS)
     beam_topk_rescan_kernel(double *__restrict__ score, float *__restrict__ lp_out, int32_t *__restrict__ flat_out,
                             const T *__restrict__ logp, const double *__restrict__ cum, const uint8_t *__restrict__ mode,
-                            int beam, int V, int k, int pad, int bos, int eos) {
+                            int beam, int V, int k, int D, double strength, int pad, int bos, int eos) {
     LL_PDL_ENTER();
-    const int g = blockIdx.x, tid = threadIdx.x;
+    const int g = blockIdx.x, tid = threadIdx.x, kk = k / D;
     const uint8_t md = mode[g];
     __shared__ topk_round_state st;
-    const size_t total = (size_t)beam * V;
-    double ps = INFINITY; /* the previous winner: every candidate ranks after (+inf, -1) */
-    int pf = -1;
-    for (int q = 0; q < k; q++) {
-        double s = -INFINITY;
-        int f = INT_MAX;
-        for (size_t i = tid; i < total; i += blockDim.x) {
-            int fl;
-            const double sc = topk_candidate(i, g, beam, V, logp, cum, md, pad, bos, eos, &fl);
-            if (!(sc > -INFINITY)) continue; /* excluded, NaN, -inf */
-            if (better(ps, pf, sc, fl) && better(sc, fl, s, f)) s = sc, f = fl;
+    for (int sub = 0; sub < D; sub++) {
+        const div_pen pen = {flat_out + (size_t)g * k, sub, D, kk, V, strength};
+        double ps = INFINITY; /* the previous winner: every candidate ranks after (+inf, -1) */
+        int pf = -1;
+        for (int q = 0; q < kk; q++) {
+            double s = -INFINITY;
+            int f = INT_MAX;
+            for (int b = beam == 1 ? 0 : sub; b < beam; b += beam == 1 ? 1 : D) {
+                const int r = g * beam + b;
+                const double cs = cum[r];
+                if (cs == -INFINITY) continue; /* a dead row */
+                for (int v = tid; v < V; v += blockDim.x) {
+                    if (topk_excluded(v, md, pad, bos, eos)) continue;
+                    double sc = cs + (double)ll_ld(logp + (size_t)r * V + v);
+                    if (sub > 0) sc = div_less(pen, v, sc);
+                    if (!(sc > -INFINITY)) continue; /* NaN, -inf */
+                    const int fl = r * V + v;
+                    if (better(ps, pf, sc, fl) && better(sc, fl, s, f)) s = sc, f = fl;
+                }
+            }
+            topk_round(&st, s, f, score, lp_out, flat_out, logp, (size_t)g * k + (size_t)q * D + sub, pen);
+            ps = st.win_s, pf = st.win_f;
+            __syncthreads(); /* win_* is rewritten next round; the slot is read by the next subgroup */
         }
-        topk_round(&st, s, f, score, lp_out, flat_out, logp, (size_t)g * k + q);
-        ps = st.win_s, pf = st.win_f;
-        __syncthreads(); /* win_* is rewritten next round */
     }
 }
 
 extern "C" cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *score, float *lp,
                                          int32_t *flat, const void *logp, const double *cum, const uint8_t *mode,
-                                         int groups, int beam, int V, int k, int pad, int bos, int eos) {
+                                         int groups, int beam, int V, int k, int div_groups, double div_strength,
+                                         int pad, int bos, int eos) {
     if (groups <= 0 || k <= 0) return cudaSuccess;
     if ((size_t)groups * beam * V > (size_t)INT_MAX) return cudaErrorInvalidValue;
+    const int D = div_groups > 1 ? div_groups : 1;
+    if (k % D || (beam != 1 && beam % D)) return cudaErrorInvalidValue;
     if (k <= LL_CUDA_TOPK_MAX) {
         LL_DISPATCH(t, T, LL_LAUNCH(groups, TOPK_THREADS, 0, stream, beam_topk_kernel<T>)(
-                              score, lp, flat, (const T *)logp, cum, mode, beam, V, k, pad, bos, eos);)
+                              score, lp, flat, (const T *)logp, cum, mode, beam, V, k, D, div_strength, pad, bos, eos);)
     } else {
         LL_DISPATCH(t, T, LL_LAUNCH(groups, TOPK_THREADS, 0, stream, beam_topk_rescan_kernel<T>)(
-                              score, lp, flat, (const T *)logp, cum, mode, beam, V, k, pad, bos, eos);)
+                              score, lp, flat, (const T *)logp, cum, mode, beam, V, k, D, div_strength, pad, bos, eos);)
     }
     return cudaGetLastError();
 }

@@ -377,7 +377,7 @@ cudaError_t ll_cuda_reorder_rows(cudaStream_t stream, void *buf, void *scratch, 
 /* logp [groups*beam, V] of type t (the activation dtype); score, lp, flat as the op */
 cudaError_t ll_cuda_beam_topk(cudaStream_t stream, ll_cuda_dtype t, double *score, float *lp, int32_t *flat,
                               const void *logp, const double *cum, const uint8_t *mode, int groups, int beam, int V,
-                              int k, int pad, int bos, int eos);
+                              int k, int div_groups, double div_strength, int pad, int bos, int eos);
 /* sample_draw (kernels/sample.cu): a block per row, at most ll_cuda_sample_draw_blocks(rows, V)
  * blocks (256, fewer where their scratch would pass 128 MiB), each with its slice of `scratch`
  * (ll_cuda_sample_draw_scratch_bytes: ~13 bytes per token per block); row, ban, tok, lq on the

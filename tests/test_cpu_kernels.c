@@ -262,7 +262,7 @@ static void test_beam_topk(void) {
             cum[i] = ll_philox_below(&r, (uint64_t)trial * 1000 + i, 5) == 0 ? -INFINITY
                                                                             : -(double)ll_philox_below(&r, (uint64_t)trial * 1000 + 500 + i, 4) / 2;
         for (int g = 0; g < G; g++) mode[g] = (uint8_t)((g + trial) % 4 == 3 ? 3 : (g + trial) % 2); /* 0, 1, 3 */
-        be->beam_topk(be, score, lp, flat, (const ll_act *)logp, cum, mode, G, BEAM, V, K, PAD, BOS, EOS);
+        be->beam_topk(be, score, lp, flat, (const ll_act *)logp, cum, mode, G, BEAM, V, K, 1, 0, PAD, BOS, EOS);
         for (int g = 0; g < G; g++) {
             bt_cand c[BEAM * V];
             int n = 0;
@@ -307,13 +307,76 @@ static void test_beam_topk(void) {
             if (best % 64 + d >= 64 || best + d >= V2 || best == PAD || best == BOS) continue;
             for (int v = 0; v < V2; v++) l2[v] = -3.0f - 0.001f * (real)v, l2[V2 + v] = -4.0f - 0.001f * (real)v;
             l2[V2 + best] = -0.5f, l2[V2 + best + d] = NAN; /* row 1: the best, then a NaN in its lane */
-            be->beam_topk(be, s2, lp2, f2, (const ll_act *)l2, cum2, mode2, 1, 2, V2, K2, PAD, BOS, EOS);
+            be->beam_topk(be, s2, lp2, f2, (const ll_act *)l2, cum2, mode2, 1, 2, V2, K2, 1, 0, PAD, BOS, EOS);
             if (f2[0] != V2 + best && !bad++)
                 fprintf(stderr, "  beam_topk: best at token %d of row 1, NaN %d tokens later: first candidate %d, want %d\n",
                         best, d, (int)f2[0], V2 + best);
             CHECK(f2[0] == V2 + best && s2[0] == -0.5);
         }
     free(l2);
+}
+
+/* beam_topk with diverse beam search's subgroups against a brute-force reference: subgroup s
+ * ranks its rows (b % D == s; with one row per group, that row) by cum + logp - strength *
+ * (uses of the token in the earlier subgroups' filled slots), one fma, into slots q * D + s.  Tokens
+ * 4..9 are every row's favourites, so the penalties decide; both signs of the strength. */
+static void test_beam_topk_diverse(void) {
+    ll_backend *be = ll_backend_cpu();
+    enum { G = 3, V = 19, PAD = 1, BOS = 0, EOS = 2, MAXR = 6, MAXK = 12 };
+    const struct {
+        int beam, D, k;
+        double strength;
+    } cs[] = {{6, 3, 12, 0.5}, {1, 4, 8, 0.75}, {4, 4, 8, -0.3}, {4, 2, 8, 2.0}, {2, 2, 12, 0.5}};
+    ll_philox r;
+    ll_philox_init(&r, 9, 6, 0);
+    int penalised = 0;
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        const int beam = cs[c].beam, D = cs[c].D, k = cs[c].k, kk = k / D;
+        real logp[G * MAXR * V];
+        double cum[G * MAXR], score[G * MAXK];
+        real lp[G * MAXK];
+        int32_t flat[G * MAXK];
+        uint8_t mode[G] = {1, 0, 1};
+        for (int i = 0; i < G * beam * V; i++) {
+            const int v = i % V;
+            logp[i] = v >= 4 && v < 10 ? -(real)ll_philox_below(&r, (uint64_t)c * 1000 + i, 4) / 8
+                                       : -2 - (real)ll_philox_below(&r, (uint64_t)c * 1000 + i, 8) / 4;
+        }
+        for (int i = 0; i < G * beam; i++) cum[i] = i % 7 == 5 ? -INFINITY : -(double)(i % 3) / 4;
+        be->beam_topk(be, score, lp, flat, (const ll_act *)logp, cum, mode, G, beam, V, k, D, cs[c].strength, PAD, BOS,
+                      EOS);
+        for (int g = 0; g < G; g++) {
+            int used[V] = {0};
+            for (int sub = 0; sub < D; sub++) {
+                bt_cand cand[MAXR * V];
+                int n = 0;
+                for (int b = beam == 1 ? 0 : sub; b < beam; b += beam == 1 ? 1 : D) {
+                    const int row = g * beam + b;
+                    if (cum[row] == -INFINITY) continue;
+                    for (int v = 0; v < V; v++) {
+                        if (v == PAD || v == BOS || (v == EOS && !(mode[g] & 1))) continue;
+                        cand[n++] = (bt_cand){fma(-cs[c].strength, used[v], cum[row] + (double)logp[row * V + v]), row * V + v};
+                    }
+                }
+                qsort(cand, n, sizeof *cand, bt_cmp);
+                for (int q = 0; q < kk; q++) {
+                    const int i = g * k + q * D + sub;
+                    if (q >= n) {
+                        CHECK(flat[i] == -1 && score[i] == -INFINITY);
+                        continue;
+                    }
+                    const int v = cand[q].flat % V;
+                    CHECK_MSG(flat[i] == cand[q].flat && score[i] == cand[q].s,
+                              "beam_topk diverse (beam %d, D %d): group %d slot %d: %d (%g), want %d (%g)", beam, D, g,
+                              q * D + sub, (int)flat[i], score[i], cand[q].flat, cand[q].s);
+                    CHECK(lp[i] == (real)fma(-cs[c].strength, used[v], (double)logp[cand[q].flat]));
+                    penalised += used[v] > 0;
+                }
+                for (int q = 0; q < kk && q < n; q++) used[cand[q].flat % V]++;
+            }
+        }
+    }
+    CHECK_MSG(penalised > 20, "beam_topk diverse: only %d penalised candidates: the test is too weak", penalised);
 }
 
 /* copy_rows / reorder_rows: strided copies and an in-place gather (rows may repeat). */
@@ -567,6 +630,7 @@ int main(void) {
     test_xent();
     test_optimizer_ops();
     test_beam_topk();
+    test_beam_topk_diverse();
     test_row_ops();
     test_ancestry();
     test_attn_align();

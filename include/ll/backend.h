@@ -498,6 +498,13 @@ struct ll_backend {
      *   index in the whole batch); slots beyond the candidates get score -inf
      *   and flat -1.  cum [groups*beam] and mode [groups] in backend memory.
      *   Buffers and logp in the activation dtype; lp is real.
+     *   Diverse beam search (fairseq's DiverseBeamSearch), div_groups D > 1
+     *   (D divides k; beam a multiple of D, or 1: every subgroup ranks the one
+     *   row): subgroup s of a group ranks its rows b with b % D == s by
+     *   fma(-div_strength, c_s(v), cum[r] + logp[r, v]), c_s(v) the number of
+     *   this group's filled slots of subgroups < s holding token v; its q-th
+     *   best goes to slot q * D + s (k / D each, interleaved), lp the penalised
+     *   log-prob fma(-div_strength, c_s(v), logp[r, v]).  D = 1: no penalty.
      * attention_cached: a decoding step's self-attention over the KV cache,
      *   read through per-row ancestry instead of reordered copies (beam
      *   hypotheses share their prefix's cache entries).  Query row r
@@ -535,7 +542,8 @@ struct ll_backend {
     void (*reorder_rows)(ll_backend *be, ll_act *buf, ll_act *scratch, const int *from, int rows, size_t n,
                          size_t stride);
     void (*beam_topk)(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
-                      const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
+                      const uint8_t *mode, int groups, int beam, int V, int k, int div_groups, double div_strength,
+                      int pad, int bos, int eos);
     void (*attention_cached)(ll_backend *be, ll_act *out, const ll_act *q, int q_stride, const ll_act *kv,
                              int kv_stride, size_t row_stride, const int *anc, int anc_stride, int n_keys,
                              const int *n_at, int rows, int H, int Dh);

@@ -30,6 +30,15 @@ typedef struct {
     int no_repeat_ngram; /* > 0: no n-gram of this size twice in a hypothesis (fairseq's
                             --no-repeat-ngram-size; its start token counts, a target prefix's
                             forced tokens are never banned); also in sampling.  0: off */
+    /* Diverse beam search (fairseq's DiverseBeamSearch, Vijayakumar et al. 2018): with
+     * diverse_groups G > 1 (G divides beam), row b of a sentence is in group b % G; each step the
+     * groups are ranked one after another, group g's candidates scored less diverse_strength
+     * times the uses of their token among the earlier groups' 2 * beam / G candidates; the
+     * candidates interleaved by rank (rank 0 of every group, then rank 1, ..), then finalized and
+     * continued as in beam search.  The penalties stay in the scores (fairseq's).  Not with
+     * sampling or a prefix.  0, 1: off. */
+    int diverse_groups;
+    double diverse_strength;
     /* Sampling (fairseq's --sampling, Marian's --output-sampling): each of a sentence's `beam`
      * rows draws its own translation, token by token, from the model's distribution
      * (ll_sample_search); nbest of them come back, best score first. */

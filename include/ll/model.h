@@ -334,6 +334,8 @@ typedef struct ll_dec_state {
     int acc_over;       /* (overwrite: the first model) */
     struct ll_dec_state **ens; /* the ensemble members' states (ll_model.ens), stepped with this one */
     real unk_pen;       /* ll_decode_step_topk: subtracted from <unk>'s log-probability before the top-k */
+    int div_groups;     /* its top-k: diverse beam search's subgroups (beam_topk; 0, 1: plain) */
+    double div_strength; /*  and their penalty per earlier use of a token */
     const int32_t *ban; /* ll_decode_ban: host [n_ban] flat indices row * V + token, -inf in the next */
     int n_ban;          /* ll_decode_step_topk's log-probabilities before its top-k (then cleared) */
 } ll_dec_state;

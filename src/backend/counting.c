@@ -421,8 +421,8 @@ OPL(reorder_rows, 2 * (rows > 0),
     (((counting *)be)->inner, buf, scratch, from, rows, n, stride))
 OPL(beam_topk, 2,
     (ll_backend * be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
-     const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos),
-    (((counting *)be)->inner, score, lp, flat, logp, cum, mode, groups, beam, V, k, pad, bos, eos))
+     const uint8_t *mode, int groups, int beam, int V, int k, int dg, double ds, int pad, int bos, int eos),
+    (((counting *)be)->inner, score, lp, flat, logp, cum, mode, groups, beam, V, k, dg, ds, pad, bos, eos))
 OPL(sample_draw, rows > 0,
     (ll_backend * be, int32_t *tok, double *lq, const ll_act *logp, const ll_sample_row *row, const int32_t *ban,
      int rows, int V, const ll_sample_params *p),

@@ -2,7 +2,8 @@
  * given translations (--score-reference).
  *
  *   lldecode --model M [--model M2 ...] [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
- *            [--max-len-a A] [--max-len-b B] [--min-len L] [--max-tokens T] [--max-sentences S]
+ *            [--max-len-a A] [--max-len-b B] [--min-len L] [--diverse-beam-groups G]
+ *            [--diverse-beam-strength S] [--max-tokens T] [--max-sentences S]
  *            [--format text|fairseq] [--raw-ids] [--alignment] [--target-lang L] [--precision fp32|bf16] [--threads N]
  *            [--inter-threads W] [--device auto|cpu|cuda] [--quiet]
  *   lldecode --model M --input SRC --score-reference REF [--lenpen A] [--format text|fairseq] ...
@@ -50,6 +51,11 @@ static void usage(FILE *out) {
             "  --max-len-a A      max output length = A * src_len + B, src_len incl. EOS (default 0)\n"
             "  --max-len-b B      (default 200); capped at model.max_positions - 1\n"
             "  --min-len L        EOS is not allowed before step L (default 1)\n"
+            "  --diverse-beam-groups G  diverse beam search (fairseq's; Vijayakumar et al. 2018): the beam's\n"
+            "                     rows in G groups (G divides --beam), each step ranked one group after\n"
+            "                     another, a token's score less S x its uses by the earlier groups that\n"
+            "                     step; the scores printed include the penalties, as fairseq's\n"
+            "  --diverse-beam-strength S  that penalty S (default 0.5)\n"
             "  --unkpen P         subtract P from <unk>'s log-probability at every step (fairseq's\n"
             "                     --unkpen; default 0; 1e9: never <unk>)\n"
             "  --no-repeat-ngram-size N  no n-gram of N pieces twice in a translation (fairseq's; the\n"
@@ -154,6 +160,9 @@ typedef struct {
     int bf16; /* --precision bf16 */
     double lenpen, max_len_a, unkpen;
     long no_repeat; /* --no-repeat-ngram-size */
+    long div_groups; /* --diverse-beam-groups (0: off) */
+    double div_strength; /* --diverse-beam-strength */
+    const char *div_flag; /* the first of the two given */
     int raw_ids, quiet, no_graphs, alignment;
 } opts;
 
@@ -419,7 +428,7 @@ int main(int argc, char **argv) {
     ll_args_no_repeats(argc, argv, "--model");
     opts o = {.input = "-", .output = "-", .format = "text", .device = "cpu", .threshold = -1, .beam = -1,
               .nbest = 1, .max_len_b = 200, .min_len = 1, .max_tokens = 4096, .lenpen = NAN, .temperature = 1,
-              .seed = 1, .topp = 1, .buffer = 20000};
+              .seed = 1, .topp = 1, .buffer = 20000, .div_strength = 0.5};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -504,6 +513,14 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--no-repeat-ngram-size")) {
             o.no_repeat = parse_int(a, v, 0, 1024);
             o.search_flag = o.search_flag ? o.search_flag : a;
+        } else if (!strcmp(a, "--diverse-beam-groups")) {
+            o.div_groups = parse_int(a, v, 1, 1024);
+            o.search_flag = o.search_flag ? o.search_flag : a;
+            o.div_flag = o.div_flag ? o.div_flag : a;
+        } else if (!strcmp(a, "--diverse-beam-strength")) {
+            o.div_strength = parse_real(a, v, -1e6, 1e6);
+            o.search_flag = o.search_flag ? o.search_flag : a;
+            o.div_flag = o.div_flag ? o.div_flag : a;
         } else if (!strcmp(a, "--min-len")) {
             o.min_len = parse_int(a, v, 0, 1000000);
             o.search_flag = o.search_flag ? o.search_flag : a;
@@ -539,6 +556,11 @@ int main(int argc, char **argv) {
                !*o.input ? "input" : "output");
     if (ll_same_file(o.output, o.input)) ll_die("--output %s: it is the --input too; refusing to replace it", o.output);
     if (o.sample_flag && !o.sampling) ll_die("%s: a sampling option, without --sampling", o.sample_flag);
+    if (o.div_flag && o.sampling) ll_die("%s: diverse beam search, with --sampling (which does not search)", o.div_flag);
+    if (o.div_flag && o.prefix) ll_die("%s: diverse beam search does not take a --prefix", o.div_flag);
+    if (o.div_flag && o.div_groups < 2)
+        ll_die("%s: diverse beam search needs --diverse-beam-groups 2 or more%s", o.div_flag,
+               o.div_groups ? "" : " (--diverse-beam-strength alone does nothing)");
     if (o.prefix) {
         if (!*o.prefix) ll_die("--prefix '': an empty path (- is standard input)");
         if (!strcmp(o.prefix, "-") && !strcmp(o.input, "-"))
@@ -605,6 +627,10 @@ int main(int argc, char **argv) {
     to.search.min_len = (int)o.min_len;
     to.search.unkpen = o.unkpen;
     to.search.no_repeat_ngram = (int)o.no_repeat;
+    to.search.diverse_groups = (int)o.div_groups;
+    to.search.diverse_strength = o.div_strength;
+    if (o.div_groups > 1 && to.search.beam % o.div_groups) /* (fairseq's rule: each group holds beam / G rows) */
+        ll_die("--diverse-beam-groups %ld: must divide the beam size %d", o.div_groups, to.search.beam);
     /* EOS waits until --min-len; beyond every output's length limit it would never be allowed, and
      * each translation would run to the limit (fairseq does that silently) */
     if (o.min_len > m->hp.max_pos - 1)

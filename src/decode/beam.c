@@ -70,9 +70,15 @@ typedef struct {
  * ties to the lower (row, token) index, as a stable top-k would; pad and BOS
  * never, EOS not before min_len and nothing else at max_len). */
 static int take_candidates(const double *score, const real *lp, const int32_t *flat, int V, int k, cand *c) {
+    /* an empty slot keeps its rank (tok -1): diverse beam search interleaves its groups'
+     * candidates, so one group's empty slots can precede another's; fairseq's rows hold them
+     * there (-inf, dead).  In plain beam search they all trail. */
     int n = 0;
-    for (int q = 0; q < k && flat[q] >= 0; q++, n++)
-        c[q] = (cand){.s = score[q], .lp = (float)lp[q], .row = flat[q] / V, .tok = flat[q] % V};
+    for (int q = 0; q < k; q++) {
+        c[q] = flat[q] >= 0 ? (cand){.s = score[q], .lp = (float)lp[q], .row = flat[q] / V, .tok = flat[q] % V}
+                            : (cand){.s = -INFINITY, .row = -1, .tok = -1};
+        if (flat[q] >= 0) n = q + 1;
+    }
     return n;
 }
 
@@ -106,6 +112,7 @@ void ll_search_finish(ll_hypo *fin, int n_fin, int nbest, ll_nbest *out) {
 void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, int S, const ll_search_opts *o,
                     ll_nbest *out) {
     if (o->sampling) {
+        if (o->diverse_groups > 1) ll_die("diverse beam search: not with sampling");
         ll_sample_search(m, src, src_len, B, S, o, out);
         return;
     }
@@ -113,6 +120,9 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     /* With one row, the best candidate alone decides (EOS finishes the sentence). */
     const int k = beam == 1 ? 1 : 2 * beam;
     if (beam < 1 || o->nbest < 1 || o->nbest > beam) ll_die("beam search: need 1 <= nbest (%d) <= beam (%d)", o->nbest, beam);
+    const int div = o->diverse_groups > 1 ? o->diverse_groups : 1;
+    if (beam % div) ll_die("diverse beam search: %d groups do not divide the beam size %d", div, beam);
+    if (div > 1 && o->prefix) ll_die("diverse beam search: no target prefixes");
     if (B <= 0) return;
     if ((long long)B * beam * V > INT_MAX) /* (ll_translate_ids keeps its batches below) */
         ll_die("beam search: %d rows (beam %d) x vocabulary %d exceed 2^31 candidates in one batch", N, beam, V);
@@ -126,6 +136,7 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     }
     ll_dec_state *d = ll_decode_begin(m, src, src_len, B, S, beam, T);
     d->unk_pen = (real)o->unkpen;
+    d->div_groups = div, d->div_strength = o->diverse_strength;
     /* prefix steps: the forced token of each sentence (pad: none) and its log-probability */
     int32_t *force = o->prefix ? ll_malloc(sizeof(int32_t) * B) : NULL;
     real *force_lp = o->prefix ? ll_malloc(sizeof(real) * B) : NULL;
@@ -221,10 +232,17 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
             int done = s->n_fin == beam || step >= s->max_len;
             /* the first `beam` non-EOS candidates continue; EOS beyond rank
              * `beam` is dropped, as in fairseq */
-            int filled = 0;
+            int filled = 0, live = 0;
             for (int q = 0; !done && q < nc && filled < beam; q++) {
                 if (c[q].tok == LL_EOS) continue;
                 const int r = base + filled++;
+                if (c[q].tok < 0) { /* an empty slot: a dead row */
+                    from[r] = r;
+                    tok2[(size_t)r * T + step] = LL_EOS;
+                    cum2[r] = -INFINITY;
+                    continue;
+                }
+                live++;
                 from[r] = c[q].row;
                 memcpy(tok2 + (size_t)r * T, tok + (size_t)c[q].row * T, sizeof(int32_t) * step);
                 memcpy(ps2 + (size_t)r * T, ps + (size_t)c[q].row * T, sizeof(float) * step);
@@ -236,7 +254,7 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
                     al2[(size_t)r * T + step] = step_al[c[q].row];
                 }
             }
-            if (filled == 0) done = 1; /* no live row: nothing more can finish */
+            if (live == 0) done = 1; /* no live row: nothing more can finish */
             for (int r = base + filled; r < base + beam; r++) {
                 from[r] = r;
                 tok2[(size_t)r * T + step] = LL_EOS; /* any valid input; its output is ignored */

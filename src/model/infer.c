@@ -212,7 +212,8 @@ static void step_topk_ops(ll_model *m, ll_dec_state *d, const step_in *in, int r
         m->be->add_col(m->be, d->logp, roots ? d->B : d->N, m->hp.V, LL_UNK, -d->unk_pen);
     const size_t nk = (size_t)d->B * k, o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
     m->be->beam_topk(m->be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, in->cum, in->mode,
-                     d->B, roots ? 1 : d->beam, m->hp.V, k, LL_PAD, LL_BOS, LL_EOS);
+                     d->B, roots ? 1 : d->beam, m->hp.V, k, d->div_groups > 1 ? d->div_groups : 1, d->div_strength,
+                     LL_PAD, LL_BOS, LL_EOS);
 }
 
 /* The step's ops, no transfer among them (a CUDA graph holds them; the

@@ -67,13 +67,13 @@ static void test_topk(ll_backend *cpu, ll_backend *gpu, int G, int beam, int V, 
     double *s_cpu = ll_malloc(nk * sizeof(double)), *s_gpu = ll_malloc(nk * sizeof(double));
     float *l_cpu = ll_malloc(nk * sizeof(float)), *l_gpu = ll_malloc(nk * sizeof(float));
     int32_t *f_cpu = ll_malloc(nk * sizeof(int32_t)), *f_gpu = ll_malloc(nk * sizeof(int32_t));
-    cpu->beam_topk(cpu, s_cpu, l_cpu, f_cpu, (const ll_act *)logp, cum, mode, G, beam, V, k, LL_PAD, LL_BOS, LL_EOS);
+    cpu->beam_topk(cpu, s_cpu, l_cpu, f_cpu, (const ll_act *)logp, cum, mode, G, beam, V, k, 1, 0, LL_PAD, LL_BOS, LL_EOS);
     float *LP = put(gpu, logp, nl * sizeof(float));
     double *CUM = put(gpu, cum, (size_t)G * beam * sizeof(double)), *S = gpu->alloc(gpu, nk * sizeof(double));
     uint8_t *MODE = put(gpu, mode, G);
     float *L = gpu->alloc(gpu, nk * sizeof(float));
     int32_t *F = gpu->alloc(gpu, nk * sizeof(int32_t));
-    gpu->beam_topk(gpu, S, L, F, (const ll_act *)LP, CUM, MODE, G, beam, V, k, LL_PAD, LL_BOS, LL_EOS);
+    gpu->beam_topk(gpu, S, L, F, (const ll_act *)LP, CUM, MODE, G, beam, V, k, 1, 0, LL_PAD, LL_BOS, LL_EOS);
     gpu->download(gpu, s_gpu, S, nk * sizeof(double));
     gpu->download(gpu, l_gpu, L, nk * sizeof(float));
     gpu->download(gpu, f_gpu, F, nk * sizeof(int32_t));

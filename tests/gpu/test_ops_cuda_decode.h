@@ -49,8 +49,9 @@ static void t_reorder_rows(void) {
 }
 
 /* groups of `beam` rows over V = 32003: log-probs with ties (bf16 has many),
- * NaN, -inf, dead rows (cum -inf), and the three length modes */
-static void topk_case(int groups, int beam, int V, int k) {
+ * NaN, -inf, dead rows (cum -inf), and the three length modes; D > 1: diverse
+ * beam search's subgroups, penalised by `strength` per earlier use of a token */
+static void topk_case(int groups, int beam, int V, int k, int D, double strength) {
     const int rows = groups * beam, pad = 1, bos = 0, eos = 2;
     const size_t n = (size_t)rows * V;
     real *hl = pb_rand(n, -12, -0.01);
@@ -58,6 +59,8 @@ static void topk_case(int groups, int beam, int V, int k) {
     for (size_t i = 5; i < n; i += 1009) hl[i] = NAN;
     for (size_t i = 11; i < n; i += 2003) hl[i] = -INFINITY;
     for (int r = 0; r < rows; r++) hl[(size_t)r * V + eos] = -0.5f; /* eos competitive */
+    for (int r = 0; D > 1 && r < rows; r++) /* the subgroups' favourites overlap: penalties decide */
+        for (int v = 7; v < 7 + 2 * k && v < V; v++) hl[(size_t)r * V + v] = -0.25f - 0.125f * (float)((v + r) % 5);
     double *cum = ll_malloc(sizeof(double) * rows);
     uint8_t *mode = ll_malloc((size_t)groups);
     for (int r = 0; r < rows; r++) cum[r] = r % 5 == 4 ? -INFINITY : -0.25 * (r % beam);
@@ -66,9 +69,10 @@ static void topk_case(int groups, int beam, int V, int k) {
     const size_t ns = (size_t)groups * k;
     pbuf score = pb_new(NULL, ns * sizeof(double)), lp = pb_poison(ns), flat = pb_new(NULL, ns * sizeof(int32_t));
     BOTH BE->beam_topk(BE, F64(score, s), F(lp, s), I32(flat, s), A(logp, s), F64(c, s), U8(md, s), groups, beam, V,
-                       k, pad, bos, eos);
+                       k, D, strength, pad, bos, eos);
     char what[96];
-    snprintf(what, sizeof what, "flat (groups %d, beam %d, k %d)", groups, beam, k);
+    snprintf(what, sizeof what, "flat (groups %d, beam %d, k %d, subgroups %d, strength %g)", groups, beam, k, D,
+             strength);
     pb_cmp_exact(what, &flat);
     pb_cmp_f64("score", &score, ns, 0, 1);
     pb_cmp("lp", &lp, ns, 0);
@@ -76,9 +80,14 @@ static void topk_case(int groups, int beam, int V, int k) {
     pb_free(&logp), pb_free(&c), pb_free(&md), pb_free(&score), pb_free(&lp), pb_free(&flat);
 }
 static void t_beam_topk(void) {
-    topk_case(7, 5, 32003, 10); /* beam 5, 2 * beam candidates */
-    topk_case(3, 1, 32003, 64); /* one row per sentence, k 64 */
-    topk_case(2, 4, 17, 80);    /* fewer candidates than k: -inf / -1 slots */
+    topk_case(7, 5, 32003, 10, 1, 0); /* beam 5, 2 * beam candidates */
+    topk_case(3, 1, 32003, 64, 1, 0); /* one row per sentence, k 64 */
+    topk_case(2, 4, 17, 80, 1, 0);    /* fewer candidates than k: -inf / -1 slots */
+    topk_case(7, 6, 32003, 12, 3, 0.5);  /* diverse: 3 subgroups of 2 rows */
+    topk_case(5, 1, 32003, 10, 5, 0.25); /* the first step: 5 subgroups rank the one row */
+    topk_case(4, 4, 4001, 8, 4, -0.5);   /* a negative strength (favours repeats) */
+    topk_case(2, 40, 3001, 80, 2, 1.5);  /* k past the list kernel: the rescanning one */
+    topk_case(2, 4, 11, 40, 4, 0.5);     /* subgroups with fewer candidates than slots */
 }
 
 /* sample_draw: rows of log-probabilities with exact ties, NaN and -inf, a flat row (its nucleus spans

@@ -214,7 +214,7 @@ static void test_topk_bf16(void) {
         int32_t *F = b->alloc(b, sizeof(int32_t) * groups * k);
         b->upload(b, C, cum, sizeof cum);
         b->upload(b, Md, mode, sizeof mode);
-        b->beam_topk(b, S, Lo, F, L, C, Md, groups, beam, V, k, 1, 0, 2);
+        b->beam_topk(b, S, Lo, F, L, C, Md, groups, beam, V, k, 1, 0, 1, 0, 2);
         score[j] = ll_malloc(sizeof(double) * groups * k);
         lpo[j] = ll_malloc(sizeof(float) * groups * k);
         flat[j] = ll_malloc(sizeof(int32_t) * groups * k);

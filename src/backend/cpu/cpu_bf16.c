@@ -354,9 +354,10 @@ static void b_pick_logp(ll_backend *be, real *out, const ll_act *logp, const int
 
 /* ---- decoding: copy_rows/reorder_rows are dtype-generic copies (inherited) ---- */
 static void b_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
-                        const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos) {
-    cpu_beam_topk(be, score, lp, flat, R(in1(0, logp, (size_t)groups * beam * V)), cum, mode, groups, beam, V, k, pad,
-                  bos, eos);
+                        const uint8_t *mode, int groups, int beam, int V, int k, int dg, double ds, int pad, int bos,
+                        int eos) {
+    cpu_beam_topk(be, score, lp, flat, R(in1(0, logp, (size_t)groups * beam * V)), cum, mode, groups, beam, V, k, dg,
+                  ds, pad, bos, eos);
 }
 
 /* the rows widened to fp32 (exactly), then the fp32 draw */

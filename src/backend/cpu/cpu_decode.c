@@ -54,16 +54,33 @@ void cpu_beam_ancestry(ll_backend *be, int *anc, int *scratch, const int *from, 
         for (int r = 0; r < rows; r++) anc[(size_t)r * stride + t] = r;
 }
 
-/* One group: insertion into a sorted list of k, best first; a candidate
- * replaces the worst only when strictly better, so among equal scores the
- * earlier (lower row, token) stays ahead: a stable top-k. */
-static void topk_group(double *score, real *lp, int32_t *flat, const real *logp, const double *cum, uint8_t mode,
-                       int row0, int beam, int V, int k, int pad, int bos, int eos) {
+/* Diverse beam search's penalty: how often token v fills the slots of the earlier subgroups. */
+typedef struct {
+    const int32_t *tok; /* [n] their tokens */
+    int n;
+    double strength;
+} div_pen;
+
+/* x less the penalty of token v: one fma, so that no compiler's contraction changes it (the
+ * CUDA kernel computes the same) */
+static double div_less(const div_pen *p, int v, double x) {
+    int c = 0;
+    for (int i = 0; i < p->n; i++) c += p->tok[i] == v;
+    return fma(-p->strength, (double)c, x);
+}
+
+/* One (sub)group: rows row0, row0 + step, .. below row_end into a list of k,
+ * best first, by insertion; a candidate replaces the worst only when strictly
+ * better, so among equal scores the earlier (lower row, token) stays ahead: a
+ * stable top-k.  pen (n > 0): scores and lp less its penalty. */
+static void topk_rows(double *score, real *lp, int32_t *flat, const real *logp, const double *cum, uint8_t mode,
+                      int row0, int row_end, int step, int V, int k, int pad, int bos, int eos, const div_pen *pen) {
     int n = 0;
     double thresh = -INFINITY; /* score of the k-th candidate once there are k */
     const int eos_only = mode & 2, eos_ok = mode & 1;
-    for (int b = 0; b < beam; b++) {
-        const int r = row0 + b;
+    /* a penalty of either sign keeps the skips below exact when it only lowers scores */
+    const int penal = pen->n > 0, lowers = !penal || pen->strength >= 0;
+    for (int r = row0; r < row_end; r += step) {
         const double cs = cum[r];
         if (cs == -INFINITY) continue; /* dead row */
         const real *l = logp + (size_t)r * V;
@@ -72,11 +89,15 @@ static void topk_group(double *score, real *lp, int32_t *flat, const real *logp,
             const int c1 = c0 + 64 < v1 ? c0 + 64 : v1;
             /* once there are k candidates, a chunk whose best cannot beat the
              * k-th is skipped whole (exact: cs + l[v] <= cs + max <= thresh) */
-            if (n == k && cs + (double)ll_row_max(l + c0, c1 - c0) <= thresh) continue;
+            if (lowers && n == k && cs + (double)ll_row_max(l + c0, c1 - c0) <= thresh) continue;
             for (int v = c0; v < c1; v++) {
-                const double sc = cs + (double)l[v];
-                if (!(sc > thresh)) continue; /* also drops NaN and -inf */
+                double sc = cs + (double)l[v];
+                if (lowers && !(sc > thresh)) continue; /* also drops NaN and -inf */
                 if (v == pad || v == bos || (v == eos && !eos_ok)) continue;
+                if (penal) {
+                    sc = div_less(pen, v, sc);
+                    if (!(sc > thresh)) continue;
+                }
                 int pos = n < k ? n++ : k - 1;
                 while (pos > 0 && score[pos - 1] < sc) {
                     score[pos] = score[pos - 1];
@@ -85,7 +106,7 @@ static void topk_group(double *score, real *lp, int32_t *flat, const real *logp,
                     pos--;
                 }
                 score[pos] = sc;
-                lp[pos] = l[v];
+                lp[pos] = penal ? (real)div_less(pen, v, (double)l[v]) : l[v];
                 flat[pos] = (int32_t)((size_t)r * V + v);
                 if (n == k) thresh = score[k - 1];
             }
@@ -98,14 +119,40 @@ static void topk_group(double *score, real *lp, int32_t *flat, const real *logp,
     }
 }
 
+/* One group (a sentence's `beam` rows); with D > 1 subgroups ranked one after
+ * another, each penalised by the earlier ones' tokens, into interleaved slots. */
+static void topk_group(double *score, real *lp, int32_t *flat, const real *logp, const double *cum, uint8_t mode,
+                       int row0, int beam, int V, int k, int D, double strength, int pad, int bos, int eos) {
+    div_pen pen = {.strength = strength};
+    if (D <= 1) {
+        topk_rows(score, lp, flat, logp, cum, mode, row0, row0 + beam, 1, V, k, pad, bos, eos, &pen);
+        return;
+    }
+    const int kk = k / D;
+    double *s = ll_malloc(sizeof(double) * kk);
+    real *l = ll_malloc(sizeof(real) * kk);
+    int32_t *f = ll_malloc(sizeof(int32_t) * kk), *tok = ll_malloc(sizeof(int32_t) * k);
+    pen.tok = tok;
+    for (int sub = 0; sub < D; sub++) {
+        const int first = beam == 1 ? row0 : row0 + sub, step = beam == 1 ? 1 : D;
+        topk_rows(s, l, f, logp, cum, mode, first, row0 + beam, step, V, kk, pad, bos, eos, &pen);
+        for (int q = 0; q < kk; q++) {
+            score[q * D + sub] = s[q], lp[q * D + sub] = l[q], flat[q * D + sub] = f[q];
+            if (f[q] >= 0) tok[pen.n++] = f[q] % V;
+        }
+    }
+    free(s), free(l), free(f), free(tok);
+}
+
 void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp_act, const double *cum,
-                   const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos) {
+                   const uint8_t *mode, int groups, int beam, int V, int k, int div_groups, double div_strength,
+                   int pad, int bos, int eos) {
     (void)be;
     const real *logp = (const real *)logp_act;
 #pragma omp parallel for schedule(static) if (groups > 1 && (size_t)groups * beam * V > 200000)
     for (int g = 0; g < groups; g++)
         topk_group(score + (size_t)g * k, lp + (size_t)g * k, flat + (size_t)g * k, logp, cum, mode[g], g * beam,
-                   beam, V, k, pad, bos, eos);
+                   beam, V, k, div_groups, div_strength, pad, bos, eos);
 }
 
 /* Row r's attention probabilities over its sentence b's first n keys, summed over the heads in

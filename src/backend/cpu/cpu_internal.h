@@ -95,7 +95,8 @@ void cpu_attn_probs(ll_backend *be, real *acc, int overwrite, real w, const ll_a
 void cpu_align_argmax(ll_backend *be, int32_t *idx, const real *acc, const int *key_len, int sents, int per_sent,
                       int S); /* (reads reals: every activation dtype) */
 void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp, const double *cum,
-                   const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos, int eos);
+                   const uint8_t *mode, int groups, int beam, int V, int k, int div_groups, double div_strength,
+                   int pad, int bos, int eos);
 void cpu_sample_draw(ll_backend *be, int32_t *tok, double *lq, const ll_act *logp, const ll_sample_row *row,
                      const int32_t *ban, int rows, int V, const ll_sample_params *p);
 

@@ -33,10 +33,10 @@ static void cu_reorder_rows(ll_backend *be, ll_act *buf, ll_act *scratch, const 
  * double scores), so both backends decode on the GPU; any k (beam) the CLI
  * accepts (above LL_CUDA_TOPK_MAX a slower kernel, same result). */
 static void cu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const ll_act *logp,
-                         const double *cum, const uint8_t *mode, int groups, int beam, int V, int k, int pad, int bos,
-                         int eos) {
+                         const double *cum, const uint8_t *mode, int groups, int beam, int V, int k, int div_groups,
+                         double div_strength, int pad, int bos, int eos) {
     ll_cuda_check_launch(ll_cuda_beam_topk(ll_cuda_enter(be), ll_cuda_act(be), score, lp, flat, logp, cum, mode, groups,
-                                           beam, V, k, pad, bos, eos),
+                                           beam, V, k, div_groups, div_strength, pad, bos, eos),
                          "beam_topk");
 }
 
