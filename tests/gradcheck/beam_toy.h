@@ -1,9 +1,11 @@
-/* The beam tests' toy model, random sources and hypothesis comparison
- * (test_beam.c, test_sample.c), in the double build (grad_) and fp32 (f32_). */
+/* The beam tests' toy model, random sources, teacher-forced reference scores and hypothesis
+ * comparison (test_beam.c, test_sample.c, test_diverse.c), in the double build (grad_) and
+ * fp32 (f32_). */
 #ifndef LL_BEAM_TOY_H
 #define LL_BEAM_TOY_H
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ll/decode.h"
@@ -48,6 +50,45 @@ static inline int same_hypo(const ll_hypo *a, const ll_hypo *b, double tol) {
     for (int t = 0; t < a->len; t++)
         if (fabs(a->pos_scores[t] - b->pos_scores[t]) > PTOL) return 0; /* stored as float */
     return 1;
+}
+
+/* Log-probs of n target sequences ys[i] (lens[i] tokens) after `bos`, all
+ * teacher-forced in one batch: lp[i][t] = log p(ys[i][t] | bos ys[i][<t]).
+ * With want_next: also the distribution after the full sequence (next[i*V..]). */
+static inline void forced(ll_model *m, const int32_t *src, int sl, int32_t bos, int32_t *const *ys, const int *lens, int n,
+                   double **lp, double *next) {
+    const int V = m->hp.V;
+    int T = 1;
+    for (int i = 0; i < n; i++)
+        if (lens[i] + 1 > T) T = lens[i] + 1;
+    ll_batch b = {.B = n, .S = sl, .T = T};
+    b.src = calloc((size_t)n * sl, sizeof(int32_t));
+    b.tgt_in = calloc((size_t)n * T, sizeof(int32_t));
+    b.tgt_out = calloc((size_t)n * T, sizeof(int32_t));
+    b.src_len = calloc(n, sizeof(int));
+    b.tgt_len = calloc(n, sizeof(int));
+    for (int i = 0; i < n; i++) {
+        memcpy(b.src + (size_t)i * sl, src, sizeof(int32_t) * sl);
+        b.src_len[i] = sl;
+        b.tgt_len[i] = lens[i] + 1;
+        for (int t = 0; t < T; t++) {
+            b.tgt_in[i * T + t] = t == 0 ? bos : t <= lens[i] ? ys[i][t - 1] : LL_PAD;
+            b.tgt_out[i * T + t] = t < lens[i] ? ys[i][t] : t == lens[i] ? LL_EOS : LL_PAD;
+        }
+        b.n_src_tokens += sl;
+        b.n_tgt_tokens += lens[i] + 1;
+    }
+    const real *L = ll_model_logprobs(m, &b);
+    for (int i = 0; i < n; i++) {
+        for (int t = 0; t < lens[i]; t++) lp[i][t] = L[((size_t)i * T + t) * V + ys[i][t]];
+        if (next)
+            for (int v = 0; v < V; v++) next[(size_t)i * V + v] = L[((size_t)i * T + lens[i]) * V + v];
+    }
+    free(b.src);
+    free(b.tgt_in);
+    free(b.tgt_out);
+    free(b.src_len);
+    free(b.tgt_len);
 }
 
 #endif
