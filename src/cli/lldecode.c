@@ -558,9 +558,8 @@ int main(int argc, char **argv) {
     if (o.sample_flag && !o.sampling) ll_die("%s: a sampling option, without --sampling", o.sample_flag);
     if (o.div_flag && o.sampling) ll_die("%s: diverse beam search, with --sampling (which does not search)", o.div_flag);
     if (o.div_flag && o.prefix) ll_die("%s: diverse beam search does not take a --prefix", o.div_flag);
-    if (o.div_flag && o.div_groups < 2)
-        ll_die("%s: diverse beam search needs --diverse-beam-groups 2 or more%s", o.div_flag,
-               o.div_groups ? "" : " (--diverse-beam-strength alone does nothing)");
+    if (o.div_flag && !o.div_groups)
+        ll_die("--diverse-beam-strength: without --diverse-beam-groups (it alone does nothing)");
     if (o.prefix) {
         if (!*o.prefix) ll_die("--prefix '': an empty path (- is standard input)");
         if (!strcmp(o.prefix, "-") && !strcmp(o.input, "-"))

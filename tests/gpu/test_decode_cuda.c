@@ -5,8 +5,8 @@
  * beam search on a random model gives the same hypotheses on both backends,
  * every gemm of it one fused cuBLASLt matmul (ll_backend_gemm_fallbacks; in
  * fp32 and, on the GPU alone, in bf16), and its hypotheses scored as
- * references (forced decoding) get the search's token scores; sampling draws
- * the same tokens on both; an ensemble of two models searches alike on both.  Skips (77) without a GPU. */
+ * references (forced decoding) get the search's token scores; diverse beam
+ * search finds the same lists on both; sampling draws the same tokens on both; an ensemble of two models searches alike on both.  Skips (77) without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -175,10 +175,21 @@ static void search_sources(int32_t *src, int *len, int B, int S, uint64_t seed) 
     }
 }
 
+/* Two n-best lists alike: the same hypotheses, scores within 1e-4. */
+static int oc_same(const ll_nbest *a, const ll_nbest *b) {
+    int same = a->n == b->n;
+    for (int i = 0; same && i < a->n; i++)
+        same = a->h[i].len == b->h[i].len && !memcmp(a->h[i].tokens, b->h[i].tokens, sizeof(int32_t) * a->h[i].len) &&
+               fabs(a->h[i].score - b->h[i].score) < 1e-4;
+    return same;
+}
+
 /* A whole search: same weights on both backends, same n-best lists (cpu NULL:
  * the search on gpu alone, checked for gemm fallbacks only); with align, the
- * hypotheses' alignments (attn_align) the same too, and target prefixes forced. */
-static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
+ * hypotheses' alignments (attn_align) the same too, and target prefixes forced;
+ * with diverse, diverse beam search (2 groups; its scores hold the penalties, so
+ * forced decoding does not reproduce them). */
+static void test_search(ll_backend *cpu, ll_backend *gpu, int align, int diverse) {
     ll_model *mc = cpu ? ll_model_new(&search_hp, cpu) : NULL, *mg = ll_model_new(&search_hp, gpu);
     if (mc) ll_model_init(mc, 4);
     ll_model_init(mg, 4);
@@ -195,6 +206,7 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     o.align = align;
     o.unkpen = align ? 0 : -4; /* without alignments, <unk> favoured (the add_col kernel; the scores hold it) */
     o.no_repeat_ngram = align ? 0 : 2; /* and no bigram twice (fill_at, the top-k after the step's graph) */
+    o.diverse_groups = diverse ? 2 : 0, o.diverse_strength = 0.75;
     /* with alignments, target prefixes too (0, 1 and 2 forced tokens): forced on the first row, their
      * log-probabilities read by pick_logp after the step (graph or not) */
     const int32_t p0[2] = {11, 40}, p2[1] = {7};
@@ -209,8 +221,17 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     ll_beam_search(mg, src, len, B, S, &o, og);
     gpu->graph_stats(gpu, &g1);
     char what[64];
-    snprintf(what, sizeof what, "beam search (%s%s)", ll_dtype_str(gpu->act),
+    snprintf(what, sizeof what, "%sbeam search (%s%s)", diverse ? "diverse " : "", ll_dtype_str(gpu->act),
              align ? ", alignments, prefixes" : ", <unk> favoured, no bigram twice");
+    if (diverse) { /* the groups mattered: plain beam search finds other lists */
+        ll_search_opts o2 = o;
+        o2.diverse_groups = 0;
+        ll_nbest ob[B];
+        ll_beam_search(mg, src, len, B, S, &o2, ob);
+        int differ = 0;
+        for (int b = 0; b < B; b++) differ += !oc_same(&ob[b], &og[b]), ll_nbest_free(&ob[b]);
+        CHECK_MSG(differ > 0, "%s: the same n-best lists as plain beam search", what);
+    }
     if (o.no_repeat_ngram) { /* the bans held, and they mattered: the search without them repeats */
         ll_search_opts o2 = o;
         o2.no_repeat_ngram = 0;
@@ -239,7 +260,7 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     CHECK_MSG(!o.unkpen || unks > 0, "%s: --unkpen %g brought no <unk>", what, o.unkpen);
     check_fallbacks(gpu, f0, what);
     check_graphs(mg, src, len, B, S, &o, og, &g0, &g1, what);
-    check_scores(mg, src, len, B, S, &o, og, gpu->act == LL_BF16 ? 0.1 : 1e-4, what);
+    if (!diverse) check_scores(mg, src, len, B, S, &o, og, gpu->act == LL_BF16 ? 0.1 : 1e-4, what);
     if (!mc) {
         int found = 1;
         for (int b = 0; b < B; b++) found &= og[b].n > 0, ll_nbest_free(&og[b]);
@@ -260,15 +281,6 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align) {
     }
     CHECK_MSG(same, "%s on CUDA gives other hypotheses than on the CPU", what);
     ll_model_free(mc), ll_model_free(mg);
-}
-
-/* Two n-best lists alike: the same hypotheses, scores within 1e-4. */
-static int oc_same(const ll_nbest *a, const ll_nbest *b) {
-    int same = a->n == b->n;
-    for (int i = 0; same && i < a->n; i++)
-        same = a->h[i].len == b->h[i].len && !memcmp(a->h[i].tokens, b->h[i].tokens, sizeof(int32_t) * a->h[i].len) &&
-               fabs(a->h[i].score - b->h[i].score) < 1e-4;
-    return same;
 }
 
 /* Sampling (ll_sample_search): each backend draws from its step's log-probabilities (sample_draw,
@@ -368,9 +380,12 @@ int main(void) {
     test_topk(cpu, gpu, 2, 32, 301, 64);
     const char *miss = ll_backend_missing(gpu);
     CHECK_MSG(!miss, "the CUDA backend lacks '%s'", miss ? miss : "");
-    if (!miss) test_search(cpu, gpu, 0), test_search(cpu, gpu, 1), test_sampling(cpu, gpu), test_ensemble(cpu, gpu);
+    if (!miss)
+        test_search(cpu, gpu, 0, 0), test_search(cpu, gpu, 1, 0), test_search(cpu, gpu, 0, 1), test_sampling(cpu, gpu),
+            test_ensemble(cpu, gpu);
     ll_backend *b16 = ll_backend_cuda_precision(0, LL_BF16);
     CHECK_MSG(b16 != NULL, "ll_backend_cuda_precision(0, bf16): %s", ll_errbuf());
-    if (b16 && !ll_backend_missing(b16)) test_search(NULL, b16, 1), test_ensemble(NULL, b16);
+    if (b16 && !ll_backend_missing(b16))
+        test_search(NULL, b16, 1, 0), test_search(NULL, b16, 0, 1), test_ensemble(NULL, b16);
     return tu_finish("gpu_test_decode_cuda");
 }
