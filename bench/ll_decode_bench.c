@@ -23,7 +23,7 @@
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0, sampling = -1, score = 0, ensemble = 1;
-    int no_repeat = 0;
+    int no_repeat = 0, diverse = 0;
     const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--score")) score = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--ensemble")) ensemble = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--no-repeat")) no_repeat = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--diverse")) diverse = atoi(argv[i + 1]);
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
@@ -51,7 +52,8 @@ int main(int argc, char **argv) {
                     "          --sampling-topk K, K = 0: all; the --beams values are the draws per sentence)]\n"
                     "          [--score 1 (lldecode --score-reference of T-token references)]\n"
                     "          [--ensemble N (lldecode --model given N times: N models of the same shape)]\n"
-                    "          [--no-repeat N (lldecode --no-repeat-ngram-size N)]\n",
+                    "          [--no-repeat N (lldecode --no-repeat-ngram-size N)]\n"
+                    "          [--diverse G (lldecode --diverse-beam-groups G; beams G divides, others skipped)]\n",
                     argv[0]);
             return 2;
         }
@@ -97,6 +99,8 @@ int main(int argc, char **argv) {
             S, T, be->name, ll_dtype_str(be->act), threads, ll_blas_core());
     for (const char *p = beams; *p;) {
         int beam = atoi(p);
+        while (*p && *p != ',') p++; /* (the next value) */
+        if (*p == ',') p++;
         ll_search_opts o;
         ll_search_opts_default(&o);
         o.beam = beam;
@@ -108,6 +112,8 @@ int main(int argc, char **argv) {
         o.sampling = sampling >= 0;
         o.topk = sampling > 0 ? sampling : 0;
         o.no_repeat_ngram = no_repeat;
+        if (diverse > 1 && beam % diverse) continue; /* (G must divide the beam) */
+        o.diverse_groups = diverse;
         ll_translate_opts to = {.search = o, .max_tokens = 1 << 20, .max_sents = B, .inter_threads = inter};
         ll_nbest *out = calloc(B, sizeof *out);
         double best = 1e30;
@@ -135,6 +141,7 @@ int main(int argc, char **argv) {
         if (o.sampling) snprintf(what, sizeof what, " sampling_topk=%d", o.topk);
         if (ensemble > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " ensemble=%d", ensemble);
         if (no_repeat) snprintf(what + strlen(what), sizeof what - strlen(what), " no_repeat=%d", no_repeat);
+        if (diverse) snprintf(what + strlen(what), sizeof what - strlen(what), " diverse=%d", diverse);
         printf("RESULT ll_decode beam=%d inter=%d%s%s sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu "
                "graph_replays=%llu\n",
                beam, ll_translate_workers(&to), align ? " alignment=1" : "", what, B / best, tokens / best,
@@ -147,8 +154,6 @@ int main(int argc, char **argv) {
         }
         fflush(stdout);
         free(out);
-        while (*p && *p != ',') p++;
-        if (*p == ',') p++;
     }
     if (score) { /* forced decoding of T-token references (EOS last): lldecode --score-reference's path */
         int32_t *ref = malloc(sizeof(int32_t) * B * (T + 1));

@@ -360,7 +360,7 @@ run_bench() {
   tstep bench-torch-base-compile 150 python3 bench/gpu/torch_gpu_peer.py --model base --compile --peak-tflops "$PEAK"
   # last (the issue's targets first), never timed on a GPU: sampling's draw as a kernel (session 38;
   # before it the host drew from a [rows, V] download per step), ensembles' steps as graphs and
-  # --no-repeat-ngram-size (session 37)
+  # --no-repeat-ngram-size (session 37), diverse beam search (session 39)
   step bench-decode-sample 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 0
   step bench-decode-sample-top10 60 "$B/ll_decode_bench" "${DEC[@]}" --sampling 10
   tstep bench-torch-decode-sample 90 python3 bench/gpu/torch_gpu_peer.py --model base --decode 5,1 --sampling 0 \
@@ -369,6 +369,8 @@ run_bench() {
     --peak-tflops "$PEAK"
   step bench-decode-ensemble 90 "$B/ll_decode_bench" "${DEC[@]}" --ensemble 2
   step bench-decode-norepeat 60 "$B/ll_decode_bench" "${DEC[@]}" --no-repeat 3
+  # diverse beam search (session 39): beam_topk's subgroups in turn, beside plain beam 4
+  step bench-decode-diverse 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 4 --diverse 2
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
   sed -n '/^profile, beam/,/^total/p' "$L/bench-decode-profile.log" | sed 's/^/  decode /' | tee -a "$S"
