@@ -24,6 +24,7 @@ int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0, sampling = -1, score = 0, ensemble = 1;
     int no_repeat = 0, diverse = 0;
+    double siblings = 0;
     const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -43,6 +44,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ensemble")) ensemble = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--no-repeat")) no_repeat = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--diverse")) diverse = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--diversity-rate")) siblings = atof(argv[i + 1]);
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
@@ -53,7 +55,8 @@ int main(int argc, char **argv) {
                     "          [--score 1 (lldecode --score-reference of T-token references)]\n"
                     "          [--ensemble N (lldecode --model given N times: N models of the same shape)]\n"
                     "          [--no-repeat N (lldecode --no-repeat-ngram-size N)]\n"
-                    "          [--diverse G (lldecode --diverse-beam-groups G; beams G divides, others skipped)]\n",
+                    "          [--diverse G (lldecode --diverse-beam-groups G; beams G divides, others skipped)]\n"
+                    "          [--diversity-rate R (lldecode --diversity-rate R)]\n",
                     argv[0]);
             return 2;
         }
@@ -114,6 +117,7 @@ int main(int argc, char **argv) {
         o.no_repeat_ngram = no_repeat;
         if (diverse > 1 && beam % diverse) continue; /* (G must divide the beam) */
         o.diverse_groups = diverse;
+        o.diversity_rate = siblings;
         ll_translate_opts to = {.search = o, .max_tokens = 1 << 20, .max_sents = B, .inter_threads = inter};
         ll_nbest *out = calloc(B, sizeof *out);
         double best = 1e30;
@@ -142,6 +146,7 @@ int main(int argc, char **argv) {
         if (ensemble > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " ensemble=%d", ensemble);
         if (no_repeat) snprintf(what + strlen(what), sizeof what - strlen(what), " no_repeat=%d", no_repeat);
         if (diverse) snprintf(what + strlen(what), sizeof what - strlen(what), " diverse=%d", diverse);
+        if (siblings > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " diversity_rate=%g", siblings);
         printf("RESULT ll_decode beam=%d inter=%d%s%s sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu "
                "graph_replays=%llu\n",
                beam, ll_translate_workers(&to), align ? " alignment=1" : "", what, B / best, tokens / best,

@@ -369,8 +369,10 @@ run_bench() {
     --peak-tflops "$PEAK"
   step bench-decode-ensemble 90 "$B/ll_decode_bench" "${DEC[@]}" --ensemble 2
   step bench-decode-norepeat 60 "$B/ll_decode_bench" "${DEC[@]}" --no-repeat 3
-  # diverse beam search (session 39): beam_topk's subgroups in turn, beside plain beam 4
+  # diverse beam search (session 39): beam_topk's subgroups in turn, beside plain beam 4; diverse
+  # siblings search: beam_topk per row, 2 x beam candidates of each row read back
   step bench-decode-diverse 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 4 --diverse 2
+  step bench-decode-siblings 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 5 --diversity-rate 0.5
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
   sed -n '/^profile, beam/,/^total/p' "$L/bench-decode-profile.log" | sed 's/^/  decode /' | tee -a "$S"

@@ -39,6 +39,12 @@ typedef struct {
      * sampling or a prefix.  0, 1: off. */
     int diverse_groups;
     double diverse_strength;
+    /* Diverse siblings search (fairseq's --diversity-rate, DiverseSiblingsSearch, Li et al. 2016):
+     * > 0: from step 1 on, each row's candidates are its own top 2 * beam, the i-th best of them
+     * scored less diversity_rate * i (i from 1), and the sentence's 2 * beam best of those go on
+     * as in beam search; the penalties stay in the scores (fairseq's).  Not with diverse_groups
+     * or sampling.  0: off (the same as beam search). */
+    double diversity_rate;
     /* Sampling (fairseq's --sampling, Marian's --output-sampling): each of a sentence's `beam`
      * rows draws its own translation, token by token, from the model's distribution
      * (ll_sample_search); nbest of them come back, best score first. */

@@ -336,6 +336,8 @@ typedef struct ll_dec_state {
     real unk_pen;       /* ll_decode_step_topk: subtracted from <unk>'s log-probability before the top-k */
     int div_groups;     /* its top-k: diverse beam search's subgroups (beam_topk; 0, 1: plain) */
     double div_strength; /*  and their penalty per earlier use of a token */
+    int topk_per_row;   /* its top-k per row, not per sentence (diverse siblings search), but for
+                           a step of one row per sentence */
     const int32_t *ban; /* ll_decode_ban: host [n_ban] flat indices row * V + token, -inf in the next */
     int n_ban;          /* ll_decode_step_topk's log-probabilities before its top-k (then cleared) */
 } ll_dec_state;
@@ -366,7 +368,9 @@ void ll_decode_step_sample(ll_model *m, ll_dec_state *d, const int32_t *prev_tok
 /* A beam-search step: the step, then per sentence the k best candidates
  * (row, token) by cum[row] + log p (the backend's beam_topk; mode [B]: bit 0
  * eos allowed, bit 1 eos only), read into host score/lp/flat [B * k] (flat =
- * row * V + token, -1 for an empty slot).  One upload, one download. */
+ * row * V + token, -1 for an empty slot).  With d->topk_per_row, per row
+ * instead: [N * k] (a step of one row per sentence, the first: [B * k] as
+ * before).  One upload, one download. */
 void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,
                          const uint8_t *mode, int k, double *score, real *lp, int32_t *flat, int32_t *align);
 /* Tokens banned at the next ll_decode_step_topk (lldecode --no-repeat-ngram-size): flat [n] =

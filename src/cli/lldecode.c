@@ -3,7 +3,7 @@
  *
  *   lldecode --model M [--model M2 ...] [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
  *            [--max-len-a A] [--max-len-b B] [--min-len L] [--diverse-beam-groups G]
- *            [--diverse-beam-strength S] [--max-tokens T] [--max-sentences S]
+ *            [--diverse-beam-strength S] [--diversity-rate R] [--max-tokens T] [--max-sentences S]
  *            [--format text|fairseq] [--raw-ids] [--alignment] [--target-lang L] [--precision fp32|bf16] [--threads N]
  *            [--inter-threads W] [--device auto|cpu|cuda] [--quiet]
  *   lldecode --model M --input SRC --score-reference REF [--lenpen A] [--format text|fairseq] ...
@@ -56,6 +56,9 @@ static void usage(FILE *out) {
             "                     another, a token's score less S x its uses by the earlier groups that\n"
             "                     step; the scores printed include the penalties, as fairseq's\n"
             "  --diverse-beam-strength S  that penalty S (default 0.5)\n"
+            "  --diversity-rate R  diverse siblings search (fairseq's; Li et al. 2016): each hypothesis's\n"
+            "                     own 2 x beam best extensions, the i-th scored R x i lower, before the\n"
+            "                     beam's pick (default 0: off); the printed scores include it\n"
             "  --unkpen P         subtract P from <unk>'s log-probability at every step (fairseq's\n"
             "                     --unkpen; default 0; 1e9: never <unk>)\n"
             "  --no-repeat-ngram-size N  no n-gram of N pieces twice in a translation (fairseq's; the\n"
@@ -163,6 +166,7 @@ typedef struct {
     long div_groups; /* --diverse-beam-groups (0: off) */
     double div_strength; /* --diverse-beam-strength */
     const char *div_flag; /* the first of the two given */
+    double div_rate;     /* --diversity-rate (0: off) */
     int raw_ids, quiet, no_graphs, alignment;
 } opts;
 
@@ -521,6 +525,9 @@ int main(int argc, char **argv) {
             o.div_strength = parse_real(a, v, -1e6, 1e6);
             o.search_flag = o.search_flag ? o.search_flag : a;
             o.div_flag = o.div_flag ? o.div_flag : a;
+        } else if (!strcmp(a, "--diversity-rate")) {
+            o.div_rate = parse_real(a, v, 0, 1e6);
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--min-len")) {
             o.min_len = parse_int(a, v, 0, 1000000);
             o.search_flag = o.search_flag ? o.search_flag : a;
@@ -560,6 +567,10 @@ int main(int argc, char **argv) {
     if (o.div_flag && o.prefix) ll_die("%s: diverse beam search does not take a --prefix", o.div_flag);
     if (o.div_flag && !o.div_groups)
         ll_die("--diverse-beam-strength: without --diverse-beam-groups (it alone does nothing)");
+    if (o.div_rate > 0 && o.div_flag) /* (fairseq: "Provided Search parameters are mutually exclusive") */
+        ll_die("--diversity-rate: diverse siblings search, with %s (one diverse search at a time)", o.div_flag);
+    if (o.div_rate > 0 && o.sampling) ll_die("--diversity-rate: diverse siblings search, with --sampling");
+    if (o.div_rate > 0 && o.prefix) ll_die("--diversity-rate: diverse siblings search does not take a --prefix");
     if (o.prefix) {
         if (!*o.prefix) ll_die("--prefix '': an empty path (- is standard input)");
         if (!strcmp(o.prefix, "-") && !strcmp(o.input, "-"))
@@ -628,6 +639,7 @@ int main(int argc, char **argv) {
     to.search.no_repeat_ngram = (int)o.no_repeat;
     to.search.diverse_groups = (int)o.div_groups;
     to.search.diverse_strength = o.div_strength;
+    to.search.diversity_rate = o.div_rate;
     if (o.div_groups > 1 && to.search.beam % o.div_groups) /* (fairseq's rule: each group holds beam / G rows) */
         ll_die("--diverse-beam-groups %ld: must divide the beam size %d", o.div_groups, to.search.beam);
     /* EOS waits until --min-len; beyond every output's length limit it would never be allowed, and

@@ -82,6 +82,34 @@ static int take_candidates(const double *score, const real *lp, const int32_t *f
     return n;
 }
 
+/* Diverse siblings search (fairseq's DiverseSiblingsSearch): the sentence's rows' own top-k
+ * lists (beam_topk per row: row after row, each best first, k slots), each candidate's score
+ * and log-prob less rate x its rank in its row (1-based; one fma, as beam_topk's penalties), then
+ * the k best of them all, ties to the lower (row, token).  Empty slots trail. */
+static int sibling_candidates(const double *score, const real *lp, const int32_t *flat, int rows, int V, int k,
+                              double rate, cand *all, cand *c) {
+    int n = 0;
+    for (int i = 0; i < rows * k; i++) {
+        if (flat[i] < 0) continue;
+        const double rank = i % k + 1;
+        all[n++] = (cand){.s = fma(-rate, rank, score[i]), .lp = (float)fma(-rate, rank, (double)lp[i]),
+                          .row = flat[i] / V, .tok = flat[i] % V};
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) { /* insertion into the k best (n is at most rows x k) */
+        const cand x = all[i];
+        const int idx = x.row * V + x.tok;
+        if (m == k && !(x.s > c[k - 1].s || (x.s == c[k - 1].s && idx < c[k - 1].row * V + c[k - 1].tok))) continue;
+        int pos = m < k ? m++ : k - 1;
+        while (pos > 0 && (c[pos - 1].s < x.s || (c[pos - 1].s == x.s && c[pos - 1].row * V + c[pos - 1].tok > idx))) {
+            c[pos] = c[pos - 1];
+            pos--;
+        }
+        c[pos] = x;
+    }
+    return m;
+}
+
 /* Sort finalized hypotheses by score, best first (stable: ties keep the
  * order of finalization), keep nbest and free the rest. */
 static void finish(sent *s, int nbest, ll_nbest *out) {
@@ -112,7 +140,7 @@ void ll_search_finish(ll_hypo *fin, int n_fin, int nbest, ll_nbest *out) {
 void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, int S, const ll_search_opts *o,
                     ll_nbest *out) {
     if (o->sampling) {
-        if (o->diverse_groups > 1) ll_die("diverse beam search: not with sampling");
+        if (o->diverse_groups > 1 || o->diversity_rate > 0) ll_die("diverse beam search: not with sampling");
         ll_sample_search(m, src, src_len, B, S, o, out);
         return;
     }
@@ -123,6 +151,9 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     const int div = o->diverse_groups > 1 ? o->diverse_groups : 1;
     if (beam % div) ll_die("diverse beam search: %d groups do not divide the beam size %d", div, beam);
     if (div > 1 && o->prefix) ll_die("diverse beam search: no target prefixes");
+    const double rate = o->diversity_rate; /* diverse siblings search: each row's own top-k first */
+    if (rate < 0 || (rate > 0 && div > 1)) ll_die("beam search: diversity rate %g with %d groups", rate, div);
+    if (rate > 0 && o->prefix) ll_die("diverse siblings search: no target prefixes");
     if (B <= 0) return;
     if ((long long)B * beam * V > INT_MAX) /* (ll_translate_ids keeps its batches below) */
         ll_die("beam search: %d rows (beam %d) x vocabulary %d exceed 2^31 candidates in one batch", N, beam, V);
@@ -137,6 +168,7 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     ll_dec_state *d = ll_decode_begin(m, src, src_len, B, S, beam, T);
     d->unk_pen = (real)o->unkpen;
     d->div_groups = div, d->div_strength = o->diverse_strength;
+    d->topk_per_row = rate > 0;
     /* prefix steps: the forced token of each sentence (pad: none) and its log-probability */
     int32_t *force = o->prefix ? ll_malloc(sizeof(int32_t) * B) : NULL;
     real *force_lp = o->prefix ? ll_malloc(sizeof(real) * B) : NULL;
@@ -157,13 +189,14 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     int32_t *prev = ll_malloc(sizeof(int32_t) * N);
     /* per step, per sentence: k candidates from the backend (the [N, V]
      * log-probabilities stay there) */
-    double *score = ll_malloc(sizeof(double) * (size_t)B * k);
-    real *lp = ll_malloc(sizeof(real) * (size_t)B * k);
-    int32_t *flat = ll_malloc(sizeof(int32_t) * (size_t)B * k);
+    const size_t nk = (size_t)(rate > 0 ? N : B) * k; /* (siblings: k per row) */
+    double *score = ll_malloc(sizeof(double) * nk);
+    real *lp = ll_malloc(sizeof(real) * nk);
+    int32_t *flat = ll_malloc(sizeof(int32_t) * nk);
     uint8_t *mode = ll_malloc(B);
     int *from = ll_malloc(sizeof(int) * N), *act = ll_malloc(sizeof(int) * B), *keep = ll_malloc(sizeof(int) * B);
     uint8_t *dead = ll_calloc(B, 1); /* slot j's sentence is finished but still in the batch */
-    cand *c = ll_malloc(sizeof(cand) * k);
+    cand *c = ll_malloc(sizeof(cand) * k), *all = rate > 0 ? ll_malloc(sizeof(cand) * (size_t)beam * k) : NULL;
     /* o->no_repeat_ngram: the step's banned (row, token)s, flat; at most `step` per row */
     int32_t *ban = o->no_repeat_ngram > 0 ? ll_malloc(sizeof(int32_t) * (size_t)N * T) : NULL;
     /* step 0 expands only row 0 of each sentence (all rows are identical) */
@@ -209,6 +242,9 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
             int nc;
             if (forcing && force[j] != LL_PAD) /* a prefix step: its token, on the sentence's one live row */
                 c[0] = (cand){.s = cum[base] + force_lp[j], .lp = (float)force_lp[j], .row = base, .tok = force[j]}, nc = 1;
+            else if (rate > 0 && step > 0) /* (step 0 ranks the one first row as beam search) */
+                nc = sibling_candidates(score + (size_t)base * k, lp + (size_t)base * k, flat + (size_t)base * k, beam,
+                                        V, k, rate, all, c);
             else
                 nc = take_candidates(score + (size_t)j * k, lp + (size_t)j * k, flat + (size_t)j * k, V, k, c);
             /* EOS within the first `beam` ranks: finalized (up to beam per sentence) */
@@ -318,5 +354,6 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
     free(keep);
     free(dead);
     free(c);
+    free(all);
     free(ban);
 }

@@ -168,10 +168,14 @@ typedef struct {
     const int32_t *tok;   /* [rows] */
     const int *from;      /* [N] the pending reorder (roots: each row's root) */
     const int *t;         /* the step's position */
-    const uint8_t *mode;  /* [B] */
+    const uint8_t *mode;  /* [B], or [N] for a top-k per row (topk_groups) */
 } step_in;
 
-/* One upload: [cum rows doubles][tok rows][from N][t][mode B bytes].  roots
+/* The top-k's groups: the sentences, or with d->topk_per_row the rows (a step of one row per
+ * sentence: the same). */
+static int topk_groups(const ll_dec_state *d, int roots) { return roots || !d->topk_per_row ? d->B : d->N; }
+
+/* One upload: [cum rows doubles][tok rows][from N][t][mode bytes, one per top-k group].  roots
  * (root_rows_only): the decoder runs rows' = sentences, row b standing for row
  * b*beam (its cache row; d->logp and cum then hold B rows). */
 static step_in step_upload(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, const double *cum,
@@ -181,7 +185,8 @@ static step_in step_upload(ll_model *m, ll_dec_state *d, const int32_t *prev_tok
     if (t >= d->max_T) ll_die("decode: step %d exceeds the cache capacity %d", t, d->max_T);
     if (t + LL_PAD + 1 >= m->hp.max_pos + 2) ll_die("decode: position %d exceeds model.max_positions", t);
     const size_t nc = cum ? (size_t)rows : 0;
-    const size_t bytes = sizeof(double) * nc + sizeof(int32_t) * ((size_t)rows + N + 1) + d->B;
+    const int groups = topk_groups(d, roots);
+    const size_t bytes = sizeof(double) * nc + sizeof(int32_t) * ((size_t)rows + N + 1) + groups;
     char *h = stage(d, bytes);
     double *hc = (double *)h;
     int32_t *ht = (int32_t *)(hc + nc);
@@ -194,7 +199,7 @@ static step_in step_upload(ll_model *m, ll_dec_state *d, const int32_t *prev_tok
      * reorder pending: no move (graphs: one kind of step with or without one) */
     for (int r = 0; r < N; r++) hf[r] = roots ? r - r % beam : d->reorder_pending ? d->from[r] : r;
     hf[N] = t;
-    if (mode) memcpy(hf + N + 1, mode, d->B);
+    for (int g = 0; mode && g < groups; g++) ((uint8_t *)(hf + N + 1))[g] = mode[groups == d->B ? g : g / beam];
     char *dev = ll_arena_alloc(&m->arena, bytes);
     m->be->upload(m->be, dev, h, bytes);
     step_in in = {.cum = cum ? (const double *)dev : NULL, .tok = (const int32_t *)(dev + sizeof(double) * nc)};
@@ -210,10 +215,11 @@ static void run_step(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
 static void step_topk_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots, int k, char *out) {
     if (d->unk_pen != 0) /* (in d->logp: a prefix's forced <unk> reads it too, as fairseq's) */
         m->be->add_col(m->be, d->logp, roots ? d->B : d->N, m->hp.V, LL_UNK, -d->unk_pen);
-    const size_t nk = (size_t)d->B * k, o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
+    const int groups = topk_groups(d, roots);
+    const size_t nk = (size_t)groups * k, o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real);
     m->be->beam_topk(m->be, (double *)out, (real *)(out + o_lp), (int32_t *)(out + o_flat), d->logp, in->cum, in->mode,
-                     d->B, roots ? 1 : d->beam, m->hp.V, k, d->div_groups > 1 ? d->div_groups : 1, d->div_strength,
-                     LL_PAD, LL_BOS, LL_EOS);
+                     groups, roots || d->topk_per_row ? 1 : d->beam, m->hp.V, k, d->div_groups > 1 ? d->div_groups : 1,
+                     d->div_strength, LL_PAD, LL_BOS, LL_EOS);
 }
 
 /* The step's ops, no transfer among them (a CUDA graph holds them; the
@@ -409,7 +415,7 @@ void ll_decode_step_topk(ll_model *m, ll_dec_state *d, const int32_t *prev_tok, 
     const step_in in = step_upload(m, d, prev_tok, cum, mode, roots);
     /* results in one block, read in one download: [score][lp][flat][align], widest
      * first so each array is aligned (real is double in the gradient-check build) */
-    const size_t nk = (size_t)d->B * k, rows = roots ? (size_t)d->B : (size_t)d->N;
+    const size_t nk = (size_t)topk_groups(d, roots) * k, rows = roots ? (size_t)d->B : (size_t)d->N;
     const size_t o_lp = nk * sizeof(double), o_flat = o_lp + nk * sizeof(real), o_align = o_flat + nk * sizeof(int32_t);
     const int want_align = align && d->align_layer >= 0;
     const size_t bytes = o_align + (want_align ? rows * sizeof(int32_t) : 0);

@@ -386,16 +386,17 @@ done
 dec --beam 4 --raw-ids --unkpen -20 --max-len-b 12 --input "$T/sc.ids" > "$T/nrb" 2>/dev/null
 grep -q "3 3 3" "$T/nrb" || err "without --no-repeat-ngram-size, <unk> favoured repeats no 3-gram: $(tr '\n' '|' < "$T/nrb")"
 
-# 5g. --diverse-beam-groups (fairseq's diverse beam search; its exact search: grad_test_diverse): one
-# group is beam search; the groups' n-best lists are well formed, and their scores hold the
-# penalties: each hypothesis scored as a reference (--score-reference: the model alone) scores at
-# least as high, some higher (the later groups' tokens that the first group used too)
+# 5g. --diverse-beam-groups and --diversity-rate (fairseq's diverse beam search and diverse siblings
+# search; their exact searches: grad_test_diverse): one group is beam search; the n-best lists are
+# well formed, and their scores hold the penalties: each hypothesis scored as a reference
+# (--score-reference: the model alone) scores at least as high, some higher
 dec --beam 5 --diverse-beam-groups 1 --input "$T/in.en" > "$T/dv1" 2>/dev/null && cmp -s "$T/dv1" "$T/out.5" ||
   err "--diverse-beam-groups 1 is not beam search"
 head -3 "$T/sc.ids" | grep . > "$T/dv.ids"
-dec --raw-ids --beam 4 --nbest 4 --diverse-beam-groups 2 --diverse-beam-strength 2 --format fairseq \
-  --input "$T/dv.ids" > "$T/dv.fs" 2>/dev/null || err "--diverse-beam-groups 2 failed"
-python3 - "$T/dv.ids" "$T/dv.fs" "$T/dv" <<'PY' || err "--diverse-beam-groups 2: bad n-best lists: $(head -c 600 "$T/dv.fs")"
+for how in "--diverse-beam-groups 2 --diverse-beam-strength 2" "--diversity-rate 1.5"; do
+  # shellcheck disable=SC2086
+  dec --raw-ids --beam 4 --nbest 4 $how --format fairseq --input "$T/dv.ids" > "$T/dv.fs" 2>/dev/null || err "$how failed"
+  python3 - "$T/dv.ids" "$T/dv.fs" "$T/dv" <<'PY' || err "$how: bad n-best lists: $(head -c 600 "$T/dv.fs")"
 import sys
 src = open(sys.argv[1]).read().split("\n")[:-1]
 hyps = [l.split("\t") for l in open(sys.argv[2]) if l.startswith("H-")]
@@ -404,10 +405,11 @@ with open(sys.argv[3] + ".src", "w") as s, open(sys.argv[3] + ".ref", "w") as r,
     for h in hyps:
         s.write(src[int(h[0][2:])] + "\n"), r.write(h[2]), c.write(h[1] + "\n")
 PY
-dec --raw-ids --input "$T/dv.src" --score-reference "$T/dv.ref" > "$T/dv.model" 2>/dev/null || err "scoring the diverse hypotheses failed"
-paste "$T/dv.score" "$T/dv.model" | awk '$2 < $1 - 1e-4 { bad++ } $2 > $1 + 0.1 { higher++ }
-  END { if (bad || !higher) { print "diverse scores vs the model'"'"'s: " bad+0 " above, " higher+0 " penalised"; exit 1 } }' ||
-  err "--diverse-beam-groups 2: the scores do not hold the penalties: $(paste "$T/dv.score" "$T/dv.model" | tr '\n' '|')"
+  dec --raw-ids --input "$T/dv.src" --score-reference "$T/dv.ref" > "$T/dv.model" 2>/dev/null || err "scoring the $how hypotheses failed"
+  paste "$T/dv.score" "$T/dv.model" | awk '$2 < $1 - 1e-4 { bad++ } $2 > $1 + 0.1 { higher++ }
+    END { if (bad || !higher) { print "diverse scores vs the model'"'"'s: " bad+0 " above, " higher+0 " penalised"; exit 1 } }' ||
+    err "$how: the scores do not hold the penalties: $(paste "$T/dv.score" "$T/dv.model" | tr '\n' '|')"
+done
 
 # 6. bad input: one line on stderr, exit 1, no output file (and an existing one untouched)
 check_error() { # name expected-substring args...
@@ -492,6 +494,15 @@ check_error "strength alone" "--diverse-beam-strength: without --diverse-beam-gr
 check_error "diverse with scores" "--diverse-beam-groups: a search option, with --score-reference" --model "$M" \
   --diverse-beam-groups 2 --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "zero groups" "--diverse-beam-groups" --model "$M" --diverse-beam-groups 0 --input "$T/in.en"
+check_error "two diverse searches" "--diversity-rate: diverse siblings search, with --diverse-beam-groups" --model "$M" \
+  --diverse-beam-groups 2 --diversity-rate 0.5 --input "$T/in.en"
+check_error "siblings sampling" "--diversity-rate: diverse siblings search, with --sampling" --model "$M" --sampling \
+  --diversity-rate 0.5 --input "$T/in.en"
+check_error "siblings with a prefix" "--diversity-rate: diverse siblings search does not take a --prefix" --model "$M" \
+  --diversity-rate 0.5 --prefix "$T/px.txt" --input "$T/in.en"
+check_error "negative rate" "--diversity-rate" --model "$M" --diversity-rate -1 --input "$T/in.en"
+check_error "siblings with scores" "--diversity-rate: a search option, with --score-reference" --model "$M" \
+  --diversity-rate 1 --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "sampling a reference" "--sampling: a search option, with --score-reference" --model "$M" --sampling --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "more n-best than draws" "--nbest 2: must not exceed the draws per sentence (--beam) 1" --model "$M" --sampling --nbest 2 --input "$T/in.en"
 check_error "prefixes too few" "px.pre: 3 lines, but $T/in.en has more" --model "$M" --input "$T/in.en" --prefix "$T/px.pre"

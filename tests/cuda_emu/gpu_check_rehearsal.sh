@@ -106,7 +106,8 @@ if [ $have_corpus = 1 ]; then
   sed 's/^/  | /' "$S"
   grep -E '^[a-z0-9_-]+ +rc ' "$S" | grep -v '^nvidia-smi ' | grep -v ' rc 0 ' && bad "a step of run 3 did not pass"
   for s in train-bible decode-test bench-ll-ll64 bench-ll-ll64-profile bench-decode bench-decode-profile \
-    bench-decode-serial bench-decode-sample bench-decode-sample-top10 bench-decode-ensemble bench-decode-norepeat bench-decode-diverse \
+    bench-decode-serial bench-decode-sample bench-decode-sample-top10 bench-decode-ensemble bench-decode-norepeat \
+    bench-decode-diverse bench-decode-siblings \
     bench-ll-base bench-ll-deep30; do
     grep -qE "^$s +rc 0 " "$S" || bad "run 3 has no passing $s step"
   done

@@ -6,7 +6,7 @@
  * every gemm of it one fused cuBLASLt matmul (ll_backend_gemm_fallbacks; in
  * fp32 and, on the GPU alone, in bf16), and its hypotheses scored as
  * references (forced decoding) get the search's token scores; diverse beam
- * search finds the same lists on both; sampling draws the same tokens on both; an ensemble of two models searches alike on both.  Skips (77) without a GPU. */
+ * search and diverse siblings search find the same lists on both; sampling draws the same tokens on both; an ensemble of two models searches alike on both.  Skips (77) without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -187,8 +187,8 @@ static int oc_same(const ll_nbest *a, const ll_nbest *b) {
 /* A whole search: same weights on both backends, same n-best lists (cpu NULL:
  * the search on gpu alone, checked for gemm fallbacks only); with align, the
  * hypotheses' alignments (attn_align) the same too, and target prefixes forced;
- * with diverse, diverse beam search (2 groups; its scores hold the penalties, so
- * forced decoding does not reproduce them). */
+ * with diverse 1, diverse beam search (2 groups), 2 diverse siblings search
+ * (their scores hold the penalties, so forced decoding does not reproduce them). */
 static void test_search(ll_backend *cpu, ll_backend *gpu, int align, int diverse) {
     ll_model *mc = cpu ? ll_model_new(&search_hp, cpu) : NULL, *mg = ll_model_new(&search_hp, gpu);
     if (mc) ll_model_init(mc, 4);
@@ -206,7 +206,8 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align, int diverse
     o.align = align;
     o.unkpen = align ? 0 : -4; /* without alignments, <unk> favoured (the add_col kernel; the scores hold it) */
     o.no_repeat_ngram = align ? 0 : 2; /* and no bigram twice (fill_at, the top-k after the step's graph) */
-    o.diverse_groups = diverse ? 2 : 0, o.diverse_strength = 0.75;
+    o.diverse_groups = diverse == 1 ? 2 : 0, o.diverse_strength = 0.75;
+    o.diversity_rate = diverse == 2 ? 0.6 : 0; /* siblings: beam_topk per row */
     /* with alignments, target prefixes too (0, 1 and 2 forced tokens): forced on the first row, their
      * log-probabilities read by pick_logp after the step (graph or not) */
     const int32_t p0[2] = {11, 40}, p2[1] = {7};
@@ -220,12 +221,13 @@ static void test_search(ll_backend *cpu, ll_backend *gpu, int align, int diverse
     gpu->graph_stats(gpu, &g0);
     ll_beam_search(mg, src, len, B, S, &o, og);
     gpu->graph_stats(gpu, &g1);
-    char what[64];
-    snprintf(what, sizeof what, "%sbeam search (%s%s)", diverse ? "diverse " : "", ll_dtype_str(gpu->act),
+    char what[96];
+    snprintf(what, sizeof what, "%s search (%s%s)", diverse == 1 ? "diverse beam" : diverse ? "diverse siblings" : "beam",
+             ll_dtype_str(gpu->act),
              align ? ", alignments, prefixes" : ", <unk> favoured, no bigram twice");
     if (diverse) { /* the groups mattered: plain beam search finds other lists */
         ll_search_opts o2 = o;
-        o2.diverse_groups = 0;
+        o2.diverse_groups = 0, o2.diversity_rate = 0;
         ll_nbest ob[B];
         ll_beam_search(mg, src, len, B, S, &o2, ob);
         int differ = 0;
@@ -381,11 +383,12 @@ int main(void) {
     const char *miss = ll_backend_missing(gpu);
     CHECK_MSG(!miss, "the CUDA backend lacks '%s'", miss ? miss : "");
     if (!miss)
-        test_search(cpu, gpu, 0, 0), test_search(cpu, gpu, 1, 0), test_search(cpu, gpu, 0, 1), test_sampling(cpu, gpu),
-            test_ensemble(cpu, gpu);
+        test_search(cpu, gpu, 0, 0), test_search(cpu, gpu, 1, 0), test_search(cpu, gpu, 0, 1), test_search(cpu, gpu, 0, 2),
+            test_sampling(cpu, gpu), test_ensemble(cpu, gpu);
     ll_backend *b16 = ll_backend_cuda_precision(0, LL_BF16);
     CHECK_MSG(b16 != NULL, "ll_backend_cuda_precision(0, bf16): %s", ll_errbuf());
     if (b16 && !ll_backend_missing(b16))
-        test_search(NULL, b16, 1, 0), test_search(NULL, b16, 0, 1), test_ensemble(NULL, b16);
+        test_search(NULL, b16, 1, 0), test_search(NULL, b16, 0, 1), test_search(NULL, b16, 0, 2),
+            test_ensemble(NULL, b16);
     return tu_finish("gpu_test_decode_cuda");
 }

@@ -43,7 +43,7 @@ static int dc_cmp(const void *a, const void *b) {
  * others continue.  fairseq also counts its fillers' tokens (whichever -inf entries torch.topk
  * returns); ll and this reference count real candidates only. */
 static int reference(ll_model *m, const int32_t *src, int sl, const ll_search_opts *o, ll_hypo *fin) {
-    const int V = m->hp.V, K = o->beam, G = o->diverse_groups, kg = 2 * K / G;
+    const int V = m->hp.V, K = o->beam, G = o->diverse_groups > 1 ? o->diverse_groups : 1, kg = 2 * K / G;
     const int max_len = ll_search_max_len(m, o, sl), min_len = o->min_len < max_len ? o->min_len : max_len;
     int32_t *tok[MAXK], *ntok[MAXK];
     double *ps[MAXK], *nps[MAXK], cum[MAXK], ncum[MAXK], *lpbuf[MAXK];
@@ -56,7 +56,7 @@ static int reference(ll_model *m, const int32_t *src, int sl, const ll_search_op
     }
     double *next = malloc(sizeof(double) * K * V);
     int *used = malloc(sizeof(int) * V);
-    dc *c = malloc(sizeof(dc) * K * V), cand[2 * MAXK];
+    dc *c = malloc(sizeof(dc) * K * V), cand[2 * MAXK], *sib = malloc(sizeof(dc) * 2 * K * K);
     int n_fin = 0;
     for (int step = 0; step <= max_len; step++) {
         for (int r = 0; r < K; r++) lens[r] = step;
@@ -71,7 +71,24 @@ static int reference(ll_model *m, const int32_t *src, int sl, const ll_search_op
                     if ((t ? tok[r][t - 1] : o->bos) == tok[r][step - 1] && tok[r][t] == v) *x = -INFINITY;
             }
         for (int v = 0; v < V; v++) used[v] = 0;
-        for (int g = 0; g < G; g++) {
+        if (o->diversity_rate > 0) { /* DiverseSiblingsSearch (step 0: BeamSearch, row 0) */
+            int ns = 0;
+            for (int r = 0; r < (step == 0 ? 1 : K); r++) {
+                int nc = 0;
+                for (int v = 0; v < V; v++) c[nc++] = (dc){cum[r] + next[r * V + v], r, v, next[r * V + v]};
+                qsort(c, nc, sizeof *c, dc_cmp);
+                for (int i = 0; i < 2 * K && i < nc; i++, ns++) {
+                    const double pen = step == 0 ? 0 : o->diversity_rate * (i + 1);
+                    sib[ns] = (dc){c[i].s - pen, r, c[i].tok, c[i].lp - pen};
+                }
+            }
+            qsort(sib, ns, sizeof *sib, dc_cmp); /* (ties: row, then rank = token order) */
+            for (int q = 0; q < 2 * K; q++) {
+                cand[q] = sib[q];
+                if (cand[q].s == -INFINITY) cand[q].tok = -1;
+            }
+        }
+        for (int g = 0; g < G && !(o->diversity_rate > 0); g++) {
             int nc = 0;
             for (int r = g; r < (step == 0 ? g + 1 : K); r += G)
                 for (int v = 0; v < V; v++) {
@@ -126,8 +143,16 @@ static int reference(ll_model *m, const int32_t *src, int sl, const ll_search_op
             fin[j] = fin[j - 1], fin[j - 1] = t;
         }
     for (int r = 0; r < K; r++) free(tok[r]), free(ntok[r]), free(ps[r]), free(nps[r]), free(lpbuf[r]);
-    free(next), free(used), free(c);
+    free(next), free(used), free(c), free(sib);
     return n_fin;
+}
+
+/* the same hypotheses (tokens) in the same order, whatever their scores */
+static int same_tokens(const ll_nbest *a, const ll_nbest *b) {
+    int same = a->n == b->n;
+    for (int i = 0; same && i < a->n; i++)
+        same = a->h[i].len == b->h[i].len && !memcmp(a->h[i].tokens, b->h[i].tokens, sizeof(int32_t) * a->h[i].len);
+    return same;
 }
 
 static int same_list(const ll_nbest *a, const ll_nbest *b) {
@@ -178,13 +203,13 @@ static void test_reference(int lazy) {
                           "reference (%d hypotheses, reference %d)",
                           seed, o.beam, o.diverse_groups, o.diverse_strength, i, out[i].n, n);
                 CHECK_MSG(same_list(&one[i], &plain[i]), "beam %d: one group is not plain beam search", o.beam);
-                differ += !same_list(&out[i], &plain[i]);
+                differ += !same_tokens(&out[i], &plain[i]);
                 if (o.diverse_strength != 0) { /* the same groups without the penalty */
                     ll_nbest z;
                     ll_search_opts o0 = o;
                     o0.diverse_strength = 0;
                     ll_beam_search(m, src + i * 7, &sl[i], 1, sl[i], &o0, &z);
-                    unpenalised += !same_list(&out[i], &z), penalised++;
+                    unpenalised += !same_tokens(&out[i], &z), penalised++;
                     ll_nbest_free(&z);
                 }
                 for (int h = 0; h < n; h++) free(want[h].tokens), free(want[h].pos_scores);
@@ -195,8 +220,8 @@ static void test_reference(int lazy) {
         ll_model_free(m);
     }
     fprintf(stderr,
-            "reference (%s compaction): %d searches compared; %d differ from plain beam search, %d of %d from the same "
-            "groups without their penalty\n",
+            "reference (%s compaction): %d searches compared; %d find other hypotheses than plain beam search, %d of "
+            "%d than the same groups without their penalty\n",
             lazy ? "lazy" : "eager", checked, differ, unpenalised, penalised);
     CHECK_MSG(differ > checked / 2, "diverse beam search differs from plain beam search in %d of %d searches only",
               differ, checked);
@@ -245,6 +270,60 @@ static void test_fillers(void) {
     ll_model_free(m);
 }
 
+/* 5: diverse siblings search against fairseq's DiverseSiblingsSearch transcribed, with eager and
+ * lazy compaction, bans (no bigram twice) in some */
+static void test_siblings(void) {
+    const int V = 13, B = 5;
+    const struct {
+        int beam;
+        double rate, lenpen;
+        int min_len, no_repeat;
+    } cs[] = {{2, 0.5, 1.0, 1, 0}, {4, 0.3, 0.6, 1, 0}, {4, 1.5, 1.2, 2, 2}, {6, 0.75, 1.0, 1, 0}, {5, 3.0, 0.8, 3, 2},
+              {1, 0.5, 1.0, 1, 0}};
+    int checked = 0, differ = 0;
+    for (int lazy = 0; lazy < 2; lazy++)
+        for (int seed = 1; seed <= 2; seed++) {
+            ll_model *m = toy(V, 32, 500 + seed);
+            m->decode_graphs = lazy ? 2 : -1;
+            int32_t src[B * 7];
+            int sl[B];
+            rand_batch(src, sl, B, V, 2, (int[]){3, seed, 6}, seed * 500);
+            for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+                ll_search_opts o;
+                ll_search_opts_default(&o);
+                o.beam = o.nbest = cs[k].beam;
+                o.diversity_rate = cs[k].rate;
+                o.lenpen = cs[k].lenpen;
+                o.min_len = cs[k].min_len;
+                o.no_repeat_ngram = cs[k].no_repeat;
+                o.max_len_a = 0.5;
+                o.max_len_b = 4;
+                ll_nbest out[B], plain[B];
+                ll_beam_search(m, src, sl, B, 7, &o, out);
+                ll_search_opts p = o;
+                p.diversity_rate = 0;
+                ll_beam_search(m, src, sl, B, 7, &p, plain);
+                for (int i = 0; i < B; i++) {
+                    ll_hypo want[MAXK];
+                    const int n = reference(m, src + i * 7, sl[i], &o, want);
+                    ll_nbest w = {n, want};
+                    CHECK_MSG(same_list(&out[i], &w),
+                              "siblings: seed %d beam %d rate %g sentence %d: the n-best list differs from the "
+                              "reference (%d hypotheses, reference %d)",
+                              seed, o.beam, o.diversity_rate, i, out[i].n, n);
+                    differ += !same_tokens(&out[i], &plain[i]);
+                    for (int h = 0; h < n; h++) free(want[h].tokens), free(want[h].pos_scores);
+                    ll_nbest_free(&out[i]), ll_nbest_free(&plain[i]);
+                    checked++;
+                }
+            }
+            ll_model_free(m);
+        }
+    fprintf(stderr, "siblings: %d searches compared; %d find other hypotheses than beam search\n", checked, differ);
+    CHECK_MSG(differ > checked / 2, "diverse siblings search differs from beam search in %d of %d searches only", differ,
+              checked);
+}
+
 /* 4: an ensemble of copies: the mixture is the model (up to rounding), so the search is too. */
 static void test_ensemble(void) {
     const int V = 13, B = 4;
@@ -278,6 +357,7 @@ int main(void) {
     test_reference(0);
     test_reference(1);
     test_fillers();
+    test_siblings();
     test_ensemble();
     return tu_finish("grad_test_diverse");
 }
