@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
                     "          [--model base (bench/gpu/base.cfg, 128 x 32 -> 32)] [--device cpu|cuda]\n"
-                    "          [--precision fp32|bf16] [--batch B] [--src-len S] [--len T] [--profile 1]\n"
+                    "          [--precision fp32|bf16|int8] [--batch B] [--src-len S] [--len T] [--profile 1]\n"
                     "          [--alignment 1 (lldecode --alignment)] [--sampling K (lldecode --sampling\n"
                     "          --sampling-topk K, K = 0: all; the --beams values are the draws per sentence)]\n"
                     "          [--score 1 (lldecode --score-reference of T-token references)]\n"
@@ -82,10 +82,12 @@ int main(int argc, char **argv) {
     if (timed) be = timed;
     ll_model *m = ll_model_new(&hp, be), *members[16];
     ll_model_init(m, 1);
+    m->decode_int8 = !strcmp(prec, "int8"); /* (lldecode --precision int8: fp32 activations) */
     if (ensemble < 1 || ensemble > 16) ll_die("ll_decode_bench: --ensemble %d: 1 to 16 models", ensemble);
     for (int j = 1; j < ensemble; j++) {
         members[j - 1] = ll_model_new(&hp, be);
         ll_model_init(members[j - 1], 1 + (uint64_t)j);
+        members[j - 1]->decode_int8 = m->decode_int8;
     }
     if (ensemble > 1) ll_model_ensemble(m, members, ensemble - 1, NULL);
     int32_t *src = malloc(sizeof(int32_t) * B * S);
@@ -146,6 +148,7 @@ int main(int argc, char **argv) {
         if (ensemble > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " ensemble=%d", ensemble);
         if (no_repeat) snprintf(what + strlen(what), sizeof what - strlen(what), " no_repeat=%d", no_repeat);
         if (diverse) snprintf(what + strlen(what), sizeof what - strlen(what), " diverse=%d", diverse);
+        if (m->decode_int8) snprintf(what + strlen(what), sizeof what - strlen(what), " int8=1");
         if (siblings > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " diversity_rate=%g", siblings);
         printf("RESULT ll_decode beam=%d inter=%d%s%s sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu "
                "graph_replays=%llu\n",

@@ -61,7 +61,7 @@ static void check_packed(int M, int N, int K, int with_bias) {
     for (size_t i = 0; i < (size_t)N * K; i++) W[i] = 2 * ll_philox_uniform(&r, c++) - 1;
     for (int i = 0; i < N; i++) bias[i] = 2 * ll_philox_uniform(&r, c++) - 1;
     for (size_t i = 0; i < (size_t)M * ldy; i++) Y[i] = 7; /* sentinel for the padding columns */
-    void *pk = be->linear_pack(be, W, N, K);
+    void *pk = be->linear_pack(be, W, N, K, 0);
     if (!pk) { /* no AVX-512 here: the model falls back to gemm, nothing to check */
         free(X), free(W), free(bias), free(Y), free(Y1);
         return;

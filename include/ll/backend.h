@@ -568,9 +568,12 @@ struct ll_backend {
     /* Optional (NULL = not offered): inference linear layers on weights packed
      * once into the backend's preferred layout.  linear_pack takes W [N,K]
      * (y = x W^T, the fp32 master) and returns a handle, or NULL when it has no
-     * fast path (the caller then uses gemm; the bf16 CPU backend has none).  linear_packed: Y[M,N] = X[M,K] W^T + bias (bias
+     * fast path (the caller then uses gemm; the bf16 CPU backend has none).
+     * int8: W and each call's X quantised to int8 (per row, CTranslate2's scheme;
+     * src/backend/cpu/cpu_linear_int8.c), NULL where not offered (CUDA, bf16, the
+     * double build).  linear_packed: Y[M,N] = X[M,K] W^T + bias (bias
      * may be NULL), rows of X and Y at strides ldx and ldy. */
-    void *(*linear_pack)(ll_backend *be, const real *W, int N, int K);
+    void *(*linear_pack)(ll_backend *be, const real *W, int N, int K, int int8);
     void (*linear_packed)(ll_backend *be, ll_act *Y, int ldy, const ll_act *X, int ldx, const void *packed,
                           const real *bias, int M);
     void (*linear_unpack)(ll_backend *be, void *packed);

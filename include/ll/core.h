@@ -210,6 +210,12 @@ const char *ll_blas_core(void);
  * `generic`), chosen once before main(); 0 elsewhere, aarch64 included. */
 extern int ll_cpu_avx512;
 const char *ll_cpu_kernels(void); /* "avx512" or "generic ...", for logs */
+/* The int8 matrix kernels (lldecode --precision int8, src/backend/cpu/cpu_linear_int8.c): AVX-512
+ * VNNI, else AVX2, else portable C (LL_CPU_KERNELS=generic: C), chosen so before main(); the
+ * three give the same bits, and tests may lower it to compare them. */
+enum { LL_INT8_GENERIC = 0, LL_INT8_AVX2 = 1, LL_INT8_AVX512VNNI = 2 };
+extern int ll_cpu_int8_isa;
+const char *ll_cpu_int8_kernels(void); /* "avx512vnni", "avx2" or "generic" */
 
 #ifdef __cplusplus
 }

@@ -449,14 +449,14 @@ OPL(adam, n != 0,
     (ll_backend * be, real *p, ll_act *pa, const real *g, real *m, real *v, size_t n, real lr, real b1, real b2,
      real eps, real wd, const double *st, int slot),
     (((counting *)be)->inner, p, pa, g, m, v, n, lr, b1, b2, eps, wd, st, slot))
-static void *c_linear_pack(ll_backend *be, const real *W, int N, int K) {
+static void *c_linear_pack(ll_backend *be, const real *W, int N, int K, int int8) {
     counting *k_ = (counting *)be;
     if (k_->fingerprint) {
         fp_u64(k_, offsetof(ll_backend, linear_pack));
-        FP_ARGS(be, W, N, K)
+        FP_ARGS(be, W, N, K, int8)
     }
     ll_backend *in = tick(be, offsetof(ll_backend, linear_pack));
-    return in ? in->linear_pack(in, W, N, K) : NULL;
+    return in ? in->linear_pack(in, W, N, K, int8) : NULL;
 }
 OPL(linear_packed, 0,
     (ll_backend * be, ll_act *Y, int ldy, const ll_act *X, int ldx, const void *pk, const real *bias, int M),

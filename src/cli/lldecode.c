@@ -4,7 +4,8 @@
  *   lldecode --model M [--model M2 ...] [--beam K] [--lenpen A] [--input F|-] [--output F|-] [--nbest N]
  *            [--max-len-a A] [--max-len-b B] [--min-len L] [--diverse-beam-groups G]
  *            [--diverse-beam-strength S] [--diversity-rate R] [--max-tokens T] [--max-sentences S]
- *            [--format text|fairseq] [--raw-ids] [--alignment] [--target-lang L] [--precision fp32|bf16] [--threads N]
+ *            [--format text|fairseq] [--raw-ids] [--alignment] [--target-lang L] [--precision fp32|bf16|int8]
+ *            [--threads N]
  *            [--inter-threads W] [--device auto|cpu|cuda] [--quiet]
  *   lldecode --model M --input SRC --score-reference REF [--lenpen A] [--format text|fairseq] ...
  *
@@ -88,7 +89,9 @@ static void usage(FILE *out) {
             "  --target-lang L    target language (models with language tags)\n"
             "  --source-lang L    source language (multilingual latent-depth models)\n"
             "  --latent-inference hard|soft|sample   override latent.inference; --threshold Q overrides latent.threshold\n"
-            "  --precision P      activation dtype: fp32 (default) or bf16 (as train.precision)\n"
+            "  --precision P      fp32 (default), bf16 (activations, as train.precision) or int8 (the\n"
+            "                     CPU's decoder steps on int8 weights, CTranslate2's int8: each weight\n"
+            "                     row and activation row scaled to +-127; fp32 elsewhere)\n"
             "  --threads N        CPU threads (default: OMP_NUM_THREADS, else all cores)\n"
             "  --inter-threads W  batches decoded at once, one thread each (at most --threads;\n"
             "                     default = threads; 1 = one batch at a time, ops threaded)\n"
@@ -161,6 +164,7 @@ typedef struct {
     long beam, nbest, max_len_b, min_len, max_tokens, max_sents, threads, inter_threads;
     long buffer; /* --buffer-size: lines read, translated and written together */
     int bf16; /* --precision bf16 */
+    int int8; /* --precision int8 */
     double lenpen, max_len_a, unkpen;
     long no_repeat; /* --no-repeat-ngram-size */
     long div_groups; /* --diverse-beam-groups (0: off) */
@@ -538,8 +542,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--max-sentences")) {
             o.max_sents = parse_int(a, v, 1, 1L << 20);
         } else if (!strcmp(a, "--precision")) {
-            if (strcmp(v, "fp32") && strcmp(v, "bf16")) ll_die("--precision takes fp32 or bf16, not '%s'", v);
+            if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "int8"))
+                ll_die("--precision takes fp32, bf16 or int8, not '%s'", v);
             o.bf16 = !strcmp(v, "bf16");
+            o.int8 = !strcmp(v, "int8");
         } else if (!strcmp(a, "--threads")) {
             o.threads = parse_int(a, v, 0, 4096);
         } else if (!strcmp(a, "--inter-threads")) {
@@ -588,7 +594,12 @@ int main(int argc, char **argv) {
     if (o.quiet) ll_verbosity = 0;
     ll_set_threads(o.threads > 0 ? (int)o.threads : ll_default_threads());
 
-    ll_backend *be = ll_backend_select(o.device, o.bf16 ? LL_BF16 : LL_REAL_DTYPE, 0, "--device");
+    if (o.int8 && strcmp(o.device, "cpu") && strcmp(o.device, "auto")) /* (auto: the CPU) */
+        ll_die("--precision int8: the CPU's (CTranslate2's int8 on a GPU is not here yet); not with --device %s",
+               o.device);
+    if (o.int8 && o.score_ref) /* (forced decoding runs the full forward pass, not the decoder's steps) */
+        ll_die("--precision int8: for the search; --score-reference scores in fp32");
+    ll_backend *be = ll_backend_select(o.int8 ? "cpu" : o.device, o.bf16 ? LL_BF16 : LL_REAL_DTYPE, 0, "--device");
     if (!be) ll_die("%s", ll_errbuf());
     ll_config cfg, mcfg[MAX_MODELS];
     ll_model *mm[MAX_MODELS];
@@ -615,6 +626,7 @@ int main(int argc, char **argv) {
     cfg = mcfg[0];
     ll_model *m = mm[0];
     if (o.no_graphs) m->decode_graphs = -1;
+    for (int j = 0; j < o.n_models; j++) mm[j]->decode_int8 = o.int8; /* (every member's decoder) */
     ll_spm *spm = ll_spm_load_bytes(vocab, vlen);
     if (!spm) ll_die("%s: no usable vocabulary in the model file", o.model);
     free(vocab);
@@ -772,6 +784,8 @@ int main(int argc, char **argv) {
         const double s = total.seconds > 0 ? total.seconds : 1e-9;
         char ens[48] = "";
         if (o.n_models > 1) snprintf(ens, sizeof ens, ", an ensemble of %d models", o.n_models);
+        if (o.int8) /* (which kernels: the log tells a slow machine's C loops) */
+            snprintf(ens + strlen(ens), sizeof ens - strlen(ens), ", int8 (%s)", ll_cpu_int8_kernels());
         fprintf(stderr, "lldecode: %ld lines, %ld sentences in %ld batches, %s %d%s: %.2f s, %.1f sentences/s, "
                         "%.0f target tokens/s\n",
                 lineno, total.sents, total.batches, o.sampling ? "draws per sentence" : "beam", to.search.beam, ens,

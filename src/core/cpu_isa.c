@@ -14,6 +14,7 @@
 #include "ll/core.h"
 
 int ll_cpu_avx512 = 0;
+int ll_cpu_int8_isa = LL_INT8_GENERIC;
 
 static int cpu_has_avx512(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -37,6 +38,18 @@ __attribute__((constructor)) static void ll_cpu_isa_init(void) {
         exit(2);
     }
     ll_cpu_avx512 = have && !(want && !strcmp(want, "generic"));
+#if defined(__x86_64__)
+    if (!(want && !strcmp(want, "generic"))) {
+        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && have)
+            ll_cpu_int8_isa = LL_INT8_AVX512VNNI;
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            ll_cpu_int8_isa = LL_INT8_AVX2;
+    }
+#endif
+}
+
+const char *ll_cpu_int8_kernels(void) {
+    return ll_cpu_int8_isa == LL_INT8_AVX512VNNI ? "avx512vnni" : ll_cpu_int8_isa == LL_INT8_AVX2 ? "avx2" : "generic";
 }
 
 const char *ll_cpu_kernels(void) {

@@ -23,21 +23,26 @@ static void **pack_decoder(ll_model *m) {
     void **pk = ll_calloc(n, sizeof(void *));
     ll_backend *be = m->be;
     const char *env = getenv("LL_DECODE_PACKED"); /* "0": plain gemm, for A/B benchmarks */
+    const int q8 = m->decode_int8;
+    if (q8 && (!be->linear_pack || (env && !strcmp(env, "0"))))
+        ll_die("decode: int8 weights need the CPU backend's packed linear layers (fp32 activations%s)",
+               env && !strcmp(env, "0") ? "; LL_DECODE_PACKED=0 turns them off" : "");
     if (!be->linear_pack || (env && !strcmp(env, "0"))) return pk;
     for (int l = 0; l < hp->Ld; l++) {
         if (m->dec_ctl[l].skip || ll_layer_off(&m->dec_ctl[l])) continue;
         const ll_layer_offsets *L = &m->dec[l];
         void **p = pk + (size_t)l * LL_DEC_PACKED;
-        p[PK_QKV] = be->linear_pack(be, m->params + L->qkv_w, 3 * C, C);
-        p[PK_O] = be->linear_pack(be, m->params + L->o_w, C, C);
+        p[PK_QKV] = be->linear_pack(be, m->params + L->qkv_w, 3 * C, C, q8);
+        p[PK_O] = be->linear_pack(be, m->params + L->o_w, C, C, q8);
         if (!m->dec_ctl[l].skip_cross) {
-            p[PK_CQ] = be->linear_pack(be, m->params + L->cq_w, C, C);
-            p[PK_CO] = be->linear_pack(be, m->params + L->co_w, C, C);
+            p[PK_CQ] = be->linear_pack(be, m->params + L->cq_w, C, C, q8);
+            p[PK_CO] = be->linear_pack(be, m->params + L->co_w, C, C, q8);
         }
-        p[PK_FC1] = be->linear_pack(be, m->params + L->fc1_w, hp->F, C);
-        p[PK_FC2] = be->linear_pack(be, m->params + L->fc2_w, C, hp->F);
+        p[PK_FC1] = be->linear_pack(be, m->params + L->fc1_w, hp->F, C, q8);
+        p[PK_FC2] = be->linear_pack(be, m->params + L->fc2_w, C, hp->F, q8);
     }
-    pk[n - 1] = be->linear_pack(be, m->params + m->out_proj, hp->V, C);
+    pk[n - 1] = be->linear_pack(be, m->params + m->out_proj, hp->V, C, q8);
+    if (q8 && !pk[n - 1]) ll_die("decode: this backend has no int8 linear layers (the CPU backend, fp32)");
     return pk;
 }
 

@@ -3,7 +3,7 @@
 # could not run, outside the AVX-512 kernels chosen at run time (docs/architecture.md, "CPU
 # kernels and run-time dispatch").  Read off the machine code of every library and program of
 # the build (objdump): an instruction with a VEX or EVEX prefix (AVX, AVX2, FMA, AVX-512) is
-# allowed only in a function whose name says avx512 (ll's target("avx512f") kernels follow that
+# allowed only in a function whose name says avx512 or avx2 (ll's target("avx512f") kernels follow that
 # rule, and their OpenMP bodies inherit the name).  This covers all the code, where the
 # emulated-Haswell run of scripts/test.sh sees only the paths its tests execute.
 # First the checker itself, on a compiled object with one stray AVX2 loop: it must be caught.
@@ -44,7 +44,7 @@ for path in sys.argv[1:]:
         while i < len(b) and b[i] in LEGACY:
             i += 1
         # c4/c5: VEX, 62: EVEX (in 64-bit mode never LES/LDS/BOUND)
-        if i < len(b) and b[i] in (0x62, 0xC4, 0xC5) and "avx512" not in (fn or ""):
+        if i < len(b) and b[i] in (0x62, 0xC4, 0xC5) and "avx512" not in (fn or "") and "avx2" not in (fn or ""):
             stray.setdefault((member, fn), []).append(p[2].strip())
     for (mem, f), ins in stray.items():
         print(f"{mem}: {f}: {len(ins)} instruction(s) beyond x86-64-v2, the first: {ins[0]}")

@@ -351,7 +351,7 @@ static void t_linear_packed(void) {
                             .c_type = pb_act, .ldc = ldy, .epi = LL_EPI_BIAS, .bias = F(bias, REF),
                             .bias_type = LL_REAL_DTYPE};
     ref->gemm(ref, &g);
-    void *pk = dut->linear_pack(dut, F(W, DUT), N, K);
+    void *pk = dut->linear_pack(dut, F(W, DUT), N, K, 0);
     if (pk) {
         dut->linear_packed(dut, A(Y, DUT), ldy, A(X, DUT), ldx, pk, F(bias, DUT), M);
         dut->linear_unpack(dut, pk);

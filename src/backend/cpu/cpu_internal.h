@@ -100,7 +100,13 @@ void cpu_beam_topk(ll_backend *be, double *score, real *lp, int32_t *flat, const
 void cpu_sample_draw(ll_backend *be, int32_t *tok, double *lq, const ll_act *logp, const ll_sample_row *row,
                      const int32_t *ban, int rows, int V, const ll_sample_params *p);
 
-void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K);
+void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K, int int8);
+/* Packed weights' first member: which kind (cpu_linear_packed dispatches on it). */
+enum { LL_PACK_FP32 = 0x70663332, LL_PACK_INT8 = 0x696e7438 };
+/* cpu_linear_int8.c: the int8 kind (fp32 builds only) */
+void *cpu_linear_pack_int8(const float *W, int N, int K);
+void cpu_linear_packed_int8(const void *packed, float *Y, int ldy, const float *X, int ldx, const float *bias, int M);
+void cpu_linear_unpack_int8(void *packed);
 void cpu_linear_packed(ll_backend *be, ll_act *Y, int ldy, const ll_act *X, int ldx, const void *packed,
                        const real *bias, int M);
 void cpu_linear_unpack(ll_backend *be, void *packed);

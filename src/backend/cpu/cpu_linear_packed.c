@@ -16,7 +16,8 @@
  * on a CPU without AVX-512 (ll_cpu_avx512 0, also under
  * LL_CPU_KERNELS=generic), on other architectures and in the
  * double-precision test build linear_pack returns NULL and callers fall back
- * to gemm. */
+ * to gemm.  int8 weights (lldecode --precision int8) are packed by cpu_linear_int8.c, on
+ * any CPU; linear_packed and linear_unpack tell the kinds apart by their first member. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,7 @@
 #define MR 12 /* rows per register block: 24 accumulators */
 
 typedef struct {
+    int tag; /* LL_PACK_FP32 */
     int N, K, panels;
     float *data; /* [panels][K][NR] */
 } packed_weight;
@@ -83,11 +85,15 @@ AVX512_FMA static void kernel4_avx512(int K, const float *const a[4], const floa
 }
 #endif
 
-void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K) {
+void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K, int int8) {
     (void)be;
+#ifndef LL_REAL_DOUBLE
+    if (int8) return cpu_linear_pack_int8(W, N, K); /* (any CPU: its kernels fall back to C) */
+#endif
 #ifdef HAVE_KERNEL
     if (N <= 0 || K <= 0 || !ll_cpu_avx512) return NULL;
     packed_weight *p = ll_malloc(sizeof *p);
+    p->tag = LL_PACK_FP32;
     p->N = N;
     p->K = K;
     p->panels = (N + NR - 1) / NR;
@@ -103,7 +109,7 @@ void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K) {
     }
     return p;
 #else
-    (void)W, (void)N, (void)K;
+    (void)W, (void)N, (void)K, (void)int8;
     return NULL;
 #endif
 }
@@ -113,6 +119,12 @@ void cpu_linear_packed(ll_backend *be, ll_act *Y_, int ldy, const ll_act *X_, in
     (void)be;
     real *Y = (real *)Y_;
     const real *X = (const real *)X_;
+#ifndef LL_REAL_DOUBLE
+    if (*(const int *)packed == LL_PACK_INT8) {
+        cpu_linear_packed_int8(packed, Y, ldy, X, ldx, bias, M);
+        return;
+    }
+#endif
 #ifdef HAVE_KERNEL
     const packed_weight *p = packed;
     if (M <= 0) return;
@@ -145,6 +157,12 @@ void cpu_linear_unpack(ll_backend *be, void *packed) {
     (void)be;
     packed_weight *p = packed;
     if (!p) return;
+#ifndef LL_REAL_DOUBLE
+    if (p->tag == LL_PACK_INT8) {
+        cpu_linear_unpack_int8(packed);
+        return;
+    }
+#endif
     free(p->data);
     free(p);
 }
