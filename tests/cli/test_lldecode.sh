@@ -411,6 +411,19 @@ PY
     err "$how: the scores do not hold the penalties: $(paste "$T/dv.score" "$T/dv.model" | tr '\n' '|')"
 done
 
+# 5h. --precision int8 (CTranslate2's int8 for the decoder's steps): the overfitted model still
+# reproduces its training targets; the portable C kernels give the same bytes as this CPU's
+# (LL_CPU_KERNELS=generic); an ensemble of the model with itself translates as the model alone
+dec --beam 5 --precision int8 --input "$DATA/overfit32.en" --output "$T/q8.out" 2> "$T/q8.log" || err "int8 failed"
+exact=$(paste -d '\t' "$T/q8.out" "$DATA/overfit32.es" | awk -F '\t' '$1 == $2' | wc -l)
+[ "$exact" -ge 28 ] || err "int8: only $exact of 32 training sentences translated exactly"
+grep -q "int8 (" "$T/q8.log" || err "int8: the summary does not say so: $(cat "$T/q8.log")"
+LL_CPU_KERNELS=generic "$LLDECODE" --model "$M" --threads 2 --beam 5 --precision int8 --input "$DATA/overfit32.en" \
+  > "$T/q8g.out" 2> /dev/null && cmp -s "$T/q8.out" "$T/q8g.out" || err "int8: the C kernels translate otherwise"
+dec --beam 5 --precision int8 --model "$M" --input "$DATA/overfit32.en" > "$T/q8e.out" 2> /dev/null &&
+  cmp -s "$T/q8.out" "$T/q8e.out" || err "int8: an ensemble of the model with itself translates otherwise"
+echo "int8: $exact / 32 training translations exact; $(tail -1 "$T/q8.log")"
+
 # 6. bad input: one line on stderr, exit 1, no output file (and an existing one untouched)
 check_error() { # name expected-substring args...
   local name=$1 want=$2; shift 2
@@ -501,6 +514,11 @@ check_error "siblings sampling" "--diversity-rate: diverse siblings search, with
 check_error "siblings with a prefix" "--diversity-rate: diverse siblings search does not take a --prefix" --model "$M" \
   --diversity-rate 0.5 --prefix "$T/px.txt" --input "$T/in.en"
 check_error "negative rate" "--diversity-rate" --model "$M" --diversity-rate -1 --input "$T/in.en"
+check_error "int8 on a GPU" "--precision int8: the CPU's" --model "$M" --precision int8 --device cuda --input "$T/in.en"
+check_error "int8 scoring" "--precision int8: for the search; --score-reference scores in fp32" --model "$M" \
+  --precision int8 --input "$T/in.en" --score-reference "$T/sc.ref"
+check_error "unknown precision" "--precision takes fp32, bf16 or int8, not 'int4'" --model "$M" --precision int4 \
+  --input "$T/in.en"
 check_error "siblings with scores" "--diversity-rate: a search option, with --score-reference" --model "$M" \
   --diversity-rate 1 --input "$T/in.en" --score-reference "$T/sc.ref"
 check_error "sampling a reference" "--sampling: a search option, with --score-reference" --model "$M" --sampling --input "$T/in.en" --score-reference "$T/sc.ref"
