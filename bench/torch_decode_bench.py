@@ -16,7 +16,7 @@ Incremental decoding as fairseq does it:
     with index_select every step; the best final hypothesis is returned.
   * greedy = beam 1 (argmax, no reordering).
 
-    python3 bench/torch_decode_bench.py [--beams 1,5] [--repeats 3] [--threads 2]
+    python3 bench/torch_decode_bench.py [--beams 1,5] [--repeats 3] [--threads 2] [--int8]
 
 One line per beam:  RESULT torch_decode beam=B sent_per_s=... tok_per_s=...
 (tok_per_s counts the output tokens of the returned hypotheses: 64 * 30 per run.)
@@ -164,6 +164,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--int8", action="store_true",
+                    help="dynamic int8 quantisation (torch.quantization.quantize_dynamic, fbgemm) of the decoder's "
+                    "linear layers and the output projection, as lldecode --precision int8 / ll_decode_bench "
+                    "--precision int8 (the encoder stays fp32)")
     ap.add_argument("--sampling", type=int, default=-1,
                     help="draw instead of searching (fairseq --sampling), among the K most probable tokens (0: all); "
                     "the --beams values are the draws per sentence (as ll_decode_bench --sampling K)")
@@ -174,6 +178,13 @@ def main():
     cfg = tt.Config(vocab=args.vocab)
     model = tt.Transformer(cfg).eval()
     src, _, _ = tt.synthetic_batch(args.batch, args.src_len, 2, cfg.vocab)
+    if args.int8:  # PyTorch's counterpart of CTranslate2's int8: per-row weights, dynamic activations
+        torch.backends.quantized.engine = "fbgemm"
+        model.dec_layers = torch.quantization.quantize_dynamic(model.dec_layers, {torch.nn.Linear}, dtype=torch.qint8)
+        proj = torch.nn.Linear(cfg.d_model, cfg.vocab, bias=False)
+        proj.weight = model.embed.weight
+        qproj = torch.quantization.quantize_dynamic(torch.nn.Sequential(proj), {torch.nn.Linear}, dtype=torch.qint8)
+        model.output_logits = qproj
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; "
           f"batch {args.batch} x src {args.src_len}, {args.max_len} output tokens forced; "
           f"parameters {tt.param_count(model)}")
@@ -192,6 +203,7 @@ def main():
         print(f"beam {beam}: runs " + " ".join(f"{t:.3f}" for t in times)
               + f" s -> {sent_s:.1f} sentences/s, {tok_s:.1f} target tokens/s")
         what = f" sampling_topk={args.sampling}" if args.sampling >= 0 else ""
+        what += " int8=1" if args.int8 else ""
         print(f"RESULT torch_decode beam={beam}{what} sent_per_s={sent_s:.2f} tok_per_s={tok_s:.1f}")
 
 

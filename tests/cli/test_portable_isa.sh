@@ -3,8 +3,8 @@
 # could not run, outside the AVX-512 kernels chosen at run time (docs/architecture.md, "CPU
 # kernels and run-time dispatch").  Read off the machine code of every library and program of
 # the build (objdump): an instruction with a VEX or EVEX prefix (AVX, AVX2, FMA, AVX-512) is
-# allowed only in a function whose name says avx512 or avx2 (ll's target("avx512f") kernels follow that
-# rule, and their OpenMP bodies inherit the name).  This covers all the code, where the
+# allowed only in a function whose name says avx512 or avx2 (ll's target("avx512f") kernels
+# follow that rule, and their OpenMP bodies inherit the name).  This covers all the code, where the
 # emulated-Haswell run of scripts/test.sh sees only the paths its tests execute.
 # First the checker itself, on a compiled object with one stray AVX2 loop: it must be caught.
 source "$(dirname "$0")/lib.sh"
