@@ -91,4 +91,16 @@ static inline void forced(ll_model *m, const int32_t *src, int sl, int32_t bos, 
     free(b.tgt_len);
 }
 
+/* fairseq's masks on a step's log-probabilities next[rows * V]: pad, BOS and NaN -inf; at max_len
+ * everything but EOS; EOS before min_len (the references of test_beam.c and test_diverse.c). */
+static inline void fairseq_masks(double *next, int rows, int V, int step, int max_len, int min_len) {
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < V; v++) {
+            double *x = &next[r * V + v];
+            if (isnan(*x) || v == LL_PAD || v == LL_BOS) *x = -INFINITY;
+            if (step >= max_len && v != LL_EOS) *x = -INFINITY;
+            if (step < min_len && v == LL_EOS) *x = -INFINITY;
+        }
+}
+
 #endif

@@ -148,13 +148,7 @@ static int reference(ll_model *m, const int32_t *src, int sl, const ll_search_op
     for (int step = 0; step <= max_len; step++) {
         for (int r = 0; r < K; r++) lens[r] = step;
         forced(m, src, sl, o->bos, tok, lens, K, lpbuf, next);
-        for (int r = 0; r < K; r++)
-            for (int v = 0; v < V; v++) {
-                double *x = &next[r * V + v];
-                if (isnan(*x) || v == LL_PAD || v == LL_BOS) *x = -INFINITY;
-                if (step >= max_len && v != LL_EOS) *x = -INFINITY;
-                if (step < min_len && v == LL_EOS) *x = -INFINITY;
-            }
+        fairseq_masks(next, K, V, step, max_len, min_len);
         const int rows = step == 0 ? 1 : K;
         int nc = 0;
         for (int r = 0; r < rows; r++)

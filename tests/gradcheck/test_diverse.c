@@ -61,15 +61,10 @@ static int reference(ll_model *m, const int32_t *src, int sl, const ll_search_op
     for (int step = 0; step <= max_len; step++) {
         for (int r = 0; r < K; r++) lens[r] = step;
         forced(m, src, sl, o->bos, tok, lens, K, lpbuf, next);
-        for (int r = 0; r < K; r++)
-            for (int v = 0; v < V; v++) {
-                double *x = &next[r * V + v];
-                if (isnan(*x) || v == LL_PAD || v == LL_BOS) *x = -INFINITY;
-                if (step >= max_len && v != LL_EOS) *x = -INFINITY;
-                if (step < min_len && v == LL_EOS) *x = -INFINITY;
-                for (int t = 0; o->no_repeat_ngram == 2 && t < step; t++) /* no bigram twice (bos first) */
-                    if ((t ? tok[r][t - 1] : o->bos) == tok[r][step - 1] && tok[r][t] == v) *x = -INFINITY;
-            }
+        fairseq_masks(next, K, V, step, max_len, min_len);
+        for (int r = 0; r < K; r++) /* no bigram twice (bos first) */
+            for (int t = 0; o->no_repeat_ngram == 2 && t < step; t++)
+                if ((t ? tok[r][t - 1] : o->bos) == tok[r][step - 1]) next[r * V + tok[r][t]] = -INFINITY;
         for (int v = 0; v < V; v++) used[v] = 0;
         if (o->diversity_rate > 0) { /* DiverseSiblingsSearch (step 0: BeamSearch, row 0) */
             int ns = 0;
@@ -161,6 +156,34 @@ static int same_list(const ll_nbest *a, const ll_nbest *b) {
     return same;
 }
 
+/* The search of B sentences (rows of 7) against reference(), sentence by sentence; returns how
+ * many found other hypotheses than plain beam search (the same options without a diverse search);
+ * *found (NULL: none) adds the hypotheses. */
+static int against_reference(ll_model *m, const int32_t *src, const int *sl, int B, const ll_search_opts *o,
+                             int *found) {
+    ll_nbest out[8], plain[8];
+    ll_search_opts p = *o;
+    p.diverse_groups = 0, p.diversity_rate = 0;
+    ll_beam_search(m, src, sl, B, 7, o, out);
+    ll_beam_search(m, src, sl, B, 7, &p, plain);
+    int differ = 0;
+    for (int i = 0; i < B; i++) {
+        ll_hypo want[MAXK];
+        const int n = reference(m, src + i * 7, sl[i], o, want);
+        ll_nbest w = {n, want};
+        CHECK_MSG(same_list(&out[i], &w),
+                  "beam %d groups %d strength %g rate %g no-repeat %d sentence %d: the n-best list differs from the "
+                  "reference (%d hypotheses, reference %d)",
+                  o->beam, o->diverse_groups, o->diverse_strength, o->diversity_rate, o->no_repeat_ngram, i, out[i].n,
+                  n);
+        differ += !same_tokens(&out[i], &plain[i]);
+        if (found) *found += out[i].n;
+        for (int h = 0; h < n; h++) free(want[h].tokens), free(want[h].pos_scores);
+        ll_nbest_free(&out[i]), ll_nbest_free(&plain[i]);
+    }
+    return differ;
+}
+
 /* 1 + 2 + 3 */
 static void test_reference(int lazy) {
     const int V = 13, B = 5;
@@ -177,7 +200,7 @@ static void test_reference(int lazy) {
         int32_t src[B * 7];
         int sl[B];
         rand_batch(src, sl, B, V, 2, (int[]){3, seed, 6}, seed * 300);
-        for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++, checked += B) {
             ll_search_opts o;
             ll_search_opts_default(&o);
             o.beam = o.nbest = cs[k].beam;
@@ -187,34 +210,19 @@ static void test_reference(int lazy) {
             o.min_len = cs[k].min_len;
             o.max_len_a = 0.5;
             o.max_len_b = 4;
-            ll_nbest out[B], plain[B], one[B];
-            ll_beam_search(m, src, sl, B, 7, &o, out);
-            ll_search_opts p = o, p1 = o;
-            p.diverse_groups = 0;
-            p1.diverse_groups = 1;
+            differ += against_reference(m, src, sl, B, &o, NULL);
+            ll_nbest one[B], plain[B], z[B];
+            ll_search_opts p = o, p1 = o, o0 = o;
+            p.diverse_groups = 0, p1.diverse_groups = 1, o0.diverse_strength = 0;
             ll_beam_search(m, src, sl, B, 7, &p, plain);
             ll_beam_search(m, src, sl, B, 7, &p1, one);
+            ll_beam_search(m, src, sl, B, 7, &o0, z); /* the same groups without the penalty */
+            ll_nbest out[B];
+            ll_beam_search(m, src, sl, B, 7, &o, out);
             for (int i = 0; i < B; i++) {
-                ll_hypo want[MAXK];
-                const int n = reference(m, src + i * 7, sl[i], &o, want);
-                ll_nbest w = {n, want};
-                CHECK_MSG(same_list(&out[i], &w),
-                          "seed %d beam %d groups %d strength %g sentence %d: the n-best list differs from the "
-                          "reference (%d hypotheses, reference %d)",
-                          seed, o.beam, o.diverse_groups, o.diverse_strength, i, out[i].n, n);
                 CHECK_MSG(same_list(&one[i], &plain[i]), "beam %d: one group is not plain beam search", o.beam);
-                differ += !same_tokens(&out[i], &plain[i]);
-                if (o.diverse_strength != 0) { /* the same groups without the penalty */
-                    ll_nbest z;
-                    ll_search_opts o0 = o;
-                    o0.diverse_strength = 0;
-                    ll_beam_search(m, src + i * 7, &sl[i], 1, sl[i], &o0, &z);
-                    unpenalised += !same_tokens(&out[i], &z), penalised++;
-                    ll_nbest_free(&z);
-                }
-                for (int h = 0; h < n; h++) free(want[h].tokens), free(want[h].pos_scores);
-                ll_nbest_free(&out[i]), ll_nbest_free(&plain[i]), ll_nbest_free(&one[i]);
-                checked++;
+                unpenalised += !same_tokens(&out[i], &z[i]), penalised++;
+                ll_nbest_free(&out[i]), ll_nbest_free(&plain[i]), ll_nbest_free(&one[i]), ll_nbest_free(&z[i]);
             }
         }
         ll_model_free(m);
@@ -240,7 +248,7 @@ static void test_fillers(void) {
     int checked = 0, found = 0;
     live_after = 0;
     const int cs[3][2] = {{4, 2}, {4, 4}, {6, 3}};
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 3; c++, checked += B) {
         ll_search_opts o;
         ll_search_opts_default(&o);
         o.beam = o.nbest = cs[c][0];
@@ -249,19 +257,7 @@ static void test_fillers(void) {
         o.no_repeat_ngram = 2;
         o.min_len = 8;
         o.max_len_b = 14;
-        ll_nbest out[B];
-        ll_beam_search(m, src, sl, B, 7, &o, out);
-        for (int i = 0; i < B; i++, checked++) {
-            ll_hypo want[MAXK];
-            const int n = reference(m, src + i * 7, sl[i], &o, want);
-            ll_nbest w = {n, want};
-            CHECK_MSG(same_list(&out[i], &w), "beam %d groups %d sentence %d (no bigram twice): the n-best list "
-                      "differs from the reference (%d hypotheses, reference %d)", o.beam, o.diverse_groups, i,
-                      out[i].n, n);
-            found += out[i].n;
-            for (int h = 0; h < n; h++) free(want[h].tokens), free(want[h].pos_scores);
-            ll_nbest_free(&out[i]);
-        }
+        against_reference(m, src, sl, B, &o, &found);
     }
     fprintf(stderr, "short groups: %d searches compared (%d hypotheses); %d rows dead before live ones\n", checked,
             found, live_after);
@@ -288,7 +284,7 @@ static void test_siblings(void) {
             int32_t src[B * 7];
             int sl[B];
             rand_batch(src, sl, B, V, 2, (int[]){3, seed, 6}, seed * 500);
-            for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+            for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++, checked += B) {
                 ll_search_opts o;
                 ll_search_opts_default(&o);
                 o.beam = o.nbest = cs[k].beam;
@@ -298,24 +294,7 @@ static void test_siblings(void) {
                 o.no_repeat_ngram = cs[k].no_repeat;
                 o.max_len_a = 0.5;
                 o.max_len_b = 4;
-                ll_nbest out[B], plain[B];
-                ll_beam_search(m, src, sl, B, 7, &o, out);
-                ll_search_opts p = o;
-                p.diversity_rate = 0;
-                ll_beam_search(m, src, sl, B, 7, &p, plain);
-                for (int i = 0; i < B; i++) {
-                    ll_hypo want[MAXK];
-                    const int n = reference(m, src + i * 7, sl[i], &o, want);
-                    ll_nbest w = {n, want};
-                    CHECK_MSG(same_list(&out[i], &w),
-                              "siblings: seed %d beam %d rate %g sentence %d: the n-best list differs from the "
-                              "reference (%d hypotheses, reference %d)",
-                              seed, o.beam, o.diversity_rate, i, out[i].n, n);
-                    differ += !same_tokens(&out[i], &plain[i]);
-                    for (int h = 0; h < n; h++) free(want[h].tokens), free(want[h].pos_scores);
-                    ll_nbest_free(&out[i]), ll_nbest_free(&plain[i]);
-                    checked++;
-                }
+                differ += against_reference(m, src, sl, B, &o, NULL);
             }
             ll_model_free(m);
         }
