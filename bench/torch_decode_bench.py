@@ -165,7 +165,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--int8", action="store_true",
-                    help="dynamic int8 quantisation (torch.quantization.quantize_dynamic, fbgemm) of the decoder's "
+                    help="dynamic int8 quantisation (torch.quantization.quantize_dynamic; fbgemm, else oneDNN) of the decoder's "
                     "linear layers and the output projection, as lldecode --precision int8 / ll_decode_bench "
                     "--precision int8 (the encoder stays fp32)")
     ap.add_argument("--sampling", type=int, default=-1,
@@ -179,7 +179,9 @@ def main():
     model = tt.Transformer(cfg).eval()
     src, _, _ = tt.synthetic_batch(args.batch, args.src_len, 2, cfg.vocab)
     if args.int8:  # PyTorch's counterpart of CTranslate2's int8: per-row weights, dynamic activations
-        torch.backends.quantized.engine = "fbgemm"
+        engines = torch.backends.quantized.supported_engines  # (Debian's torch: no fbgemm; oneDNN's int8 instead)
+        torch.backends.quantized.engine = next(e for e in ("fbgemm", "x86", "onednn", "qnnpack") if e in engines)
+        print(f"int8: quantize_dynamic with the {torch.backends.quantized.engine} engine")
         model.dec_layers = torch.quantization.quantize_dynamic(model.dec_layers, {torch.nn.Linear}, dtype=torch.qint8)
         proj = torch.nn.Linear(cfg.d_model, cfg.vocab, bias=False)
         proj.weight = model.embed.weight
