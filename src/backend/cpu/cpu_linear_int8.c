@@ -250,9 +250,13 @@ void *cpu_linear_pack_int8(const float *W, int N, int K) {
 void cpu_linear_packed_int8(const void *packed, float *Y, int ldy, const float *X, int ldx, const float *bias, int M) {
     const packed_q8 *p = packed;
     if (M <= 0) return;
-    int8_t *qa = ll_aligned_alloc((size_t)M * p->K4 * 4);
+    const size_t qbytes = ((size_t)M * p->K4 * 4 + 63) & ~(size_t)63;
+    int8_t *qa = aligned_alloc(64, qbytes); /* (not zeroed: quantize_row writes every byte) */
     float *inv_sa = ll_malloc(sizeof(float) * M);
+    if (!qa) ll_die("out of memory allocating %zu bytes", qbytes);
+#ifdef HAVE_X86
     const int isa = ll_cpu_int8_isa;
+#endif
 #pragma omp parallel for schedule(static) if ((size_t)M * p->K > 65536)
     for (int r = 0; r < M; r++) {
         const float *x = X + (size_t)r * ldx;
