@@ -462,13 +462,13 @@ static __global__ void __launch_bounds__(TOPK_THREADS)
     LL_PDL_ENTER();
     const int g = blockIdx.x, tid = threadIdx.x, kk = k / D;
     const uint8_t md = mode[g];
-    /* a penalty that only lowers scores keeps the early test below exact */
-    const bool lowers = strength >= 0;
     double ls[LL_CUDA_TOPK_MAX];
     int lf[LL_CUDA_TOPK_MAX];
     __shared__ topk_round_state st;
     for (int sub = 0; sub < D; sub++) {
         const div_pen pen = {flat_out + (size_t)g * k, sub, D, kk, V, strength};
+        /* no penalty, or one that only lowers scores: the early test below is exact */
+        const bool lowers = sub == 0 || strength >= 0;
         int n = 0;
         /* the candidates row by row, token by token (each thread's in flat order, as ranked), with no
          * 64-bit division per candidate; ls[kk - 1] of a full list kept in a register, since most

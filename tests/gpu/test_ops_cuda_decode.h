@@ -61,6 +61,8 @@ static void topk_case(int groups, int beam, int V, int k, int D, double strength
     for (int r = 0; r < rows; r++) hl[(size_t)r * V + eos] = -0.5f; /* eos competitive */
     for (int r = 0; D > 1 && r < rows; r++) /* the subgroups' favourites overlap: penalties decide */
         for (int v = 7; v < 7 + 2 * k && v < V; v++) hl[(size_t)r * V + v] = -0.25f - 0.125f * (float)((v + r) % 5);
+    for (int r = 0; strength < 0 && r < rows; r++) /* the best tokens all in one thread's share (1,024 apart) */
+        for (int j = 0; j < 40 && 9 + 1024 * j < V; j++) hl[(size_t)r * V + 9 + 1024 * j] = -0.001f * (float)(j + 1);
     double *cum = ll_malloc(sizeof(double) * rows);
     uint8_t *mode = ll_malloc((size_t)groups);
     for (int r = 0; r < rows; r++) cum[r] = r % 5 == 4 ? -INFINITY : -0.25 * (r % beam);
@@ -86,6 +88,7 @@ static void t_beam_topk(void) {
     topk_case(7, 6, 32003, 12, 3, 0.5);  /* diverse: 3 subgroups of 2 rows */
     topk_case(5, 1, 32003, 10, 5, 0.25); /* the first step: 5 subgroups rank the one row */
     topk_case(4, 4, 4001, 8, 4, -0.5);   /* a negative strength (favours repeats) */
+    topk_case(2, 8, 32003, 64, 4, -0.5); /* and 16 slots a subgroup: threads' lists past their head */
     topk_case(2, 40, 3001, 80, 2, 1.5);  /* k past the list kernel: the rescanning one */
     topk_case(2, 4, 11, 40, 4, 0.5);     /* subgroups with fewer candidates than slots */
 }
