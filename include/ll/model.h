@@ -180,9 +180,9 @@ typedef struct ll_model {
      * --no-cuda-graphs), 2 tests: the graphed path's ops and compaction policy,
      * run through the fingerprinting wrapper without a graph */
     int decode_graphs;
-    /* Decoding steps' linear layers (the decoder's and the output projection) on int8 weights
-     * (lldecode --precision int8; the backend's linear_pack, CPU only): set before the decode
-     * packs them */
+    /* A decode's linear layers (the encoder's, the cross-attention keys' and values', the
+     * decoder steps' and the output projection) on int8 weights (lldecode --precision int8; the
+     * backend's linear_pack, CPU only): set before the decode packs them */
     int decode_int8;
     ll_graph_stats dec_graph_st; /* the backend's graph counts that came from search steps */
     /* [n_table]: the tensor's gradient is still zero since ll_model_zero_grads

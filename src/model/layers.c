@@ -95,11 +95,13 @@ static uint8_t *mask_buf(ll_model *m, size_t n) { return ll_arena_alloc(&m->aren
 
 /* ---- sub-layers: s = Sub(in), in/s are [N, C] ---- */
 
-/* A sub-layer's linear map (relu: then ReLU); in incremental decoding through
- * the layer's packed weight when the backend packed one. */
+/* A sub-layer's linear map (relu: then ReLU); in incremental decoding (and a
+ * decode's int8 encoder pass) through the layer's packed weight when the
+ * backend packed one. */
 static void sub_linear(ll_model *m, const ll_pass *p, int layer, int slot, ll_act *y, const ll_act *x, int N, int in,
                        int out, size_t w, size_t b, int relu) {
-    const void *pk = p->inc ? p->inc->packed[(size_t)layer * LL_DEC_PACKED + slot] : NULL;
+    void *const *pks = p->inc ? p->inc->packed : p->packed;
+    const void *pk = pks ? pks[(size_t)layer * LL_DEC_PACKED + slot] : NULL;
     if (!pk) {
         ll_linear_fwd(m, y, x, N, in, out, w, b, relu);
         return;

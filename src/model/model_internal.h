@@ -72,7 +72,8 @@ static inline int ll_cond_cross(const ll_model *m, const ll_block *k) {
     return m->cond_active && k->kind == SUB_CROSS && k->ctl && k->ctl->may_skip_cross && k->ctl->cross_at;
 }
 
-/* Slots of a decoder layer's packed weights (ll_inc.packed). */
+/* Slots of a decoder layer's packed weights (ll_inc.packed); an encoder layer's (ll_pass.packed)
+ * use PK_QKV, PK_O, PK_FC1 and PK_FC2. */
 enum { PK_QKV, PK_O, PK_CQ, PK_CO, PK_FC1, PK_FC2 };
 
 /* Incremental decoding (infer.c): the decoder runs one position per row,
@@ -118,6 +119,8 @@ typedef struct {
     int row0;             /* first sentence of this batch slice in the whole batch: offsets
                              dropout draws so a slice gets the whole batch's masks */
     const ll_inc *inc;    /* incremental decoding (T = 1 per row), else NULL */
+    void *const *packed;  /* a decode's encoder pass with int8 weights: the encoder layers' packed
+                             weights ([Le * LL_DEC_PACKED], infer.c), else NULL */
 } ll_pass;
 
 /* One run of a stack (encoder or decoder) over one batch: embeddings, blocks,
