@@ -35,6 +35,24 @@ static __global__ void __launch_bounds__(ADAM_THREADS)
     }
 }
 
+/* The weights' moving average: e = fma(decay, e - p, p), as cpu_ema; nothing on a skipped update. */
+static __global__ void __launch_bounds__(ADAM_THREADS)
+    ema_kernel(float *__restrict__ e, const float *__restrict__ p, size_t n, float decay,
+               const double *__restrict__ stats) {
+    LL_PDL_ENTER();
+    if (stats[LL_ST_SKIP] != 0) return;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        e[i] = fmaf(decay, __fsub_rn(e[i], p[i]), p[i]); /* explicit: no contraction choice */
+}
+
+extern "C" cudaError_t ll_cuda_ema(cudaStream_t s, float *e, const float *p, size_t n, float decay,
+                                   const double *stats) {
+    if (n == 0) return cudaSuccess;
+    LL_LAUNCH(ll_grid((n + 3) / 4, ADAM_THREADS), ADAM_THREADS, 0, s, ema_kernel)(e, p, n, decay, stats);
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}
+
 extern "C" cudaError_t ll_cuda_adam(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n, float lr,
                                     float b1, float b2, float eps, float wd, const double *stats, int t_slot,
                                     uint16_t *p_bf16) {

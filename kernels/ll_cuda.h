@@ -262,6 +262,8 @@ cudaError_t ll_cuda_ensemble_mix(cudaStream_t s, ll_cuda_dtype t, void *acc, con
  * as raw __nv_bfloat16 bits). */
 cudaError_t ll_cuda_adam(cudaStream_t s, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
                          float b2, float eps, float wd, const double *stats, int t_slot, uint16_t *p_bf16);
+/* The weights' moving average e = fma(decay, e - p, p) (cpu_ema's arithmetic), skipped with SKIP. */
+cudaError_t ll_cuda_ema(cudaStream_t s, float *e, const float *p, size_t n, float decay, const double *stats);
 
 /* ---- latent depth (kernels/latent.cu) ------------------------------------------------
  * cpu_latent.c's arithmetic (double where it is double), one small block per

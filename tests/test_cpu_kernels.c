@@ -216,6 +216,27 @@ static void test_optimizer_ops(void) {
     be->grad_finish(be, s2, 1, 0, 0);
     CHECK(s2[LL_ST_SKIP] == 1);
 
+    /* ema: the weights' moving average, one fma (the CUDA kernel's bits), d e + (1 - d) p to rounding;
+     * decay 0 is the weights; a skipped update leaves it */
+    for (int k = 0; k < 4; k++) {
+        const float d = k == 0 ? 0.f : k == 1 ? 0.75f : 0.9999f;
+        double s3[LL_ST_N] = {0};
+        s3[LL_ST_SKIP] = k == 3;
+        for (size_t i = 0; i < n; i++) m[i] = 2 * ll_philox_uniform(&r, 7 * n + i) - 1; /* m: the average */
+        memcpy(v, m, n * sizeof(float));
+        be->ema(be, m, p, n, d, s3);
+        size_t off = 0;
+        double worst = 0;
+        for (size_t i = 0; i < n; i++) {
+            const float want = k == 3 ? v[i] : fmaf(d, v[i] - p[i], p[i]);
+            off += memcmp(&m[i], &want, sizeof want) != 0;
+            if (k < 3) worst = fmax(worst, fabs(m[i] - ((double)d * v[i] + (1 - (double)d) * p[i])));
+        }
+        CHECK_MSG(off == 0, "ema (decay %g%s): %zu of %zu elements are not fma(d, e - p, p)", d,
+                  k == 3 ? ", skipped" : "", off, n);
+        CHECK_MSG(worst < 3e-7, "ema (decay %g): %g from d e + (1 - d) p", d, worst);
+    }
+
     /* gemm's bias epilogue with beta 0 starts from the bias (K = 0: C = bias exactly) */
     const int N = 5, C = 37;
     float bias[37], y[5 * 37], one = 0;

@@ -564,6 +564,11 @@ struct ll_backend {
      * copy of p, refreshed from the updated p in the same pass. */
     void (*adam)(ll_backend *be, real *p, ll_act *p_act, const real *g, real *m, real *v, size_t n, real lr, real b1,
                  real b2, real eps, real wd, const double *stats, int t_slot);
+    /* Exponential moving average of the weights (fairseq's --ema-decay, Marian's
+     * --exponential-smoothing): e = decay * e + (1 - decay) * p, evaluated as
+     * fma(decay, e - p, p) on every backend (decay 0 copies p exactly); does
+     * nothing when stats[LL_ST_SKIP] is set, as Adam. */
+    void (*ema)(ll_backend *be, real *e, const real *p, size_t n, real decay, const double *stats);
 
     /* Optional (NULL = not offered): inference linear layers on weights packed
      * once into the backend's preferred layout.  linear_pack takes W [N,K]

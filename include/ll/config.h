@@ -89,6 +89,8 @@ typedef struct {
     char best_metric[8];   /* "loss" | "bleu" */
     int patience;          /* stop after this many validations without improvement; 0 = never */
     int max_bad_updates;   /* stop after this many consecutive skipped (non-finite) updates */
+    float ema_decay;       /* the weights' moving average (0: none): validation and saved models use it */
+    int ema_start_update;  /* until this update the average is the weights themselves */
 
     /* latent depth (Li et al. 2020; reference-spec §0.1, §1) */
     int latent_enc, latent_dec;

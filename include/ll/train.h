@@ -29,6 +29,9 @@ typedef struct {
     long t;      /* updates of Theta taken (host mirror of stats[LL_ST_ADAM_T]) */
     long t_phi;  /* updates of the latent-depth logits [phi_offset, n) taken (LL_ST_ADAM_T_PHI) */
     real b1, b2, eps, wd;
+    real *ema;        /* train.ema_decay: the weights' moving average, n_params (NULL: none) */
+    real ema_decay;
+    long ema_start;   /* train.ema_start_update */
 } ll_adam;
 void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg);
 void ll_adam_free(ll_adam *o, ll_model *model);
@@ -40,6 +43,14 @@ void ll_adam_free(ll_adam *o, ll_model *model);
  * norm skips the update on the backend (stats[LL_ST_SKIP]).  The norm before
  * clipping (after scaling) is stats[LL_ST_GNORM]. */
 void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm);
+/* train.ema_decay: the moving average after update number `update` (1-based,
+ * the count once it is done), queued after the update's step, no host read;
+ * skipped with the update (stats[LL_ST_SKIP]).  No-op without an average. */
+void ll_adam_ema_step(ll_adam *o, ll_model *model, long update);
+/* in = 1: the model's weights become the average (the raw ones stashed in the
+ * gradient buffer, free between updates); in = 0: the raw weights back.  For
+ * validation; no-op without an average. */
+void ll_adam_ema_swap(ll_adam *o, ll_model *model, int in);
 /* Host mirrors t, t_phi from a stats read; and back to the backend (resume). */
 void ll_adam_sync(ll_adam *o, const double *stats);
 void ll_adam_push_steps(ll_adam *o, ll_model *model);

@@ -175,6 +175,15 @@ const ll_cfg_key ll_cfg_keys[] = {
          "What checkpoint_best and early stopping follow (bleu needs train.valid_bleu)."),
     INT("train.patience", patience, "0", 0, INT_MAX,
         "Stop after this many validations without improvement of train.best_metric; 0 = never."),
+    FLT("train.ema_decay", ema_decay, "0", 0, 1, OPEN_MAX,
+        "Keep an exponential moving average of the weights (fairseq's --ema-decay, Marian's "
+        "--exponential-smoothing): after each update e = decay * e + (1 - decay) * w, in fp32 on the training "
+        "device. Validation and checkpoint_best are scored on it, and every checkpoint's model (what lldecode, "
+        "llavg, llprune and train.init_from read) is the average; the raw weights are kept beside it for --resume. "
+        "0 = off; 0.999 to 0.9999 are usual (the average spans ~1/(1 - decay) updates)."),
+    INT("train.ema_start_update", ema_start_update, "0", 0, INT_MAX,
+        "With train.ema_decay: the average follows the weights exactly until this update, then starts averaging "
+        "(fairseq's --ema-start-update), so the random initialisation does not linger in it."),
     INT("train.max_bad_updates", max_bad_updates, "10", 1, INT_MAX,
         "An update whose loss or gradient norm is NaN/Inf is skipped (parameters and Adam state unchanged); "
         "this many in a row stop the run with an error, leaving the last checkpoint as it was."),

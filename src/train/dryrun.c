@@ -70,6 +70,7 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
         ll_model_stats_zero(m);
         ll_model_step(m, &b, 1, 0, 1, NULL);
         ll_adam_step(&d->opt, m, 1e-4, 1e-4, 1.0 / b.n_tgt_tokens, 1);
+        ll_adam_ema_step(&d->opt, m, 1); /* train.ema_decay's one op */
     }
     const ll_op_counts *c = ll_backend_counts(be);
     d->step.calls = c->calls - d->step.calls;
@@ -177,7 +178,9 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     const double act32 = (double)m->arena.peak, act16 = (double)h.m->arena.peak;
     const double copy16 = 2 * P; /* the bf16 weight copy; in fp32 it is the master itself */
     /* buffers beside params, grads, moments (and the bf16 copy) */
-    const double other32 = (double)d.before_step - 4 * P * R, other16 = (double)h.before_step - 4 * P * R - copy16;
+    const double ema = d.opt.ema ? R * P : 0; /* train.ema_decay's average */
+    const double other32 = (double)d.before_step - 4 * P * R - ema;
+    const double other16 = (double)h.before_step - 4 * P * R - copy16 - ema;
     /* what the trainer allocates: everything before the step, plus one arena block of the peak */
     const double tot32 = (double)d.before_step + act32, tot16 = (double)h.before_step + act16;
     printf("dry run of %s: %d+%d layers, d=%d, ffn %d, heads %d, vocab %d%s%s%s\n", config_path, hp.Le, hp.Ld, hp.C, hp.F,
@@ -194,6 +197,7 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     printf("%-34s %12s %12.3f\n", "weight copy for matmuls (bf16)", "-", gib(copy16));
     printf("%-34s %12.3f %12.3f\n", "gradients (fp32)", gib(R * P), gib(R * P));
     printf("%-34s %12.3f %12.3f\n", "Adam moments (fp32)", gib(2 * R * P), gib(2 * R * P));
+    if (ema > 0) printf("%-34s %12.3f %12.3f\n", "moving average of weights (fp32)", gib(ema), gib(ema));
     printf("%-34s %12.3f %12.3f\n", "activations, peak of the step", gib(act32), gib(act16));
     printf("%-34s %12.3f %12.3f\n", "other (tables, stats, samples)", gib(other32), gib(other16));
     printf("%-34s %12.3f %12.3f\n", "total at the peak", gib(tot32), gib(tot16));

@@ -22,7 +22,10 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
                   const ll_train_state *ts) {
     int cap = m->n_table + 16, n = 0;
     ll_tensor_ref *t = ll_calloc(cap, sizeof *t);
-    real *params = to_host(m, m->params, m->n_params);
+    /* train.ema_decay: the model tensors are the moving average (what is decoded,
+     * averaged, pruned or fine-tuned), the raw weights optim.params (resume) */
+    const real *ema = ts && ts->opt->ema ? ts->opt->ema : NULL;
+    real *params = to_host(m, ema ? ema : m->params, m->n_params), *raw = NULL;
     for (int i = 0; i < m->n_table; i++) {
         const ll_param *p = &m->table[i];
         t[n++] = (ll_tensor_ref){.name = p->name, .dtype = REAL_DT, .ndim = p->ndim,
@@ -64,12 +67,18 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
                                  .nbytes = sizeof extra};
         t[n++] = (ll_tensor_ref){.name = "state.log_acc", .dtype = LL_DT_F64, .ndim = 1, .shape = {LL_LOG_ACC},
                                  .data = ts->log_acc, .nbytes = sizeof ts->log_acc};
+        if (ema) {
+            raw = to_host(m, m->params, m->n_params);
+            t[n++] = (ll_tensor_ref){.name = "optim.params", .dtype = REAL_DT, .ndim = 1, .shape = {np}, .data = raw,
+                                     .nbytes = m->n_params * sizeof(real)};
+        }
     }
     ll_ckpt_contents c = {.config_text = config_text, .vocab = vocab, .vocab_len = vocab_len, .tensors = t,
                           .n_tensors = n};
     int rc = ll_ckpt_write(path, &c);
     free(t);
     free(params);
+    free(raw);
     free(mh);
     free(vh);
     return rc;
@@ -274,6 +283,20 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     for (size_t i = 0; i < m->n_params; i++) /* second moments are averages of squares */
         if (((const real *)vv->data)[i] < 0)
             return ll_fail("%s: training state is corrupt or forged (negative Adam second moment at %zu)", path, i);
+    /* train.ema_decay: the model tensors just loaded are the moving average when
+     * the run kept one; its raw weights are optim.params */
+    const ll_tensor_ref *raw = ll_ckpt_find(k, "optim.params");
+    if (raw) {
+        if (ts->opt->ema) m->be->copy(m->be, ts->opt->ema, m->params, m->n_params * sizeof(real));
+        if (copy_in(m, m->params, raw, m->n_params, path)) return -1;
+        ll_model_refresh_weights(m);
+        if (!ts->opt->ema)
+            ll_log("%s: the run's moving average of the weights is dropped (train.ema_decay 0 now): training goes on "
+                   "from its raw weights", path);
+    } else if (ts->opt->ema) {
+        m->be->copy(m->be, ts->opt->ema, m->params, m->n_params * sizeof(real));
+        ll_log("%s holds no moving average of the weights: train.ema_decay's starts from its weights", path);
+    }
     ts->opt->t = ints[0];
     ts->update = ints[1];
     ts->epoch = ints[2];

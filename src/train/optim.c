@@ -39,12 +39,40 @@ void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg) {
     o->b2 = cfg->adam_beta2;
     o->eps = cfg->adam_eps;
     o->wd = cfg->weight_decay;
+    o->ema = NULL;
+    o->ema_decay = cfg->ema_decay;
+    o->ema_start = cfg->ema_start_update;
+    if (cfg->ema_decay > 0) { /* fairseq's EMA starts as a copy of the model */
+        o->ema = be->alloc(be, model->n_params * sizeof(real));
+        be->copy(be, o->ema, model->params, model->n_params * sizeof(real));
+    }
 }
 
 void ll_adam_free(ll_adam *o, ll_model *model) {
     model->be->free(model->be, o->m);
     model->be->free(model->be, o->v);
-    o->m = o->v = NULL;
+    if (o->ema) model->be->free(model->be, o->ema);
+    o->m = o->v = o->ema = NULL;
+}
+
+void ll_adam_ema_step(ll_adam *o, ll_model *model, long update) {
+    if (!o->ema) return;
+    /* fairseq: decay 0 (a copy) while the update count is below ema_start_update */
+    model->be->ema(model->be, o->ema, model->params, model->n_params, update < o->ema_start ? 0 : o->ema_decay,
+                   model->stats);
+}
+
+void ll_adam_ema_swap(ll_adam *o, ll_model *model, int in) {
+    if (!o->ema) return;
+    ll_backend *be = model->be;
+    const size_t bytes = model->n_params * sizeof(real);
+    if (in) {
+        be->copy(be, model->grads, model->params, bytes); /* (the next update zeroes the gradients first) */
+        be->copy(be, model->params, o->ema, bytes);
+    } else {
+        be->copy(be, model->params, model->grads, bytes);
+    }
+    ll_model_refresh_weights(model); /* the activation-dtype copy follows */
 }
 
 void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm) {

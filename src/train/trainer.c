@@ -225,6 +225,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (cfg->ddr_alpha > 0) t->m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
     if (t->latent) ll_latent_ctx_init(&t->lat, cfg, t->m);
     ll_adam_init(&t->opt, t->m, cfg);
+    if (t->opt.ema && t->rank == 0)
+        ll_log("train.ema_decay %g: a moving average of the weights (averaging from update %d); validation, "
+               "checkpoint_best and the checkpoints' models use it (the raw weights are kept for --resume)",
+               (double)cfg->ema_decay, cfg->ema_start_update);
     if (ll_backend_is_cpu(be)) /* after m->obj: replicas copy it */
         t->team = ll_step_team_new(t->m, cfg->batch_workers > 0 ? cfg->batch_workers : ll_get_threads());
     /* each step one CUDA graph: not with several ranks, whose gradient hooks queue NCCL calls mid-backward */
@@ -420,7 +424,10 @@ static void teardown(trainer *t) {
 static int run_validation(trainer *t, double elapsed, int *stop) {
     if (!t->have_valid) return 0;
     ll_valid_result r;
-    if (ll_validate_ranks(t->m, t->cfg, &t->valid, t->spm, &r, t->dist)) return -1; /* sharded over the ranks */
+    ll_adam_ema_swap(&t->opt, t->m, 1); /* train.ema_decay: scored on the moving average, as it is saved */
+    const int vrc = ll_validate_ranks(t->m, t->cfg, &t->valid, t->spm, &r, t->dist); /* sharded over the ranks */
+    ll_adam_ema_swap(&t->opt, t->m, 0);
+    if (vrc) return -1;
     int by_bleu = !strcmp(t->cfg->best_metric, "bleu");
     double metric = by_bleu ? -r.bleu : r.loss; /* lower is better */
     int best = metric < t->ts.best_valid;
@@ -586,6 +593,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         if (t.latent && (q + 1) % I == 0)
             lr_phi = cfg->latent_logits_lr > 0 ? lr * cfg->latent_logits_lr / cfg->lr : lr;
         ll_dist_train_step(t.dt, lr, lr_phi, 1.0 / (ntok ? ntok : 1), cfg->clip_norm); /* sums the ranks' gradients */
+        ll_adam_ema_step(&t.opt, t.m, q + 1); /* (every rank: each holds all the weights after the step) */
         const int log_now = (q + 1) % cfg->log_interval == 0 || (max_updates && q + 1 == max_updates);
         if (t.latent && log_now) { /* E[L] and the logits/samples ride along with the stats */
             ll_latent_depth(t.m, &t.lat);

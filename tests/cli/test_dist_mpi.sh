@@ -61,14 +61,18 @@ grep -q "2 ranks (mpi collectives" "$T/prep.log" || err "rank 0 did not log the 
 
 compare plain "$TINY" 2 1 "${D[@]}" --set train.clip_norm=0.5 --set train.valid_bleu=true --set train.valid_interval=5
 compare uf "$TINY" 4 2 "${D[@]}" --set dist.bucket_mb=0.05
-compare zero "$TINY" 4 2 "${D[@]}" --set dist.zero=1 --set dist.bucket_mb=0.02 --set train.clip_norm=0.5
+# (with the weights' moving average: the model compared is the average; the raw weights are optim.params)
+compare zero "$TINY" 4 2 "${D[@]}" --set dist.zero=1 --set dist.bucket_mb=0.02 --set train.clip_norm=0.5 \
+  --set train.ema_decay=0.8
 grep -q "ZeRO-1: Adam moments sharded over 2 ranks: .* MiB of optimizer state saved per rank" "$T/zero.2.log" ||
   err "zero: no memory-saved line"
 "$BIN/ll_ckpt_diff" "$T/zero.1/checkpoint_last.llm" "$T/zero.2/checkpoint_last.llm" optim. | tee "$T/zero.moments"
-awk '{exit !($2 < 1e-5)}' "$T/zero.moments" || err "zero: gathered Adam moments differ"
+awk '{exit !($2 < 1e-5)}' "$T/zero.moments" || err "zero: gathered Adam moments (or raw weights) differ"
+"$BIN/ll_ckpt_diff" "$T/zero.1/checkpoint_last.llm" "$T/zero.2/checkpoint_last.llm" optim.params | grep -q " over 1 " ||
+  err "zero: the raw weights beside the moving average are missing"
 # ZeRO-1 through a checkpoint: 5 updates, --resume to 10 == the uninterrupted run
 Z=(--config "$TINY" "${D[@]}" "${BASE[@]}" --set checkpoint.save_dir="$T/zres" --set train.update_freq=2 --set dist.zero=1
-   --set dist.bucket_mb=0.02 --set train.clip_norm=0.5)
+   --set dist.bucket_mb=0.02 --set train.clip_norm=0.5 --set train.ema_decay=0.8)
 mpirun2 "$BIN/lltrain" "${Z[@]}" --set train.max_updates=5 > "$T/zres.log" 2>&1 &&
   mpirun2 "$BIN/lltrain" "${Z[@]}" --resume >> "$T/zres.log" 2>&1 || err "zero resume: $(grep lltrain "$T/zres.log" | tail -2)"
 "$BIN/ll_ckpt_diff" "$T/zres/checkpoint_last.llm" "$T/zero.2/checkpoint_last.llm" | tee "$T/zres.diff"

@@ -339,6 +339,30 @@ static void t_adam(void) {
     }
 }
 
+/* ---- the weights' moving average: one fma, so bit for bit; decay 0 copies; a skipped update leaves it ---- */
+static void t_ema(void) {
+    const float decays[4] = {0.75f, 0.9999f, 0.f, 0.5f};
+    const size_t n = N1M + 3;
+    for (int k = 0; k < 4; k++) {
+        real *e0 = pb_rand(n, -1, 1);
+        pbuf e = pb_new(e0, n * sizeof(real)), p = pb_rand_buf(n, -1, 1);
+        double h[LL_ST_N] = {0};
+        h[LL_ST_SKIP] = k == 3;
+        pbuf st = pb_new(h, sizeof h);
+        BOTH BE->ema(BE, F(e, s), F(p, s), n, decays[k], F64(st, s));
+        pb_cmp_exact("e (the average)", &e);
+        if (k >= 2) { /* decay 0: the weights; skipped: the average as it was */
+            real *a = pb_get(&e, DUT), *b = k == 2 ? pb_get(&p, DUT) : e0;
+            CHECK_MSG(!memcmp(a, b, n * sizeof(real)), "ema: %s",
+                      k == 2 ? "decay 0 is not the weights" : "a skipped update moved the average");
+            free(a);
+            if (k == 2) free(b);
+        }
+        free(e0);
+        pb_free(&e), pb_free(&p), pb_free(&st);
+    }
+}
+
 /* ---- packed linear layer (optional): against the reference's gemm with the BIAS epilogue ---- */
 static void t_linear_packed(void) {
     const int N = 1000, K = 129, M = 37, ldx = K + 3, ldy = N + 5;

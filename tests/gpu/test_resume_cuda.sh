@@ -2,7 +2,8 @@
 # --resume on the GPU continues deterministically (issue 11): 30 updates
 # straight on the GPU == 15 + --resume 15 on the GPU, checkpoint byte for byte
 # (so no kernel of a training step may depend on atomics' order), with dropout
-# and attention dropout on.  A tiny model on tests/data/tiny: a few seconds.
+# and attention dropout on, and the weights' moving average (train.ema_decay: validation swaps it
+# into the bf16 weight copy and back).  A tiny model on tests/data/tiny: a few seconds.
 # Skips (77) without a GPU.
 source "$(dirname "$0")/lib.sh"
 gpu_or_skip
@@ -16,7 +17,7 @@ $(tiny_data "$T/bin" "${LL_RESUME_TOKENS:-2048}")
 train: {seed: 1, lr: 3e-3, warmup_updates: 5, valid_interval: $V, log_interval: $V, device: $GPUDEV}
 checkpoint: {save_dir: $T/run}
 CFG
-common=(--config "$T/t.cfg" --set train.precision=bf16)
+common=(--config "$T/t.cfg" --set train.precision=bf16 --set train.ema_decay=0.9)
 "$BIN/lltrain" "${common[@]}" --set train.max_updates="$R" 2> "$T/straight.log" ||
   { err "straight run failed: $(tail -1 "$T/straight.log")"; exit 1; }
 mv "$T/run" "$T/straight"

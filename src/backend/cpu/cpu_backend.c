@@ -452,6 +452,7 @@ static ll_backend g_cpu = {
     .attn_probs = cpu_attn_probs,
     .align_argmax = cpu_align_argmax,
     .adam = cpu_adam,
+    .ema = cpu_ema,
     .linear_pack = cpu_linear_pack,
     .linear_packed = cpu_linear_packed,
     .linear_unpack = cpu_linear_unpack,

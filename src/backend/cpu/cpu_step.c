@@ -84,6 +84,14 @@ void cpu_adam(ll_backend *be, real *p, ll_act *p_act, const real *g, real *m, re
     if (p_act) cpu_convert(be, p_act, be->act, p, LL_REAL_DTYPE, n);
 }
 
+void cpu_ema(ll_backend *be, real *e, const real *p, size_t n, real decay, const double *stats) {
+    (void)be;
+    if (stats[LL_ST_SKIP] != 0) return;
+    /* one fma, as the CUDA kernel: the same bits on both, and p itself when decay is 0 */
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) e[i] = ll_fma(decay, e[i] - p[i], p[i]);
+}
+
 /* ---- DLCL: combinations of many entries ---- */
 
 #define CHUNK 2048 /* elements per task: the entries' slices stay in L1/L2 */

@@ -37,6 +37,10 @@ static void cu_adam(ll_backend *be, real *p, ll_act *p_act, const real *g, real 
         LL_CU(cudaMemcpyAsync(p_act, p, n * sizeof(real), cudaMemcpyDeviceToDevice, s));
 }
 
+static void cu_ema(ll_backend *be, real *e, const real *p, size_t n, real decay, const double *stats) {
+    LL_CU(ll_cuda_ema(ll_cuda_enter(be), e, p, n, decay, stats));
+}
+
 /* DLCL: xs/ys are host arrays of device pointers; the launchers copy them into
  * kernel arguments (no upload). */
 static void cu_weighted_sum(ll_backend *be, ll_act *y, const ll_act *const *xs, const real *w, int k, size_t n) {
@@ -70,6 +74,7 @@ void ll_cuda_register_step(ll_backend *be) {
     be->sumsq = cu_sumsq;
     be->grad_finish = cu_grad_finish;
     be->adam = cu_adam;
+    be->ema = cu_ema;
     be->weighted_sum = cu_weighted_sum;
     be->weighted_scatter = cu_weighted_scatter;
     be->dots_acc = cu_dots_acc;
