@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# scripts/export_ctranslate2.py: an ll model exported to CTranslate2 translates
+# as lldecode does.  Greedy: the same translation of every line and the same
+# score (CTranslate2's natural-log score = ll's base-2 one x ln 2) on a
+# pre-norm model with shared embeddings, and on a post-norm one with separate
+# embeddings, an output projection of its own and a language tag as its start
+# token; beam 5 and int8 mostly the same (CTranslate2's beam search finalizes
+# hypotheses otherwise than fairseq's).  Models CTranslate2 has no place for are
+# refused with one line.  Needs the ctranslate2 Python package: the python3's,
+# else pip-installed into a venv in the build directory; skips (77) without network.
+source "$(dirname "$0")/lib.sh"
+VER=4.8.5
+
+PY=python3
+VENV="${LL_BINARY_DIR:-$T}/ctranslate2-venv"
+if ! "$PY" -c 'import ctranslate2, yaml, numpy' 2>/dev/null; then
+  if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import ctranslate2, yaml, numpy' 2>/dev/null; then
+    PY="$VENV/bin/python"
+  else
+    echo "ctranslate2 missing: pip install ctranslate2==$VER into $VENV"
+    { python3 -m venv "$VENV" &&
+      "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --retries 1 --timeout 30 \
+        "ctranslate2==$VER" pyyaml numpy; } > "$T/pip.log" 2>&1 ||
+      { tail -3 "$T/pip.log"; echo "SKIP: ctranslate2 is not installed and pip could not install it"; exit 77; }
+    PY="$VENV/bin/python"
+  fi
+fi
+EXPORT=("$PY" "$SRC/scripts/export_ctranslate2.py")
+
+# translate IN (text) with the CTranslate2 model DIR: OUT (text) and OUT.scores
+cat > "$T/ct2.py" <<'PY'
+import subprocess, sys
+import ctranslate2
+sys.path.insert(0, sys.argv[1])
+import llmodel
+model, d, inp, out, beam, prefix = sys.argv[2:8]
+spm = out + ".spm"
+open(spm, "wb").write(llmodel.read(model).vocab)
+enc = subprocess.run(["spm_encode", "--model", spm, "--output_format=piece"], stdin=open(inp, "rb"),
+                     capture_output=True, check=True).stdout.decode("utf-8").splitlines()
+src = [l.split() for l in enc]
+t = ctranslate2.Translator(d, device="cpu", intra_threads=2)
+# (at most model.max_positions - 1 tokens, as lldecode caps --max-len-b: 128 here)
+r = t.translate_batch(src, beam_size=int(beam), max_decoding_length=127, min_decoding_length=1,
+                      length_penalty=1.0, return_scores=True,
+                      target_prefix=[[prefix]] * len(src) if prefix != "-" else None)
+hyps = [x.hypotheses[0] for x in r]  # (a start token given as the prefix is not returned)
+dec = subprocess.run(["spm_decode", "--model", spm, "--input_format=piece"],
+                     input="".join(" ".join(h) + "\n" for h in hyps).encode("utf-8"),
+                     capture_output=True, check=True).stdout
+open(out, "wb").write(dec)
+open(out + ".scores", "w").write("".join("%.9g\n" % x.scores[0] for x in r))
+PY
+ct2() { "$PY" "$T/ct2.py" "$SRC/scripts" "$@"; }
+# lldecode's translations and (--format fairseq) scores, in input order
+lld() { # MODEL IN OUT BEAM
+  "$BIN/lldecode" --model "$1" --input "$3" --beam "$4" --output "$2" --quiet || return 1
+  "$BIN/lldecode" --model "$1" --input "$3" --beam "$4" --format fairseq --quiet |
+    awk -F'\t' '/^H-/ {sub(/^H-/, "", $1); print $1 "\t" $2}' | sort -n | cut -f2 > "$2.scores"
+}
+# the lines of A and B that agree; the scores that agree (ll's x ln 2 == CTranslate2's, 1e-4 relative)
+agree() {
+  "$PY" - "$@" <<'PY'
+import math, sys
+a, b = open(sys.argv[1], encoding="utf-8").read().splitlines(), open(sys.argv[2], encoding="utf-8").read().splitlines()
+sa = [float(x) * math.log(2) for x in open(sys.argv[1] + ".scores")]
+sb = [float(x) for x in open(sys.argv[2] + ".scores")]
+assert len(a) == len(b) == len(sa) == len(sb), (len(a), len(b), len(sa), len(sb))
+same = [i for i in range(len(a)) if a[i] == b[i]]
+close = sum(1 for i in same if abs(sa[i] - sb[i]) <= 1e-4 * max(1.0, abs(sb[i])))
+print(len(a), len(same), close)
+PY
+}
+
+cat > "$T/pre.cfg" <<CFG
+model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
+$(tiny_data "$T/bin" 2048)
+train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, label_smoothing: 0.0, max_updates: 150, valid_interval: 0}
+checkpoint: {save_dir: $T/pre}
+CFG
+cat "$SRC/tests/data/tiny/overfit32.en" "$SRC/tests/data/tiny/valid.en" > "$T/in.en"
+
+# 1. pre-norm, shared embeddings: greedy the same, scores too; beam 5 and int8 mostly
+"$BIN/lltrain" --config "$T/pre.cfg" --quiet 2> "$T/pre.log" || err "training failed: $(tail -1 "$T/pre.log")"
+M="$T/pre/checkpoint_last.llm"
+"${EXPORT[@]}" "$M" "$T/ct2" 2> "$T/export.log" || err "export failed: $(cat "$T/export.log")"
+grep -q "2+2 layers, d=64, 80 pieces, float32; translations start with </s>; max_decoding_length <= 127" "$T/export.log" ||
+  err "export summary: $(cat "$T/export.log")"
+lld "$M" "$T/ll.1" "$T/in.en" 1 || err "lldecode failed"
+ct2 "$M" "$T/ct2" "$T/in.en" "$T/c2.1" 1 - || err "CTranslate2 greedy failed"
+read -r n same close <<< "$(agree "$T/ll.1" "$T/c2.1")"
+echo "greedy: $same of $n translations the same, $close of them with the same score"
+[ "$same" = "$n" ] && [ "$close" = "$n" ] || err "greedy: CTranslate2 gives $same of $n translations, $close scores as lldecode"
+lld "$M" "$T/ll.5" "$T/in.en" 5 || err "lldecode beam 5 failed"
+ct2 "$M" "$T/ct2" "$T/in.en" "$T/c2.5" 5 - || err "CTranslate2 beam 5 failed"
+read -r n same close <<< "$(agree "$T/ll.5" "$T/c2.5")"
+echo "beam 5: $same of $n translations the same, $close of them with the same score"
+[ "$same" -ge $((n * 3 / 4)) ] && [ "$close" -ge $((same * 3 / 4)) ] || err "beam 5: $same of $n the same ($close scores)"
+"${EXPORT[@]}" "$M" "$T/ct2i8" --quantization int8 2> "$T/export8.log" || err "int8 export failed: $(cat "$T/export8.log")"
+ct2 "$M" "$T/ct2i8" "$T/in.en" "$T/c2.i8" 1 - || err "CTranslate2 int8 failed"
+read -r n same close <<< "$(agree "$T/ll.1" "$T/c2.i8")"
+echo "int8 weights: $same of $n greedy translations as lldecode's fp32"
+[ "$same" -ge $((n * 3 / 4)) ] || err "int8: $same of $n translations the same"
+"${EXPORT[@]}" "$M" "$T/ct2" 2> "$T/err" && err "an existing output directory was replaced without --force"
+grep -q "export_ctranslate2: $T/ct2: " "$T/err" || err "existing output: $(cat "$T/err")"
+
+# 2. post-norm, separate embeddings and output projection, a language tag as the start token
+cat > "$T/post.cfg" <<CFG
+model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 3, max_positions: 128, dropout: 0.0,
+        norm: post, share_all_embeddings: false, tie_output: false}
+$(tiny_data "$T/bin2" 2048)
+  lang_tags: on
+train: {seed: 2, threads: 2, lr: 2e-3, warmup_updates: 20, label_smoothing: 0.0, max_updates: 100, valid_interval: 0}
+checkpoint: {save_dir: $T/post}
+CFG
+"$BIN/lltrain" --config "$T/post.cfg" --quiet 2> "$T/post.log" || err "post-norm training failed: $(tail -1 "$T/post.log")"
+M2="$T/post/checkpoint_last.llm"
+"${EXPORT[@]}" "$M2" "$T/ct2p" 2> "$T/exportp.log" || err "post-norm export failed: $(cat "$T/exportp.log")"
+grep -q 'translations start with the target_prefix \[\["<2es>"\]\]' "$T/exportp.log" ||
+  err "tagged export summary: $(cat "$T/exportp.log")"
+lld "$M2" "$T/llp.1" "$T/in.en" 1 || err "lldecode (post-norm) failed"
+ct2 "$M2" "$T/ct2p" "$T/in.en" "$T/c2p.1" 1 "<2es>" || err "CTranslate2 (post-norm, tagged) failed"
+read -r n same close <<< "$(agree "$T/llp.1" "$T/c2p.1")"
+echo "post-norm, tagged: $same of $n greedy translations the same, $close scores"
+[ "$same" = "$n" ] && [ "$close" = "$n" ] || err "post-norm, tagged: $same of $n translations, $close scores as lldecode"
+
+# 3. refused with one line: latent depth, DLCL, ReZero, a file that is not a model
+for v in "latent.decoder=true" "dlcl.encoder=true" "model.norm=rezero"; do
+  d="$T/r_${v%%=*}"
+  "$BIN/lltrain" --config "$T/pre.cfg" --quiet --set "$v" --set checkpoint.save_dir="$d" --set train.max_updates=1 \
+    2> "$T/r.log" || { err "$v: training failed: $(tail -1 "$T/r.log")"; continue; }
+  "${EXPORT[@]}" "$d/checkpoint_last.llm" "$T/no" > /dev/null 2> "$T/err" && err "$v: exported"
+  [ "$(wc -l < "$T/err")" = 1 ] && grep -q "no CTranslate2 equivalent" "$T/err" || err "$v: $(cat "$T/err")"
+  [ ! -e "$T/no" ] || err "$v: a refused export wrote $T/no"
+done
+printf 'not a model\n' > "$T/bad.llm"
+"${EXPORT[@]}" "$T/bad.llm" "$T/no" 2> "$T/err" && err "a text file exported"
+[ "$(wc -l < "$T/err")" = 1 ] && grep -q "^export_ctranslate2: $T/bad.llm: " "$T/err" || err "bad file: $(cat "$T/err")"
+exit $fail
