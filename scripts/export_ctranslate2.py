@@ -29,7 +29,8 @@ fixed start token, and each translation's target_prefix is the tag, [["<2es>"]]
 (CTranslate2 does not return a start token).
 
 Models with what CTranslate2's Transformer has no place for are refused with
-one line naming it: latent depth (prune it with llprune first), DLCL, ReZero.
+one line naming it: latent-depth gates (llprune --lang L bakes them in: its
+output exports), DLCL, ReZero.
 The model's weights are read as stored: a checkpoint of a run with
 train.ema_decay exports the moving average, as lldecode decodes it.
 """
@@ -115,7 +116,8 @@ def read_model(path):
 def check_supported(path, cfg, m):
     model, latent, dlcl = cfg.get("model", {}), cfg.get("latent", {}), cfg.get("dlcl", {})
     if latent.get("encoder") or latent.get("decoder"):
-        fail(f"{path}: latent-depth layers have no CTranslate2 equivalent: prune the model with llprune first")
+        fail(f"{path}: latent-depth gates have no CTranslate2 equivalent: bake them in with llprune --threshold Q "
+             f"--lang L first")
     if dlcl.get("encoder") or dlcl.get("decoder"):
         fail(f"{path}: DLCL (dlcl.encoder/dlcl.decoder) has no CTranslate2 equivalent")
     if model.get("norm") not in ("pre", "post"):
@@ -236,6 +238,9 @@ def main(argv):
     if pieces[:4] != ["<s>", "<pad>", "</s>", "<unk>"]:
         fail(f"{a.model}: the vocabulary's first pieces are {pieces[:4]}, not ll's <s> <pad> </s> <unk>")
     tags, langs = language_tags(cfg)
+    pruned_for = str(cfg.get("latent", {}).get("pruned_for") or "")
+    if pruned_for:  # llprune --lang: the model translates into that language only (lldecode refuses others)
+        langs = [pruned_for] if pruned_for in langs else langs
     if tags:
         for lang in langs:
             if f"<2{lang}>" not in pieces:
