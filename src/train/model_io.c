@@ -295,7 +295,7 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
                    "from its raw weights", path);
     } else if (ts->opt->ema) {
         m->be->copy(m->be, ts->opt->ema, m->params, m->n_params * sizeof(real));
-        ll_log("%s holds no moving average of the weights: train.ema_decay's starts from its weights", path);
+        ll_log("%s holds no moving average of the weights: train.ema_decay starts one from its weights", path);
     }
     ts->opt->t = ints[0];
     ts->update = ints[1];
