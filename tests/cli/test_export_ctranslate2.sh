@@ -55,10 +55,12 @@ open(out + ".len", "w").write("".join("%d\n" % len(h) for h in hyps))
 PY
 ct2() { "$PY" "$T/ct2.py" "$SRC/scripts" "$@"; }
 # lldecode's translations and (--format fairseq) scores, in input order
-lld() { # MODEL IN OUT BEAM
-  "$BIN/lldecode" --model "$1" --input "$3" --beam "$4" --output "$2" --quiet || return 1
-  "$BIN/lldecode" --model "$1" --input "$3" --beam "$4" --format fairseq --quiet |
-    awk -F'\t' '/^H-/ {sub(/^H-/, "", $1); print $1 "\t" $2}' | sort -n | cut -f2 > "$2.scores"
+lld() { # MODEL OUT IN BEAM [lldecode options]
+  local model=$1 out=$2 in=$3 beam=$4
+  shift 4
+  "$BIN/lldecode" --model "$model" --input "$in" --beam "$beam" --output "$out" --quiet "$@" || return 1
+  "$BIN/lldecode" --model "$model" --input "$in" --beam "$beam" --format fairseq --quiet "$@" |
+    awk -F'\t' '/^H-/ {sub(/^H-/, "", $1); print $1 "\t" $2}' | sort -n | cut -f2 > "$out.scores"
 }
 # the lines of A and B (CTranslate2's) that agree; the scores that agree (ll's x ln 2 == CTranslate2's,
 # 1e-4 relative), a translation cut at the length limit counted as agreeing: ll ends it with a forced
@@ -79,6 +81,18 @@ print(len(a), len(same), close)
 PY
 }
 
+# greedy_same WHAT OUT MODEL CT2_DIR IN PREFIX [lldecode options]: every greedy translation and its
+# score the same (lldecode's in T/ll.OUT, CTranslate2's in T/c2.OUT)
+greedy_same() {
+  local what=$1 out=$2 model=$3 dir=$4 in=$5 prefix=$6 n same close
+  shift 6
+  lld "$model" "$T/ll.$out" "$in" 1 "$@" || { err "$what: lldecode failed"; return; }
+  ct2 "$model" "$dir" "$in" "$T/c2.$out" 1 "$prefix" || { err "$what: CTranslate2 failed"; return; }
+  read -r n same close <<< "$(agree "$T/ll.$out" "$T/c2.$out")"
+  echo "$what: $same of $n greedy translations the same, $close of them with the same score"
+  [ "$same" = "$n" ] && [ "$close" = "$n" ] || err "$what: CTranslate2 gives $same of $n translations, $close scores as lldecode"
+}
+
 cat > "$T/pre.cfg" <<CFG
 model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
 $(tiny_data "$T/bin" 2048)
@@ -93,11 +107,7 @@ M="$T/pre/checkpoint_last.llm"
 "${EXPORT[@]}" "$M" "$T/ct2" 2> "$T/export.log" || err "export failed: $(cat "$T/export.log")"
 grep -q "2+2 layers, d=64, 80 pieces, float32; translations start with </s>; max_decoding_length <= 127" "$T/export.log" ||
   err "export summary: $(cat "$T/export.log")"
-lld "$M" "$T/ll.1" "$T/in.en" 1 || err "lldecode failed"
-ct2 "$M" "$T/ct2" "$T/in.en" "$T/c2.1" 1 - || err "CTranslate2 greedy failed"
-read -r n same close <<< "$(agree "$T/ll.1" "$T/c2.1")"
-echo "greedy: $same of $n translations the same, $close of them with the same score"
-[ "$same" = "$n" ] && [ "$close" = "$n" ] || err "greedy: CTranslate2 gives $same of $n translations, $close scores as lldecode"
+greedy_same "pre-norm" pre "$M" "$T/ct2" "$T/in.en" -
 lld "$M" "$T/ll.5" "$T/in.en" 5 || err "lldecode beam 5 failed"
 ct2 "$M" "$T/ct2" "$T/in.en" "$T/c2.5" 5 - || err "CTranslate2 beam 5 failed"
 read -r n same close <<< "$(agree "$T/ll.5" "$T/c2.5")"
@@ -105,7 +115,7 @@ echo "beam 5: $same of $n translations the same, $close of them with the same sc
 [ "$same" -ge $((n * 3 / 4)) ] && [ "$close" -ge $((same * 3 / 4)) ] || err "beam 5: $same of $n the same ($close scores)"
 "${EXPORT[@]}" "$M" "$T/ct2i8" --quantization int8 2> "$T/export8.log" || err "int8 export failed: $(cat "$T/export8.log")"
 ct2 "$M" "$T/ct2i8" "$T/in.en" "$T/c2.i8" 1 - || err "CTranslate2 int8 failed"
-read -r n same close <<< "$(agree "$T/ll.1" "$T/c2.i8")"
+read -r n same close <<< "$(agree "$T/ll.pre" "$T/c2.i8")"
 echo "int8 weights: $same of $n greedy translations as lldecode's fp32"
 [ "$same" -ge $((n * 3 / 4)) ] || err "int8: $same of $n translations the same"
 "${EXPORT[@]}" "$M" "$T/ct2" 2> "$T/err" && err "an existing output directory was replaced without --force"
@@ -125,11 +135,7 @@ M2="$T/post/checkpoint_last.llm"
 "${EXPORT[@]}" "$M2" "$T/ct2p" 2> "$T/exportp.log" || err "post-norm export failed: $(cat "$T/exportp.log")"
 grep -q 'translations start with the target_prefix \[\["<2es>"\]\]' "$T/exportp.log" ||
   err "tagged export summary: $(cat "$T/exportp.log")"
-lld "$M2" "$T/llp.1" "$T/in.en" 1 || err "lldecode (post-norm) failed"
-ct2 "$M2" "$T/ct2p" "$T/in.en" "$T/c2p.1" 1 "<2es>" || err "CTranslate2 (post-norm, tagged) failed"
-read -r n same close <<< "$(agree "$T/llp.1" "$T/c2p.1")"
-echo "post-norm, tagged: $same of $n greedy translations the same, $close scores"
-[ "$same" = "$n" ] && [ "$close" = "$n" ] || err "post-norm, tagged: $same of $n translations, $close scores as lldecode"
+greedy_same "post-norm, tagged" post "$M2" "$T/ct2p" "$T/in.en" "<2es>"
 
 # 2b. latent depth (two target languages, tags), pruned for es by llprune --lang: its gates baked in, it
 # exports, and translates into es as lldecode --target-lang es does
@@ -143,14 +149,7 @@ grep -q "latent-depth gates have no CTranslate2 equivalent: bake them in with ll
 grep -q 'translations start with the target_prefix \[\["<2es>"\]\] (<2es>)' "$T/exportl.log" ||
   err "pruned export summary: $(cat "$T/exportl.log")"
 cat "$SRC/tests/data/tiny/train.en" "$SRC/tests/data/tiny/valid.en" > "$T/in2.en"
-"$BIN/lldecode" --model "$T/lat_es.llm" --input "$T/in2.en" --beam 1 --target-lang es --output "$T/lll.1" --quiet &&
-  "$BIN/lldecode" --model "$T/lat_es.llm" --input "$T/in2.en" --beam 1 --target-lang es --format fairseq --quiet |
-  awk -F'\t' '/^H-/ {sub(/^H-/, "", $1); print $1 "\t" $2}' | sort -n | cut -f2 > "$T/lll.1.scores" ||
-  err "lldecode (pruned latent) failed"
-ct2 "$T/lat_es.llm" "$T/ct2l" "$T/in2.en" "$T/c2l.1" 1 "<2es>" || err "CTranslate2 (pruned latent) failed"
-read -r n same close <<< "$(agree "$T/lll.1" "$T/c2l.1")"
-echo "latent depth pruned for es: $same of $n greedy translations the same, $close scores"
-[ "$same" = "$n" ] && [ "$close" = "$n" ] || err "pruned latent: $same of $n translations, $close scores as lldecode"
+greedy_same "latent depth pruned for es" lat "$T/lat_es.llm" "$T/ct2l" "$T/in2.en" "<2es>" --target-lang es
 
 # 3. refused with one line: DLCL, ReZero, a file that is not a model
 for v in "dlcl.encoder=true" "model.norm=rezero"; do
