@@ -82,6 +82,16 @@ int ll_ckpt_prune_numbered(const char *dir, int keep_last);
 int ll_ckpt_list_numbered(const char *dir, long **updates);
 /* "dir/checkpoint_<update>.llm", malloc'd. */
 char *ll_ckpt_numbered_path(const char *dir, long update);
+/* checkpoint.keep_best: "checkpoint_best_<metric>_<value>_<update>.llm" (value "%.4f") into buf;
+ * metric "loss" (lower is better) or "bleu" (higher is better). */
+const char *ll_ckpt_best_name(char *buf, size_t n, const char *metric, double value, long update);
+/* How many of dir's best-N checkpoints of `metric` rank before a new one of
+ * `value` at `update` (better, or as good and earlier), or -1 + errbuf. */
+int ll_ckpt_best_rank(const char *dir, const char *metric, double value, long update);
+/* Delete the best-N checkpoints of `metric` past the `keep` best (0: no
+ * limit) and those of updates after `after` (-1: none).  Only names of
+ * exactly the form above count.  Returns the number deleted, or -1 + errbuf. */
+int ll_ckpt_prune_best(const char *dir, const char *metric, int keep, long after);
 /* Remove the atomic writer's temporaries ("checkpoint_*.tmp.<pid>",
  * "metrics*.tmp.<pid>") of `writer`, the run that held dir's lock before
  * (ll_run_lock), when that process is gone (a killed run leaves one the size

@@ -78,6 +78,7 @@ typedef struct {
     char save_dir[LL_PATH_MAX];
     int save_interval;   /* updates between numbered checkpoints (0 = only last/best) */
     int keep_last;       /* numbered checkpoints to keep (0 = all) */
+    int keep_best;       /* also keep the N best by train.best_metric (checkpoint_best_<metric>_<value>_<update>.llm) */
 
     /* decode (defaults for lldecode and validation) */
     int beam;

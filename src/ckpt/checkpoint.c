@@ -514,11 +514,10 @@ int ll_ckpt_output_ok(const char *out, const char *const *in, int n) {
 
 /* ---- checkpoint directories ------------------------------------------------- */
 
-/* "checkpoint_<N>.llm" with N canonical decimal (so no two names share an N). */
-static int parse_numbered(const char *name, long *n) {
-    static const char pre[] = "checkpoint_", suf[] = ".llm";
-    if (strncmp(name, pre, sizeof pre - 1) != 0) return 0;
-    const char *d = name + sizeof pre - 1, *e = d;
+/* "<N>.llm" with N canonical decimal (so no two names share an N). */
+static int parse_update_llm(const char *d, long *n) {
+    static const char suf[] = ".llm";
+    const char *e = d;
     long v = 0;
     while (*e >= '0' && *e <= '9') {
         if (e - d >= 18) return 0; /* keeps v far from overflow */
@@ -527,6 +526,12 @@ static int parse_numbered(const char *name, long *n) {
     if (e == d || (*d == '0' && e - d > 1) || strcmp(e, suf) != 0) return 0;
     *n = v;
     return 1;
+}
+
+/* "checkpoint_<N>.llm" */
+static int parse_numbered(const char *name, long *n) {
+    static const char pre[] = "checkpoint_";
+    return strncmp(name, pre, sizeof pre - 1) == 0 && parse_update_llm(name + sizeof pre - 1, n);
 }
 
 static int cmp_long(const void *a, const void *b) {
@@ -577,6 +582,95 @@ int ll_ckpt_prune_numbered(const char *dir, int keep_last) {
         else if (errno != ENOENT && rc == 0) /* ENOENT: someone else pruned it already */
             rc = ll_fail("%s: cannot delete: %s", p, strerror(errno));
         free(p);
+    }
+    free(v);
+    return rc < 0 ? -1 : deleted;
+}
+
+/* ---- the best N (checkpoint.keep_best) ---- */
+
+typedef struct {
+    double value;
+    long update;
+    char *name;
+} best_file;
+
+/* "checkpoint_best_<metric>_<digits>.<4 digits>_<N>.llm", N canonical decimal. */
+static int parse_best(const char *name, const char *metric, double *value, long *update) {
+    char pre[48];
+    snprintf(pre, sizeof pre, "checkpoint_best_%s_", metric);
+    if (strncmp(name, pre, strlen(pre)) != 0) return 0;
+    const char *d = name + strlen(pre), *e = d;
+    while (*e >= '0' && *e <= '9') e++;
+    if (e == d || e - d > 12 || (*d == '0' && e - d > 1) || *e != '.' || strspn(e + 1, "0123456789") != 4 || e[5] != '_') return 0;
+    *value = strtod(d, NULL);
+    return parse_update_llm(e + 6, update);
+}
+
+const char *ll_ckpt_best_name(char *buf, size_t n, const char *metric, double value, long update) {
+    snprintf(buf, n, "checkpoint_best_%s_%.4f_%ld.llm", metric, value, update);
+    return buf;
+}
+
+/* better first: the metric's direction, then the earlier update */
+static int best_higher; /* (list_best sets it for qsort: 1 when the metric is BLEU) */
+static int cmp_best(const void *a, const void *b) {
+    const best_file *x = a, *y = b;
+    if (x->value != y->value) return (x->value < y->value) == !best_higher ? -1 : 1;
+    return (x->update > y->update) - (x->update < y->update);
+}
+
+static int list_best(const char *dir, const char *metric, best_file **out) {
+    *out = NULL;
+    DIR *dp = opendir(dir);
+    if (!dp) return ll_fail("%s: cannot open directory: %s", dir, strerror(errno));
+    best_file *v = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dp))) {
+        double val;
+        long u;
+        if (!parse_best(e->d_name, metric, &val, &u)) continue;
+        if (n == cap) v = ll_realloc(v, sizeof *v * (cap = cap ? 2 * cap : 16));
+        v[n++] = (best_file){val, u, ll_strdup(e->d_name)};
+    }
+    closedir(dp);
+    best_higher = !strcmp(metric, "bleu");
+    if (n) qsort(v, n, sizeof *v, cmp_best);
+    *out = v;
+    return (int)n;
+}
+
+int ll_ckpt_best_rank(const char *dir, const char *metric, double value, long update) {
+    best_file *v;
+    int n = list_best(dir, metric, &v), r = 0;
+    if (n < 0) return -1;
+    char buf[32]; /* the value as the name will hold it */
+    snprintf(buf, sizeof buf, "%.4f", value);
+    const best_file q = {strtod(buf, NULL), update, NULL};
+    for (int i = 0; i < n; i++) {
+        r += cmp_best(&v[i], &q) < 0;
+        free(v[i].name);
+    }
+    free(v);
+    return r;
+}
+
+int ll_ckpt_prune_best(const char *dir, const char *metric, int keep, long after) {
+    best_file *v;
+    int n = list_best(dir, metric, &v);
+    if (n < 0) return -1;
+    int deleted = 0, rc = 0, kept = 0;
+    char path[4096];
+    for (int i = 0; i < n; i++) {
+        const int drop = (after >= 0 && v[i].update > after) || (keep > 0 && kept >= keep);
+        kept += !drop;
+        snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
+        if (drop && unlink(path) == 0)
+            deleted++;
+        else if (drop && errno != ENOENT && rc == 0)
+            rc = ll_fail("%s: cannot delete: %s", path, strerror(errno));
+        free(v[i].name);
     }
     free(v);
     return rc < 0 ? -1 : deleted;

@@ -165,6 +165,11 @@ const ll_cfg_key ll_cfg_keys[] = {
     INT("checkpoint.save_interval", save_interval, "0", 0, INT_MAX,
         "Updates between numbered checkpoints; 0 = only checkpoint_last and checkpoint_best."),
     INT("checkpoint.keep_last", keep_last, "5", 0, INT_MAX, "Numbered checkpoints to keep; 0 = all."),
+    INT("checkpoint.keep_best", keep_best, "0", 0, 1000,
+        "Also keep the N best checkpoints by train.best_metric, as checkpoint_best_<metric>_<value>_<update>.llm "
+        "(fairseq's --keep-best-checkpoints), e.g. to average them with llavg; 0 = checkpoint_best.llm only. "
+        "Ties go to the earlier update. --resume removes those of updates after the one it resumes (the replay "
+        "writes them again)."),
 
     /* decode */
     INT("decode.beam", beam, "5", 1, 1024, "Beam size."),

@@ -96,6 +96,28 @@ static int checkpoint_rank0(trainer *t, int numbered) {
     return 0;
 }
 
+/* checkpoint.keep_best: this validation's model as one of the N best files when
+ * it ranks among them (rank 0 writes; ZeRO-1 gathers the moments on every rank). */
+static int keep_best(trainer *t, double value) {
+    const ll_config *cfg = t->cfg;
+    if (cfg->keep_best <= 0) return 0;
+    ll_dist_train_full_moments(t->dt, 1);
+    int rc = 0;
+    if (t->rank == 0) {
+        const int before = ll_ckpt_best_rank(cfg->save_dir, cfg->best_metric, value, t->ts.update);
+        char name[128];
+        if (before < 0)
+            rc = -1;
+        else if (before < cfg->keep_best && save(t, ll_ckpt_best_name(name, sizeof name, cfg->best_metric, value,
+                                                                       t->ts.update)))
+            rc = -1;
+        else if (ll_ckpt_prune_best(cfg->save_dir, cfg->best_metric, cfg->keep_best, -1) < 0)
+            rc = -1;
+    }
+    ll_dist_train_full_moments(t->dt, 0);
+    return rc;
+}
+
 static void fmt_eta(char *buf, size_t n, double s) {
     if (!(s >= 0) || s > 1e8) {
         snprintf(buf, n, "--:--:--");
@@ -312,6 +334,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
         t->log_tokens = (long)la[9];
         t->saved_update = t->ts.update;
         ll_log("resumed from %s at update %ld (epoch %lld)", from, t->ts.update, (long long)t->ts.stream_pos[0]);
+        /* checkpoint.keep_best: files of the updates to come are the interrupted run's; the replay writes them */
+        if (cfg->keep_best > 0 && t->rank == 0 &&
+            ll_ckpt_prune_best(cfg->save_dir, cfg->best_metric, cfg->keep_best, t->ts.update) < 0)
+            return -1;
     }
     if (ll_mkdir_p(cfg->save_dir)) return -1;
     char *mpath = t->mpath;
@@ -458,6 +484,7 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
         ll_dist_train_full_moments(t->dt, 0);
         if (rc) return -1;
     }
+    if (keep_best(t, by_bleu ? r.bleu : r.loss)) return -1;
     if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
         ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
                t->cfg->best_metric);
