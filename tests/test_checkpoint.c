@@ -492,6 +492,54 @@ static void test_prune(void) {
     free(dir);
 }
 
+/* checkpoint.keep_best's names: only the exact form counts; ranked by the metric's direction, ties
+ * to the earlier update; pruned to the best N and past an update */
+static void test_prune_best(void) {
+    char *dir = make_subdir("best");
+    const char *ours[] = {"checkpoint_best_loss_5.2000_30.llm", "checkpoint_best_loss_4.1000_20.llm",
+                          "checkpoint_best_loss_4.1000_10.llm", "checkpoint_best_loss_7.0000_5.llm",
+                          "checkpoint_best_bleu_12.5000_10.llm", "checkpoint_best_bleu_30.0000_20.llm",
+                          "checkpoint_best_bleu_0.0000_5.llm"};
+    const char *others[] = {"checkpoint_best.llm", "checkpoint_best_loss_4.1_9.llm", "checkpoint_best_loss_04.1000_9.llm",
+                            "checkpoint_best_loss_4.1000_09.llm", "checkpoint_best_loss_-4.1000_9.llm",
+                            "checkpoint_best_loss_4.1000_9.llmx", "checkpoint_best_loss_nan_9.llm",
+                            "checkpoint_best_chrf_1.0000_9.llm", "checkpoint_best_loss_4.10000_9.llm", "checkpoint_9.llm"};
+    const size_t no = sizeof others / sizeof *others;
+    for (size_t i = 0; i < sizeof ours / sizeof *ours; i++) free(tu_write(dir, ours[i], "x"));
+    for (size_t i = 0; i < no; i++) free(tu_write(dir, others[i], "x"));
+    char name[128];
+    CHECK(!strcmp(ll_ckpt_best_name(name, sizeof name, "loss", 4.10004, 20), "checkpoint_best_loss_4.1000_20.llm"));
+    /* loss: 4.1@10, 4.1@20, 5.2@30, 7@5; a new 4.1 at 15 ranks after 4.1@10, before 4.1@20 */
+    CHECK(ll_ckpt_best_rank(dir, "loss", 4.1, 15) == 1);
+    CHECK(ll_ckpt_best_rank(dir, "loss", 4.09999, 40) == 2); /* (as the name prints it: 4.1000) */
+    CHECK(ll_ckpt_best_rank(dir, "loss", 1.0, 40) == 0 && ll_ckpt_best_rank(dir, "loss", 9.0, 1) == 4);
+    /* bleu: higher first: 30@20, 12.5@10, 0@5 */
+    CHECK(ll_ckpt_best_rank(dir, "bleu", 20, 40) == 1 && ll_ckpt_best_rank(dir, "bleu", 40, 40) == 0);
+    CHECK(ll_ckpt_best_rank(dir, "bleu", 0, 1) == 2 && ll_ckpt_best_rank(dir, "bleu", 0, 9) == 3);
+    /* past update 20 (a resume's), then the best 2 */
+    CHECK(ll_ckpt_prune_best(dir, "loss", 0, 20) == 1); /* 5.2@30 */
+    CHECK(ll_ckpt_prune_best(dir, "loss", 2, -1) == 1); /* 7@5 */
+    CHECK(ll_ckpt_prune_best(dir, "bleu", 1, -1) == 2);
+    const char *left[] = {"checkpoint_best_loss_4.1000_20.llm", "checkpoint_best_loss_4.1000_10.llm",
+                          "checkpoint_best_bleu_30.0000_20.llm"};
+    for (size_t i = 0; i < 3; i++) {
+        char *q = path_in(dir, left[i]);
+        CHECK_MSG(exists(q), "%s was deleted", left[i]);
+        free(q);
+    }
+    for (size_t i = 0; i < no; i++) {
+        char *q = path_in(dir, others[i]);
+        CHECK_MSG(exists(q), "%s was deleted", others[i]);
+        free(q);
+    }
+    CHECK(tu_count_entries(dir) == (int)(3 + no));
+    char *none = path_in(dir, "nonexistent");
+    CHECK(ll_ckpt_best_rank(none, "loss", 1, 1) == -1 && ll_ckpt_prune_best(none, "loss", 1, -1) == -1);
+    CHECK_CONTAINS(ll_errbuf(), "cannot open directory");
+    free(none);
+    free(dir);
+}
+
 int main(void) {
     CHECK(ll_dtype_size(LL_DT_BF16) == 2 && ll_dtype_size(LL_DT_F64) == 8 && ll_dtype_size(99) == 0);
     CHECK(strcmp(ll_dtype_name(LL_DT_U8), "u8") == 0 && strcmp(ll_dtype_name(-1), "?") == 0);
@@ -508,6 +556,7 @@ int main(void) {
     test_errors();
     test_atomic();
     test_prune();
+    test_prune_best();
     if (ll_verbosity > 1) fprintf(stderr, "test_checkpoint: %.2f s\n", ll_now() - t0);
     return tu_finish("test_checkpoint");
 }

@@ -602,7 +602,8 @@ static int parse_best(const char *name, const char *metric, double *value, long 
     if (strncmp(name, pre, strlen(pre)) != 0) return 0;
     const char *d = name + strlen(pre), *e = d;
     while (*e >= '0' && *e <= '9') e++;
-    if (e == d || e - d > 12 || (*d == '0' && e - d > 1) || *e != '.' || strspn(e + 1, "0123456789") != 4 || e[5] != '_') return 0;
+    if (e == d || e - d > 12 || (*d == '0' && e - d > 1)) return 0; /* canonical integer digits */
+    if (*e != '.' || strspn(e + 1, "0123456789") != 4 || e[5] != '_') return 0;
     *value = strtod(d, NULL);
     return parse_update_llm(e + 6, update);
 }

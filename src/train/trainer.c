@@ -100,7 +100,7 @@ static int checkpoint_rank0(trainer *t, int numbered) {
  * it ranks among them (rank 0 writes; ZeRO-1 gathers the moments on every rank). */
 static int keep_best(trainer *t, double value) {
     const ll_config *cfg = t->cfg;
-    if (cfg->keep_best <= 0) return 0;
+    if (cfg->keep_best <= 0 || !isfinite(value)) return 0; /* (a NaN loss ranks nowhere, and "nan" is no name) */
     ll_dist_train_full_moments(t->dt, 1);
     int rc = 0;
     if (t->rank == 0) {
