@@ -37,7 +37,6 @@ train.ema_decay exports the moving average, as lldecode decodes it.
 
 import argparse
 import os
-import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -113,7 +112,7 @@ def read_model(path):
     return m, cfg
 
 
-def check_supported(path, cfg, m):
+def check_supported(path, cfg):
     model, latent, dlcl = cfg.get("model", {}), cfg.get("latent", {}), cfg.get("dlcl", {})
     if latent.get("encoder") or latent.get("decoder"):
         fail(f"{path}: latent-depth gates have no CTranslate2 equivalent: bake them in with llprune --threshold Q "
@@ -223,12 +222,12 @@ def main(argv):
     ap.add_argument("--force", action="store_true", help="replace output_dir if it exists")
     a = ap.parse_args(argv)
     try:
-        import ctranslate2  # noqa: F401
+        import ctranslate2  # noqa: F401  (only: is it installed)
         from ctranslate2.converters.converter import Converter
     except ImportError:
         fail("the ctranslate2 Python package is missing: pip install ctranslate2")
     m, cfg = read_model(a.model)
-    check_supported(a.model, cfg, m)
+    check_supported(a.model, cfg)
     if not m.vocab:
         fail(f"{a.model}: no sentencepiece vocabulary in the model file")
     pieces = spm_pieces(m.vocab)
