@@ -73,6 +73,7 @@ typedef struct {
     char precision[8];   /* "fp32" | "bf16": the activation dtype */
     int tf32;            /* fp32 matmuls on a GPU use TF32 tensor cores */
     int cuda_graphs;     /* a training step as one CUDA graph (one process) */
+    int checkpoint_activations; /* keep each layer's input only; backward recomputes the layer */
 
     /* checkpoint */
     char save_dir[LL_PATH_MAX];

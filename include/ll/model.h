@@ -163,6 +163,10 @@ typedef struct ll_model {
     /* Tests: each residual sum and the layer norm that reads it as two ops
      * (the reference for backend residual_ln_fwd, which does both in one) */
     int unfused_ln;
+    /* Activation checkpointing (train.checkpoint_activations; the trainer sets it): a training
+     * forward keeps each layer's input only, and the backward recomputes the layer's forward
+     * (the same ops, dropout bits included) just before its backward */
+    int recompute;
     /* Training steps (forward + backward of a batch) as one CUDA graph each
      * where the backend has graph_begin (the trainer sets it: train.cuda_graphs) */
     int graphs;

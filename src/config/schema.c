@@ -159,6 +159,13 @@ const ll_cfg_key ll_cfg_keys[] = {
          "step's pointers and random streams), instead of ~4,500 kernel launches one by one; the results are the "
          "same bits. Off with several ranks (their NCCL reductions start inside the backward) and under --op-stats."),
 
+    BOOL("train.checkpoint_activations", checkpoint_activations, "false",
+         "Activation checkpointing (fairseq's --checkpoint-activations, Marian's --gradient-checkpointing): the "
+         "forward keeps each layer's input only, and the backward runs each layer's forward again just before its "
+         "backward (the same dropout bits, so the same gradients). Activation memory falls from every layer's "
+         "temporaries to one stored tensor per layer (lltrain --dry-run shows both), for about a third more compute: "
+         "larger batches or deeper models on a smaller device."),
+
     /* checkpoint */
     STR("checkpoint.save_dir", save_dir, "checkpoints", 0,
         "Directory for checkpoints; relative to the working directory."),

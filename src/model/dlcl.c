@@ -96,9 +96,11 @@ ll_act *ll_dlcl_stack_fwd(ll_model *m, ll_stack_run *r) {
             r->raw[row + 1] = r->ent[row + 1] = r->in[row];
             r->gent[row + 1] = NULL;
         } else if (row < L) {
-            /* forward only: every output is kept (later rows combine them), temporaries are not */
-            r->raw[row + 1] = ll_layer_releases(&r->p) ? ll_layer_fwd_into(m, r, row, r->in[row], ll_buf(m, n))
-                                                        : ll_layer_fwd(m, r, row, r->in[row]);
+            /* forward only or checkpointing: every output is kept (later rows combine them),
+             * temporaries are not */
+            r->raw[row + 1] = ll_layer_releases(&r->p) || ll_layer_recomputes(m, &r->p)
+                                  ? ll_layer_fwd_into(m, r, row, r->in[row], ll_buf(m, n))
+                                  : ll_layer_fwd(m, r, row, r->in[row]);
             gated_entry(m, r, row,
                         entry_ln(m, row + 1) ? norm_fwd(m, r, row + 1, r->raw[row + 1], N) : r->raw[row + 1], n);
         }
@@ -142,6 +144,7 @@ void ll_dlcl_stack_bwd(ll_model *m, ll_stack_run *r, ll_act *dtop, ll_act *dx0) 
             }
             din = ll_buf(m, n);
             const ll_arena_mark mk = ll_arena_get_mark(&m->arena); /* the layer's temporaries */
+            if (ll_layer_recomputes(m, &r->p)) ll_layer_fwd(m, r, row - 1, r->in[row - 1]); /* (checkpointing) */
             ll_layer_bwd(m, r, row - 1, dy, din); /* overwrites din */
             if (be->join) be->join(be); /* (its side gemms read the temporaries released here) */
             ll_arena_release(&m->arena, mk);

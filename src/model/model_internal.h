@@ -134,7 +134,7 @@ typedef struct {
     ll_act *x0;                 /* embedding output (after dropout) */
     uint8_t *emb_mask;
     /* DLCL (src/model/dlcl.c): entries e_k (k = 0..L), row inputs in_r, LN stats */
-    ll_act **ent, **raw, **comb, **in;
+    ll_act **ent, **raw, **comb, **in; /* (in: also a plain stack's layer inputs when it recomputes) */
     ll_act **gent;              /* latent-gated layers: E(y_k) before the entry gate (else NULL) */
     real **ln_mean, **ln_rstd;
     ll_act *top;                /* stack output before the final LN */
@@ -185,6 +185,12 @@ ll_act *ll_layer_fwd(ll_model *m, ll_stack_run *r, int l, ll_act *x);
  * whose one position per row is small and which releases everything). */
 ll_act *ll_layer_fwd_into(ll_model *m, ll_stack_run *r, int l, ll_act *x, ll_act *dst);
 static inline int ll_layer_releases(const ll_pass *p) { return p->no_grad && !p->inc; }
+/* A pass with gradients under activation checkpointing (ll_model.recompute): the stack drivers run
+ * each layer with ll_layer_fwd_into, keep its input, and call ll_layer_fwd on it again right
+ * before ll_layer_bwd (the layer's temporaries then live until the backward's next join). */
+static inline int ll_layer_recomputes(const ll_model *m, const ll_pass *p) {
+    return m->recompute && !p->no_grad && !p->inc;
+}
 /* The weight gradients it queues beside the chain (ll_gemm_desc.side) read its temporaries and dy
  * until the caller's be->join (ll_layer_join_every layers share one; the caller keeps their
  * temporaries and gradient buffers until then). */

@@ -68,7 +68,8 @@ ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
     r->final_done = 0;
     /* across layers only here: DLCL feeds each layer a combination, and a forward that
      * releases each layer's temporaries would free what the next layer reads */
-    r->fuse_across = !ll_dlcl_on(m, r->stack) && !ll_layer_releases(&r->p) && has_final_ln(m);
+    r->fuse_across =
+        !ll_dlcl_on(m, r->stack) && !ll_layer_releases(&r->p) && !ll_layer_recomputes(m, &r->p) && has_final_ln(m);
     for (int l = 0; l < r->L; l++) /* a conditional layer's ops stay inside its branches */
         if (ll_cond_layer(m, r->blocks[l * r->per_layer].ctl)) r->fuse_across = 0;
     if (ll_dlcl_on(m, r->stack)) {
@@ -79,6 +80,13 @@ ll_act *ll_stack_run_fwd(ll_model *m, ll_stack_run *r) {
             /* forward only: outputs alternate between two buffers */
             ll_act *pp[2] = {ll_buf(m, (size_t)N * C), ll_buf(m, (size_t)N * C)};
             for (int l = 0; l < r->L; l++) x = ll_layer_fwd_into(m, r, l, x, pp[l & 1]);
+        } else if (ll_layer_recomputes(m, &r->p)) {
+            /* activation checkpointing: every layer's input kept, its temporaries not */
+            r->in = ll_arena_alloc(&m->meta, sizeof(ll_act *) * (r->L + 1));
+            for (int l = 0; l < r->L; l++) {
+                r->in[l] = x;
+                x = ll_layer_fwd_into(m, r, l, x, ll_buf(m, (size_t)N * C));
+            }
         } else {
             for (int l = 0; l < r->L; l++) x = ll_layer_fwd(m, r, l, x);
         }
@@ -128,6 +136,7 @@ void ll_stack_run_bwd(ll_model *m, ll_stack_run *r, ll_act *dout) {
             if (in_group == 0) mk = ll_arena_get_mark(&m->arena);
             const int ends = ++in_group == every || l == 0;
             ll_act *dx = l == 0 ? dx0 : ends ? pp[groups & 1] : ll_buf(m, n);
+            if (ll_layer_recomputes(m, &r->p)) ll_layer_fwd(m, r, l, r->in[l]); /* its temporaries again */
             ll_layer_bwd(m, r, l, dy, dx); /* overwrites dx */
             if (ends) {
                 if (be->join) be->join(be);

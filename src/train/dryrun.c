@@ -55,6 +55,7 @@ static void dry_run_step(dry_step *d, const ll_config *cfg, int B_opt, int T_opt
     m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
                             .ald_tau = cfg->ald_tau};
     if (cfg->ddr_alpha > 0) m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
+    m->recompute = cfg->checkpoint_activations;
     ll_adam_init(&d->opt, m, cfg);
     d->before_step = ll_backend_counts(be)->mem_live;
 

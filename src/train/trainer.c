@@ -245,6 +245,9 @@ static int setup(trainer *t, const ll_train_opts *o) {
     t->m->obj = (ll_objective){.ddr_alpha = cfg->ddr_alpha, .ald_weight = cfg->ald_weight, .ald_p = cfg->ald_p,
                                .ald_tau = cfg->ald_tau};
     if (cfg->ddr_alpha > 0) t->m->obj.ddr_dec_ctl = ll_calloc(hp.Ld ? hp.Ld : 1, sizeof(ll_layer_ctl));
+    t->m->recompute = cfg->checkpoint_activations; /* (replicas copy it) */
+    if (t->m->recompute && t->rank == 0)
+        ll_log("train.checkpoint_activations true: each layer's input kept, its forward run again in the backward");
     if (t->latent) ll_latent_ctx_init(&t->lat, cfg, t->m);
     ll_adam_init(&t->opt, t->m, cfg);
     if (t->opt.ema && t->rank == 0)

@@ -39,7 +39,9 @@
  * report as CUDA launches).
  * The device under test runs the step a second time with ll_model.unfused_ln
  * set (each residual sum and the layer norm reading it as two ops): the
- * fused residual_ln_fwd must give the same bits in every gradient.
+ * fused residual_ln_fwd must give the same bits in every gradient; and again
+ * with activation checkpointing (ll_model.recompute), op by op and as a CUDA
+ * graph: the same bits.
  * The methods and toy shapes follow tests/cli/test_op_count.sh.  Skips (77)
  * without a GPU; LL_PARITY_SELFTEST=1 runs CPU against CPU (exact), and with
  * LL_PARITY_BREAK=<op> (tests/gpu/parity.h) it must fail. */
@@ -80,6 +82,7 @@ typedef struct {
     uint64_t fallbacks; /* gemm calls of the step that did not run fused (CUDA) */
     ll_backend *counted; /* the counting wrapper it ran on (emulation), or NULL */
     int unfused_ln;      /* residual sums and their layer norms as two ops (ll_model.unfused_ln) */
+    int recompute;       /* activation checkpointing (ll_model.recompute) */
     int graphs;          /* the step as one CUDA graph (ll_model.graphs) */
     const ll_batch *more; /* then n_more further steps on these batches (the next updates, the same
                              structure and latent samples), whose statistics and gradients are read */
@@ -160,6 +163,7 @@ static void run_side(side *sd, ll_backend *be, const ll_config *cfg, const ll_hp
     const uint64_t f0 = ll_backend_gemm_fallbacks(be);
     ll_model *m = sd->m = ll_model_new(hp, be);
     m->unfused_ln = sd->unfused_ln;
+    m->recompute = sd->recompute;
     m->graphs = sd->graphs;
     m->drop_conds = sd->drop_conds ? (sd->graphs ? 1 : 2) : 0;
     ll_graph_stats gs0 = {0}, gs1 = {0};
@@ -394,6 +398,22 @@ static int run_method(const method *me) {
                 printf("  %s: as a CUDA graph of %llu nodes: the same bits (built, replayed, updated)\n", me->name,
                        (unsigned long long)((g1.nodes - g0.nodes)));
             free_side(&gr);
+        }
+        /* ... and with activation checkpointing (ll_model.recompute: each layer's forward again right
+         * before its backward), op by op and, where the backend has graphs, as one CUDA graph (after
+         * the graph checks above, whose counts assume the graphs they built): the same bits */
+        for (int g = 0; g < (pb_be[DUT]->graph_begin ? 2 : 1); g++) {
+            side rc;
+            memset(&rc, 0, sizeof rc);
+            rc.recompute = 1;
+            rc.graphs = g;
+            run_side(&rc, pb_be[DUT], &cfg, &hp, &b);
+            if (memcmp(rc.grads, sd[DUT].grads, rc.m->n_params * sizeof(real)) || memcmp(rc.st, sd[DUT].st, sizeof rc.st)) {
+                fprintf(stderr, "  %s: the step recomputing each layer%s differs from the step keeping them on %s\n",
+                        me->name, g ? " (a CUDA graph)" : "", pb_be[DUT]->name);
+                tu_failures++;
+            }
+            free_side(&rc);
         }
     }
     static const struct { int slot; const char *name; } slots[] = {
