@@ -189,6 +189,9 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
            cfg->ddr_alpha > 0 || cfg->ald_weight > 0 ? ", DDR/ALD passes" : "");
     printf("%s batch: %d sentences x %d tokens (%d tokens per side)\n", B_opt > 0 ? "the" : "largest", B, T, B * T);
     printf("parameters: %zu\n", ll_model_count_params(m));
+    if (cfg->checkpoint_activations)
+        printf("activation checkpointing (train.checkpoint_activations): each layer's input kept, the layer's "
+               "forward run again in the backward\n");
     const dry_step *own = ll_config_act_dtype(cfg) == LL_BF16 ? &h : &d; /* the config's train.precision */
     printf("%s activations:\n", ll_dtype_str(own->m->be->act));
     print_step_ops(&own->step);
