@@ -5,6 +5,7 @@
  * The step is lltrain's: ll_model_step_team with --batch-workers workers (default:
  * one per thread; 1 = one batch, every op threaded).
  * --precision bf16: train.precision bf16 (bf16 activations and weight copy).
+ * --checkpoint-activations 1: train.checkpoint_activations (each layer recomputed in the backward).
  * Prints: RESULT ll tokens_per_s=... step_s=... gflops=... workers=W */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@ static double cpu_seconds(void) {
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
-    int steps = 10, threads = 2, B = 128, L = 32, workers = 0, bf16 = 0;
+    int steps = 10, threads = 2, B = 128, L = 32, workers = 0, bf16 = 0, recompute = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -32,8 +33,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--len")) L = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch-workers")) workers = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--precision")) bf16 = !strcmp(argv[i + 1], "bf16");
+        else if (!strcmp(argv[i], "--checkpoint-activations")) recompute = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [--steps N] [--threads N] [--batch B] [--len L] [--batch-workers W] [--precision fp32|bf16]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--steps N] [--threads N] [--batch B] [--len L] [--batch-workers W] [--precision fp32|bf16] "
+                    "[--checkpoint-activations 0|1]\n", argv[0]);
             return 2;
         }
     }
@@ -42,6 +45,7 @@ int main(int argc, char **argv) {
                      .tie_output = 1, .dropout = 0.1, .label_smoothing = 0.1};
     ll_model *m = ll_model_new(&hp, ll_backend_cpu_precision(bf16 ? LL_BF16 : LL_F32));
     ll_model_init(m, 1);
+    m->recompute = recompute; /* train.checkpoint_activations */
     ll_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.adam_beta1 = 0.9;

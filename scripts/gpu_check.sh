@@ -41,6 +41,7 @@
 #      them: each switch gives back an earlier layout), tuned (LL_CUDA_GEMM_TUNE=8);
 #      decoding (graphs on and off) against PyTorch; base, deep30, ll64 kernel by kernel and
 #      with SIMT attention; PyTorch eager base and torch.compile (GPU_CHECK_TORCH=0: ll's runs only)
+#      then the searches (sampling, ensemble, diverse) and ll64 with activation checkpointing
 #   8. (GPU_CHECK_STEPS names it) profile: Nsight Compute on one ll64 step: the
 #      tensor-core attention kernels', the layer-norm backward's, the residual
 #      kernels' and one cuBLASLt matmul's speed of light, occupancy, launch and
@@ -373,6 +374,9 @@ run_bench() {
   # siblings search: beam_topk per row, 2 x beam candidates of each row read back
   step bench-decode-diverse 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 4 --diverse 2
   step bench-decode-siblings 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 5 --diversity-rate 0.5
+  # activation checkpointing's cost in throughput and what it saves in memory (peak_mem_gib)
+  step bench-ll-ll64-recompute 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" \
+    --set train.checkpoint_activations=true "${BENCH_EXTRA[@]}"
   for f in "$L"/bench-*.log; do grep -H '^RESULT' "$f" | sed "s|^$L/||; s/^/  /" | tee -a "$S"; done
   sed -n '/^class /,/^total/p; /^an op of no work/p' "$L/bench-ll-ll64-profile.log" | sed 's/^/  /' | tee -a "$S"
   sed -n '/^profile, beam/,/^total/p' "$L/bench-decode-profile.log" | sed 's/^/  decode /' | tee -a "$S"

@@ -213,6 +213,7 @@ int main(int argc, char **argv) {
     ll_model *m = ll_model_new(&hp, be);
     ll_model_init(m, 1);
     m->graphs = graphs && !profile; /* (the timing wrapper has no graph_begin anyway: it syncs per op) */
+    m->recompute = cfg.checkpoint_activations; /* --set train.checkpoint_activations=true (MFU counts model FLOPs) */
     const int drops = cfg.enc_layerdrop > 0 || cfg.dec_layerdrop > 0 || cfg.cad_p_net > 0 || cfg.cad_p_net_above > 0;
     const char *conds = getenv("LL_CUDA_GRAPH_CONDS");
     m->drop_conds = m->graphs && drops && be->cond_if && !(conds && !strcmp(conds, "0")); /* as the trainer */
@@ -335,7 +336,7 @@ int main(int argc, char **argv) {
     printf("RESULT ll_gpu_train model=%s device=%s precision=%s graphs=%s tok_s=%.0f step_s=%.4f tflops=%.1f mfu=%.4f "
            "peak_mem_gib=%.2f graph_replays=%llu graph_captures=%llu graph_conditionals=%.0f gemm_tuned=%llu "
            "gemm_switched=%llu graph_tune_drops=%llu relu_mask=%s side_stream=%s pdl=%s pdl_edges=%.0f/%.0f "
-           "bgrad=%s layers_per_join=%d\n",
+           "bgrad=%s layers_per_join=%d recompute=%s\n",
            model, device, ll_dtype_str(be->act), m->graphs && be->graph_begin ? "on" : "off", ntok / dt, dt, tflops,
            peak > 0 ? tflops / peak : 0, mem / (1 << 30), (unsigned long long)(g1.replays - g0.replays),
            (unsigned long long)(g1.captures - g0.captures),
@@ -349,7 +350,7 @@ int main(int argc, char **argv) {
            g1.captures ? (double)g1.edges / (double)g1.captures : 0.0,
            /* the weight gradients' bias gradient: cuBLASLt's epilogue (LL_CUDA_BGRAD_EPILOGUE=1) or ll's kernel */
            strncmp(device, "cuda", 4) ? "-" : ll_backend_bgrad_epilogue_asked() ? "epilogue" : "kernel",
-           ll_layer_join_every(m));
+           ll_layer_join_every(m), m->recompute ? "on" : "off");
     for (int k = 0; k < NB; k++) {
         free(b[k].src), free(b[k].tgt_in), free(b[k].tgt_out), free(b[k].src_len), free(b[k].tgt_len);
     }

@@ -107,7 +107,7 @@ if [ $have_corpus = 1 ]; then
   grep -E '^[a-z0-9_-]+ +rc ' "$S" | grep -v '^nvidia-smi ' | grep -v ' rc 0 ' && bad "a step of run 3 did not pass"
   for s in train-bible decode-test bench-ll-ll64 bench-ll-ll64-profile bench-decode bench-decode-profile \
     bench-decode-serial bench-decode-sample bench-decode-sample-top10 bench-decode-ensemble bench-decode-norepeat \
-    bench-decode-diverse bench-decode-siblings \
+    bench-decode-diverse bench-decode-siblings bench-ll-ll64-recompute \
     bench-ll-base bench-ll-deep30; do
     grep -qE "^$s +rc 0 " "$S" || bad "run 3 has no passing $s step"
   done
@@ -128,6 +128,8 @@ if [ $have_corpus = 1 ]; then
   want ll64-nographs "graphs=off"
   want ll64 "bgrad=kernel"
   want ll64-bgradepi "bgrad=epilogue"
+  result ll64 | grep -q ' recompute=off$' || bad "bench-ll-ll64: not the default (recompute=off): $(result ll64)"
+  result ll64-recompute | grep -q ' recompute=on$' || bad "bench-ll-ll64-recompute did not recompute: $(result ll64-recompute)"
   result ll64-join1 | grep -q ' layers_per_join=1\( \|$\)' || bad "bench-ll-ll64-join1: not joined after every layer"
   abs=$(awk '/for ab in /{f=1} f{print} f && /; do$/{exit}' "$SRC/scripts/gpu_check.sh" | tr ' \\;' '\n\n\n' |
     grep -E '^[a-z0-9]+:[A-Z0-9_]+=')
