@@ -207,6 +207,22 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     printf("%-34s %12.3f %12.3f\n", "total at the peak", gib(tot32), gib(tot16));
     printf("fits one 80 GB GPU (74.5 GiB usable): fp32 %s, bf16 %s\n", tot32 < 74.5 * (1 << 30) ? "yes" : "no",
            tot16 < 74.5 * (1 << 30) ? "yes" : "no");
+    { /* the other side of train.checkpoint_activations, measured too: what switching it gives or costs */
+        ll_config other = *cfg; /* (a shallow copy, read only) */
+        other.checkpoint_activations = !cfg->checkpoint_activations;
+        dry_step od, oh;
+        dry_run_step(&od, &other, B_opt, T_opt, LL_REAL_DTYPE, 3);
+        dry_run_step(&oh, &other, B_opt, T_opt, LL_BF16, 3);
+        const double a32 = (double)od.m->arena.peak, a16 = (double)oh.m->arena.peak;
+        printf("with train.checkpoint_activations %s%s: activations %.3f / %.3f GiB, total %.3f / %.3f GiB (fp32 / "
+               "bf16), %llu backend ops a step\n",
+               other.checkpoint_activations ? "true" : "false",
+               other.checkpoint_activations ? " (each layer's forward again in the backward)" : "", gib(a32), gib(a16),
+               gib((double)od.before_step + a32), gib((double)oh.before_step + a16),
+               (unsigned long long)(ll_config_act_dtype(cfg) == LL_BF16 ? oh : od).step.calls);
+        dry_free(&od);
+        dry_free(&oh);
+    }
     dry_free(&d);
     dry_free(&h);
     return 0;

@@ -4,7 +4,8 @@
 # checkpoints, bit for bit (parameters and Adam moments), as without, for a
 # pre-norm model on two batch workers (fp32 and bf16) and a latent-depth model
 # through the inner/outer loop; --resume may switch it on or off; the dry run
-# of the 64+64-layer config measures far less activation memory with it.
+# of the 64+64-layer config measures far less activation memory with it, and
+# each dry run gives the other setting's figures too.
 source "$(dirname "$0")/lib.sh"
 LLTRAIN=$BIN/lltrain
 
@@ -68,6 +69,12 @@ read -r r32 r16 <<< "$(peak --set train.checkpoint_activations=true)"
 echo "ll64 activation peak (GiB, fp32 / bf16): keeping every layer's $k32 / $k16, recomputing $r32 / $r16"
 awk -v a="$k32" -v b="$r32" -v c="$k16" -v d="$r16" 'BEGIN { exit !(a > 0 && c > 0 && b > 0 && d > 0 && b < a / 4 && d < c / 4) }' ||
   err "the dry run's activation peak with checkpointing ($r32 / $r16 GiB) is not below a quarter of $k32 / $k16"
-"$LLTRAIN" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run --set train.checkpoint_activations=true 2>&1 |
-  grep -q "^activation checkpointing (train.checkpoint_activations)" || err "the dry run does not say it recomputes"
+"$LLTRAIN" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run --set train.checkpoint_activations=true > "$T/on.txt" 2>&1
+grep -q "^activation checkpointing (train.checkpoint_activations)" "$T/on.txt" || err "the dry run does not say it recomputes"
+# each dry run also measures the other setting: its line has the other run's figures
+grep -q "^with train.checkpoint_activations false: activations $k32 / $k16 GiB" "$T/on.txt" ||
+  err "the dry run with checkpointing does not give the figures without: $(grep '^with train' "$T/on.txt")"
+"$LLTRAIN" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run 2>&1 |
+  grep -q "^with train.checkpoint_activations true (each layer's forward again in the backward): activations $r32 / $r16 GiB" ||
+  err "the dry run without checkpointing does not give the figures with it"
 exit $fail

@@ -102,8 +102,9 @@ static void *cu_alloc(ll_backend *be, size_t bytes) {
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
         ll_die("CUDA out of memory on device %d: cannot allocate %zu bytes (%zu of %zu bytes free): %s; lower "
-               "data.max_tokens (or data.max_len), or raise train.update_freq to keep the batch; lltrain --dry-run "
-               "prints what a step needs",
+               "data.max_tokens (or data.max_len), or raise train.update_freq to keep the batch; set "
+               "train.checkpoint_activations true (each layer recomputed in the backward: a fifth or less of the "
+               "activations) or train.precision bf16; lltrain --dry-run prints what a step needs",
                im->device, bytes, free_b, total_b, cudaGetErrorString(e));
     }
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, im->stream));
