@@ -214,6 +214,9 @@ cudaError_t ll_cuda_dot_acc(cudaStream_t s, ll_cuda_dtype t, float *dst, const v
                             const float *mul, void *scratch);
 /* grad_finish on the stats buffer (one thread; backend.h has the formulas) */
 cudaError_t ll_cuda_grad_finish(cudaStream_t s, double *stats, double grad_scale, double clip_norm, int phi_step);
+/* spike_check on the stats buffer and the detector's state (one thread; backend.h) */
+cudaError_t ll_cuda_spike_check(cudaStream_t s, double *stats, double *state, int window, double grad_scale,
+                                double z_loss, double z_gnorm);
 
 /* ---- DLCL (kernels/dlcl.cu) --------------------------------------------------------
  * xs/ys are HOST arrays of k device pointers; they travel to the kernel by

@@ -61,7 +61,7 @@ static __global__ void grad_finish_kernel(double *st, double grad_scale, double 
     const double norm = grad_scale * sqrt(st[LL_ST_GSUMSQ]);
     st[LL_ST_GNORM] = norm;
     st[LL_ST_GMUL] = grad_scale * (clip_norm > 0 && norm > clip_norm ? clip_norm / (norm + 1e-6) : 1.0);
-    st[LL_ST_SKIP] = !isfinite(norm) || !isfinite(st[LL_ST_LOSS]);
+    st[LL_ST_SKIP] = !isfinite(norm) || !isfinite(st[LL_ST_LOSS]) || st[LL_ST_SPIKE] != 0;
     if (st[LL_ST_SKIP] != 0) return;
     st[LL_ST_ADAM_T] += 1;
     if (phi_step) st[LL_ST_ADAM_T_PHI] += 1;
@@ -70,6 +70,47 @@ static __global__ void grad_finish_kernel(double *st, double grad_scale, double 
 extern "C" cudaError_t ll_cuda_grad_finish(cudaStream_t s, double *stats, double grad_scale, double clip_norm,
                                            int phi_step) {
     LL_LAUNCH(1, 1, 0, s, grad_finish_kernel)(stats, grad_scale, clip_norm, phi_step);
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}
+
+/* cpu_spike_check, line for line, on one thread: the z-scores' sums in slot order and the squares
+ * by fma (no contraction can differ from the CPU's), so both backends skip the same updates. */
+static __device__ double spike_z(const double *w, int n, double x) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += w[i];
+    const double mean = sum / n;
+    double ss = 0;
+    for (int i = 0; i < n; i++) {
+        const double d = w[i] - mean;
+        ss = fma(d, d, ss);
+    }
+    const double sd = sqrt(ss / n);
+    return sd > 0 ? (x - mean) / sd : 0;
+}
+
+static __global__ void spike_check_kernel(double *st, double *state, int window, double grad_scale, double z_loss,
+                                          double z_gnorm) {
+    LL_PDL_ENTER();
+    const double loss = st[LL_ST_LOSS] * grad_scale, norm = grad_scale * sqrt(st[LL_ST_GSUMSQ]);
+    double *wl = state + 2, *wg = state + 2 + window;
+    const int seen = (int)state[0], next = (int)state[1];
+    const double zl = seen == window ? spike_z(wl, window, loss) : nan("");
+    const double zg = seen == window ? spike_z(wg, window, norm) : nan("");
+    st[LL_ST_Z_LOSS] = zl;
+    st[LL_ST_Z_GNORM] = zg;
+    st[LL_ST_SPIKE] = (z_loss > 0 && zl > z_loss) || (z_gnorm > 0 && zg > z_gnorm);
+    if (!isfinite(loss) || !isfinite(norm)) return;
+    wl[next] = loss;
+    wg[next] = norm;
+    state[1] = next + 1 == window ? 0 : next + 1;
+    if (seen < window) state[0] = seen + 1;
+}
+
+extern "C" cudaError_t ll_cuda_spike_check(cudaStream_t s, double *stats, double *state, int window,
+                                           double grad_scale, double z_loss, double z_gnorm) {
+    if (window < 1) return cudaErrorInvalidValue;
+    LL_LAUNCH(1, 1, 0, s, spike_check_kernel)(stats, state, window, grad_scale, z_loss, z_gnorm);
     LL_CHECK_LAUNCH();
     return cudaSuccess;
 }

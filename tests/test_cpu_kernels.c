@@ -215,6 +215,53 @@ static void test_optimizer_ops(void) {
     s2[LL_ST_GSUMSQ] = 1, s2[LL_ST_LOSS] = INFINITY;
     be->grad_finish(be, s2, 1, 0, 0);
     CHECK(s2[LL_ST_SKIP] == 1);
+    s2[LL_ST_LOSS] = 3, s2[LL_ST_SPIKE] = 1; /* a spike (spike_check): skipped, counts unchanged */
+    be->grad_finish(be, s2, 1, 0, 1);
+    CHECK(s2[LL_ST_SKIP] == 1 && s2[LL_ST_ADAM_T] == 9 && s2[LL_ST_ADAM_T_PHI] == 3);
+    s2[LL_ST_SPIKE] = 0;
+    be->grad_finish(be, s2, 1, 0, 1);
+    CHECK(s2[LL_ST_SKIP] == 0 && s2[LL_ST_ADAM_T] == 10);
+
+    /* spike_check: z-scores against the previous W updates (a two-pass double reference), NaN until
+     * the window is full, the thresholds, the ring's wrap, non-finite updates kept out of the window */
+    {
+        enum { W = 5, U = 40 };
+        double state[2 + 2 * W] = {0}, hist_l[U], hist_g[U];
+        int nh = 0, spikes = 0;
+        for (int u = 0; u < U; u++) {
+            double st[LL_ST_N] = {0};
+            const double gs = 0.01, ntok_loss = 300 + 40 * sin(u * 1.7) + (u == 23 ? 500 : 0);
+            const double gss = u == 31 ? NAN : pow(2 + cos(u * 0.9) + (u == 17 ? 9 : 0), 2) / (gs * gs);
+            st[LL_ST_LOSS] = ntok_loss, st[LL_ST_GSUMSQ] = gss;
+            be->spike_check(be, st, state, W, gs, 2.0, u < 20 ? 0 : 1.5);
+            const double loss = ntok_loss * gs, norm = gs * sqrt(gss);
+            double zl = NAN, zg = NAN;
+            if (nh >= W) {
+                double ml = 0, mg = 0, vl = 0, vg = 0;
+                for (int i = nh - W; i < nh; i++) ml += hist_l[i] / W, mg += hist_g[i] / W;
+                for (int i = nh - W; i < nh; i++)
+                    vl += (hist_l[i] - ml) * (hist_l[i] - ml) / W, vg += (hist_g[i] - mg) * (hist_g[i] - mg) / W;
+                zl = (loss - ml) / sqrt(vl), zg = (norm - mg) / sqrt(vg);
+            }
+            const int want = (zl > 2.0) || (u >= 20 && zg > 1.5);
+            CHECK_MSG(nh >= W ? fabs(st[LL_ST_Z_LOSS] - zl) < 1e-9 * fmax(1, fabs(zl)) : isnan(st[LL_ST_Z_LOSS]),
+                      "spike_check, update %d: loss z-score %.12g, want %.12g", u, st[LL_ST_Z_LOSS], zl);
+            CHECK_MSG(nh >= W ? (isnan(zg) ? isnan(st[LL_ST_Z_GNORM]) : fabs(st[LL_ST_Z_GNORM] - zg) < 1e-9 * fmax(1, fabs(zg)))
+                              : isnan(st[LL_ST_Z_GNORM]),
+                      "spike_check, update %d: norm z-score %.12g, want %.12g", u, st[LL_ST_Z_GNORM], zg);
+            CHECK_MSG(st[LL_ST_SPIKE] == want, "spike_check, update %d: SPIKE %g, want %d (z %g, %g)", u,
+                      st[LL_ST_SPIKE], want, zl, zg);
+            spikes += want;
+            if (isfinite(loss) && isfinite(norm)) hist_l[nh] = loss, hist_g[nh] = norm, nh++;
+        }
+        CHECK_MSG(spikes >= 2 && (int)state[0] == W && (int)state[1] == (U - 1) % W,
+                  "spike_check: %d spikes, state %g %g", spikes, state[0], state[1]);
+        /* thresholds off: z-scores still computed, nothing skipped */
+        double st[LL_ST_N] = {0};
+        st[LL_ST_LOSS] = 1e9, st[LL_ST_GSUMSQ] = 1e9;
+        be->spike_check(be, st, state, W, 1, 0, 0);
+        CHECK(st[LL_ST_SPIKE] == 0 && st[LL_ST_Z_LOSS] > 100);
+    }
 
     /* ema: the weights' moving average, one fma (the CUDA kernel's bits), d e + (1 - d) p to rounding;
      * decay 0 is the weights; a skipped update leaves it */

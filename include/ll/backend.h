@@ -93,6 +93,9 @@ enum {
     LL_ST_SKIP,      /* grad_finish: 1 when the update is skipped (non-finite loss or gradient) */
     LL_ST_DEPTH_ENC, /* latent depth: E[L] of the encoder (mean over its active rows) */
     LL_ST_DEPTH_DEC, /* latent depth: E[L] of the decoder */
+    LL_ST_SPIKE,     /* spike_check: 1 when the update is a loss or gradient-norm spike (grad_finish skips it) */
+    LL_ST_Z_LOSS,    /* spike_check: the per-token loss's z-score against the window (NaN until it is full) */
+    LL_ST_Z_GNORM,   /* spike_check: the gradient norm's z-score */
     LL_ST_ADAM_T,    /* Adam steps of Theta taken (persistent) */
     LL_ST_ADAM_T_PHI,/* Adam steps of the latent logits taken (persistent) */
     LL_ST_N
@@ -383,8 +386,19 @@ struct ll_backend {
     /* End of an update's backward, on stats: GNORM = grad_scale * sqrt(GSUMSQ);
      * GMUL = grad_scale * min(1, clip / (GNORM + 1e-6)) (fairseq's
      * clip_grad_norm_; clip <= 0: no clipping); SKIP = 1 when LOSS or GNORM is
-     * not finite; unless skipped, ADAM_T += 1 and (phi_step) ADAM_T_PHI += 1. */
+     * not finite or SPIKE is set (spike_check); unless skipped, ADAM_T += 1 and (phi_step) ADAM_T_PHI += 1. */
     void (*grad_finish)(ll_backend *be, double *stats, double grad_scale, double clip_norm, int phi_step);
+    /* Spike detection (train.spike_zscore_loss / _gnorm; llm.c's outlier detectors), on stats
+     * after sumsq and before grad_finish: the update's per-token loss LOSS * grad_scale and its
+     * gradient norm grad_scale * sqrt(GSUMSQ) (grad_finish's GNORM), each as a z-score against the
+     * previous `window` updates' values kept in state (z = (x - mean) / std, population std, the
+     * sums in slot order, squares by fma; 0 when std is 0; NaN until `window` values were seen)
+     * into Z_LOSS and Z_GNORM; SPIKE = 1 when a z-score exceeds its threshold (> 0: on), and then
+     * grad_finish skips the update.  A finite pair joins the window, a skipped update's too (the
+     * window follows a lasting change).  state: [0] values seen (at most window), [1] the next
+     * slot, [2, 2 + window) the losses, [2 + window, 2 + 2 window) the norms. */
+    void (*spike_check)(ll_backend *be, double *stats, double *state, int window, double grad_scale, double z_loss,
+                        double z_gnorm);
 
     /* Multi-head scaled dot-product attention, flash style: forward keeps one
      * statistic per query row instead of the [B, H, Tq, Tk] probabilities, and

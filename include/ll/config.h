@@ -74,6 +74,8 @@ typedef struct {
     int tf32;            /* fp32 matmuls on a GPU use TF32 tensor cores */
     int cuda_graphs;     /* a training step as one CUDA graph (one process) */
     int checkpoint_activations; /* keep each layer's input only; backward recomputes the layer */
+    float spike_zscore_loss, spike_zscore_gnorm; /* skip an update whose z-score exceeds these (0 = off) */
+    int spike_window;    /* the updates the z-scores are taken against */
 
     /* checkpoint */
     char save_dir[LL_PATH_MAX];

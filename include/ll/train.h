@@ -32,6 +32,11 @@ typedef struct {
     real *ema;        /* train.ema_decay: the weights' moving average, n_params (NULL: none) */
     real ema_decay;
     long ema_start;   /* train.ema_start_update */
+    /* train.spike_zscore_loss / _gnorm: the spike detector's state in backend memory
+     * (backend.h spike_check: 2 + 2 spike_window doubles; NULL: off) and its thresholds */
+    double *spike;
+    int spike_window;
+    double spike_z_loss, spike_z_gnorm;
 } ll_adam;
 void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg);
 void ll_adam_free(ll_adam *o, ll_model *model);
@@ -40,7 +45,8 @@ void ll_adam_free(ll_adam *o, ll_model *model);
  * Adam, Theta stepped with lr and the latent logits [phi_offset, n) with
  * lr_phi; lr_phi < 0 leaves the logits alone this step (their gradient is
  * discarded: the inner steps of Algorithm 2).  A non-finite loss or gradient
- * norm skips the update on the backend (stats[LL_ST_SKIP]).  The norm before
+ * norm, or a spike (train.spike_zscore_*: stats[LL_ST_SPIKE]), skips the update
+ * on the backend (stats[LL_ST_SKIP]).  The norm before
  * clipping (after scaling) is stats[LL_ST_GNORM]. */
 void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double grad_scale, double clip_norm);
 /* train.ema_decay: the moving average after update number `update` (1-based,
@@ -51,6 +57,13 @@ void ll_adam_ema_step(ll_adam *o, ll_model *model, long update);
  * gradient buffer, free between updates); in = 0: the raw weights back.  For
  * validation; no-op without an average. */
 void ll_adam_ema_swap(ll_adam *o, ll_model *model, int in);
+/* The spike detector's state, 2 + 2 spike_window doubles (host copy, for checkpoints; and back). */
+size_t ll_adam_spike_len(const ll_adam *o);
+void ll_adam_spike_get(const ll_adam *o, ll_model *model, double *out);
+void ll_adam_spike_set(ll_adam *o, ll_model *model, const double *in);
+/* The detector on the update's statistics, before grad_finish (ll_adam_step, and ll_dist_train_step's
+ * ZeRO path, after the norm's all-reduce): nothing when it is off. */
+void ll_adam_spike_check(ll_adam *o, ll_model *model, double grad_scale);
 /* Host mirrors t, t_phi from a stats read; and back to the backend (resume). */
 void ll_adam_sync(ll_adam *o, const double *stats);
 void ll_adam_push_steps(ll_adam *o, ll_model *model);

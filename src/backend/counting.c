@@ -381,6 +381,8 @@ OPL(ald_unpool, 1, (ll_backend * be, ll_act *dh, const real *dG, const int *len,
 OPL(sumsq, 2 * (n != 0), (ll_backend * be, double *acc, const real *x, size_t n), (((counting *)be)->inner, acc, x, n))
 OPL(grad_finish, 1, (ll_backend * be, double *st, double gs, double clip, int phi),
     (((counting *)be)->inner, st, gs, clip, phi))
+OPL(spike_check, 1, (ll_backend * be, double *st, double *state, int w, double gs, double zl, double zg),
+    (((counting *)be)->inner, st, state, w, gs, zl, zg))
 /* kernels/attention_tc.cu's one-kernel backward: the shape rule of backend.h, on a CUDA device
  * (or a dry run standing in for one) whose attention is not switched to SIMT */
 static int attention_bwd_one_kernel(ll_backend *be, int Tq, int Tk, int Dh) {
@@ -552,7 +554,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     SET(residual_ln_fwd);
     SET(weighted_sum);
     SET(weighted_scatter), SET(dots_acc), SET(latent_sample), SET(latent_grad), SET(latent_kl), SET(latent_lk);
-    SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish);
+    SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish), SET(spike_check);
     SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(pick_logp), SET(ensemble_mix), SET(add_col), SET(fill_at), SET(adam), SET(ema);
     SET(copy_rows), SET(reorder_rows), SET(beam_topk), SET(sample_draw), SET(attention_cached), SET(beam_ancestry), SET(attn_align), SET(attn_probs), SET(align_argmax);
     SET(linear_pack), SET(linear_packed), SET(linear_unpack);
@@ -601,7 +603,7 @@ static const char *op_class(const char *op) {
     static const struct { const char *prefix, *cls; } t[] = {
         {"gemm", "matmul"}, {"linear_", "matmul"}, {"attention", "attention"}, {"layernorm", "layer norm"},
         {"xent", "loss"}, {"sym_kl", "loss"}, {"log_softmax", "loss"}, {"pick_logp", "loss"}, {"ensemble_mix", "loss"}, {"add_col", "loss"}, {"fill_at", "loss"}, {"ald_", "loss"}, {"adam", "optimizer"}, {"ema", "optimizer"},
-        {"sumsq", "optimizer"}, {"grad_finish", "optimizer"}, {"latent_", "latent depth"}, {"weighted_", "DLCL"},
+        {"sumsq", "optimizer"}, {"grad_finish", "optimizer"}, {"spike_check", "optimizer"}, {"latent_", "latent depth"}, {"weighted_", "DLCL"},
         {"dots_acc", "DLCL"}, {"embed", "embedding"}, {"upload", "host transfer"}, {"download", "host transfer"},
         {"copy_rows", "decoding"}, {"reorder_rows", "decoding"}, {"beam_topk", "decoding"}, {"sample_draw", "decoding"}, {"beam_ancestry", "decoding"}, {"attn_align", "decoding"}, {"attn_probs", "decoding"}, {"align_argmax", "decoding"}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
@@ -675,7 +677,7 @@ const char *ll_backend_op_name(size_t slot) {
         N(relu_bwd), N(dropout_fwd), N(dropout_bwd), N(add), N(add_scaled), N(acc), N(add_gated),
         N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(residual_ln_fwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
-        N(ald_unpool), N(sumsq), N(grad_finish), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
+        N(ald_unpool), N(sumsq), N(grad_finish), N(spike_check), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
         N(log_softmax), N(pick_logp), N(ensemble_mix), N(add_col), N(fill_at), N(copy_rows), N(reorder_rows), N(beam_topk), N(sample_draw), N(attention_cached), N(beam_ancestry), N(attn_align), N(attn_probs), N(align_argmax), N(adam), N(ema), N(linear_pack), N(linear_packed), N(linear_unpack)};
     /* (graph_* and cond_*: the graph's structure, not ops of the parity and profile tables) */
 #undef N

@@ -199,6 +199,18 @@ const ll_cfg_key ll_cfg_keys[] = {
     INT("train.max_bad_updates", max_bad_updates, "10", 1, INT_MAX,
         "An update whose loss or gradient norm is NaN/Inf is skipped (parameters and Adam state unchanged); "
         "this many in a row stop the run with an error, leaving the last checkpoint as it was."),
+    FLT("train.spike_zscore_loss", spike_zscore_loss, "0", 0, 1000, 0,
+        "Skip an update whose per-token training loss is a spike: more than this many standard deviations above "
+        "the mean of the previous train.spike_window updates' losses (llm.c's -sl; 5 is usual). Decided on the "
+        "training device with no host read, on the loss summed over update_freq and every rank, so every rank "
+        "skips the same updates; the parameters, Adam moments and step counts stay as they were, the update "
+        "count and data position move on, and the log names the update and its z-score. Skipped losses still "
+        "join the window, which so follows a lasting change. 0 = off."),
+    FLT("train.spike_zscore_gnorm", spike_zscore_gnorm, "0", 0, 1000, 0,
+        "The same for the gradient norm (before clipping; llm.c's -sg). 0 = off."),
+    INT("train.spike_window", spike_window, "128", 8, 100000,
+        "Updates the spike z-scores are taken against (llm.c's 128); none is skipped before the window is full. "
+        "--resume restores the window; resumed with another size, the window starts empty."),
 
     /* latent depth */
     BOOL("latent.encoder", latent_enc, "false", "Latent layers in the encoder (LL-E; both = LL-Both)."),

@@ -325,6 +325,7 @@ void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad
     if (dt->shard_n) be->sumsq(be, m->stats + LL_ST_GSUMSQ, dt->g_sh, dt->shard_n);
     if (d->rank == 0 && phi < n) be->sumsq(be, m->stats + LL_ST_GSUMSQ, m->grads + phi, n - phi);
     ll_dist_allreduce_wait(d, m->stats + LL_ST_GSUMSQ, 1, LL_DIST_F64, 0, "all-reduce of the gradient norm");
+    ll_adam_spike_check(o, m, grad_scale); /* (every rank the same statistics: the same decision) */
     be->grad_finish(be, m->stats, grad_scale, clip_norm, phi_step);
     for (int i = 0; i < dt->nb; i++) {
         const bucket *b = &dt->b[i];

@@ -33,6 +33,7 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
                                  .nbytes = p->numel * sizeof(real)};
     }
     real *mh = NULL, *vh = NULL;
+    double *spike = NULL;
     int64_t ints[8 + 2 * LL_MAX_CORPORA], extra[8] = {0};
     memset(ints, 0, sizeof ints);
     double best = 0;
@@ -67,6 +68,13 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
                                  .nbytes = sizeof extra};
         t[n++] = (ll_tensor_ref){.name = "state.log_acc", .dtype = LL_DT_F64, .ndim = 1, .shape = {LL_LOG_ACC},
                                  .data = ts->log_acc, .nbytes = sizeof ts->log_acc};
+        if (ts->opt->spike) { /* train.spike_zscore_*: the detector's window, for --resume */
+            const size_t len = ll_adam_spike_len(ts->opt);
+            spike = ll_malloc(len * sizeof(double));
+            ll_adam_spike_get(ts->opt, m, spike);
+            t[n++] = (ll_tensor_ref){.name = "optim.spike", .dtype = LL_DT_F64, .ndim = 1, .shape = {(int64_t)len},
+                                     .data = spike, .nbytes = len * sizeof(double)};
+        }
         if (ema) {
             raw = to_host(m, m->params, m->n_params);
             t[n++] = (ll_tensor_ref){.name = "optim.params", .dtype = REAL_DT, .ndim = 1, .shape = {np}, .data = raw,
@@ -81,6 +89,7 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
     free(raw);
     free(mh);
     free(vh);
+    free(spike);
     return rc;
 }
 
@@ -242,6 +251,26 @@ int ll_model_init_from(ll_model *m, const char *path, const void *vocab, size_t 
     return rc;
 }
 
+/* train.spike_zscore_*: the detector's window from optim.spike (backend.h spike_check's layout);
+ * absent, or kept for another train.spike_window, the window starts empty. */
+static int spike_load(ll_adam *o, ll_model *m, const ll_ckpt *k, const char *path) {
+    const ll_tensor_ref *r = ll_ckpt_find(k, "optim.spike");
+    if (!o->spike) return 0;
+    const size_t len = ll_adam_spike_len(o);
+    if (!r || r->dtype != LL_DT_F64 || r->nbytes != len * sizeof(double)) {
+        ll_log("%s: %s: the spike detector's window starts empty", path,
+               r ? "its spike window has another size (train.spike_window)" : "no spike window");
+        return 0;
+    }
+    const double *d = r->data;
+    const int w = o->spike_window;
+    int ok = d[0] >= 0 && d[0] <= w && d[0] == floor(d[0]) && d[1] >= 0 && d[1] < w && d[1] == floor(d[1]);
+    for (size_t i = 2; ok && i < len; i++) ok = isfinite(d[i]);
+    if (!ok) return ll_fail("%s: training state is corrupt or forged (spike window)", path);
+    ll_adam_spike_set(o, m, d);
+    return 0;
+}
+
 int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const char *path) {
     const ll_tensor_ref *mm = ll_ckpt_find(k, "optim.adam_m"), *vv = ll_ckpt_find(k, "optim.adam_v");
     const ll_tensor_ref *cc = ll_ckpt_find(k, "state.counters"), *bb = ll_ckpt_find(k, "state.best_valid");
@@ -297,6 +326,7 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
         m->be->copy(m->be, ts->opt->ema, m->params, m->n_params * sizeof(real));
         ll_log("%s holds no moving average of the weights: train.ema_decay starts one from its weights", path);
     }
+    if (spike_load(ts->opt, m, k, path)) return -1;
     ts->opt->t = ints[0];
     ts->update = ints[1];
     ts->epoch = ints[2];

@@ -46,13 +46,37 @@ void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg) {
         o->ema = be->alloc(be, model->n_params * sizeof(real));
         be->copy(be, o->ema, model->params, model->n_params * sizeof(real));
     }
+    o->spike = NULL;
+    o->spike_window = cfg->spike_window;
+    o->spike_z_loss = cfg->spike_zscore_loss;
+    o->spike_z_gnorm = cfg->spike_zscore_gnorm;
+    if (o->spike_z_loss > 0 || o->spike_z_gnorm > 0) /* an empty window (alloc zeroes) */
+        o->spike = be->alloc(be, (2 + 2 * (size_t)o->spike_window) * sizeof(double));
+}
+
+size_t ll_adam_spike_len(const ll_adam *o) { return o->spike ? 2 + 2 * (size_t)o->spike_window : 0; }
+
+void ll_adam_spike_get(const ll_adam *o, ll_model *model, double *out) {
+    if (o->spike) model->be->download(model->be, out, o->spike, ll_adam_spike_len(o) * sizeof(double));
+}
+
+void ll_adam_spike_set(ll_adam *o, ll_model *model, const double *in) {
+    if (o->spike) model->be->upload(model->be, o->spike, in, ll_adam_spike_len(o) * sizeof(double));
+}
+
+void ll_adam_spike_check(ll_adam *o, ll_model *model, double grad_scale) {
+    if (o->spike)
+        model->be->spike_check(model->be, model->stats, o->spike, o->spike_window, grad_scale, o->spike_z_loss,
+                               o->spike_z_gnorm);
 }
 
 void ll_adam_free(ll_adam *o, ll_model *model) {
     model->be->free(model->be, o->m);
     model->be->free(model->be, o->v);
     if (o->ema) model->be->free(model->be, o->ema);
+    if (o->spike) model->be->free(model->be, o->spike);
     o->m = o->v = o->ema = NULL;
+    o->spike = NULL;
 }
 
 void ll_adam_ema_step(ll_adam *o, ll_model *model, long update) {
@@ -83,6 +107,7 @@ void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double 
     /* norm, clip coefficient, skip flag and step counts are decided on the
      * backend (grad_finish); Adam reads them from the stats buffer */
     be->sumsq(be, model->stats + LL_ST_GSUMSQ, model->grads, n);
+    ll_adam_spike_check(o, model, grad_scale);
     be->grad_finish(be, model->stats, grad_scale, clip_norm, phi_step);
     /* Adam refreshes the activation-dtype weight copy too (NULL: it aliases the master) */
     ll_act *wa = model->wact != (ll_act *)model->params ? model->wact : NULL;

@@ -520,6 +520,25 @@ static int skip_bad_update(trainer *t, const update_stats *u, double gnorm) {
     return 0;
 }
 
+/* A spike (train.spike_zscore_*): the backend skipped the update as it skips a bad one, but a
+ * spike is no failure: logged and recorded, not counted towards train.max_bad_updates. */
+static int skip_spike(trainer *t, const update_stats *u, const double *st) {
+    t->spikes++;
+    const double zl = st[LL_ST_Z_LOSS], zg = st[LL_ST_Z_GNORM], tl = t->cfg->spike_zscore_loss,
+                 tg = t->cfg->spike_zscore_gnorm, loss = u->loss / (u->ntok ? u->ntok : 1) / M_LN2;
+    const int by_loss = tl > 0 && zl > tl;
+    ll_warn("update %ld: a %s spike (z-score %.2f > %g, train.spike_zscore_%s): update skipped, parameters "
+            "unchanged; loss %.4f (z-score %.2f), gradient norm %.4g (z-score %.2f); %ld spike%s so far",
+            t->ts.update, by_loss ? "loss" : "gradient-norm", by_loss ? zl : zg, by_loss ? tl : tg,
+            by_loss ? "loss" : "gnorm", loss, zl, st[LL_ST_GNORM], zg, t->spikes, t->spikes == 1 ? "" : "s");
+    fprintf(t->metrics,
+            "{\"type\":\"skip\",\"update\":%ld,\"reason\":\"spike\",\"loss\":%.6f,\"z_loss\":%.4f,\"gnorm\":%.6g,"
+            "\"z_gnorm\":%.4f}\n",
+            t->ts.update, loss, zl, st[LL_ST_GNORM], zg);
+    t->ts.metrics_records++;
+    return metrics_done(t) ? -1 : 0;
+}
+
 /* Validation is due after the update just done (valid_interval 0: at epoch ends). */
 static int valid_due_at(trainer *t, long update) {
     int64_t epoch, pos;
@@ -537,6 +556,8 @@ static int absorb_update(trainer *t, const double *st, long ntok) {
     t->ts.update++;
     update_stats u = {.ntok = ntok};
     trn_add_stats(&u, st);
+    if (st[LL_ST_SKIP] != 0 && st[LL_ST_SPIKE] != 0 && isfinite(u.loss) && isfinite(st[LL_ST_GNORM]))
+        return skip_spike(t, &u, st);
     if (st[LL_ST_SKIP] != 0) /* the backend skipped it: non-finite loss or gradient norm */
         return skip_bad_update(t, &u, st[LL_ST_GNORM]);
     t->bad_streak = 0;
@@ -725,6 +746,9 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         rc = run_validation(&t, ll_now() - t_start, &stop);
     t.ts.finished = 1;
     if (!rc) rc = checkpoint(&t, 0);
+    if (!rc && t.spikes)
+        ll_log("%ld update%s skipped as spikes in this run (train.spike_zscore_*; metrics: \"reason\":\"spike\")",
+               t.spikes, t.spikes == 1 ? "" : "s");
     if (!rc) ll_log("done: %ld updates; checkpoints in %s", t.ts.update, cfg->save_dir);
     if (!rc && t.world > 1)
         ll_log("rank 0 waited %.2f s for collectives (%.1f%% of %.1f s of training)", ll_dist_train_wait_seconds(t.dt),

@@ -46,6 +46,7 @@ typedef struct {
     char mpath[LL_PATH_MAX + 64]; /* its name, for errors */
     long saved_update; /* update of the newest checkpoint_last on disk */
     int bad_streak;    /* consecutive skipped (non-finite) updates */
+    long spikes;       /* updates skipped as spikes (train.spike_zscore_*) in this process */
     /* the progress line's running sums since the last one (kept in checkpoints so
      * a resumed run logs the same records as an uninterrupted one) */
     update_stats acc;

@@ -2,7 +2,8 @@
 # Data parallelism on the CPU (docs/distributed.md): `mpirun -np 2 lltrain`
 # must give, after 10 updates, the parameters of one process that sees the
 # union of the two ranks' batches (update_freq x 2), max |diff| < 5e-5 (PTOL):
-# plain (with dropout and gradient clipping), with update_freq, with ZeRO-1,
+# plain (with dropout and gradient clipping), with update_freq, with ZeRO-1
+# (also skipping spikes: train.spike_zscore_*),
 # with DDR + ALD + cross-attention drop + LayerDrop, with DLCL + ReZero, and a
 # multilingual latent-depth model whose ranks hold different language pairs
 # in each update (reference KL with the aggregated-posterior prior, L_K).
@@ -77,6 +78,13 @@ mpirun2 "$BIN/lltrain" "${Z[@]}" --set train.max_updates=5 > "$T/zres.log" 2>&1 
   mpirun2 "$BIN/lltrain" "${Z[@]}" --resume >> "$T/zres.log" 2>&1 || err "zero resume: $(grep lltrain "$T/zres.log" | tail -2)"
 "$BIN/ll_ckpt_diff" "$T/zres/checkpoint_last.llm" "$T/zero.2/checkpoint_last.llm" | tee "$T/zres.diff"
 awk '{exit !($2 < 1e-6)}' "$T/zres.diff" || err "zero resume: differs from the uninterrupted run"
+# spike skipping (train.spike_zscore_*) over ZeRO-1: each rank decides from the all-reduced loss and
+# norm, so every rank skips the same updates, those one process skips
+compare spike "$TINY" 2 1 "${D[@]}" --set dist.zero=1 --set train.max_updates=30 --set train.spike_window=8 \
+  --set train.spike_zscore_gnorm=0.01 --set train.spike_zscore_loss=0.01
+spikes() { grep -o '"update":[0-9]*,"reason":"spike"' "$T/spike.$1/metrics.jsonl" | tr '\n' ' '; }
+[ -n "$(spikes 2)" ] && [ "$(spikes 1)" = "$(spikes 2)" ] ||
+  err "spike: one process skipped updates {$(spikes 1)}, two ranks {$(spikes 2)} (want the same, and some)"
 METHODS=(--set deep.ddr_alpha=1 --set deep.ald_weight=0.5 --set deep.p_net=0.3 --set deep.drop_depth=1
          --set model.enc_layerdrop=0.2 --set model.dec_layerdrop=0.2 --set model.dec_layers=3)
 compare deep "$TINY" 4 2 "${D[@]}" "${METHODS[@]}" --set dist.bucket_mb=0.01

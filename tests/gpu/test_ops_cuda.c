@@ -610,7 +610,7 @@ static const op_test tests[] = {
     {"latent_sample", t_latent_sample, 0}, {"latent_grad", t_latent_grad, 0}, {"latent_kl", t_latent_kl, 0},
     {"latent_lk", t_latent_lk, 0}, {"latent_depth", t_latent_depth, 0}, {"latent_q", t_latent_q, 0},
     {"ald_pool", t_ald_pool, 0}, {"ald_loss", t_ald_loss, 0}, {"ald_unpool", t_ald_unpool, 0},
-    {"sumsq", t_sumsq, 0}, {"grad_finish", t_grad_finish, 0}, {"attention_fwd", t_attention_fwd, 0},
+    {"sumsq", t_sumsq, 0}, {"grad_finish", t_grad_finish, 0}, {"spike_check", t_spike_check, 0}, {"attention_fwd", t_attention_fwd, 0},
     {"attention_bwd", t_attention_bwd, 0}, {"xent_fwd_bwd", t_xent_fwd_bwd, 0}, {"sym_kl", t_sym_kl, 0},
     {"log_softmax", t_log_softmax, 0}, {"pick_logp", t_pick_logp, 0}, {"ensemble_mix", t_ensemble_mix, 0}, {"add_col", t_add_col, 0}, {"fill_at", t_fill_at, 0}, {"copy_rows", t_copy_rows, 0}, {"reorder_rows", t_reorder_rows, 0},
     {"beam_topk", t_beam_topk, 0}, {"sample_draw", t_sample_draw, 0}, {"attention_cached", t_attention_cached, 0},

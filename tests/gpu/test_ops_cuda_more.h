@@ -158,6 +158,31 @@ static void t_grad_finish(void) {
     }
 }
 
+/* spike_check: 60 updates through one window (W 7, so it wraps) with spikes, a non-finite update and a
+ * constant stretch (std 0): the statistics and the window, bit for bit (both sides: fma, sums in slot order) */
+static void t_spike_check(void) {
+    enum { W = 7 };
+    double z[2 + 2 * W] = {0};
+    pbuf state = pb_new(z, sizeof z);
+    int spikes = 0;
+    for (int u = 0; u < 60; u++) {
+        double h[LL_ST_N] = {0};
+        const int flat = u >= 40 && u < 50;
+        h[LL_ST_LOSS] = flat ? 250 : 300 + 50 * sin(u * 1.3) + (u % 13 == 12 ? 400 : 0);
+        h[LL_ST_GSUMSQ] = u == 29 ? INFINITY : flat ? 1e4 : 1e4 * (3 + cos(u * 0.7) + (u % 11 == 10 ? 6 : 0));
+        pbuf st = pb_new(h, sizeof h);
+        BOTH BE->spike_check(BE, F64(st, s), F64(state, s), W, 0.01, 1.5, u < 30 ? 0 : 1.2);
+        pb_cmp_f64("stats (Z_LOSS, Z_GNORM, SPIKE)", &st, LL_ST_N, 0, 1e-300);
+        pb_cmp_f64("spike window", &state, 2 + 2 * W, 0, 1e-300);
+        double *g = pb_get(&st, DUT);
+        spikes += g[LL_ST_SPIKE] != 0;
+        free(g);
+        pb_free(&st);
+    }
+    CHECK_MSG(spikes >= 3, "spike_check: only %d spikes (the test would not test the decision)", spikes);
+    pb_free(&state);
+}
+
 /* ---- attention (tests/gpu/test_attention_cuda.c covers it in depth) ---- */
 typedef struct {
     int B, Tq, Tk, H, Dh, causal, self;

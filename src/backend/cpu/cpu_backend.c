@@ -419,6 +419,7 @@ static ll_backend g_cpu = {
     .residual_ln_fwd = cpu_residual_ln_fwd,
     .residual_bwd = cpu_residual_bwd,
     .grad_finish = cpu_grad_finish,
+    .spike_check = cpu_spike_check,
     .weighted_sum = cpu_weighted_sum,
     .weighted_scatter = cpu_weighted_scatter,
     .dots_acc = cpu_dots_acc,

@@ -43,6 +43,8 @@ void cpu_weighted_scatter(ll_backend *be, ll_act *const *ys, const real *w, cons
 void cpu_dots_acc(ll_backend *be, real *dst, const ll_act *x, const ll_act *const *ys, int k, size_t n);
 void cpu_grad_finish(ll_backend *be, double *stats, double grad_scale, double clip_norm, int phi_step);
 void cpu_ema(ll_backend *be, real *e, const real *p, size_t n, real decay, const double *stats);
+void cpu_spike_check(ll_backend *be, double *stats, double *state, int window, double grad_scale, double z_loss,
+                     double z_gnorm);
 void cpu_adam(ll_backend *be, real *p, ll_act *p_act, const real *g, real *m, real *v, size_t n, real lr, real b1,
               real b2, real eps, real wd, const double *stats, int t_slot);
 

@@ -37,6 +37,11 @@ static void cu_adam(ll_backend *be, real *p, ll_act *p_act, const real *g, real 
         LL_CU(cudaMemcpyAsync(p_act, p, n * sizeof(real), cudaMemcpyDeviceToDevice, s));
 }
 
+static void cu_spike_check(ll_backend *be, double *stats, double *state, int window, double grad_scale, double z_loss,
+                           double z_gnorm) {
+    LL_CU(ll_cuda_spike_check(ll_cuda_enter(be), stats, state, window, grad_scale, z_loss, z_gnorm));
+}
+
 static void cu_ema(ll_backend *be, real *e, const real *p, size_t n, real decay, const double *stats) {
     LL_CU(ll_cuda_ema(ll_cuda_enter(be), e, p, n, decay, stats));
 }
@@ -75,6 +80,7 @@ void ll_cuda_register_step(ll_backend *be) {
     be->grad_finish = cu_grad_finish;
     be->adam = cu_adam;
     be->ema = cu_ema;
+    be->spike_check = cu_spike_check;
     be->weighted_sum = cu_weighted_sum;
     be->weighted_scatter = cu_weighted_scatter;
     be->dots_acc = cu_dots_acc;
