@@ -537,7 +537,7 @@ int main(int argc, char **argv) {
         ll_die("--precision int8: for the search; --score-reference scores in fp32");
     ll_backend *be = ll_backend_select(o.int8 ? "cpu" : o.device, o.bf16 ? LL_BF16 : LL_REAL_DTYPE, 0, "--device");
     if (!be) ll_die("%s", ll_errbuf());
-    ll_config cfg, mcfg[MAX_MODELS];
+    ll_config cfg, *mcfg = ll_calloc(MAX_MODELS, sizeof(ll_config)); /* (141 KB each: not on the stack) */
     ll_model *mm[MAX_MODELS];
     size_t vlen = 0;
     void *vocab = NULL;
@@ -738,5 +738,6 @@ int main(int argc, char **argv) {
     ll_spm_free(spm);
     ll_model_free(m); /* (and the ensemble's other models) */
     for (int j = 0; j < o.n_models; j++) ll_config_free(&mcfg[j]);
+    free(mcfg);
     return 0;
 }
