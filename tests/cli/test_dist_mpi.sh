@@ -4,7 +4,8 @@
 # union of the two ranks' batches (update_freq x 2), max |diff| < 5e-5 (PTOL):
 # plain (with dropout and gradient clipping), with update_freq, with ZeRO-1
 # (also skipping spikes: train.spike_zscore_*),
-# with DDR + ALD + cross-attention drop + LayerDrop, with DLCL + ReZero, and a
+# with DDR + ALD + cross-attention drop + LayerDrop (also recomputing each
+# layer: train.checkpoint_activations), with DLCL + ReZero, and a
 # multilingual latent-depth model whose ranks hold different language pairs
 # in each update (reference KL with the aggregated-posterior prior, L_K).
 # Then train.max_minutes with two ranks: all stop after the same update.
@@ -89,6 +90,8 @@ METHODS=(--set deep.ddr_alpha=1 --set deep.ald_weight=0.5 --set deep.p_net=0.3 -
          --set model.enc_layerdrop=0.2 --set model.dec_layerdrop=0.2 --set model.dec_layers=3)
 compare deep "$TINY" 4 2 "${D[@]}" "${METHODS[@]}" --set dist.bucket_mb=0.01
 compare deep_zero "$TINY" 2 1 "${D[@]}" "${METHODS[@]}" --set dist.zero=1
+# activation checkpointing: the per-layer gradient hooks start reductions between recomputed layers
+compare deep_recompute "$TINY" 2 1 "${D[@]}" "${METHODS[@]}" --set train.checkpoint_activations=true
 compare dlcl_rezero "$TINY" 2 1 "${D[@]}" --set dlcl.encoder=true --set dlcl.decoder=true --set model.norm=rezero \
   --set train.lr=3e-4
 LAT=(--set data.dir="$T/lbin" --set latent.soft_update=2 --set latent.anneal_updates=3 --set latent.lk_anneal_updates=2
