@@ -204,9 +204,11 @@ typedef struct {
 } ll_train_opts;
 /* Prints the backend memory one training step of cfg needs (fp32 and bf16),
  * measured on the dry backend at the largest batch shape, or B x T sentences
- * x tokens when given (> 0) (src/train/dryrun.c).  -1 + errbuf when the shape needs more host memory
- * than the machine has available (the batch is real, ~40 bytes per token). */
-int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B, int T);
+ * x tokens when given (> 0) (src/train/dryrun.c); whether it fits gpu_gib GiB (<= 0: 74.5, one 80 GB GPU)
+ * and the largest data.max_tokens that does, with and without activation checkpointing.  -1 + errbuf
+ * when the shape needs more host memory than the machine has available (the batch is real, ~40 bytes
+ * per token). */
+int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B, int T, double gpu_gib);
 /* Peak activation bytes of one step at the largest batch shape (dry run):
  * the trainer sizes the activation arena with it before the first step. */
 size_t ll_train_arena_bytes(const ll_config *cfg);

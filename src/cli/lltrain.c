@@ -22,14 +22,16 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet] [--op-stats] [--dry-run [--batch BxT]]\n"
+            "usage: lltrain --config FILE [--set section.key=value ...] [--resume] [--threads N] [--quiet] [--op-stats] [--dry-run [--batch BxT] [--gpu-mem GIB]]\n"
             "       lltrain --help-config     print every config key with its type, default and meaning\n"
             "       lltrain --devices         print 'cuda devices: N' (0 without a GPU or a CUDA build) and what auto picks (fp32, bf16)\n"
             "  --resume    continue the run in checkpoint.save_dir from its newest usable checkpoint (bit for bit on CPU)\n"
             "  --threads N CPU threads (overrides train.threads; 0 = OMP_NUM_THREADS, else all cores)\n"
             "  --op-stats  count backend ops and host<->backend transfers per update (one worker) and print them\n"
             "  --dry-run   print the parameter, optimizer and peak activation memory of one step (fp32, bf16); no data needed\n"
-            "  --batch BxT with --dry-run: B sentences of T tokens instead of the largest shape (max_tokens / max_len)\n");
+            "  --batch BxT with --dry-run: B sentences of T tokens instead of the largest shape (max_tokens / max_len)\n"
+            "  --gpu-mem G with --dry-run: the device's usable memory in GiB (default 74.5, one 80 GB GPU): whether the\n"
+            "              step fits, and the largest data.max_tokens that does, with and without activation checkpointing\n");
 }
 
 /* argv as a shell command line with --resume (printed after a graceful stop). */
@@ -74,6 +76,7 @@ int main(int argc, char **argv) {
     int n_sets = 0;
     ll_train_opts opts = {0};
     int dry = 0, dry_B = 0, dry_T = 0;
+    double dry_gib = 0; /* --gpu-mem (0: one 80 GB GPU) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -117,6 +120,10 @@ int main(int argc, char **argv) {
                        (long long)B * T, INT_MAX);
             dry_B = (int)B;
             dry_T = (int)T;
+        } else if (!strcmp(argv[i], "--gpu-mem") && i + 1 < argc) {
+            if (ll_num_double(argv[++i], &dry_gib, 0) || !(dry_gib > 0 && dry_gib <= 1e6))
+                ll_die("--gpu-mem %s: expected the device's usable memory in GiB, e.g. 74.5 (an 80 GB H100) or 22 "
+                       "(a 24 GB card)", argv[i]);
         } else if (!strcmp(argv[i], "--op-stats")) {
             opts.op_stats = 1;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -142,9 +149,10 @@ int main(int argc, char **argv) {
     ll_set_threads(nt);
     opts.config_path = cfg_path;
     if (dry_B && !dry) ll_die("--batch is an option of --dry-run");
+    if (dry_gib > 0 && !dry) ll_die("--gpu-mem is an option of --dry-run");
     if (dry_T > cfg.max_positions) ll_die("--batch: %d tokens exceed model.max_positions %d", dry_T, cfg.max_positions);
     if (dry) {
-        int drc = ll_train_dry_run(&cfg, cfg_path, dry_B, dry_T);
+        int drc = ll_train_dry_run(&cfg, cfg_path, dry_B, dry_T, dry_gib);
         if (drc) ll_die("%s", ll_errbuf());
         ll_config_free(&cfg);
         return drc ? 1 : 0;

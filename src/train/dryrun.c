@@ -6,6 +6,7 @@
  * activations (train.precision), so both columns are measurements: bf16 has
  * activations and the weight copy matmuls read in 2 bytes, and fp32 master
  * weights, gradients, Adam moments and statistics. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,7 +158,46 @@ size_t ll_train_arena_bytes(const ll_config *cfg) {
     return peak;
 }
 
-int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, int T_opt) {
+/* What the trainer holds during a step: everything allocated before it, and the activation arena it
+ * reserves (src/train/trainer.c: the dry peak + 1/16 slack + 1 MiB). */
+static double trainer_bytes(const dry_step *d) {
+    const double peak = (double)d->m->arena.peak;
+    return (double)d->before_step + peak + peak / 16 + (1 << 20);
+}
+
+/* The most sentences of T tokens (the dry run's largest shape at data.max_tokens = B T) whose training
+ * step fits `budget` bytes of backend memory in dtype act, with train.checkpoint_activations as given;
+ * 0 when one sentence does not.  Bisection on dry steps (memory grows with the batch). */
+static int fit_sentences(const ll_config *cfg, int T, ll_dtype act, int recompute, double budget) {
+    ll_config c = *cfg; /* (a shallow copy, read only) */
+    c.checkpoint_activations = recompute;
+    const int cap = INT_MAX / T < (1 << 20) ? INT_MAX / T : (1 << 20); /* (data.max_tokens is an int) */
+    int lo = 0, hi = 1;
+    for (;;) { /* lo fits (or is 0), hi is to be tried */
+        dry_step d;
+        dry_run_step(&d, &c, hi, T, act, 1);
+        const double total = trainer_bytes(&d);
+        dry_free(&d);
+        if (total > budget) break;
+        lo = hi;
+        if (hi == cap) return lo;
+        hi = hi > cap / 2 ? cap : 2 * hi;
+    }
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        dry_step d;
+        dry_run_step(&d, &c, mid, T, act, 1);
+        const double total = trainer_bytes(&d);
+        dry_free(&d);
+        if (total > budget)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return lo;
+}
+
+int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, int T_opt, double gpu_gib) {
     { /* the backend computes nothing, but the batch and the step's per-token arrays are real host
        * memory, ~36 bytes per token for the two steps (measured, any model): a shape beyond the
        * machine is an error, not an OOM kill minutes later */
@@ -205,8 +245,13 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     printf("%-34s %12.3f %12.3f\n", "activations, peak of the step", gib(act32), gib(act16));
     printf("%-34s %12.3f %12.3f\n", "other (tables, stats, samples)", gib(other32), gib(other16));
     printf("%-34s %12.3f %12.3f\n", "total at the peak", gib(tot32), gib(tot16));
-    printf("fits one 80 GB GPU (74.5 GiB usable): fp32 %s, bf16 %s\n", tot32 < 74.5 * (1 << 30) ? "yes" : "no",
-           tot16 < 74.5 * (1 << 30) ? "yes" : "no");
+    /* "fits": with the trainer's arena slack (trainer_bytes), as fit_sentences decides */
+    const double budget = (gpu_gib > 0 ? gpu_gib : 74.5) * (1 << 30);
+    const int fit32 = trainer_bytes(&d) <= budget, fit16 = trainer_bytes(&h) <= budget;
+    if (gpu_gib > 0)
+        printf("fits %.4g GiB (--gpu-mem): fp32 %s, bf16 %s\n", gpu_gib, fit32 ? "yes" : "no", fit16 ? "yes" : "no");
+    else
+        printf("fits one 80 GB GPU (74.5 GiB usable): fp32 %s, bf16 %s\n", fit32 ? "yes" : "no", fit16 ? "yes" : "no");
     { /* the other side of train.checkpoint_activations, measured too: what switching it gives or costs */
         ll_config other = *cfg; /* (a shallow copy, read only) */
         other.checkpoint_activations = !cfg->checkpoint_activations;
@@ -222,6 +267,16 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
                (unsigned long long)(ll_config_act_dtype(cfg) == LL_BF16 ? oh : od).step.calls);
         dry_free(&od);
         dry_free(&oh);
+    }
+    { /* Marian's --mini-batch-fit, offline: the largest batch of max_len-token sentences that fits */
+        const ll_dtype act = ll_config_act_dtype(cfg);
+        const int Tf = dry_len(cfg, T_opt);
+        const int b0 = fit_sentences(cfg, Tf, act, cfg->checkpoint_activations, budget),
+                  b1 = fit_sentences(cfg, Tf, act, !cfg->checkpoint_activations, budget);
+        printf("largest data.max_tokens whose step fits %.4g GiB in %s (sentences of %d tokens): %lld; with "
+               "train.checkpoint_activations %s: %lld\n",
+               budget / (1 << 30), ll_dtype_str(act), Tf, (long long)b0 * Tf,
+               cfg->checkpoint_activations ? "false" : "true", (long long)b1 * Tf);
     }
     dry_free(&d);
     dry_free(&h);

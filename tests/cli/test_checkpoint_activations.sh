@@ -5,7 +5,8 @@
 # pre-norm model on two batch workers (fp32 and bf16) and a latent-depth model
 # through the inner/outer loop; --resume may switch it on or off; the dry run
 # of the 64+64-layer config measures far less activation memory with it, and
-# each dry run gives the other setting's figures too.
+# each dry run gives the other setting's figures too, and the largest
+# data.max_tokens that fits a given device memory (--gpu-mem) either way.
 source "$(dirname "$0")/lib.sh"
 LLTRAIN=$BIN/lltrain
 
@@ -77,4 +78,26 @@ grep -q "^with train.checkpoint_activations false: activations $k32 / $k16 GiB" 
 "$LLTRAIN" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run 2>&1 |
   grep -q "^with train.checkpoint_activations true (each layer's forward again in the backward): activations $r32 / $r16 GiB" ||
   err "the dry run without checkpointing does not give the figures with it"
+# the largest data.max_tokens that fits (--gpu-mem 22, a 24 GB card), with and without checkpointing:
+# at that value the step fits, one sentence more does not
+LL64=("$LLTRAIN" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run --gpu-mem 22)
+line=$("${LL64[@]}" 2>&1 | grep "^largest data.max_tokens whose step fits 22 GiB in bf16")
+read -r mt_keep mt_rec <<< "$(echo "$line" | sed -n 's/.*: \([0-9]*\); with train.checkpoint_activations true: \([0-9]*\)$/\1 \2/p')"
+echo "largest data.max_tokens in 22 GiB: $mt_keep, recomputing $mt_rec"
+[ -n "$mt_keep" ] && [ -n "$mt_rec" ] && [ "$mt_keep" -gt 0 ] && [ "$mt_rec" -gt $((mt_keep * 3)) ] ||
+  err "the fitted data.max_tokens ($mt_keep, recomputing $mt_rec): want both, the second > 3x: $line"
+fits() { "${LL64[@]}" --set data.max_tokens=$1 "${@:2}" 2>&1 | grep -o "^fits 22 GiB (--gpu-mem): fp32 [a-z]*, bf16 [a-z]*" | awk '{print $NF}'; }
+[ "$(fits "$mt_keep")" = yes ] && [ "$(fits $((mt_keep + 256)))" = no ] ||
+  err "data.max_tokens $mt_keep: fits '$(fits "$mt_keep")', +256: '$(fits $((mt_keep + 256)))' (want yes, no)"
+R=(--set train.checkpoint_activations=true)
+[ "$(fits "$mt_rec" "${R[@]}")" = yes ] && [ "$(fits $((mt_rec + 256)) "${R[@]}")" = no ] ||
+  err "recomputing, data.max_tokens $mt_rec: fits '$(fits "$mt_rec" "${R[@]}")', +256: '$(fits $((mt_rec + 256)) "${R[@]}")'"
+for bad in 0 -3 abc 1e9; do
+  "$LLTRAIN" --config "$SRC/configs/wmt16_ende_ll64.cfg" --dry-run --gpu-mem "$bad" > /dev/null 2> "$T/bad.log" &&
+    err "--gpu-mem $bad was accepted"
+  grep -q "^lltrain: error: --gpu-mem $bad: expected the device's usable memory in GiB" "$T/bad.log" ||
+    err "--gpu-mem $bad: $(cat "$T/bad.log")"
+done
+"$LLTRAIN" --config "$SRC/configs/wmt16_ende_ll64.cfg" --gpu-mem 22 > /dev/null 2> "$T/bad.log" && err "--gpu-mem without --dry-run ran"
+grep -q "gpu-mem is an option of --dry-run" "$T/bad.log" || err "--gpu-mem alone: $(cat "$T/bad.log")"
 exit $fail
