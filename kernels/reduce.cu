@@ -4,6 +4,7 @@
  * Adam step counts, on the stats buffer).  Deterministic two-stage sums
  * (reduce.cuh); the products and sums are in double. */
 #include "reduce.cuh"
+#include "ll/spike.h"
 
 enum { FIN_SUMSQ, FIN_DOT };
 
@@ -74,37 +75,11 @@ extern "C" cudaError_t ll_cuda_grad_finish(cudaStream_t s, double *stats, double
     return cudaSuccess;
 }
 
-/* cpu_spike_check, line for line, on one thread: the z-scores' sums in slot order and the squares
- * by fma (no contraction can differ from the CPU's), so both backends skip the same updates. */
-static __device__ double spike_z(const double *w, int n, double x) {
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += w[i];
-    const double mean = sum / n;
-    double ss = 0;
-    for (int i = 0; i < n; i++) {
-        const double d = w[i] - mean;
-        ss = fma(d, d, ss);
-    }
-    const double sd = sqrt(ss / n);
-    return sd > 0 ? (x - mean) / sd : 0;
-}
-
+/* spike_check on one thread: ll_spike_update, the CPU op's own function (ll/spike.h) */
 static __global__ void spike_check_kernel(double *st, double *state, int window, double grad_scale, double z_loss,
                                           double z_gnorm) {
     LL_PDL_ENTER();
-    const double loss = st[LL_ST_LOSS] * grad_scale, norm = grad_scale * sqrt(st[LL_ST_GSUMSQ]);
-    double *wl = state + 2, *wg = state + 2 + window;
-    const int seen = (int)state[0], next = (int)state[1];
-    const double zl = seen == window ? spike_z(wl, window, loss) : nan("");
-    const double zg = seen == window ? spike_z(wg, window, norm) : nan("");
-    st[LL_ST_Z_LOSS] = zl;
-    st[LL_ST_Z_GNORM] = zg;
-    st[LL_ST_SPIKE] = (z_loss > 0 && zl > z_loss) || (z_gnorm > 0 && zg > z_gnorm);
-    if (!isfinite(loss) || !isfinite(norm)) return;
-    wl[next] = loss;
-    wg[next] = norm;
-    state[1] = next + 1 == window ? 0 : next + 1;
-    if (seen < window) state[0] = seen + 1;
+    ll_spike_update(st, state, window, grad_scale, z_loss, z_gnorm);
 }
 
 extern "C" cudaError_t ll_cuda_spike_check(cudaStream_t s, double *stats, double *state, int window,

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "cpu_internal.h"
+#include "ll/spike.h"
 #include "fixed_sum.h"
 
 static real gate_of(const real *g1, const real *g2) { return (g1 ? *g1 : 1) * (g2 ? *g2 : 1); }
@@ -62,36 +63,10 @@ void cpu_grad_finish(ll_backend *be, double *st, double grad_scale, double clip_
     if (phi_step) st[LL_ST_ADAM_T_PHI] += 1;
 }
 
-/* x's z-score against the window w[0..n) (backend.h; kernels/reduce.cu has the same lines) */
-static double spike_z(const double *w, int n, double x) {
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += w[i];
-    const double mean = sum / n;
-    double ss = 0;
-    for (int i = 0; i < n; i++) {
-        const double d = w[i] - mean;
-        ss = fma(d, d, ss);
-    }
-    const double sd = sqrt(ss / n);
-    return sd > 0 ? (x - mean) / sd : 0;
-}
-
 void cpu_spike_check(ll_backend *be, double *st, double *state, int window, double grad_scale, double z_loss,
                      double z_gnorm) {
     (void)be;
-    const double loss = st[LL_ST_LOSS] * grad_scale, norm = grad_scale * sqrt(st[LL_ST_GSUMSQ]);
-    double *wl = state + 2, *wg = state + 2 + window;
-    const int seen = (int)state[0], next = (int)state[1];
-    const double zl = seen == window ? spike_z(wl, window, loss) : NAN;
-    const double zg = seen == window ? spike_z(wg, window, norm) : NAN;
-    st[LL_ST_Z_LOSS] = zl;
-    st[LL_ST_Z_GNORM] = zg;
-    st[LL_ST_SPIKE] = (z_loss > 0 && zl > z_loss) || (z_gnorm > 0 && zg > z_gnorm);
-    if (!isfinite(loss) || !isfinite(norm)) return;
-    wl[next] = loss;
-    wg[next] = norm;
-    state[1] = next + 1 == window ? 0 : next + 1;
-    if (seen < window) state[0] = seen + 1;
+    ll_spike_update(st, state, window, grad_scale, z_loss, z_gnorm);
 }
 
 void cpu_adam(ll_backend *be, real *p, ll_act *p_act, const real *g, real *m, real *v, size_t n, real lr, real b1,
