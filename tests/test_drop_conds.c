@@ -72,19 +72,6 @@ static void test_wrapper(void) {
     ll_backend_counting_free(fp);
 }
 
-/* The draws of step `draw` (2 bits per layer and control array, from a fixed pattern
- * that covers both outcomes and neighbours that differ), with every layer marked variable. */
-static void set_draws(ll_model *m, int draw) {
-    ll_layer_ctl *c[3] = {m->enc_ctl, m->dec_ctl, m->obj.ddr_dec_ctl};
-    for (int s = 0, k = 0; s < 3; s++)
-        for (int l = 0; c[s] && l < (s ? m->hp.Ld : m->hp.Le); l++, k++) {
-            const unsigned v = (unsigned)(k * 7 + draw * 5 + l * draw) % 5;
-            c[s][l].may_skip = 1, c[s][l].may_skip_cross = s > 0;
-            c[s][l].skip = v == 1 || v == 4;
-            c[s][l].skip_cross = s > 0 && (v == 2 || v == 4);
-        }
-}
-
 /* A training step with gradients zeroed first; the loss, the gradients into g. */
 static double train_step(ll_model *m, const ll_batch *b, uint64_t step, real *g) {
     ll_model_zero_grads(m);
@@ -107,7 +94,7 @@ static void test_model(const char *name, const char *const *extra, int n_extra) 
     real *g0 = malloc(m->n_params * sizeof(real)), *g1 = malloc(m->n_params * sizeof(real));
     int skipped = 0, ran = 0;
     for (int draw = 0; draw < 4; draw++) {
-        set_draws(m, draw);
+        tu_drop_draws(m, draw);
         for (int l = 0; l < hp.Ld; l++) skipped += m->dec_ctl[l].skip, ran += !m->dec_ctl[l].skip;
         m->drop_conds = 0;
         const double l0 = train_step(m, &b, 20 + draw, g0);
@@ -130,7 +117,7 @@ static void test_model(const char *name, const char *const *extra, int n_extra) 
     ll_backend_fingerprint_shadow(fp, 1);
     uint64_t h[2], plain[2];
     for (int draw = 0; draw < 2; draw++) {
-        set_draws(m, draw);
+        tu_drop_draws(m, draw);
         for (int conds = 0; conds < 2; conds++) {
             m->drop_conds = conds ? 2 : 0;
             ll_model_zero_grads(m);

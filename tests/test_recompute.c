@@ -33,22 +33,9 @@ typedef struct {
     size_t peak;
 } step_out;
 
-/* LayerDrop and cross-attention drop draws that skip some layers and branches (every stack,
- * DDR's controls too), with every layer marked variable (the conditionals' case). */
-static void set_draws(ll_model *m, int draw) {
-    ll_layer_ctl *c[3] = {m->enc_ctl, m->dec_ctl, m->obj.ddr_dec_ctl};
-    for (int s = 0, k = 0; s < 3; s++)
-        for (int l = 0; c[s] && l < (s ? m->hp.Ld : m->hp.Le); l++, k++) {
-            const unsigned v = (unsigned)(k * 7 + draw * 5 + l * draw) % 5;
-            c[s][l].may_skip = 1, c[s][l].may_skip_cross = s > 0;
-            c[s][l].skip = v == 1;
-            c[s][l].skip_cross = s > 0 && (v == 2 || v == 4);
-        }
-}
-
 static void run_step(ll_model *m, const ll_batch *b, uint64_t step, int draw, step_out *o) {
     const int latent = ll_latent_on(m, 0) || ll_latent_on(m, 1);
-    if (draw >= 0) set_draws(m, draw);
+    if (draw >= 0) tu_drop_draws(m, draw);
     ll_model_zero_grads(m);
     if (latent) {
         ll_model_track_dgates(m, 1);

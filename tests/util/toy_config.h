@@ -40,6 +40,19 @@ static inline ll_model *tu_toy_model(const ll_config *cfg, int V) {
     if (cfg->ddr_alpha > 0) m->obj.ddr_dec_ctl = calloc((size_t)(hp.Ld ? hp.Ld : 1), sizeof(ll_layer_ctl));
     return m;
 }
+/* LayerDrop and cross-attention drop draws number `draw` for every stack (DDR's controls too): 2 bits per
+ * layer from a fixed pattern that covers both outcomes and neighbours that differ, every layer marked
+ * variable (the conditionals' case: ll_model.drop_conds). */
+static inline void tu_drop_draws(ll_model *m, int draw) {
+    ll_layer_ctl *c[3] = {m->enc_ctl, m->dec_ctl, m->obj.ddr_dec_ctl};
+    for (int s = 0, k = 0; s < 3; s++)
+        for (int l = 0; c[s] && l < (s ? m->hp.Ld : m->hp.Le); l++, k++) {
+            const unsigned v = (unsigned)(k * 7 + draw * 5 + l * draw) % 5;
+            c[s][l].may_skip = 1, c[s][l].may_skip_cross = s > 0;
+            c[s][l].skip = v == 1 || v == 4;
+            c[s][l].skip_cross = s > 0 && (v == 2 || v == 4);
+        }
+}
 static inline void tu_toy_model_free(ll_model *m) {
     free(m->obj.ddr_dec_ctl);
     m->obj.ddr_dec_ctl = NULL;
