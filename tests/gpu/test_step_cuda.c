@@ -415,6 +415,26 @@ static int run_method(const method *me) {
             }
             free_side(&rc);
         }
+        /* LayerDrop / CAD methods: recomputing inside a CUDA graph whose layers and branches are
+         * conditional nodes (the recomputed forward queues its own conditionals) = the same step op
+         * by op, keeping every activation, the conditionals queued with their host branches */
+        if (pb_be[DUT]->graph_begin && has_drops(&cfg)) {
+            side rg, ref;
+            memset(&rg, 0, sizeof rg);
+            memset(&ref, 0, sizeof ref);
+            rg.recompute = rg.graphs = rg.drop_conds = 1;
+            ref.drop_conds = 1;
+            run_side(&rg, pb_be[DUT], &cfg, &hp, &b);
+            run_side(&ref, pb_be[DUT], &cfg, &hp, &b);
+            if (!rg.conditionals || memcmp(rg.grads, ref.grads, rg.m->n_params * sizeof(real)) ||
+                memcmp(rg.st, ref.st, sizeof rg.st)) {
+                fprintf(stderr, "  %s: recomputing in a CUDA graph with conditionals (%llu) differs from the step op "
+                        "by op\n", me->name, (unsigned long long)rg.conditionals);
+                tu_failures++;
+            }
+            free_side(&rg);
+            free_side(&ref);
+        }
     }
     static const struct { int slot; const char *name; } slots[] = {
         {LL_ST_LOSS, "loss"}, {LL_ST_NLL, "nll"}, {LL_ST_CE2, "ce2 (DDR)"}, {LL_ST_NLL2, "nll2 (DDR)"},
