@@ -15,7 +15,7 @@ struct ll_dist; /* ll/dist.h */
 
 /* ---- learning-rate schedules (reference-spec §5.2) ---- */
 typedef struct {
-    int kind; /* 0 inverse_sqrt, 1 polynomial */
+    int kind; /* 0 inverse_sqrt, 1 polynomial, 2 cosine */
     double lr, warmup_init_lr, end_lr, power;
     long warmup, total;
 } ll_schedule;

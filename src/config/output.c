@@ -253,12 +253,13 @@ int ll_config_validate(const ll_config *c) {
     if (!strcmp(c->scheduler, "inverse_sqrt") && c->warmup_updates < 1)
         return invalid(c, "train.scheduler inverse_sqrt needs train.warmup_updates >= 1 (its decay is "
                           "lr * sqrt(warmup_updates / step))");
-    if (!strcmp(c->scheduler, "polynomial")) {
+    if (!strcmp(c->scheduler, "polynomial") || !strcmp(c->scheduler, "cosine")) {
         if (c->max_updates < 1)
-            return invalid(c, "train.scheduler polynomial needs train.max_updates > 0 (it reaches train.end_lr there)");
+            return invalid(c, "train.scheduler %s needs train.max_updates > 0 (it reaches train.end_lr there)",
+                           c->scheduler);
         if (c->warmup_updates >= c->max_updates)
-            return invalid(c, "train.warmup_updates (%d) must be < train.max_updates (%d) for the polynomial scheduler",
-                           c->warmup_updates, c->max_updates);
+            return invalid(c, "train.warmup_updates (%d) must be < train.max_updates (%d) for the %s scheduler",
+                           c->warmup_updates, c->max_updates, c->scheduler);
         if (c->end_lr > c->lr)
             return invalid(c, "train.end_lr (%g) must be <= train.lr (%g)", (double)c->end_lr, (double)c->lr);
     }

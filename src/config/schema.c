@@ -109,11 +109,13 @@ const ll_cfg_key ll_cfg_keys[] = {
     ENUM("train.optimizer", optimizer, "adam", "adam", "Optimiser (Adam with decoupled weight decay)."),
     FLT("train.lr", lr, "5e-4", 0, 10, OPEN_MIN, "Peak learning rate, reached at the end of warmup."),
     FLT("train.warmup_init_lr", warmup_init_lr, "1e-7", 0, 10, 0, "Learning rate at update 0 of the linear warmup."),
-    FLT("train.end_lr", end_lr, "0", 0, 10, 0, "Final learning rate of the polynomial scheduler."),
+    FLT("train.end_lr", end_lr, "0", 0, 10, 0, "Final learning rate of the polynomial and cosine schedulers."),
     FLT("train.power", power, "1", 0, 100, 0, "Exponent of the polynomial decay (1 = linear)."),
     INT("train.warmup_updates", warmup_updates, "4000", 0, INT_MAX, "Updates of linear warmup."),
-    ENUM("train.scheduler", scheduler, "inverse_sqrt", "inverse_sqrt|polynomial",
-         "After warmup: lr * sqrt(warmup/step), or polynomial decay to train.end_lr at train.max_updates."),
+    ENUM("train.scheduler", scheduler, "inverse_sqrt", "inverse_sqrt|polynomial|cosine",
+         "After warmup: lr * sqrt(warmup/step) (fairseq's inverse_sqrt); polynomial decay to train.end_lr at "
+         "train.max_updates (polynomial_decay); or half a cosine from train.lr to train.end_lr over the updates "
+         "from warmup to train.max_updates (fairseq's cosine without restarts)."),
     FLT("train.adam_beta1", adam_beta1, "0.9", 0, 1, OPEN_MAX, "Adam beta1."),
     FLT("train.adam_beta2", adam_beta2, "0.98", 0, 1, OPEN_MAX, "Adam beta2."),
     FLT("train.adam_eps", adam_eps, "1e-8", 0, 1, OPEN_MIN, "Adam epsilon."),

@@ -1,5 +1,5 @@
 /* fairseq's Adam (decoupled weight decay), gradient clipping by global norm,
- * and the inverse-sqrt / polynomial learning-rate schedules. */
+ * and the inverse-sqrt / polynomial / cosine learning-rate schedules. */
 #include <math.h>
 #include <string.h>
 
@@ -7,7 +7,7 @@
 
 void ll_schedule_from_config(ll_schedule *s, const ll_config *cfg) {
     memset(s, 0, sizeof *s);
-    s->kind = strcmp(cfg->scheduler, "polynomial") == 0;
+    s->kind = !strcmp(cfg->scheduler, "polynomial") ? 1 : !strcmp(cfg->scheduler, "cosine") ? 2 : 0;
     s->lr = cfg->lr;
     s->warmup_init_lr = cfg->warmup_init_lr;
     s->end_lr = cfg->end_lr;
@@ -18,11 +18,17 @@ void ll_schedule_from_config(ll_schedule *s, const ll_config *cfg) {
 
 double ll_schedule_lr(const ll_schedule *s, long n) {
     if (s->warmup > 0 && n < s->warmup) {
-        /* fairseq: linear from warmup_init_lr to lr; polynomial_decay warms up from 0 */
-        double lr0 = s->kind == 0 ? s->warmup_init_lr : 0;
+        /* fairseq: linear from warmup_init_lr to lr (inverse_sqrt, cosine); polynomial_decay warms up from 0 */
+        double lr0 = s->kind != 1 ? s->warmup_init_lr : 0;
         return lr0 + n * (s->lr - lr0) / s->warmup;
     }
     if (s->kind == 0) return s->warmup > 0 ? s->lr * sqrt((double)s->warmup) / sqrt((double)(n > 0 ? n : 1)) : s->lr;
+    if (s->kind == 2) { /* fairseq's cosine (t_mult 1, one period: max_update - warmup, no lr_shrink): from lr
+                           down to end_lr (its min_lr), warming up linearly from warmup_init_lr as inverse_sqrt */
+        const long period = s->total - s->warmup, t = n - s->warmup;
+        if (period <= 0 || t >= period) return s->end_lr;
+        return s->end_lr + 0.5 * (s->lr - s->end_lr) * (1 + cos(M_PI * (double)t / (double)period));
+    }
     /* polynomial decay to end_lr at `total` updates */
     if (s->total <= s->warmup || n >= s->total) return s->total > 0 && n >= s->total ? s->end_lr : s->lr;
     double frac = 1.0 - (double)(n - s->warmup) / (double)(s->total - s->warmup);
