@@ -528,13 +528,14 @@ static int skip_spike(trainer *t, const update_stats *u, const double *st) {
                  tg = t->cfg->spike_zscore_gnorm, loss = u->loss / (u->ntok ? u->ntok : 1) / M_LN2;
     const int by_loss = tl > 0 && zl > tl;
     ll_warn("update %ld: a %s spike (z-score %.2f > %g, train.spike_zscore_%s): update skipped, parameters "
-            "unchanged; loss %.4f (z-score %.2f), gradient norm %.4g (z-score %.2f); %ld spike%s so far",
+            "unchanged; loss %.4f (z-score %.2f), gradient norm %.4g (z-score %.2f), %ld target tokens; %ld spike%s so "
+            "far",
             t->ts.update, by_loss ? "loss" : "gradient-norm", by_loss ? zl : zg, by_loss ? tl : tg,
-            by_loss ? "loss" : "gnorm", loss, zl, st[LL_ST_GNORM], zg, t->spikes, t->spikes == 1 ? "" : "s");
+            by_loss ? "loss" : "gnorm", loss, zl, st[LL_ST_GNORM], zg, u->ntok, t->spikes, t->spikes == 1 ? "" : "s");
     fprintf(t->metrics,
             "{\"type\":\"skip\",\"update\":%ld,\"reason\":\"spike\",\"loss\":%.6f,\"z_loss\":%.4f,\"gnorm\":%.6g,"
-            "\"z_gnorm\":%.4f}\n",
-            t->ts.update, loss, zl, st[LL_ST_GNORM], zg);
+            "\"z_gnorm\":%.4f,\"tokens\":%ld}\n",
+            t->ts.update, loss, zl, st[LL_ST_GNORM], zg, u->ntok);
     t->ts.metrics_records++;
     return metrics_done(t) ? -1 : 0;
 }
