@@ -7,6 +7,7 @@
  * activations and the weight copy matmuls read in 2 bytes, and fp32 master
  * weights, gradients, Adam moments and statistics. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,34 +166,40 @@ static double trainer_bytes(const dry_step *d) {
     return (double)d->before_step + peak + peak / 16 + (1 << 20);
 }
 
+/* Does a step of B sentences of T tokens, with cfg's train.checkpoint_activations, fit `budget` bytes? */
+static int step_fits(const ll_config *cfg, int B, int T, ll_dtype act, double budget) {
+    dry_step d;
+    dry_run_step(&d, cfg, B, T, act, 1);
+    const double total = trainer_bytes(&d);
+    dry_free(&d);
+    return total <= budget;
+}
+
 /* The most sentences of T tokens (the dry run's largest shape at data.max_tokens = B T) whose training
  * step fits `budget` bytes of backend memory in dtype act, with train.checkpoint_activations as given;
- * 0 when one sentence does not.  Bisection on dry steps (memory grows with the batch). */
-static int fit_sentences(const ll_config *cfg, int T, ll_dtype act, int recompute, double budget) {
+ * 0 when one sentence does not.  Bisection on dry steps (memory grows with the batch), up to what
+ * data.max_tokens and this host's memory allow a dry batch (40 bytes a token): *capped is set when
+ * the answer is that bound, not the device's. */
+static int fit_sentences(const ll_config *cfg, int T, ll_dtype act, int recompute, double budget, int *capped) {
     ll_config c = *cfg; /* (a shallow copy, read only) */
     c.checkpoint_activations = recompute;
-    const int cap = INT_MAX / T < (1 << 20) ? INT_MAX / T : (1 << 20); /* (data.max_tokens is an int) */
-    int lo = 0, hi = 1;
-    for (;;) { /* lo fits (or is 0), hi is to be tried */
-        dry_step d;
-        dry_run_step(&d, &c, hi, T, act, 1);
-        const double total = trainer_bytes(&d);
-        dry_free(&d);
-        if (total > budget) break;
+    double cap_d = fmin((double)INT_MAX / T, (double)(1 << 20));
+    const double host = host_available();
+    if (host > 0) cap_d = fmin(cap_d, host / 2 / (40.0 * T));
+    const int cap = cap_d >= 1 ? (int)cap_d : 1;
+    *capped = 0;
+    int lo = 0, hi = 1; /* lo fits (or is 0), hi is to be tried */
+    while (step_fits(&c, hi, T, act, budget)) {
         lo = hi;
-        if (hi == cap) return lo;
+        if (hi == cap) return *capped = 1, lo;
         hi = hi > cap / 2 ? cap : 2 * hi;
     }
     while (hi - lo > 1) {
         const int mid = lo + (hi - lo) / 2;
-        dry_step d;
-        dry_run_step(&d, &c, mid, T, act, 1);
-        const double total = trainer_bytes(&d);
-        dry_free(&d);
-        if (total > budget)
-            hi = mid;
-        else
+        if (step_fits(&c, mid, T, act, budget))
             lo = mid;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -271,12 +278,14 @@ int ll_train_dry_run(const ll_config *cfg, const char *config_path, int B_opt, i
     { /* Marian's --mini-batch-fit, offline: the largest batch of max_len-token sentences that fits */
         const ll_dtype act = ll_config_act_dtype(cfg);
         const int Tf = dry_len(cfg, T_opt);
-        const int b0 = fit_sentences(cfg, Tf, act, cfg->checkpoint_activations, budget),
-                  b1 = fit_sentences(cfg, Tf, act, !cfg->checkpoint_activations, budget);
-        printf("largest data.max_tokens whose step fits %.4g GiB in %s (sentences of %d tokens): %lld; with "
-               "train.checkpoint_activations %s: %lld\n",
-               budget / (1 << 30), ll_dtype_str(act), Tf, (long long)b0 * Tf,
-               cfg->checkpoint_activations ? "false" : "true", (long long)b1 * Tf);
+        int c0, c1;
+        const int b0 = fit_sentences(cfg, Tf, act, cfg->checkpoint_activations, budget, &c0),
+                  b1 = fit_sentences(cfg, Tf, act, !cfg->checkpoint_activations, budget, &c1);
+        printf("largest data.max_tokens whose step fits %.4g GiB in %s (sentences of %d tokens): %s%lld; with "
+               "train.checkpoint_activations %s: %s%lld%s\n",
+               budget / (1 << 30), ll_dtype_str(act), Tf, c0 ? "at least " : "", (long long)b0 * Tf,
+               cfg->checkpoint_activations ? "false" : "true", c1 ? "at least " : "", (long long)b1 * Tf,
+               c0 || c1 ? " (the search stops where data.max_tokens or this host's memory ends)" : "");
     }
     dry_free(&d);
     dry_free(&h);
