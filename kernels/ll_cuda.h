@@ -253,6 +253,10 @@ cudaError_t ll_cuda_pick_logp(cudaStream_t s, ll_cuda_dtype t, float *out, const
 cudaError_t ll_cuda_add_col(cudaStream_t s, ll_cuda_dtype t, void *x, int rows, int V, int col, float val);
 /* x[idx[i]] = val for i < n (idx in device memory; repeats write the same value) */
 cudaError_t ll_cuda_fill_at(cudaStream_t s, ll_cuda_dtype t, void *x, const int32_t *idx, int n, float val);
+/* dst[r*V + cols[j]] = src[r*K + j] (copied), the rest of rows r < rows := fill (lldecode --shortlist);
+ * cols [K] distinct, device memory; dst and src of type t */
+cudaError_t ll_cuda_expand_cols(cudaStream_t s, ll_cuda_dtype t, void *dst, const void *src, const int32_t *cols,
+                                int rows, int V, int K, float fill);
 /* acc[i] = log(exp(acc[i]) + exp(x[i] + b)) - c in double (an ensemble's log-probabilities, b a
  * member's log weight against the first model's); type t */
 cudaError_t ll_cuda_ensemble_mix(cudaStream_t s, ll_cuda_dtype t, void *acc, const void *x, size_t n, double b,

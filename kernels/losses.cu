@@ -224,6 +224,28 @@ extern "C" cudaError_t ll_cuda_fill_at(cudaStream_t s, ll_cuda_dtype t, void *x,
     return cudaSuccess;
 }
 
+/* a shortlist's log-probabilities placed in full rows: a block per row fills it, then scatters (the
+ * columns are distinct, so the scatter has no conflicts; the barrier orders it after the fill) */
+template <typename T>
+static __global__ void expand_cols_kernel(T *__restrict__ dst, const T *__restrict__ src, const int32_t *__restrict__ cols,
+                                          int V, int K, float fill) {
+    LL_PDL_ENTER();
+    T *d = dst + (size_t)blockIdx.x * V;
+    const T *s = src + (size_t)blockIdx.x * K;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) ll_st(d + v, fill);
+    __syncthreads();
+    for (int j = threadIdx.x; j < K; j += blockDim.x) d[cols[j]] = s[j];
+}
+
+extern "C" cudaError_t ll_cuda_expand_cols(cudaStream_t s, ll_cuda_dtype t, void *dst, const void *src,
+                                           const int32_t *cols, int rows, int V, int K, float fill) {
+    if (rows <= 0) return cudaSuccess;
+    LL_DISPATCH(t, T, LL_LAUNCH((unsigned)rows, 256, 0, s, expand_cols_kernel<T>)((T *)dst, (const T *)src, cols, V,
+                                                                                  K, fill);)
+    LL_CHECK_LAUNCH();
+    return cudaSuccess;
+}
+
 extern "C" cudaError_t ll_cuda_add_col(cudaStream_t s, ll_cuda_dtype t, void *x, int rows, int V, int col, float val) {
     if (rows <= 0) return cudaSuccess;
     const int threads = 128;

@@ -16,6 +16,8 @@
  *   - ensemble_mix (an ensemble's log-probabilities) against log(e^a + e^(b + w)) - c in long double;
  *   - add_col (--unkpen) moves one column of every row, nothing else.
  *   - fill_at (--no-repeat-ngram-size) sets the listed elements (repeats too), nothing else.
+ *   - expand_cols (--shortlist) places each row's K values at their columns, fill elsewhere,
+ *     rows past `rows` untouched.
  * Attention has its own test (test_attention.c). */
 #include <math.h>
 #include <stdlib.h>
@@ -691,6 +693,30 @@ static void test_fill_at(void) {
     }
 }
 
+/* expand_cols: row r's K values at cols (unsorted), fill in every other column, bit for bit;
+ * rows past `rows` keep what they held. */
+static void test_expand_cols(void) {
+    enum { R = 5, V = 11, K = 4, ROWS = 3 };
+    const int32_t cols[K] = {7, 0, 10, 3};
+    for (int bf = 0; bf < 2; bf++) {
+        ll_backend *be = bf ? ll_backend_cpu_precision(LL_BF16) : ll_backend_cpu();
+        real x[R * V], src[R * K];
+        uint16_t h[R * V], hs[R * K];
+        for (int i = 0; i < R * V; i++) x[i] = (real)i, h[i] = ll_f32_to_bf16((float)i);
+        for (int i = 0; i < R * K; i++) src[i] = -(real)(i + 1) / 8, hs[i] = ll_f32_to_bf16((float)src[i]);
+        be->expand_cols(be, bf ? (ll_act *)h : A_(x), bf ? (const ll_act *)hs : (const ll_act *)src, cols, ROWS, V, K,
+                        (real)-INFINITY);
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < V; v++) {
+                double want = r >= ROWS ? (double)(r * V + v) : -INFINITY;
+                for (int j = 0; j < K && r < ROWS; j++)
+                    if (cols[j] == v) want = -(double)(r * K + j + 1) / 8;
+                const double got = bf ? ll_bf16_to_f32(h[r * V + v]) : (double)x[r * V + v];
+                CHECK_MSG(got == want, "expand_cols %s [%d,%d]: %g, want %g", bf ? "bf16" : "fp32", r, v, got, want);
+            }
+    }
+}
+
 int main(void) {
     ll_set_threads(2);
     test_philox();
@@ -706,5 +732,6 @@ int main(void) {
     test_ensemble_mix();
     test_add_col();
     test_fill_at();
+    test_expand_cols();
     return tu_finish("test_cpu_kernels");
 }

@@ -468,6 +468,12 @@ struct ll_backend {
      * lldecode --no-repeat-ngram-size as fairseq's NGramRepeatBlock).  idx [n] in backend memory,
      * x in the activation dtype. */
     void (*fill_at)(ll_backend *be, ll_act *x, const int32_t *idx, int n, real val);
+    /* expand_cols: dst[r*V + cols[j]] = src[r*K + j], every other element of dst's rows r < rows
+     * := fill (a vocabulary shortlist's log-probabilities [rows, K] placed in the full rows
+     * [rows, V], the rest -inf: lldecode --shortlist).  cols [K] distinct, in backend memory;
+     * dst and src in the activation dtype (src copied bit for bit). */
+    void (*expand_cols)(ll_backend *be, ll_act *dst, const ll_act *src, const int32_t *cols, int rows, int V, int K,
+                        real fill);
     /* sample_draw: one token per row from the rows' log-probabilities logp
      *   [rows, V] (lldecode --sampling; src/decode/sample.c).  Per row, in
      *   double: q = logp / temperature, q[unk] -= unkpen, q = -inf at the

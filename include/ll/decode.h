@@ -61,6 +61,9 @@ typedef struct {
      * scored as the model gives them; its max length is at least prefix_len[i] + 1.  NULL: none. */
     const int32_t *const *prefix;
     const int *prefix_len;
+    /* A vocabulary shortlist (lldecode --shortlist, include/ll/shortlist.h): each batch searches
+     * or samples among its candidates only, normalized among themselves.  NULL: the vocabulary. */
+    const struct ll_shortlist *shortlist;
 } ll_search_opts;
 
 /* fairseq's defaults: beam 5, lenpen 1, max_len 0*src+200, min_len 1, nbest 1, bos EOS. */

@@ -348,6 +348,10 @@ typedef struct ll_dec_state {
                            a step of one row per sentence */
     const int32_t *ban; /* ll_decode_ban: host [n_ban] flat indices row * V + token, -inf in the next */
     int n_ban;          /* ll_decode_step_topk's log-probabilities before its top-k (then cleared) */
+    int sl_K;           /* a vocabulary shortlist (ll_decode_shortlist): K tokens; 0: none */
+    int32_t *sl_ids;    /* backend [K] their ids, ascending */
+    ll_act *sl_w;       /* backend [K, C] their rows of the output projection (activation dtype) */
+    void *sl_packed;    /* those rows packed for linear_packed (NULL: gemm on sl_w) */
 } ll_dec_state;
 #define LL_DEC_PACKED 6 /* per decoder layer: qkv, o, cq, co, fc1, fc2 */
 
@@ -402,6 +406,11 @@ void ll_decode_last_align(ll_model *m, ll_dec_state *d, int32_t *align);
  * start of the next step.  Compact (if any) comes first. */
 void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from);
 void ll_decode_end(ll_model *m, ll_dec_state *d);
+/* A vocabulary shortlist for this batch (lldecode --shortlist): from now on each step projects
+ * onto the K tokens ids (host, ascending, distinct, in the vocabulary, not pad) only, and its
+ * log-probabilities are normalized over them; the other tokens get -inf.  Ensemble members
+ * too.  Before the first step. */
+void ll_decode_shortlist(ll_model *m, ll_dec_state *d, const int32_t *ids, int K);
 /* Pack the decoder's weights once for many ll_decode_begin calls (and for
  * replicas made afterwards); without it each decode packs its own.  The
  * parameters must not change until ll_decode_unpack. */

@@ -14,7 +14,7 @@ const char *ll_backend_missing(const ll_backend *be) {
     NEED(add_gated) NEED(scale_gated) NEED(dot_acc) NEED(residual_fwd) NEED(residual_bwd) NEED(residual_ln_fwd) NEED(weighted_sum) NEED(weighted_scatter) NEED(dots_acc)
     NEED(latent_sample) NEED(latent_grad) NEED(latent_kl) NEED(latent_lk) NEED(latent_depth) NEED(latent_q)
     NEED(ald_pool) NEED(ald_loss) NEED(ald_unpool) NEED(sumsq) NEED(grad_finish) NEED(spike_check)
-    NEED(attention_fwd) NEED(attention_bwd) NEED(xent_fwd_bwd) NEED(sym_kl) NEED(log_softmax) NEED(pick_logp) NEED(ensemble_mix) NEED(add_col) NEED(fill_at) NEED(adam) NEED(ema)
+    NEED(attention_fwd) NEED(attention_bwd) NEED(xent_fwd_bwd) NEED(sym_kl) NEED(log_softmax) NEED(pick_logp) NEED(ensemble_mix) NEED(add_col) NEED(fill_at) NEED(expand_cols) NEED(adam) NEED(ema)
     NEED(copy_rows) NEED(reorder_rows) NEED(beam_topk) NEED(sample_draw) NEED(attention_cached) NEED(beam_ancestry) NEED(attn_align) NEED(attn_probs) NEED(align_argmax)
 #undef NEED
     return NULL;

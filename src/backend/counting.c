@@ -415,6 +415,9 @@ OPL(add_col, rows > 0, (ll_backend * be, ll_act *x, int rows, int V, int col, re
     (((counting *)be)->inner, x, rows, V, col, val))
 OPL(fill_at, n > 0, (ll_backend * be, ll_act *x, const int32_t *idx, int n, real val),
     (((counting *)be)->inner, x, idx, n, val))
+OPL(expand_cols, rows > 0,
+    (ll_backend * be, ll_act *d, const ll_act *sr, const int32_t *cols, int rows, int V, int K, real fill),
+    (((counting *)be)->inner, d, sr, cols, rows, V, K, fill))
 OPL(copy_rows, rows > 0,
     (ll_backend * be, ll_act *d, size_t ds, const ll_act *s, size_t ss, int rows, size_t n, const int *at, size_t ats),
     (((counting *)be)->inner, d, ds, s, ss, rows, n, at, ats))
@@ -555,7 +558,7 @@ ll_backend *ll_backend_counting(ll_backend *in) {
     SET(weighted_sum);
     SET(weighted_scatter), SET(dots_acc), SET(latent_sample), SET(latent_grad), SET(latent_kl), SET(latent_lk);
     SET(latent_depth), SET(latent_q), SET(ald_pool), SET(ald_loss), SET(ald_unpool), SET(sumsq), SET(grad_finish), SET(spike_check);
-    SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(pick_logp), SET(ensemble_mix), SET(add_col), SET(fill_at), SET(adam), SET(ema);
+    SET(attention_fwd), SET(attention_bwd), SET(xent_fwd_bwd), SET(sym_kl), SET(log_softmax), SET(pick_logp), SET(ensemble_mix), SET(add_col), SET(fill_at), SET(expand_cols), SET(adam), SET(ema);
     SET(copy_rows), SET(reorder_rows), SET(beam_topk), SET(sample_draw), SET(attention_cached), SET(beam_ancestry), SET(attn_align), SET(attn_probs), SET(align_argmax);
     SET(linear_pack), SET(linear_packed), SET(linear_unpack);
     w->be.cond_if = c_cond_if, w->be.cond_else = c_cond_else, w->be.cond_end = c_cond_end; /* (any inner) */
@@ -602,7 +605,7 @@ ll_backend *ll_backend_timing(ll_backend *inner) {
 static const char *op_class(const char *op) {
     static const struct { const char *prefix, *cls; } t[] = {
         {"gemm", "matmul"}, {"linear_", "matmul"}, {"attention", "attention"}, {"layernorm", "layer norm"},
-        {"xent", "loss"}, {"sym_kl", "loss"}, {"log_softmax", "loss"}, {"pick_logp", "loss"}, {"ensemble_mix", "loss"}, {"add_col", "loss"}, {"fill_at", "loss"}, {"ald_", "loss"}, {"adam", "optimizer"}, {"ema", "optimizer"},
+        {"xent", "loss"}, {"sym_kl", "loss"}, {"log_softmax", "loss"}, {"pick_logp", "loss"}, {"ensemble_mix", "loss"}, {"add_col", "loss"}, {"fill_at", "loss"}, {"expand_cols", "loss"}, {"ald_", "loss"}, {"adam", "optimizer"}, {"ema", "optimizer"},
         {"sumsq", "optimizer"}, {"grad_finish", "optimizer"}, {"spike_check", "optimizer"}, {"latent_", "latent depth"}, {"weighted_", "DLCL"},
         {"dots_acc", "DLCL"}, {"embed", "embedding"}, {"upload", "host transfer"}, {"download", "host transfer"},
         {"copy_rows", "decoding"}, {"reorder_rows", "decoding"}, {"beam_topk", "decoding"}, {"sample_draw", "decoding"}, {"beam_ancestry", "decoding"}, {"attn_align", "decoding"}, {"attn_probs", "decoding"}, {"align_argmax", "decoding"}};
@@ -678,7 +681,7 @@ const char *ll_backend_op_name(size_t slot) {
         N(scale_gated), N(dot_acc), N(residual_fwd), N(residual_bwd), N(residual_ln_fwd), N(weighted_sum), N(weighted_scatter), N(dots_acc), N(latent_sample),
         N(latent_grad), N(latent_kl), N(latent_lk), N(latent_depth), N(latent_q), N(ald_pool), N(ald_loss),
         N(ald_unpool), N(sumsq), N(grad_finish), N(spike_check), N(attention_fwd), N(attention_bwd), N(xent_fwd_bwd), N(sym_kl),
-        N(log_softmax), N(pick_logp), N(ensemble_mix), N(add_col), N(fill_at), N(copy_rows), N(reorder_rows), N(beam_topk), N(sample_draw), N(attention_cached), N(beam_ancestry), N(attn_align), N(attn_probs), N(align_argmax), N(adam), N(ema), N(linear_pack), N(linear_packed), N(linear_unpack)};
+        N(log_softmax), N(pick_logp), N(ensemble_mix), N(add_col), N(fill_at), N(expand_cols), N(copy_rows), N(reorder_rows), N(beam_topk), N(sample_draw), N(attention_cached), N(beam_ancestry), N(attn_align), N(attn_probs), N(align_argmax), N(adam), N(ema), N(linear_pack), N(linear_packed), N(linear_unpack)};
     /* (graph_* and cond_*: the graph's structure, not ops of the parity and profile tables) */
 #undef N
     return slot < SLOTS && names[slot] ? names[slot] : "?";

@@ -30,6 +30,7 @@
 #include "ll/core.h"
 #include "ll/decode.h"
 #include "ll/eval.h"
+#include "ll/shortlist.h"
 #include "ll/train.h"
 
 #include "decode_io.h"
@@ -81,6 +82,9 @@ static void usage(FILE *out) {
             "                     by N and i, not by its batch (the same up to floating-point rounding)\n"
             "  --prefix F         target prefixes, one per input line (an empty line: none): each\n"
             "                     translation begins with its line's, forced (CTranslate2's target_prefix)\n"
+            "  --shortlist F      a vocabulary shortlist (CTranslate2's vocabulary map; llshortlist writes\n"
+            "                     one): each batch decodes over the tokens its sources' rules list,\n"
+            "                     normalized among them (faster output layer; see docs/decoding.md)\n"
             "  --score-reference R  score the translations in R (one per input line) instead of\n"
             "                     searching: each line's log-probability (base 2) / len^lenpen, the\n"
             "                     score the search would give it; --format fairseq adds P- token scores\n"
@@ -154,6 +158,7 @@ typedef struct {
     const char *score_ref;   /* --score-reference */
     const char *weights;     /* --weights, as given */
     const char *prefix;      /* --prefix */
+    const char *shortlist;   /* --shortlist */
     int sampling;            /* --sampling */
     long topk;               /* --sampling-topk */
     double topp;             /* --sampling-topp */
@@ -406,6 +411,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--prefix")) {
             o.prefix = v;
             o.search_flag = o.search_flag ? o.search_flag : a;
+        } else if (!strcmp(a, "--shortlist")) {
+            o.shortlist = v;
+            o.search_flag = o.search_flag ? o.search_flag : a;
         } else if (!strcmp(a, "--sampling-topk")) {
             o.topk = parse_int(a, v, 0, 1 << 30);
             o.sample_flag = o.sample_flag ? o.sample_flag : a;
@@ -566,6 +574,11 @@ int main(int argc, char **argv) {
     ll_spm *spm = ll_spm_load_bytes(vocab, vlen);
     if (!spm) ll_die("%s: no usable vocabulary in the model file", o.model);
     free(vocab);
+    ll_shortlist *shortlist = NULL;
+    if (o.shortlist && !(shortlist = ll_shortlist_load(o.shortlist, spm))) ll_die("%s", ll_errbuf());
+    if (shortlist && ll_spm_vocab_size(spm) != m->hp.V)
+        ll_die("--shortlist: the model's vocabulary file has %d pieces, its output layer %d", ll_spm_vocab_size(spm),
+               m->hp.V);
 
     ll_graph_stats g0 = {0}, g1 = {0}; /* search steps as CUDA graphs (a GPU; not --no-cuda-graphs) */
     if (be->graph_stats) be->graph_stats(be, &g0);
@@ -606,6 +619,7 @@ int main(int argc, char **argv) {
         ll_die("--beam %d: beam x the vocabulary (%d pieces) must stay below 2^31", to.search.beam, m->hp.V);
     to.search.nbest = (int)o.nbest;
     to.search.align = o.alignment;
+    to.search.shortlist = shortlist;
     if (ll_decode_bos(&cfg, spm, o.target_lang, &to.search.bos)) ll_die("%s", ll_errbuf());
     int latent = 0; /* (in an ensemble, the options are for the models with latent layers) */
     for (int j = 0; j < o.n_models; j++) latent |= mm[j]->hp.latent_enc || mm[j]->hp.latent_dec;
@@ -726,6 +740,11 @@ int main(int argc, char **argv) {
                         "%.0f target tokens/s\n",
                 lineno, total.sents, total.batches, o.sampling ? "draws per sentence" : "beam", to.search.beam, ens,
                 total.seconds, total.sents / s, total.out_tokens / s);
+        long sb = 0, sk = 0;
+        if (shortlist) ll_shortlist_usage(shortlist, &sb, &sk);
+        if (sb)
+            fprintf(stderr, "lldecode: shortlist %s: %d rules, %d tokens always; %.0f of %d tokens per batch on average\n",
+                    o.shortlist, ll_shortlist_rules(shortlist), ll_shortlist_fixed(shortlist), (double)sk / sb, m->hp.V);
         if (be->graph_stats) be->graph_stats(be, &g1);
         if (g1.launches > g0.launches)
             fprintf(stderr, "lldecode: CUDA graphs: %llu search steps launched as graphs, %llu of them replayed as kept "
@@ -736,6 +755,7 @@ int main(int argc, char **argv) {
     free(lines);
     free(ids);
     ll_spm_free(spm);
+    ll_shortlist_free(shortlist);
     ll_model_free(m); /* (and the ensemble's other models) */
     for (int j = 0; j < o.n_models; j++) ll_config_free(&mcfg[j]);
     free(mcfg);

@@ -166,6 +166,7 @@ void ll_beam_search(ll_model *m, const int32_t *src, const int *src_len, int B, 
         if (ss[i].max_len + 1 > T) T = ss[i].max_len + 1;
     }
     ll_dec_state *d = ll_decode_begin(m, src, src_len, B, S, beam, T);
+    ll_search_shortlist(m, d, o, src, src_len, B, S);
     d->unk_pen = (real)o->unkpen;
     d->div_groups = div, d->div_strength = o->diverse_strength;
     d->topk_per_row = rate > 0;

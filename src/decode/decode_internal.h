@@ -40,6 +40,10 @@ int ll_search_prefixed_max_len(const ll_model *m, const ll_search_opts *o, int s
  * returns their count. */
 int ll_ngram_bans(int32_t bos, const int32_t *gen, int len, int n, int32_t *out);
 
+/* o->shortlist's candidates for this batch set on d (ll_decode_shortlist); nothing without one. */
+void ll_search_shortlist(ll_model *m, ll_dec_state *d, const ll_search_opts *o, const int32_t *src, const int *src_len,
+                         int B, int S);
+
 /* Sort fin[0..n_fin) by score, best first (stable), keep nbest in out (owning fin), free the rest. */
 void ll_search_finish(ll_hypo *fin, int n_fin, int nbest, ll_nbest *out);
 

@@ -55,6 +55,7 @@ void ll_sample_search(ll_model *m, const int32_t *src, const int *src_len, int B
     }
     const int N0 = B * n;
     ll_dec_state *d = ll_decode_begin(m, src, src_len, B, S, n, T);
+    ll_search_shortlist(m, d, o, src, src_len, B, S);
     if (o->align && ll_decode_align_on(m, d) < 0) ll_die("alignment: no decoder layer attends to the source");
     int32_t *tok = ll_malloc(sizeof(int32_t) * (size_t)N0 * T), *prev = ll_malloc(sizeof(int32_t) * N0);
     float *ps = ll_malloc(sizeof(float) * (size_t)N0 * T);

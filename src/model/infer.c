@@ -291,6 +291,21 @@ static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
     ll_stack_run_init(m, &r, 1, &p, in->tok);
     const ll_act *x = ll_stack_run_fwd(m, &r);
     const void *pk = d->packed[(size_t)hp->Ld * LL_DEC_PACKED];
+    if (d->sl_K) { /* the shortlist's K tokens, normalized among themselves, the rest -inf */
+        const int K = d->sl_K;
+        ll_act *lg = ll_buf(m, (size_t)rows * K);
+        if (d->sl_packed) {
+            be->linear_packed(be, lg, K, x, C, d->sl_packed, NULL, rows);
+        } else {
+            ll_gemm_desc g = ll_gemm_xwt(m, lg, x, rows, C, K, m->out_proj);
+            g.B = d->sl_w;
+            be->gemm(be, &g);
+        }
+        be->log_softmax(be, lg, rows, K);
+        be->expand_cols(be, d->logp, lg, d->sl_ids, rows, hp->V, K, (real)-INFINITY);
+        if (k > 0) step_topk_ops(m, d, in, roots, k, out);
+        return;
+    }
     if (pk) {
         be->linear_packed(be, d->logp, hp->V, x, C, pk, NULL, rows);
     } else { /* the output projection: no bias */
@@ -534,8 +549,37 @@ void ll_decode_reorder(ll_model *m, ll_dec_state *d, const int *from) {
     for (int j = 0; j < m->n_ens; j++) ll_decode_reorder(m->ens[j], d->ens[j], from);
 }
 
+void ll_decode_shortlist(ll_model *m, ll_dec_state *d, const int32_t *ids, int K) {
+    ll_backend *be = m->be;
+    const int C = m->hp.C;
+    if (d->t != 0 || d->sl_K) ll_die("decode: a shortlist is set before the first step, once");
+    for (int j = 0; j < K; j++)
+        if (ids[j] < 0 || ids[j] >= m->hp.V || ids[j] == LL_PAD || (j > 0 && ids[j] <= ids[j - 1]))
+            ll_die("decode: shortlist entry %d (token %d): not ascending, out of the vocabulary or pad", j, ids[j]);
+    if (K <= 0) ll_die("decode: an empty shortlist");
+    /* one allocation: ids, zero positions, rows; the rows are the output projection's
+     * gathered by the embedding lookup (scale 1, zero positions: a plain copy) */
+    const size_t b_ids = (sizeof(int32_t) * (size_t)K + 63) & ~(size_t)63, b_pos = (sizeof(real) * (size_t)C + 63) & ~(size_t)63;
+    char *mem = be->alloc(be, b_ids + b_pos + ACT_BYTES(m, (size_t)K * C));
+    d->sl_ids = (int32_t *)mem;
+    real *zero = (real *)(mem + b_ids);
+    d->sl_w = (ll_act *)(mem + b_ids + b_pos);
+    be->upload(be, d->sl_ids, ids, sizeof(int32_t) * (size_t)K);
+    real *hz = ll_calloc((size_t)C, sizeof(real));
+    be->upload(be, zero, hz, sizeof(real) * (size_t)C);
+    free(hz);
+    be->embed_fwd(be, d->sl_w, d->sl_ids, ACT(m, m->wact, m->out_proj), zero, 0, NULL, 1, K, 1, C, LL_PAD);
+    d->sl_K = K;
+    /* packed as the whole projection would be (the CPU's fp32 rows, int8 too) */
+    if (d->packed[(size_t)m->hp.Ld * LL_DEC_PACKED])
+        d->sl_packed = be->linear_pack(be, (const real *)d->sl_w, K, C, m->decode_int8);
+    for (int j = 0; j < m->n_ens; j++) ll_decode_shortlist(m->ens[j], d->ens[j], ids, K);
+}
+
 void ll_decode_end(ll_model *m, ll_dec_state *d) {
     if (!d) return;
+    if (d->sl_packed) m->be->linear_unpack(m->be, d->sl_packed);
+    if (d->sl_ids) m->be->free(m->be, d->sl_ids);
     m->dec_busy = 0; /* the buffers stay with the model (m->dec_mem) */
     for (int j = 0; j < m->n_ens; j++) ll_decode_end(m->ens[j], d->ens[j]);
     free(d->ens);

@@ -612,7 +612,7 @@ static const op_test tests[] = {
     {"ald_pool", t_ald_pool, 0}, {"ald_loss", t_ald_loss, 0}, {"ald_unpool", t_ald_unpool, 0},
     {"sumsq", t_sumsq, 0}, {"grad_finish", t_grad_finish, 0}, {"spike_check", t_spike_check, 0}, {"attention_fwd", t_attention_fwd, 0},
     {"attention_bwd", t_attention_bwd, 0}, {"xent_fwd_bwd", t_xent_fwd_bwd, 0}, {"sym_kl", t_sym_kl, 0},
-    {"log_softmax", t_log_softmax, 0}, {"pick_logp", t_pick_logp, 0}, {"ensemble_mix", t_ensemble_mix, 0}, {"add_col", t_add_col, 0}, {"fill_at", t_fill_at, 0}, {"copy_rows", t_copy_rows, 0}, {"reorder_rows", t_reorder_rows, 0},
+    {"log_softmax", t_log_softmax, 0}, {"pick_logp", t_pick_logp, 0}, {"ensemble_mix", t_ensemble_mix, 0}, {"add_col", t_add_col, 0}, {"fill_at", t_fill_at, 0}, {"expand_cols", t_expand_cols, 0}, {"copy_rows", t_copy_rows, 0}, {"reorder_rows", t_reorder_rows, 0},
     {"beam_topk", t_beam_topk, 0}, {"sample_draw", t_sample_draw, 0}, {"attention_cached", t_attention_cached, 0},
     {"beam_ancestry", t_beam_ancestry, 0}, {"attn_align", t_attn_align, 0}, {"attn_probs", t_attn_align, 0}, {"align_argmax", t_attn_align, 0}, {"adam", t_adam, 0}, {"ema", t_ema, 0}, {"linear_pack", t_linear_packed, 1},
     {"linear_packed", t_linear_packed, 1}, {"linear_unpack", t_linear_packed, 1},

@@ -337,6 +337,18 @@ static void t_fill_at(void) {
     free(hi), pb_free(&idx), pb_free(&x);
 }
 
+/* expand_cols (--shortlist): K of every row's V columns from src, the rest -inf; exact (copies) */
+static void t_expand_cols(void) {
+    const int K = XV / 3, rows = XN - 1; /* the last row keeps what it held */
+    int32_t *hc = malloc(sizeof(int32_t) * K);
+    for (int j = 0; j < K; j++) hc[j] = XV - 1 - 3 * j - (j & 1); /* distinct, descending, uneven gaps */
+    pbuf x = pb_rand_act((size_t)XN * XV, -20, 0), src = pb_rand_act((size_t)XN * K, -9, 0);
+    pbuf cols = pb_new(hc, K * sizeof(int32_t));
+    BOTH BE->expand_cols(BE, A(x, s), A(src, s), I32(cols, s), rows, XV, K, (real)-INFINITY);
+    pb_cmp_exact("x (expanded)", &x);
+    free(hc), pb_free(&x), pb_free(&src), pb_free(&cols);
+}
+
 /* ---- Adam ---- */
 /* p_act: the activation-dtype weight copy refreshed from the updated p (bf16
  * mode; NULL in fp32, where the copy aliases the master) */

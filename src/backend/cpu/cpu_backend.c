@@ -443,6 +443,7 @@ static ll_backend g_cpu = {
     .ensemble_mix = cpu_ensemble_mix,
     .add_col = cpu_add_col,
     .fill_at = cpu_fill_at,
+    .expand_cols = cpu_expand_cols,
     .copy_rows = cpu_copy_rows,
     .reorder_rows = cpu_reorder_rows,
     .beam_topk = cpu_beam_topk,

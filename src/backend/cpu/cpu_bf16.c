@@ -404,6 +404,7 @@ static void init_bf16(void) {
     g_bf16.ensemble_mix = cpu_ensemble_mix_bf16;
     g_bf16.add_col = cpu_add_col_bf16;
     g_bf16.fill_at = cpu_fill_at_bf16;
+    g_bf16.expand_cols = cpu_expand_cols_bf16;
     SET(beam_topk), SET(sample_draw), SET(attention_cached), SET(attn_align), SET(attn_probs);
     /* decoding's packed fp32 kernel has no bf16 form: linear layers use gemm */
     g_bf16.linear_pack = NULL;

@@ -25,6 +25,10 @@ void cpu_add_col(ll_backend *be, ll_act *x, int rows, int V, int col, real val);
 void cpu_add_col_bf16(ll_backend *be, ll_act *x, int rows, int V, int col, real val); /* bf16 storage */
 void cpu_fill_at(ll_backend *be, ll_act *x, const int32_t *idx, int n, real val);
 void cpu_fill_at_bf16(ll_backend *be, ll_act *x, const int32_t *idx, int n, real val); /* bf16 storage */
+void cpu_expand_cols(ll_backend *be, ll_act *dst, const ll_act *src, const int32_t *cols, int rows, int V, int K,
+                     real fill);
+void cpu_expand_cols_bf16(ll_backend *be, ll_act *dst, const ll_act *src, const int32_t *cols, int rows, int V,
+                          int K, real fill); /* bf16 storage */
 void cpu_ensemble_mix(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double b, double c);
 void cpu_ensemble_mix_bf16(ll_backend *be, ll_act *acc, const ll_act *x, size_t n, double b, double c); /* bf16 storage */
 

@@ -135,6 +135,35 @@ void cpu_fill_at_bf16(ll_backend *be, ll_act *x_, const int32_t *idx, int n, rea
     for (int i = 0; i < n; i++) x[idx[i]] = v;
 }
 
+/* One row at a time: fill, then the shortlist's columns (K << V: the fill is the pass that counts). */
+void cpu_expand_cols(ll_backend *be, ll_act *dst_, const ll_act *src_, const int32_t *cols, int rows, int V, int K,
+                     real fill) {
+    (void)be;
+    real *dst = (real *)dst_;
+    const real *src = (const real *)src_;
+#pragma omp parallel for schedule(static) if ((size_t)rows * V > 65536)
+    for (int r = 0; r < rows; r++) {
+        real *d = dst + (size_t)r * V;
+        const real *s = src + (size_t)r * K;
+        for (int v = 0; v < V; v++) d[v] = fill;
+        for (int j = 0; j < K; j++) d[cols[j]] = s[j];
+    }
+}
+
+void cpu_expand_cols_bf16(ll_backend *be, ll_act *dst_, const ll_act *src_, const int32_t *cols, int rows, int V,
+                          int K, real fill) {
+    (void)be;
+    uint16_t *dst = (uint16_t *)dst_;
+    const uint16_t *src = (const uint16_t *)src_, f = ll_f32_to_bf16((float)fill);
+#pragma omp parallel for schedule(static) if ((size_t)rows * V > 65536)
+    for (int r = 0; r < rows; r++) {
+        uint16_t *d = dst + (size_t)r * V;
+        const uint16_t *s = src + (size_t)r * K;
+        for (int v = 0; v < V; v++) d[v] = f;
+        for (int j = 0; j < K; j++) d[cols[j]] = s[j];
+    }
+}
+
 void cpu_pick_logp(ll_backend *be, real *out, const ll_act *logp_, const int32_t *target, int N, int V, int pad) {
     (void)be;
     const real *logp = (const real *)logp_;

@@ -35,12 +35,18 @@ static void cu_add_col(ll_backend *be, ll_act *x, int rows, int V, int col, real
     LL_CU(ll_cuda_add_col(ll_cuda_enter(be), ll_cuda_act(be), x, rows, V, col, (float)val));
 }
 
+static void cu_expand_cols(ll_backend *be, ll_act *dst, const ll_act *src, const int32_t *cols, int rows, int V, int K,
+                           real fill) {
+    LL_CU(ll_cuda_expand_cols(ll_cuda_enter(be), ll_cuda_act(be), dst, src, cols, rows, V, K, (float)fill));
+}
+
 static void cu_fill_at(ll_backend *be, ll_act *x, const int32_t *idx, int n, real val) {
     LL_CU(ll_cuda_fill_at(ll_cuda_enter(be), ll_cuda_act(be), x, idx, n, (float)val));
 }
 
 void ll_cuda_register_loss(ll_backend *be) {
     be->add_col = cu_add_col;
+    be->expand_cols = cu_expand_cols;
     be->fill_at = cu_fill_at;
     be->ensemble_mix = cu_ensemble_mix;
     be->xent_fwd_bwd = cu_xent_fwd_bwd;
