@@ -104,6 +104,15 @@ static void test_load(void) {
         free(p);
     }
     CHECK(!ll_shortlist_load("/nonexistent/map", spm));
+    /* built in code: ids outside the vocabulary and n-grams too long refused */
+    ll_shortlist *b = ll_shortlist_new(V);
+    const int32_t ok[2] = {5, 6}, out_of[1] = {V}, long9[9] = {4, 4, 4, 4, 4, 4, 4, 4, 4};
+    CHECK(ll_shortlist_add(b, ok, 2, ok, 2) == 0 && ll_shortlist_add(b, NULL, 0, ok, 1) == 0);
+    CHECK(ll_shortlist_add(b, ok, 1, out_of, 1) == -1 && strstr(ll_errbuf(), "outside the vocabulary"));
+    CHECK(ll_shortlist_add(b, out_of, 1, ok, 1) == -1);
+    CHECK(ll_shortlist_add(b, long9, 9, ok, 1) == -1 && strstr(ll_errbuf(), "9 pieces"));
+    CHECK(ll_shortlist_rules(b) == 1 && ll_shortlist_fixed(b) == 1);
+    ll_shortlist_free(b);
 }
 
 /* log-sum-exp of full[ids] */

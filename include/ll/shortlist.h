@@ -29,6 +29,10 @@ typedef struct ll_shortlist ll_shortlist;
  * LL_SHORTLIST_MAX_NGRAM.  Rules with the same n-gram add up. */
 ll_shortlist *ll_shortlist_load(const char *path, const ll_spm *spm);
 void ll_shortlist_free(ll_shortlist *s);
+/* A map built in code: an empty one over a vocabulary of V, and a rule added (n = 0: tokens
+ * always listed); 0, or -1 + errbuf (an id outside the vocabulary, an n-gram too long). */
+ll_shortlist *ll_shortlist_new(int V);
+int ll_shortlist_add(ll_shortlist *s, const int32_t *ngram, int n, const int32_t *tgt, int n_tgt);
 /* Rules and the target tokens of the empty n-gram (for lldecode's log line). */
 int ll_shortlist_rules(const ll_shortlist *s);
 int ll_shortlist_fixed(const ll_shortlist *s);

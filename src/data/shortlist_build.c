@@ -6,9 +6,10 @@
  *
  * p(t | s) lives in one open-addressing table over the co-occurring (s, t) pairs; the first
  * EM round from uniform is the pairs' co-occurrence counts weighted 1 / (|s| + 1), gathered
- * while the table is built; each later round re-reads the corpus, threads over sentences with
- * atomic adds. */
+ * while the table is built; each later round re-reads the corpus, threads dividing the target
+ * pieces among them (em_round), so the map is the same bits on any thread count. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,7 +94,9 @@ static void normalize(pair_table *h, double *tot) {
     }
 }
 
-/* E step of a later round; returns the corpus log-likelihood per target token (natural log). */
+/* E step of a later round; returns the corpus log-likelihood per target token (natural log).
+ * Thread k of n takes the target pieces t with t % n == k in every sentence: each count has one
+ * writer, adding in corpus order, so the map does not depend on the thread count. */
 static double em_round(pair_table *h, const ll_dataset *d, long max_sents) {
     double ll = 0, n_tok = 0;
     for (int p = 0; p < d->n_pairs; p++) {
@@ -104,15 +107,15 @@ static double em_round(pair_table *h, const ll_dataset *d, long max_sents) {
             if (ll_tokfile_len(fs, i) > max_ls) max_ls = ll_tokfile_len(fs, i);
 #pragma omp parallel reduction(+ : ll, n_tok)
         {
+            const int nt = omp_get_num_threads(), me = omp_get_thread_num();
             size_t *slot = ll_malloc(sizeof(size_t) * ((size_t)max_ls + 1)); /* a target piece's pairs */
-#pragma omp for schedule(dynamic, 64)
             for (int i = 0; i < n; i++) {
                 const int32_t *xs = fs->tokens + fs->offsets[i], *xt = ft->tokens + ft->offsets[i];
                 const int ls = ll_tokfile_len(fs, i), lt = ll_tokfile_len(ft, i);
                 int n_s = 1;
                 for (int a = 0; a < ls; a++) n_s += content(xs[a]);
                 for (int b = 0; b < lt; b++) {
-                    if (!content(xt[b])) continue;
+                    if (!content(xt[b]) || xt[b] % nt != me) continue;
                     double den = 0;
                     int k = 0;
                     for (int a = -1; a < ls; a++) {
@@ -122,11 +125,7 @@ static double em_round(pair_table *h, const ll_dataset *d, long max_sents) {
                     }
                     if (den <= 0) continue;
                     ll += log(den / n_s), n_tok += 1;
-                    for (int j = 0; j < k; j++) {
-                        const double add = h->a[slot[j]].p / den;
-#pragma omp atomic
-                        h->a[slot[j]].c += add;
-                    }
+                    for (int j = 0; j < k; j++) h->a[slot[j]].c += h->a[slot[j]].p / den;
                 }
             }
             free(slot);

@@ -58,9 +58,11 @@ static int field_ids(char *f, const ll_spm *spm, int32_t **ids, int *cap, const 
     return n;
 }
 
+/* The n-gram table at twice the rules (rebuilt as they grow). */
 static void index_rules(ll_shortlist *s) {
+    free(s->slot);
     s->n_slots = 16;
-    while (s->n_slots < 2 * (size_t)s->n_rules) s->n_slots *= 2;
+    while (s->n_slots < 2 * (size_t)s->cap_rules) s->n_slots *= 2;
     s->slot = ll_calloc(s->n_slots, sizeof(uint32_t));
     for (int r = 0; r < s->n_rules; r++) {
         size_t i = s->rules[r].hash & (s->n_slots - 1);
@@ -69,12 +71,47 @@ static void index_rules(ll_shortlist *s) {
     }
 }
 
+ll_shortlist *ll_shortlist_new(int V) {
+    ll_shortlist *s = ll_calloc(1, sizeof *s);
+    s->V = V;
+    index_rules(s);
+    return s;
+}
+
+int ll_shortlist_add(ll_shortlist *s, const int32_t *ngram, int n, const int32_t *tgt, int n_tgt) {
+    if (n < 0 || n > LL_SHORTLIST_MAX_NGRAM || n_tgt < 0)
+        return ll_fail("a source n-gram of %d pieces (at most %d)", n, LL_SHORTLIST_MAX_NGRAM);
+    for (int i = 0; i < n; i++)
+        if (ngram[i] < 0 || ngram[i] >= s->V) return ll_fail("source token %d outside the vocabulary of %d", ngram[i], s->V);
+    for (int i = 0; i < n_tgt; i++)
+        if (tgt[i] < 0 || tgt[i] >= s->V) return ll_fail("target token %d outside the vocabulary of %d", tgt[i], s->V);
+    if (n == 0) {
+        size_t nf = (size_t)s->n_fixed, cf = (size_t)s->cap_fixed;
+        push_ids(&s->fixed, &nf, &cf, tgt, (size_t)n_tgt);
+        s->n_fixed = (int)nf, s->cap_fixed = (int)cf;
+        return 0;
+    }
+    if (s->n_rules == s->cap_rules) {
+        s->rules = ll_realloc(s->rules, sizeof(rule) * (size_t)(s->cap_rules = s->cap_rules * 2 + 64));
+        index_rules(s);
+    }
+    const int r = s->n_rules++;
+    s->rules[r] = (rule){.hash = ngram_hash(ngram, n), .key = (uint32_t)s->n_keys, .n = (uint32_t)n,
+                         .tgt = (uint32_t)s->n_tgts, .n_tgt = (uint32_t)n_tgt};
+    push_ids(&s->keys, &s->n_keys, &s->cap_keys, ngram, (size_t)n);
+    push_ids(&s->tgts, &s->n_tgts, &s->cap_tgts, tgt, (size_t)n_tgt);
+    if (n > s->max_n) s->max_n = n;
+    size_t i = s->rules[r].hash & (s->n_slots - 1);
+    while (s->slot[i]) i = (i + 1) & (s->n_slots - 1);
+    s->slot[i] = (uint32_t)r + 1;
+    return 0;
+}
+
 ll_shortlist *ll_shortlist_load(const char *path, const ll_spm *spm) {
     size_t len;
     char *text = ll_read_file(path, &len);
     if (!text) return NULL;
-    ll_shortlist *s = ll_calloc(1, sizeof *s);
-    s->V = ll_spm_vocab_size(spm);
+    ll_shortlist *s = ll_shortlist_new(ll_spm_vocab_size(spm));
     int32_t *ids = NULL;
     int cap = 0;
     long line = 0;
@@ -102,22 +139,10 @@ ll_shortlist *ll_shortlist_load(const char *path, const ll_spm *spm) {
         memcpy(key, ids, sizeof(int32_t) * (size_t)n);
         const int nt = field_ids(tab + 1, spm, &ids, &cap, path, line);
         if (nt < 0) goto fail;
-        if (n == 0) {
-            size_t nf = (size_t)s->n_fixed, cf = (size_t)s->cap_fixed;
-            push_ids(&s->fixed, &nf, &cf, ids, (size_t)nt);
-            s->n_fixed = (int)nf, s->cap_fixed = (int)cf;
-            continue;
-        }
-        if (s->n_rules == s->cap_rules) s->rules = ll_realloc(s->rules, sizeof(rule) * (size_t)(s->cap_rules = s->cap_rules * 2 + 64));
-        s->rules[s->n_rules++] = (rule){.hash = ngram_hash(key, n), .key = (uint32_t)s->n_keys, .n = (uint32_t)n,
-                                        .tgt = (uint32_t)s->n_tgts, .n_tgt = (uint32_t)nt};
-        push_ids(&s->keys, &s->n_keys, &s->cap_keys, key, (size_t)n);
-        push_ids(&s->tgts, &s->n_tgts, &s->cap_tgts, ids, (size_t)nt);
-        if (n > s->max_n) s->max_n = n;
+        if (ll_shortlist_add(s, key, n, ids, nt) != 0) goto fail; /* (cannot fail: checked above) */
     }
     free(ids);
     free(text);
-    index_rules(s);
     return s;
 fail:
     free(ids);

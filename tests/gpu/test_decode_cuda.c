@@ -6,7 +6,7 @@
  * every gemm of it one fused cuBLASLt matmul (ll_backend_gemm_fallbacks; in
  * fp32 and, on the GPU alone, in bf16), and its hypotheses scored as
  * references (forced decoding) get the search's token scores; diverse beam
- * search and diverse siblings search find the same lists on both; sampling draws the same tokens on both; an ensemble of two models searches alike on both.  Skips (77) without a GPU. */
+ * search and diverse siblings search find the same lists on both; sampling draws the same tokens on both; an ensemble of two models searches alike on both; so do beam search and sampling over a vocabulary shortlist.  Skips (77) without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include "ll/core.h"
 #include "ll/decode.h"
 #include "ll/model.h"
+#include "ll/shortlist.h"
 #include "ll_cuda.h"
 #include "../util/testutil.h"
 #include "gpu_util.h"
@@ -371,6 +372,68 @@ static void test_ensemble(ll_backend *cpu, ll_backend *gpu) {
     CHECK_MSG(same, "%s on CUDA gives other hypotheses (or alignments) than on the CPU", what);
 }
 
+/* A vocabulary shortlist (lldecode --shortlist): the output projection over the listed rows
+ * (gathered by the embedding kernel), log-softmax over them, expand_cols to the full rows; beam
+ * search and sampling find the same lists on both backends, as graphs and op by op, every
+ * token listed (cpu NULL: on gpu alone, bf16). */
+static void test_shortlist(ll_backend *cpu, ll_backend *gpu) {
+    enum { B = 5, S = 9 };
+    const int V = search_hp.V;
+    ll_shortlist *sl = ll_shortlist_new(V);
+    int32_t fixed[24], key, tgt[3];
+    int nf = 0;
+    for (int v = 4; v < V; v += 5) fixed[nf++] = v;
+    CHECK(ll_shortlist_add(sl, NULL, 0, fixed, nf) == 0);
+    for (key = 4; key < V; key++) {
+        for (int j = 0; j < 3; j++) tgt[j] = 4 + (key * 7 + j * 13) % (V - 4);
+        CHECK(ll_shortlist_add(sl, &key, 1, tgt, 3) == 0);
+    }
+    int32_t src[B * S], *cand = ll_malloc(sizeof(int32_t) * V);
+    int len[B];
+    search_sources(src, len, B, S, 7);
+    const int K = ll_shortlist_candidates(sl, src, len, B, S, NULL, NULL, cand);
+    uint8_t listed[128] = {0};
+    for (int j = 0; j < K; j++) listed[cand[j]] = 1;
+    for (int sampling = 0; sampling < 2; sampling++) {
+        ll_search_opts o;
+        ll_search_opts_default(&o);
+        o.beam = 4, o.nbest = 2, o.max_len_b = 8, o.shortlist = sl, o.sampling = sampling, o.seed = 5;
+        char what[96];
+        snprintf(what, sizeof what, "%s with a shortlist of %d of %d tokens (%s)", sampling ? "sampling" : "beam search",
+                 K, V, ll_dtype_str(gpu->act));
+        ll_nbest out[2][B];
+        for (int side = 0; side < 2; side++) {
+            ll_backend *be = side ? gpu : cpu;
+            if (!be) continue;
+            ll_model *m = ll_model_new(&search_hp, be);
+            ll_model_init(m, 8);
+            const uint64_t f0 = ll_backend_gemm_fallbacks(be);
+            ll_graph_stats g0, g1;
+            if (side) gpu->graph_stats(gpu, &g0);
+            ll_beam_search(m, src, len, B, S, &o, out[side]);
+            if (side) {
+                gpu->graph_stats(gpu, &g1);
+                if (!sampling) check_graphs(m, src, len, B, S, &o, out[side], &g0, &g1, what);
+                check_fallbacks(gpu, f0, what);
+            }
+            ll_model_free(m);
+        }
+        int same = 1, unlisted = 0;
+        for (int b = 0; b < B; b++) {
+            same &= !cpu || oc_same(&out[0][b], &out[1][b]);
+            for (int i = 0; i < out[1][b].n; i++)
+                for (int t = 0; t < out[1][b].h[i].len; t++) unlisted += !listed[out[1][b].h[i].tokens[t]];
+            if (cpu) ll_nbest_free(&out[0][b]);
+            ll_nbest_free(&out[1][b]);
+        }
+        fprintf(stderr, "%s: %s\n", what, !cpu ? "searched on the GPU alone" : same ? "the same lists on both backends" : "DIFFERENT lists");
+        CHECK_MSG(same, "%s on CUDA gives other hypotheses than on the CPU", what);
+        CHECK_MSG(unlisted == 0, "%s: %d tokens not in the shortlist", what, unlisted);
+    }
+    free(cand);
+    ll_shortlist_free(sl);
+}
+
 int main(void) {
     gpu_or_skip();
     ll_backend *cpu = ll_backend_cpu(), *gpu = ll_backend_cuda(0);
@@ -384,11 +447,11 @@ int main(void) {
     CHECK_MSG(!miss, "the CUDA backend lacks '%s'", miss ? miss : "");
     if (!miss)
         test_search(cpu, gpu, 0, 0), test_search(cpu, gpu, 1, 0), test_search(cpu, gpu, 0, 1), test_search(cpu, gpu, 0, 2),
-            test_sampling(cpu, gpu), test_ensemble(cpu, gpu);
+            test_sampling(cpu, gpu), test_ensemble(cpu, gpu), test_shortlist(cpu, gpu);
     ll_backend *b16 = ll_backend_cuda_precision(0, LL_BF16);
     CHECK_MSG(b16 != NULL, "ll_backend_cuda_precision(0, bf16): %s", ll_errbuf());
     if (b16 && !ll_backend_missing(b16)) {
-        test_search(NULL, b16, 1, 0), test_ensemble(NULL, b16);
+        test_search(NULL, b16, 1, 0), test_ensemble(NULL, b16), test_shortlist(NULL, b16);
         if (!getenv("LL_GPU_TEST_SMALL")) /* (the diverse searches' bf16 kernels: the ops test has them) */
             test_search(NULL, b16, 0, 1), test_search(NULL, b16, 0, 2);
     }
