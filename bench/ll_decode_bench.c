@@ -7,6 +7,8 @@
  * dropped), called the way lldecode calls it (ll_translate_ids: batching by
  * length, --inter-threads workers).  Prints:
  *   RESULT ll_decode beam=B inter=W sent_per_s=... tok_per_s=...
+ * --shortlist K: every batch decodes over K of the V tokens (lldecode --shortlist; a synthetic map
+ * listing every (V/K)-th token for every batch: the cost of a K-token output layer).
  * --profile 1: every op timed between syncs (ll_backend_timing: no CUDA graphs) and its time per
  * batch by op class after each beam's RESULT line (where a GPU's decoding goes: beam 5 ran at
  * 2.2x PyTorch's incremental decoding on an H200, greedy at 3.9x; bench/RESULTS.md, session 30). */
@@ -17,13 +19,14 @@
 #include "ll/backend.h"
 #include "ll/decode.h"
 #include "ll/model.h"
+#include "ll/shortlist.h"
 #include "ll/train.h"
 
 
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0, sampling = -1, score = 0, ensemble = 1;
-    int no_repeat = 0, diverse = 0;
+    int no_repeat = 0, diverse = 0, shortlist_k = 0;
     double siblings = 0;
     const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -45,6 +48,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-repeat")) no_repeat = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--diverse")) diverse = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--diversity-rate")) siblings = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--shortlist")) shortlist_k = atoi(argv[i + 1]);
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
@@ -56,7 +60,8 @@ int main(int argc, char **argv) {
                     "          [--ensemble N (lldecode --model given N times: N models of the same shape)]\n"
                     "          [--no-repeat N (lldecode --no-repeat-ngram-size N)]\n"
                     "          [--diverse G (lldecode --diverse-beam-groups G; beams G divides, others skipped)]\n"
-                    "          [--diversity-rate R (lldecode --diversity-rate R)]\n",
+                    "          [--diversity-rate R (lldecode --diversity-rate R)]\n"
+                    "          [--shortlist K (lldecode --shortlist: K tokens of the vocabulary per batch)]\n",
                     argv[0]);
             return 2;
         }
@@ -90,6 +95,15 @@ int main(int argc, char **argv) {
         members[j - 1]->decode_int8 = m->decode_int8;
     }
     if (ensemble > 1) ll_model_ensemble(m, members, ensemble - 1, NULL);
+    ll_shortlist *sl = NULL;
+    if (shortlist_k > 0) { /* every (V/K)-th token, EOS and UNK among them */
+        if (shortlist_k > hp.V - 1) ll_die("ll_decode_bench: --shortlist %d: at most V - 1 = %d", shortlist_k, hp.V - 1);
+        sl = ll_shortlist_new(hp.V);
+        int32_t *ids = malloc(sizeof(int32_t) * shortlist_k);
+        for (int j = 0; j < shortlist_k; j++) ids[j] = 2 + (int32_t)((long)j * (hp.V - 2) / shortlist_k);
+        if (ll_shortlist_add(sl, NULL, 0, ids, shortlist_k)) ll_die("%s", ll_errbuf());
+        free(ids);
+    }
     int32_t *src = malloc(sizeof(int32_t) * B * S);
     int *len = malloc(sizeof(int) * B);
     int32_t **srcs = malloc(sizeof(int32_t *) * B);
@@ -120,6 +134,7 @@ int main(int argc, char **argv) {
         if (diverse > 1 && beam % diverse) continue; /* (G must divide the beam) */
         o.diverse_groups = diverse;
         o.diversity_rate = siblings;
+        o.shortlist = sl;
         ll_translate_opts to = {.search = o, .max_tokens = 1 << 20, .max_sents = B, .inter_threads = inter};
         ll_nbest *out = calloc(B, sizeof *out);
         double best = 1e30;
@@ -150,6 +165,7 @@ int main(int argc, char **argv) {
         if (diverse) snprintf(what + strlen(what), sizeof what - strlen(what), " diverse=%d", diverse);
         if (m->decode_int8) snprintf(what + strlen(what), sizeof what - strlen(what), " int8=1");
         if (siblings > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " diversity_rate=%g", siblings);
+        if (sl) snprintf(what + strlen(what), sizeof what - strlen(what), " shortlist=%d", shortlist_k);
         printf("RESULT ll_decode beam=%d inter=%d%s%s sent_per_s=%.2f tok_per_s=%.1f graph_launches=%llu "
                "graph_replays=%llu\n",
                beam, ll_translate_workers(&to), align ? " alignment=1" : "", what, B / best, tokens / best,
@@ -186,6 +202,7 @@ int main(int argc, char **argv) {
         free(ref), free(refs), free(rlen), free(pos);
     }
     ll_model_free(m);
+    ll_shortlist_free(sl);
     free(src);
     free(srcs);
     free(len);
