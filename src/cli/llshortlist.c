@@ -23,7 +23,7 @@ static void usage(FILE *out) {
             "Writes a vocabulary shortlist for lldecode --shortlist from the prepared training pairs\n"
             "(llprep) of the config's data.dir, or of DIR: IBM Model 1 probabilities p(target piece |\n"
             "source piece), and for each source piece its --per-source most probable target pieces\n"
-            "(default 50) with p >= --min-prob (default 0.001), plus the --frequent most frequent\n"
+            "(default 25) with p >= --min-prob (default 0.001), plus the --frequent most frequent\n"
             "target pieces for every batch (default 100).  --iterations EM rounds (default 5);\n"
             "--max-sentences N: the first N pairs of each corpus only (0: all).  See docs/decoding.md.\n");
 }
@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
     const char *cfg_path = NULL, *data = NULL, *output = NULL, *sets[256];
     int n_sets = 0, quiet = 0;
     long threads = 0;
-    ll_shortlist_build_opts o = {.per_source = 50, .frequent = 100, .iterations = 5, .min_prob = 1e-3};
+    ll_shortlist_build_opts o = {.per_source = 25, .frequent = 100, .iterations = 5, .min_prob = 1e-3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
