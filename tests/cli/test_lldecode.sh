@@ -10,19 +10,7 @@ LLTRAIN=$BIN/lltrain
 LLDECODE=$BIN/lldecode
 DATA=$SRC/tests/data/tiny
 
-cat > "$T/tiny.cfg" <<CFG
-model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
-data:
-  dir: $T/bin
-  vocab_size: 80
-  train:
-    - {src: $DATA/overfit32.en, tgt: $DATA/overfit32.es, src_lang: en, tgt_lang: es}
-  max_tokens: 2048
-  max_len: 64
-train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, label_smoothing: 0.0, max_updates: 200, log_interval: 100, valid_interval: 1000}
-checkpoint: {save_dir: $T/run}
-decode: {beam: 4, lenpen: 1.0}
-CFG
+{ overfit_cfg; echo "decode: {beam: 4, lenpen: 1.0}"; } > "$T/tiny.cfg"
 "$LLTRAIN" --config "$T/tiny.cfg" --quiet > /dev/null 2> "$T/train.log" ||
   { echo "FAIL: training failed: $(tail -1 "$T/train.log")" >&2; exit 1; }
 M=$T/run/checkpoint_last.llm

@@ -8,18 +8,7 @@
 source "$(dirname "$0")/lib.sh"
 DATA=$SRC/tests/data/tiny
 
-cat > "$T/tiny.cfg" <<CFG
-model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
-data:
-  dir: $T/bin
-  vocab_size: 80
-  train:
-    - {src: $DATA/overfit32.en, tgt: $DATA/overfit32.es, src_lang: en, tgt_lang: es}
-  max_tokens: 2048
-  max_len: 64
-train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, label_smoothing: 0.0, max_updates: 200, log_interval: 100, valid_interval: 1000}
-checkpoint: {save_dir: $T/run}
-CFG
+overfit_cfg > "$T/tiny.cfg"
 "$BIN/lltrain" --config "$T/tiny.cfg" --quiet > /dev/null 2> "$T/train.log" ||
   { echo "FAIL: training failed: $(tail -1 "$T/train.log")" >&2; exit 1; }
 M=$T/run/checkpoint_last.llm
