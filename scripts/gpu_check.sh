@@ -374,6 +374,9 @@ run_bench() {
   # siblings search: beam_topk per row, 2 x beam candidates of each row read back
   step bench-decode-diverse 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 4 --diverse 2
   step bench-decode-siblings 60 "$B/ll_decode_bench" "${DEC[@]}" --beams 5 --diversity-rate 0.5
+  # a vocabulary shortlist (session 42): 2,000 of 32,000 tokens per batch (on the CPU 1.33x greedy,
+  # 1.44x beam 5); on a GPU the projection is a smaller share of a step, expand_cols a pass over V
+  step bench-decode-shortlist 60 "$B/ll_decode_bench" "${DEC[@]}" --shortlist 2000
   # activation checkpointing's cost in throughput and what it saves in memory (peak_mem_gib)
   step bench-ll-ll64-recompute 60 "$B/ll_gpu_bench" --model ll64 --device cuda --peak-tflops "$PEAK" \
     --set train.checkpoint_activations=true "${BENCH_EXTRA[@]}"

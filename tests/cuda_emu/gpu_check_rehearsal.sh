@@ -107,7 +107,7 @@ if [ $have_corpus = 1 ]; then
   grep -E '^[a-z0-9_-]+ +rc ' "$S" | grep -v '^nvidia-smi ' | grep -v ' rc 0 ' && bad "a step of run 3 did not pass"
   for s in train-bible decode-test bench-ll-ll64 bench-ll-ll64-profile bench-decode bench-decode-profile \
     bench-decode-serial bench-decode-sample bench-decode-sample-top10 bench-decode-ensemble bench-decode-norepeat \
-    bench-decode-diverse bench-decode-siblings bench-ll-ll64-recompute \
+    bench-decode-diverse bench-decode-siblings bench-decode-shortlist bench-ll-ll64-recompute \
     bench-ll-base bench-ll-deep30; do
     grep -qE "^$s +rc 0 " "$S" || bad "run 3 has no passing $s step"
   done
@@ -115,6 +115,8 @@ if [ $have_corpus = 1 ]; then
     bad "run 3's summary has no BLEU and chrF of the test lines"
   grep -q '^  class ' "$S" || bad "run 3's summary has no per-op-class profile"
   grep -q '^  decode class ' "$S" || bad "run 3's summary has no per-op-class profile of beam-5 decoding"
+  grep -q 'RESULT ll_decode beam=5 .*shortlist=2000 ' "$W/c/logs/bench-decode-shortlist.log" ||
+    bad "bench-decode-shortlist: no RESULT line with shortlist=2000"
   # each A/B of the bench step: a switch the RESULT line shows must show there; the others must be
   # read somewhere in the sources (an environment variable nobody reads would time the default)
   result() { grep -h '^RESULT ll_gpu_train' "$W/c/logs/bench-ll-$1.log" 2> /dev/null; }
