@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Export an ll model (*.llm) to a CTranslate2 model directory.
 
-    scripts/export_ctranslate2.py MODEL.llm OUT_DIR [--quantization int8] [--force]
+    scripts/export_ctranslate2.py MODEL.llm OUT_DIR [--quantization int8] [--vmap MAP] [--force]
 
 ll's Transformer is fairseq's (sinusoidal positions from pad + 1, embeddings
 scaled by sqrt(d_model), ReLU, layer-norm eps 1e-5, source + </s>, the decoder
@@ -219,6 +219,9 @@ def main(argv):
     ap.add_argument("--quantization", default=None,
                     help="CTranslate2's weight type: int8, int8_float32, int16, float16, bfloat16, ... "
                          "(default: float32, as stored)")
+    ap.add_argument("--vmap", default=None,
+                    help="a vocabulary map (llshortlist's, lldecode --shortlist's) saved as the model's vmap.txt, "
+                         "for CTranslate2's translate_batch(use_vmap=True)")
     ap.add_argument("--force", action="store_true", help="replace output_dir if it exists")
     a = ap.parse_args(argv)
     try:
@@ -226,6 +229,8 @@ def main(argv):
         from ctranslate2.converters.converter import Converter
     except ImportError:
         fail("the ctranslate2 Python package is missing: pip install ctranslate2")
+    if a.vmap is not None and not os.path.isfile(a.vmap):
+        fail(f"--vmap {a.vmap}: not a readable file")
     m, cfg = read_model(a.model)
     check_supported(a.model, cfg)
     if not m.vocab:
@@ -258,7 +263,7 @@ def main(argv):
             return spec
 
     try:
-        out = LLConverter().convert(a.output_dir, quantization=a.quantization, force=a.force)
+        out = LLConverter().convert(a.output_dir, vmap=a.vmap, quantization=a.quantization, force=a.force)
     except (RuntimeError, ValueError) as e:
         fail(f"{a.output_dir}: {e}")
     start = f"the target_prefix [[\"<2{langs[0]}>\"]] ({', '.join('<2%s>' % x for x in langs)})" if tags else "</s>"

@@ -6,7 +6,8 @@
 # embeddings, an output projection of its own and a language tag as its start
 # token, and on a latent-depth model pruned for one language by llprune --lang;
 # beam 5 and int8 mostly the same (CTranslate2's beam search finalizes
-# hypotheses otherwise than fairseq's).  Models CTranslate2 has no place for are
+# hypotheses otherwise than fairseq's); with llshortlist's map exported as the
+# model's vmap.txt, CTranslate2's use_vmap translates as lldecode --shortlist.  Models CTranslate2 has no place for are
 # refused with one line.  Needs the ctranslate2 Python package: the python3's,
 # else pip-installed into a venv in the build directory; skips (77) without network.
 source "$(dirname "$0")/lib.sh"
@@ -30,7 +31,7 @@ EXPORT=("$PY" "$SRC/scripts/export_ctranslate2.py")
 
 # translate IN (text) with the CTranslate2 model DIR: OUT (text) and OUT.scores
 cat > "$T/ct2.py" <<'PY'
-import subprocess, sys
+import os, subprocess, sys
 import ctranslate2
 sys.path.insert(0, sys.argv[1])
 import llmodel
@@ -43,7 +44,7 @@ src = [l.split() for l in enc]
 t = ctranslate2.Translator(d, device="cpu", intra_threads=2)
 # (at most model.max_positions - 1 tokens, as lldecode caps --max-len-b: 128 here)
 r = t.translate_batch(src, beam_size=int(beam), max_decoding_length=127, min_decoding_length=1,
-                      length_penalty=1.0, return_scores=True,
+                      length_penalty=1.0, return_scores=True, use_vmap=os.environ.get("CT2_USE_VMAP") == "1",
                       target_prefix=[[prefix]] * len(src) if prefix != "-" else None)
 hyps = [x.hypotheses[0] for x in r]  # (a start token given as the prefix is not returned)
 dec = subprocess.run(["spm_decode", "--model", spm, "--input_format=piece"],
@@ -120,6 +121,17 @@ echo "int8 weights: $same of $n greedy translations as lldecode's fp32"
 [ "$same" -ge $((n * 3 / 4)) ] || err "int8: $same of $n translations the same"
 "${EXPORT[@]}" "$M" "$T/ct2" 2> "$T/err" && err "an existing output directory was replaced without --force"
 grep -q "export_ctranslate2: $T/ct2: " "$T/err" || err "existing output: $(cat "$T/err")"
+# a vocabulary shortlist: the same map in both (one batch each, so the same candidates)
+"$BIN/llshortlist" --config "$T/pre.cfg" --output "$T/pre.vmap" --per-source 4 --frequent 8 --quiet ||
+  err "llshortlist failed"
+"${EXPORT[@]}" "$M" "$T/ct2v" --vmap "$T/pre.vmap" 2> "$T/exportv.log" || err "export --vmap failed: $(cat "$T/exportv.log")"
+cmp -s "$T/pre.vmap" "$T/ct2v/vmap.txt" || err "the export did not save the map as vmap.txt"
+export CT2_USE_VMAP=1
+greedy_same "shortlist" sl "$M" "$T/ct2v" "$T/in.en" - --shortlist "$T/pre.vmap" --inter-threads 1
+unset CT2_USE_VMAP
+cmp -s "$T/ll.sl" "$T/ll.pre" && err "the shortlist changed no translation: a map of 4 per piece should"
+"${EXPORT[@]}" "$M" "$T/ct2w" --vmap "$T/none.vmap" 2> "$T/err" && err "a missing --vmap was accepted"
+grep -q -- "--vmap $T/none.vmap: not a readable file" "$T/err" || err "missing --vmap: $(cat "$T/err")"
 
 # 2. post-norm, separate embeddings and output projection, a language tag as the start token
 cat > "$T/post.cfg" <<CFG
