@@ -52,12 +52,14 @@ int ll_shortlist_candidates(const ll_shortlist *s, const int32_t *src, const int
  * source token added), `iterations` EM rounds from uniform; writes the map to path
  * (atomically): the `frequent` most frequent target tokens under the empty n-gram, then
  * for each source token its best `per_source` targets with p >= min_prob, most probable
- * first.  max_sents > 0: only the first max_sents pairs of each corpus.  Prints progress to
- * log (NULL: quiet).  0, or -1 + errbuf. */
+ * first.  max_sents > 0: only the first max_sents pairs of each corpus; src_lang, tgt_lang
+ * (NULL: any) only the corpora of those languages (a multilingual model's map per target
+ * language).  Prints progress to log (NULL: quiet).  0, or -1 + errbuf. */
 typedef struct {
     int per_source, frequent, iterations;
     double min_prob;
     long max_sents;
+    const char *src_lang, *tgt_lang;
 } ll_shortlist_build_opts;
 int ll_shortlist_build(const char *data_dir, const char *path, const ll_shortlist_build_opts *o, FILE *log);
 

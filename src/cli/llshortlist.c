@@ -2,7 +2,7 @@
  *
  *   llshortlist (--config FILE [--set section.key=value ...] | --data DIR) --output MAP
  *               [--per-source N] [--frequent N] [--iterations N] [--min-prob P]
- *               [--max-sentences N] [--threads N] [--quiet]
+ *               [--max-sentences N] [--source-lang L] [--target-lang L] [--threads N] [--quiet]
  *
  * IBM Model 1 translation probabilities between the corpora's sentencepiece pieces
  * (src/data/shortlist_build.c), written as CTranslate2's vocabulary map (include/ll/shortlist.h).
@@ -19,13 +19,15 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: llshortlist (--config FILE [--set section.key=value ...] | --data DIR) --output MAP\n"
             "                   [--per-source N] [--frequent N] [--iterations N] [--min-prob P]\n"
-            "                   [--max-sentences N] [--threads N] [--quiet]\n"
+            "                   [--max-sentences N] [--source-lang L] [--target-lang L] [--threads N] [--quiet]\n"
             "Writes a vocabulary shortlist for lldecode --shortlist from the prepared training pairs\n"
             "(llprep) of the config's data.dir, or of DIR: IBM Model 1 probabilities p(target piece |\n"
             "source piece), and for each source piece its --per-source most probable target pieces\n"
             "(default 25) with p >= --min-prob (default 0.001), plus the --frequent most frequent\n"
             "target pieces for every batch (default 100).  --iterations EM rounds (default 5);\n"
-            "--max-sentences N: the first N pairs of each corpus only (0: all).  See docs/decoding.md.\n");
+            "--max-sentences N: the first N pairs of each corpus only (0: all); --source-lang and\n"
+            "--target-lang: the corpora of those languages only (a multilingual model's map per target\n"
+            "language).  See docs/decoding.md.\n");
 }
 
 static long int_arg(const char *flag, const char *v, long lo, long hi) {
@@ -61,6 +63,10 @@ int main(int argc, char **argv) {
             data = v;
         else if (!strcmp(a, "--output"))
             output = v;
+        else if (!strcmp(a, "--source-lang"))
+            o.src_lang = v;
+        else if (!strcmp(a, "--target-lang"))
+            o.tgt_lang = v;
         else if (!strcmp(a, "--per-source"))
             o.per_source = (int)int_arg(a, v, 1, 1 << 20);
         else if (!strcmp(a, "--frequent"))

@@ -56,8 +56,9 @@ static int used_sents(const ll_tokfile *f, long max_sents) {
 }
 
 /* Round 1: every co-occurring pair into the table with count 1 / (|s| + 1) per co-occurrence. */
-static void first_round(pair_table *h, const ll_dataset *d, long max_sents, double *tgt_freq) {
+static void first_round(pair_table *h, const ll_dataset *d, const uint8_t *use, long max_sents, double *tgt_freq) {
     for (int p = 0; p < d->n_pairs; p++) {
+        if (!use[p]) continue;
         const ll_tokfile *fs = &d->pairs[p].src, *ft = &d->pairs[p].tgt;
         for (int i = 0, n = used_sents(fs, max_sents); i < n; i++) {
             const int32_t *xs = fs->tokens + fs->offsets[i], *xt = ft->tokens + ft->offsets[i];
@@ -97,9 +98,10 @@ static void normalize(pair_table *h, double *tot) {
 /* E step of a later round; returns the corpus log-likelihood per target token (natural log).
  * Thread k of n takes the target pieces t with t % n == k in every sentence: each count has one
  * writer, adding in corpus order, so the map does not depend on the thread count. */
-static double em_round(pair_table *h, const ll_dataset *d, long max_sents) {
+static double em_round(pair_table *h, const ll_dataset *d, const uint8_t *use, long max_sents) {
     double ll = 0, n_tok = 0;
     for (int p = 0; p < d->n_pairs; p++) {
+        if (!use[p]) continue;
         const ll_tokfile *fs = &d->pairs[p].src, *ft = &d->pairs[p].tgt;
         const int n = used_sents(fs, max_sents);
         int max_ls = 0;
@@ -222,19 +224,33 @@ int ll_shortlist_build(const char *data_dir, const char *path, const ll_shortlis
         return -1;
     }
     int rc = -1;
-    if (d.n_pairs == 0) {
-        ll_fail("%s: no training pairs", data_dir);
+    uint8_t use[LL_MAX_CORPORA] = {0};
+    char used[512] = "", all[512] = "";
+    long n_sents = 0;
+    for (int p = 0; p < d.n_pairs; p++) {
+        const char *sl = d.langs[d.pairs[p].src_lang], *tl = d.langs[d.pairs[p].tgt_lang];
+        use[p] = (!o->src_lang || !strcmp(o->src_lang, sl)) && (!o->tgt_lang || !strcmp(o->tgt_lang, tl));
+        const int n = used_sents(&d.pairs[p].src, o->max_sents);
+        snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s-%s", p ? ", " : "", sl, tl);
+        if (use[p])
+            snprintf(used + strlen(used), sizeof used - strlen(used), "%s%s-%s (%d pairs)", n_sents ? ", " : "", sl, tl, n),
+                n_sents += n ? n : 1;
+    }
+    if (!n_sents) {
+        ll_fail("%s: no training corpus %s-%s (it has %s)", data_dir, o->src_lang ? o->src_lang : "*",
+                o->tgt_lang ? o->tgt_lang : "*", d.n_pairs ? all : "none");
         goto out;
     }
+    if (log) fprintf(log, "llshortlist: %s\n", used);
     const double t0 = ll_now();
     pair_table h = {.V = d.vocab_size};
     double *tgt_freq = ll_calloc((size_t)h.V, sizeof(double)), *tot = ll_malloc(sizeof(double) * ((size_t)h.V + 1));
-    first_round(&h, &d, o->max_sents, tgt_freq);
+    first_round(&h, &d, use, o->max_sents, tgt_freq);
     normalize(&h, tot);
     if (log) fprintf(log, "llshortlist: %zu co-occurring (source, target) pieces; round 1 (co-occurrence): %.1f s\n", h.n, ll_now() - t0);
     for (int it = 2; it <= o->iterations; it++) {
         const double t1 = ll_now();
-        const double ll = em_round(&h, &d, o->max_sents);
+        const double ll = em_round(&h, &d, use, o->max_sents);
         normalize(&h, tot);
         if (log) fprintf(log, "llshortlist: round %d: log-likelihood %.4f per target piece (before it), %.1f s\n", it, ll, ll_now() - t1);
     }

@@ -4,7 +4,8 @@
 # overfits 32 pairs still translates them exactly; a map listing a few pieces
 # restricts the output to them (beam, greedy, sampling, int8, bf16, an
 # ensemble, two batch workers); a map listing every piece changes no greedy
-# translation; bad maps and options fail with one line and leave no output.
+# translation; a multilingual corpus's map per target language; bad maps and
+# options fail with one line and leave no output.
 source "$(dirname "$0")/lib.sh"
 DATA=$SRC/tests/data/tiny
 
@@ -82,6 +83,30 @@ dec --beam 1 --input "$DATA/valid.en" --output "$T/g_full.out" 2> /dev/null
 dec --beam 1 --input "$DATA/valid.en" --output "$T/g_all.out" --shortlist "$T/all" 2> /dev/null
 cmp -s "$T/g_full.out" "$T/g_all.out" || err "greedy with a map of every piece differs from no map"
 
+# 5. one-to-many data: a map per target language (--target-lang), logged by corpus
+cat > "$T/ml.cfg" <<CFG
+model: {d_model: 32, ffn_dim: 64, heads: 2, enc_layers: 1, dec_layers: 1, max_positions: 128}
+data:
+  dir: $T/mlbin
+  vocab_size: 120
+  lang_tags: on
+  train:
+    - {src: $DATA/train.en, tgt: $DATA/train.es, src_lang: en, tgt_lang: es}
+    - {src: $DATA/train.en, tgt: $DATA/train.xx, src_lang: en, tgt_lang: xx}
+  max_len: 64
+CFG
+"$BIN/llprep" --config "$T/ml.cfg" --quiet || err "llprep of the one-to-many data failed"
+for l in es xx; do
+  short --config "$T/ml.cfg" --target-lang $l --output "$T/ml.$l" 2> "$T/ml.$l.log" || err "--target-lang $l failed"
+  grep -qx "llshortlist: en-$l (340 pairs)" "$T/ml.$l.log" || err "--target-lang $l: $(head -1 "$T/ml.$l.log")"
+done
+short --config "$T/ml.cfg" --output "$T/ml.all" 2> "$T/ml.all.log" || err "the one-to-many map failed"
+grep -qx "llshortlist: en-es (340 pairs), en-xx (340 pairs)" "$T/ml.all.log" || err "all pairs: $(head -1 "$T/ml.all.log")"
+short --config "$T/ml.cfg" --source-lang en --target-lang es --output "$T/ml.en-es" --quiet || err "--source-lang failed"
+cmp -s "$T/ml.es" "$T/ml.en-es" || err "--source-lang en --target-lang es differs from --target-lang es"
+cmp -s "$T/ml.es" "$T/ml.xx" && err "the es and xx maps are the same"
+cmp -s "$T/ml.es" "$T/ml.all" && err "the es map is the map of both pairs"
+
 # 5. bad input: one line, exit 1, no output written
 expect_fail() { # label, wanted message (grep -E), command...
   local label=$1 want=$2
@@ -103,6 +128,8 @@ expect_fail "with --score-reference" "--shortlist: a search option, with --score
 expect_fail "unprepared data" "not prepared for .*run llprep" short --config "$T/tiny.cfg" --set data.vocab_size=70 \
   --output "$T/none.out"
 expect_fail "no data dir" "manifest" short --data "$T/nodir" --output "$T/none.out"
+expect_fail "no such pair" "no training corpus \\*-zz \\(it has en-es, en-xx\\)" short --config "$T/ml.cfg" \
+  --target-lang zz --output "$T/none.out"
 expect_fail "--per-source 0" "--per-source" short --config "$T/tiny.cfg" --per-source 0 --output "$T/none.out"
 expect_fail "both --config and --data" "one of --config FILE or --data DIR" short --config "$T/tiny.cfg" --data \
   "$T/bin" --output "$T/none.out"
