@@ -38,6 +38,7 @@ static uint64_t ngram_hash(const int32_t *ids, int n) {
 }
 
 static void push_ids(int32_t **a, size_t *n, size_t *cap, const int32_t *ids, size_t k) {
+    if (!k) return; /* (ids may be NULL then) */
     if (*n + k > *cap) {
         *cap = (*n + k) * 2 + 64;
         *a = ll_realloc(*a, sizeof(int32_t) * *cap);
@@ -136,7 +137,7 @@ ll_shortlist *ll_shortlist_load(const char *path, const ll_spm *spm) {
             goto fail;
         }
         int32_t key[LL_SHORTLIST_MAX_NGRAM];
-        memcpy(key, ids, sizeof(int32_t) * (size_t)n);
+        if (n) memcpy(key, ids, sizeof(int32_t) * (size_t)n); /* (ids NULL before a first piece) */
         const int nt = field_ids(tab + 1, spm, &ids, &cap, path, line);
         if (nt < 0) goto fail;
         if (ll_shortlist_add(s, key, n, ids, nt) != 0) goto fail; /* (cannot fail: checked above) */
