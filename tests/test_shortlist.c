@@ -60,17 +60,17 @@ static int has(const int32_t *c, int K, int id) {
 static void test_load(void) {
     char text[1024];
     /* P(0), P(1) always; P(2) -> P(10) P(11) (CRLF); an empty line; the bigram P(2) P(3) -> P(12);
-     * P(4) -> P(13); P(2) again -> P(14), P(10) (two spaces: one) */
-    snprintf(text, sizeof text, "\t%s %s\n%s\t%s %s\r\n\n%s %s\t%s\n%s\t%s\n%s\t%s  %s\n", P(0), P(1), P(2), P(10),
-             P(11), P(2), P(3), P(12), P(4), P(13), P(2), P(14), P(10));
+     * P(4) -> P(13); P(2) again -> P(14), P(10) (two spaces: one); P(5) -> nothing */
+    snprintf(text, sizeof text, "\t%s %s\n%s\t%s %s\r\n\n%s %s\t%s\n%s\t%s\n%s\t%s  %s\n%s\t\n", P(0), P(1), P(2), P(10),
+             P(11), P(2), P(3), P(12), P(4), P(13), P(2), P(14), P(10), P(5)); /* P(5): a rule without targets */
     char *path = tu_write(tmp, "map.txt", text);
     ll_shortlist *s = ll_shortlist_load(path, spm);
     CHECK_MSG(s != NULL, "load: %s", ll_errbuf());
     if (!s) return;
-    CHECK(ll_shortlist_rules(s) == 4 && ll_shortlist_fixed(s) == 2);
+    CHECK(ll_shortlist_rules(s) == 5 && ll_shortlist_fixed(s) == 2);
     const int V = ll_spm_vocab_size(spm);
     int32_t *c = malloc(sizeof(int32_t) * V);
-    const char *s1[] = {P(2), P(3), P(4), NULL};
+    const char *s1[] = {P(2), P(3), P(4), P(5), NULL};
     int K = cands(s, s1, NULL, 0, c);
     const int want[] = {0, 1, 10, 11, 12, 13, 14};
     CHECK_MSG(K == 3 + 7, "candidates of P2 P3 P4: %d, want 10", K);

@@ -184,8 +184,9 @@ int ll_shortlist_candidates(const ll_shortlist *s, const int32_t *src, const int
                 const uint64_t h = ngram_hash(x + i, n);
                 for (size_t j = h & (s->n_slots - 1); s->slot[j]; j = (j + 1) & (s->n_slots - 1)) {
                     const rule *r = &s->rules[s->slot[j] - 1];
-                    if (r->hash == h && (int)r->n == n && !memcmp(s->keys + r->key, x + i, sizeof(int32_t) * (size_t)n))
-                        mark(on, V, s->tgts + r->tgt, r->n_tgt);
+                    if (r->n_tgt && r->hash == h && (int)r->n == n &&
+                        !memcmp(s->keys + r->key, x + i, sizeof(int32_t) * (size_t)n))
+                        mark(on, V, s->tgts + r->tgt, r->n_tgt); /* (tgts NULL while no rule has targets) */
                 }
             }
         if (prefix && prefix[b]) mark(on, V, prefix[b], (size_t)prefix_len[b]);
