@@ -91,6 +91,7 @@ int ll_run_batches(ll_model *m, ll_len_idx *ord, int ne, int max_sents, int max_
      * 2 cores beats splitting every op over both.  So that all of them get
      * work, batches hold at most ceil(ne / workers) sentences. */
     if (strcmp(m->be->name, "cpu")) workers = 1; /* one device stream: batches one after another */
+    const int asked = workers;
     if (workers > ne) workers = ne > 0 ? ne : 1;
     if (workers > 1 && (ne + workers - 1) / workers < max_sents) max_sents = (ne + workers - 1) / workers;
     ll_batch_span *spans = ll_malloc(sizeof(ll_batch_span) * (ne ? ne : 1));
@@ -103,7 +104,15 @@ int ll_run_batches(ll_model *m, ll_len_idx *ord, int ne, int max_sents, int max_
         p += B;
     }
     if (workers > nb) workers = nb > 0 ? nb : 1;
-    if (workers <= 1) {
+    if (workers <= 1 && asked > 1 && nb == 1) {
+        /* one sentence alone (lldecode --buffer-size 1) with workers asked for: its ops (a beam's
+         * rows) are too small to split over threads, which would wake for every op (3x slower
+         * measured on 2 threads), so it runs as a worker does, its ops single-threaded */
+        const int threads = ll_get_threads();
+        ll_set_threads(1);
+        fn(m, ord, &spans[0], draw_base, ctx);
+        ll_set_threads(threads);
+    } else if (workers <= 1) {
         for (int b = 0; b < nb; b++) fn(m, ord, &spans[b], draw_base + b, ctx);
     } else {
         const int packed_here = pack && !m->dec_packed;

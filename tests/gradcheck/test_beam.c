@@ -295,6 +295,22 @@ static void test_batching(void) {
         CHECK_MSG(same, "sentence %d: two batch workers differ from one", i);
         ll_nbest_free(&workers[i]);
     }
+    /* one sentence alone with two workers asked for (lldecode --buffer-size 1): decoded with its
+     * ops single-threaded, the same hypotheses, and the thread count given back */
+    for (int i = 0; i < n; i++) {
+        if (!len[i]) continue;
+        ll_nbest alone;
+        ll_set_threads(2);
+        o.inter_threads = 2;
+        ll_translate_ids(m, (const int32_t *const *)&src[i], &len[i], 1, &o, &alone, &st);
+        CHECK_MSG(ll_get_threads() == 2, "one sentence's decode left %d threads, not 2", ll_get_threads());
+        ll_set_threads(1);
+        o.inter_threads = 0;
+        int same = st.batches == 1 && alone.n == batched[i].n;
+        for (int h = 0; same && h < alone.n; h++) same = same_hypo(&alone.h[h], &batched[i].h[h], TOL);
+        CHECK_MSG(same, "sentence %d alone differs from its batch", i);
+        ll_nbest_free(&alone);
+    }
     /* the workers the model keeps follow it: warm (dirty arenas and caches),
      * then with a decoder layer switched off, then released and rebuilt */
     for (int round = 0; round < 3; round++) {
