@@ -576,9 +576,6 @@ int main(int argc, char **argv) {
     free(vocab);
     ll_shortlist *shortlist = NULL;
     if (o.shortlist && !(shortlist = ll_shortlist_load(o.shortlist, spm))) ll_die("%s", ll_errbuf());
-    if (shortlist && ll_spm_vocab_size(spm) != m->hp.V)
-        ll_die("--shortlist: the model's vocabulary file has %d pieces, its output layer %d", ll_spm_vocab_size(spm),
-               m->hp.V);
 
     ll_graph_stats g0 = {0}, g1 = {0}; /* search steps as CUDA graphs (a GPU; not --no-cuda-graphs) */
     if (be->graph_stats) be->graph_stats(be, &g0);

@@ -290,29 +290,20 @@ static void step_ops(ll_model *m, ll_dec_state *d, const step_in *in, int roots,
     ll_stack_run r;
     ll_stack_run_init(m, &r, 1, &p, in->tok);
     const ll_act *x = ll_stack_run_fwd(m, &r);
-    const void *pk = d->packed[(size_t)hp->Ld * LL_DEC_PACKED];
-    if (d->sl_K) { /* the shortlist's K tokens, normalized among themselves, the rest -inf */
-        const int K = d->sl_K;
-        ll_act *lg = ll_buf(m, (size_t)rows * K);
-        if (d->sl_packed) {
-            be->linear_packed(be, lg, K, x, C, d->sl_packed, NULL, rows);
-        } else {
-            ll_gemm_desc g = ll_gemm_xwt(m, lg, x, rows, C, K, m->out_proj);
-            g.B = d->sl_w;
-            be->gemm(be, &g);
-        }
-        be->log_softmax(be, lg, rows, K);
-        be->expand_cols(be, d->logp, lg, d->sl_ids, rows, hp->V, K, (real)-INFINITY);
-        if (k > 0) step_topk_ops(m, d, in, roots, k, out);
-        return;
-    }
+    /* the output projection (no bias) onto the vocabulary, or onto a shortlist's K tokens (in a
+     * buffer of their own, normalized among themselves, then placed in d->logp, the rest -inf) */
+    const int K = d->sl_K ? d->sl_K : hp->V;
+    ll_act *lg = d->sl_K ? ll_buf(m, (size_t)rows * K) : d->logp;
+    const void *pk = d->sl_K ? d->sl_packed : d->packed[(size_t)hp->Ld * LL_DEC_PACKED];
     if (pk) {
-        be->linear_packed(be, d->logp, hp->V, x, C, pk, NULL, rows);
-    } else { /* the output projection: no bias */
-        const ll_gemm_desc g = ll_gemm_xwt(m, d->logp, x, rows, C, hp->V, m->out_proj);
+        be->linear_packed(be, lg, K, x, C, pk, NULL, rows);
+    } else {
+        ll_gemm_desc g = ll_gemm_xwt(m, lg, x, rows, C, K, m->out_proj);
+        if (d->sl_K) g.B = d->sl_w;
         be->gemm(be, &g);
     }
-    be->log_softmax(be, d->logp, rows, hp->V);
+    be->log_softmax(be, lg, rows, K);
+    if (d->sl_K) be->expand_cols(be, d->logp, lg, d->sl_ids, rows, hp->V, K, (real)-INFINITY);
     if (k > 0) step_topk_ops(m, d, in, roots, k, out);
 }
 
@@ -559,7 +550,7 @@ void ll_decode_shortlist(ll_model *m, ll_dec_state *d, const int32_t *ids, int K
     if (K <= 0) ll_die("decode: an empty shortlist");
     /* one allocation: ids, zero positions, rows; the rows are the output projection's
      * gathered by the embedding lookup (scale 1, zero positions: a plain copy) */
-    const size_t b_ids = (sizeof(int32_t) * (size_t)K + 63) & ~(size_t)63, b_pos = (sizeof(real) * (size_t)C + 63) & ~(size_t)63;
+    const size_t b_ids = round64(sizeof(int32_t) * (size_t)K), b_pos = round64(sizeof(real) * (size_t)C);
     char *mem = be->alloc(be, b_ids + b_pos + ACT_BYTES(m, (size_t)K * C));
     d->sl_ids = (int32_t *)mem;
     real *zero = (real *)(mem + b_ids);
