@@ -349,6 +349,134 @@ static void test_prepare_multi(const char *tmp) {
     free(dd);
 }
 
+/* data.spm_samples: sampled segmentations of the train corpora, one per epoch in turn */
+static int same_sentence(const ll_tokfile *a, int i, const ll_tokfile *b, int j) {
+    int n = ll_tokfile_len(a, i);
+    return n == ll_tokfile_len(b, j) && !memcmp(a->tokens + a->offsets[i], b->tokens + b->offsets[j], sizeof(int32_t) * (size_t)n);
+}
+
+static void test_prepare_samples(const char *tmp) {
+    char *dd = path_in(tmp, "samples"), *dd1 = path_in(tmp, "samples1");
+    ll_config c;
+    base_config(&c, dd);
+    add_corpus(&c, 0, tmp, "c.en", "c.es", "en", "es");
+    add_corpus(&c, 1, tmp, "v.en", "v.es", "en", "es");
+    c.spm_samples = 3;
+    c.spm_alpha = 0.1f; /* fragments more than the standard: the max_len fallback is taken */
+    c.max_len = 14;
+    CHECK_MSG(ll_prepare_data(&c) == 0, "%s", ll_errbuf());
+    CHECK(entries(dd) == 12); /* manifest, spm.model, train and valid {src,tgt}, 3 samples x {src,tgt} */
+    ll_data_info info;
+    CHECK(ll_data_info_read(&info, dd) == 0 && info.spm_samples == 3 && info.spm_alpha == 0.1f);
+    CHECK(ll_data_is_prepared(&c) == 1);
+    /* the same bytes from one thread as from two (each file's draws are keyed by corpus, sample and side) */
+    ll_config c1 = c;
+    snprintf(c1.data_dir, sizeof c1.data_dir, "%s", dd1);
+    c1.threads = 1;
+    CHECK_MSG(ll_prepare_data(&c1) == 0, "%s", ll_errbuf());
+    const char *names[] = {"train.0.en-es.s1.src.bin", "train.0.en-es.s2.tgt.bin", "train.0.en-es.s3.src.bin"};
+    for (int i = 0; i < 3; i++) {
+        char a[700], b[700];
+        snprintf(a, sizeof a, "%s/%s", dd, names[i]);
+        snprintf(b, sizeof b, "%s/%s", dd1, names[i]);
+        size_t na = 0, nb = 0;
+        char *ba = slurp(a, &na), *bb = slurp(b, &nb);
+        CHECK_MSG(na > 64 && na == nb && !memcmp(ba, bb, na), "%s differs between 2 and 1 threads", names[i]);
+        free(ba);
+        free(bb);
+    }
+
+    ll_dataset d;
+    CHECK(ll_dataset_open(&d, &c, "train") == 0);
+    CHECK(d.n_pairs == 1 && d.pairs[0].n_samples == 3);
+    char spm_path[700];
+    snprintf(spm_path, sizeof spm_path, "%s/spm.model", dd);
+    ll_spm *sp = ll_spm_load(spm_path);
+    CHECK(sp != NULL);
+    const ll_pair_data *pd = &d.pairs[0];
+    /* each sample: the standard file's sentences, the same text in other pieces, within max_len */
+    int changed[3] = {0}, bad_text = 0, bad_len = 0, longer = 0;
+    for (int k = 0; sp && k < 6; k++) {
+        const ll_tokfile *f = &pd->samples[k], *std = k % 2 ? &pd->tgt : &pd->src;
+        CHECK(f->n_sents == std->n_sents && !memcmp(f->lines, std->lines, sizeof(uint64_t) * (size_t)f->n_sents));
+        for (int i = 0; i < f->n_sents; i++) {
+            int n = ll_tokfile_len(f, i);
+            bad_len += n > c.max_len || f->tokens[f->offsets[i] + (uint64_t)n - 1] != LL_EOS;
+            changed[k / 2] += !same_sentence(f, i, std, i);
+            longer += n > ll_tokfile_len(std, i);
+            char *x = ll_spm_decode(sp, f->tokens + f->offsets[i], n);
+            char *y = ll_spm_decode(sp, std->tokens + std->offsets[i], ll_tokfile_len(std, i));
+            bad_text += strcmp(x, y) != 0;
+            free(x);
+            free(y);
+        }
+    }
+    CHECK_MSG(bad_text == 0 && bad_len == 0, "%d sentences decode to other text, %d too long or without EOS",
+              bad_text, bad_len);
+    CHECK_MSG(changed[0] >= 10 && changed[1] >= 10 && changed[2] >= 10 && longer >= 30,
+              "sentences segmented otherwise than the standard: %d %d %d; longer %d", changed[0], changed[1],
+              changed[2], longer);
+    int differ = 0;
+    for (int i = 0; i < pd->src.n_sents; i++) differ += !same_sentence(&pd->samples[0], i, &pd->samples[2], i);
+    CHECK_MSG(differ >= 10, "samples 1 and 2 differ in %d sentences", differ);
+
+    /* epoch e reads sample ((e - 1) mod 3) + 1; a seek replays it */
+    ll_batcher *it = ll_batcher_new(&d, 100, 7, 1);
+    CHECK(ll_batcher_segmentations(it) == 3);
+    ll_batch b = {0};
+    int wrong = 0, batches[5] = {0}, shapes = 0;
+    int32_t e2_src[8] = {0};
+    for (int e = 1; e <= 4; e++) {
+        CHECK(ll_batcher_n_batches(it) == ll_batcher_epoch_batches(it, e));
+        for (; ll_batcher_next(it, &b); batches[e]++) {
+            const ll_tokfile *fs = &pd->samples[2 * ((e - 1) % 3)], *ft = &pd->samples[2 * ((e - 1) % 3) + 1];
+            for (int i = 0; i < b.B; i++) {
+                int id = b.ids[i];
+                wrong += b.src_len[i] != ll_tokfile_len(fs, id) || b.tgt_len[i] != ll_tokfile_len(ft, id) ||
+                         memcmp(b.src + (size_t)i * b.S, fs->tokens + fs->offsets[id], sizeof(int32_t) * (size_t)b.src_len[i]) ||
+                         memcmp(b.tgt_out + (size_t)i * b.T, ft->tokens + ft->offsets[id], sizeof(int32_t) * (size_t)b.tgt_len[i]);
+            }
+            if (e == 2 && batches[e] == 3) memcpy(e2_src, b.src, sizeof(int32_t) * (size_t)(b.B * b.S < 8 ? b.B * b.S : 8));
+        }
+        CHECK(batches[e] == ll_batcher_epoch_batches(it, e));
+    }
+    CHECK_MSG(wrong == 0, "%d sentences not from their epoch's sample", wrong);
+    CHECK(batches[1] == batches[4]);
+    shapes = ll_batcher_shapes(it);
+    CHECK(shapes >= 1 && shapes <= batches[1] + batches[2] + batches[3]);
+    ll_batcher_free(it);
+    it = ll_batcher_new(&d, 100, 7, 1);
+    ll_batcher_seek(it, 2, 3);
+    CHECK(ll_batcher_next(it, &b) == 1 && !memcmp(b.src, e2_src, sizeof(int32_t) * (size_t)(b.B * b.S < 8 ? b.B * b.S : 8)));
+    ll_batcher_free(it);
+    ll_batch_free(&b);
+    ll_dataset_close(&d);
+    if (sp) ll_spm_free(sp);
+    /* validation keeps the standard segmentation */
+    CHECK(ll_dataset_open(&d, &c, "valid") == 0 && d.pairs[0].n_samples == 0);
+    ll_dataset_close(&d);
+
+    /* a sample file that is not the standard file's sentences is refused by name */
+    char victim[700], other[700];
+    snprintf(victim, sizeof victim, "%s/train.0.en-es.s2.src.bin", dd1);
+    snprintf(other, sizeof other, "%s/valid.0.en-es.src.bin", dd1);
+    CHECK(rename(other, victim) == 0);
+    CHECK(ll_dataset_open(&d, &c1, "train") == -1);
+    CHECK_CONTAINS(ll_errbuf(), "train.0.en-es.s2.src.bin: not the sentences of");
+
+    /* another alpha or sample count is other data; preparing without samples removes theirs */
+    ll_config c2 = c;
+    c2.spm_alpha = 0.2f;
+    CHECK(ll_data_is_prepared(&c2) == 0);
+    c2.spm_samples = 0;
+    CHECK(ll_data_is_prepared(&c2) == 0);
+    CHECK_MSG(ll_prepare_data(&c2) == 0, "%s", ll_errbuf());
+    CHECK(entries(dd) == 6 && ll_data_is_prepared(&c2) == 1 && ll_data_is_prepared(&c) == 0);
+    CHECK(ll_data_info_read(&info, dd) == 0 && info.spm_samples == 0);
+    free(dd);
+    free(dd1);
+}
+
 static void test_prepare_options(const char *tmp) {
     /* a single target language: tags only when forced on */
     char *dd = path_in(tmp, "single");
@@ -542,6 +670,7 @@ int main(void) {
     test_tokfile(tmp);
     test_prepare_multi(tmp);
     test_prepare_options(tmp);
+    test_prepare_samples(tmp);
     test_bad_inputs(tmp);
     fprintf(stderr, "test_data: %.1f s\n", ll_now() - t0);
     return tu_finish("test_data");

@@ -49,6 +49,8 @@ typedef struct {
     int max_len;           /* max tokens per side (incl. EOS); <= max_positions */
     char long_lines[8];    /* "skip" | "error" */
     char lang_tags[8];     /* "auto" | "on" | "off": target-language tag as decoder BOS */
+    int spm_samples;       /* subword regularization: sampled segmentations of the training data, one per epoch; 0 = off */
+    float spm_alpha;       /* their smoothing (unigram) or BPE-dropout rate */
     char sampling[16];     /* "temperature" | "size" | "uniform" */
     float sampling_temperature;
 

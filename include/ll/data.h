@@ -33,6 +33,14 @@ const char *ll_spm_id_piece(const ll_spm *s, int id);              /* NULL if ou
 /* Encode one line into ids (no EOS); returns count, or -1 on failure.  *ids is
  * realloc'd to *cap elements as needed.  Safe to call from several threads. */
 int ll_spm_encode(const ll_spm *s, const char *text, int32_t **ids, int *cap);
+/* Subword regularization: a segmentation drawn from the model's distribution (unigram: all
+ * segmentations x with probability ~ P(x)^alpha, Kudo 2018; BPE: BPE-dropout with probability
+ * alpha), sentencepiece's SampleEncode with nbest -1.  Draws come from the calling thread's own
+ * generator, which ll_spm_sample_thread_init seeds once: call it first in a thread that has never
+ * used sentencepiece's generator (a new one), so that the draws are a function of the seed and
+ * the thread's texts alone.  Encode returns -1 in a thread not seeded; init -1 + errbuf. */
+int ll_spm_sample_thread_init(const ll_spm *s, uint32_t seed);
+int ll_spm_sample_encode(const ll_spm *s, const char *text, float alpha, int32_t **ids, int *cap);
 /* Decode ids to a malloc'd string.  Control ids (bos/pad/eos), ids outside the
  * vocabulary and language-tag pieces "<2xx>" are dropped. */
 char *ll_spm_decode(const ll_spm *s, const int32_t *ids, int n);
@@ -80,6 +88,8 @@ void ll_tokfile_abort(ll_tokfile_writer *w); /* removes the temporary; frees w *
 /* A prepared pair: src/tgt token files plus language ids. */
 typedef struct {
     ll_tokfile src, tgt;
+    int n_samples;          /* data.spm_samples: training batches read these instead of src/tgt */
+    ll_tokfile *samples;    /* [2 * n_samples]: sample k's source at 2k, its target at 2k + 1 */
     int src_lang, tgt_lang; /* index into ll_dataset.langs */
     int tgt_tag;            /* token id of the target-language tag, or -1 */
 } ll_pair_data;
@@ -136,11 +146,17 @@ typedef struct {
     char spm_file[64];        /* name inside data_dir ("spm.model") */
     int n_langs;
     char langs[LL_MAX_CORPORA * 2][LL_LANG_MAX];
+    int spm_samples;          /* sampled segmentations of each train corpus (data.spm_samples) */
+    float spm_alpha;
     int n_corpora;            /* train corpora first, then valid */
     ll_corpus_info corpora[LL_MAX_CORPORA * 2];
 } ll_data_info;
 
 int ll_data_info_read(ll_data_info *info, const char *data_dir); /* -1 + errbuf */
+/* The files of corpus i inside data_dir: its source and target, then (train corpora) each sampled
+ * segmentation's, "train.0.en-es.s1.src.bin" ...; returns how many (at most LL_CORPUS_FILES). */
+#define LL_CORPUS_FILES (2 + 2 * 64)
+int ll_corpus_files(const ll_data_info *info, int i, char (*names)[64]);
 
 /* Open the prepared split ("train" or "valid"); a split with no corpora gives n_pairs = 0.
  * Verifies every token file in full (ll_tokfile_verify against the manifest's
@@ -197,11 +213,15 @@ ll_batcher *ll_batcher_from_config(const ll_dataset *d, const ll_config *cfg, in
  * sizes.  The batches are made again; before the first read only. */
 void ll_batcher_pad_to(ll_batcher *it, int multiple);
 void ll_batcher_free(ll_batcher *it);
-int ll_batcher_n_batches(const ll_batcher *it);          /* per epoch, all pairs */
-/* Distinct batch shapes (sentences, padded S, padded T) per epoch, all pairs: on CUDA each is
+int ll_batcher_n_batches(const ll_batcher *it);          /* this epoch's, all pairs */
+/* Batches of a given epoch (they differ by epoch when the pairs have sampled segmentations). */
+int ll_batcher_epoch_batches(const ll_batcher *it, int64_t epoch);
+/* Segmentations read in turn, one per epoch: 1, or the pairs' sampled ones (data.spm_samples). */
+int ll_batcher_segmentations(const ll_batcher *it);
+/* Distinct batch shapes (sentences, padded S, padded T) of every epoch, all pairs: on CUDA each is
  * one step graph (more than the backend keeps: steps captured again and again). */
 int ll_batcher_shapes(const ll_batcher *it);
-/* Batches of one pair (its own batching, before sampling). */
+/* Batches of one pair this epoch (its own batching, before sampling). */
 int ll_batcher_pair_batches(const ll_batcher *it, int pair);
 /* Fill *b with the next batch; returns 0 at the end of an epoch (then the next call starts epoch+1). */
 int ll_batcher_next(ll_batcher *it, ll_batch *b);

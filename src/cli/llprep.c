@@ -73,9 +73,15 @@ int main(int argc, char **argv) {
     }
     ll_data_info info;
     int bad = ll_data_info_read(&info, cfg.data_dir) != 0;
+    uint64_t sampled[2] = {0}, standard[2] = {0}; /* tokens of the sampled segmentations, and of theirs */
     for (int v = 0; v < 2 && !bad; v++) { /* read back what was written: ids, EOS, checksums (one pass) */
         ll_dataset d;
         bad = ll_dataset_open(&d, &cfg, v ? "valid" : "train") != 0;
+        for (int p = 0; !bad && p < d.n_pairs; p++)
+            for (int k = 0; k < 2 * d.pairs[p].n_samples; k++) {
+                sampled[k % 2] += d.pairs[p].samples[k].n_tokens;
+                standard[k % 2] += k % 2 ? d.pairs[p].tgt.n_tokens : d.pairs[p].src.n_tokens;
+            }
         if (!bad) ll_dataset_close(&d);
     }
     ll_data_lock_release(&lock, 0);
@@ -112,6 +118,11 @@ int main(int argc, char **argv) {
             printf("  %s total: %d corpora, %" PRId64 " sentence pairs, %" PRId64 " tokens, %" PRId64
                    " lines skipped\n",
                    v ? "valid" : "train", pairs[v], sents[v], toks[v], skipped[v]);
+    if (info.spm_samples > 0)
+        printf("  subword regularization: %d sampled segmentations of each train corpus (data.spm_alpha %g), one per "
+               "epoch: %.2fx the standard tokens on the source side, %.2fx on the target side\n",
+               info.spm_samples, (double)info.spm_alpha, standard[0] ? (double)sampled[0] / (double)standard[0] : 0,
+               standard[1] ? (double)sampled[1] / (double)standard[1] : 0);
     ll_config_free(&cfg);
     return 0;
 }

@@ -2,7 +2,9 @@
  * plan.  Batches are fixed at construction; only their order (and, with
  * temperature sampling, how often each appears) changes per epoch, and the
  * plan of an epoch is a pure function of (seed, epoch), so seeking to a saved
- * (epoch, pos) replays a run exactly. */
+ * (epoch, pos) replays a run exactly.  With sampled segmentations of the data
+ * (data.spm_samples) each one has its batches, and epoch e reads segmentation
+ * (e - 1) mod N: still a function of the epoch. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,8 @@
 enum { SAMPLE_SIZE, SAMPLE_TEMPERATURE, SAMPLE_UNIFORM };
 
 /* Philox stream selectors (stream_b) under LL_RNG_SHUFFLE: epochs use
- * 0..2^31-1, the per-pair length tie-break uses 2^31 + pair. */
+ * 0..2^31-1, the per-pair length tie-break uses 2^31 + pair (+ LL_MAX_CORPORA x
+ * the segmentation). */
 #define TIEBREAK_STREAM 0x80000000u
 
 typedef struct {
@@ -32,8 +35,10 @@ struct ll_batcher {
     int pad_to; /* batch lengths S, T rounded up to a multiple of it (ll_batcher_pad_to) */
     double temperature;
     uint64_t seed;
-    pair_batches p[LL_MAX_CORPORA];
-    int total;
+    int n_seg;       /* segmentations of the data: 1, or the pairs' sampled ones, one per epoch in turn */
+    pair_batches *p; /* [n_seg * n_pairs]: segmentation g's batches of pair k at g * n_pairs + k */
+    int *total;      /* [n_seg]: batches per epoch */
+    int max_total;
     int64_t epoch, pos;
     plan_entry *plan;
     int64_t plan_epoch; /* epoch `plan` was built for; 0 = none */
@@ -54,19 +59,27 @@ static int key_cmp(const void *a, const void *b) {
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
+static int seg_of(const ll_batcher *it, int64_t epoch) { return (int)((epoch - 1) % it->n_seg); }
+static pair_batches *batches_of(const ll_batcher *it, int seg, int pair) { return &it->p[seg * it->d->n_pairs + pair]; }
+/* The token file a segmentation reads: a pair's sampled ones when it has them */
+static const ll_tokfile *side_of(const ll_batcher *it, int seg, int pair, int tgt) {
+    const ll_pair_data *pd = &it->d->pairs[pair];
+    if (pd->n_samples > 0) return &pd->samples[2 * (seg % pd->n_samples) + tgt];
+    return tgt ? &pd->tgt : &pd->src;
+}
 /* a batch length as padded: up to a multiple of pad_to */
 static int padded(const ll_batcher *it, int l) { return it->pad_to > 1 ? (l + it->pad_to - 1) / it->pad_to * it->pad_to : l; }
 
 /* Sort by (target length, source length, random) and cut greedily under the budget. */
-static void make_pair_batches(ll_batcher *it, int pair) {
-    const ll_pair_data *pd = &it->d->pairs[pair];
-    pair_batches *pb = &it->p[pair];
-    int n = pd->src.n_sents;
+static void make_pair_batches(ll_batcher *it, int seg, int pair) {
+    const ll_tokfile *src = side_of(it, seg, pair, 0), *tgt = side_of(it, seg, pair, 1);
+    pair_batches *pb = batches_of(it, seg, pair);
+    int n = src->n_sents;
     sort_key *k = ll_malloc(sizeof *k * (size_t)(n ? n : 1));
     ll_philox r;
-    ll_philox_init(&r, it->seed, LL_RNG_SHUFFLE, TIEBREAK_STREAM + (uint32_t)pair);
+    ll_philox_init(&r, it->seed, LL_RNG_SHUFFLE, TIEBREAK_STREAM + (uint32_t)(pair + LL_MAX_CORPORA * seg));
     for (int i = 0; i < n; i++)
-        k[i] = (sort_key){ll_tokfile_len(&pd->tgt, i), ll_tokfile_len(&pd->src, i),
+        k[i] = (sort_key){ll_tokfile_len(tgt, i), ll_tokfile_len(src, i),
                           it->shuffle ? ll_philox_u32(&r, (uint64_t)i) : 0, i};
     qsort(k, (size_t)n, sizeof *k, key_cmp);
     pb->order = ll_malloc(sizeof(int) * (size_t)(n ? n : 1));
@@ -87,6 +100,29 @@ static void make_pair_batches(ll_batcher *it, int pair) {
     }
     pb->start[pb->n_batches] = n;
     free(k);
+}
+
+/* Every segmentation's batches, and the plan's room for the largest epoch. */
+static void make_batches(ll_batcher *it) {
+    it->max_total = 0;
+    for (int g = 0; g < it->n_seg; g++) {
+        it->total[g] = 0;
+        for (int k = 0; k < it->d->n_pairs; k++) {
+            make_pair_batches(it, g, k);
+            it->total[g] += batches_of(it, g, k)->n_batches;
+        }
+        it->max_total = imax(it->max_total, it->total[g]);
+    }
+    free(it->plan);
+    it->plan = ll_malloc(sizeof(plan_entry) * (size_t)(it->max_total ? it->max_total : 1));
+    it->plan_epoch = 0;
+}
+
+static void free_batches(ll_batcher *it) {
+    for (int i = 0; i < it->n_seg * it->d->n_pairs; i++) {
+        free(it->p[i].order);
+        free(it->p[i].start);
+    }
 }
 
 ll_batcher *ll_batcher_new_ex(const ll_dataset *d, int max_tokens, uint64_t seed, int shuffle, const char *sampling,
@@ -119,11 +155,11 @@ ll_batcher *ll_batcher_new_ex(const ll_dataset *d, int max_tokens, uint64_t seed
     it->mode = mode;
     it->temperature = temperature;
     it->pad_to = 1;
-    for (int p = 0; p < d->n_pairs; p++) {
-        make_pair_batches(it, p);
-        it->total += it->p[p].n_batches;
-    }
-    it->plan = ll_malloc(sizeof(plan_entry) * (size_t)(it->total ? it->total : 1));
+    it->n_seg = 1;
+    for (int p = 0; p < d->n_pairs; p++) it->n_seg = imax(it->n_seg, d->pairs[p].n_samples);
+    it->p = ll_calloc((size_t)(it->n_seg * (d->n_pairs ? d->n_pairs : 1)), sizeof *it->p);
+    it->total = ll_calloc((size_t)it->n_seg, sizeof *it->total);
+    make_batches(it);
     it->epoch = 1;
     return it;
 }
@@ -143,30 +179,25 @@ void ll_batcher_pad_to(ll_batcher *it, int multiple) {
     if (multiple < 1) ll_die("ll_batcher_pad_to: multiple %d < 1", multiple);
     if (it->pos || it->epoch != 1) ll_die("ll_batcher_pad_to: the batcher has been read from");
     it->pad_to = multiple;
-    it->total = 0;
-    for (int p = 0; p < it->d->n_pairs; p++) { /* the batches again, with the padded lengths in the budget */
-        free(it->p[p].order);
-        free(it->p[p].start);
-        make_pair_batches(it, p);
-        it->total += it->p[p].n_batches;
-    }
-    free(it->plan);
-    it->plan = ll_malloc(sizeof(plan_entry) * (size_t)(it->total ? it->total : 1));
-    it->plan_epoch = 0;
+    free_batches(it); /* the batches again, with the padded lengths in the budget */
+    make_batches(it);
 }
 
 void ll_batcher_free(ll_batcher *it) {
     if (!it) return;
-    for (int p = 0; p < it->d->n_pairs; p++) {
-        free(it->p[p].order);
-        free(it->p[p].start);
-    }
+    free_batches(it);
+    free(it->p);
+    free(it->total);
     free(it->plan);
     free(it);
 }
 
-int ll_batcher_n_batches(const ll_batcher *it) { return it->total; }
-int ll_batcher_pair_batches(const ll_batcher *it, int pair) { return it->p[pair].n_batches; }
+int ll_batcher_n_batches(const ll_batcher *it) { return it->total[seg_of(it, it->epoch)]; }
+int ll_batcher_epoch_batches(const ll_batcher *it, int64_t epoch) { return it->total[seg_of(it, epoch < 1 ? 1 : epoch)]; }
+int ll_batcher_segmentations(const ll_batcher *it) { return it->n_seg; }
+int ll_batcher_pair_batches(const ll_batcher *it, int pair) {
+    return batches_of(it, seg_of(it, it->epoch), pair)->n_batches;
+}
 
 static int shape_cmp(const void *a, const void *b) {
     const int *x = a, *y = b;
@@ -175,20 +206,24 @@ static int shape_cmp(const void *a, const void *b) {
     return 0;
 }
 int ll_batcher_shapes(const ll_batcher *it) {
-    int *sh = ll_malloc(sizeof(int) * 3 * (size_t)(it->total ? it->total : 1)), n = 0;
-    for (int p = 0; p < it->d->n_pairs; p++) {
-        const ll_pair_data *pd = &it->d->pairs[p];
-        const pair_batches *pb = &it->p[p];
-        for (int b = 0; b < pb->n_batches && n < it->total; b++, n++) { /* (as fill_batch shapes it) */
-            const int *idx = pb->order + pb->start[b];
-            int S = 0, T = 0;
-            for (int i = 0; i < pb->start[b + 1] - pb->start[b]; i++) {
-                S = imax(S, ll_tokfile_len(&pd->src, idx[i]));
-                T = imax(T, ll_tokfile_len(&pd->tgt, idx[i]));
+    int64_t all = 0;
+    for (int g = 0; g < it->n_seg; g++) all += it->total[g];
+    int *sh = ll_malloc(sizeof(int) * 3 * (size_t)(all ? all : 1)), n = 0;
+    for (int g = 0; g < it->n_seg; g++)
+        for (int p = 0; p < it->d->n_pairs; p++) {
+            const ll_tokfile *src = side_of(it, g, p, 0), *tgt = side_of(it, g, p, 1);
+            const pair_batches *pb = batches_of(it, g, p);
+            for (int b = 0; b < pb->n_batches; b++, n++) { /* (as fill_batch shapes it) */
+                const int *idx = pb->order + pb->start[b];
+                int S = 0, T = 0;
+                for (int i = 0; i < pb->start[b + 1] - pb->start[b]; i++) {
+                    S = imax(S, ll_tokfile_len(src, idx[i]));
+                    T = imax(T, ll_tokfile_len(tgt, idx[i]));
+                }
+                sh[3 * n] = pb->start[b + 1] - pb->start[b], sh[3 * n + 1] = padded(it, S),
+                       sh[3 * n + 2] = padded(it, T);
             }
-            sh[3 * n] = pb->start[b + 1] - pb->start[b], sh[3 * n + 1] = padded(it, S), sh[3 * n + 2] = padded(it, T);
         }
-    }
     qsort(sh, (size_t)n, 3 * sizeof(int), shape_cmp);
     int distinct = 0;
     for (int i = 0; i < n; i++) distinct += i == 0 || shape_cmp(sh + 3 * i, sh + 3 * (i - 1)) != 0;
@@ -208,7 +243,7 @@ static void shuffle_ints(int *a, int n, const ll_philox *r, uint64_t *ctr) {
 
 /* How many batches each pair contributes: total * p_k, p_k ~ n_k^(1/T),
  * rounded by largest remainder so the counts sum to the total. */
-static void sample_counts(const ll_batcher *it, int *count) {
+static void sample_counts(const ll_batcher *it, int total, int *count) {
     int K = it->d->n_pairs;
     double w[LL_MAX_CORPORA], W = 0, frac[LL_MAX_CORPORA];
     for (int k = 0; k < K; k++) {
@@ -216,9 +251,9 @@ static void sample_counts(const ll_batcher *it, int *count) {
         w[k] = it->mode == SAMPLE_UNIFORM ? 1.0 : pow(n, 1.0 / it->temperature);
         W += w[k];
     }
-    int left = it->total;
+    int left = total;
     for (int k = 0; k < K; k++) {
-        double q = it->total * w[k] / W;
+        double q = total * w[k] / W;
         count[k] = (int)floor(q);
         frac[k] = q - count[k];
         left -= count[k];
@@ -233,19 +268,19 @@ static void sample_counts(const ll_batcher *it, int *count) {
 }
 
 static void build_plan(ll_batcher *it) {
-    int K = it->d->n_pairs, n = 0;
+    int K = it->d->n_pairs, n = 0, g = seg_of(it, it->epoch);
     ll_philox r;
     ll_philox_init(&r, it->seed, LL_RNG_SHUFFLE, (uint32_t)(it->epoch & 0x7fffffff));
     uint64_t ctr = 0;
     if (it->mode == SAMPLE_SIZE || K == 1 || !it->shuffle) {
         for (int k = 0; k < K; k++)
-            for (int b = 0; b < it->p[k].n_batches; b++) it->plan[n++] = (plan_entry){k, b};
+            for (int b = 0; b < batches_of(it, g, k)->n_batches; b++) it->plan[n++] = (plan_entry){k, b};
     } else {
         int count[LL_MAX_CORPORA];
-        sample_counts(it, count);
+        sample_counts(it, it->total[g], count);
         for (int k = 0; k < K; k++) {
             /* whole passes over the pair's batches, then a random subset for the remainder */
-            int nb = it->p[k].n_batches;
+            int nb = batches_of(it, g, k)->n_batches;
             int *perm = ll_malloc(sizeof(int) * (size_t)nb);
             for (int b = 0; b < nb; b++) perm[b] = b;
             shuffle_ints(perm, nb, &r, &ctr);
@@ -265,12 +300,14 @@ static void build_plan(ll_batcher *it) {
 
 static void fill_batch(const ll_batcher *it, int pair, int batch, ll_batch *b) {
     const ll_pair_data *pd = &it->d->pairs[pair];
-    const pair_batches *pb = &it->p[pair];
+    const int g = seg_of(it, it->epoch);
+    const ll_tokfile *src = side_of(it, g, pair, 0), *tgt = side_of(it, g, pair, 1);
+    const pair_batches *pb = batches_of(it, g, pair);
     const int *idx = pb->order + pb->start[batch];
     int B = pb->start[batch + 1] - pb->start[batch], S = 0, T = 0;
     for (int i = 0; i < B; i++) {
-        S = imax(S, ll_tokfile_len(&pd->src, idx[i]));
-        T = imax(T, ll_tokfile_len(&pd->tgt, idx[i]));
+        S = imax(S, ll_tokfile_len(src, idx[i]));
+        T = imax(T, ll_tokfile_len(tgt, idx[i]));
     }
     S = padded(it, S), T = padded(it, T);
     size_t need_tok = (size_t)B * (size_t)imax(S, T);
@@ -296,8 +333,8 @@ static void fill_batch(const ll_batcher *it, int pair, int batch, ll_batch *b) {
     /* fairseq's prev_output_tokens start with EOS; with language tags, with the tag */
     int32_t bos = pd->tgt_tag >= 0 ? pd->tgt_tag : LL_EOS;
     for (int i = 0; i < B; i++) {
-        int id = idx[i], ls = ll_tokfile_len(&pd->src, id), lt = ll_tokfile_len(&pd->tgt, id);
-        const int32_t *xs = pd->src.tokens + pd->src.offsets[id], *ys = pd->tgt.tokens + pd->tgt.offsets[id];
+        int id = idx[i], ls = ll_tokfile_len(src, id), lt = ll_tokfile_len(tgt, id);
+        const int32_t *xs = src->tokens + src->offsets[id], *ys = tgt->tokens + tgt->offsets[id];
         int32_t *s = b->src + (size_t)i * S, *ti = b->tgt_in + (size_t)i * T, *to = b->tgt_out + (size_t)i * T;
         memcpy(s, xs, sizeof(int32_t) * (size_t)ls);
         for (int j = ls; j < S; j++) s[j] = LL_PAD;
@@ -314,7 +351,7 @@ static void fill_batch(const ll_batcher *it, int pair, int batch, ll_batch *b) {
 }
 
 int ll_batcher_next(ll_batcher *it, ll_batch *b) {
-    if (it->pos >= it->total) {
+    if (it->pos >= ll_batcher_n_batches(it)) {
         it->epoch++;
         it->pos = 0;
         return 0;
@@ -332,7 +369,8 @@ void ll_batcher_state(const ll_batcher *it, int64_t *epoch, int64_t *pos) {
 
 void ll_batcher_seek(ll_batcher *it, int64_t epoch, int64_t pos) {
     it->epoch = epoch < 1 ? 1 : epoch;
-    it->pos = pos < 0 ? 0 : pos > it->total ? it->total : pos;
+    const int total = ll_batcher_n_batches(it);
+    it->pos = pos < 0 ? 0 : pos > total ? total : pos;
 }
 
 void ll_batch_full(ll_batch *b, int B, int L) {

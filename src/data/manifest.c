@@ -26,6 +26,22 @@ void ll_corpus_file_name(char *out, size_t n, const char *split, int index, cons
     snprintf(out, n, "%s.%d.%s-%s.%s.bin", split, index, src, tgt, side);
 }
 
+int ll_corpus_files(const ll_data_info *info, int i, char (*names)[64]) {
+    const ll_corpus_info *c = &info->corpora[i];
+    snprintf(names[0], 64, "%s", c->src_file);
+    snprintf(names[1], 64, "%s", c->tgt_file);
+    int n = 2;
+    if (strcmp(c->split, "train")) return n;
+    for (int k = 1; k <= info->spm_samples && n + 2 <= LL_CORPUS_FILES; k++)
+        for (int t = 0; t < 2; t++) {
+            char side[16];
+            snprintf(side, sizeof side, "s%d.%s", k, t ? "tgt" : "src");
+            ll_corpus_file_name(names[n++], 64, c->split, c->index, info->langs[c->src_lang],
+                                info->langs[c->tgt_lang], side);
+        }
+    return n;
+}
+
 int ll_stat_stamp(const char *path, int64_t *size, int64_t *mtime_ns) {
     struct stat st;
     if (stat(path, &st) != 0) return ll_fail("%s: cannot stat: %s", path, strerror(errno));
@@ -45,6 +61,13 @@ uint64_t ll_data_hash(const ll_config *cfg, const uint64_t *corpus_hashes, uint6
     h = hash_str(cfg->long_lines, h);
     h = hash_str(cfg->lang_tags, h);
     h = hash_u64(spm_hash, h);
+    if (cfg->spm_samples > 0) { /* (off, the hash stays what it was before the setting existed) */
+        h = hash_str("spm_samples", h);
+        h = hash_u64((uint64_t)cfg->spm_samples, h);
+        uint32_t alpha_bits;
+        memcpy(&alpha_bits, &cfg->spm_alpha, sizeof alpha_bits);
+        h = hash_u64(alpha_bits, h);
+    }
     int k = 0;
     for (int s = 0; s < 2; s++) {
         const ll_corpus_cfg *cc = s ? cfg->valid : cfg->train;
@@ -69,6 +92,7 @@ int ll_manifest_write(const char *path, const ll_data_info *info, const ll_input
             info->hash, info->vocab_size, info->lang_tags, info->spm_file);
     for (int i = 0; i < info->n_langs; i++) fprintf(f, " %s", info->langs[i]);
     fputc('\n', f);
+    if (info->spm_samples > 0) fprintf(f, "spm_samples %d %.9g\n", info->spm_samples, (double)info->spm_alpha);
     for (int i = 0; i < info->n_corpora; i++) {
         const ll_corpus_info *c = &info->corpora[i];
         fprintf(f,
@@ -140,6 +164,9 @@ int ll_manifest_read(const char *data_dir, ll_data_info *info, ll_input_stamp **
             info->lang_tags = atoi(val);
         else if (!strcmp(key, "spm"))
             bad = sscanf(val, "%63s", info->spm_file) != 1;
+        else if (!strcmp(key, "spm_samples"))
+            bad = sscanf(val, "%d %f", &info->spm_samples, &info->spm_alpha) != 2 || info->spm_samples < 0 ||
+                  info->spm_samples > 64;
         else if (!strcmp(key, "langs")) {
             char tmp[LL_LANG_MAX + 1];
             int used;
@@ -225,16 +252,45 @@ int ll_data_is_prepared(const ll_config *cfg) {
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", cfg->data_dir, info.spm_file);
         ok = stat(path, &st) == 0;
+        char(*names)[64] = ll_malloc(sizeof *names * LL_CORPUS_FILES);
         for (int i = 0; ok && i < info.n_corpora; i++) {
-            snprintf(path, sizeof path, "%s/%s", cfg->data_dir, info.corpora[i].src_file);
-            ok = stat(path, &st) == 0;
-            snprintf(path, sizeof path, "%s/%s", cfg->data_dir, info.corpora[i].tgt_file);
-            ok = ok && stat(path, &st) == 0;
+            int nf = ll_corpus_files(&info, i, names);
+            for (int j = 0; ok && j < nf; j++) {
+                snprintf(path, sizeof path, "%s/%s", cfg->data_dir, names[j]);
+                ok = stat(path, &st) == 0;
+            }
         }
+        free(names);
     }
     free(hashes);
     free(in);
     return ok;
+}
+
+/* The sampled segmentations of train corpus i: the same sentences (count and raw lines) as its
+ * standard files, each checked in full as they are. */
+static int open_samples(ll_pair_data *p, const ll_data_info *info, int i, const char *data_dir) {
+    char(*names)[64] = ll_malloc(sizeof *names * LL_CORPUS_FILES);
+    int nf = ll_corpus_files(info, i, names), rc = 0;
+    if (nf > 2) p->samples = ll_calloc((size_t)(nf - 2), sizeof(ll_tokfile)); /* (close skips unopened ones) */
+    p->n_samples = (nf - 2) / 2;
+    char path[LL_PATH_MAX + 96];
+    for (int j = 2; j < nf && rc == 0; j++) {
+        snprintf(path, sizeof path, "%s/%s", data_dir, names[j]);
+        ll_tokfile *f = &p->samples[j - 2], *std = j % 2 ? &p->tgt : &p->src;
+        if (ll_tokfile_open(f, path) != 0) {
+            rc = -1;
+            break;
+        }
+        if (f->n_sents != std->n_sents ||
+            (f->n_sents && memcmp(f->lines, std->lines, sizeof(uint64_t) * (size_t)f->n_sents)))
+            rc = ll_fail("%s: not the sentences of %s/%s (%d against %d)", path, data_dir, names[j % 2], f->n_sents,
+                         std->n_sents);
+        else
+            rc = ll_tokfile_verify(f, path, info->vocab_size);
+    }
+    free(names);
+    return rc;
 }
 
 int ll_dataset_open_dir(ll_dataset *d, const char *data_dir, const char *split) {
@@ -280,6 +336,7 @@ int ll_dataset_open_dir(ll_dataset *d, const char *data_dir, const char *split) 
         p->src_lang = c->src_lang;
         p->tgt_lang = c->tgt_lang;
         p->tgt_tag = c->tgt_tag;
+        if (open_samples(p, &info, i, data_dir) != 0) goto fail;
     }
     return 0;
 fail:
@@ -295,6 +352,10 @@ void ll_dataset_close(ll_dataset *d) {
     for (int i = 0; i < d->n_pairs; i++) {
         ll_tokfile_close(&d->pairs[i].src);
         ll_tokfile_close(&d->pairs[i].tgt);
+        for (int k = 0; k < 2 * d->pairs[i].n_samples; k++) ll_tokfile_close(&d->pairs[i].samples[k]);
+        free(d->pairs[i].samples);
+        d->pairs[i].samples = NULL;
+        d->pairs[i].n_samples = 0;
     }
     d->n_pairs = 0;
 }

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <fstream>
 #include <string>
 #include <unordered_map>
@@ -177,6 +178,44 @@ int ll_spm_encode(const ll_spm *s, const char *text, int32_t **ids, int *cap) {
     try {
         std::vector<int> v;
         if (!s->sp.Encode(text, &v).ok()) return -1;
+        if ((int)v.size() > *cap || !*ids) {
+            *cap = (int)v.size() + 16;
+            *ids = (int32_t *)ll_realloc(*ids, sizeof(int32_t) * (size_t)*cap);
+        }
+        for (size_t i = 0; i < v.size(); i++) (*ids)[i] = v[i];
+        return (int)v.size();
+    } catch (const std::exception &) {
+        return -1;
+    }
+}
+
+/* Sampled segmentations draw from sentencepiece's per-thread generator, which is seeded from the
+ * global seed the first time a thread uses it and never again: a fresh thread that sets the seed
+ * and makes its first draw under one lock owns a stream no other thread touches. */
+static std::mutex sample_seed_lock;
+static thread_local bool sample_seeded = false;
+
+int ll_spm_sample_thread_init(const ll_spm *s, uint32_t seed) {
+    if (sample_seeded) return ll_fail("sentencepiece sampling: this thread's generator is already seeded");
+    try {
+        std::lock_guard<std::mutex> g(sample_seed_lock);
+        // (unsigned)-1 is spm's "seed from std::random_device"
+        sentencepiece::SetRandomGeneratorSeed(seed == 0xffffffffu ? 0x9e3779b9u : seed);
+        std::vector<int> v;
+        if (!s->sp.SampleEncode("seed", -1, 0.5f, &v).ok()) // the first draw seeds this thread's generator
+            return ll_fail("sentencepiece sampling: this model cannot sample segmentations");
+        sample_seeded = true;
+        return 0;
+    } catch (const std::exception &e) {
+        return ll_fail("sentencepiece sampling: %s", e.what());
+    }
+}
+
+int ll_spm_sample_encode(const ll_spm *s, const char *text, float alpha, int32_t **ids, int *cap) {
+    if (!sample_seeded) return -1; /* the stream would depend on whichever thread ran first */
+    try {
+        std::vector<int> v;
+        if (!s->sp.SampleEncode(text, -1, alpha, &v).ok()) return -1;
         if ((int)v.size() > *cap || !*ids) {
             *cap = (int)v.size() + 16;
             *ids = (int32_t *)ll_realloc(*ids, sizeof(int32_t) * (size_t)*cap);

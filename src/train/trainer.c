@@ -317,10 +317,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
         if (t->ts.n_streams != t->n_streams)
             return ll_fail("%s: saved with %d data streams, this config has %d", from, t->ts.n_streams, t->n_streams);
         for (int i = 0; i < t->n_streams; i++) {
-            if (t->ts.stream_pos[2 * i + 1] > ll_batcher_n_batches(t->its[i]))
+            const int nb = ll_batcher_epoch_batches(t->its[i], t->ts.stream_pos[2 * i]);
+            if (t->ts.stream_pos[2 * i + 1] > nb)
                 return ll_fail("%s: data position %lld is past the %d batches of this data (corrupt state, or the "
-                               "data changed)", from, (long long)t->ts.stream_pos[2 * i + 1],
-                               ll_batcher_n_batches(t->its[i]));
+                               "data changed)", from, (long long)t->ts.stream_pos[2 * i + 1], nb);
             ll_batcher_seek(t->its[i], t->ts.stream_pos[2 * i], t->ts.stream_pos[2 * i + 1]);
         }
         if (t->ts.finished && run_is_over(t)) { /* touch nothing */
@@ -390,6 +390,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
     else
         ll_log("data per update: %d batch(es) drawn across %d pair(s) (data.sampling %s)", t->uf,
                t->train.n_pairs, !strcmp(cfg->sampling, "auto") ? "temperature" : cfg->sampling);
+    if (ll_batcher_segmentations(t->its[0]) > 1)
+        ll_log("subword regularization: epoch e reads sampled segmentation ((e - 1) mod %d) + 1 of the training data "
+               "(data.spm_samples %d, data.spm_alpha %g); validation the standard one",
+               ll_batcher_segmentations(t->its[0]), cfg->spm_samples, (double)cfg->spm_alpha);
     return 0;
 }
 

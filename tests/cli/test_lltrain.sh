@@ -36,6 +36,27 @@ grep -q "resumed from" "$T/resume.log" || err "resume did not say it resumed"
 cmp -s "$T/straight/checkpoint_last.llm" "$T/run/checkpoint_last.llm" ||
   err "resumed run differs from the uninterrupted run"
 
+# 2b. the same with sampled segmentations (data.spm_samples): 200-token batches make epochs of 6-7
+# updates (by sample), so the 30 updates read every sample, and the first half stops inside epoch 3
+sw=("${common[@]}" --set data.dir="$T/bin_sw" --set data.spm_samples=3 --set data.spm_alpha=0.2
+    --set data.max_tokens=200)
+"$LLTRAIN" "${sw[@]}" --set checkpoint.save_dir="$T/run_sw" --set train.max_updates=30 2>"$T/sw.log" ||
+  err "straight run with sampled segmentations failed: $(tail -1 "$T/sw.log")"
+grep -q "subword regularization: epoch e reads sampled segmentation ((e - 1) mod 3) + 1" "$T/sw.log" ||
+  err "the log does not say the epochs read sampled segmentations"
+[ -s "$T/bin_sw/train.0.en-es.s3.tgt.bin" ] || err "no third sampled segmentation"
+epochs=$(grep '"type":"train"' "$T/run_sw/metrics.jsonl" | tail -1 | sed 's/.*"epoch":\([0-9]*\).*/\1/')
+[ "${epochs:-0}" -gt 3 ] || err "30 updates covered ${epochs:-no} epochs, not all three samples"
+mv "$T/run_sw" "$T/straight_sw"
+"$LLTRAIN" "${sw[@]}" --set checkpoint.save_dir="$T/run_sw" --set train.max_updates=15 2>/dev/null ||
+  err "first half with sampled segmentations failed"
+"$LLTRAIN" "${sw[@]}" --set checkpoint.save_dir="$T/run_sw" --set train.max_updates=30 --resume 2>/dev/null ||
+  err "resume with sampled segmentations failed"
+cmp -s "$T/straight_sw/checkpoint_last.llm" "$T/run_sw/checkpoint_last.llm" ||
+  err "resumed run with sampled segmentations differs from the uninterrupted run"
+cmp -s "$T/straight_sw/checkpoint_last.llm" "$T/straight/checkpoint_last.llm" &&
+  err "sampled segmentations trained the same model as the standard one"
+
 # 3. validation BLEU, best by BLEU, early stopping after `patience` validations without improvement
 "$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/bleu" --set train.max_updates=400 \
   --set train.valid_interval=10 --set train.valid_bleu=true --set train.best_metric=bleu --set train.patience=2 \
