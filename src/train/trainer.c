@@ -390,7 +390,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
     else
         ll_log("data per update: %d batch(es) drawn across %d pair(s) (data.sampling %s)", t->uf,
                t->train.n_pairs, !strcmp(cfg->sampling, "auto") ? "temperature" : cfg->sampling);
-    if (ll_batcher_segmentations(t->its[0]) > 1)
+    if (t->train.n_pairs > 0 && t->train.pairs[0].n_samples > 0)
         ll_log("subword regularization: epoch e reads sampled segmentation ((e - 1) mod %d) + 1 of the training data "
                "(data.spm_samples %d, data.spm_alpha %g); validation the standard one",
                ll_batcher_segmentations(t->its[0]), cfg->spm_samples, (double)cfg->spm_alpha);
