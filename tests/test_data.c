@@ -464,6 +464,37 @@ static void test_prepare_samples(const char *tmp) {
     CHECK(ll_dataset_open(&d, &c1, "train") == -1);
     CHECK_CONTAINS(ll_errbuf(), "train.0.en-es.s2.src.bin: not the sentences of");
 
+    /* data.spm_sample_sides target: only the target side is sampled; the source stays standard */
+    char *dd3 = path_in(tmp, "samples_tgt");
+    ll_config c3 = c;
+    snprintf(c3.data_dir, sizeof c3.data_dir, "%s", dd3);
+    c3.spm_samples = 2;
+    snprintf(c3.spm_sample_sides, sizeof c3.spm_sample_sides, "target");
+    CHECK_MSG(ll_prepare_data(&c3) == 0, "%s", ll_errbuf());
+    CHECK(entries(dd3) == 8); /* manifest, spm.model, train and valid {src,tgt}, 2 samples x tgt */
+    CHECK(ll_data_info_read(&info, dd3) == 0 && info.spm_sides == 2);
+    CHECK(ll_dataset_open(&d, &c3, "train") == 0 && d.pairs[0].n_samples == 2 && d.pairs[0].sample_sides == 2);
+    it = ll_batcher_new(&d, 100, 7, 1);
+    wrong = 0;
+    for (int e = 1; e <= 2; e++)
+        while (ll_batcher_next(it, &b)) {
+            const ll_tokfile *fs = &d.pairs[0].src, *ft = &d.pairs[0].samples[2 * (e - 1) + 1];
+            for (int i = 0; i < b.B; i++) {
+                int id = b.ids[i];
+                wrong += b.src_len[i] != ll_tokfile_len(fs, id) || b.tgt_len[i] != ll_tokfile_len(ft, id) ||
+                         memcmp(b.src + (size_t)i * b.S, fs->tokens + fs->offsets[id], sizeof(int32_t) * (size_t)b.src_len[i]) ||
+                         memcmp(b.tgt_out + (size_t)i * b.T, ft->tokens + ft->offsets[id], sizeof(int32_t) * (size_t)b.tgt_len[i]);
+            }
+        }
+    CHECK_MSG(wrong == 0, "target-only sampling: %d sentences not the standard source and the epoch's target", wrong);
+    ll_batcher_free(it);
+    ll_batch_free(&b);
+    ll_dataset_close(&d);
+    ll_config c4 = c3;
+    snprintf(c4.spm_sample_sides, sizeof c4.spm_sample_sides, "both");
+    CHECK(ll_data_is_prepared(&c3) == 1 && ll_data_is_prepared(&c4) == 0);
+    free(dd3);
+
     /* another alpha or sample count is other data; preparing without samples removes theirs */
     ll_config c2 = c;
     c2.spm_alpha = 0.2f;

@@ -51,6 +51,7 @@ typedef struct {
     char lang_tags[8];     /* "auto" | "on" | "off": target-language tag as decoder BOS */
     int spm_samples;       /* subword regularization: sampled segmentations of the training data, one per epoch; 0 = off */
     float spm_alpha;       /* their smoothing (unigram) or BPE-dropout rate */
+    char spm_sample_sides[8]; /* "both" | "source" | "target": which sides are sampled */
     char sampling[16];     /* "temperature" | "size" | "uniform" */
     float sampling_temperature;
 

@@ -89,7 +89,9 @@ void ll_tokfile_abort(ll_tokfile_writer *w); /* removes the temporary; frees w *
 typedef struct {
     ll_tokfile src, tgt;
     int n_samples;          /* data.spm_samples: training batches read these instead of src/tgt */
-    ll_tokfile *samples;    /* [2 * n_samples]: sample k's source at 2k, its target at 2k + 1 */
+    int sample_sides;       /* which sides are sampled: bit 0 source, bit 1 target; the other reads src/tgt */
+    ll_tokfile *samples;    /* [2 * n_samples]: sample k's source at 2k, its target at 2k + 1 (unsampled
+                               sides left closed) */
     int src_lang, tgt_lang; /* index into ll_dataset.langs */
     int tgt_tag;            /* token id of the target-language tag, or -1 */
 } ll_pair_data;
@@ -148,15 +150,20 @@ typedef struct {
     char langs[LL_MAX_CORPORA * 2][LL_LANG_MAX];
     int spm_samples;          /* sampled segmentations of each train corpus (data.spm_samples) */
     float spm_alpha;
+    int spm_sides;            /* which sides they cover: bit 0 source, bit 1 target (data.spm_sample_sides) */
     int n_corpora;            /* train corpora first, then valid */
     ll_corpus_info corpora[LL_MAX_CORPORA * 2];
 } ll_data_info;
 
 int ll_data_info_read(ll_data_info *info, const char *data_dir); /* -1 + errbuf */
 /* The files of corpus i inside data_dir: its source and target, then (train corpora) each sampled
- * segmentation's, "train.0.en-es.s1.src.bin" ...; returns how many (at most LL_CORPUS_FILES). */
+ * segmentation's sampled sides, "train.0.en-es.s1.src.bin" ...; returns how many (at most
+ * LL_CORPUS_FILES).  kinds (may be NULL) gets each file's (sample k, side t) as 2k + t, k from 0,
+ * or -1 for the standard files. */
 #define LL_CORPUS_FILES (2 + 2 * 64)
-int ll_corpus_files(const ll_data_info *info, int i, char (*names)[64]);
+int ll_corpus_files(const ll_data_info *info, int i, char (*names)[64], int *kinds);
+/* "both" | "source" | "target" as spm_sides bits, 0 if none of them */
+int ll_spm_sides_mask(const char *sides);
 
 /* Open the prepared split ("train" or "valid"); a split with no corpora gives n_pairs = 0.
  * Verifies every token file in full (ll_tokfile_verify against the manifest's

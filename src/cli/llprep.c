@@ -79,6 +79,7 @@ int main(int argc, char **argv) {
         bad = ll_dataset_open(&d, &cfg, v ? "valid" : "train") != 0;
         for (int p = 0; !bad && p < d.n_pairs; p++)
             for (int k = 0; k < 2 * d.pairs[p].n_samples; k++) {
+                if (!(d.pairs[p].sample_sides >> (k % 2) & 1)) continue;
                 sampled[k % 2] += d.pairs[p].samples[k].n_tokens;
                 standard[k % 2] += k % 2 ? d.pairs[p].tgt.n_tokens : d.pairs[p].src.n_tokens;
             }
@@ -120,9 +121,10 @@ int main(int argc, char **argv) {
                    v ? "valid" : "train", pairs[v], sents[v], toks[v], skipped[v]);
     if (info.spm_samples > 0)
         printf("  subword regularization: %d sampled segmentations of each train corpus (data.spm_alpha %g), one per "
-               "epoch: %.2fx the standard tokens on the source side, %.2fx on the target side\n",
-               info.spm_samples, (double)info.spm_alpha, standard[0] ? (double)sampled[0] / (double)standard[0] : 0,
-               standard[1] ? (double)sampled[1] / (double)standard[1] : 0);
+               "epoch: %.2fx the standard tokens on the source side, %.2fx on the target side%s\n",
+               info.spm_samples, (double)info.spm_alpha, standard[0] ? (double)sampled[0] / (double)standard[0] : 1,
+               standard[1] ? (double)sampled[1] / (double)standard[1] : 1,
+               info.spm_sides == 1 ? " (not sampled)" : info.spm_sides == 2 ? " (the source side not sampled)" : "");
     ll_config_free(&cfg);
     return 0;
 }

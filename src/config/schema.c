@@ -101,6 +101,9 @@ const ll_cfg_key ll_cfg_keys[] = {
         "With data.spm_samples: a unigram model (the one llprep trains) draws segmentation x with probability ~ "
         "P(x)^alpha (smaller = more varied and longer: on the Bible corpus with 8,000 pieces 0.1 gives 1.87x the standard tokens, 0.2 1.30x, 0.5 1.03x); a BPE data.spm_model drops each merge with "
         "probability alpha (BPE-dropout, Provilkov et al. 2020; 0.1 is usual)."),
+    ENUM("data.spm_sample_sides", spm_sample_sides, "both", "both|source|target",
+         "With data.spm_samples: which sides of the training pairs are sampled (OpenNMT's src_/tgt_subword_alpha, "
+         "Marian's per-vocabulary alphas); the other keeps its standard segmentation in every epoch."),
     ENUM("data.sampling", sampling, "auto", "auto|temperature|size|uniform|every_pair",
          "How training batches are drawn across language pairs: every_pair = each update holds one batch of "
          "every pair (x train.update_freq; latent depth's Algorithm 2, and the way to give a static baseline the "

@@ -64,7 +64,7 @@ static pair_batches *batches_of(const ll_batcher *it, int seg, int pair) { retur
 /* The token file a segmentation reads: a pair's sampled ones when it has them */
 static const ll_tokfile *side_of(const ll_batcher *it, int seg, int pair, int tgt) {
     const ll_pair_data *pd = &it->d->pairs[pair];
-    if (pd->n_samples > 0) return &pd->samples[2 * (seg % pd->n_samples) + tgt];
+    if (pd->n_samples > 0 && (pd->sample_sides >> tgt & 1)) return &pd->samples[2 * (seg % pd->n_samples) + tgt];
     return tgt ? &pd->tgt : &pd->src;
 }
 /* a batch length as padded: up to a multiple of pad_to */

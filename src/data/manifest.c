@@ -26,16 +26,23 @@ void ll_corpus_file_name(char *out, size_t n, const char *split, int index, cons
     snprintf(out, n, "%s.%d.%s-%s.%s.bin", split, index, src, tgt, side);
 }
 
-int ll_corpus_files(const ll_data_info *info, int i, char (*names)[64]) {
+int ll_spm_sides_mask(const char *sides) {
+    return !strcmp(sides, "both") ? 3 : !strcmp(sides, "source") ? 1 : !strcmp(sides, "target") ? 2 : 0;
+}
+
+int ll_corpus_files(const ll_data_info *info, int i, char (*names)[64], int *kinds) {
     const ll_corpus_info *c = &info->corpora[i];
     snprintf(names[0], 64, "%s", c->src_file);
     snprintf(names[1], 64, "%s", c->tgt_file);
     int n = 2;
+    if (kinds) kinds[0] = kinds[1] = -1;
     if (strcmp(c->split, "train")) return n;
     for (int k = 1; k <= info->spm_samples && n + 2 <= LL_CORPUS_FILES; k++)
         for (int t = 0; t < 2; t++) {
+            if (!(info->spm_sides >> t & 1)) continue;
             char side[16];
             snprintf(side, sizeof side, "s%d.%s", k, t ? "tgt" : "src");
+            if (kinds) kinds[n] = 2 * (k - 1) + t;
             ll_corpus_file_name(names[n++], 64, c->split, c->index, info->langs[c->src_lang],
                                 info->langs[c->tgt_lang], side);
         }
@@ -67,6 +74,7 @@ uint64_t ll_data_hash(const ll_config *cfg, const uint64_t *corpus_hashes, uint6
         uint32_t alpha_bits;
         memcpy(&alpha_bits, &cfg->spm_alpha, sizeof alpha_bits);
         h = hash_u64(alpha_bits, h);
+        h = hash_str(cfg->spm_sample_sides, h);
     }
     int k = 0;
     for (int s = 0; s < 2; s++) {
@@ -92,7 +100,9 @@ int ll_manifest_write(const char *path, const ll_data_info *info, const ll_input
             info->hash, info->vocab_size, info->lang_tags, info->spm_file);
     for (int i = 0; i < info->n_langs; i++) fprintf(f, " %s", info->langs[i]);
     fputc('\n', f);
-    if (info->spm_samples > 0) fprintf(f, "spm_samples %d %.9g\n", info->spm_samples, (double)info->spm_alpha);
+    if (info->spm_samples > 0)
+        fprintf(f, "spm_samples %d %.9g %s\n", info->spm_samples, (double)info->spm_alpha,
+                info->spm_sides == 3 ? "both" : info->spm_sides == 1 ? "source" : "target");
     for (int i = 0; i < info->n_corpora; i++) {
         const ll_corpus_info *c = &info->corpora[i];
         fprintf(f,
@@ -164,9 +174,11 @@ int ll_manifest_read(const char *data_dir, ll_data_info *info, ll_input_stamp **
             info->lang_tags = atoi(val);
         else if (!strcmp(key, "spm"))
             bad = sscanf(val, "%63s", info->spm_file) != 1;
-        else if (!strcmp(key, "spm_samples"))
-            bad = sscanf(val, "%d %f", &info->spm_samples, &info->spm_alpha) != 2 || info->spm_samples < 0 ||
-                  info->spm_samples > 64;
+        else if (!strcmp(key, "spm_samples")) {
+            char sides[8];
+            bad = sscanf(val, "%d %f %7s", &info->spm_samples, &info->spm_alpha, sides) != 3 ||
+                  info->spm_samples < 0 || info->spm_samples > 64 || !(info->spm_sides = ll_spm_sides_mask(sides));
+        }
         else if (!strcmp(key, "langs")) {
             char tmp[LL_LANG_MAX + 1];
             int used;
@@ -254,7 +266,7 @@ int ll_data_is_prepared(const ll_config *cfg) {
         ok = stat(path, &st) == 0;
         char(*names)[64] = ll_malloc(sizeof *names * LL_CORPUS_FILES);
         for (int i = 0; ok && i < info.n_corpora; i++) {
-            int nf = ll_corpus_files(&info, i, names);
+            int nf = ll_corpus_files(&info, i, names, NULL);
             for (int j = 0; ok && j < nf; j++) {
                 snprintf(path, sizeof path, "%s/%s", cfg->data_dir, names[j]);
                 ok = stat(path, &st) == 0;
@@ -271,20 +283,24 @@ int ll_data_is_prepared(const ll_config *cfg) {
  * standard files, each checked in full as they are. */
 static int open_samples(ll_pair_data *p, const ll_data_info *info, int i, const char *data_dir) {
     char(*names)[64] = ll_malloc(sizeof *names * LL_CORPUS_FILES);
-    int nf = ll_corpus_files(info, i, names), rc = 0;
-    if (nf > 2) p->samples = ll_calloc((size_t)(nf - 2), sizeof(ll_tokfile)); /* (close skips unopened ones) */
-    p->n_samples = (nf - 2) / 2;
+    int kinds[LL_CORPUS_FILES];
+    int nf = ll_corpus_files(info, i, names, kinds), rc = 0;
+    if (nf > 2) { /* (close skips the unopened ones) */
+        p->n_samples = info->spm_samples;
+        p->sample_sides = info->spm_sides;
+        p->samples = ll_calloc((size_t)(2 * p->n_samples), sizeof(ll_tokfile));
+    }
     char path[LL_PATH_MAX + 96];
     for (int j = 2; j < nf && rc == 0; j++) {
         snprintf(path, sizeof path, "%s/%s", data_dir, names[j]);
-        ll_tokfile *f = &p->samples[j - 2], *std = j % 2 ? &p->tgt : &p->src;
+        ll_tokfile *f = &p->samples[kinds[j]], *std = kinds[j] % 2 ? &p->tgt : &p->src;
         if (ll_tokfile_open(f, path) != 0) {
             rc = -1;
             break;
         }
         if (f->n_sents != std->n_sents ||
             (f->n_sents && memcmp(f->lines, std->lines, sizeof(uint64_t) * (size_t)f->n_sents)))
-            rc = ll_fail("%s: not the sentences of %s/%s (%d against %d)", path, data_dir, names[j % 2], f->n_sents,
+            rc = ll_fail("%s: not the sentences of %s/%s (%d against %d)", path, data_dir, names[kinds[j] % 2], f->n_sents,
                          std->n_sents);
         else
             rc = ll_tokfile_verify(f, path, info->vocab_size);

@@ -597,7 +597,8 @@ static int write_samples(prep *P, int k) {
     const ll_config *cfg = P->cfg;
     const ll_corpus_cfg *cc = corpus_at(cfg, k);
     char(*names)[64] = ll_malloc(sizeof *names * LL_CORPUS_FILES);
-    int nf = ll_corpus_files(&P->info, k, names), rc = 0;
+    int kinds[LL_CORPUS_FILES];
+    int nf = ll_corpus_files(&P->info, k, names, kinds), rc = 0;
     ll_tokfile std[2] = {{0}};
     char path[LL_PATH_MAX + 160];
     for (int t = 0; t < 2 && rc == 0; t++) {
@@ -609,7 +610,7 @@ static int write_samples(prep *P, int k) {
     pthread_t *tid = ll_calloc((size_t)(threads > 0 ? threads : 1), sizeof *tid);
     for (int j = 0; j < n_tasks; j++) {
         sample_task *T = &tasks[j];
-        const int side = j % 2, sample = j / 2 + 1;
+        const int side = kinds[j + 2] % 2, sample = kinds[j + 2] / 2 + 1;
         T->spm = P->spm;
         T->raw = side ? cc->tgt : cc->src;
         T->std = &std[side];
@@ -652,7 +653,7 @@ static int move_in(prep *P, const char *name) {
 static int in_new_set(const ll_data_info *info, const char *name, char (*names)[64]) {
     if (!strcmp(name, info->spm_file) || !strcmp(name, LL_MANIFEST_FILE)) return 1;
     for (int i = 0; i < info->n_corpora; i++)
-        for (int j = 0, nf = ll_corpus_files(info, i, names); j < nf; j++)
+        for (int j = 0, nf = ll_corpus_files(info, i, names, NULL); j < nf; j++)
             if (!strcmp(name, names[j])) return 1;
     return 0;
 }
@@ -670,7 +671,7 @@ static int install(prep *P) {
     char(*names)[64] = ll_malloc(sizeof *names * LL_CORPUS_FILES), (*mine)[64] = ll_malloc(sizeof *mine * LL_CORPUS_FILES);
     int rc = 0;
     for (int i = 0; i < P->info.n_corpora && rc == 0; i++)
-        for (int j = 0, nf = ll_corpus_files(&P->info, i, names); j < nf && rc == 0; j++) rc = move_in(P, names[j]);
+        for (int j = 0, nf = ll_corpus_files(&P->info, i, names, NULL); j < nf && rc == 0; j++) rc = move_in(P, names[j]);
     if (rc == 0) rc = move_in(P, LL_MANIFEST_FILE);
     if (rc != 0) {
         free(names);
@@ -684,7 +685,7 @@ static int install(prep *P) {
     }
     if (have_old) /* files of the previous preparation that this one does not have */
         for (int i = 0; i < old.n_corpora; i++)
-            for (int j = 0, nf = ll_corpus_files(&old, i, names); j < nf; j++) {
+            for (int j = 0, nf = ll_corpus_files(&old, i, names, NULL); j < nf; j++) {
                 if (in_new_set(&P->info, names[j], mine) || strchr(names[j], '/')) continue;
                 snprintf(path, sizeof path, "%s/%s", dir, names[j]);
                 unlink(path);
@@ -724,6 +725,11 @@ int ll_prepare_data(const ll_config *cfg) {
     if (make_spm(&P) != 0) goto out;
     P.info.spm_samples = cfg->spm_samples;
     P.info.spm_alpha = cfg->spm_samples > 0 ? cfg->spm_alpha : 0;
+    P.info.spm_sides = cfg->spm_samples > 0 ? ll_spm_sides_mask(cfg->spm_sample_sides) : 0;
+    if (cfg->spm_samples > 0 && !P.info.spm_sides) {
+        ll_fail("data.spm_sample_sides: '%s' is not both, source or target", cfg->spm_sample_sides);
+        goto out;
+    }
     for (int k = 0; k < cfg->n_train + cfg->n_valid; k++) {
         if (binarize(&P, k, &P.info.corpora[k]) != 0) goto out;
         P.info.n_corpora++;

@@ -392,8 +392,10 @@ static int setup(trainer *t, const ll_train_opts *o) {
                t->train.n_pairs, !strcmp(cfg->sampling, "auto") ? "temperature" : cfg->sampling);
     if (t->train.n_pairs > 0 && t->train.pairs[0].n_samples > 0)
         ll_log("subword regularization: epoch e reads sampled segmentation ((e - 1) mod %d) + 1 of the training data "
-               "(data.spm_samples %d, data.spm_alpha %g); validation the standard one",
-               ll_batcher_segmentations(t->its[0]), cfg->spm_samples, (double)cfg->spm_alpha);
+               "(%s; data.spm_samples %d, data.spm_alpha %g); validation the standard one",
+               ll_batcher_segmentations(t->its[0]),
+               t->train.pairs[0].sample_sides == 3 ? "both sides" : t->train.pairs[0].sample_sides == 1 ? "the source side" : "the target side",
+               cfg->spm_samples, (double)cfg->spm_alpha);
     return 0;
 }
 

@@ -38,8 +38,16 @@ done
 "$BIN/llprep" --config "$T/bpe.cfg" --if-needed --set data.spm_alpha=0.1 | grep -q "up to date" &&
   err "another data.spm_alpha counted as the same data"
 
+# the source side only: no target files, the target's ratio 1
+"$BIN/llprep" --config "$T/bpe.cfg" --set data.dir="$T/src_only" --set data.spm_sample_sides=source > "$T/src.log" 2>&1 ||
+  err "llprep (source side only) failed: $(tail -1 "$T/src.log")"
+grep -q "1.00x on the target side (not sampled)" "$T/src.log" || err "source-only summary: $(grep subword "$T/src.log")"
+[ -s "$T/src_only/train.0.en-es.s2.src.bin" ] || err "source-only: no sampled source"
+[ -e "$T/src_only/train.0.en-es.s1.tgt.bin" ] && err "source-only: a sampled target was written"
+
 # bad settings: one line naming the key, nothing prepared
-for bad in "data.spm_alpha=0" "data.spm_alpha=1.5" "data.spm_samples=65" "data.spm_samples=-1"; do
+for bad in "data.spm_alpha=0" "data.spm_alpha=1.5" "data.spm_samples=65" "data.spm_samples=-1" \
+  "data.spm_sample_sides=src"; do
   "$BIN/llprep" --config "$T/bpe.cfg" --set data.dir="$T/never" --set "$bad" > /dev/null 2> "$T/bad.log" &&
     err "$bad was accepted"
   [ "$(wc -l < "$T/bad.log")" = 1 ] && grep -q "${bad%%=*}" "$T/bad.log" || err "$bad: not one line naming the key: $(cat "$T/bad.log")"
