@@ -39,6 +39,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     write_tokfile("train.0.en-es.tgt.bin", 12, 2);
     write_tokfile("valid.0.en-es.src.bin", 3, 3);
     write_tokfile("valid.0.en-es.tgt.bin", 3, 4);
+    /* sampled segmentations (data.spm_samples 2): the standard files' sentences, other tokens */
+    write_tokfile("train.0.en-es.s1.src.bin", 12, 5);
+    write_tokfile("train.0.en-es.s1.tgt.bin", 12, 6);
+    write_tokfile("train.0.en-es.s2.src.bin", 12, 7);
+    write_tokfile("train.0.en-es.s2.tgt.bin", 12, 8);
     ll_config_defaults(&cfg);
     snprintf(cfg.data_dir, sizeof cfg.data_dir, "%s", data_dir);
     ll_corpus_cfg cc = {.src_lang = "en", .tgt_lang = "es"};
