@@ -161,6 +161,17 @@ static void test_load_errors(void) {
     EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, src: b}\n", "3:16", "duplicate key 'data.train.src'");
     EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: 'e n', tgt_lang: es}\n", "3:34",
                     "data.train[0].src_lang: 'e n' is not a language code");
+    /* src_tag: a tag such as <BT>, never a language tag or a special piece */
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, src_tag: BT}\n", "3:61",
+                    "data.train[0].src_tag: 'BT' is not a tag such as <BT>");
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, src_tag: <2es>}\n", "3:61",
+                    "data.train[0].src_tag: '<2es>' is not a tag");
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, src_tag: '<b t>'}\n", "3:61",
+                    "is not a tag");
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, src_tag: <unk>}\n", "3:61",
+                    "is not a tag");
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, src_tags: <BT>}\n", "3:52",
+                    "unknown key 'src_tags' in data.train[0] (did you mean 'src_tag'?)");
     EXPECT_LOAD_ERR("data:\n  train:\n    - {src: '', tgt: b, src_lang: en, tgt_lang: es}\n", "3:13",
                     "data.train[0].src expects a non-empty string");
     EXPECT_LOAD_ERR("data:\n  train: a.en\n", "2:10", "data.train expects a list of {src: ..., tgt: ...");
@@ -234,6 +245,7 @@ static void test_load_forms(void) {
     CHECK_MSG(!strcmp(c.spm_model, want), "%s", c.spm_model);
     CHECK(!strcmp(c.data_dir, "rel/bin") && !strcmp(c.save_dir, "out"));
     CHECK(!strcmp(c.train[1].tgt_lang, "pt-BR") && c.n_train == 2);
+    CHECK(!c.train[0].src_tag[0] && !c.train[1].src_tag[0]); /* (optional: none) */
     CHECK(!strcmp(c.source, p));
     /* text loaded without a base keeps relative paths */
     ll_config d;
@@ -302,6 +314,7 @@ static void check_roundtrip(const ll_config *c, const char *what) {
 }
 
 static void test_dump(void) {
+    char *v0;
     ll_config c;
     ll_config_defaults(&c);
     check_roundtrip(&c, "defaults");
@@ -324,13 +337,17 @@ static void test_dump(void) {
     /* awkward strings and floats */
     CHECK_MSG(load_str(&c, "data:\n  dir: \"a \\\"q\\\" \\\\ b: #c\\tx\\u00f1\"\n"
                            "  train:\n    - {src: 'my dir/x.en', tgt: \"y: z.es\", src_lang: en, tgt_lang: es}\n"
-                           "    - {src: /p, tgt: /q, src_lang: yes, tgt_lang: 'no'}\n"
+                           "    - {src: /p, tgt: /q, src_lang: yes, tgt_lang: 'no', src_tag: <BT>}\n"
                            "train: {lr: 0.00123, adam_eps: 1e-9, warmup_init_lr: 3.3e-7, weight_decay: 0.0001}\n"
                            "model: {dropout: 0.15, norm: post}\n") == 0,
               "%s", ll_errbuf());
     CHECK(!strcmp(c.data_dir, "a \"q\" \\ b: #c\tx\xc3\xb1"));
     CHECK(!strcmp(c.train[1].src_lang, "yes"));
     check_roundtrip(&c, "awkward");
+    CHECK(!strcmp(c.train[1].src_tag, "<BT>") && !c.train[0].src_tag[0]);
+    v0 = ll_config_get(&c, "data.train");
+    CHECK_MSG(v0 && strstr(v0, "tgt_lang: no, src_tag: \"<BT>\"}]"), "%s", v0 ? v0 : "(null)");
+    free(v0);
     ll_config_set(&c, "train.lr=0.1");
     ll_config_set(&c, "decode.lenpen=0.6");
     check_roundtrip(&c, "after --set");

@@ -13,6 +13,7 @@
 #include "ll/config.h"
 #include "ll/core.h"
 #include "ll/data.h"
+#include "ll/decode.h"
 #include "util/testutil.h"
 
 static const char *EN[] = {"the",   "a",    "cat",  "dog",   "house",   "green",  "red", "small",
@@ -508,6 +509,78 @@ static void test_prepare_samples(const char *tmp) {
     free(dd1);
 }
 
+/* a corpus's src_tag: a piece of the vocabulary, before each of its source sentences (samples too) */
+static void test_prepare_src_tag(const char *tmp) {
+    char *dd = path_in(tmp, "tagged");
+    ll_config c;
+    base_config(&c, dd);
+    add_corpus(&c, 0, tmp, "c.en", "c.es", "en", "es");
+    add_corpus(&c, 0, tmp, "c.en", "c.de", "en", "de");
+    add_corpus(&c, 1, tmp, "v.en", "v.es", "en", "es");
+    snprintf(c.train[0].src_tag, LL_TAG_MAX, "<BT>");
+    c.spm_samples = 1;
+    CHECK_MSG(ll_prepare_data(&c) == 0, "%s", ll_errbuf());
+    char spm_path[700];
+    snprintf(spm_path, sizeof spm_path, "%s/spm.model", dd);
+    ll_spm *sp = ll_spm_load(spm_path);
+    CHECK(sp && ll_spm_piece_id(sp, "<2es>") == 4 && ll_spm_piece_id(sp, "<2de>") == 5 &&
+          ll_spm_piece_id(sp, "<BT>") == 6); /* after the language tags: their ids stay */
+    ll_dataset d;
+    CHECK(ll_dataset_open(&d, &c, "train") == 0 && d.n_pairs == 2);
+    int tagged = 0, untagged = 0, elsewhere = 0;
+    const ll_tokfile *files[3] = {&d.pairs[0].src, &d.pairs[0].samples[0], &d.pairs[1].src};
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < files[f]->n_sents; i++) {
+            const int32_t *x = files[f]->tokens + files[f]->offsets[i];
+            if (f < 2) tagged += x[0] == 6 && ll_tokfile_len(files[f], i) > 2;
+            else untagged += x[0] != 6;
+            for (int j = 1; j < ll_tokfile_len(files[f], i); j++) elsewhere += x[j] == 6;
+        }
+    CHECK_MSG(tagged == 2 * d.pairs[0].src.n_sents && untagged == d.pairs[1].src.n_sents && elsewhere == 0,
+              "tagged %d of %d, untagged %d of %d, the tag elsewhere %d", tagged, 2 * d.pairs[0].src.n_sents, untagged,
+              d.pairs[1].src.n_sents, elsewhere);
+    /* lldecode's reading of a line "<BT> text" is the corpus's sentence, token for token */
+    char raw_path[700];
+    snprintf(raw_path, sizeof raw_path, "%s/c.en", tmp);
+    char *raw = slurp(raw_path, NULL), *lines[400];
+    int nl = 0, differ = 0;
+    for (char *save, *l = strtok_r(raw, "\n", &save); l && nl < 400; l = strtok_r(NULL, "\n", &save)) lines[nl++] = l;
+    int32_t *ids = NULL;
+    int cap = 0, tr = 0;
+    const ll_tokfile *f0 = &d.pairs[0].src;
+    for (int i = 0; sp && i < f0->n_sents; i++) {
+        char line[300];
+        snprintf(line, sizeof line, "<BT> %s", lines[f0->lines[i]]);
+        int n = ll_encode_line(sp, line, 64, &ids, &cap, &tr);
+        differ += n != ll_tokfile_len(f0, i) || memcmp(ids, f0->tokens + f0->offsets[i], sizeof(int32_t) * (size_t)n);
+    }
+    CHECK_MSG(differ == 0, "%d tagged lines encode otherwise than llprep", differ);
+    if (sp) {
+        CHECK(ll_encode_line(sp, "<BT> ", 64, &ids, &cap, &tr) == 0); /* a tag alone: empty */
+        int n = ll_encode_line(sp, "<zz> a cat", 64, &ids, &cap, &tr);
+        CHECK(n > 1 && ids[0] != 6);
+        CHECK(n == ll_spm_encode(sp, "<zz> a cat", &ids, &cap) + 1); /* not a piece: plain text */
+    }
+    free(ids);
+    free(raw);
+    ll_dataset_close(&d);
+    if (sp) ll_spm_free(sp);
+    ll_config c2 = c; /* the tag is part of the data */
+    c2.train[0].src_tag[0] = 0;
+    CHECK(ll_data_is_prepared(&c) == 1 && ll_data_is_prepared(&c2) == 0);
+    /* a given model without the piece is refused, naming it */
+    ll_config c3;
+    base_config(&c3, dd);
+    snprintf(c3.data_dir, sizeof c3.data_dir, "%s/notag", tmp);
+    add_corpus(&c3, 0, tmp, "c.en", "c.es", "en", "es");
+    snprintf(c3.train[0].src_tag, LL_TAG_MAX, "<med>");
+    snprintf(c3.spm_model, sizeof c3.spm_model, "%s", spm_path);
+    CHECK(ll_prepare_data(&c3) == -1);
+    CHECK_CONTAINS(ll_errbuf(), "has no piece <med> for a corpus's src_tag");
+    CHECK(entries(c3.data_dir) == -1);
+    free(dd);
+}
+
 static void test_prepare_options(const char *tmp) {
     /* a single target language: tags only when forced on */
     char *dd = path_in(tmp, "single");
@@ -702,6 +775,7 @@ int main(void) {
     test_prepare_multi(tmp);
     test_prepare_options(tmp);
     test_prepare_samples(tmp);
+    test_prepare_src_tag(tmp);
     test_bad_inputs(tmp);
     fprintf(stderr, "test_data: %.1f s\n", ll_now() - t0);
     return tu_finish("test_data");

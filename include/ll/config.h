@@ -15,6 +15,7 @@ extern "C" {
 #define LL_PATH_MAX 1024
 #define LL_MAX_CORPORA 32
 #define LL_LANG_MAX 16
+#define LL_TAG_MAX 32
 
 /* One parallel corpus (one language pair).  Raw text paths; llprep binarises them. */
 typedef struct {
@@ -22,6 +23,7 @@ typedef struct {
     char tgt[LL_PATH_MAX];
     char src_lang[LL_LANG_MAX];
     char tgt_lang[LL_LANG_MAX];
+    char src_tag[LL_TAG_MAX]; /* optional: a piece such as "<BT>" put before every source sentence; "" = none */
 } ll_corpus_cfg;
 
 #define LL_CFG_MAX_KEYS 192 /* >= the schema's keys (checked when a config is loaded) */
@@ -196,6 +198,9 @@ char *ll_config_get(const ll_config *c, const char *key);
  * Returns the count; langs may be NULL. */
 int ll_config_langs(const ll_config *c, char langs[][LL_LANG_MAX]);
 int ll_config_lang_index(const ll_config *c, const char *lang); /* -1 if absent */
+/* 1 when s can be a corpus's src_tag: "<...>" without white space, not a language tag "<2xx>" nor
+ * <s>, </s>, <pad> or <unk>. */
+int ll_config_src_tag_ok(const char *s);
 /* latent.posterior resolved: 1 = per_pair, 0 = per_language or shared.  auto
  * is per_pair iff per_language would give two training pairs one row of a
  * latent stack (same target with latent decoder layers, same source with

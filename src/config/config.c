@@ -143,21 +143,29 @@ static int valid_lang(const char *s) {
     return 1;
 }
 
-/* One {src, tgt, src_lang, tgt_lang} mapping; the current event is its MAPPING_START. */
+int ll_config_src_tag_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n < 3 || n >= LL_TAG_MAX || s[0] != '<' || s[n - 1] != '>' || s[1] == '2') return 0;
+    for (size_t i = 0; i < n; i++)
+        if (isspace((unsigned char)s[i]) || (i > 0 && i < n - 1 && (s[i] == '<' || s[i] == '>'))) return 0;
+    return strcmp(s, "<s>") && strcmp(s, "</s>") && strcmp(s, "<pad>") && strcmp(s, "<unk>");
+}
+
+/* One {src, tgt, src_lang, tgt_lang[, src_tag]} mapping; the current event is its MAPPING_START. */
 static int parse_corpus(loader *L, const ll_cfg_key *k, int idx, ll_corpus_cfg *cc) {
-    static const char *const fields[4] = {"src", "tgt", "src_lang", "tgt_lang"};
+    static const char *const fields[5] = {"src", "tgt", "src_lang", "tgt_lang", "src_tag"};
     yaml_mark_t start = L->ev.start_mark;
-    size_t seen[4] = {0, 0, 0, 0};
+    size_t seen[5] = {0, 0, 0, 0, 0};
     for (;;) {
         if (next(L)) return -1;
         if (L->ev.type == YAML_MAPPING_END_EVENT) break;
         if (L->ev.type != YAML_SCALAR_EVENT)
-            return fail_at(L, L->ev.start_mark, "%s[%d]: expected a key (src, tgt, src_lang or tgt_lang), got %s",
+            return fail_at(L, L->ev.start_mark, "%s[%d]: expected a key (src, tgt, src_lang, tgt_lang or src_tag), got %s",
                            k->name, idx, what(&L->ev));
         int f = -1;
         size_t best_d = (size_t)-1;
         int best = 0;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 5; i++) {
             if (!strcmp(scalar(L), fields[i])) f = i;
             size_t d = ll_cfg_edit_distance(scalar(L), fields[i]);
             if (d < best_d) best_d = d, best = i;
@@ -167,8 +175,8 @@ static int parse_corpus(loader *L, const ll_cfg_key *k, int idx, ll_corpus_cfg *
             if (best_d <= 3 && best_d < strlen(scalar(L)))
                 return fail_at(L, km, "unknown key '%s' in %s[%d] (did you mean '%s'?)", scalar(L), k->name, idx,
                                fields[best]);
-            return fail_at(L, km, "unknown key '%s' in %s[%d] (expected src, tgt, src_lang, tgt_lang)", scalar(L),
-                           k->name, idx);
+            return fail_at(L, km, "unknown key '%s' in %s[%d] (expected src, tgt, src_lang, tgt_lang, src_tag)",
+                           scalar(L), k->name, idx);
         }
         if (seen[f])
             return fail_at(L, km, "duplicate key '%s.%s' in %s[%d] (first set on line %zu)", k->name, fields[f],
@@ -183,6 +191,13 @@ static int parse_corpus(loader *L, const ll_cfg_key *k, int idx, ll_corpus_cfg *
             if (resolve_path(k->flags & LL_CFG_INPUT_PATH ? L->base : NULL, v, f ? cc->tgt : cc->src, LL_PATH_MAX))
                 return fail_at(L, L->ev.start_mark, "%s[%d].%s: path too long (at most %d bytes)", k->name, idx,
                                fields[f], LL_PATH_MAX - 1);
+        } else if (f == 4) {
+            if (!ll_config_src_tag_ok(v))
+                return fail_at(L, L->ev.start_mark,
+                               "%s[%d].src_tag: '%s' is not a tag such as <BT> ('<', then up to %d bytes without white "
+                               "space or '<>', then '>'; not <2..>, a language tag, nor <s>, </s>, <pad> or <unk>)",
+                               k->name, idx, v, LL_TAG_MAX - 3);
+            ll_cfg_copy_str(cc->src_tag, LL_TAG_MAX, v);
         } else {
             if (!valid_lang(v))
                 return fail_at(L, L->ev.start_mark,
@@ -192,7 +207,7 @@ static int parse_corpus(loader *L, const ll_cfg_key *k, int idx, ll_corpus_cfg *
             ll_cfg_copy_str(f == 2 ? cc->src_lang : cc->tgt_lang, LL_LANG_MAX, v);
         }
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) /* (src_tag is optional) */
         if (!seen[i]) return fail_at(L, start, "%s[%d] is missing '%s'", k->name, idx, fields[i]);
     return 0;
 }

@@ -70,7 +70,9 @@ char *ll_config_dump(const ll_config *c) {
                     ll_sb_quote(&b, cc[j].src);
                     ll_sb_printf(&b, ", tgt: ");
                     ll_sb_quote(&b, cc[j].tgt);
-                    ll_sb_printf(&b, ", src_lang: %s, tgt_lang: %s}\n", cc[j].src_lang, cc[j].tgt_lang);
+                    ll_sb_printf(&b, ", src_lang: %s, tgt_lang: %s", cc[j].src_lang, cc[j].tgt_lang);
+                    if (cc[j].src_tag[0]) ll_sb_printf(&b, ", src_tag: \"%s\"", cc[j].src_tag);
+                    ll_sb_printf(&b, "}\n");
                 }
                 continue;
             }

@@ -77,7 +77,11 @@ const ll_cfg_key ll_cfg_keys[] = {
         "Existing sentencepiece model to use (relative to the config file); empty = train one into data.dir."),
     INT("data.vocab_size", vocab_size, "8000", 8, 1 << 22, "Size of the joint sentencepiece vocabulary to train."),
     CORPORA("data.train", train, n_train,
-            "Training corpora: a list of {src, tgt, src_lang, tgt_lang}; paths relative to the config file."),
+            "Training corpora: a list of {src, tgt, src_lang, tgt_lang}; paths relative to the config file. An "
+            "optional src_tag: \"<BT>\" puts that piece before every source sentence of the corpus (tagged "
+            "back-translation, Caswell et al. 2019; or a domain tag): llprep adds it to the vocabulary it trains "
+            "(a given data.spm_model must have it), and a line that starts with it at decoding time is translated "
+            "as that corpus's sentences were."),
     CORPORA("data.valid", valid, n_valid, "Validation corpora, same form as data.train."),
     INT("data.max_tokens", max_tokens, "4096", 1, INT_MAX,
         "Tokens per batch (per device): max(B * max(S, T)) with padding."),
@@ -609,7 +613,9 @@ void ll_cfg_format_value(ll_sbuf *b, const ll_cfg_key *k, const ll_config *c) {
             ll_sb_quote(b, cc[i].src);
             ll_sb_printf(b, ", tgt: ");
             ll_sb_quote(b, cc[i].tgt);
-            ll_sb_printf(b, ", src_lang: %s, tgt_lang: %s}", cc[i].src_lang, cc[i].tgt_lang);
+            ll_sb_printf(b, ", src_lang: %s, tgt_lang: %s", cc[i].src_lang, cc[i].tgt_lang);
+            if (cc[i].src_tag[0]) ll_sb_printf(b, ", src_tag: \"%s\"", cc[i].src_tag);
+            ll_sb_printf(b, "}");
         }
         ll_sb_printf(b, "]");
         break;

@@ -86,6 +86,7 @@ uint64_t ll_data_hash(const ll_config *cfg, const uint64_t *corpus_hashes, uint6
             h = hash_str(cc[i].tgt_lang, h);
             h = hash_u64(corpus_hashes[k++], h);
             h = hash_u64(corpus_hashes[k++], h);
+            if (cc[i].src_tag[0]) h = hash_str(cc[i].src_tag, h); /* (none: the hash of before src_tag) */
         }
     }
     return h;

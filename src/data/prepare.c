@@ -36,6 +36,8 @@ typedef struct {
     int64_t *lines;
     char **tags; /* "<2xx>" per train target language */
     int n_tags;
+    const char *src_tags[2 * LL_MAX_CORPORA]; /* the corpora's distinct src_tag pieces */
+    int n_src_tags;
 } prep;
 
 /* ---- checks ---- */
@@ -156,6 +158,12 @@ static int plan_langs(prep *P) {
         if (j == P->n_tags) P->tags[P->n_tags++] = ll_strdup(tag);
     }
     info->lang_tags = !strcmp(cfg->lang_tags, "on") || (!strcmp(cfg->lang_tags, "auto") && P->n_tags > 1);
+    for (int k = 0; k < cfg->n_train + cfg->n_valid; k++) {
+        const char *t = corpus_at(cfg, k)->src_tag;
+        int j = 0;
+        while (j < P->n_src_tags && strcmp(P->src_tags[j], t)) j++;
+        if (t[0] && j == P->n_src_tags) P->src_tags[P->n_src_tags++] = t;
+    }
     if (!info->lang_tags) return 0;
     for (int i = 0; i < cfg->n_valid; i++) {
         int found = 0;
@@ -362,8 +370,12 @@ static int make_spm(prep *P) {
         }
         char prefix[LL_PATH_MAX + 96];
         snprintf(prefix, sizeof prefix, "%s/spm", P->stage);
-        int rc = ll_spm_train(files, n, prefix, cfg->vocab_size, (const char *const *)P->tags,
-                              P->info.lang_tags ? P->n_tags : 0, SPM_SEED);
+        /* user-defined pieces: the language tags first (ids 4, 5, ...), then the source tags */
+        const char *symbols[3 * LL_MAX_CORPORA];
+        int n_symbols = 0;
+        for (int i = 0; P->info.lang_tags && i < P->n_tags; i++) symbols[n_symbols++] = P->tags[i];
+        for (int i = 0; i < P->n_src_tags; i++) symbols[n_symbols++] = P->src_tags[i];
+        int rc = ll_spm_train(files, n, prefix, cfg->vocab_size, symbols, n_symbols, SPM_SEED);
         free(files);
         if (rc != 0) return -1;
     }
@@ -386,6 +398,11 @@ static int make_spm(prep *P) {
                 return ll_fail("%s: sentencepiece model has no piece %s for the target-language tag "
                                "(train it with --user_defined_symbols, or set data.lang_tags: off)",
                                what, P->tags[i]);
+    for (int i = 0; i < P->n_src_tags; i++)
+        if (ll_spm_piece_id(P->spm, P->src_tags[i]) < 0)
+            return ll_fail("%s: sentencepiece model has no piece %s for a corpus's src_tag (train it with "
+                           "--user_defined_symbols)",
+                           what, P->src_tags[i]);
     P->info.vocab_size = ll_spm_vocab_size(P->spm);
     return 0;
 }
@@ -437,6 +454,15 @@ static int encode_chunk(const ll_spm *spm, side_chunk *s, int n, int threads) {
     return bad;
 }
 
+/* Put the corpus's source tag before sentence i. */
+static void add_tag(side_chunk *s, int i, int32_t tag) {
+    if (s->n_ids[i] + 1 > s->cap_ids[i])
+        s->ids[i] = ll_realloc(s->ids[i], sizeof(int32_t) * (size_t)(s->cap_ids[i] = s->n_ids[i] + 1));
+    memmove(s->ids[i] + 1, s->ids[i], sizeof(int32_t) * (size_t)s->n_ids[i]);
+    s->ids[i][0] = tag;
+    s->n_ids[i]++;
+}
+
 /* Append EOS (the buffer may be exactly full). */
 static void add_eos(side_chunk *s, int i) {
     if (s->n_ids[i] + 1 > s->cap_ids[i])
@@ -459,6 +485,7 @@ static int binarize(prep *P, int k, ll_corpus_info *ci) {
         snprintf(tag, sizeof tag, "<2%s>", cc->tgt_lang);
         ci->tgt_tag = ll_spm_piece_id(P->spm, tag);
     }
+    const int32_t src_tag = cc->src_tag[0] ? ll_spm_piece_id(P->spm, cc->src_tag) : -1;
     ll_corpus_file_name(ci->src_file, sizeof ci->src_file, ci->split, index, cc->src_lang, cc->tgt_lang, "src");
     ll_corpus_file_name(ci->tgt_file, sizeof ci->tgt_file, ci->split, index, cc->src_lang, cc->tgt_lang, "tgt");
     char path[LL_PATH_MAX + 160];
@@ -492,6 +519,7 @@ static int binarize(prep *P, int k, ll_corpus_info *ci) {
                 ci->skipped_empty++;
                 continue;
             }
+            if (src_tag >= 0) add_tag(cs, i, src_tag);
             add_eos(cs, i);
             add_eos(ct, i);
             if (cs->n_ids[i] > cfg->max_len || ct->n_ids[i] > cfg->max_len) {
@@ -538,6 +566,7 @@ typedef struct {
     const ll_spm *spm;
     const char *raw;       /* the raw text of one side */
     const ll_tokfile *std; /* its standard segmentation: which lines were kept, the fallback */
+    int32_t tag;           /* the corpus's source tag before every sentence, or -1 */
     char path[LL_PATH_MAX + 160];
     uint32_t seed;
     float alpha;
@@ -570,11 +599,16 @@ static void *run_sample_task(void *arg) {
             goto out;
         }
         const int32_t *keep;
-        if (n == 0 || n + 1 > T->max_len) { /* the standard segmentation fits (it was kept) */
+        if (n == 0 || n + (T->tag >= 0) + 1 > T->max_len) { /* the standard segmentation fits (it was kept) */
             keep = T->std->tokens + T->std->offsets[i];
             n = ll_tokfile_len(T->std, i);
         } else {
-            if (n + 1 > cap) ids = ll_realloc(ids, sizeof(int32_t) * (size_t)(cap = n + 1));
+            if (n + 2 > cap) ids = ll_realloc(ids, sizeof(int32_t) * (size_t)(cap = n + 2));
+            if (T->tag >= 0) {
+                memmove(ids + 1, ids, sizeof(int32_t) * (size_t)n);
+                ids[0] = T->tag;
+                n++;
+            }
             ids[n++] = LL_EOS;
             keep = ids;
         }
@@ -613,6 +647,7 @@ static int write_samples(prep *P, int k) {
         const int side = kinds[j + 2] % 2, sample = kinds[j + 2] / 2 + 1;
         T->spm = P->spm;
         T->raw = side ? cc->tgt : cc->src;
+        T->tag = !side && cc->src_tag[0] ? ll_spm_piece_id(P->spm, cc->src_tag) : -1;
         T->std = &std[side];
         T->alpha = cfg->spm_alpha;
         T->max_len = cfg->max_len;

@@ -156,11 +156,31 @@ void ll_translate_ids(ll_model *m, const int32_t *const *src, const int *len, in
     if (st) *st = acc;
 }
 
+/* A line that starts with a source tag of the vocabulary (a corpus's src_tag, such as <BT>) and
+ * white space: the tag's id, as llprep puts it before that corpus's sentences; else -1. */
+static int32_t leading_tag(const ll_spm *spm, const char **line) {
+    const char *s = *line, *e = s[0] == '<' ? strchr(s, '>') : NULL;
+    if (!e || e - s + 1 >= LL_TAG_MAX || (e[1] != ' ' && e[1] != '\t')) return -1;
+    char tag[LL_TAG_MAX];
+    memcpy(tag, s, (size_t)(e - s + 1));
+    tag[e - s + 1] = 0;
+    const int id = ll_config_src_tag_ok(tag) ? ll_spm_piece_id(spm, tag) : -1;
+    if (id >= 0) *line = e + 1;
+    return id;
+}
+
 int ll_encode_line(const ll_spm *spm, const char *line, int max_src, int32_t **ids, int *cap, int *truncated) {
     *truncated = 0;
+    const int32_t tag = leading_tag(spm, &line);
     int n = ll_spm_encode(spm, line, ids, cap);
     if (n < 0) return ll_fail("sentencepiece could not encode the line");
-    if (n == 0) return 0;
+    if (n == 0) return 0; /* (a tag alone: an empty line, as llprep skips it) */
+    if (tag >= 0) {
+        if (n + 1 > *cap) *ids = ll_realloc(*ids, sizeof(int32_t) * (*cap = n + 1));
+        memmove(*ids + 1, *ids, sizeof(int32_t) * (size_t)n);
+        (*ids)[0] = tag;
+        n++;
+    }
     if (n + 1 > max_src) {
         n = max_src - 1; /* keep the first pieces; EOS stays last */
         *truncated = 1;

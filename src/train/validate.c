@@ -156,6 +156,13 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
             return -1;
         }
         ll_set_pair_inference(m, cfg, ll_config_lang_index(cfg, c->src_lang), ll_config_lang_index(cfg, c->tgt_lang));
+        for (int i = 0; c->src_tag[0] && i < ns; i++) { /* the corpus's tag, as lldecode reads a tagged line */
+            if (!src[i][0]) continue;
+            char *tagged = ll_malloc(strlen(c->src_tag) + strlen(src[i]) + 2);
+            sprintf(tagged, "%s %s", c->src_tag, src[i]);
+            free(src[i]);
+            src[i] = tagged;
+        }
         /* several ranks: this rank's lines i % world == rank (the others' are NULL, skipped below) */
         int mine = 0;
         for (int i = 0; i < ns; i++)
