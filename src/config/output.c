@@ -183,7 +183,8 @@ static int check_corpora(const ll_config *c) {
     for (int i = 0; i < c->n_train; i++) {
         const ll_corpus_cfg *a = &c->train[i];
         for (int j = 0; j < i; j++)
-            if (!strcmp(a->src, c->train[j].src) && !strcmp(a->tgt, c->train[j].tgt))
+            if (!strcmp(a->src, c->train[j].src) && !strcmp(a->tgt, c->train[j].tgt) &&
+                !strcmp(a->src_tag, c->train[j].src_tag)) /* (another tag: other data, e.g. the tagged copy) */
                 return invalid(c, "data.train[%d] repeats data.train[%d] (%s)", i, j, a->src);
         int known = 0;
         for (int j = 0; j < n_tgt; j++) known |= !strcmp(tgts[j], a->tgt_lang);

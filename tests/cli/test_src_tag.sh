@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A corpus's src_tag (tagged back-translation): lltrain on a plain and a <BT>-tagged copy of the tiny
+# corpus, validation BLEU on a tagged validation corpus, the tag kept in the checkpoint's config;
+# lldecode reads "<BT> text" with the tag (its scores differ from the untagged line's), and a
+# tag the vocabulary lacks is plain text.
+source "$(dirname "$0")/lib.sh"
+D=$SRC/tests/data/tiny
+cat > "$T/bt.cfg" <<CFG
+model: {d_model: 64, ffn_dim: 128, heads: 4, enc_layers: 2, dec_layers: 2, max_positions: 128, dropout: 0.0}
+data:
+  dir: $T/bin
+  vocab_size: 80
+  train:
+    - {src: $D/overfit32.en, tgt: $D/overfit32.es, src_lang: en, tgt_lang: es}
+    - {src: $D/overfit32.en, tgt: $D/overfit32.es, src_lang: en, tgt_lang: es, src_tag: <BT>}
+  valid:
+    - {src: $D/valid.en, tgt: $D/valid.es, src_lang: en, tgt_lang: es, src_tag: <BT>}
+  max_tokens: 2048
+  max_len: 64
+train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, max_updates: 60, log_interval: 20, valid_interval: 30, valid_bleu: true}
+checkpoint: {save_dir: $T/run}
+CFG
+"$BIN/lltrain" --config "$T/bt.cfg" > "$T/train.log" 2>&1 || err "lltrain failed: $(tail -1 "$T/train.log")"
+grep -q '"bleu":' "$T/run/metrics.jsonl" || err "no validation BLEU on the tagged validation corpus"
+M=$T/run/checkpoint_last.llm
+grep -aq 'src_tag: "<BT>"' "$M" || err "the checkpoint's config lost the src_tag"
+head -5 "$D/valid.en" > "$T/in.en"
+head -5 "$D/valid.es" > "$T/ref.es"
+sed 's/^/<BT> /' "$T/in.en" > "$T/in.bt"
+for f in in.en in.bt; do
+  "$BIN/lldecode" --model "$M" --input "$T/$f" --score-reference "$T/ref.es" --quiet > "$T/$f.score" 2> "$T/$f.err" ||
+    err "lldecode --score-reference on $f failed: $(tail -1 "$T/$f.err")"
+  "$BIN/lldecode" --model "$M" --input "$T/$f" --beam 2 --quiet > "$T/$f.hyp" 2> "$T/$f.err" || err "lldecode on $f failed"
+  [ "$(wc -l < "$T/$f.hyp")" = 5 ] || err "lldecode on $f: not 5 lines"
+done
+cmp -s "$T/in.en.score" "$T/in.bt.score" && err "the <BT> tag changed no score (not read as the tag?)"
+grep -q "<BT>" "$T/in.bt.hyp" && err "a translation holds the source tag"
+exit $fail
