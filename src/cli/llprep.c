@@ -108,6 +108,10 @@ int main(int argc, char **argv) {
                c->split, c->index, info.langs[c->src_lang], info.langs[c->tgt_lang], c->raw_lines, c->n_sents,
                c->src_tokens, c->tgt_tokens, c->skipped_empty, c->skipped_long);
         if (c->tgt_tag >= 0) printf("; tag <2%s>=%d", info.langs[c->tgt_lang], c->tgt_tag);
+        if (c->index >= 0 && c->index < (v ? cfg.n_valid : cfg.n_train)) {
+            const ll_corpus_cfg *cc = v ? &cfg.valid[c->index] : &cfg.train[c->index];
+            if (cc->src_tag[0]) printf("; source tag %s", cc->src_tag);
+        }
         putchar('\n');
         pairs[v]++;
         sents[v] += c->n_sents;
