@@ -54,4 +54,11 @@ int ll_manifest_write(const char *path, const ll_data_info *info, const ll_input
 /* *in is malloc'd (may be NULL when n_in = 0). */
 int ll_manifest_read(const char *data_dir, ll_data_info *info, ll_input_stamp **in, int *n_in);
 
+/* ---- spm_samples.c ---- */
+/* data.spm_samples segmentations of train corpus k, sampled from the model, into stage (the files
+ * ll_corpus_files names after the standard two, which must be there); the sentences are the ones
+ * the standard files kept.  Each file's draws depend on (k, sample, side) alone, never on the
+ * thread count: the same bytes on every run.  -1 + errbuf. */
+int ll_write_samples(const ll_config *cfg, const ll_spm *spm, const ll_data_info *info, const char *stage, int k);
+
 #endif
