@@ -255,13 +255,18 @@ static void test_tokfile(const char *tmp) {
 
 /* ---- prepare ---- */
 
+/* en-es and en-de training corpora, an en-es validation corpus */
+static void multi_config(ll_config *c, const char *dd, const char *tmp) {
+    base_config(c, dd);
+    add_corpus(c, 0, tmp, "c.en", "c.es", "en", "es");
+    add_corpus(c, 0, tmp, "c.en", "c.de", "en", "de");
+    add_corpus(c, 1, tmp, "v.en", "v.es", "en", "es");
+}
+
 static void test_prepare_multi(const char *tmp) {
     char *dd = path_in(tmp, "multi");
     ll_config c;
-    base_config(&c, dd);
-    add_corpus(&c, 0, tmp, "c.en", "c.es", "en", "es");
-    add_corpus(&c, 0, tmp, "c.en", "c.de", "en", "de");
-    add_corpus(&c, 1, tmp, "v.en", "v.es", "en", "es");
+    multi_config(&c, dd, tmp);
     int rc = ll_prepare_data(&c);
     CHECK_MSG(rc == 0, "%s", ll_errbuf());
     if (rc) return;
@@ -513,10 +518,7 @@ static void test_prepare_samples(const char *tmp) {
 static void test_prepare_src_tag(const char *tmp) {
     char *dd = path_in(tmp, "tagged");
     ll_config c;
-    base_config(&c, dd);
-    add_corpus(&c, 0, tmp, "c.en", "c.es", "en", "es");
-    add_corpus(&c, 0, tmp, "c.en", "c.de", "en", "de");
-    add_corpus(&c, 1, tmp, "v.en", "v.es", "en", "es");
+    multi_config(&c, dd, tmp);
     snprintf(c.train[0].src_tag, LL_TAG_MAX, "<BT>");
     c.spm_samples = 1;
     CHECK_MSG(ll_prepare_data(&c) == 0, "%s", ll_errbuf());
