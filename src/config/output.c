@@ -66,13 +66,9 @@ char *ll_config_dump(const ll_config *c) {
                 const ll_corpus_cfg *cc = ll_cfg_cfield(c, k);
                 ll_sb_printf(&b, "  %s:\n", key);
                 for (int j = 0; j < n; j++) {
-                    ll_sb_printf(&b, "    - {src: ");
-                    ll_sb_quote(&b, cc[j].src);
-                    ll_sb_printf(&b, ", tgt: ");
-                    ll_sb_quote(&b, cc[j].tgt);
-                    ll_sb_printf(&b, ", src_lang: %s, tgt_lang: %s", cc[j].src_lang, cc[j].tgt_lang);
-                    if (cc[j].src_tag[0]) ll_sb_printf(&b, ", src_tag: \"%s\"", cc[j].src_tag);
-                    ll_sb_printf(&b, "}\n");
+                    ll_sb_printf(&b, "    - ");
+                    ll_cfg_format_corpus(&b, &cc[j]);
+                    ll_sb_printf(&b, "\n");
                 }
                 continue;
             }

@@ -592,6 +592,16 @@ void ll_cfg_format_float(char *buf, size_t n, float f) {
     }
 }
 
+void ll_cfg_format_corpus(ll_sbuf *b, const ll_corpus_cfg *cc) {
+    ll_sb_printf(b, "{src: ");
+    ll_sb_quote(b, cc->src);
+    ll_sb_printf(b, ", tgt: ");
+    ll_sb_quote(b, cc->tgt);
+    ll_sb_printf(b, ", src_lang: %s, tgt_lang: %s", cc->src_lang, cc->tgt_lang);
+    if (cc->src_tag[0]) ll_sb_printf(b, ", src_tag: \"%s\"", cc->src_tag);
+    ll_sb_printf(b, "}");
+}
+
 void ll_cfg_format_value(ll_sbuf *b, const ll_cfg_key *k, const ll_config *c) {
     const void *field = ll_cfg_cfield(c, k);
     char num[48];
@@ -609,13 +619,8 @@ void ll_cfg_format_value(ll_sbuf *b, const ll_cfg_key *k, const ll_config *c) {
         int n = *(const int *)((const char *)c + k->count_offset);
         ll_sb_printf(b, "[");
         for (int i = 0; i < n; i++) {
-            ll_sb_printf(b, "%s{src: ", i ? ", " : "");
-            ll_sb_quote(b, cc[i].src);
-            ll_sb_printf(b, ", tgt: ");
-            ll_sb_quote(b, cc[i].tgt);
-            ll_sb_printf(b, ", src_lang: %s, tgt_lang: %s", cc[i].src_lang, cc[i].tgt_lang);
-            if (cc[i].src_tag[0]) ll_sb_printf(b, ", src_tag: \"%s\"", cc[i].src_tag);
-            ll_sb_printf(b, "}");
+            ll_sb_printf(b, "%s", i ? ", " : "");
+            ll_cfg_format_corpus(b, &cc[i]);
         }
         ll_sb_printf(b, "]");
         break;

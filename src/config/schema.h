@@ -62,6 +62,8 @@ void ll_sb_printf(ll_sbuf *b, const char *fmt, ...) __attribute__((format(printf
 void ll_sb_quote(ll_sbuf *b, const char *s); /* YAML double-quoted scalar */
 /* Append k's value in c as config text (corpora as a flow sequence). */
 void ll_cfg_format_value(ll_sbuf *b, const ll_cfg_key *k, const ll_config *c);
+/* One corpus as a YAML flow mapping: {src: "..", tgt: "..", src_lang: xx, tgt_lang: yy[, src_tag: "<..>"]} */
+void ll_cfg_format_corpus(ll_sbuf *b, const ll_corpus_cfg *cc);
 /* Shortest decimal text that reads back to exactly f. */
 void ll_cfg_format_float(char *buf, size_t n, float f);
 /* "int", "float", ..., and the range/choices as text ("[0, 1)", "pre | post"). */
