@@ -172,6 +172,17 @@ static void test_load_errors(void) {
                     "is not a tag");
     EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, src_tags: <BT>}\n", "3:52",
                     "unknown key 'src_tags' in data.train[0] (did you mean 'src_tag'?)");
+    /* weight: a number in (0, 1000] */
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, weight: 0}\n", "3:60",
+                    "data.train[0].weight: '0' is not a number in (0, 1000]");
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, weight: two}\n", "3:60",
+                    "data.train[0].weight: 'two' is not a number");
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, weight: 1e4}\n", "3:60",
+                    "is not a number in (0, 1000]");
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, weight: nan}\n", "3:60",
+                    "is not a number");
+    EXPECT_LOAD_ERR("data:\n  train:\n    - {src: a, tgt: b, src_lang: en, tgt_lang: es, weigth: 2}\n", "3:52",
+                    "unknown key 'weigth' in data.train[0] (did you mean 'weight'?)");
     EXPECT_LOAD_ERR("data:\n  train:\n    - {src: '', tgt: b, src_lang: en, tgt_lang: es}\n", "3:13",
                     "data.train[0].src expects a non-empty string");
     EXPECT_LOAD_ERR("data:\n  train: a.en\n", "2:10", "data.train expects a list of {src: ..., tgt: ...");
@@ -337,7 +348,7 @@ static void test_dump(void) {
     /* awkward strings and floats */
     CHECK_MSG(load_str(&c, "data:\n  dir: \"a \\\"q\\\" \\\\ b: #c\\tx\\u00f1\"\n"
                            "  train:\n    - {src: 'my dir/x.en', tgt: \"y: z.es\", src_lang: en, tgt_lang: es}\n"
-                           "    - {src: /p, tgt: /q, src_lang: yes, tgt_lang: 'no', src_tag: <BT>}\n"
+                           "    - {src: /p, tgt: /q, src_lang: yes, tgt_lang: 'no', src_tag: <BT>, weight: 0.3}\n"
                            "train: {lr: 0.00123, adam_eps: 1e-9, warmup_init_lr: 3.3e-7, weight_decay: 0.0001}\n"
                            "model: {dropout: 0.15, norm: post}\n") == 0,
               "%s", ll_errbuf());
@@ -346,7 +357,9 @@ static void test_dump(void) {
     check_roundtrip(&c, "awkward");
     CHECK(!strcmp(c.train[1].src_tag, "<BT>") && !c.train[0].src_tag[0]);
     v0 = ll_config_get(&c, "data.train");
-    CHECK_MSG(v0 && strstr(v0, "tgt_lang: no, src_tag: \"<BT>\"}]"), "%s", v0 ? v0 : "(null)");
+    CHECK_MSG(v0 && strstr(v0, "tgt_lang: no, src_tag: \"<BT>\", weight: 0.3}]"), "%s", v0 ? v0 : "(null)");
+    CHECK(c.train[1].weight == 0.3f && ll_corpus_weight(&c.train[0]) == 1.0f); /* (unset: 1, not written) */
+    CHECK_MSG(strstr(v0, "tgt_lang: es}, {src:"), "%s", v0);
     free(v0);
     ll_config_set(&c, "train.lr=0.1");
     ll_config_set(&c, "decode.lenpen=0.6");
@@ -430,6 +443,32 @@ static void test_validate(void) {
                        "    - {src: a, tgt: b, src_lang: en, tgt_lang: es}\n") == 0);
     CHECK(ll_config_validate(&c) == -1);
     CHECK_CONTAINS(ll_errbuf(), "data.train[1] repeats data.train[0]");
+    CHECK_CONTAINS(ll_errbuf(), "give it a weight");
+    ll_config_free(&c);
+    /* weights: training corpora only, and not with every_pair sampling */
+    CHECK(load_str(&c, "data:\n  train:\n"
+                       "    - {src: a, tgt: b, src_lang: en, tgt_lang: es, weight: 3}\n"
+                       "  valid:\n"
+                       "    - {src: c, tgt: d, src_lang: en, tgt_lang: es, weight: 2}\n") == 0);
+    CHECK(ll_config_validate(&c) == -1);
+    CHECK_CONTAINS(ll_errbuf(), "t.cfg:5: data.valid[0].weight: weights share out training batches");
+    ll_config_free(&c);
+    const char *weighted = "data:\n  train:\n"
+                           "    - {src: a, tgt: b, src_lang: en, tgt_lang: es}\n"
+                           "    - {src: a, tgt: b, src_lang: en, tgt_lang: es, src_tag: <BT>, weight: 0.5}\n";
+    CHECK(load_str(&c, weighted) == 0);
+    CHECK_MSG(ll_config_validate(&c) == 0, "%s", ll_errbuf());
+    const char *modes[] = {"size", "temperature", "uniform"};
+    for (int i = 0; i < 3; i++) {
+        char kv[64];
+        snprintf(kv, sizeof kv, "data.sampling=%s", modes[i]);
+        CHECK(ll_config_set(&c, kv) == 0 && ll_config_validate(&c) == 0);
+    }
+    CHECK(ll_config_set(&c, "data.sampling=every_pair") == 0 && ll_config_validate(&c) == -1);
+    CHECK_CONTAINS(ll_errbuf(), "t.cfg:4: data.train[1].weight: data.sampling every_pair takes one batch of every pair");
+    CHECK(ll_config_set(&c, "data.sampling=auto") == 0 && ll_config_set(&c, "latent.decoder=true") == 0);
+    CHECK(ll_config_validate(&c) == -1);
+    CHECK_CONTAINS(ll_errbuf(), "data.sampling auto (every_pair for latent depth)");
     ll_config_free(&c);
 
     /* latent depth takes one batch of every pair per update: sampling modes do not apply */

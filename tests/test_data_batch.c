@@ -1,6 +1,6 @@
 /* Batching: token budget, padding and BOS/EOS layout, every sentence once per
  * epoch, seeded order, exact resume with seek, validation order, and the pair
- * proportions of temperature / uniform sampling.  Uses synthetic token files
+ * proportions of temperature / uniform sampling and of corpus weights.  Uses synthetic token files
  * (no sentencepiece), so lengths are controlled. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -285,6 +285,141 @@ static void test_temperature(const ll_dataset *d) {
     ll_batch_free(&b);
 }
 
+/* One epoch: batches per pair, and how often each batch (by its first sentence) came. */
+static int epoch_counts(ll_batcher *it, const ll_dataset *d, ll_batch *b, int MT, int *count, int **hits, int *bad) {
+    int n = 0;
+    for (int p = 0; p < 3; p++) {
+        count[p] = 0;
+        memset(hits[p], 0, sizeof(int) * (size_t)NSENT[p]);
+    }
+    while (ll_batcher_next(it, b)) {
+        count[b->pair]++;
+        hits[b->pair][b->ids[0]]++;
+        *bad += check_batch(d, b, MT);
+        n++;
+    }
+    return n;
+}
+
+/* data.train[k].weight: size mode reads pair k's batches w times per epoch (a fraction: a random
+ * part, another each epoch), temperature and uniform multiply its probability; the epoch holds
+ * round(sum w x batches); all weights 1 is exactly the unweighted batcher. */
+static void test_weights(const ll_dataset *d) {
+    const int MT = 300;
+    ll_batch b = {0};
+    int *hits[3], count[3], bad = 0, nb[3];
+    for (int p = 0; p < 3; p++) hits[p] = calloc((size_t)NSENT[p], sizeof(int));
+
+    /* size, weights 2, 1, 0.5 */
+    const float w[3] = {2, 1, 0.5f};
+    ll_batcher *it = ll_batcher_new(d, MT, 5, 1);
+    for (int p = 0; p < 3; p++) nb[p] = ll_batcher_pair_batches(it, p);
+    const int plain_n = ll_batcher_n_batches(it);
+    ll_batcher_set_weights(it, w);
+    const int N = ll_batcher_n_batches(it);
+    CHECK_MSG(N == (int)lround(2.0 * nb[0] + nb[1] + 0.5 * nb[2]), "weighted epoch %d batches", N);
+    CHECK(ll_batcher_epoch_batches(it, 3) == N && N != plain_n);
+    int *first_half = calloc((size_t)NSENT[2], sizeof(int)), other_half = 0;
+    for (int epoch = 1; epoch <= 2; epoch++) {
+        CHECK(epoch_counts(it, d, &b, MT, count, hits, &bad) == N);
+        CHECK(count[0] == 2 * nb[0] && count[1] == nb[1] && abs(2 * count[2] - nb[2]) <= 1);
+        int twice = 1, once = 1, at_most_once = 1, used0 = 0;
+        for (int i = 0; i < NSENT[0]; i++) twice &= hits[0][i] == 0 || hits[0][i] == 2, used0 += hits[0][i] > 0;
+        for (int i = 0; i < NSENT[1]; i++) once &= hits[1][i] <= 1;
+        for (int i = 0; i < NSENT[2]; i++) at_most_once &= hits[2][i] <= 1;
+        CHECK_MSG(twice && used0 == nb[0], "epoch %d: weight 2 is not every batch twice", epoch);
+        CHECK(once && at_most_once);
+        for (int i = 0; i < NSENT[2]; i++) {
+            if (epoch == 1) first_half[i] = hits[2][i];
+            other_half += epoch == 2 && hits[2][i] != first_half[i];
+        }
+    }
+    CHECK_MSG(other_half > 0, "weight 0.5 takes the same half every epoch");
+    CHECK(bad == 0);
+    /* a seek replays a weighted epoch */
+    uint64_t *h1 = calloc((size_t)N, 8), *h2 = calloc((size_t)N, 8);
+    ll_batcher_seek(it, 4, 0);
+    CHECK(epoch_hashes(it, &b, h1, N) == N);
+    ll_batcher *again = ll_batcher_new(d, MT, 5, 1);
+    ll_batcher_set_weights(again, w);
+    ll_batcher_seek(again, 4, 0);
+    CHECK(epoch_hashes(again, &b, h2, N) == N && memcmp(h1, h2, 8 * (size_t)N) == 0);
+    CHECK(ll_batcher_shapes(again) == ll_batcher_shapes(it)); /* (the shapes are the batches', weights aside) */
+    ll_batcher_free(again);
+    ll_batcher_free(it);
+
+    /* weights of 1 change nothing, in size and temperature mode */
+    const float ones[3] = {1, 1, 1};
+    for (int m = 0; m < 2; m++) {
+        const char *mode = m ? "temperature" : "size";
+        ll_batcher *a = ll_batcher_new_ex(d, MT, 9, 1, mode, 5), *c = ll_batcher_new_ex(d, MT, 9, 1, mode, 5);
+        ll_batcher_set_weights(c, ones);
+        const int na = ll_batcher_n_batches(a);
+        uint64_t *ha = calloc((size_t)na, 8), *hc = calloc((size_t)na, 8);
+        for (int e = 1; e <= 2; e++) {
+            CHECK(epoch_hashes(a, &b, ha, na) == na && epoch_hashes(c, &b, hc, na) == na);
+            CHECK_MSG(memcmp(ha, hc, 8 * (size_t)na) == 0, "%s: weights of 1 changed epoch %d", mode, e);
+        }
+        free(ha);
+        free(hc);
+        ll_batcher_free(a);
+        ll_batcher_free(c);
+    }
+
+    /* temperature: p_k ~ w_k n_k^(1/T) over an epoch of sum w x batches */
+    const float wt[3] = {1, 1, 4};
+    it = ll_batcher_new_ex(d, MT, 3, 1, "temperature", 5);
+    ll_batcher_set_weights(it, wt);
+    const int NT = ll_batcher_n_batches(it);
+    CHECK(NT == nb[0] + nb[1] + 4 * nb[2]);
+    double q[3], Q = 0;
+    for (int p = 0; p < 3; p++) Q += q[p] = wt[p] * pow(NSENT[p], 1.0 / 5);
+    CHECK(epoch_counts(it, d, &b, MT, count, hits, &bad) == NT);
+    for (int p = 0; p < 3; p++)
+        CHECK_MSG(fabs(count[p] - NT * q[p] / Q) <= 1.0, "temperature pair %d: %d batches, expected %.2f", p,
+                  count[p], NT * q[p] / Q);
+    ll_batcher_free(it);
+
+    /* uniform + weights: fixed ratios 1 : 2 : 3 */
+    const float wu[3] = {1, 2, 3};
+    it = ll_batcher_new_ex(d, MT, 3, 1, "uniform", 0);
+    ll_batcher_set_weights(it, wu);
+    const int NU = ll_batcher_n_batches(it);
+    CHECK(epoch_counts(it, d, &b, MT, count, hits, &bad) == NU);
+    for (int p = 0; p < 3; p++) CHECK_MSG(fabs(count[p] - NU * wu[p] / 6.0) <= 1.0, "uniform pair %d: %d", p, count[p]);
+    ll_batcher_free(it);
+
+    /* one pair (temperature, as auto is): weight 3 = three passes per epoch */
+    ll_dataset one = *d;
+    one.n_pairs = 1;
+    one.pairs[0] = d->pairs[2];
+    const float w3 = 3;
+    it = ll_batcher_new_ex(&one, MT, 3, 1, "temperature", 5);
+    const int n1 = ll_batcher_n_batches(it);
+    ll_batcher_set_weights(it, &w3);
+    CHECK(ll_batcher_n_batches(it) == 3 * n1);
+    int n = 0, thrice = 1;
+    memset(hits[2], 0, sizeof(int) * (size_t)NSENT[2]);
+    while (ll_batcher_next(it, &b)) hits[2][b.ids[0]]++, n++;
+    for (int i = 0; i < NSENT[2]; i++) thrice &= hits[2][i] == 0 || hits[2][i] == 3;
+    CHECK(n == 3 * n1 && thrice);
+    ll_batcher_free(it);
+
+    /* validation (no shuffle): every batch once, weights or not */
+    it = ll_batcher_new(d, MT, 5, 0);
+    ll_batcher_set_weights(it, w);
+    CHECK(ll_batcher_n_batches(it) == plain_n);
+    CHECK(epoch_counts(it, d, &b, MT, count, hits, &bad) == plain_n && count[0] == nb[0] && count[2] == nb[2]);
+    ll_batcher_free(it);
+    CHECK(bad == 0);
+
+    for (int p = 0; p < 3; p++) free(hits[p]);
+    free(first_half);
+    free(h1);
+    free(h2);
+    ll_batch_free(&b);
+}
+
 static void test_budget_edge(const ll_dataset *d) {
     /* a budget below the longest sentence: such sentences travel alone */
     ll_batcher *it = ll_batcher_new(d, 30, 1, 1);
@@ -342,6 +477,7 @@ int main(void) {
     test_size_sampling(&d);
     test_validation_order(&d);
     test_temperature(&d);
+    test_weights(&d);
     test_budget_edge(&d);
     test_pad_to(&d);
     ll_dataset_close(&d);

@@ -24,7 +24,13 @@ typedef struct {
     char src_lang[LL_LANG_MAX];
     char tgt_lang[LL_LANG_MAX];
     char src_tag[LL_TAG_MAX]; /* optional: a piece such as "<BT>" put before every source sentence; "" = none */
+    float weight;             /* optional: its share of the training batches x weight (0 = unset = 1) */
 } ll_corpus_cfg;
+
+/* A corpus's weight: 1 when unset.  data.sampling size reads its batches weight times per epoch
+ * (a fraction: a random part), temperature and uniform multiply its probability by it. */
+float ll_corpus_weight(const ll_corpus_cfg *cc);
+#define LL_CORPUS_WEIGHT_MAX 1000.0f
 
 #define LL_CFG_MAX_KEYS 192 /* >= the schema's keys (checked when a config is loaded) */
 

@@ -219,6 +219,11 @@ ll_batcher *ll_batcher_from_config(const ll_dataset *d, const ll_config *cfg, in
  * token budget counts them): fewer distinct batch shapes, tensor-core-friendly
  * sizes.  The batches are made again; before the first read only. */
 void ll_batcher_pad_to(ll_batcher *it, int multiple);
+/* Per-pair weights w[0..n_pairs) in (0, LL_CORPUS_WEIGHT_MAX] (data.train[k].weight; from_config sets
+ * them): an epoch has round(sum_k w_k x batches_k) batches, shared out with p_k ~ w_k x (size: batches_k;
+ * temperature: n_k^(1/T); uniform: 1), so in size mode pair k's batches come w_k times per epoch (whole
+ * passes, then a random subset for the fraction).  Before the first read only; no effect without shuffle. */
+void ll_batcher_set_weights(ll_batcher *it, const float *w);
 void ll_batcher_free(ll_batcher *it);
 int ll_batcher_n_batches(const ll_batcher *it);          /* this epoch's, all pairs */
 /* Batches of a given epoch (they differ by epoch when the pairs have sampled segmentations). */

@@ -151,21 +151,25 @@ int ll_config_src_tag_ok(const char *s) {
     return strcmp(s, "<s>") && strcmp(s, "</s>") && strcmp(s, "<pad>") && strcmp(s, "<unk>");
 }
 
-/* One {src, tgt, src_lang, tgt_lang[, src_tag]} mapping; the current event is its MAPPING_START. */
+float ll_corpus_weight(const ll_corpus_cfg *cc) { return cc->weight > 0 ? cc->weight : 1.0f; }
+
+/* One {src, tgt, src_lang, tgt_lang[, src_tag][, weight]} mapping; the current event is its MAPPING_START. */
 static int parse_corpus(loader *L, const ll_cfg_key *k, int idx, ll_corpus_cfg *cc) {
-    static const char *const fields[5] = {"src", "tgt", "src_lang", "tgt_lang", "src_tag"};
+    enum { N_FIELDS = 6 };
+    static const char *const fields[N_FIELDS] = {"src", "tgt", "src_lang", "tgt_lang", "src_tag", "weight"};
     yaml_mark_t start = L->ev.start_mark;
-    size_t seen[5] = {0, 0, 0, 0, 0};
+    size_t seen[N_FIELDS] = {0};
     for (;;) {
         if (next(L)) return -1;
         if (L->ev.type == YAML_MAPPING_END_EVENT) break;
         if (L->ev.type != YAML_SCALAR_EVENT)
-            return fail_at(L, L->ev.start_mark, "%s[%d]: expected a key (src, tgt, src_lang, tgt_lang or src_tag), got %s",
+            return fail_at(L, L->ev.start_mark,
+                           "%s[%d]: expected a key (src, tgt, src_lang, tgt_lang, src_tag or weight), got %s",
                            k->name, idx, what(&L->ev));
         int f = -1;
         size_t best_d = (size_t)-1;
         int best = 0;
-        for (int i = 0; i < 5; i++) {
+        for (int i = 0; i < N_FIELDS; i++) {
             if (!strcmp(scalar(L), fields[i])) f = i;
             size_t d = ll_cfg_edit_distance(scalar(L), fields[i]);
             if (d < best_d) best_d = d, best = i;
@@ -175,7 +179,7 @@ static int parse_corpus(loader *L, const ll_cfg_key *k, int idx, ll_corpus_cfg *
             if (best_d <= 3 && best_d < strlen(scalar(L)))
                 return fail_at(L, km, "unknown key '%s' in %s[%d] (did you mean '%s'?)", scalar(L), k->name, idx,
                                fields[best]);
-            return fail_at(L, km, "unknown key '%s' in %s[%d] (expected src, tgt, src_lang, tgt_lang, src_tag)",
+            return fail_at(L, km, "unknown key '%s' in %s[%d] (expected src, tgt, src_lang, tgt_lang, src_tag, weight)",
                            scalar(L), k->name, idx);
         }
         if (seen[f])
@@ -198,6 +202,12 @@ static int parse_corpus(loader *L, const ll_cfg_key *k, int idx, ll_corpus_cfg *
                                "space or '<>', then '>'; not <2..>, a language tag, nor <s>, </s>, <pad> or <unk>)",
                                k->name, idx, v, LL_TAG_MAX - 3);
             ll_cfg_copy_str(cc->src_tag, LL_TAG_MAX, v);
+        } else if (f == 5) {
+            double w = 0;
+            if (ll_num_double(v, &w, 1) || !(w > 0) || w > LL_CORPUS_WEIGHT_MAX)
+                return fail_at(L, L->ev.start_mark, "%s[%d].weight: '%s' is not a number in (0, %g]", k->name, idx, v,
+                               (double)LL_CORPUS_WEIGHT_MAX);
+            cc->weight = (float)w;
         } else {
             if (!valid_lang(v))
                 return fail_at(L, L->ev.start_mark,
@@ -207,7 +217,7 @@ static int parse_corpus(loader *L, const ll_cfg_key *k, int idx, ll_corpus_cfg *
             ll_cfg_copy_str(f == 2 ? cc->src_lang : cc->tgt_lang, LL_LANG_MAX, v);
         }
     }
-    for (int i = 0; i < 4; i++) /* (src_tag is optional) */
+    for (int i = 0; i < 4; i++) /* (src_tag and weight are optional) */
         if (!seen[i]) return fail_at(L, start, "%s[%d] is missing '%s'", k->name, idx, fields[i]);
     return 0;
 }

@@ -181,11 +181,28 @@ static int check_corpora(const ll_config *c) {
         for (int j = 0; j < i; j++)
             if (!strcmp(a->src, c->train[j].src) && !strcmp(a->tgt, c->train[j].tgt) &&
                 !strcmp(a->src_tag, c->train[j].src_tag)) /* (another tag: other data, e.g. the tagged copy) */
-                return invalid(c, "data.train[%d] repeats data.train[%d] (%s)", i, j, a->src);
+                return invalid(c, "data.train[%d] repeats data.train[%d] (%s); to read a corpus more often, give it a "
+                                  "weight",
+                               i, j, a->src);
         int known = 0;
         for (int j = 0; j < n_tgt; j++) known |= !strcmp(tgts[j], a->tgt_lang);
         if (!known) tgts[n_tgt++] = a->tgt_lang;
     }
+    for (int v = 0; v < c->n_valid; v++)
+        if (ll_corpus_weight(&c->valid[v]) != 1.0f)
+            return invalid(c, "data.valid[%d].weight: weights share out training batches; a validation corpus is "
+                              "read once, whole",
+                           v);
+    /* every_pair (auto with latent layers): one batch of each pair per update, nothing is shared out */
+    const int every_pair = !strcmp(c->sampling, "every_pair") ||
+                           ((c->latent_enc || c->latent_dec) && !strcmp(c->sampling, "auto"));
+    for (int i = 0; every_pair && i < c->n_train; i++)
+        if (ll_corpus_weight(&c->train[i]) != 1.0f)
+            return invalid(c,
+                           "data.train[%d].weight: data.sampling %s%s takes one batch of every pair per update, so "
+                           "there are no shares to weight; use size, temperature or uniform sampling (not with "
+                           "latent depth), or drop the weight",
+                           i, c->sampling, strcmp(c->sampling, "auto") ? "" : " (every_pair for latent depth)");
     if (n_tgt > 1 && !strcmp(c->lang_tags, "off"))
         return invalid(c,
                        "data.lang_tags is off but data.train has %d target languages (%s, %s%s): the decoder "

@@ -81,7 +81,11 @@ const ll_cfg_key ll_cfg_keys[] = {
             "optional src_tag: \"<BT>\" puts that piece before every source sentence of the corpus (tagged "
             "back-translation, Caswell et al. 2019; or a domain tag): llprep adds it to the vocabulary it trains "
             "(a given data.spm_model must have it), and a line that starts with it at decoding time is translated "
-            "as that corpus's sentences were."),
+            "as that corpus's sentences were. An optional weight: w in (0, 1000] (default 1) scales its share of "
+            "the training batches: an epoch holds sum(w x batches) batches; with data.sampling size the corpus's "
+            "batches come w times per epoch (fairseq's --upsample-primary; a fraction takes a random part each "
+            "epoch), with temperature or uniform its probability is multiplied by w (uniform + weights = fixed "
+            "mixing ratios, as OpenNMT-py's corpus weights). Not with every_pair sampling (latent depth)."),
     CORPORA("data.valid", valid, n_valid, "Validation corpora, same form as data.train."),
     INT("data.max_tokens", max_tokens, "4096", 1, INT_MAX,
         "Tokens per batch (per device): max(B * max(S, T)) with padding."),
@@ -599,6 +603,11 @@ void ll_cfg_format_corpus(ll_sbuf *b, const ll_corpus_cfg *cc) {
     ll_sb_quote(b, cc->tgt);
     ll_sb_printf(b, ", src_lang: %s, tgt_lang: %s", cc->src_lang, cc->tgt_lang);
     if (cc->src_tag[0]) ll_sb_printf(b, ", src_tag: \"%s\"", cc->src_tag);
+    if (ll_corpus_weight(cc) != 1.0f) {
+        char w[32];
+        ll_cfg_format_float(w, sizeof w, cc->weight);
+        ll_sb_printf(b, ", weight: %s", w);
+    }
     ll_sb_printf(b, "}");
 }
 

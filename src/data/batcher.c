@@ -34,6 +34,8 @@ struct ll_batcher {
     int max_tokens, shuffle, mode;
     int pad_to; /* batch lengths S, T rounded up to a multiple of it (ll_batcher_pad_to) */
     double temperature;
+    double weight[LL_MAX_CORPORA]; /* the corpora's data.train[k].weight (ll_batcher_set_weights), else 1 */
+    int weighted;                  /* some weight is not 1 */
     uint64_t seed;
     int n_seg;       /* segmentations of the data: 1, or the pairs' sampled ones, one per epoch in turn */
     pair_batches *p; /* [n_seg * n_pairs]: segmentation g's batches of pair k at g * n_pairs + k */
@@ -102,20 +104,30 @@ static void make_pair_batches(ll_batcher *it, int seg, int pair) {
     free(k);
 }
 
-/* Every segmentation's batches, and the plan's room for the largest epoch. */
-static void make_batches(ll_batcher *it) {
+/* An epoch's batches: the sum over pairs of weight x batches (the weighted data's size), at least one
+ * when there are any; and the plan's room for the largest epoch. */
+static void count_totals(ll_batcher *it) {
     it->max_total = 0;
     for (int g = 0; g < it->n_seg; g++) {
+        double sum = 0;
         it->total[g] = 0;
         for (int k = 0; k < it->d->n_pairs; k++) {
-            make_pair_batches(it, g, k);
             it->total[g] += batches_of(it, g, k)->n_batches;
+            sum += it->weight[k] * batches_of(it, g, k)->n_batches;
         }
+        if (it->weighted && it->total[g] > 0) it->total[g] = imax(1, (int)llround(sum));
         it->max_total = imax(it->max_total, it->total[g]);
     }
     free(it->plan);
     it->plan = ll_malloc(sizeof(plan_entry) * (size_t)(it->max_total ? it->max_total : 1));
     it->plan_epoch = 0;
+}
+
+/* Every segmentation's batches. */
+static void make_batches(ll_batcher *it) {
+    for (int g = 0; g < it->n_seg; g++)
+        for (int k = 0; k < it->d->n_pairs; k++) make_pair_batches(it, g, k);
+    count_totals(it);
 }
 
 static void free_batches(ll_batcher *it) {
@@ -155,6 +167,7 @@ ll_batcher *ll_batcher_new_ex(const ll_dataset *d, int max_tokens, uint64_t seed
     it->mode = mode;
     it->temperature = temperature;
     it->pad_to = 1;
+    for (int k = 0; k < LL_MAX_CORPORA; k++) it->weight[k] = 1;
     it->n_seg = 1;
     for (int p = 0; p < d->n_pairs; p++) it->n_seg = imax(it->n_seg, d->pairs[p].n_samples);
     it->p = ll_calloc((size_t)(it->n_seg * (d->n_pairs ? d->n_pairs : 1)), sizeof *it->p);
@@ -172,7 +185,24 @@ ll_batcher *ll_batcher_from_config(const ll_dataset *d, const ll_config *cfg, in
     ll_batcher *it = ll_batcher_new_ex(d, cfg->max_tokens, (uint64_t)(uint32_t)cfg->seed, shuffle, cfg->sampling,
                                        cfg->sampling_temperature);
     if (it && cfg->pad_to_multiple > 1) ll_batcher_pad_to(it, cfg->pad_to_multiple);
+    if (it && shuffle && d->n_pairs == cfg->n_train) { /* (the training data: its pairs are data.train's) */
+        float w[LL_MAX_CORPORA];
+        for (int k = 0; k < cfg->n_train; k++) w[k] = ll_corpus_weight(&cfg->train[k]);
+        ll_batcher_set_weights(it, w);
+    }
     return it;
+}
+
+void ll_batcher_set_weights(ll_batcher *it, const float *w) {
+    if (it->pos || it->epoch != 1) ll_die("ll_batcher_set_weights: the batcher has been read from");
+    it->weighted = 0;
+    for (int k = 0; k < it->d->n_pairs; k++) {
+        if (!(w[k] > 0) || w[k] > LL_CORPUS_WEIGHT_MAX) ll_die("ll_batcher_set_weights: weight %g of pair %d", (double)w[k], k);
+        it->weight[k] = w[k];
+        it->weighted |= w[k] != 1.0f;
+    }
+    if (!it->shuffle) it->weighted = 0; /* validation reads every batch once */
+    count_totals(it);
 }
 
 void ll_batcher_pad_to(ll_batcher *it, int multiple) {
@@ -207,7 +237,7 @@ static int shape_cmp(const void *a, const void *b) {
 }
 int ll_batcher_shapes(const ll_batcher *it) {
     int64_t all = 0;
-    for (int g = 0; g < it->n_seg; g++) all += it->total[g];
+    for (int i = 0; i < it->n_seg * it->d->n_pairs; i++) all += it->p[i].n_batches; /* (not total: weighted) */
     int *sh = ll_malloc(sizeof(int) * 3 * (size_t)(all ? all : 1)), n = 0;
     for (int g = 0; g < it->n_seg; g++)
         for (int p = 0; p < it->d->n_pairs; p++) {
@@ -241,14 +271,18 @@ static void shuffle_ints(int *a, int n, const ll_philox *r, uint64_t *ctr) {
     }
 }
 
-/* How many batches each pair contributes: total * p_k, p_k ~ n_k^(1/T),
- * rounded by largest remainder so the counts sum to the total. */
-static void sample_counts(const ll_batcher *it, int total, int *count) {
+/* How many batches each pair contributes: total * p_k, p_k ~ weight_k x (size: its batches of segmentation
+ * g; temperature: n_k^(1/T), n_k sentences; uniform: 1), rounded by largest remainder so the counts sum to
+ * the total. */
+static void sample_counts(const ll_batcher *it, int g, int total, int *count) {
     int K = it->d->n_pairs;
     double w[LL_MAX_CORPORA], W = 0, frac[LL_MAX_CORPORA];
     for (int k = 0; k < K; k++) {
         double n = it->d->pairs[k].src.n_sents;
-        w[k] = it->mode == SAMPLE_UNIFORM ? 1.0 : pow(n, 1.0 / it->temperature);
+        const int nb = batches_of(it, g, k)->n_batches; /* (none: no share, whatever its weight) */
+        w[k] = nb == 0 ? 0 : it->weight[k] * (it->mode == SAMPLE_UNIFORM ? 1.0
+                                           : it->mode == SAMPLE_SIZE  ? nb
+                                                                                      : pow(n, 1.0 / it->temperature));
         W += w[k];
     }
     int left = total;
@@ -272,12 +306,12 @@ static void build_plan(ll_batcher *it) {
     ll_philox r;
     ll_philox_init(&r, it->seed, LL_RNG_SHUFFLE, (uint32_t)(it->epoch & 0x7fffffff));
     uint64_t ctr = 0;
-    if (it->mode == SAMPLE_SIZE || K == 1 || !it->shuffle) {
+    if (!it->shuffle || (!it->weighted && (it->mode == SAMPLE_SIZE || K == 1))) {
         for (int k = 0; k < K; k++)
             for (int b = 0; b < batches_of(it, g, k)->n_batches; b++) it->plan[n++] = (plan_entry){k, b};
     } else {
         int count[LL_MAX_CORPORA];
-        sample_counts(it, it->total[g], count);
+        sample_counts(it, g, it->total[g], count);
         for (int k = 0; k < K; k++) {
             /* whole passes over the pair's batches, then a random subset for the remainder */
             int nb = batches_of(it, g, k)->n_batches;

@@ -390,6 +390,13 @@ static int setup(trainer *t, const ll_train_opts *o) {
     else
         ll_log("data per update: %d batch(es) drawn across %d pair(s) (data.sampling %s)", t->uf,
                t->train.n_pairs, !strcmp(cfg->sampling, "auto") ? "temperature" : cfg->sampling);
+    char weights[512] = "";
+    for (int k = 0, n = 0; !t->every_pair && k < cfg->n_train && k < t->train.n_pairs; k++)
+        if (ll_corpus_weight(&cfg->train[k]) != 1.0f && n < (int)sizeof weights - 48)
+            n += snprintf(weights + n, sizeof weights - (size_t)n, "%sdata.train[%d] x%g", n ? ", " : "", k,
+                          (double)cfg->train[k].weight);
+    if (weights[0])
+        ll_log("corpus weights: %s; an epoch is %d batches", weights, ll_batcher_n_batches(t->its[0]));
     if (t->train.n_pairs > 0 && t->train.pairs[0].n_samples > 0)
         ll_log("subword regularization: epoch e reads sampled segmentation ((e - 1) mod %d) + 1 of the training data "
                "(%s; data.spm_samples %d, data.spm_alpha %g); validation the standard one",

@@ -2,7 +2,8 @@
 # A corpus's src_tag (tagged back-translation): lltrain on a plain and a <BT>-tagged copy of the tiny
 # corpus, validation BLEU on a tagged validation corpus, the tag kept in the checkpoint's config;
 # lldecode reads "<BT> text" with the tag (its scores differ from the untagged line's), and a
-# tag the vocabulary lacks is plain text.
+# tag the vocabulary lacks is plain text.  The tagged copy has weight 3 (data.sampling size): an
+# epoch reads its batches three times.
 source "$(dirname "$0")/lib.sh"
 D=$SRC/tests/data/tiny
 cat > "$T/bt.cfg" <<CFG
@@ -12,18 +13,22 @@ data:
   vocab_size: 80
   train:
     - {src: $D/overfit32.en, tgt: $D/overfit32.es, src_lang: en, tgt_lang: es}
-    - {src: $D/overfit32.en, tgt: $D/overfit32.es, src_lang: en, tgt_lang: es, src_tag: <BT>}
+    - {src: $D/overfit32.en, tgt: $D/overfit32.es, src_lang: en, tgt_lang: es, src_tag: <BT>, weight: 3}
   valid:
     - {src: $D/valid.en, tgt: $D/valid.es, src_lang: en, tgt_lang: es, src_tag: <BT>}
   max_tokens: 2048
   max_len: 64
+  sampling: size
 train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, max_updates: 60, log_interval: 20, valid_interval: 30, valid_bleu: true}
 checkpoint: {save_dir: $T/run}
 CFG
 "$BIN/lltrain" --config "$T/bt.cfg" > "$T/train.log" 2>&1 || err "lltrain failed: $(tail -1 "$T/train.log")"
+grep -q 'corpus weights: data.train\[1\] x3; an epoch is 4 batches' "$T/train.log" ||
+  err "the weighted epoch is not 1 + 3 x 1 batches: $(grep 'corpus weights' "$T/train.log")"
+grep -q "epoch 15 | 100.0% | update 60 " "$T/train.log" || err "60 updates over epochs of 4 batches are not 15 epochs: $(grep -o "epoch [0-9]*" "$T/train.log" | tail -1)"
 grep -q '"bleu":' "$T/run/metrics.jsonl" || err "no validation BLEU on the tagged validation corpus"
 M=$T/run/checkpoint_last.llm
-grep -aq 'src_tag: "<BT>"' "$M" || err "the checkpoint's config lost the src_tag"
+grep -aq 'src_tag: "<BT>", weight: 3}' "$M" || err "the checkpoint's config lost the src_tag or the weight"
 head -5 "$D/valid.en" > "$T/in.en"
 head -5 "$D/valid.es" > "$T/ref.es"
 sed 's/^/<BT> /' "$T/in.en" > "$T/in.bt"
