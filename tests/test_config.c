@@ -394,6 +394,7 @@ static void test_validate(void) {
     EXPECT_INVALID("model.d_model (33) must be even", "", "model.d_model=33", "model.heads=3");
     EXPECT_INVALID("data.max_len (2000)", "model.max_positions (1024)", "data.max_len=2000");
     EXPECT_INVALID("data.max_tokens (100)", "data.max_len (256)", "data.max_tokens=100");
+    EXPECT_INVALID("data.max_len_ratio (0.5) must be 0 (off) or at least 1", "", "data.max_len_ratio=0.5");
     EXPECT_INVALID("model.share_all_embeddings", "model.tie_output", "model.tie_output=false");
     EXPECT_INVALID("train.scheduler inverse_sqrt", "train.warmup_updates", "train.warmup_updates=0");
     EXPECT_INVALID("train.warmup_init_lr (0.01)", "train.lr (0.0005)", "train.warmup_init_lr=0.01");

@@ -652,6 +652,66 @@ static void test_prepare_options(const char *tmp) {
     free(dd2);
 }
 
+/* data.max_len_ratio: training pairs whose longer side has more than ratio x the shorter's pieces are
+ * skipped and counted (the manifest keeps the count); validation pairs are all kept; the ratio is data. */
+static void test_prepare_ratio(const char *tmp) {
+    char *dd = path_in(tmp, "ratio");
+    static const char *en = "the cat\nthe\nthe big red car sees the old man\nred\ncat dog house tree\n";
+    static const char *es = "el gato\nel gato come el perro verde en la casa grande\nel coche\nrojo\nel\n";
+    char *fe = tu_write(tmp, "r.en", en), *fs = tu_write(tmp, "r.es", es);
+    ll_config c;
+    base_config(&c, dd);
+    add_corpus(&c, 0, tmp, "c.en", "c.es", "en", "es");
+    add_corpus(&c, 0, tmp, "r.en", "r.es", "en", "es");
+    add_corpus(&c, 1, tmp, "r.en", "r.es", "en", "es");
+    c.max_len_ratio = 2.5f;
+    CHECK_MSG(ll_prepare_data(&c) == 0, "%s", ll_errbuf());
+    ll_data_info info;
+    CHECK(ll_data_info_read(&info, dd) == 0 && info.n_corpora == 3);
+    /* the expected count from the prepared model's pieces */
+    char *m = path_in(dd, "spm.model");
+    ll_spm *spm = ll_spm_load(m);
+    int32_t *ids = NULL;
+    int cap = 0, expect = 0;
+    char *sl = ll_strdup(en), *tl = ll_strdup(es), *sp = NULL, *tp = NULL;
+    for (char *a = strtok_r(sl, "\n", &sp), *b = strtok_r(tl, "\n", &tp); a && b;
+         a = strtok_r(NULL, "\n", &sp), b = strtok_r(NULL, "\n", &tp)) {
+        int na = ll_spm_encode(spm, a, &ids, &cap), nb = ll_spm_encode(spm, b, &ids, &cap);
+        expect += (na > nb ? na : nb) > 2.5 * (na < nb ? na : nb);
+    }
+    const ll_corpus_info *tr = &info.corpora[1], *va = &info.corpora[2];
+    CHECK_MSG(expect >= 2 && expect <= 3, "the test's pairs: %d beyond 2.5", expect); /* (not vacuous) */
+    CHECK_MSG(tr->skipped_ratio == expect && tr->n_sents == 5 - expect, "skipped %lld, kept %lld, expected %d",
+              (long long)tr->skipped_ratio, (long long)tr->n_sents, expect);
+    const ll_corpus_info *c0 = &info.corpora[0]; /* (with 64 pieces a few of its pairs are lopsided too) */
+    CHECK(va->skipped_ratio == 0 && va->n_sents == 5 && c0->n_sents + c0->skipped_ratio + c0->skipped_long == 300);
+    char *man = path_in(dd, "manifest.txt");
+    size_t n;
+    char *text = slurp(man, &n);
+    CHECK(strstr(text, " ratio=") != NULL);
+    free(text);
+    /* another ratio is other data; none at all, the manifest of before the setting */
+    CHECK(ll_data_is_prepared(&c) == 1);
+    c.max_len_ratio = 9;
+    CHECK(ll_data_is_prepared(&c) == 0);
+    c.max_len_ratio = 0;
+    CHECK(ll_data_is_prepared(&c) == 0);
+    CHECK_MSG(ll_prepare_data(&c) == 0, "%s", ll_errbuf());
+    text = slurp(man, &n);
+    CHECK(strstr(text, " ratio=") == NULL);
+    CHECK(ll_data_info_read(&info, dd) == 0 && info.corpora[1].n_sents == 5 && info.corpora[1].skipped_ratio == 0);
+    free(text);
+    free(ids);
+    ll_spm_free(spm);
+    free(sl);
+    free(tl);
+    free(m);
+    free(man);
+    free(fe);
+    free(fs);
+    free(dd);
+}
+
 /* ---- bad input: one-line message naming file (and line); data_dir untouched ---- */
 
 typedef struct {
@@ -778,6 +838,7 @@ int main(void) {
     test_prepare_options(tmp);
     test_prepare_samples(tmp);
     test_prepare_src_tag(tmp);
+    test_prepare_ratio(tmp);
     test_bad_inputs(tmp);
     fprintf(stderr, "test_data: %.1f s\n", ll_now() - t0);
     return tu_finish("test_data");

@@ -55,6 +55,7 @@ typedef struct {
     int max_tokens;        /* per batch: max(B * max(S, T)), padded */
     int pad_to_multiple;   /* training batches' S and T rounded up to a multiple of it */
     int max_len;           /* max tokens per side (incl. EOS); <= max_positions */
+    float max_len_ratio;   /* training pairs whose longer side has more than this x the shorter's pieces are skipped; 0 = off */
     char long_lines[8];    /* "skip" | "error" */
     char lang_tags[8];     /* "auto" | "on" | "off": target-language tag as decoder BOS */
     int spm_samples;       /* subword regularization: sampled segmentations of the training data, one per epoch; 0 = off */

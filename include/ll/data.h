@@ -138,6 +138,7 @@ typedef struct {
     int64_t n_sents;          /* pairs kept */
     int64_t src_tokens, tgt_tokens; /* incl. EOS */
     int64_t skipped_empty, skipped_long;
+    int64_t skipped_ratio;    /* training pairs beyond data.max_len_ratio */
     char src_file[64], tgt_file[64]; /* names inside data_dir */
 } ll_corpus_info;
 

@@ -107,6 +107,9 @@ int main(int argc, char **argv) {
                " empty, %" PRId64 " longer than data.max_len",
                c->split, c->index, info.langs[c->src_lang], info.langs[c->tgt_lang], c->raw_lines, c->n_sents,
                c->src_tokens, c->tgt_tokens, c->skipped_empty, c->skipped_long);
+        if (c->skipped_ratio > 0)
+            printf(", %" PRId64 " with a length ratio above data.max_len_ratio %g", c->skipped_ratio,
+                   (double)cfg.max_len_ratio);
         if (c->tgt_tag >= 0) printf("; tag <2%s>=%d", info.langs[c->tgt_lang], c->tgt_tag);
         if (c->index >= 0 && c->index < (v ? cfg.n_valid : cfg.n_train)) {
             const ll_corpus_cfg *cc = v ? &cfg.valid[c->index] : &cfg.train[c->index];
@@ -116,7 +119,7 @@ int main(int argc, char **argv) {
         pairs[v]++;
         sents[v] += c->n_sents;
         toks[v] += c->src_tokens + c->tgt_tokens;
-        skipped[v] += c->skipped_empty + c->skipped_long;
+        skipped[v] += c->skipped_empty + c->skipped_long + c->skipped_ratio;
     }
     for (int v = 0; v < 2; v++)
         if (pairs[v])

@@ -260,6 +260,10 @@ int ll_config_validate(const ll_config *c) {
                           "also the output projection)");
     if (c->max_len > c->max_positions)
         return invalid(c, "data.max_len (%d) must be <= model.max_positions (%d)", c->max_len, c->max_positions);
+    if (c->max_len_ratio > 0 && c->max_len_ratio < 1)
+        return invalid(c, "data.max_len_ratio (%g) must be 0 (off) or at least 1: a pair's longer side over its "
+                          "shorter one is never below 1, so every pair would be skipped",
+                       (double)c->max_len_ratio);
     if (c->max_tokens < c->max_len)
         return invalid(c, "data.max_tokens (%d) must be >= data.max_len (%d) so the longest sentence fits a batch",
                        c->max_tokens, c->max_len);

@@ -95,6 +95,11 @@ const ll_cfg_key ll_cfg_keys[] = {
         "graph is replayed more often (train.cuda_graphs). 1 = no padding. Padding changes no loss, only which "
         "dropout draws each element gets."),
     INT("data.max_len", max_len, "256", 1, 1 << 20, "Longest sentence in tokens per side, EOS included."),
+    FLT("data.max_len_ratio", max_len_ratio, "0", 0, 1000, 0,
+        "Training pairs whose longer side has more than this many times the pieces of the shorter (EOS and tags "
+        "not counted) are skipped and counted, as Moses' clean-corpus-n.perl -ratio does (9 there, 1.5 in "
+        "fairseq's WMT preparation, on words): misaligned or truncated pairs. 0 = off; else at least 1. "
+        "Validation corpora are never filtered."),
     ENUM("data.long_lines", long_lines, "skip", "skip|error",
          "Sentence pairs longer than data.max_len: skip them (counted) or stop with an error."),
     ENUM("data.lang_tags", lang_tags, "auto", "auto|on|off",

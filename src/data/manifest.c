@@ -76,6 +76,12 @@ uint64_t ll_data_hash(const ll_config *cfg, const uint64_t *corpus_hashes, uint6
         h = hash_u64(alpha_bits, h);
         h = hash_str(cfg->spm_sample_sides, h);
     }
+    if (cfg->max_len_ratio > 0) { /* (likewise) */
+        uint32_t ratio_bits;
+        memcpy(&ratio_bits, &cfg->max_len_ratio, sizeof ratio_bits);
+        h = hash_str("max_len_ratio", h);
+        h = hash_u64(ratio_bits, h);
+    }
     int k = 0;
     for (int s = 0; s < 2; s++) {
         const ll_corpus_cfg *cc = s ? cfg->valid : cfg->train;
@@ -106,11 +112,14 @@ int ll_manifest_write(const char *path, const ll_data_info *info, const ll_input
                 info->spm_sides == 3 ? "both" : info->spm_sides == 1 ? "source" : "target");
     for (int i = 0; i < info->n_corpora; i++) {
         const ll_corpus_info *c = &info->corpora[i];
+        char ratio[40] = ""; /* (only when pairs were: a manifest without the filter reads as before it existed) */
+        if (c->skipped_ratio > 0) snprintf(ratio, sizeof ratio, " ratio=%" PRId64, c->skipped_ratio);
         fprintf(f,
                 "corpus %s %d %s %s tag=%d lines=%" PRId64 " sents=%" PRId64 " src_tokens=%" PRId64
-                " tgt_tokens=%" PRId64 " empty=%" PRId64 " long=%" PRId64 " src=%s tgt=%s\n",
+                " tgt_tokens=%" PRId64 " empty=%" PRId64 " long=%" PRId64 "%s src=%s tgt=%s\n",
                 c->split, c->index, info->langs[c->src_lang], info->langs[c->tgt_lang], c->tgt_tag, c->raw_lines,
-                c->n_sents, c->src_tokens, c->tgt_tokens, c->skipped_empty, c->skipped_long, c->src_file, c->tgt_file);
+                c->n_sents, c->src_tokens, c->tgt_tokens, c->skipped_empty, c->skipped_long, ratio, c->src_file,
+                c->tgt_file);
     }
     /* Inputs last: the path is the rest of the line, so it may contain spaces. */
     for (int i = 0; i < n_in; i++)
@@ -131,10 +140,20 @@ static int parse_corpus(ll_data_info *info, const char *s) {
     memset(c, 0, sizeof *c);
     int n = sscanf(s,
                    "%7s %d %16s %16s tag=%d lines=%" SCNd64 " sents=%" SCNd64 " src_tokens=%" SCNd64
+                   " tgt_tokens=%" SCNd64 " empty=%" SCNd64 " long=%" SCNd64 " ratio=%" SCNd64 " src=%63s tgt=%63s",
+                   c->split, &c->index, src, tgt, &c->tgt_tag, &c->raw_lines, &c->n_sents, &c->src_tokens,
+                   &c->tgt_tokens, &c->skipped_empty, &c->skipped_long, &c->skipped_ratio, c->src_file, c->tgt_file);
+    if (n != 14) { /* without ratio= (none skipped for it) */
+        c->skipped_ratio = 0;
+        n = sscanf(s,
+                   "%7s %d %16s %16s tag=%d lines=%" SCNd64 " sents=%" SCNd64 " src_tokens=%" SCNd64
                    " tgt_tokens=%" SCNd64 " empty=%" SCNd64 " long=%" SCNd64 " src=%63s tgt=%63s",
                    c->split, &c->index, src, tgt, &c->tgt_tag, &c->raw_lines, &c->n_sents, &c->src_tokens,
                    &c->tgt_tokens, &c->skipped_empty, &c->skipped_long, c->src_file, c->tgt_file);
-    if (n != 13) return -1;
+        if (n != 13) return -1;
+    } else if (c->skipped_ratio <= 0) {
+        return -1; /* (written only when some were) */
+    }
     c->src_lang = lang_index(info, src);
     c->tgt_lang = lang_index(info, tgt);
     if (c->src_lang < 0 || c->tgt_lang < 0) return -1;

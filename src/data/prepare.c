@@ -485,6 +485,7 @@ static int binarize(prep *P, int k, ll_corpus_info *ci) {
         ci->tgt_tag = ll_spm_piece_id(P->spm, tag);
     }
     const int32_t src_tag = cc->src_tag[0] ? ll_spm_piece_id(P->spm, cc->src_tag) : -1;
+    const double ratio = strcmp(ci->split, "train") ? 0 : cfg->max_len_ratio; /* (validation: never filtered) */
     ll_corpus_file_name(ci->src_file, sizeof ci->src_file, ci->split, index, cc->src_lang, cc->tgt_lang, "src");
     ll_corpus_file_name(ci->tgt_file, sizeof ci->tgt_file, ci->split, index, cc->src_lang, cc->tgt_lang, "tgt");
     char path[LL_PATH_MAX + 160];
@@ -518,6 +519,13 @@ static int binarize(prep *P, int k, ll_corpus_info *ci) {
                 ci->skipped_empty++;
                 continue;
             }
+            if (ratio > 0) { /* (pieces alone: before the tag and EOS) */
+                const int64_t a = cs->n_ids[i], b = ct->n_ids[i];
+                if ((double)(a > b ? a : b) > ratio * (double)(a < b ? a : b)) {
+                    ci->skipped_ratio++;
+                    continue;
+                }
+            }
             if (src_tag >= 0) add_tag(cs, i, src_tag);
             add_eos(cs, i);
             add_eos(ct, i);
@@ -541,8 +549,9 @@ static int binarize(prep *P, int k, ll_corpus_info *ci) {
         }
     }
     if (ci->n_sents == 0) {
-        ll_fail("%s: no usable sentence pairs (%" PRId64 " empty, %" PRId64 " longer than data.max_len=%d)", cc->src,
-                ci->skipped_empty, ci->skipped_long, cfg->max_len);
+        ll_fail("%s: no usable sentence pairs (%" PRId64 " empty, %" PRId64 " longer than data.max_len=%d, %" PRId64
+                " with a length ratio above data.max_len_ratio=%g)",
+                cc->src, ci->skipped_empty, ci->skipped_long, cfg->max_len, ci->skipped_ratio, (double)cfg->max_len_ratio);
         goto out;
     }
     rc = ll_tokfile_commit(ws);
