@@ -48,6 +48,11 @@ static void check(int ta, int tb, int M, int N, int K, float beta) {
     free(R);
 }
 
+/* The packed kernel's forms this CPU runs: AVX-512, AVX2 (also on an AVX-512 CPU); they must give the
+ * same bits.  first_y: the first form's outputs of the current shape, kept for the next form. */
+static float *first_y;
+static int n_forms_checked;
+
 static void check_packed(int M, int N, int K, int with_bias) {
     ll_backend *be = ll_backend_cpu();
     const int ldx = K + 3, ldy = N + 5;
@@ -62,7 +67,7 @@ static void check_packed(int M, int N, int K, int with_bias) {
     for (int i = 0; i < N; i++) bias[i] = 2 * ll_philox_uniform(&r, c++) - 1;
     for (size_t i = 0; i < (size_t)M * ldy; i++) Y[i] = 7; /* sentinel for the padding columns */
     void *pk = be->linear_pack(be, W, N, K, 0);
-    if (!pk) { /* no AVX-512 here: the model falls back to gemm, nothing to check */
+    if (!pk) { /* no packed kernel here: the model falls back to gemm, nothing to check */
         free(X), free(W), free(bias), free(Y), free(Y1);
         return;
     }
@@ -84,6 +89,12 @@ static void check_packed(int M, int N, int K, int with_bias) {
         CHECK_MSG(!memcmp(Y1, Y + (size_t)i * ldy, sizeof(float) * N), "linear_packed row %d of %d differs alone", i,
                   M);
     }
+    if (first_y) /* a second form: the first one's bits */
+        CHECK_MSG(!memcmp(first_y, Y, sizeof(float) * (size_t)M * ldy), "linear_packed %dx%dx%d bias %d: the %s "
+                  "kernel's bits differ from the AVX-512 kernel's", M, N, K, with_bias, ll_cpu_kernels());
+    else
+        first_y = memcpy(malloc(sizeof(float) * (size_t)M * ldy), Y, sizeof(float) * (size_t)M * ldy);
+    n_forms_checked++;
     be->linear_unpack(be, pk);
     free(X), free(W), free(bias), free(Y), free(Y1);
 }
@@ -93,8 +104,24 @@ int main(void) {
     /* M: 12-row blocks, remainders of 1..8 rows in 4-row blocks, 9..11 in a 12-row one */
     int pshapes[][3] = {{1, 1, 1},    {12, 32, 16},      {13, 33, 17}, {64, 256, 256}, {5, 100, 1024},
                         {320, 70, 3}, {25, 8000, 64},   {9, 40, 20},  {20, 64, 33},   {7, 33, 5}, {160, 96, 256}};
+    /* each form the CPU runs, the AVX-512 one first (the flags are read when a matrix is packed) */
+    const int avx512 = ll_cpu_avx512, avx2 = ll_cpu_avx2 || ll_cpu_avx512;
+    int forms = 0;
     for (size_t s = 0; s < sizeof pshapes / sizeof pshapes[0]; s++)
-        for (int b = 0; b < 2; b++) check_packed(pshapes[s][0], pshapes[s][1], pshapes[s][2], b);
+        for (int b = 0; b < 2; b++) {
+            for (int f = 0; f < 2; f++) {
+                if (f == 0 ? !avx512 : !avx2) continue;
+                ll_cpu_avx512 = f == 0, ll_cpu_avx2 = f == 1;
+                check_packed(pshapes[s][0], pshapes[s][1], pshapes[s][2], b);
+            }
+            ll_cpu_avx512 = avx512, ll_cpu_avx2 = avx2 && !avx512;
+            free(first_y);
+            first_y = NULL;
+        }
+    forms = (avx512 ? 1 : 0) + (avx2 ? 1 : 0);
+    CHECK(n_forms_checked == forms * 2 * (int)(sizeof pshapes / sizeof pshapes[0]));
+    fprintf(stderr, "test_gemm: packed linear checked in %d form(s)%s\n", forms,
+            forms == 2 ? ", AVX-512 and AVX2 bit for bit" : forms ? (avx512 ? " (AVX-512)" : " (AVX2)") : " (none: no AVX2)");
     int shapes[][3] = {{300, 70, 50}, {40, 333, 60}, {37, 29, 2100}, {64, 48, 4096}, {5, 3, 7}, {130, 130, 130}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int ta = 0; ta < 2; ta++)

@@ -209,7 +209,10 @@ const char *ll_blas_core(void);
  * takes the AVX-512 paths (the CPU has AVX-512F and LL_CPU_KERNELS is not
  * `generic`), chosen once before main(); 0 elsewhere, aarch64 included. */
 extern int ll_cpu_avx512;
-const char *ll_cpu_kernels(void); /* "avx512" or "generic ...", for logs */
+/* 1 when the kernels that have an AVX2 + FMA form take it: the CPU has AVX2 and FMA, and AVX-512 is
+ * not taken (no AVX-512F, or LL_CPU_KERNELS=avx2); chosen once before main(), tests may flip it. */
+extern int ll_cpu_avx2;
+const char *ll_cpu_kernels(void); /* "avx512", "avx2 ..." or "generic ...", for logs */
 /* The int8 matrix kernels (lldecode --precision int8, src/backend/cpu/cpu_linear_int8.c): AVX-512
  * VNNI, else AVX2, else portable C (LL_CPU_KERNELS=generic: C), chosen so before main(); the
  * three give the same bits, and tests may lower it to compare them. */

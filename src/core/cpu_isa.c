@@ -6,7 +6,9 @@
  * target attribute whatever the compiler flags, and taken only when the CPU
  * has the instructions and LL_CPU_KERNELS does not say `generic`; the portable
  * C loops are the fallback, tested by running the suite with
- * LL_CPU_KERNELS=generic (scripts/test.sh). */
+ * LL_CPU_KERNELS=generic (scripts/test.sh).  Kernels with an AVX2 + FMA form
+ * (the packed decoding linear) take it on CPUs without AVX-512, or with
+ * LL_CPU_KERNELS=avx2, which lets an AVX-512 machine test it natively. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "ll/core.h"
 
 int ll_cpu_avx512 = 0;
+int ll_cpu_avx2 = 0;
 int ll_cpu_int8_isa = LL_INT8_GENERIC;
 
 static int cpu_has_avx512(void) {
@@ -23,26 +26,40 @@ static int cpu_has_avx512(void) {
     return 0;
 #endif
 }
+static int cpu_has_avx2(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
 
 /* Runs before main() (and before any OpenMP team), so the flag never changes
  * while kernels read it. */
 __attribute__((constructor)) static void ll_cpu_isa_init(void) {
     const char *want = getenv("LL_CPU_KERNELS");
-    if (want && *want && strcmp(want, "auto") != 0 && strcmp(want, "generic") != 0 && strcmp(want, "avx512") != 0) {
-        fprintf(stderr, "error: LL_CPU_KERNELS=%s: expected auto, generic or avx512\n", want);
+    if (want && *want && strcmp(want, "auto") != 0 && strcmp(want, "generic") != 0 && strcmp(want, "avx512") != 0 &&
+        strcmp(want, "avx2") != 0) {
+        fprintf(stderr, "error: LL_CPU_KERNELS=%s: expected auto, generic, avx2 or avx512\n", want);
         exit(2);
     }
-    const int have = cpu_has_avx512();
+    const int have = cpu_has_avx512(), have2 = cpu_has_avx2();
     if (want && !strcmp(want, "avx512") && !have) {
         fprintf(stderr, "error: LL_CPU_KERNELS=avx512, but this CPU has no AVX-512F\n");
         exit(2);
     }
-    ll_cpu_avx512 = have && !(want && !strcmp(want, "generic"));
+    if (want && !strcmp(want, "avx2") && !have2) {
+        fprintf(stderr, "error: LL_CPU_KERNELS=avx2, but this CPU has no AVX2 and FMA\n");
+        exit(2);
+    }
+    const int generic = want && !strcmp(want, "generic"), avx2 = want && !strcmp(want, "avx2");
+    ll_cpu_avx512 = have && !generic && !avx2;
+    ll_cpu_avx2 = have2 && !generic && !ll_cpu_avx512; /* (avx2 on an AVX-512 CPU: those forms, tested natively) */
 #if defined(__x86_64__)
-    if (!(want && !strcmp(want, "generic"))) {
-        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && have)
+    if (!generic) {
+        if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && have && !avx2)
             ll_cpu_int8_isa = LL_INT8_AVX512VNNI;
-        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        else if (have2)
             ll_cpu_int8_isa = LL_INT8_AVX2;
     }
 #endif
@@ -55,7 +72,8 @@ const char *ll_cpu_int8_kernels(void) {
 const char *ll_cpu_kernels(void) {
 #if defined(__x86_64__) || defined(__i386__)
     if (ll_cpu_avx512) return "avx512";
-    return cpu_has_avx512() ? "generic (LL_CPU_KERNELS=generic)" : "generic (no AVX-512 on this CPU)";
+    if (ll_cpu_avx2) return cpu_has_avx512() ? "avx2 (LL_CPU_KERNELS=avx2)" : "avx2";
+    return cpu_has_avx512() || cpu_has_avx2() ? "generic (LL_CPU_KERNELS=generic)" : "generic (no AVX2 on this CPU)";
 #else
     return "generic";
 #endif

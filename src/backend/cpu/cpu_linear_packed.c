@@ -6,15 +6,17 @@
  * and it has no pre-packed interface.  Decoding weights do not change, so we
  * pack each matrix once per decode into 32-column panels ([N/32][K][32],
  * zero-padded) and run an AVX-512 12x32 register-blocked kernel over them,
- * with the bias folded into the accumulators' initial value.
+ * with the bias folded into the accumulators' initial value; without
+ * AVX-512, an AVX2 + FMA 6x16 kernel over each panel's two halves.
  *
  * Every output row is summed in the same order (k = 0..K-1, one FMA chain per
  * element) whatever M is and whichever rows share its 12-row block, so a
- * sentence decodes to the same bits alone or in a batch.
+ * sentence decodes to the same bits alone or in a batch, and the AVX2 kernel
+ * gives the AVX-512 kernel's bits.
  *
  * The kernels carry a target attribute, so they compile whatever -march says;
- * on a CPU without AVX-512 (ll_cpu_avx512 0, also under
- * LL_CPU_KERNELS=generic), on other architectures and in the
+ * on a CPU without AVX-512 or AVX2 + FMA (ll_cpu_avx512 and ll_cpu_avx2 0,
+ * also under LL_CPU_KERNELS=generic), on other architectures and in the
  * double-precision test build linear_pack returns NULL and callers fall back
  * to gemm.  int8 weights (lldecode --precision int8) are packed by cpu_linear_int8.c, on
  * any CPU; linear_packed and linear_unpack tell the kinds apart by their first member. */
@@ -28,6 +30,7 @@
 
 typedef struct {
     int tag; /* LL_PACK_FP32 */
+    int avx512; /* which kernel runs it: AVX-512, else AVX2 (fixed when packed) */
     int N, K, panels;
     float *data; /* [panels][K][NR] */
 } packed_weight;
@@ -83,6 +86,68 @@ AVX512_FMA static void kernel4_avx512(int K, const float *const a[4], const floa
                                       int nvalid, float *c, int ldc, int m) {
     kernel_rows_avx512(K, a, bp, bias, nvalid, c, ldc, m, 4);
 }
+
+#define AVX2_FMA __attribute__((target("avx2,fma")))
+#define MR2 6 /* AVX2: rows per block over a 16-column half panel: 12 ymm accumulators + 2 loads + 1 broadcast */
+/* As kernel_rows_avx512 on the 16 columns of one half of a panel (bp and bias already offset to it,
+ * nvalid of them valid, 1..16): the same FMA chain per element, so the same bits. */
+AVX2_FMA static inline __attribute__((always_inline)) void kernel_rows_avx2(int K, const float *const *a,
+                                                                          const float *bp, const float *bias,
+                                                                          int nvalid, float *c, int ldc, int m,
+                                                                          const int R) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid), lane);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid - 8), lane);
+    const __m256 b0i = bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
+    const __m256 b1i = bias && nvalid > 8 ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
+    __m256 acc[MR2][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) acc[r][0] = b0i, acc[r][1] = b1i;
+    for (int k = 0; k < K; k++) {
+        const __m256 b0 = _mm256_load_ps(bp + (size_t)k * NR), b1 = _mm256_load_ps(bp + (size_t)k * NR + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m256 s = _mm256_broadcast_ss(a[r] + k);
+            acc[r][0] = _mm256_fmadd_ps(s, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(s, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        if (r >= m) break;
+        float *cr = c + (size_t)r * ldc;
+        _mm256_maskstore_ps(cr, m0, acc[r][0]);
+        if (nvalid > 8) _mm256_maskstore_ps(cr + 8, m1, acc[r][1]);
+    }
+}
+AVX2_FMA static void kernel6_avx2(int K, const float *const a[MR2], const float *bp, const float *bias, int nvalid,
+                                  float *c, int ldc, int m) {
+    kernel_rows_avx2(K, a, bp, bias, nvalid, c, ldc, m, MR2);
+}
+AVX2_FMA static void kernel2_avx2(int K, const float *const a[2], const float *bp, const float *bias, int nvalid,
+                                  float *c, int ldc, int m) {
+    kernel_rows_avx2(K, a, bp, bias, nvalid, c, ldc, m, 2);
+}
+
+/* One panel's rows with the AVX2 kernel: each 16-column half, 6-row blocks (a remainder of up to 4
+ * rows in 2-row ones). */
+static void panel_avx2(const float *X, int ldx, int M, int K, const float *bp, const float *bias, int nvalid,
+                       float *Y, int ldy) {
+    for (int h = 0; h < 2 && nvalid > 16 * h; h++) {
+        const int nh = nvalid - 16 * h < 16 ? nvalid - 16 * h : 16;
+        for (int r0 = 0; r0 < M;) {
+            const int left = M - r0, rows = left > 4 ? MR2 : 2, m = left < rows ? left : rows;
+            const float *a[MR2];
+            for (int r = 0; r < rows; r++) a[r] = X + (size_t)(r0 + (r < m ? r : m - 1)) * ldx;
+            float *c = Y + (size_t)r0 * ldy + 16 * h;
+            if (rows == MR2)
+                kernel6_avx2(K, a, bp + 16 * h, bias ? bias + 16 * h : NULL, nh, c, ldy, m);
+            else
+                kernel2_avx2(K, a, bp + 16 * h, bias ? bias + 16 * h : NULL, nh, c, ldy, m);
+            r0 += m;
+        }
+    }
+}
 #endif
 
 void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K, int int8) {
@@ -91,9 +156,10 @@ void *cpu_linear_pack(ll_backend *be, const real *W, int N, int K, int int8) {
     if (int8) return cpu_linear_pack_int8(W, N, K); /* (any CPU: its kernels fall back to C) */
 #endif
 #ifdef HAVE_KERNEL
-    if (N <= 0 || K <= 0 || !ll_cpu_avx512) return NULL;
+    if (N <= 0 || K <= 0 || !(ll_cpu_avx512 || ll_cpu_avx2)) return NULL;
     packed_weight *p = ll_malloc(sizeof *p);
     p->tag = LL_PACK_FP32;
+    p->avx512 = ll_cpu_avx512;
     p->N = N;
     p->K = K;
     p->panels = (N + NR - 1) / NR;
@@ -135,6 +201,10 @@ void cpu_linear_packed(ll_backend *be, ll_act *Y_, int ldy, const ll_act *X_, in
     for (int pi = 0; pi < p->panels; pi++) {
         const int n0 = pi * NR, nvalid = N - n0 < NR ? N - n0 : NR;
         const float *bp = p->data + (size_t)pi * K * NR;
+        if (!p->avx512) {
+            panel_avx2(X, ldx, M, K, bp, bias ? bias + n0 : NULL, nvalid, Y + n0, ldy);
+            continue;
+        }
         for (int r0 = 0; r0 < M;) {
             /* blocks of 12 rows; a remainder of up to 8 rows in blocks of 4 */
             const int left = M - r0, rows = left > 8 ? MR : 4, m = left < rows ? left : rows;
