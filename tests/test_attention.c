@@ -220,22 +220,29 @@ int main(void) {
         run(150, 150, 1, p, kl_long, 2);   /* three query tiles */
         run(100, 40, 0, p, kl_long + 1, 1); /* two tiles of cross attention */
     }
-    /* head sizes with the AVX-512 few-query kernel (Tq <= 8, no dropout) */
-    const int dhs[3] = {32, 64, 128};
-    for (int i = 0; i < 3; i++) {
-        run_dh(5, 19, 0, 0, kl3, 3, dhs[i]);  /* a sentence's beam rows against its source; one sentence without keys */
-        run_dh(3, 9, 1, 0, NULL, 2, dhs[i]);  /* causal, Tk > Tq */
-        run_dh(1, 33, 0, 0, kl2, 2, dhs[i]);  /* one query, padded */
-        run_dh(8, 8, 1, 0, kl2, 2, dhs[i]);   /* causal self-attention, padded */
-        run_dh(9, 20, 0, 0, kl3, 3, dhs[i]);  /* past the few-query path: tiles */
+    /* head sizes with the few-query kernels (Tq <= 8, no dropout; AVX-512: 32, 64, 128, AVX2: 32, 64), in
+     * each form this CPU runs (the flags are read per call), the plain loops last */
+    const int avx512 = ll_cpu_avx512, avx2 = ll_cpu_avx2 || ll_cpu_avx512;
+    for (int form = 0; form < 3; form++) {
+        if ((form == 0 && !avx512) || (form == 1 && !avx2)) continue;
+        ll_cpu_avx512 = form == 0, ll_cpu_avx2 = form == 1;
+        const int dhs[3] = {32, 64, 128};
+        for (int i = 0; i < 3; i++) {
+            run_dh(5, 19, 0, 0, kl3, 3, dhs[i]);  /* a sentence's beam rows against its source; one sentence without keys */
+            run_dh(3, 9, 1, 0, NULL, 2, dhs[i]);  /* causal, Tk > Tq */
+            run_dh(1, 33, 0, 0, kl2, 2, dhs[i]);  /* one query, padded */
+            run_dh(8, 8, 1, 0, kl2, 2, dhs[i]);   /* causal self-attention, padded */
+            run_dh(9, 20, 0, 0, kl3, 3, dhs[i]);  /* past the few-query path: tiles */
+        }
+        /* decoding's self-attention through ancestry tables: the vector head
+         * sizes, a plain-loop one (48), own rows, no key */
+        const int dc[4] = {32, 64, 128, 48};
+        for (int i = 0; i < 4; i++) {
+            run_cached(10, dc[i], 9, 7, 1);
+            run_cached(10, dc[i], 9, 9, 0);
+        }
+        run_cached(4, 64, 3, 0, 1);
     }
-    /* decoding's self-attention through ancestry tables: the vector head
-     * sizes, a plain-loop one (48), own rows, no key */
-    const int dc[4] = {32, 64, 128, 48};
-    for (int i = 0; i < 4; i++) {
-        run_cached(10, dc[i], 9, 7, 1);
-        run_cached(10, dc[i], 9, 9, 0);
-    }
-    run_cached(4, 64, 3, 0, 1);
+    ll_cpu_avx512 = avx512, ll_cpu_avx2 = avx2 && !avx512;
     return tu_finish("test_attention");
 }

@@ -100,7 +100,55 @@ LL_AVX512 static void one_head_anc_avx512(real *o, const real *qi, const real *k
     else
         one_head_avx512(o, qi, kb, vb, stride, lim, scale, P, 8, anc, row_stride);
 }
-static int one_head_fast(int Dh) { return ll_cpu_avx512 && (Dh == 32 || Dh == 64 || Dh == 128); }
+
+/* The same with AVX2 + FMA for Dh = 8 * NC, NC 4 or 8 (Dh 32, 64: q or the accumulators in 8 ymm
+ * registers; 128 would spill them), the exponentials through ll_row_exp_inplace. */
+#define LL_AVX2 __attribute__((target("avx2,fma")))
+LL_AVX2 static inline __attribute__((always_inline)) real one_head_avx2(real *o, const real *qi, const real *kb,
+                                                              const real *vb, size_t stride, int lim, real scale,
+                                                              real *P, const int NC, const int *anc,
+                                                              size_t row_stride) {
+    __m256 q[8], acc[8];
+    for (int c = 0; c < NC; c++) q[c] = _mm256_loadu_ps(qi + 8 * c);
+    real mx = -INFINITY;
+    for (int j = 0; j < lim; j++) {
+        const real *kj = kb + KEY_AT(j);
+        __m256 a = _mm256_mul_ps(q[0], _mm256_loadu_ps(kj));
+        for (int c = 1; c < NC; c++) a = _mm256_fmadd_ps(q[c], _mm256_loadu_ps(kj + 8 * c), a);
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        const real sj = _mm_cvtss_f32(h) * scale;
+        P[j] = sj;
+        mx = sj > mx ? sj : mx;
+    }
+    const real sum = ll_row_exp_inplace(P, lim, mx, NULL);
+    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
+    for (int j = 0; j < lim; j++) {
+        const real *vj = vb + KEY_AT(j);
+        const __m256 p = _mm256_set1_ps(P[j] / sum);
+        for (int c = 0; c < NC; c++) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * c), acc[c]);
+    }
+    for (int c = 0; c < NC; c++) _mm256_storeu_ps(o + 8 * c, acc[c]);
+    return mx + rlog(sum);
+}
+LL_AVX2 static real one_head_plain_avx2(real *o, const real *qi, const real *kb, const real *vb, size_t stride, int lim,
+                                        real scale, real *P, int Dh) {
+    return Dh == 64 ? one_head_avx2(o, qi, kb, vb, stride, lim, scale, P, 8, NULL, 0)
+                    : one_head_avx2(o, qi, kb, vb, stride, lim, scale, P, 4, NULL, 0);
+}
+LL_AVX2 static void one_head_anc_avx2(real *o, const real *qi, const real *kb, const real *vb, size_t stride, int lim,
+                                      real scale, real *P, int Dh, const int *anc, size_t row_stride) {
+    if (Dh == 64)
+        one_head_avx2(o, qi, kb, vb, stride, lim, scale, P, 8, anc, row_stride);
+    else
+        one_head_avx2(o, qi, kb, vb, stride, lim, scale, P, 4, anc, row_stride);
+}
+/* 2: the AVX-512 form, 1: the AVX2 one, 0: the plain loops */
+static int one_head_fast(int Dh) {
+    if (ll_cpu_avx512) return Dh == 32 || Dh == 64 || Dh == 128 ? 2 : 0;
+    return ll_cpu_avx2 && (Dh == 32 || Dh == 64);
+}
 #define ONE_HEAD_FAST 1
 #else
 #define ONE_HEAD_FAST 0
@@ -128,8 +176,10 @@ static void attention_few_queries(real *out, real *lse, const real *q, int q_str
                     real *o = out + ((size_t)b * Tq + i) * C + h * Dh;
                     real *l = lse ? lse + ((size_t)b * H + h) * Tq + i : NULL;
 #if ONE_HEAD_FAST
-                    if (lim > 0 && one_head_fast(Dh)) {
-                        const real r = one_head_plain_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, Dh);
+                    const int fast = lim > 0 ? one_head_fast(Dh) : 0;
+                    if (fast) {
+                        const real r = fast == 2 ? one_head_plain_avx512(o, qi, kb, vb, kv_stride, lim, scale, P, Dh)
+                                                 : one_head_plain_avx2(o, qi, kb, vb, kv_stride, lim, scale, P, Dh);
                         if (l) *l = r;
                         continue;
                     }
@@ -183,8 +233,13 @@ void cpu_attention_cached(ll_backend *be, ll_act *out_, const ll_act *q_, int q_
                     continue;
                 }
 #if ONE_HEAD_FAST
-                if (one_head_fast(Dh)) {
+                const int fast = one_head_fast(Dh);
+                if (fast == 2) {
                     one_head_anc_avx512(o, qi, kb, vb, stride, n_keys, scale, P, Dh, anc, row_stride);
+                    continue;
+                }
+                if (fast) {
+                    one_head_anc_avx2(o, qi, kb, vb, stride, n_keys, scale, P, Dh, anc, row_stride);
                     continue;
                 }
 #endif
