@@ -5,7 +5,9 @@
  *   - dropout masks == the documented half-word rule, for unaligned offsets
  *     and lengths, and dropout_fwd applies exactly that mask;
  *   - label-smoothed cross-entropy (loss, nll and gradient) and log-softmax
- *     against double-precision formulas, with vocabulary tails and padding;
+ *     against double-precision formulas, with vocabulary tails and padding,
+ *     and the beam top-k, in each vector form the CPU runs (AVX-512, AVX2) and
+ *     the plain loops;
  *   - Adam (fairseq's update, with weight decay), sumsq and bias_set against
  *     double-precision loops;
  *   - the decoding row ops: reorder_rows against a plain gather, and
@@ -721,10 +723,17 @@ int main(void) {
     ll_set_threads(2);
     test_philox();
     test_dropout();
-    test_xent();
+    /* the vector softmax rows (max, exp, sums) in each form this CPU runs: AVX-512, AVX2, plain */
+    const int avx512 = ll_cpu_avx512, avx2 = ll_cpu_avx2 || ll_cpu_avx512;
+    for (int form = 0; form < 3; form++) {
+        if ((form == 0 && !avx512) || (form == 1 && !avx2)) continue;
+        ll_cpu_avx512 = form == 0, ll_cpu_avx2 = form == 1;
+        test_xent();
+        test_beam_topk();
+        test_beam_topk_diverse();
+    }
+    ll_cpu_avx512 = avx512, ll_cpu_avx2 = avx2 && !avx512;
     test_optimizer_ops();
-    test_beam_topk();
-    test_beam_topk_diverse();
     test_row_ops();
     test_ancestry();
     test_attn_align();

@@ -3,10 +3,12 @@
  * Why explicit: glibc's expf is a scalar call, and GCC 12 keeps the softmax
  * loops scalar even around an inlinable `declare simd` polynomial (the
  * cross-entropy exp loop ran at 4.5 ns per element).  On a CPU with AVX-512
- * the row helpers below work on 16 lanes with masked tails; otherwise (and in
- * the double-precision test build) they are plain loops over vexp.  The
- * choice is made at run time (ll_cpu_avx512, src/core/cpu_isa.c): the AVX-512
- * bodies carry a target attribute, so they compile whatever -march says.
+ * the row helpers below work on 16 lanes with masked tails, with AVX2 + FMA
+ * on 8 (the same exp bits: e * 2^n is exact where AVX-512 scales); otherwise
+ * (and in the double-precision test build) they are plain loops over vexp.
+ * The choice is made at run time (ll_cpu_avx512, ll_cpu_avx2;
+ * src/core/cpu_isa.c): the vector bodies carry target attributes, so they
+ * compile whatever -march says.
  *
  * The exp is Cephes' expf: range reduction by ln 2 and a degree-6 polynomial,
  * max relative error ~2e-7 over the clamped range [-87, 88]; NaN gives NaN on
@@ -195,6 +197,90 @@ LL_AVX512 static inline void ll_row_affine_avx512(real *x, int n, real a, real b
         _mm512_mask_storeu_ps(x + i, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), va, vb));
     }
 }
+
+/* The AVX2 + FMA forms: 8 lanes, tails through maskload/maskstore (masked lanes neither read nor
+ * written).  (every function with AVX2 code has avx2 in its name: tests/cli/test_portable_isa.sh) */
+#define LL_AVX2_FMA __attribute__((target("avx2,fma")))
+
+LL_AVX2_FMA static inline __m256i ll_tail8_avx2(int left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+LL_AVX2_FMA static inline float ll_hsum8_avx2(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+/* ll_exp16's steps on 8 lanes; 2^n (n in [-125, 127] after the clamp) built from its exponent bits,
+ * and e * 2^n is exact (a normal result), so each lane has ll_exp16's bits */
+LL_AVX2_FMA static inline __m256 ll_exp8_avx2(__m256 x) {
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x)); /* (NaN passes, as there) */
+    const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+    /* (a NaN lane's n converts to INT_MIN: its scale is garbage, but e is NaN and so is the product) */
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
+}
+
+LL_AVX2_FMA static inline real ll_row_max_avx2(const real *x, int n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 8) { /* (the running max second: a NaN is passed over, as in the AVX-512 form) */
+        const __m256i k = ll_tail8_avx2(n - i);
+        m = _mm256_max_ps(_mm256_blendv_ps(m, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k)), m);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+LL_AVX2_FMA static inline real ll_row_exp_inplace_avx2(real *x, int n, real shift, real *sum_in) {
+    const __m256 sh = _mm256_set1_ps(shift);
+    __m256 s = _mm256_setzero_ps(), si = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) {
+        const __m256i k = ll_tail8_avx2(n - i);
+        const __m256 v = _mm256_maskload_ps(x + i, k);
+        const __m256 e = _mm256_and_ps(ll_exp8_avx2(_mm256_sub_ps(v, sh)), _mm256_castsi256_ps(k));
+        _mm256_maskstore_ps(x + i, k, e);
+        s = _mm256_add_ps(s, e);
+        si = _mm256_add_ps(si, v);
+    }
+    if (sum_in) *sum_in = ll_hsum8_avx2(si);
+    return ll_hsum8_avx2(s);
+}
+
+LL_AVX2_FMA static inline void ll_row_exp_shift_avx2(real *x, int n, real shift) {
+    const __m256 sh = _mm256_set1_ps(shift);
+    for (int i = 0; i < n; i += 8) {
+        const __m256i k = ll_tail8_avx2(n - i);
+        _mm256_maskstore_ps(x + i, k, ll_exp8_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), sh)));
+    }
+}
+
+LL_AVX2_FMA static inline real ll_row_sum_exp_avx2(const real *x, int n, real shift) {
+    const __m256 sh = _mm256_set1_ps(shift);
+    __m256 s = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) {
+        const __m256i k = ll_tail8_avx2(n - i);
+        const __m256 e = ll_exp8_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), sh));
+        s = _mm256_add_ps(s, _mm256_and_ps(e, _mm256_castsi256_ps(k)));
+    }
+    return ll_hsum8_avx2(s);
+}
+
+LL_AVX2_FMA static inline void ll_row_affine_avx2(real *x, int n, real a, real b) {
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    for (int i = 0; i < n; i += 8) {
+        const __m256i k = ll_tail8_avx2(n - i);
+        _mm256_maskstore_ps(x + i, k, _mm256_fmadd_ps(_mm256_maskload_ps(x + i, k), va, vb));
+    }
+}
 #endif
 
 /* max of the elements of x[0..n) that are not NaN (-inf when all are): beam_topk skips a chunk
@@ -202,6 +288,7 @@ LL_AVX512 static inline void ll_row_affine_avx512(real *x, int n, real a, real b
 static inline real ll_row_max(const real *x, int n) {
 #ifdef LL_VEC16
     if (ll_cpu_avx512) return ll_row_max_avx512(x, n);
+    if (ll_cpu_avx2) return ll_row_max_avx2(x, n);
 #endif
     real m = -INFINITY;
     for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
@@ -213,6 +300,7 @@ static inline real ll_row_max(const real *x, int n) {
 static inline real ll_row_exp_inplace(real *x, int n, real shift, real *sum_in) {
 #ifdef LL_VEC16
     if (ll_cpu_avx512) return ll_row_exp_inplace_avx512(x, n, shift, sum_in);
+    if (ll_cpu_avx2) return ll_row_exp_inplace_avx2(x, n, shift, sum_in);
 #endif
     real s = 0, si = 0;
     for (int i = 0; i < n; i++) {
@@ -231,6 +319,10 @@ static inline void ll_row_exp_shift(real *x, int n, real shift) {
         ll_row_exp_shift_avx512(x, n, shift);
         return;
     }
+    if (ll_cpu_avx2) {
+        ll_row_exp_shift_avx2(x, n, shift);
+        return;
+    }
 #endif
     for (int i = 0; i < n; i++) x[i] = vexp(x[i] - shift);
 }
@@ -239,6 +331,7 @@ static inline void ll_row_exp_shift(real *x, int n, real shift) {
 static inline real ll_row_sum_exp(const real *x, int n, real shift) {
 #ifdef LL_VEC16
     if (ll_cpu_avx512) return ll_row_sum_exp_avx512(x, n, shift);
+    if (ll_cpu_avx2) return ll_row_sum_exp_avx2(x, n, shift);
 #endif
     real s = 0;
     for (int i = 0; i < n; i++) s += vexp(x[i] - shift);
@@ -250,6 +343,10 @@ static inline void ll_row_affine(real *x, int n, real a, real b) {
 #ifdef LL_VEC16
     if (ll_cpu_avx512) {
         ll_row_affine_avx512(x, n, a, b);
+        return;
+    }
+    if (ll_cpu_avx2) {
+        ll_row_affine_avx2(x, n, a, b);
         return;
     }
 #endif
