@@ -1,7 +1,7 @@
 /* The CPU backend's vectorised fp32 paths against simple references (the
  * gradient checks run the double build, which takes the scalar loops):
  *   - Philox4x32-10 known-answer vectors (Random123's kat_vectors), and the
- *     16-block vector generator == the scalar one, across a 2^32 carry;
+ *     16-block vector generator (AVX-512, AVX2) == the scalar one, across a 2^32 carry;
  *   - dropout masks == the documented half-word rule, for unaligned offsets
  *     and lengths, and dropout_fwd applies exactly that mask;
  *   - label-smoothed cross-entropy (loss, nll and gradient) and log-softmax
@@ -51,7 +51,9 @@ static void test_philox(void) {
     }
     ll_philox r;
     ll_philox_init(&r, 0x123456789abcdefull, 7, 99);
-    const uint64_t starts[] = {0, 16, 12345, 0xfffffff8ull, 0x1fffffff0ull, 0xfffffffffffffff0ull};
+    /* (a low word that wraps inside a pass of 16, of 8, or between the AVX2 form's two passes) */
+    const uint64_t starts[] = {0,           16,           12345,         0xfffffff8ull,
+                               0xfffffffcull, 0xfffffff4ull, 0x1fffffff0ull, 0xfffffffffffffff0ull};
     for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
         uint32_t v[64], o[4];
         ll_philox_blocks16(&r, starts[s], v);
@@ -721,13 +723,14 @@ static void test_expand_cols(void) {
 
 int main(void) {
     ll_set_threads(2);
-    test_philox();
-    test_dropout();
-    /* the vector softmax rows (max, exp, sums) in each form this CPU runs: AVX-512, AVX2, plain */
+    /* the vector Philox generator and softmax rows (max, exp, sums) in each form this CPU runs:
+     * AVX-512, AVX2, plain */
     const int avx512 = ll_cpu_avx512, avx2 = ll_cpu_avx2 || ll_cpu_avx512;
     for (int form = 0; form < 3; form++) {
         if ((form == 0 && !avx512) || (form == 1 && !avx2)) continue;
         ll_cpu_avx512 = form == 0, ll_cpu_avx2 = form == 1;
+        test_philox();
+        test_dropout();
         test_xent();
         test_beam_topk();
         test_beam_topk_diverse();

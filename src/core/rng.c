@@ -45,7 +45,7 @@ static void philox_blocks16_generic(const ll_philox *r, uint64_t block0, uint32_
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* compiled whatever -march says; taken when the CPU has AVX-512 (ll_cpu_avx512) */
+/* compiled whatever -march says; taken when the CPU has AVX-512 (ll_cpu_avx512), or AVX2 (ll_cpu_avx2) */
 #include <immintrin.h>
 #define AVX512 __attribute__((target("avx512f")))
 
@@ -86,12 +86,53 @@ AVX512 static void philox_blocks16_avx512(const ll_philox *r, uint64_t block0, u
     _mm512_storeu_si512(out + 32, _mm512_unpacklo_epi64(b, d)); /* blocks 8..11 */
     _mm512_storeu_si512(out + 48, _mm512_unpackhi_epi64(b, d)); /* blocks 12..15 */
 }
+
+/* The same with AVX2, 8 blocks per pass: lane 4i+j (i the 128-bit half) computes block block0 + 2j + i */
+#define AVX2 __attribute__((target("avx2")))
+AVX2 static inline void mulhilo8_avx2(__m256i c, __m256i m, __m256i *hi, __m256i *lo) {
+    *lo = _mm256_mullo_epi32(c, m);
+    const __m256i even = _mm256_mul_epu32(c, m);
+    const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(c, 32), m);
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+AVX2 static void philox_blocks8_avx2(const ll_philox *r, uint64_t block0, uint32_t out[32]) {
+    const __m256i lane_block = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7), sign = _mm256_set1_epi32(INT32_MIN);
+    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)block0), lane_block);
+    /* the low word wrapped (unsigned c0 < lane_block): carry into the high one (the mask is -1) */
+    const __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(lane_block, sign), _mm256_xor_si256(c0, sign));
+    __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32((int)(uint32_t)(block0 >> 32)), carry);
+    __m256i c2 = _mm256_set1_epi32((int)r->ctr_hi[0]), c3 = _mm256_set1_epi32((int)ll_philox_ctr3(r));
+    uint32_t k0 = r->key[0], k1 = r->key[1];
+    const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0), m1 = _mm256_set1_epi32((int)PHILOX_M1);
+    for (int round = 0; round < 10; round++) {
+        __m256i hi0, lo0, hi1, lo1;
+        mulhilo8_avx2(c0, m0, &hi0, &lo0);
+        mulhilo8_avx2(c2, m1, &hi1, &lo1);
+        c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
+        c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
+        c1 = lo1;
+        c3 = lo0;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    const __m256i a = _mm256_unpacklo_epi32(c0, c1), b = _mm256_unpackhi_epi32(c0, c1);
+    const __m256i c = _mm256_unpacklo_epi32(c2, c3), d = _mm256_unpackhi_epi32(c2, c3);
+    _mm256_storeu_si256((__m256i *)out, _mm256_unpacklo_epi64(a, c));        /* blocks 0, 1 */
+    _mm256_storeu_si256((__m256i *)(out + 8), _mm256_unpackhi_epi64(a, c));  /* blocks 2, 3 */
+    _mm256_storeu_si256((__m256i *)(out + 16), _mm256_unpacklo_epi64(b, d)); /* blocks 4, 5 */
+    _mm256_storeu_si256((__m256i *)(out + 24), _mm256_unpackhi_epi64(b, d)); /* blocks 6, 7 */
+}
 #endif
 
 void ll_philox_blocks16(const ll_philox *r, uint64_t block0, uint32_t out[64]) {
 #if defined(__x86_64__) || defined(__i386__)
     if (ll_cpu_avx512) {
         philox_blocks16_avx512(r, block0, out);
+        return;
+    }
+    if (ll_cpu_avx2) {
+        philox_blocks8_avx2(r, block0, out);
+        philox_blocks8_avx2(r, block0 + 8, out + 32);
         return;
     }
 #endif
