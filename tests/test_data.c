@@ -465,10 +465,8 @@ static void test_bad_inputs(const char *tmp) {
 }
 
 int main(void) {
-    const char *tmp = tu_tmpdir();
-    double t0 = ll_now();
-    gen_corpus(tmp, "c", 300, 10, 1);
-    gen_corpus(tmp, "v", 30, 10, 2);
+    const double t0 = ll_now();
+    const char *tmp = fixture_corpora();
     test_spm(tmp);
     test_tokfile(tmp);
     test_prepare_multi(tmp);

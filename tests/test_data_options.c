@@ -306,10 +306,8 @@ static void test_prepare_ratio(const char *tmp) {
 }
 
 int main(void) {
-    const char *tmp = tu_tmpdir();
-    double t0 = ll_now();
-    gen_corpus(tmp, "c", 300, 10, 1);
-    gen_corpus(tmp, "v", 30, 10, 2);
+    const double t0 = ll_now();
+    const char *tmp = fixture_corpora();
     test_prepare_samples(tmp);
     test_prepare_src_tag(tmp);
     test_prepare_ratio(tmp);

@@ -91,4 +91,12 @@ static inline void multi_config(ll_config *c, const char *dd, const char *tmp) {
     add_corpus(c, 1, tmp, "v.en", "v.es", "en", "es");
 }
 
+/* A scratch directory with the corpora the tests read: c.{en,es,de} (300 lines) and v.* (30) */
+static inline const char *fixture_corpora(void) {
+    const char *tmp = tu_tmpdir();
+    gen_corpus(tmp, "c", 300, 10, 1);
+    gen_corpus(tmp, "v", 30, 10, 2);
+    return tmp;
+}
+
 #endif
