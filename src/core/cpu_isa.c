@@ -63,6 +63,24 @@ __attribute__((constructor)) static void ll_cpu_isa_init(void) {
             ll_cpu_int8_isa = LL_INT8_AVX2;
     }
 #endif
+    /* the int8 kernels alone (their forms give the same bytes; the other kernels' forms differ in
+     * rounding), so a test can compare them with everything else fixed */
+    const char *want8 = getenv("LL_CPU_INT8_KERNELS");
+    if (want8 && *want8 && strcmp(want8, "auto")) {
+        const int isa = !strcmp(want8, "generic") ? LL_INT8_GENERIC : !strcmp(want8, "avx2") ? LL_INT8_AVX2
+                        : !strcmp(want8, "avx512vnni")                                    ? LL_INT8_AVX512VNNI
+                                                                                          : -1;
+        if (isa < 0) {
+            fprintf(stderr, "error: LL_CPU_INT8_KERNELS=%s: expected auto, generic, avx2 or avx512vnni\n", want8);
+            exit(2);
+        }
+        if (isa > ll_cpu_int8_isa) {
+            fprintf(stderr, "error: LL_CPU_INT8_KERNELS=%s: this CPU (or LL_CPU_KERNELS) runs %s at most\n", want8,
+                    ll_cpu_int8_kernels());
+            exit(2);
+        }
+        ll_cpu_int8_isa = isa;
+    }
 }
 
 const char *ll_cpu_int8_kernels(void) {

@@ -400,14 +400,19 @@ PY
 done
 
 # 5h. --precision int8 (CTranslate2's int8 for the decoder's steps): the overfitted model still
-# reproduces its training targets; the portable C kernels give the same bytes as this CPU's
-# (LL_CPU_KERNELS=generic); an ensemble of the model with itself translates as the model alone
+# reproduces its training targets; the portable C int8 kernels give the same bytes as this CPU's
+# (LL_CPU_INT8_KERNELS=generic: the int8 kernels alone; LL_CPU_KERNELS=generic would also change
+# the fp32 kernels' rounding, the softmax rows', so a near tie in the beam could go the other way);
+# an ensemble of the model with itself translates as the model alone
 dec --beam 5 --precision int8 --input "$DATA/overfit32.en" --output "$T/q8.out" 2> "$T/q8.log" || err "int8 failed"
 exact=$(paste -d '\t' "$T/q8.out" "$DATA/overfit32.es" | awk -F '\t' '$1 == $2' | wc -l)
 [ "$exact" -ge 28 ] || err "int8: only $exact of 32 training sentences translated exactly"
 grep -q "int8 (" "$T/q8.log" || err "int8: the summary does not say so: $(cat "$T/q8.log")"
-LL_CPU_KERNELS=generic "$LLDECODE" --model "$M" --threads 2 --beam 5 --precision int8 --input "$DATA/overfit32.en" \
-  > "$T/q8g.out" 2> /dev/null && cmp -s "$T/q8.out" "$T/q8g.out" || err "int8: the C kernels translate otherwise"
+LL_CPU_INT8_KERNELS=generic "$LLDECODE" --model "$M" --threads 2 --beam 5 --precision int8 --input "$DATA/overfit32.en" \
+  > "$T/q8g.out" 2> "$T/q8g.log" && cmp -s "$T/q8.out" "$T/q8g.out" || err "int8: the C int8 kernels translate otherwise"
+grep -q "int8 (generic)" "$T/q8g.log" || err "int8: LL_CPU_INT8_KERNELS=generic not taken: $(tail -1 "$T/q8g.log")"
+out=$(LL_CPU_INT8_KERNELS=sse "$LLDECODE" --model "$M" --input /dev/null 2>&1) && err "LL_CPU_INT8_KERNELS=sse accepted"
+echo "$out" | grep -q "LL_CPU_INT8_KERNELS=sse: expected auto, generic, avx2 or avx512vnni" || err "bad LL_CPU_INT8_KERNELS: $out"
 dec --beam 5 --precision int8 --model "$M" --input "$DATA/overfit32.en" > "$T/q8e.out" 2> /dev/null &&
   cmp -s "$T/q8.out" "$T/q8e.out" || err "int8: an ensemble of the model with itself translates otherwise"
 echo "int8: $exact / 32 training translations exact; $(tail -1 "$T/q8.log")"
