@@ -222,10 +222,8 @@ int main(void) {
     }
     /* head sizes with the few-query kernels (Tq <= 8, no dropout; AVX-512: 32, 64, 128, AVX2: 32, 64), in
      * each form this CPU runs (the flags are read per call), the plain loops last */
-    const int avx512 = ll_cpu_avx512, avx2 = ll_cpu_avx2 || ll_cpu_avx512;
-    for (int form = 0; form < 3; form++) {
-        if ((form == 0 && !avx512) || (form == 1 && !avx2)) continue;
-        ll_cpu_avx512 = form == 0, ll_cpu_avx2 = form == 1;
+    for (int form = 0; form < TU_FORMS; form++) {
+        if (!tu_cpu_form(form)) continue;
         const int dhs[3] = {32, 64, 128};
         for (int i = 0; i < 3; i++) {
             run_dh(5, 19, 0, 0, kl3, 3, dhs[i]);  /* a sentence's beam rows against its source; one sentence without keys */
@@ -243,6 +241,6 @@ int main(void) {
         }
         run_cached(4, 64, 3, 0, 1);
     }
-    ll_cpu_avx512 = avx512, ll_cpu_avx2 = avx2 && !avx512;
+    tu_cpu_form(TU_FORM_START);
     return tu_finish("test_attention");
 }

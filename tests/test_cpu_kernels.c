@@ -725,17 +725,15 @@ int main(void) {
     ll_set_threads(2);
     /* the vector Philox generator and softmax rows (max, exp, sums) in each form this CPU runs:
      * AVX-512, AVX2, plain */
-    const int avx512 = ll_cpu_avx512, avx2 = ll_cpu_avx2 || ll_cpu_avx512;
-    for (int form = 0; form < 3; form++) {
-        if ((form == 0 && !avx512) || (form == 1 && !avx2)) continue;
-        ll_cpu_avx512 = form == 0, ll_cpu_avx2 = form == 1;
+    for (int form = 0; form < TU_FORMS; form++) {
+        if (!tu_cpu_form(form)) continue;
         test_philox();
         test_dropout();
         test_xent();
         test_beam_topk();
         test_beam_topk_diverse();
     }
-    ll_cpu_avx512 = avx512, ll_cpu_avx2 = avx2 && !avx512;
+    tu_cpu_form(TU_FORM_START);
     test_optimizer_ops();
     test_row_ops();
     test_ancestry();

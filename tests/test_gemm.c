@@ -105,20 +105,16 @@ int main(void) {
     int pshapes[][3] = {{1, 1, 1},    {12, 32, 16},      {13, 33, 17}, {64, 256, 256}, {5, 100, 1024},
                         {320, 70, 3}, {25, 8000, 64},   {9, 40, 20},  {20, 64, 33},   {7, 33, 5}, {160, 96, 256}};
     /* each form the CPU runs, the AVX-512 one first (the flags are read when a matrix is packed) */
-    const int avx512 = ll_cpu_avx512, avx2 = ll_cpu_avx2 || ll_cpu_avx512;
-    int forms = 0;
+    const int avx512 = tu_cpu_form(TU_FORM_AVX512), avx2 = tu_cpu_form(TU_FORM_AVX2), forms = avx512 + avx2;
+    tu_cpu_form(TU_FORM_START);
     for (size_t s = 0; s < sizeof pshapes / sizeof pshapes[0]; s++)
         for (int b = 0; b < 2; b++) {
-            for (int f = 0; f < 2; f++) {
-                if (f == 0 ? !avx512 : !avx2) continue;
-                ll_cpu_avx512 = f == 0, ll_cpu_avx2 = f == 1;
-                check_packed(pshapes[s][0], pshapes[s][1], pshapes[s][2], b);
-            }
-            ll_cpu_avx512 = avx512, ll_cpu_avx2 = avx2 && !avx512;
+            for (int f = TU_FORM_AVX512; f <= TU_FORM_AVX2; f++)
+                if (tu_cpu_form(f)) check_packed(pshapes[s][0], pshapes[s][1], pshapes[s][2], b);
+            tu_cpu_form(TU_FORM_START);
             free(first_y);
             first_y = NULL;
         }
-    forms = (avx512 ? 1 : 0) + (avx2 ? 1 : 0);
     CHECK(n_forms_checked == forms * 2 * (int)(sizeof pshapes / sizeof pshapes[0]));
     fprintf(stderr, "test_gemm: packed linear checked in %d form(s)%s\n", forms,
             forms == 2 ? ", AVX-512 and AVX2 bit for bit" : forms ? (avx512 ? " (AVX-512)" : " (AVX2)") : " (none: no AVX2)");

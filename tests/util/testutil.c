@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "testutil.h"
 
+#include "ll/core.h"
+
 #include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -66,4 +68,22 @@ int tu_finish(const char *name) {
     }
     fprintf(stderr, "%s: all checks passed\n", name);
     return 0;
+}
+
+int tu_cpu_form(int form) {
+    static int saved, avx512, avx2;
+    if (!saved) { /* the start-up choice, before any call changed it (an AVX-512 CPU runs AVX2 too) */
+        saved = 1;
+        avx512 = ll_cpu_avx512;
+        avx2 = ll_cpu_avx2 || ll_cpu_avx512;
+    }
+    if (form == TU_FORM_START) {
+        ll_cpu_avx512 = avx512;
+        ll_cpu_avx2 = avx2 && !avx512;
+        return 1;
+    }
+    if ((form == TU_FORM_AVX512 && !avx512) || (form == TU_FORM_AVX2 && !avx2)) return 0;
+    ll_cpu_avx512 = form == TU_FORM_AVX512;
+    ll_cpu_avx2 = form == TU_FORM_AVX2;
+    return 1;
 }

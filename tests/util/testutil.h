@@ -54,4 +54,10 @@ int tu_count_entries(const char *dir);
 const char *tu_source_dir(void);
 const char *tu_binary_dir(void);
 
+/* ll's CPU kernel forms (ll_cpu_avx512, ll_cpu_avx2: include/ll/core.h), for the tests that run each
+ * one this process can: tu_cpu_form(f) selects form f and returns 1, or returns 0 and changes nothing
+ * when the CPU (or LL_CPU_KERNELS) rules it out; TU_FORM_START restores the start-up choice. */
+enum { TU_FORM_START = -1, TU_FORM_AVX512, TU_FORM_AVX2, TU_FORM_C, TU_FORMS };
+int tu_cpu_form(int form);
+
 #endif
