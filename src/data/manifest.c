@@ -138,22 +138,22 @@ static int parse_corpus(ll_data_info *info, const char *s) {
     ll_corpus_info *c = &info->corpora[info->n_corpora];
     char src[LL_LANG_MAX + 1], tgt[LL_LANG_MAX + 1];
     memset(c, 0, sizeof *c);
-    int n = sscanf(s,
-                   "%7s %d %16s %16s tag=%d lines=%" SCNd64 " sents=%" SCNd64 " src_tokens=%" SCNd64
-                   " tgt_tokens=%" SCNd64 " empty=%" SCNd64 " long=%" SCNd64 " ratio=%" SCNd64 " src=%63s tgt=%63s",
-                   c->split, &c->index, src, tgt, &c->tgt_tag, &c->raw_lines, &c->n_sents, &c->src_tokens,
-                   &c->tgt_tokens, &c->skipped_empty, &c->skipped_long, &c->skipped_ratio, c->src_file, c->tgt_file);
+#define HEAD /* the fields before the optional ratio= */                                                        \
+    "%7s %d %16s %16s tag=%d lines=%" SCNd64 " sents=%" SCNd64 " src_tokens=%" SCNd64 " tgt_tokens=%" SCNd64        \
+    " empty=%" SCNd64 " long=%" SCNd64
+#define HEAD_ARGS                                                                                                   \
+    c->split, &c->index, src, tgt, &c->tgt_tag, &c->raw_lines, &c->n_sents, &c->src_tokens, &c->tgt_tokens,        \
+        &c->skipped_empty, &c->skipped_long
+    int n = sscanf(s, HEAD " ratio=%" SCNd64 " src=%63s tgt=%63s", HEAD_ARGS, &c->skipped_ratio, c->src_file,
+                   c->tgt_file);
     if (n != 14) { /* without ratio= (none skipped for it) */
         c->skipped_ratio = 0;
-        n = sscanf(s,
-                   "%7s %d %16s %16s tag=%d lines=%" SCNd64 " sents=%" SCNd64 " src_tokens=%" SCNd64
-                   " tgt_tokens=%" SCNd64 " empty=%" SCNd64 " long=%" SCNd64 " src=%63s tgt=%63s",
-                   c->split, &c->index, src, tgt, &c->tgt_tag, &c->raw_lines, &c->n_sents, &c->src_tokens,
-                   &c->tgt_tokens, &c->skipped_empty, &c->skipped_long, c->src_file, c->tgt_file);
-        if (n != 13) return -1;
+        if (sscanf(s, HEAD " src=%63s tgt=%63s", HEAD_ARGS, c->src_file, c->tgt_file) != 13) return -1;
     } else if (c->skipped_ratio <= 0) {
         return -1; /* (written only when some were) */
     }
+#undef HEAD
+#undef HEAD_ARGS
     c->src_lang = lang_index(info, src);
     c->tgt_lang = lang_index(info, tgt);
     if (c->src_lang < 0 || c->tgt_lang < 0) return -1;
