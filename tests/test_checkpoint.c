@@ -516,6 +516,8 @@ static void test_prune_best(void) {
     /* bleu: higher first: 30@20, 12.5@10, 0@5 */
     CHECK(ll_ckpt_best_rank(dir, "bleu", 20, 40) == 1 && ll_ckpt_best_rank(dir, "bleu", 40, 40) == 0);
     CHECK(ll_ckpt_best_rank(dir, "bleu", 0, 1) == 2 && ll_ckpt_best_rank(dir, "bleu", 0, 9) == 3);
+    /* chrf: higher first too (its one file, 1.0@9, is among the others above) */
+    CHECK(ll_ckpt_best_rank(dir, "chrf", 2.0, 1) == 0 && ll_ckpt_best_rank(dir, "chrf", 0.5, 1) == 1);
     /* past update 20 (a resume's), then the best 2 */
     CHECK(ll_ckpt_prune_best(dir, "loss", 0, 20) == 1); /* 5.2@30 */
     CHECK(ll_ckpt_prune_best(dir, "loss", 2, -1) == 1); /* 7@5 */

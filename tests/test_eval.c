@@ -4,7 +4,7 @@
  *  - sacreBLEU's own test suite, test/test_bleu.py, test_chrf.py and
  *    test_sentence_bleu.py of the sacrebleu-2.6.0 sdist (`pip download
  *    sacrebleu==2.6.0 --no-binary :all:`), with their tolerances; cases that
- *    need tokenizers lleval lacks (intl, char) or max_ngram_order != 4 are left out;
+ *    need tokenizers lleval lacks (intl) or max_ngram_order != 4 are left out;
  *  - the README's Python API examples (corpus BLEU/chrF, nrefs:var);
  *  - "generated" blocks: printed by tests/data/eval/make_vectors.py under
  *    sacrebleu 2.6.0, Python 3.11.7 (scores are repr() doubles, checked to 1e-9
@@ -44,6 +44,43 @@ static const char *const tok_vec[][2] = {
     {"x\x1cy\xc2\x85z\xe2\x80\xa8w", "x y z w"},
     {"\xe2\x80\x8bzw \xef\xbb\xbf" "bom", "\xe2\x80\x8bzw \xef\xbb\xbf" "bom"},
     {"5-5-5 a--b 1--2", "5 - 5 - 5 a--b 1 - -2"},
+};
+
+/* ---- generated: TokenizerZh()(s) (tokenizer_zh.py, sacrebleu 2.6.0) ---- */
+static const char *const zh_vec[][2] = {
+    {" .5\xe5\x85\x83", ".5 \xe5\x85\x83"},
+    {"3.", "3."},
+    {"\xe6\x88\x91\xe4\xbb\xac\xe4\xbb\x8a\xe5\xa4\xa9\xe5\xbe\x88\xe5\xa5\xbd\xe3\x80\x82", "\xe6\x88\x91 \xe4\xbb\xac \xe4\xbb\x8a \xe5\xa4\xa9 \xe5\xbe\x88 \xe5\xa5\xbd \xe3\x80\x82"},
+    {"\xe4\xbb\xb7\xe6\xa0\xbc\xe6\x98\xaf" "1,000.50\xe5\x85\x83\xe3\x80\x82", "\xe4\xbb\xb7 \xe6\xa0\xbc \xe6\x98\xaf 1,000.50 \xe5\x85\x83 \xe3\x80\x82"},
+    {"\xe3\x80\x80\xe4\xb8\xad\xe6\x96\x87 ,x", "\xe4\xb8\xad \xe6\x96\x87 , x"},
+    {"a\xe2\x80\x80" "b\xe2\x80\x81" "c", "a b c"},
+    {"\xe2\x80\xa6" "end", "\xe2\x80\xa6 end"},
+    {"\xe2\xa9\xad\xe2\xa9\xae\xe2\xbe\x80\xe2\xbe\x81\xe2\xbe\xa1\xe2\xbe\xa2", "\xe2\xa9\xad \xe2\xa9\xae \xe2\xbe\x80 \xe2\xbe\x81 \xe2\xbe\xa1 \xe2\xbe\xa2"},
+    {"\xf0\xa0\x80\x80 \xf0\xaf\xa0\x80", "\xf0\xa0\x80\x80 \xf0\xaf\xa0\x80"},
+    {"Hello, world!", "Hello , world !"},
+    {"e.g. U.S.A.", "e . g . U . S . A ."},
+    {"\xef\xbd\xb6\xef\xbe\x80\xef\xbd\xb6\xef\xbe\x85\xef\xbc\x91\xef\xbc\x92\xef\xbc\x93", "\xef\xbd\xb6 \xef\xbe\x80 \xef\xbd\xb6 \xef\xbe\x85 \xef\xbc\x91 \xef\xbc\x92 \xef\xbc\x93"},
+    {"1-2\xe7\xab\xa0", "1 - 2 \xe7\xab\xa0"},
+    {"&amp; <skipped>", "& amp ; < skipped >"},
+    {"\xc2\xa0x.\xc2\xa0", "x ."},
+    {"a\xe2\xa9\xad" "b", "a \xe2\xa9\xad b"},
+    {"a\xe2\xa9\xae" "b", "a\xe2\xa9\xae" "b"},
+    {"a\xe2\xbe\x80" "b", "a \xe2\xbe\x80 b"},
+    {"a\xe2\xbe\x81" "b", "a \xe2\xbe\x81 b"},
+    {"a\xe2\xbe\xa1" "b", "a \xe2\xbe\xa1 b"},
+    {"a\xe2\xbe\xa2" "b", "a \xe2\xbe\xa2 b"},
+    {"a\xe9\xbe\xbc" "b", "a\xe9\xbe\xbc" "b"},
+    {"a\xf0\xa0\x80\x81" "b", "a\xf0\xa0\x80\x81" "b"},
+    {"\xe4\xb6\xb5\xe4\xb6\xb6\xe9\xbe\xbb\xe9\xbe\xbc\xef\xa8\xad\xef\xa8\xae", "\xe4\xb6\xb5 \xe4\xb6\xb6 \xe9\xbe\xbb \xe9\xbe\xbc \xef\xa8\xad \xef\xa8\xae"},
+};
+/* ---- generated: TokenizerChar()(s) ---- */
+static const char *const char_vec[][2] = {
+    {"\xe6\x88\x91\xe4\xbb\xac \xe5\xa5\xbd", "\xe6\x88\x91 \xe4\xbb\xac   \xe5\xa5\xbd"},
+    {"a b", "a   b"},
+    {"", ""},
+    {"\xf0\x9f\x98\x80\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd", "\xf0\x9f\x98\x80 \xf0\x9f\x91\x8d \xf0\x9f\x8f\xbd"},
+    {"e\xcc\x81.", "e \xcc\x81 ."},
+    {"  x", "    x"},
 };
 
 /* ---- generated: s.lower() ---- */
@@ -169,6 +206,27 @@ static void test_tokenizer(void) {
                   tok_vec[i][1]);
         free(t);
     }
+    for (int i = 0; i < N(zh_vec); i++) {
+        size_t n;
+        char *t = ll_ev_tokzh(zh_vec[i][0], strlen(zh_vec[i][0]), &n);
+        CHECK_MSG(!strcmp(t, zh_vec[i][1]) && n == strlen(t), "zh(\"%s\") = \"%s\", want \"%s\"", zh_vec[i][0], t,
+                  zh_vec[i][1]);
+        free(t);
+    }
+    for (int i = 0; i < N(char_vec); i++) {
+        size_t n;
+        char *t = ll_ev_tokchar(char_vec[i][0], strlen(char_vec[i][0]), &n);
+        CHECK_MSG(!strcmp(t, char_vec[i][1]) && n == strlen(t), "char(\"%s\") = \"%s\", want \"%s\"",
+                  char_vec[i][0], t, char_vec[i][1]);
+        free(t);
+    }
+    /* the names lleval and the config take, and the signature's */
+    for (int t = LL_BLEU_TOK_13A; t <= LL_BLEU_TOK_CHAR; t++) {
+        ll_bleu_tok back = LL_BLEU_TOK_NONE;
+        CHECK(ll_bleu_tok_parse(ll_bleu_tok_name((ll_bleu_tok)t), &back) == 0 && back == (ll_bleu_tok)t);
+    }
+    ll_bleu_tok none;
+    CHECK(ll_bleu_tok_parse("intl", &none) == -1);
     for (int i = 0; i < N(lower_vec); i++) {
         size_t n;
         char *t = ll_ev_lower(lower_vec[i][0], strlen(lower_vec[i][0]), &n);
@@ -258,24 +316,31 @@ static void test_sacrebleu_bleu(void) {
     static const struct {
         ll_bleu_smooth sm;
         double sv;
-        int tok_none;
+        ll_bleu_tok tok;
         double want;
-    } sent[] = {{LL_BLEU_SMOOTH_EXP, -1, 0, 8.493},    {LL_BLEU_SMOOTH_NONE, -1, 0, 0.0},
-                {LL_BLEU_SMOOTH_FLOOR, -1, 0, 4.51688}, {LL_BLEU_SMOOTH_FLOOR, 0.1, 0, 4.51688},
-                {LL_BLEU_SMOOTH_FLOOR, 0.5, 0, 10.10},  {LL_BLEU_SMOOTH_ADDK, -1, 0, 14.882},
-                {LL_BLEU_SMOOTH_ADDK, 1, 0, 14.882},    {LL_BLEU_SMOOTH_ADDK, 2, 0, 21.389},
-                {LL_BLEU_SMOOTH_EXP, -1, 1, 7.347}};
+        int lc;
+    } sent[] = {{LL_BLEU_SMOOTH_EXP, -1, LL_BLEU_TOK_13A, 8.493, 0},
+                {LL_BLEU_SMOOTH_NONE, -1, LL_BLEU_TOK_13A, 0.0, 0},
+                {LL_BLEU_SMOOTH_FLOOR, -1, LL_BLEU_TOK_13A, 4.51688, 0},
+                {LL_BLEU_SMOOTH_FLOOR, 0.1, LL_BLEU_TOK_13A, 4.51688, 0},
+                {LL_BLEU_SMOOTH_FLOOR, 0.5, LL_BLEU_TOK_13A, 10.10, 0},
+                {LL_BLEU_SMOOTH_ADDK, -1, LL_BLEU_TOK_13A, 14.882, 0},
+                {LL_BLEU_SMOOTH_ADDK, 1, LL_BLEU_TOK_13A, 14.882, 0},
+                {LL_BLEU_SMOOTH_ADDK, 2, LL_BLEU_TOK_13A, 21.389, 0},
+                {LL_BLEU_SMOOTH_EXP, -1, LL_BLEU_TOK_NONE, 7.347, 0},
+                {LL_BLEU_SMOOTH_EXP, -1, LL_BLEU_TOK_CHAR, 40.8759, 0},
+                {LL_BLEU_SMOOTH_EXP, -1, LL_BLEU_TOK_CHAR, 42.0267, 1}};
     const char *ref98 = "producţia de zahăr brut se exprimă în zahăr alb;";
     const char *sys98 = "Producția de zahăr primă va fi exprimată în ceea ce privește zahărul alb;";
     for (int i = 0; i < N(sent); i++) {
         ll_bleu_opts_default(&o);
         o.smooth = sent[i].sm, o.smooth_value = sent[i].sv;
-        o.tokenize = sent[i].tok_none ? LL_BLEU_TOK_NONE : LL_BLEU_TOK_13A;
+        o.tokenize = sent[i].tok, o.lowercase = sent[i].lc;
         CHECK(ll_bleu_sentence(&o, sys98, &ref98, 1, &r) == 0);
         CHECK_NEAR(r.score, sent[i].want, 1e-3);
         /* test_cases_zero_bleu (#141): no matches at all is 0 whatever the smoothing */
         const char *ref0 = "okay thanks";
-        if (!sent[i].tok_none) CHECK(ll_bleu_sentence(&o, "this is a cat", &ref0, 1, &r) == 0 && r.score == 0.0);
+        if (sent[i].tok == LL_BLEU_TOK_13A) CHECK(ll_bleu_sentence(&o, "this is a cat", &ref0, 1, &r) == 0 && r.score == 0.0);
     }
 }
 
@@ -515,26 +580,34 @@ static void test_ter(void) {
         double want;
         int64_t edits;
         double ref_len;
+        int asian;
     } c[] = {
-        {"the man bit the dog .", {"The dog bit the man."}, 0, 0, 0, 60.0, 3, 5.0},
-        {"a b c d e f", {"d e f a b c"}, 0, 0, 0, 16.666666666666664, 1, 6.0},
-        {"d e f x a b c", {"a b c d e f"}, 0, 0, 0, 33.33333333333333, 2, 6.0},
-        {"", {"a reference here"}, 0, 0, 0, 100.0, 3, 3.0},
-        {"some words", {""}, 0, 0, 0, 100.0, 2, 0.0},
-        {"", {""}, 0, 0, 0, 0.0, 0, 0.0},
-        {"It is A Test", {"it is a test"}, 0, 0, 0, 0.0, 0, 4.0},
-        {"It is A Test", {"it is a test"}, 1, 0, 0, 75.0, 3, 4.0},
-        {"it's\x1c" "don't", {"it's\x1c" "don't"}, 0, 1, 0, 66.66666666666666, 2, 3.0},
-        {"Hello, world! (yes)", {"hello world yes"}, 0, 0, 1, 0.0, 0, 3.0},
+        {"the man bit the dog .", {"The dog bit the man."}, 0, 0, 0, 60.0, 3, 5.0, 0},
+        {"a b c d e f", {"d e f a b c"}, 0, 0, 0, 16.666666666666664, 1, 6.0, 0},
+        {"d e f x a b c", {"a b c d e f"}, 0, 0, 0, 33.33333333333333, 2, 6.0, 0},
+        {"", {"a reference here"}, 0, 0, 0, 100.0, 3, 3.0, 0},
+        {"some words", {""}, 0, 0, 0, 100.0, 2, 0.0, 0},
+        {"", {""}, 0, 0, 0, 0.0, 0, 0.0, 0},
+        {"It is A Test", {"it is a test"}, 0, 0, 0, 0.0, 0, 4.0, 0},
+        {"It is A Test", {"it is a test"}, 1, 0, 0, 75.0, 3, 4.0, 0},
+        {"it's\x1c" "don't", {"it's\x1c" "don't"}, 0, 1, 0, 66.66666666666666, 2, 3.0, 0},
+        {"Hello, world! (yes)", {"hello world yes"}, 0, 0, 1, 0.0, 0, 3.0, 0},
         {"&quot;AT&amp;T&quot; e.g. 1,000.50 10-20 it's", {"\" at & t \" e . g . 1,000.50 10 - 20 it 's"}, 0, 1, 0,
-         0.0, 0, 15.0},
+         0.0, 0, 15.0, 0},
         {"a cat sat on the mat", {"the cat sat on a mat", "a dog sat on the mat", "on the mat a cat sat"}, 0, 0, 0,
-         16.666666666666664, 1, 6.0},
+         16.666666666666664, 1, 6.0, 0},
         {"\u03a3\u038a\u03a3\u03a5\u03a6\u039f\u03a3 \u0130stanbul STRASSE",
-         {"\u03c3\u03af\u03c3\u03c5\u03c6\u03bf\u03c2 i\u0307stanbul strasse"}, 0, 0, 0, 0.0, 0, 3.0},
+         {"\u03c3\u03af\u03c3\u03c5\u03c6\u03bf\u03c2 i\u0307stanbul strasse"}, 0, 0, 0, 0.0, 0, 3.0, 0},
+        /* --ter-asian-support: test_tokenizer_ter.py's two cases (hiragana kept together), the same
+         * without it, and CJK punctuation removed with and without the split */
+        {"美众院公布对特", {"美 众 院 公 布 对 特"}, 0, 1, 0, 0.0, 0, 7.0, 1},
+        {"りの拳銃を持", {"りの 拳 銃 を 持"}, 0, 1, 0, 0.0, 0, 5.0, 1},
+        {"美众院公布对特", {"美 众 院 公 布 对 特"}, 0, 1, 0, 100.0, 7, 7.0, 0},
+        {"你好，世界。「是」", {"你好 世界 是"}, 0, 0, 1, 100.0, 3, 3.0, 1},
+        {"你好，世界。「是」", {"你 好 世 界 是"}, 0, 1, 1, 0.0, 0, 5.0, 1},
     };
     for (int i = 0; i < N(c); i++) {
-        ll_ter_opts o = {.case_sensitive = c[i].cs, .normalized = c[i].norm, .no_punct = c[i].np};
+        ll_ter_opts o = {.case_sensitive = c[i].cs, .normalized = c[i].norm, .no_punct = c[i].np, .asian_support = c[i].asian};
         ll_ter_stats s;
         ll_ter_result r;
         ll_ter_init(&s, &o);

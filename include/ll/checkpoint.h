@@ -83,7 +83,7 @@ int ll_ckpt_list_numbered(const char *dir, long **updates);
 /* "dir/checkpoint_<update>.llm", malloc'd. */
 char *ll_ckpt_numbered_path(const char *dir, long update);
 /* checkpoint.keep_best: "checkpoint_best_<metric>_<value>_<update>.llm" (value "%.4f") into buf;
- * metric "loss" (lower is better) or "bleu" (higher is better). */
+ * metric "loss" (lower is better), "bleu" or "chrf" (higher is better). */
 const char *ll_ckpt_best_name(char *buf, size_t n, const char *metric, double value, long update);
 /* How many of dir's best-N checkpoints of `metric` rank before a new one of
  * `value` at `update` (better, or as good and earlier), or -1 + errbuf. */

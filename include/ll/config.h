@@ -102,7 +102,8 @@ typedef struct {
     /* validation BLEU and early stopping */
     int valid_bleu;        /* decode the validation set at every validation */
     int valid_beam;
-    char best_metric[8];   /* "loss" | "bleu" */
+    char best_metric[8];   /* "loss" | "bleu" | "chrf" */
+    char valid_tokenize[8]; /* validation BLEU's tokenizer: "13a" | "none" | "zh" | "char" */
     int patience;          /* stop after this many validations without improvement; 0 = never */
     int max_bad_updates;   /* stop after this many consecutive skipped (non-finite) updates */
     float ema_decay;       /* the weights' moving average (0: none): validation and saved models use it */

@@ -31,7 +31,14 @@ extern "C" {
 
 #define LL_BLEU_ORDER 4 /* sacreBLEU's MAX_NGRAM_ORDER */
 
-typedef enum { LL_BLEU_TOK_13A = 0, LL_BLEU_TOK_NONE = 1 } ll_bleu_tok;
+/* sacreBLEU's tokenizers: 13a (WMT's mteval), none, zh (each Chinese character a word, the
+ * rest 13a's rules), char (every character a word, for Japanese, Thai and other text without
+ * spaces where no tokenizer of its own is given) */
+typedef enum { LL_BLEU_TOK_13A = 0, LL_BLEU_TOK_NONE = 1, LL_BLEU_TOK_ZH = 2, LL_BLEU_TOK_CHAR = 3 } ll_bleu_tok;
+#define LL_BLEU_TOK_NAMES "13a|none|zh|char"
+/* The signature's name of a tokenizer, and its parse (-1 for an unknown name). */
+const char *ll_bleu_tok_name(ll_bleu_tok t);
+int ll_bleu_tok_parse(const char *name, ll_bleu_tok *out);
 typedef enum {
     LL_BLEU_SMOOTH_EXP = 0, /* sacreBLEU default (mteval-v13a "NIST" smoothing) */
     LL_BLEU_SMOOTH_NONE,
@@ -41,7 +48,7 @@ typedef enum {
 
 typedef struct {
     int lowercase;         /* case:lc (Python str.lower(), full Unicode) */
-    ll_bleu_tok tokenize;  /* tok:13a (default) or tok:none */
+    ll_bleu_tok tokenize;  /* tok:13a (default), none, zh or char */
     ll_bleu_smooth smooth; /* smooth:exp (default) */
     double smooth_value;   /* < 0: the method's default */
     int effective_order;   /* eff:yes; sacreBLEU enables it for sentence-level BLEU only */
@@ -125,6 +132,8 @@ typedef struct {
     int case_sensitive; /* case:mixed (default lc: lowercased, as sacreBLEU's TER) */
     int normalized;     /* norm:yes: Tercom's western normalisation and punctuation splitting */
     int no_punct;       /* punct:no: . , ? : ; ! " ( ) removed */
+    int asian_support;  /* asian:yes: with normalized, CJK characters and punctuation split off; with
+                           no_punct, CJK and full-width punctuation removed too */
 } ll_ter_opts;
 
 typedef struct {

@@ -614,7 +614,7 @@ const char *ll_ckpt_best_name(char *buf, size_t n, const char *metric, double va
 }
 
 /* better first: the metric's direction, then the earlier update */
-static int best_higher; /* (list_best sets it for qsort: 1 when the metric is BLEU) */
+static int best_higher; /* (list_best sets it for qsort: 1 when the metric is BLEU or chrF) */
 static int cmp_best(const void *a, const void *b) {
     const best_file *x = a, *y = b;
     if (x->value != y->value) return (x->value < y->value) == !best_higher ? -1 : 1;
@@ -636,7 +636,7 @@ static int list_best(const char *dir, const char *metric, best_file **out) {
         v[n++] = (best_file){val, u, ll_strdup(e->d_name)};
     }
     closedir(dp);
-    best_higher = !strcmp(metric, "bleu");
+    best_higher = !strcmp(metric, "bleu") || !strcmp(metric, "chrf");
     if (n) qsort(v, n, sizeof *v, cmp_best);
     *out = v;
     return (int)n;

@@ -29,7 +29,8 @@ static void usage(FILE *out) {
             "                            files: a table of systems (the first is the baseline)\n"
             "  -m, --metrics LIST        comma-separated: bleu, chrf, ter (default bleu)\n"
             "  -lc, --lowercase          case-insensitive BLEU and chrF (case:lc)\n"
-            "  -tok, --tokenize 13a|none BLEU tokenizer (default 13a)\n"
+            "  -tok, --tokenize T        BLEU tokenizer: 13a (default), none, zh (Chinese: each\n"
+            "                            character a word), char (every character a word)\n"
             "  -s, --smooth-method M     exp (default), none, floor, add-k\n"
             "  -sv, --smooth-value X     value for floor (0.1) / add-k (1)\n"
             "  -cc, --chrf-char-order N  default 6\n"
@@ -40,6 +41,8 @@ static void usage(FILE *out) {
             "  --ter-case-sensitive      TER keeps case (default: lowercased, as sacreBLEU)\n"
             "  --ter-normalized          TER with Tercom's normalisation (punctuation split off)\n"
             "  --ter-no-punct            TER without . , ? : ; ! \" ( )\n"
+            "  --ter-asian-support       with the two above: CJK characters split off, CJK and\n"
+            "                            full-width punctuation removed\n"
             "  -sl, --sentence-level     one score per line (first metric; BLEU with effective order)\n"
             "  -b, --score-only          print only the score\n"
             "  -w, --width N             decimals of the score (default 2; sacrebleu's CLI default is 1)\n"
@@ -309,12 +312,10 @@ int main(int argc, char **argv) {
             bo.lowercase = co.lowercase = 1;
         } else if (IS("--tokenize", "-tok")) {
             NEED();
-            if (!strcmp(v, "13a"))
-                bo.tokenize = LL_BLEU_TOK_13A;
-            else if (!strcmp(v, "none"))
-                bo.tokenize = LL_BLEU_TOK_NONE;
-            else
-                ll_die("unsupported tokenizer '%s' (lleval has 13a and none)", v);
+            if (ll_bleu_tok_parse(v, &bo.tokenize))
+                ll_die("unsupported tokenizer '%s' (lleval has " LL_BLEU_TOK_NAMES
+                       "; not intl, ja-mecab, ko-mecab, spm)",
+                       v);
         } else if (IS("--smooth-method", "-s")) {
             NEED();
             if (!strcmp(v, "exp"))
@@ -350,7 +351,7 @@ int main(int argc, char **argv) {
         } else if (IS("--ter-no-punct", NULL)) {
             to.no_punct = 1;
         } else if (IS("--ter-asian-support", NULL)) {
-            ll_die("--ter-asian-support: not in lleval (sacreBLEU's CJK handling for TER)");
+            to.asian_support = 1;
         } else if (IS("--sentence-level", "-sl")) {
             sentence = 1;
         } else if (IS("--score-only", "-b")) {

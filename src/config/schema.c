@@ -211,8 +211,11 @@ const ll_cfg_key ll_cfg_keys[] = {
     FLT("decode.lenpen", lenpen, "1", 0, 100, 0, "Length penalty: hypotheses scored by logprob / length^lenpen."),
     BOOL("train.valid_bleu", valid_bleu, "false", "Also decode the validation set and report BLEU at every validation."),
     INT("train.valid_beam", valid_beam, "1", 1, 1024, "Beam size for validation BLEU (1 = greedy, fast)."),
-    ENUM("train.best_metric", best_metric, "loss", "loss|bleu",
-         "What checkpoint_best and early stopping follow (bleu needs train.valid_bleu)."),
+    ENUM("train.valid_tokenize", valid_tokenize, "13a", "13a|none|zh|char",
+         "Validation BLEU's tokenizer, as sacreBLEU's -tok: 13a (WMT's), zh for a Chinese target, char for "
+         "other text without spaces between words (Japanese, Thai), none for pre-tokenised references."),
+    ENUM("train.best_metric", best_metric, "loss", "loss|bleu|chrf",
+         "What checkpoint_best and early stopping follow (bleu and chrf need train.valid_bleu)."),
     INT("train.patience", patience, "0", 0, INT_MAX,
         "Stop after this many validations without improvement of train.best_metric; 0 = never."),
     FLT("train.ema_decay", ema_decay, "0", 0, 1, OPEN_MAX,

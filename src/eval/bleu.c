@@ -26,6 +26,21 @@ void ll_bleu_init(ll_bleu_stats *s, const ll_bleu_opts *o) {
         ll_bleu_opts_default(&s->opts);
 }
 
+static const char *const tok_names[] = {"13a", "none", "zh", "char"};
+
+const char *ll_bleu_tok_name(ll_bleu_tok t) {
+    return (unsigned)t < sizeof tok_names / sizeof *tok_names ? tok_names[t] : "?";
+}
+
+int ll_bleu_tok_parse(const char *name, ll_bleu_tok *out) {
+    for (int i = 0; i < (int)(sizeof tok_names / sizeof *tok_names); i++)
+        if (strcmp(name, tok_names[i]) == 0) {
+            *out = (ll_bleu_tok)i;
+            return 0;
+        }
+    return -1;
+}
+
 /* BLEU._preprocess_segment: lower() if asked, rstrip(), tokenize. */
 static char *preprocess(const ll_bleu_opts *o, const char *text, size_t *len) {
     size_t n = strlen(text);
@@ -38,8 +53,10 @@ static char *preprocess(const ll_bleu_opts *o, const char *text, size_t *len) {
     }
     n = ll_eval_rstrip_len(t, n);
     t[n] = 0;
-    if (o->tokenize == LL_BLEU_TOK_13A) {
-        char *tok = ll_ev_tok13a(t, n, &n);
+    if (o->tokenize != LL_BLEU_TOK_NONE) {
+        char *tok = o->tokenize == LL_BLEU_TOK_ZH     ? ll_ev_tokzh(t, n, &n)
+                    : o->tokenize == LL_BLEU_TOK_CHAR ? ll_ev_tokchar(t, n, &n)
+                                                      : ll_ev_tok13a(t, n, &n);
         free(t);
         t = tok;
     }
@@ -226,7 +243,7 @@ int ll_bleu_signature(const ll_bleu_stats *s, int short_form, char *buf, size_t 
         snprintf(nrefs, sizeof nrefs, "%d", s->nrefs);
     return snprintf(buf, n, "%s:%s|%s:%s|%s:%s|tok:%s|%s:%s|%s:%s", short_form ? "#" : "nrefs", nrefs,
                     short_form ? "c" : "case", o->lowercase ? "lc" : "mixed", short_form ? "e" : "eff",
-                    o->effective_order ? "yes" : "no", o->tokenize == LL_BLEU_TOK_13A ? "13a" : "none",
+                    o->effective_order ? "yes" : "no", ll_bleu_tok_name(o->tokenize),
                     short_form ? "s" : "smooth", smooth, short_form ? "v" : "version", LL_SACREBLEU_VERSION);
 }
 

@@ -47,6 +47,17 @@ void ll_ev_split(const char *s, size_t n, ll_ev_spans *out);
 /* ---- tok13a.c ---- */
 /* sacreBLEU's Tokenizer13a on s[0..n) (already rstripped); malloc'd result. */
 char *ll_ev_tok13a(const char *s, size_t n, size_t *out_n);
+/* TokenizerRegexp alone (what TokenizerZh runs after splitting off its characters). */
+char *ll_ev_tok_regexp(const char *s, size_t n, size_t *out_n);
+
+/* ---- tok_cjk.c ---- */
+int ll_ev_is_zh_char(uint32_t c); /* TokenizerZh._is_chinese_char */
+/* sacreBLEU's TokenizerZh and TokenizerChar on s[0..n) (already rstripped); malloc'd. */
+char *ll_ev_tokzh(const char *s, size_t n, size_t *out_n);
+char *ll_ev_tokchar(const char *s, size_t n, size_t *out_n);
+/* TER's Asian support on a NUL-terminated line: split = _normalize_asian (with --ter-normalized),
+ * drop_punct = _remove_asian_punct (with --ter-no-punct); malloc'd, to be split on whitespace. */
+char *ll_ev_ter_asian(const char *s, int split, int drop_punct);
 
 /* ---- ngram.c ---- */
 /* Dense ids for byte strings: equal strings get equal ids.  Returns the count. */

@@ -146,6 +146,11 @@ static char *tokenize(const ll_ter_opts *o, const char *text) {
         s[n] = 0;
     }
     if (o->normalized) s = normalize_western(s);
+    if (o->asian_support && (o->normalized || o->no_punct)) { /* _normalize_asian, _remove_asian_punct */
+        char *a = ll_ev_ter_asian(s, o->normalized, o->no_punct);
+        free(s);
+        s = a;
+    }
     if (o->no_punct) { /* _remove_punct: [\.,\?:;!\"\(\)] */
         size_t m = 0;
         for (size_t i = 0; s[i]; i++)
@@ -452,10 +457,11 @@ int ll_ter_signature(const ll_ter_stats *s, int short_form, char *buf, size_t n)
         snprintf(nrefs, sizeof nrefs, "var");
     else
         snprintf(nrefs, sizeof nrefs, "%d", s->nrefs);
-    return snprintf(buf, n, "%s:%s|%s:%s|%s:tercom|%s:%s|%s:%s|%s:no|%s:%s", short_form ? "#" : "nrefs", nrefs,
+    return snprintf(buf, n, "%s:%s|%s:%s|%s:tercom|%s:%s|%s:%s|%s:%s|%s:%s", short_form ? "#" : "nrefs", nrefs,
                     short_form ? "c" : "case", o->case_sensitive ? "mixed" : "lc", short_form ? "t" : "tok",
                     short_form ? "nr" : "norm", o->normalized ? "yes" : "no", short_form ? "pn" : "punct",
-                    o->no_punct ? "no" : "yes", short_form ? "as" : "asian", short_form ? "v" : "version",
+                    o->no_punct ? "no" : "yes", short_form ? "as" : "asian", o->asian_support ? "yes" : "no",
+                    short_form ? "v" : "version",
                     LL_SACREBLEU_VERSION);
 }
 

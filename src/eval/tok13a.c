@@ -93,32 +93,8 @@ static buf pair_rule(const buf *in, int rule) {
     return o;
 }
 
-char *ll_ev_tok13a(const char *s, size_t n, size_t *out_n) {
-    /* language-independent part (Tokenizer13a.__call__) */
-    buf b = replace(s, n, "<skipped>", "");
-    replace_in(&b, "-\n", "");
-    replace_in(&b, "\n", " ");
-    if (memchr(b.p, '&', b.n)) {
-        replace_in(&b, "&quot;", "\"");
-        replace_in(&b, "&amp;", "&");
-        replace_in(&b, "&lt;", "<");
-        replace_in(&b, "&gt;", ">");
-    }
-
-    /* f' {line} ' then TokenizerRegexp's first rule, one character at a time */
-    buf t = {0};
-    for (size_t i = 0; i <= b.n + 1; i++) {
-        unsigned char c = (i == 0 || i == b.n + 1) ? ' ' : (unsigned char)b.p[i - 1];
-        if (rule1(c)) {
-            put(&t, ' '), put(&t, (char)c), put(&t, ' ');
-        } else {
-            put(&t, (char)c);
-        }
-    }
-    put(&t, 0);
-    t.n--;
-    free(b.p);
-
+/* TokenizerRegexp.__call__: its four rules, then ' '.join(line.split()); consumes t. */
+static char *regexp_rules(buf t, size_t *out_n) {
     static const int rules[3] = {R_PRE_PUNCT, R_POST_PUNCT, R_DASH};
     for (int r = 0; r < 3; r++) {
         buf o = pair_rule(&t, rules[r]);
@@ -141,4 +117,40 @@ char *ll_ev_tok13a(const char *s, size_t n, size_t *out_n) {
     free(t.p);
     *out_n = len;
     return out;
+}
+
+/* The first rule, one character at a time, on s[0..n); pad: with a space on each side
+ * (13a's f' {line} ') */
+static buf rule1_pass(const char *s, size_t n, int pad) {
+    buf t = {0};
+    for (size_t i = 0; i < n + 2 * (size_t)pad; i++) {
+        unsigned char c = pad && (i == 0 || i == n + 1) ? ' ' : (unsigned char)s[i - (size_t)pad];
+        if (rule1(c)) {
+            put(&t, ' '), put(&t, (char)c), put(&t, ' ');
+        } else {
+            put(&t, (char)c);
+        }
+    }
+    put(&t, 0);
+    t.n--;
+    return t;
+}
+
+char *ll_ev_tok_regexp(const char *s, size_t n, size_t *out_n) { return regexp_rules(rule1_pass(s, n, 0), out_n); }
+
+char *ll_ev_tok13a(const char *s, size_t n, size_t *out_n) {
+    /* language-independent part (Tokenizer13a.__call__) */
+    buf b = replace(s, n, "<skipped>", "");
+    replace_in(&b, "-\n", "");
+    replace_in(&b, "\n", " ");
+    if (memchr(b.p, '&', b.n)) {
+        replace_in(&b, "&quot;", "\"");
+        replace_in(&b, "&amp;", "&");
+        replace_in(&b, "&lt;", "<");
+        replace_in(&b, "&gt;", ">");
+    }
+    /* f' {line} ' then TokenizerRegexp */
+    buf t = rule1_pass(b.p, b.n, 1);
+    free(b.p);
+    return regexp_rules(t, out_n);
 }

@@ -221,8 +221,8 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (t->have_valid && ll_dataset_open(&t->valid, cfg, "valid")) return -1;
     if (t->world > 1) host->barrier(host); /* every rank has opened the data: rank 0 may let data.dir go */
     if (t->data_locked) ll_data_lock_release(&t->data_lock, 0), t->data_locked = 0;
-    if (!strcmp(cfg->best_metric, "bleu") && !cfg->valid_bleu)
-        return ll_fail("train.best_metric=bleu needs train.valid_bleu: true");
+    if (strcmp(cfg->best_metric, "loss") && !cfg->valid_bleu)
+        return ll_fail("train.best_metric=%s needs train.valid_bleu: true", cfg->best_metric);
     t->n_langs = ll_config_langs(cfg, t->langs);
 
     ll_hparams hp;
@@ -470,8 +470,10 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     const int vrc = ll_validate_ranks(t->m, t->cfg, &t->valid, t->spm, &r, t->dist); /* sharded over the ranks */
     ll_adam_ema_swap(&t->opt, t->m, 0);
     if (vrc) return -1;
-    int by_bleu = !strcmp(t->cfg->best_metric, "bleu");
-    double metric = by_bleu ? -r.bleu : r.loss; /* lower is better */
+    const int by_bleu = !strcmp(t->cfg->best_metric, "bleu"), by_chrf = !strcmp(t->cfg->best_metric, "chrf");
+    const int higher = by_bleu || by_chrf;                      /* BLEU and chrF: higher is better */
+    const double value = by_bleu ? r.bleu : by_chrf ? r.chrf : r.loss;
+    double metric = higher ? -value : value; /* lower is better */
     int best = metric < t->ts.best_valid;
     if (best) {
         t->ts.best_valid = metric;
@@ -484,13 +486,13 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     ll_valid_extra(t->cfg, &r, extra, sizeof extra);
     if (ll_verbosity > 0)
         fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f%s | best %s %.*f%s\n", t->ts.update, r.loss,
-            r.nll, pow(2, r.nll), extra, by_bleu ? "bleu" : "loss", by_bleu ? 2 : 3, /* bleu as printed before it */
-            by_bleu ? -t->ts.best_valid : t->ts.best_valid,
+            r.nll, pow(2, r.nll), extra, t->cfg->best_metric, higher ? 2 : 3, /* bleu, chrf as printed before */
+            higher ? -t->ts.best_valid : t->ts.best_valid,
             best ? " (new best)" : "");
     fprintf(t->metrics, "{\"type\":\"valid\",\"update\":%ld,\"loss\":%.6f,\"nll\":%.6f,\"ppl\":%.4f,\"tokens\":%ld",
             t->ts.update, r.loss, r.nll, pow(2, r.nll), r.tokens);
     if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
-    fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", by_bleu ? -t->ts.best_valid : t->ts.best_valid, elapsed);
+    fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", higher ? -t->ts.best_valid : t->ts.best_valid, elapsed);
     t->ts.metrics_records++;
     if (metrics_done(t)) return -1;
     crash_point(t, "valid");
@@ -500,7 +502,7 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
         ll_dist_train_full_moments(t->dt, 0);
         if (rc) return -1;
     }
-    if (keep_best(t, by_bleu ? r.bleu : r.loss)) return -1;
+    if (keep_best(t, value)) return -1;
     if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
         ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
                t->cfg->best_metric);

@@ -132,7 +132,11 @@ static void sum_scores(ll_dist *d, ll_bleu_stats *bs, ll_chrf_stats *cs) {
 static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_valid_result *r, ll_dist *d) {
     ll_bleu_stats bs;
     ll_chrf_stats cs;
-    ll_bleu_init(&bs, NULL);
+    ll_bleu_opts bo;
+    ll_bleu_opts_default(&bo);
+    if (ll_bleu_tok_parse(cfg->valid_tokenize[0] ? cfg->valid_tokenize : "13a", &bo.tokenize))
+        return ll_fail("train.valid_tokenize: unknown tokenizer '%s'", cfg->valid_tokenize);
+    ll_bleu_init(&bs, &bo);
     ll_chrf_init(&cs, NULL);
     for (int k = 0; k < cfg->n_valid; k++) {
         const ll_corpus_cfg *c = &cfg->valid[k];

@@ -37,7 +37,7 @@ expect_error "bad_utf8:1: invalid UTF-8" "$LLEVAL" --ref hyp2 --input bad_utf8
 expect_error "empty is empty" "$LLEVAL" --ref empty --input empty
 expect_error "--ref FILE is required" "$LLEVAL" --input hyp2
 expect_error "unknown metric 'meteor'" "$LLEVAL" --ref hyp2 --input hyp2 --metrics bleu,meteor
-expect_error "--ter-asian-support: not in lleval" "$LLEVAL" --ref hyp2 --input hyp2 --metrics ter --ter-asian-support
+expect_error "unsupported tokenizer 'ja-mecab'" "$LLEVAL" --ref hyp2 --input hyp2 --tokenize ja-mecab
 expect_error "unsupported tokenizer 'intl'" "$LLEVAL" --ref hyp2 --input hyp2 --tokenize intl
 expect_error "no_such_file" "$LLEVAL" --ref no_such_file --input hyp2
 expect_error "--ref -: standard input is already the --input" "$LLEVAL" --ref - --input - < hyp2

@@ -69,6 +69,30 @@ last=$(grep '"type":"train"' "$T/bleu/metrics.jsonl" | tail -1 | sed 's/.*"updat
 echo "early stop after $nval validations (update $last)"
 "$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/nobleu" --set train.best_metric=bleu 2> "$T/err"
 grep -q "needs train.valid_bleu" "$T/err" || err "best_metric=bleu without valid_bleu was accepted"
+# best by chrF, and validation BLEU's tokenizer (train.valid_tokenize): the same model scored with
+# 13a and char has the same chrF and another BLEU; "best" follows the highest chrF so far (from the
+# overfit model of section 1, whose translations are mostly right)
+for tok in 13a char; do
+  "$LLTRAIN" --config "$T/overfit.cfg" --set checkpoint.save_dir="$T/chrf_$tok" --set train.max_updates=30 \
+    --set train.init_from="$T/overfit/checkpoint_last.llm" --set train.lr=1e-2 --set train.warmup_updates=1 \
+    --set train.valid_interval=10 --set train.valid_bleu=true --set train.best_metric=chrf \
+    --set train.valid_tokenize=$tok 2> "$T/chrf_$tok.log" || err "best_metric=chrf run failed: $(tail -1 "$T/chrf_$tok.log")"
+done
+grep -q "best chrf" "$T/chrf_char.log" || err "the validation line does not name the chrf best"
+python3 - "$T/chrf_13a/metrics.jsonl" "$T/chrf_char/metrics.jsonl" <<'PY' || err "best_metric=chrf / valid_tokenize"
+import json, sys
+runs = [[r for r in map(json.loads, open(p)) if r["type"] == "valid"] for p in sys.argv[1:]]
+assert len(runs[0]) == len(runs[1]) >= 2, runs
+for a, b in zip(*runs):
+    assert a["chrf"] == b["chrf"] and a["loss"] == b["loss"], (a, b)  # the same model, the same translations
+assert any(a["bleu"] != b["bleu"] for a, b in zip(*runs)), runs  # words against characters
+for run in runs:
+    for i, r in enumerate(run):
+        assert abs(r["best"] - max(x["chrf"] for x in run[:i + 1])) < 1e-4, run
+PY
+"$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/badtok" --set train.valid_tokenize=intl 2> "$T/err" &&
+  err "train.valid_tokenize=intl was accepted"
+grep -q "valid_tokenize" "$T/err" || err "no error naming train.valid_tokenize: $(cat "$T/err")"
 
 # 3b. train.valid_max_batches: the validation loss over the first batches only, said in the log and
 # the metrics' token count (the full run above: every validation token)

@@ -6,7 +6,7 @@ usage: compare_sacrebleu.py LLEVAL [--cases N] [--seed S] [--keep DIR] [--cli N]
 Each case writes a hypothesis file and 1-3 reference files (random and
 hand-written text: Unicode whitespace, numbers with separators, HTML entities,
 CJK, Arabic, emoji, Greek sigma, long lines, empty lines, ...), picks options
-(lowercase, tokenize none, chrF++, smoothing, several references,
+(lowercase, tokenize none, zh and char on CJK text, chrF++, smoothing, several references,
 sentence-level, TER and its options, ...) and computes sacreBLEU's output lines in this process the
 way its CLI does (sacrebleu.py main(): files opened with newline="\\n",
 rstrip()ed; print_single_results for the alignment).  The first --cli cases are
@@ -52,29 +52,43 @@ SPACES = [" ", " ", " ", " ", "  ", "\t", "\u00a0", "\u3000", "\u2009", "\u202f"
           "\x1c", "\x1f", "\x85", "\u2028", "\r", " \u200b", "\ufeff "]
 POOLS = [(WORDS, 40), (NUMBERS, 10), (PUNCT, 12), (ENTITIES, 5), (CJK, 5), (ARABIC, 4), (EMOJI, 4),
          (CASE, 6)]
+# For the zh and char tokenizers and TER's Asian support: words without spaces, the ends of each
+# of their character ranges (TokenizerZh's two ranges written with five hex digits, which Python
+# reads as U+2001..U+2A6D and U+2F81..U+2FA1), CJK punctuation, full-width forms, kana
+CJK_TEXT = ["我们今天天气很好", "价格是1,000.50元。", "第1-2章", "東京タワー", "ひらがな", "カタカナ", "ㇰㇱ",
+            "한국어", "ภาษาไทย", "漢字.", "中文,English", "「引用」", "（括号）", "问题？", "１２３", "ＡＢＣ",
+            "，", "．", "：", "；", "！", "＂", "、", "。", "〈", "〉", "【", "】", "〔", "〕", "〟", "・",
+            "｡", "･", "\u2000", "\u2001", "\u2026", "\u2a6d", "\u2a6e", "\u2f80", "\u2f81", "\u2fa1",
+            "\u2fa2", "\u3400", "\u4db5", "\u4db6", "\u4dbf", "\u9fa5", "\u9fbb", "\u9fbc", "\u9fff",
+            "\ufa2d", "\ufa2e", "\ufa6a", "\ufad9", "\ufada", "\ufaff", "\uff00", "\uffef", "\ufff0",
+            "\u303f", "\u3040", "\u31c0", "\u31ef", "\u31f0", "\u3200", "\u3f22", "\u3f23",
+            "\U00020000", "\U0002f800", "\u2600", "\u27bf", "\u27c0", "\ufe10", "\ufe1f", "\ufe30",
+            "\ufe4f", "\ufe50", "\u2e80", "\u2eff", "\u2ff0", "\u3100", "\u31a0", "\u33ff", "ｶﾀｶﾅ"]
+POOLS_CJK = [(CJK_TEXT, 30), (CJK, 10), (WORDS, 10), (NUMBERS, 5), (PUNCT, 6), (CASE, 2)]
 
 
-def rand_token(rng):
-    pool = rng.choices([p for p, _ in POOLS], weights=[w for _, w in POOLS])[0]
+def rand_token(rng, pools=POOLS):
+    pool = rng.choices([p for p, _ in pools], weights=[w for _, w in pools])[0]
     t = rng.choice(pool)
     if rng.random() < 0.15:  # glue punctuation on
         t = t + rng.choice(PUNCT) if rng.random() < 0.7 else rng.choice(PUNCT) + t
     return t
 
 
-def rand_line(rng, n):
+def rand_line(rng, n, pools=POOLS):
     out = []
     for i in range(n):
-        if i:
-            out.append(rng.choice(SPACES) if rng.random() < 0.3 else " ")
-        out.append(rand_token(rng))
+        if i:  # (CJK text: mostly no space between words)
+            out.append("" if pools is POOLS_CJK and rng.random() < 0.6 else
+                       rng.choice(SPACES) if rng.random() < 0.3 else " ")
+        out.append(rand_token(rng, pools))
     s = "".join(out)
     if rng.random() < 0.1:
         s = rng.choice(SPACES) + s + rng.choice(SPACES)
     return s
 
 
-def perturb(rng, line, level):
+def perturb(rng, line, level, pools=POOLS):
     toks = line.split(" ")
     out = []
     for t in toks:
@@ -82,13 +96,13 @@ def perturb(rng, line, level):
         if r < level * 0.3:
             continue
         if r < level * 0.6:
-            out.append(rand_token(rng))
+            out.append(rand_token(rng, pools))
             continue
         if r < level * 0.7:
             t = t.upper() if rng.random() < 0.5 else t.lower()
         out.append(t)
         if rng.random() < level * 0.1:
-            out.append(rand_token(rng))
+            out.append(rand_token(rng, pools))
     if len(out) > 1 and rng.random() < level:
         i = rng.randrange(len(out) - 1)
         out[i], out[i + 1] = out[i + 1], out[i]
@@ -123,7 +137,17 @@ OPTION_SETS = [
     {"m": ["bleu", "chrf", "ter"]}, {"m": ["ter"], "tcs": True}, {"m": ["ter"], "tnorm": True},
     {"m": ["ter"], "tnp": True}, {"m": ["ter", "bleu"], "tcs": True, "tnorm": True, "tnp": True, "lc": True},
     {"sl": "ter"}, {"m": ["ter"], "short": True, "tnorm": True}, {"m": ["ter"], "score_only": True},
+    # the tokenizers and TER settings for text without spaces (their cases draw from POOLS_CJK)
+    {"tok": "zh"}, {"tok": "char"}, {"tok": "zh", "lc": True, "m": ["bleu"]}, {"sl": "bleu", "tok": "zh"},
+    {"tok": "char", "short": True, "m": ["bleu"]}, {"m": ["ter"], "tnorm": True, "tas": True},
+    {"m": ["ter"], "tnp": True, "tas": True}, {"m": ["ter", "bleu"], "tnorm": True, "tnp": True, "tas": True,
+                                               "tok": "zh", "short": True},
+    {"m": ["ter"], "tas": True},
 ]
+
+
+def cjk(opt):
+    return opt.get("tok") in ("zh", "char") or opt.get("tas", False)
 
 
 def expected(hyp_path, ref_paths, opt, width):
@@ -142,7 +166,8 @@ def expected(hyp_path, ref_paths, opt, width):
                                    effective_order="sl" in opt, references=refs)
         elif name == "ter":
             metrics["TER"] = TER(case_sensitive=opt.get("tcs", False), normalized=opt.get("tnorm", False),
-                                 no_punct=opt.get("tnp", False), references=refs)
+                                 no_punct=opt.get("tnp", False), asian_support=opt.get("tas", False),
+                                 references=refs)
         else:
             metrics["CHRF"] = CHRF(char_order=opt.get("cc", 6), word_order=opt.get("cw", 0),
                                    beta=opt.get("beta", 2), lowercase=opt.get("lc", False),
@@ -192,7 +217,8 @@ def lleval_args(opt):
         a.append("-b")
     if opt.get("short"):
         a.append("-sh")
-    for k, flag in (("tcs", "--ter-case-sensitive"), ("tnorm", "--ter-normalized"), ("tnp", "--ter-no-punct")):
+    for k, flag in (("tcs", "--ter-case-sensitive"), ("tnorm", "--ter-normalized"), ("tnp", "--ter-no-punct"),
+                    ("tas", "--ter-asian-support")):
         if opt.get(k):
             a.append(flag)
     return a
@@ -209,7 +235,7 @@ def sacrebleu_cli_args(opt):
             a += [flag, str(opt[k])]
     for k, flag in (("ws", "--chrf-whitespace"), ("eps", "--chrf-eps-smoothing"), ("score_only", "-b"),
                     ("short", "-sh"), ("tcs", "--ter-case-sensitive"), ("tnorm", "--ter-normalized"),
-                    ("tnp", "--ter-no-punct")):
+                    ("tnp", "--ter-no-punct"), ("tas", "--ter-asian-support")):
         if opt.get(k):
             a.append(flag)
     if "sl" in opt:
@@ -234,7 +260,7 @@ def write(path, lines, rng):
         f.write(text)
 
 
-def make_case(rng, idx, ter=False):
+def make_case(rng, idx, ter=False, pools=POOLS):
     if idx < len(HAND):
         hyps, refs = HAND[idx]
         return list(hyps), [list(r) for r in refs]
@@ -243,9 +269,9 @@ def make_case(rng, idx, ter=False):
     level = rng.choice([0.0, 0.1, 0.3, 0.6, 1.0])
     # (TER: lines up to 80 words; sacrebleu's Python TER takes seconds on 200)
     lens = [0, 1, 2, 5, 10, 20, 40, 80] if ter else [0, 1, 2, 5, 10, 20, 40, 200]
-    base = [rand_line(rng, rng.choice(lens) if rng.random() < 0.95 else 0) for _ in range(n)]
-    refs = [[perturb(rng, b, 0.3 * level) if k else b for b in base] for k in range(nrefs)]
-    hyps = [perturb(rng, b, level) if rng.random() > 0.05 else "" for b in base]
+    base = [rand_line(rng, rng.choice(lens) if rng.random() < 0.95 else 0, pools) for _ in range(n)]
+    refs = [[perturb(rng, b, 0.3 * level, pools) if k else b for b in base] for k in range(nrefs)]
+    hyps = [perturb(rng, b, level, pools) if rng.random() > 0.05 else "" for b in base]
     return hyps, refs
 
 
@@ -271,7 +297,8 @@ def main():
     cli_checked = 0
     for idx in range(args.cases):
         opt = OPTION_SETS[idx % len(OPTION_SETS)] if idx >= len(HAND) else {}
-        hyps, refs = make_case(rng, idx, "ter" in opt.get("m", []) or opt.get("sl") == "ter")
+        hyps, refs = make_case(rng, idx, "ter" in opt.get("m", []) or opt.get("sl") == "ter",
+                               POOLS_CJK if cjk(opt) else POOLS)
         d = os.path.join(tmp, "case%03d" % idx)
         os.makedirs(d, exist_ok=True)
         hyp_path = os.path.join(d, "hyp")
