@@ -176,6 +176,13 @@ typedef struct {
     double bleu, chrf; /* when train.valid_bleu */
     int have_bleu;
     long tokens;       /* target tokens the loss covers (fewer with train.valid_max_batches) */
+    /* Each data.valid corpus alone, when there are several (else n_corpora = 0): a multilingual
+     * model's pairs, or several test sets of one pair.  The fields above are over them all. */
+    int n_corpora;
+    struct {
+        double loss, nll, bleu, chrf;
+        long tokens;
+    } corpus[LL_MAX_CORPORA];
 } ll_valid_result;
 /* Loss on `valid` and (train.valid_bleu) BLEU/chrF of decoding the raw
  * data.valid sources with train.valid_beam.  -1 + errbuf. */
@@ -189,6 +196,9 @@ int ll_validate_ranks(ll_model *m, const ll_config *cfg, const ll_dataset *valid
 /* What the validation log line adds after the loss: the batches validated
  * (train.valid_max_batches) and BLEU/chrF when computed; "" otherwise. */
 void ll_valid_extra(const ll_config *cfg, const ll_valid_result *r, char *buf, size_t n);
+/* Corpus k of r->corpus for the log: "de-en (newstest2015.de) | loss 3.123 | ppl 8.71 | bleu 25.10 |
+ * chrf 50.20" (bleu and chrf when computed). */
+void ll_valid_corpus_line(const ll_config *cfg, const ll_valid_result *r, int k, char *buf, size_t n);
 /* Inference-time latent gates for a language pair (config language indices;
  * no-op without latent layers).  -1 + errbuf when a latent stack has no row
  * for the pair (an unknown language, or a pair per_pair rows do not cover). */

@@ -86,7 +86,11 @@ const ll_cfg_key ll_cfg_keys[] = {
             "batches come w times per epoch (fairseq's --upsample-primary; a fraction takes a random part each "
             "epoch), with temperature or uniform its probability is multiplied by w (uniform + weights = fixed "
             "mixing ratios, as OpenNMT-py's corpus weights). Not with every_pair sampling (latent depth)."),
-    CORPORA("data.valid", valid, n_valid, "Validation corpora, same form as data.train."),
+    CORPORA("data.valid", valid, n_valid,
+            "Validation corpora, same form as data.train. With several (a multilingual model's pairs, or several "
+            "test sets), each one's loss, and BLEU/chrF with train.valid_bleu, is also logged (valid | update N | "
+            "de-en (file) | ...) and written to metrics.jsonl's \"corpora\" list, in this order; train.best_metric "
+            "follows them all together."),
     INT("data.max_tokens", max_tokens, "4096", 1, INT_MAX,
         "Tokens per batch (per device): max(B * max(S, T)) with padding."),
     INT("data.pad_to_multiple", pad_to_multiple, "1", 1, 1024,

@@ -489,9 +489,25 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
             r.nll, pow(2, r.nll), extra, t->cfg->best_metric, higher ? 2 : 3, /* bleu, chrf as printed before */
             higher ? -t->ts.best_valid : t->ts.best_valid,
             best ? " (new best)" : "");
+    for (int k = 0; ll_verbosity > 0 && k < r.n_corpora; k++) {
+        char line[2 * LL_PATH_MAX];
+        ll_valid_corpus_line(t->cfg, &r, k, line, sizeof line);
+        fprintf(stderr, "valid | update %ld | %s\n", t->ts.update, line);
+    }
     fprintf(t->metrics, "{\"type\":\"valid\",\"update\":%ld,\"loss\":%.6f,\"nll\":%.6f,\"ppl\":%.4f,\"tokens\":%ld",
             t->ts.update, r.loss, r.nll, pow(2, r.nll), r.tokens);
     if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
+    if (r.n_corpora > 0) { /* each data.valid corpus, in order */
+        fprintf(t->metrics, ",\"corpora\":[");
+        for (int k = 0; k < r.n_corpora; k++) {
+            fprintf(t->metrics, "%s{\"pair\":\"%s-%s\",\"loss\":%.6f,\"nll\":%.6f,\"tokens\":%ld", k ? "," : "",
+                    t->cfg->valid[k].src_lang, t->cfg->valid[k].tgt_lang, r.corpus[k].loss, r.corpus[k].nll,
+                    r.corpus[k].tokens);
+            if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.corpus[k].bleu, r.corpus[k].chrf);
+            fprintf(t->metrics, "}");
+        }
+        fprintf(t->metrics, "]");
+    }
     fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", higher ? -t->ts.best_valid : t->ts.best_valid, elapsed);
     t->ts.metrics_records++;
     if (metrics_done(t)) return -1;

@@ -61,16 +61,48 @@ static void valid_loss(ll_model *m, const ll_config *cfg, const ll_dataset *vali
     long ntok = 0;
     ll_model_stats_zero(m);
     const uint64_t nmax = cfg->valid_max_batches > 0 ? (uint64_t)cfg->valid_max_batches : UINT64_MAX;
-    /* losses accumulate on the backend; one read at the end */
+    /* Several corpora: each one's loss as well.  The sums on the backend are read where the batches
+     * go from one corpus to the next (the validation batches come corpus by corpus: one read per
+     * corpus), and each corpus gets the difference; the totals are read as with one corpus. */
+    const int per = cfg->n_valid > 1 && valid->n_pairs == cfg->n_valid;
+    double pc[3 * LL_MAX_CORPORA] = {0}, seen[2] = {0, 0}; /* per corpus: loss, nll, tokens */
+    int cur = -1;
     for (uint64_t i = 0; i < nmax && ll_batcher_next(vb, &b); i++) {
         if (i % (uint64_t)d->world != (uint64_t)d->rank) continue;
+        if (per && b.pair != cur) {
+            if (cur >= 0) {
+                double st[LL_ST_N];
+                ll_model_stats_read(m, st, NULL);
+                pc[3 * cur] += st[LL_ST_LOSS] - seen[0], pc[3 * cur + 1] += st[LL_ST_NLL] - seen[1];
+                seen[0] = st[LL_ST_LOSS], seen[1] = st[LL_ST_NLL];
+            }
+            cur = b.pair;
+        }
         ll_set_pair_inference(m, cfg, b.src_lang, b.tgt_lang); /* rows exist: ll_config_validate */
         ll_latent_inference_draw(m, i);                          /* sample mode: one draw per batch */
         ll_model_step(m, &b, cfg->seed, 0, 0, NULL);
         ntok += b.n_tgt_tokens;
+        if (per) pc[3 * b.pair + 2] += b.n_tgt_tokens;
     }
     ll_batch_free(&b);
     ll_batcher_free(vb);
+    if (per) {
+        if (cur >= 0) {
+            double st[LL_ST_N];
+            ll_model_stats_read(m, st, NULL);
+            pc[3 * cur] += st[LL_ST_LOSS] - seen[0], pc[3 * cur + 1] += st[LL_ST_NLL] - seen[1];
+        }
+        if (d->world > 1)
+            ll_dist_allreduce_wait(d->host, pc, 3 * (size_t)cfg->n_valid, LL_DIST_F64, 0,
+                                   "all-reduce of the validation loss per corpus");
+        r->n_corpora = cfg->n_valid;
+        for (int k = 0; k < cfg->n_valid; k++) {
+            const double t = pc[3 * k + 2] > 0 ? pc[3 * k + 2] : 1;
+            r->corpus[k].loss = pc[3 * k] / t / M_LN2;
+            r->corpus[k].nll = pc[3 * k + 1] / t / M_LN2;
+            r->corpus[k].tokens = (long)pc[3 * k + 2];
+        }
+    }
     if (d->world > 1) {
         ll_dist_allreduce_wait(d, m->stats, LL_ST_NLL + 1, LL_DIST_F64, 0, "all-reduce of the validation loss");
         ntok = (long)ll_dist_sum_host(d, (double)ntok, "all-reduce of validation tokens");
@@ -138,7 +170,12 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
         return ll_fail("train.valid_tokenize: unknown tokenizer '%s'", cfg->valid_tokenize);
     ll_bleu_init(&bs, &bo);
     ll_chrf_init(&cs, NULL);
+    const int per = cfg->n_valid > 1; /* each corpus's scores too */
     for (int k = 0; k < cfg->n_valid; k++) {
+        ll_bleu_stats kbs;
+        ll_chrf_stats kcs;
+        ll_bleu_init(&kbs, &bo);
+        ll_chrf_init(&kcs, NULL);
         const ll_corpus_cfg *c = &cfg->valid[k];
         int ns = 0, nt = 0;
         char **src = read_lines(c->src, &ns), **ref = src ? read_lines(c->tgt, &nt) : NULL;
@@ -181,12 +218,21 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
                 const char *refs[1] = {ref[i]};
                 ll_bleu_add(&bs, t.best[i], refs, 1);
                 ll_chrf_add(&cs, t.best[i], refs, 1);
+                if (per) ll_bleu_add(&kbs, t.best[i], refs, 1), ll_chrf_add(&kcs, t.best[i], refs, 1);
             }
         ns = nt = mine;
         if (!rc) ll_translation_free(&t);
         free_lines(src, ns);
         free_lines(ref, nt);
         if (rc) return -1;
+        if (per) {
+            if (d->world > 1) sum_scores(d, &kbs, &kcs);
+            ll_bleu_result kbr;
+            ll_chrf_result kcr;
+            ll_bleu_compute(&kbs, &kbr);
+            ll_chrf_compute(&kcs, &kcr);
+            r->corpus[k].bleu = kbr.score, r->corpus[k].chrf = kcr.score;
+        }
     }
     if (d->world > 1) sum_scores(d, &bs, &cs);
     ll_bleu_result br;
@@ -206,6 +252,15 @@ void ll_valid_extra(const ll_config *cfg, const ll_valid_result *r, char *buf, s
         k = snprintf(buf, n, " | first %d batches, %ld tokens", cfg->valid_max_batches, r->tokens);
     if (r->have_bleu && k >= 0 && (size_t)k < n)
         snprintf(buf + k, n - (size_t)k, " | bleu %.2f | chrf %.2f", r->bleu, r->chrf);
+}
+
+void ll_valid_corpus_line(const ll_config *cfg, const ll_valid_result *r, int k, char *buf, size_t n) {
+    const ll_corpus_cfg *c = &cfg->valid[k];
+    const char *base = strrchr(c->src, '/');
+    int w = snprintf(buf, n, "%s-%s (%s) | loss %.3f | ppl %.2f", c->src_lang, c->tgt_lang, base ? base + 1 : c->src,
+                     r->corpus[k].loss, pow(2, r->corpus[k].nll));
+    if (r->have_bleu && w >= 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, " | bleu %.2f | chrf %.2f", r->corpus[k].bleu, r->corpus[k].chrf);
 }
 
 int ll_validate(ll_model *m, const ll_config *cfg, const ll_dataset *valid, const ll_spm *spm, ll_valid_result *r) {

@@ -7,7 +7,7 @@
 # with DDR + ALD + cross-attention drop + LayerDrop (also recomputing each
 # layer: train.checkpoint_activations), with DLCL + ReZero, and a
 # multilingual latent-depth model whose ranks hold different language pairs
-# in each update (reference KL with the aggregated-posterior prior, L_K).
+# in each update (reference KL with the aggregated-posterior prior, L_K; validation of each pair).
 # Then train.max_minutes with two ranks: all stop after the same update.
 # adam_eps 1e-6: the attention key biases have a gradient that is zero in
 # exact arithmetic; Adam with eps 1e-8 turns its rounding noise (which
@@ -49,6 +49,12 @@ for kind, tol in (("train", 1e-5), ("valid", 1e-4)):
         assert x["update"] == y["update"], (kind, x, y)
         assert abs(x["loss"] - y["loss"]) < tol and abs(x["nll"] - y["nll"]) < tol, (kind, x, y)
         assert x.get("bleu") == y.get("bleu") and x.get("chrf") == y.get("chrf"), (kind, x, y)
+        # several validation corpora: each one's too (its loss read between corpora on each rank)
+        xc, yc = x.get("corpora", []), y.get("corpora", [])
+        assert len(xc) == len(yc), (kind, x, y)
+        for p, q in zip(xc, yc):
+            assert p["tokens"] == q["tokens"] and abs(p["loss"] - q["loss"]) < tol, (kind, p, q)
+            assert p.get("bleu") == q.get("bleu") and p.get("chrf") == q.get("chrf"), (kind, p, q)
 PY
 }
 
@@ -96,7 +102,9 @@ compare dlcl_rezero "$TINY" 2 1 "${D[@]}" --set dlcl.encoder=true --set dlcl.dec
   --set train.lr=3e-4
 LAT=(--set data.dir="$T/lbin" --set latent.soft_update=2 --set latent.anneal_updates=3 --set latent.lk_anneal_updates=2
      --set latent.logits_lr=0.05 --set latent.kl=reference --set latent.prior=agged_posterior --set latent.inner_steps=2)
-compare latent "$SRC/configs/tiny_latent.cfg" 2 1 "${LAT[@]}"
+compare latent "$SRC/configs/tiny_latent.cfg" 2 1 "${LAT[@]}" --set train.valid_interval=5 --set train.valid_bleu=true
+grep -q '"corpora":\[{"pair":"en-es",.*"bleu".*},{"pair":"en-xx",' "$T/latent.2/metrics.jsonl" ||
+  err "latent: no validation record of each language pair"
 cmp -s <(grep -o '"kl":[^,]*,"lk":[^,]*' "$T/latent.1/metrics.jsonl") <(grep -o '"kl":[^,]*,"lk":[^,]*' "$T/latent.2/metrics.jsonl") ||
   err "latent: KL / L_K records differ"
 grep -q '"lk":0.0[0-9]*[1-9]' "$T/latent.2/metrics.jsonl" || err "latent: L_K never active (the test would not test it)"

@@ -3,7 +3,9 @@
 # corpus, validation BLEU on a tagged validation corpus, the tag kept in the checkpoint's config;
 # lldecode reads "<BT> text" with the tag (its scores differ from the untagged line's), and a
 # tag the vocabulary lacks is plain text.  The tagged copy has weight 3 (data.sampling size): an
-# epoch reads its batches three times.
+# epoch reads its batches three times.  Validation on the tagged and the plain validation corpus:
+# each one's loss and BLEU/chrF are also reported, and each BLEU/chrF is lleval's of lldecode's
+# greedy translations of that corpus (with and without the tag) by the last checkpoint.
 source "$(dirname "$0")/lib.sh"
 D=$SRC/tests/data/tiny
 cat > "$T/bt.cfg" <<CFG
@@ -16,6 +18,7 @@ data:
     - {src: $D/overfit32.en, tgt: $D/overfit32.es, src_lang: en, tgt_lang: es, src_tag: <BT>, weight: 3}
   valid:
     - {src: $D/valid.en, tgt: $D/valid.es, src_lang: en, tgt_lang: es, src_tag: <BT>}
+    - {src: $D/valid.en, tgt: $D/valid.es, src_lang: en, tgt_lang: es}
   max_tokens: 2048
   max_len: 64
   sampling: size
@@ -28,6 +31,34 @@ grep -q 'corpus weights: data.train\[1\] x3; an epoch is 4 batches' "$T/train.lo
 grep -q "epoch 15 | 100.0% | update 60 " "$T/train.log" || err "60 updates over epochs of 4 batches are not 15 epochs: $(grep -o "epoch [0-9]*" "$T/train.log" | tail -1)"
 grep -q '"bleu":' "$T/run/metrics.jsonl" || err "no validation BLEU on the tagged validation corpus"
 M=$T/run/checkpoint_last.llm
+# each validation corpus: the loss's parts add up to the whole; the last validation (update 60, the
+# last checkpoint's) scores what lldecode + lleval score
+sed 's/^/<BT> /' "$D/valid.en" > "$T/valid.bt"
+for k in 0 1; do
+  src=$D/valid.en
+  [ $k = 0 ] && src=$T/valid.bt
+  "$BIN/lldecode" --model "$M" --input "$src" --beam 1 --quiet > "$T/valid$k.hyp" 2> "$T/valid$k.err" ||
+    err "lldecode of validation corpus $k failed: $(tail -1 "$T/valid$k.err")"
+  "$BIN/lleval" -r "$D/valid.es" -i "$T/valid$k.hyp" -m bleu,chrf -b -w 4 > "$T/valid$k.score" ||
+    err "lleval of validation corpus $k failed"
+done
+grep -q '^valid | update 60 | en-es (valid.en) | loss [0-9.]* | ppl [0-9.]* | bleu' "$T/train.log" ||
+  err "no line for each validation corpus: $(grep '^valid' "$T/train.log")"
+python3 - "$T/run/metrics.jsonl" "$T/valid0.score" "$T/valid1.score" <<'PY' || err "the scores of each validation corpus"
+import json, sys
+v = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "valid"]
+assert len(v) == 2 and all(len(r["corpora"]) == 2 for r in v), v
+for r in v:
+    c = r["corpora"]
+    assert sum(x["tokens"] for x in c) == r["tokens"], r
+    assert abs(sum(x["loss"] * x["tokens"] for x in c) / r["tokens"] - r["loss"]) < 1e-5, r
+    assert c[0]["loss"] != c[1]["loss"], r  # the tag changes the source
+for k in (0, 1):
+    bleu, chrf = map(float, open(sys.argv[2 + k]).read().split())
+    got = v[-1]["corpora"][k]
+    assert abs(got["bleu"] - bleu) < 1e-3 and abs(got["chrf"] - chrf) < 1e-3, (k, got, bleu, chrf)
+print("validation corpora:", v[-1]["corpora"])
+PY
 grep -aq 'src_tag: "<BT>", weight: 3}' "$M" || err "the checkpoint's config lost the src_tag or the weight"
 head -5 "$D/valid.en" > "$T/in.en"
 head -5 "$D/valid.es" > "$T/ref.es"
