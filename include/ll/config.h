@@ -71,6 +71,9 @@ typedef struct {
     char optimizer[8];   /* "adam" */
     float lr, warmup_init_lr, end_lr, power;
     int warmup_updates;
+    float lr_shrink;   /* reduce on plateau: the lr x this after lr_patience + 1 validations without a best (1 = off) */
+    int lr_patience;
+    float stop_min_lr; /* past warmup, stop when the lr falls below it (0 = never) */
     char scheduler[16];  /* "inverse_sqrt" | "polynomial" */
     float adam_beta1, adam_beta2, adam_eps, weight_decay;
     float clip_norm;

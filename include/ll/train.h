@@ -76,6 +76,8 @@ typedef struct {
     int64_t epoch, batch_pos; /* data position (ll_batcher_state) */
     double best_valid;      /* best validation loss so far (inf if none) */
     int64_t bad_valids;     /* validations without improvement */
+    int64_t lr_shrinks;     /* train.lr_shrink: times the lr has been shrunk (lr = schedule x shrink^this) */
+    int64_t plateau_bad;    /* validations without improvement since the last shrink */
     int n_streams;          /* data iterators (one per language pair in latent mode) */
     int64_t stream_pos[2 * LL_MAX_CORPORA]; /* (epoch, pos) of each */
     long best_update;       /* update of the model in checkpoint_best (-1: none / unknown) */

@@ -142,6 +142,17 @@ const ll_cfg_key ll_cfg_keys[] = {
     FLT("train.end_lr", end_lr, "0", 0, 10, 0, "Final learning rate of the polynomial and cosine schedulers."),
     FLT("train.power", power, "1", 0, 100, 0, "Exponent of the polynomial decay (1 = linear)."),
     INT("train.warmup_updates", warmup_updates, "4000", 0, INT_MAX, "Updates of linear warmup."),
+    FLT("train.lr_shrink", lr_shrink, "1", 0, 1, OPEN_MIN,
+        "Reduce on plateau (fairseq's reduce_lr_on_plateau --lr-shrink, Marian's --lr-decay-strategy stalled): "
+        "when train.lr_patience + 1 validations in a row bring no new best of train.best_metric, every later lr "
+        "of the schedule is multiplied by this once more. 1 = off. Needs validation (data.valid, "
+        "train.valid_interval)."),
+    INT("train.lr_patience", lr_patience, "0", 0, INT_MAX,
+        "Validations without a new best that train.lr_shrink lets pass before it shrinks the lr (fairseq's "
+        "--lr-patience)."),
+    FLT("train.stop_min_lr", stop_min_lr, "0", 0, 10, 0,
+        "Stop training once the learning rate past warmup falls below this (fairseq's --stop-min-lr): the end of "
+        "train.lr_shrink's plateaus, or of a decaying schedule. 0 = never."),
     ENUM("train.scheduler", scheduler, "inverse_sqrt", "inverse_sqrt|polynomial|cosine",
          "After warmup: lr * sqrt(warmup/step) (fairseq's inverse_sqrt); polynomial decay to train.end_lr at "
          "train.max_updates (polynomial_decay); or half a cosine from train.lr to train.end_lr over the updates "

@@ -64,6 +64,8 @@ int ll_model_save(const char *path, ll_model *m, const char *config_text, const 
         extra[1] = ts->finished;
         extra[2] = ts->metrics_records;
         extra[3] = (int64_t)ts->data_hash; /* 0: unknown (before issue 28) */
+        extra[4] = ts->lr_shrinks;         /* (0 in files from before train.lr_shrink) */
+        extra[5] = ts->plateau_bad;
         t[n++] = (ll_tensor_ref){.name = "state.extra", .dtype = LL_DT_I64, .ndim = 1, .shape = {8}, .data = extra,
                                  .nbytes = sizeof extra};
         t[n++] = (ll_tensor_ref){.name = "state.log_acc", .dtype = LL_DT_F64, .ndim = 1, .shape = {LL_LOG_ACC},
@@ -307,6 +309,8 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     const int64_t *extra = ex ? ex->data : NULL;
     if (!bad && extra && (extra[0] < -1 || extra[0] > ints[1] || (extra[1] != 0 && extra[1] != 1)))
         bad = "best checkpoint update";
+    if (!bad && extra && (extra[4] < 0 || extra[4] > ints[1] || extra[5] < 0 || extra[5] > ints[1]))
+        bad = "learning-rate plateau counters";
     if (bad) return ll_fail("%s: training state is corrupt or forged (%s)", path, bad);
     if (copy_in(m, ts->opt->m, mm, m->n_params, path) || copy_in(m, ts->opt->v, vv, m->n_params, path)) return -1;
     for (size_t i = 0; i < m->n_params; i++) /* second moments are averages of squares */
@@ -345,6 +349,8 @@ int ll_train_state_load(ll_train_state *ts, const ll_ckpt *k, ll_model *m, const
     ts->finished = extra ? (int)extra[1] : 0;
     ts->metrics_records = extra && extra[2] >= 0 ? extra[2] : -1;
     ts->data_hash = extra ? (uint64_t)extra[3] : 0;
+    ts->lr_shrinks = extra ? extra[4] : 0;
+    ts->plateau_bad = extra ? extra[5] : 0;
     memcpy(&ts->best_valid, bb->data, sizeof(double));
     return 0;
 }

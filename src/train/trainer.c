@@ -127,7 +127,20 @@ static void fmt_eta(char *buf, size_t n, double s) {
     snprintf(buf, n, "%02ld:%02ld:%02ld", x / 3600, x / 60 % 60, x % 60);
 }
 
-/* The stopping rules (max updates, max epochs, patience) say the run is over. */
+/* The lr of the update after `updates` completed ones: the schedule's, shrunk on plateaus
+ * (train.lr_shrink). */
+static double lr_at(const trainer *t, long updates) {
+    const double lr = ll_schedule_lr(&t->sched, updates);
+    return t->ts.lr_shrinks > 0 ? lr * pow(t->cfg->lr_shrink, (double)t->ts.lr_shrinks) : lr;
+}
+
+/* train.stop_min_lr: past warmup, the next update's lr is below it */
+static int lr_too_small(const trainer *t) {
+    return t->cfg->stop_min_lr > 0 && t->ts.update >= t->cfg->warmup_updates &&
+           lr_at(t, t->ts.update) < t->cfg->stop_min_lr;
+}
+
+/* The stopping rules (max updates, max epochs, patience, the smallest lr) say the run is over. */
 static int run_is_over(trainer *t) {
     const ll_config *cfg = t->cfg;
     int64_t epoch, pos;
@@ -135,7 +148,7 @@ static int run_is_over(trainer *t) {
     const int nb = ll_batcher_n_batches(t->its[0]);
     return (cfg->max_updates > 0 && t->ts.update >= cfg->max_updates) ||
            (cfg->max_epochs > 0 && (epoch > cfg->max_epochs || (epoch == cfg->max_epochs && pos >= nb))) ||
-           (cfg->patience > 0 && t->ts.bad_valids >= cfg->patience);
+           (cfg->patience > 0 && t->ts.bad_valids >= cfg->patience) || lr_too_small(t);
 }
 
 /* checkpoint_best must hold the model the state calls best.  A killed run, a
@@ -223,6 +236,8 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (t->data_locked) ll_data_lock_release(&t->data_lock, 0), t->data_locked = 0;
     if (strcmp(cfg->best_metric, "loss") && !cfg->valid_bleu)
         return ll_fail("train.best_metric=%s needs train.valid_bleu: true", cfg->best_metric);
+    if (cfg->lr_shrink < 1 && !t->have_valid)
+        return ll_fail("train.lr_shrink %g needs validation: no data.valid corpus", (double)cfg->lr_shrink);
     t->n_langs = ll_config_langs(cfg, t->langs);
 
     ll_hparams hp;
@@ -482,6 +497,17 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     } else {
         t->ts.bad_valids++;
     }
+    /* reduce on plateau (torch's ReduceLROnPlateau, as fairseq uses it: shrink once more than
+     * lr_patience validations in a row brought no best, then count again from 0) */
+    int shrunk = 0;
+    if (t->cfg->lr_shrink < 1) {
+        t->ts.plateau_bad = best ? 0 : t->ts.plateau_bad + 1;
+        if (t->ts.plateau_bad > t->cfg->lr_patience) {
+            t->ts.lr_shrinks++;
+            t->ts.plateau_bad = 0;
+            shrunk = 1;
+        }
+    }
     char extra[160];
     ll_valid_extra(t->cfg, &r, extra, sizeof extra);
     if (ll_verbosity > 0)
@@ -489,6 +515,10 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
             r.nll, pow(2, r.nll), extra, t->cfg->best_metric, higher ? 2 : 3, /* bleu, chrf as printed before */
             higher ? -t->ts.best_valid : t->ts.best_valid,
             best ? " (new best)" : "");
+    if (shrunk && ll_verbosity > 0)
+        fprintf(stderr, "valid | update %ld | no new best of %s in %d validations: lr x %g (x %.4g in all), %.3e next\n",
+                t->ts.update, t->cfg->best_metric, t->cfg->lr_patience + 1, (double)t->cfg->lr_shrink,
+                pow(t->cfg->lr_shrink, (double)t->ts.lr_shrinks), lr_at(t, t->ts.update));
     for (int k = 0; ll_verbosity > 0 && k < r.n_corpora; k++) {
         char line[2 * LL_PATH_MAX];
         ll_valid_corpus_line(t->cfg, &r, k, line, sizeof line);
@@ -522,6 +552,10 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
         ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
                t->cfg->best_metric);
+        *stop = 1;
+    } else if (lr_too_small(t)) {
+        ll_log("stop: the learning rate %.3e is below train.stop_min_lr %g", lr_at(t, t->ts.update),
+               (double)t->cfg->stop_min_lr);
         *stop = 1;
     }
     return 0;
@@ -646,7 +680,8 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
         const long q = t.ts.update + (late_ntok >= 0); /* the update about to be queued */
-        if (late_ntok >= 0 && ((t.world > 1 ? stop_sig : ll_train_signal()) || stop || out_of_time ||
+        const int low_lr = cfg->stop_min_lr > 0 && q >= cfg->warmup_updates && lr_at(&t, q) < cfg->stop_min_lr;
+        if (late_ntok >= 0 && ((t.world > 1 ? stop_sig : ll_train_signal()) || stop || out_of_time || low_lr ||
                                (max_updates && q >= max_updates) ||
                                (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))))) {
             if ((rc = absorb_late(&t, &late_ntok))) goto out; /* the loop ends below: the update in flight first */
@@ -657,7 +692,11 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             break;
         }
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
-        double lr = ll_schedule_lr(&t.sched, q);
+        if (low_lr) {
+            ll_log("stop: the learning rate %.3e is below train.stop_min_lr %g", lr_at(&t, q), (double)cfg->stop_min_lr);
+            break;
+        }
+        double lr = lr_at(&t, q);
         if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
         ll_model_zero_grads(t.m);
         ll_model_stats_zero(t.m);

@@ -94,6 +94,48 @@ PY
   err "train.valid_tokenize=intl was accepted"
 grep -q "valid_tokenize" "$T/err" || err "no error naming train.valid_tokenize: $(cat "$T/err")"
 
+# 3a. reduce on plateau (train.lr_shrink, lr_patience) and train.stop_min_lr.  A model this young
+# translates nothing, so its BLEU stays 0: after the first validation (the best), every one is
+# without improvement; with lr_patience 1 the lr halves at updates 15 and 25.  The lr records
+# against the same run without shrinking: x1 to update 15, x0.5 for 16-25, x0.25 after.  A run
+# stopped at update 15 and resumed replays it bit for bit (the counters are in the checkpoint).
+plateau=(--config "$T/overfit.cfg" --set train.max_updates=30 --set train.valid_interval=5 --set train.log_interval=5
+         --set train.valid_bleu=true --set train.best_metric=bleu --set train.lr_patience=1)
+"$LLTRAIN" "${plateau[@]}" --set checkpoint.save_dir="$T/flat" 2> "$T/flat.log" || err "lr_shrink 1 run failed"
+rm -rf "$T/run"
+"$LLTRAIN" "${plateau[@]}" --set checkpoint.save_dir="$T/run" --set train.lr_shrink=0.5 2> "$T/shrink.log" ||
+  err "lr_shrink run failed: $(tail -1 "$T/shrink.log")"
+mv "$T/run" "$T/shrink"
+grep -q "valid | update 15 | no new best of bleu in 2 validations: lr x 0.5 (x 0.5 in all)" "$T/shrink.log" ||
+  err "no lr shrink logged at update 15: $(grep '^valid' "$T/shrink.log")"
+python3 - "$T/flat/metrics.jsonl" "$T/shrink/metrics.jsonl" <<'PY' || err "the shrunk learning rates"
+import json, sys
+lr = [{r["update"]: r["lr"] for r in map(json.loads, open(p)) if r["type"] == "train"} for p in sys.argv[1:]]
+want = {5: 1, 10: 1, 15: 1, 20: 0.5, 25: 0.5, 30: 0.25}
+got = {u: lr[1][u] / lr[0][u] for u in want}
+assert all(abs(got[u] - want[u]) < 1e-6 for u in want), got
+PY
+"$LLTRAIN" "${plateau[@]}" --set checkpoint.save_dir="$T/run" --set train.lr_shrink=0.5 --set train.max_updates=15 \
+  2> /dev/null || err "lr_shrink first half failed"
+"$LLTRAIN" "${plateau[@]}" --set checkpoint.save_dir="$T/run" --set train.lr_shrink=0.5 --resume 2> "$T/shrink2.log" ||
+  err "lr_shrink resume failed: $(tail -1 "$T/shrink2.log")"
+cmp -s "$T/shrink/checkpoint_last.llm" "$T/run/checkpoint_last.llm" ||
+  err "a resumed reduce-on-plateau run differs from the uninterrupted one"
+# stop_min_lr: a constant lr (polynomial decay of power 0) shrunk at every validation without a
+# best: x0.5 after update 10, x0.25 < 0.3 after update 15
+minlr=(--set train.lr_shrink=0.5 --set train.lr_patience=0 --set train.warmup_updates=1 --set train.scheduler=polynomial
+       --set train.power=0 --set train.stop_min_lr=9e-4)
+"$LLTRAIN" "${plateau[@]}" --set checkpoint.save_dir="$T/minlr" "${minlr[@]}" 2> "$T/minlr.log" || err "stop_min_lr run failed"
+grep -q "stop: the learning rate .* is below train.stop_min_lr 0.0009" "$T/minlr.log" || err "stop_min_lr did not stop the run"
+last=$(grep '"type":"train"' "$T/minlr/metrics.jsonl" | tail -1 | sed 's/.*"update":\([0-9]*\).*/\1/')
+[ "$last" = 15 ] || err "stop_min_lr: the last update is $last, not 15"
+"$LLTRAIN" "${plateau[@]}" --set checkpoint.save_dir="$T/minlr" "${minlr[@]}" --resume 2> "$T/minlr2.log"
+grep -q "already finished" "$T/minlr2.log" || err "resuming a run stopped by stop_min_lr trained on: $(tail -1 "$T/minlr2.log")"
+sed '/valid:/,/valid.es/d' "$T/overfit.cfg" > "$T/novalid.cfg"
+"$LLTRAIN" --config "$T/novalid.cfg" --set checkpoint.save_dir="$T/nov" --set train.lr_shrink=0.5 2> "$T/err" &&
+  err "train.lr_shrink without validation was accepted"
+grep -q "train.lr_shrink 0.5 needs validation" "$T/err" || err "lr_shrink without validation: $(cat "$T/err")"
+
 # 3b. train.valid_max_batches: the validation loss over the first batches only, said in the log and
 # the metrics' token count (the full run above: every validation token)
 "$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/vmax" --set train.max_updates=2 \

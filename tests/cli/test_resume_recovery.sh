@@ -41,8 +41,10 @@ grep -q "checkpoint_last.llm: checksum mismatch.*skipping it" "$T/log" || err "n
 grep -q "resuming from .*checkpoint_25.llm (update 25) instead" "$T/log" || err "did not fall back to checkpoint_25: $(cat "$T/log")"
 [ "$(upd "$R/checkpoint_last.llm")" = 30 ] || err "checkpoint_last is not at update 30 after the fallback"
 
-# 3. forged training state (negative update count, Adam step, batch position): refused, falls back
-for f in "seti64('state.counters', 1, -5)" "seti64('state.counters', 0, -1)" "seti64('state.counters', 3, -2)"; do
+# 3. forged training state (negative update count, Adam step, batch position, lr plateau counters
+#    (train.lr_shrink) negative or past the update count): refused, falls back
+for f in "seti64('state.counters', 1, -5)" "seti64('state.counters', 0, -1)" "seti64('state.counters', 3, -2)" \
+  "seti64('state.extra', 4, -1)" "seti64('state.extra', 5, 31)"; do
   forge "$R/checkpoint_30.llm" "$R/checkpoint_last.llm" "$f"
   "${A[@]}" --set train.max_updates=30 --resume 2> "$T/log"
   grep -q "checkpoint_last.llm: training state is.* forged" "$T/log" || err "forged state ($f) accepted: $(cat "$T/log")"
