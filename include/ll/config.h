@@ -104,6 +104,7 @@ typedef struct {
 
     /* validation BLEU and early stopping */
     int valid_bleu;        /* decode the validation set at every validation */
+    int valid_translations; /* and write those translations into save_dir (valid_hyp.<k>.<tgt_lang>) */
     int valid_beam;
     char best_metric[8];   /* "loss" | "bleu" | "chrf" */
     char valid_tokenize[8]; /* validation BLEU's tokenizer: "13a" | "none" | "zh" | "char" */

@@ -200,6 +200,9 @@ int ll_validate_ranks(ll_model *m, const ll_config *cfg, const ll_dataset *valid
 void ll_valid_extra(const ll_config *cfg, const ll_valid_result *r, char *buf, size_t n);
 /* Corpus k of r->corpus for the log: "de-en (newstest2015.de) | loss 3.123 | ppl 8.71 | bleu 25.10 |
  * chrf 50.20" (bleu and chrf when computed). */
+/* train.valid_translations: the file of corpus k's translations in save_dir (best: the copy
+ * kept for the best validation). */
+const char *ll_valid_hyp_path(const ll_config *cfg, int k, int best, char *buf, size_t n);
 void ll_valid_corpus_line(const ll_config *cfg, const ll_valid_result *r, int k, char *buf, size_t n);
 /* Inference-time latent gates for a language pair (config language indices;
  * no-op without latent layers).  -1 + errbuf when a latent stack has no row

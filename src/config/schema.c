@@ -225,6 +225,11 @@ const ll_cfg_key ll_cfg_keys[] = {
     INT("decode.beam", beam, "5", 1, 1024, "Beam size."),
     FLT("decode.lenpen", lenpen, "1", 0, 100, 0, "Length penalty: hypotheses scored by logprob / length^lenpen."),
     BOOL("train.valid_bleu", valid_bleu, "false", "Also decode the validation set and report BLEU at every validation."),
+    BOOL("train.valid_translations", valid_translations, "false",
+         "With train.valid_bleu: write each validation corpus's translations, one line per source line, to "
+         "<save_dir>/valid_hyp.<k>.<tgt_lang> at every validation (k: its place in data.valid), and link them as "
+         "valid_hyp_best.<k>.<tgt_lang> when the validation is a new best (Marian's --valid-translation-output): "
+         "for other metrics (lleval -m ter, COMET) or a look."),
     INT("train.valid_beam", valid_beam, "1", 1, 1024, "Beam size for validation BLEU (1 = greedy, fast)."),
     ENUM("train.valid_tokenize", valid_tokenize, "13a", "13a|none|zh|char",
          "Validation BLEU's tokenizer, as sacreBLEU's -tok: 13a (WMT's), zh for a Chinese target, char for "

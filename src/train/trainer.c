@@ -96,6 +96,21 @@ static int checkpoint_rank0(trainer *t, int numbered) {
     return 0;
 }
 
+/* dst becomes a copy of the text file src, atomically (where ll_link_over cannot link). */
+static int copy_file(const char *src, const char *dst) {
+    size_t len;
+    char *text = ll_read_file(src, &len);
+    if (!text) return -1;
+    ll_atomic_file af;
+    int rc = ll_atomic_open(&af, dst);
+    if (!rc) {
+        fwrite(text, 1, len, af.f);
+        rc = ll_atomic_commit(&af);
+    }
+    free(text);
+    return rc;
+}
+
 /* checkpoint.keep_best: this validation's model as one of the N best files when
  * it ranks among them (rank 0 writes; ZeRO-1 gathers the moments on every rank). */
 static int keep_best(trainer *t, double value) {
@@ -236,6 +251,8 @@ static int setup(trainer *t, const ll_train_opts *o) {
     if (t->data_locked) ll_data_lock_release(&t->data_lock, 0), t->data_locked = 0;
     if (strcmp(cfg->best_metric, "loss") && !cfg->valid_bleu)
         return ll_fail("train.best_metric=%s needs train.valid_bleu: true", cfg->best_metric);
+    if (cfg->valid_translations && !cfg->valid_bleu)
+        return ll_fail("train.valid_translations needs train.valid_bleu: true (the validation translations)");
     if (cfg->lr_shrink < 1 && !t->have_valid)
         return ll_fail("train.lr_shrink %g needs validation: no data.valid corpus", (double)cfg->lr_shrink);
     t->n_langs = ll_config_langs(cfg, t->langs);
@@ -542,6 +559,13 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
     t->ts.metrics_records++;
     if (metrics_done(t)) return -1;
     crash_point(t, "valid");
+    if (best && t->cfg->valid_translations && t->rank == 0) /* the best validation's translations, kept */
+        for (int k = 0; k < t->cfg->n_valid; k++) {
+            char cur[LL_PATH_MAX + 64], keep[LL_PATH_MAX + 64];
+            ll_valid_hyp_path(t->cfg, k, 0, cur, sizeof cur);
+            if (ll_link_over(cur, ll_valid_hyp_path(t->cfg, k, 1, keep, sizeof keep)) && copy_file(cur, keep))
+                return -1;
+        }
     if (best) {
         ll_dist_train_full_moments(t->dt, 1); /* ZeRO-1: every rank sends its shards; rank 0 writes */
         int rc = save(t, "checkpoint_best.llm");

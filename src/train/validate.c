@@ -161,6 +161,53 @@ static void sum_scores(ll_dist *d, ll_bleu_stats *bs, ll_chrf_stats *cs) {
     if (cs->n_sents > 0 && cs->nrefs == 0) cs->nrefs = 1;
 }
 
+const char *ll_valid_hyp_path(const ll_config *cfg, int k, int best, char *buf, size_t n) {
+    snprintf(buf, n, "%s/valid_hyp%s.%d.%s", cfg->save_dir, best ? "_best" : "", k, cfg->valid[k].tgt_lang);
+    return buf;
+}
+
+/* train.valid_translations: corpus k's ns translations, of which this rank holds lines
+ * rank, rank + world, ... (hyp[0..]), in order into its file by rank 0.  Several ranks: the
+ * lengths, then the bytes, summed over the ranks (each rank's own places non-zero; doubles hold
+ * bytes exactly). */
+static int write_translations(const ll_config *cfg, ll_dist *d, int k, int ns, char **hyp) {
+    double *len = ll_calloc((size_t)ns + 1, sizeof(double));
+    for (int i = d->rank, j = 0; i < ns; i += d->world, j++) len[i] = hyp[j] ? (double)strlen(hyp[j]) : 0;
+    if (d->world > 1) ll_dist_allreduce_wait(d->host, len, (size_t)ns, LL_DIST_F64, 0, "all-reduce of translation lengths");
+    size_t *off = ll_malloc(((size_t)ns + 1) * sizeof(size_t));
+    off[0] = 0;
+    for (int i = 0; i < ns; i++) off[i + 1] = off[i] + (size_t)len[i];
+    char *text = ll_malloc(off[ns] + 1);
+    if (d->world > 1) {
+        double *bytes = ll_calloc(off[ns] + 1, sizeof(double));
+        for (int i = d->rank, j = 0; i < ns; i += d->world, j++)
+            for (size_t c = 0; c < off[i + 1] - off[i]; c++) bytes[off[i] + c] = (unsigned char)hyp[j][c];
+        ll_dist_allreduce_wait(d->host, bytes, off[ns], LL_DIST_F64, 0, "all-reduce of translations");
+        for (size_t c = 0; c < off[ns]; c++) text[c] = (char)(unsigned char)bytes[c];
+        free(bytes);
+    } else {
+        for (int i = 0; i < ns; i++) memcpy(text + off[i], hyp[i], off[i + 1] - off[i]);
+    }
+    int rc = 0;
+    if (d->rank == 0) {
+        char path[LL_PATH_MAX + 64];
+        ll_atomic_file af;
+        if (ll_atomic_open(&af, ll_valid_hyp_path(cfg, k, 0, path, sizeof path))) {
+            rc = -1;
+        } else {
+            for (int i = 0; i < ns; i++) {
+                fwrite(text + off[i], 1, off[i + 1] - off[i], af.f);
+                fputc('\n', af.f);
+            }
+            rc = ll_atomic_commit(&af);
+        }
+    }
+    free(text);
+    free(off);
+    free(len);
+    return rc;
+}
+
 static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_valid_result *r, ll_dist *d) {
     ll_bleu_stats bs;
     ll_chrf_stats cs;
@@ -220,11 +267,12 @@ static int valid_bleu(ll_model *m, const ll_config *cfg, const ll_spm *spm, ll_v
                 ll_chrf_add(&cs, t.best[i], refs, 1);
                 if (per) ll_bleu_add(&kbs, t.best[i], refs, 1), ll_chrf_add(&kcs, t.best[i], refs, 1);
             }
+        const int wrc = !rc && cfg->valid_translations ? write_translations(cfg, d, k, ns, t.best) : 0;
         ns = nt = mine;
         if (!rc) ll_translation_free(&t);
         free_lines(src, ns);
         free_lines(ref, nt);
-        if (rc) return -1;
+        if (rc || wrc) return -1;
         if (per) {
             if (d->world > 1) sum_scores(d, &kbs, &kcs);
             ll_bleu_result kbr;

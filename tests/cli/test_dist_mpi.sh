@@ -69,6 +69,14 @@ grep -q "2 ranks (mpi collectives" "$T/prep.log" || err "rank 0 did not log the 
 
 compare plain "$TINY" 2 1 "${D[@]}" --set train.clip_norm=0.5 --set train.valid_bleu=true --set train.valid_interval=5
 compare uf "$TINY" 4 2 "${D[@]}" --set dist.bucket_mb=0.05
+# validation translations (train.valid_translations) gathered from two ranks: from a model that
+# translates something (60 updates of one process), one update, then the final validation
+"$BIN/lltrain" --config "$TINY" "${D[@]}" "${BASE[@]}" --set train.max_updates=60 --set train.lr=3e-3 \
+  --set train.warmup_updates=20 --set checkpoint.save_dir="$T/vt0" 2> "$T/vt0.log" || err "vt0: training failed"
+compare vt "$TINY" 2 1 "${D[@]}" --set train.init_from="$T/vt0/checkpoint_last.llm" --set train.max_updates=1 \
+  --set train.valid_bleu=true --set train.valid_translations=true
+grep -q '[^[:space:]]' "$T/vt.1/valid_hyp.0.es" || err "vt: the translations are all empty (the test would test nothing)"
+cmp -s "$T/vt.1/valid_hyp.0.es" "$T/vt.2/valid_hyp.0.es" || err "vt: two ranks' validation translations differ from one's"
 # (with the weights' moving average: the model compared is the average; the raw weights are optim.params)
 compare zero "$TINY" 4 2 "${D[@]}" --set dist.zero=1 --set dist.bucket_mb=0.02 --set train.clip_norm=0.5 \
   --set train.ema_decay=0.8
@@ -102,7 +110,11 @@ compare dlcl_rezero "$TINY" 2 1 "${D[@]}" --set dlcl.encoder=true --set dlcl.dec
   --set train.lr=3e-4
 LAT=(--set data.dir="$T/lbin" --set latent.soft_update=2 --set latent.anneal_updates=3 --set latent.lk_anneal_updates=2
      --set latent.logits_lr=0.05 --set latent.kl=reference --set latent.prior=agged_posterior --set latent.inner_steps=2)
-compare latent "$SRC/configs/tiny_latent.cfg" 2 1 "${LAT[@]}" --set train.valid_interval=5 --set train.valid_bleu=true
+compare latent "$SRC/configs/tiny_latent.cfg" 2 1 "${LAT[@]}" --set train.valid_interval=5 --set train.valid_bleu=true \
+  --set train.valid_translations=true
+for f in valid_hyp.0.es valid_hyp.1.xx valid_hyp_best.0.es; do # (each rank translated every second line)
+  cmp -s "$T/latent.1/$f" "$T/latent.2/$f" || err "latent: $f of two ranks differs from one process's"
+done
 grep -q '"corpora":\[{"pair":"en-es",.*"bleu".*},{"pair":"en-xx",' "$T/latent.2/metrics.jsonl" ||
   err "latent: no validation record of each language pair"
 cmp -s <(grep -o '"kl":[^,]*,"lk":[^,]*' "$T/latent.1/metrics.jsonl") <(grep -o '"kl":[^,]*,"lk":[^,]*' "$T/latent.2/metrics.jsonl") ||

@@ -5,7 +5,8 @@
 # tag the vocabulary lacks is plain text.  The tagged copy has weight 3 (data.sampling size): an
 # epoch reads its batches three times.  Validation on the tagged and the plain validation corpus:
 # each one's loss and BLEU/chrF are also reported, and each BLEU/chrF is lleval's of lldecode's
-# greedy translations of that corpus (with and without the tag) by the last checkpoint.
+# greedy translations of that corpus (with and without the tag) by the last checkpoint, which are
+# the translations train.valid_translations wrote, byte for byte.
 source "$(dirname "$0")/lib.sh"
 D=$SRC/tests/data/tiny
 cat > "$T/bt.cfg" <<CFG
@@ -22,7 +23,8 @@ data:
   max_tokens: 2048
   max_len: 64
   sampling: size
-train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, max_updates: 60, log_interval: 20, valid_interval: 30, valid_bleu: true}
+train: {seed: 1, threads: 2, lr: 3e-3, warmup_updates: 20, max_updates: 60, log_interval: 20, valid_interval: 30, valid_bleu: true,
+        valid_translations: true}
 checkpoint: {save_dir: $T/run}
 CFG
 "$BIN/lltrain" --config "$T/bt.cfg" > "$T/train.log" 2>&1 || err "lltrain failed: $(tail -1 "$T/train.log")"
@@ -59,6 +61,10 @@ for k in (0, 1):
     assert abs(got["bleu"] - bleu) < 1e-3 and abs(got["chrf"] - chrf) < 1e-3, (k, got, bleu, chrf)
 print("validation corpora:", v[-1]["corpora"])
 PY
+for k in 0 1; do
+  cmp -s "$T/run/valid_hyp.$k.es" "$T/valid$k.hyp" || err "valid_hyp.$k.es is not lldecode's translation of corpus $k"
+  [ -s "$T/run/valid_hyp_best.$k.es" ] || err "no valid_hyp_best.$k.es"
+done
 grep -aq 'src_tag: "<BT>", weight: 3}' "$M" || err "the checkpoint's config lost the src_tag or the weight"
 head -5 "$D/valid.en" > "$T/in.en"
 head -5 "$D/valid.es" > "$T/ref.es"
