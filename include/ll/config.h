@@ -84,6 +84,7 @@ typedef struct {
     int valid_interval, valid_max_batches, log_interval;
     char metrics_log[LL_PATH_MAX];
     char init_from[LL_PATH_MAX]; /* a model file whose parameters start the run ("": none) */
+    char freeze[512];            /* comma-separated glob patterns of tensors Adam leaves alone ("": none) */
     char device[16];     /* "auto" | "cpu" | "cuda" */
     char precision[8];   /* "fp32" | "bf16": the activation dtype */
     int tf32;            /* fp32 matmuls on a GPU use TF32 tensor cores */

@@ -37,8 +37,19 @@ typedef struct {
     double *spike;
     int spike_window;
     double spike_z_loss, spike_z_gnorm;
+    /* train.freeze: the parts of Theta = [0, phi_offset) Adam steps, and the frozen parts, whose
+     * gradients are zeroed before the norm (lo, n in reals; without freezing one part, [0, phi)) */
+    struct ll_adam_range {
+        size_t lo, n;
+    } *steps, *frozen;
+    int n_steps, n_frozen;
 } ll_adam;
 void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg);
+/* train.freeze: the tensors whose names match any of the comma-separated glob patterns (fnmatch,
+ * e.g. "enc.embed,enc.layers.*") take no Adam step and no weight decay, and leave the gradient
+ * norm; -1 + errbuf for a pattern that matches nothing, the latent logits (latent.* settings
+ * steer them), or everything.  Logs what it froze (once: rank 0 passes verbose). */
+int ll_adam_freeze(ll_adam *o, const ll_model *model, const char *patterns, int verbose);
 void ll_adam_free(ll_adam *o, ll_model *model);
 /* Queue one update, with no host read: gradient norm into the stats buffer,
  * the gradient scaled by grad_scale and clipped to clip_norm (0 = off) inside

@@ -184,6 +184,13 @@ const ll_cfg_key ll_cfg_keys[] = {
         "(fairseq's --finetune-from-model): fine-tuning, or training a pruned model on.  The optimizer, learning-rate "
         "schedule, update count and data position start fresh.  It must have this config's architecture (model.*, "
         "dlcl.*, latent layers) and vocabulary; relative to the config file.  Not read by --resume."),
+    STR("train.freeze", freeze, "", 0,
+        "Tensors that do not train: comma-separated glob patterns of parameter names (fnmatch), e.g. "
+        "\"enc.embed,dec.embed\" or \"enc.*\" (names: enc.embed, dec.embed, dec.output_projection, "
+        "enc.layers.<l>.ffn.fc1.weight, dec.layers.<l>.cross_attn.q.bias, enc.final_ln.weight, ...; a tied "
+        "embedding is enc.embed). They take no Adam step and no weight decay and leave the gradient norm; their "
+        "gradients are still computed. For fine-tuning with train.init_from. A pattern matching nothing is an "
+        "error."),
     ENUM("train.device", device, "cpu", "auto|cpu|cuda",
          "Where to train: cpu; cuda (GPU 0; an error when there is none); auto (GPU 0 when there is one and the "
          "CUDA backend has every op, else the CPU; the log says which)."),

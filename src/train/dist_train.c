@@ -321,6 +321,17 @@ void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad
     const size_t n = m->n_params, phi = m->phi_offset;
     const int phi_step = lr_phi >= 0 && phi < n;
     if (!phi_step && phi < n) be->memset0(be, m->grads + phi, (n - phi) * sizeof(real));
+    /* train.freeze: the frozen parts of this rank's blocks out of the norm */
+    for (int i = 0; i < dt->nb; i++) {
+        const bucket *b = &dt->b[i];
+        if (b->phi || !b->own_n) continue;
+        const size_t blo = b->lo + b->own_lo, bhi = blo + b->own_n;
+        for (int j = 0; j < o->n_frozen; j++) {
+            const size_t lo = o->frozen[j].lo > blo ? o->frozen[j].lo : blo,
+                         hi = o->frozen[j].lo + o->frozen[j].n < bhi ? o->frozen[j].lo + o->frozen[j].n : bhi;
+            if (lo < hi) be->memset0(be, dt->g_sh + b->shard_off + (lo - blo), (hi - lo) * sizeof(real));
+        }
+    }
     /* the squared norm: this rank's blocks, plus (rank 0 only: every rank holds them) the logits */
     if (dt->shard_n) be->sumsq(be, m->stats + LL_ST_GSUMSQ, dt->g_sh, dt->shard_n);
     if (d->rank == 0 && phi < n) be->sumsq(be, m->stats + LL_ST_GSUMSQ, m->grads + phi, n - phi);
@@ -332,8 +343,16 @@ void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad
         if (b->phi || !b->own_n) continue;
         /* no weight-copy output: other ranks' shards arrive by the all-gather, so the
          * activation-dtype copy is refreshed whole once they are in (below) */
-        be->adam(be, m->params + b->lo + b->own_lo, NULL, dt->g_sh + b->shard_off, dt->m_sh + b->shard_off,
-                 dt->v_sh + b->shard_off, b->own_n, (real)lr, o->b1, o->b2, o->eps, o->wd, m->stats, LL_ST_ADAM_T);
+        /* the block's parts that train.freeze left to train (the whole block without it) */
+        const size_t blo = b->lo + b->own_lo, bhi = blo + b->own_n;
+        for (int j = 0; j < o->n_steps; j++) {
+            const size_t lo = o->steps[j].lo > blo ? o->steps[j].lo : blo,
+                         hi = o->steps[j].lo + o->steps[j].n < bhi ? o->steps[j].lo + o->steps[j].n : bhi;
+            if (lo >= hi) continue;
+            const size_t at = b->shard_off + (lo - blo);
+            be->adam(be, m->params + lo, NULL, dt->g_sh + at, dt->m_sh + at, dt->v_sh + at, hi - lo, (real)lr, o->b1,
+                     o->b2, o->eps, o->wd, m->stats, LL_ST_ADAM_T);
+        }
     }
     if (phi_step)
         be->adam(be, m->params + phi, NULL, m->grads + phi, dt->m_phi, dt->v_phi, n - phi, (real)lr_phi, o->b1,

@@ -1,6 +1,8 @@
 /* fairseq's Adam (decoupled weight decay), gradient clipping by global norm,
  * and the inverse-sqrt / polynomial / cosine learning-rate schedules. */
+#include <fnmatch.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ll/train.h"
@@ -52,6 +54,11 @@ void ll_adam_init(ll_adam *o, ll_model *model, const ll_config *cfg) {
         o->ema = be->alloc(be, model->n_params * sizeof(real));
         be->copy(be, o->ema, model->params, model->n_params * sizeof(real));
     }
+    o->steps = ll_malloc(sizeof *o->steps);
+    o->steps[0] = (struct ll_adam_range){0, model->phi_offset};
+    o->n_steps = model->phi_offset > 0;
+    o->frozen = NULL;
+    o->n_frozen = 0;
     o->spike = NULL;
     o->spike_window = cfg->spike_window;
     o->spike_z_loss = cfg->spike_zscore_loss;
@@ -81,8 +88,87 @@ void ll_adam_free(ll_adam *o, ll_model *model) {
     model->be->free(model->be, o->v);
     if (o->ema) model->be->free(model->be, o->ema);
     if (o->spike) model->be->free(model->be, o->spike);
+    free(o->steps);
+    free(o->frozen);
+    o->steps = o->frozen = NULL;
+    o->n_steps = o->n_frozen = 0;
     o->m = o->v = o->ema = NULL;
     o->spike = NULL;
+}
+
+static void push_range(struct ll_adam_range **a, int *n, size_t lo, size_t len) {
+    if (!len) return;
+    if (*n > 0 && (*a)[*n - 1].lo + (*a)[*n - 1].n == lo) { /* adjacent: one range */
+        (*a)[*n - 1].n += len;
+        return;
+    }
+    *a = ll_realloc(*a, sizeof **a * (size_t)(*n + 1));
+    (*a)[(*n)++] = (struct ll_adam_range){lo, len};
+}
+
+int ll_adam_freeze(ll_adam *o, const ll_model *model, const char *patterns, int verbose) {
+    if (!patterns || !patterns[0]) return 0;
+    const size_t phi = model->phi_offset;
+    uint8_t *frozen = ll_calloc((size_t)model->n_table, 1);
+    char *list = ll_strdup(patterns), *save = NULL;
+    int rc = 0;
+    for (char *p = strtok_r(list, ",", &save); p && !rc; p = strtok_r(NULL, ",", &save)) {
+        while (*p == ' ') p++;
+        for (char *e = p + strlen(p); e > p && e[-1] == ' ';) *--e = 0;
+        if (!*p) continue;
+        int hits = 0, latent = 0;
+        for (int i = 0; i < model->n_table; i++) {
+            if (fnmatch(p, model->table[i].name, 0) != 0) continue;
+            if (model->table[i].offset >= phi) {
+                latent = 1;
+                continue;
+            }
+            frozen[i] = 1, hits++;
+        }
+        if (!hits)
+            rc = ll_fail("train.freeze: '%s' %s", p,
+                         latent ? "matches only the latent-depth logits, which latent.* settings steer"
+                                : "matches no parameter (names such as enc.embed, enc.layers.0.ffn.fc1.weight, "
+                                  "dec.layers.*.cross_attn.*)");
+    }
+    free(list);
+    /* the frozen tensors' ranges, then their complement in [0, phi) */
+    struct ll_adam_range *fr = NULL, *st = NULL;
+    int nf = 0, ns = 0;
+    size_t nfrozen = 0, ntensors = 0;
+    if (!rc) {
+        size_t *lo = ll_malloc(sizeof(size_t) * ((size_t)model->n_table + 1)), k = 0;
+        for (int i = 0; i < model->n_table; i++)
+            if (frozen[i]) lo[k++] = (size_t)i;
+        /* the table is in offset order: ranges come out sorted */
+        for (size_t j = 0; j < k; j++) {
+            const ll_param *t = &model->table[lo[j]];
+            push_range(&fr, &nf, t->offset, t->numel);
+            nfrozen += t->numel, ntensors++;
+        }
+        free(lo);
+        size_t at = 0;
+        for (int j = 0; j < nf; j++) {
+            push_range(&st, &ns, at, fr[j].lo - at);
+            at = fr[j].lo + fr[j].n;
+        }
+        push_range(&st, &ns, at, phi > at ? phi - at : 0);
+        int below = 0; /* (the table need not cover [0, phi) without gaps) */
+        for (int i = 0; i < model->n_table; i++) below += model->table[i].offset < phi;
+        if ((int)ntensors == below)
+            rc = ll_fail("train.freeze '%s' freezes every parameter: nothing is left to train", patterns);
+    }
+    free(frozen);
+    if (rc) {
+        free(fr), free(st);
+        return -1;
+    }
+    free(o->steps), free(o->frozen);
+    o->steps = st, o->n_steps = ns, o->frozen = fr, o->n_frozen = nf;
+    if (verbose)
+        ll_log("train.freeze: %zu tensors frozen (%.2fM of %.2fM parameters): no Adam step, no weight decay; their "
+               "gradients are still computed", ntensors, nfrozen / 1e6, (double)phi / 1e6);
+    return 0;
 }
 
 void ll_adam_ema_step(ll_adam *o, ll_model *model, long update) {
@@ -110,6 +196,8 @@ void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double 
     const size_t n = model->n_params, phi = model->phi_offset;
     const int phi_step = lr_phi >= 0 && phi < n;
     if (!phi_step && phi < n) be->memset0(be, model->grads + phi, (n - phi) * sizeof(real));
+    for (int i = 0; i < o->n_frozen; i++) /* train.freeze: out of the norm */
+        be->memset0(be, model->grads + o->frozen[i].lo, o->frozen[i].n * sizeof(real));
     /* norm, clip coefficient, skip flag and step counts are decided on the
      * backend (grad_finish); Adam reads them from the stats buffer */
     be->sumsq(be, model->stats + LL_ST_GSUMSQ, model->grads, n);
@@ -117,8 +205,11 @@ void ll_adam_step(ll_adam *o, ll_model *model, double lr, double lr_phi, double 
     be->grad_finish(be, model->stats, grad_scale, clip_norm, phi_step);
     /* Adam refreshes the activation-dtype weight copy too (NULL: it aliases the master) */
     ll_act *wa = model->wact != (ll_act *)model->params ? model->wact : NULL;
-    be->adam(be, model->params, wa, model->grads, o->m, o->v, phi, (real)lr, o->b1, o->b2, o->eps, o->wd,
-             model->stats, LL_ST_ADAM_T);
+    for (int i = 0; i < o->n_steps; i++) { /* [0, phi) in one piece unless train.freeze cut it */
+        const size_t lo = o->steps[i].lo;
+        be->adam(be, model->params + lo, wa ? ll_act_at(be, wa, lo) : NULL, model->grads + lo, o->m + lo, o->v + lo,
+                 o->steps[i].n, (real)lr, o->b1, o->b2, o->eps, o->wd, model->stats, LL_ST_ADAM_T);
+    }
     if (phi_step)
         be->adam(be, model->params + phi, wa ? ll_act_at(be, wa, phi) : NULL, model->grads + phi, o->m + phi,
                  o->v + phi, n - phi, (real)lr_phi, o->b1, o->b2, o->eps, 0, model->stats, LL_ST_ADAM_T_PHI);

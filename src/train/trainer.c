@@ -282,6 +282,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         ll_log("train.checkpoint_activations true: each layer's input kept, its forward run again in the backward");
     if (t->latent) ll_latent_ctx_init(&t->lat, cfg, t->m);
     ll_adam_init(&t->opt, t->m, cfg);
+    if (ll_adam_freeze(&t->opt, t->m, cfg->freeze, t->rank == 0)) return -1;
     if (t->opt.ema && t->rank == 0)
         ll_log("train.ema_decay %g: a moving average of the weights (averaging from update %d); validation, "
                "checkpoint_best and the checkpoints' models use it (the raw weights are kept for --resume)",

@@ -3,7 +3,7 @@
 # must give, after 10 updates, the parameters of one process that sees the
 # union of the two ranks' batches (update_freq x 2), max |diff| < 5e-5 (PTOL):
 # plain (with dropout and gradient clipping), with update_freq, with ZeRO-1
-# (also skipping spikes: train.spike_zscore_*),
+# (also skipping spikes: train.spike_zscore_*; also with frozen tensors: train.freeze),
 # with DDR + ALD + cross-attention drop + LayerDrop (also recomputing each
 # layer: train.checkpoint_activations), with DLCL + ReZero, and a
 # multilingual latent-depth model whose ranks hold different language pairs
@@ -82,6 +82,12 @@ compare zero "$TINY" 4 2 "${D[@]}" --set dist.zero=1 --set dist.bucket_mb=0.02 -
   --set train.ema_decay=0.8
 grep -q "ZeRO-1: Adam moments sharded over 2 ranks: .* MiB of optimizer state saved per rank" "$T/zero.2.log" ||
   err "zero: no memory-saved line"
+# train.freeze under ZeRO-1: each rank steps the parts of its blocks left to train (blocks that
+# cut across frozen tensors), with weight decay, the norm clipped (so the frozen gradients must leave
+# it on every rank); one process freezes the same tensors
+compare freeze "$TINY" 2 1 "${D[@]}" --set dist.zero=1 --set dist.bucket_mb=0.02 --set train.weight_decay=0.1 \
+  --set train.clip_norm=0.1 \
+  --set "train.freeze=enc.layers.0.*,dec.layers.1.ffn.*,enc.embed"
 "$BIN/ll_ckpt_diff" "$T/zero.1/checkpoint_last.llm" "$T/zero.2/checkpoint_last.llm" optim. | tee "$T/zero.moments"
 awk '{exit !($2 < 1e-5)}' "$T/zero.moments" || err "zero: gathered Adam moments (or raw weights) differ"
 "$BIN/ll_ckpt_diff" "$T/zero.1/checkpoint_last.llm" "$T/zero.2/checkpoint_last.llm" optim.params | grep -q " over 1 " ||
