@@ -654,6 +654,31 @@ static void test_ensemble_mix(void) {
         }
 }
 
+/* ensemble_mix's AVX2 form gives the AVX-512 form's bits (where this CPU runs both): 1,001
+ * log-probabilities (a tail in either width), gaps from 0 to ~60 */
+static void test_ensemble_mix_forms(void) {
+    enum { N = 1001 };
+    static real a[N], b[N], first[N];
+    int have = 0;
+    for (int form = TU_FORM_AVX512; form <= TU_FORM_AVX2; form++) {
+        if (!tu_cpu_form(form)) continue;
+        uint64_t s = 12345;
+        for (int i = 0; i < N; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            a[i] = -(real)((s >> 40) % 60000) / 1000;
+            b[i] = -(real)((s >> 20) % 60000) / 1000;
+        }
+        a[7] = b[7] = -INFINITY;
+        ll_backend *be = ll_backend_cpu();
+        be->ensemble_mix(be, A_(a), A_(b), N, log(0.3), log(2.0));
+        if (have)
+            CHECK_MSG(!memcmp(a, first, sizeof a), "ensemble_mix: the AVX2 form's bits differ from the AVX-512 form's");
+        memcpy(first, a, sizeof a);
+        have = 1;
+    }
+    tu_cpu_form(TU_FORM_START);
+}
+
 /* add_col: column col of each row moved by val (bf16: rounded once), every other element as it was. */
 static void test_add_col(void) {
     enum { R = 5, V = 9, COL = 3 };
@@ -732,6 +757,7 @@ int main(void) {
         test_xent();
         test_beam_topk();
         test_beam_topk_diverse();
+        test_ensemble_mix();
     }
     tu_cpu_form(TU_FORM_START);
     test_optimizer_ops();
@@ -739,7 +765,7 @@ int main(void) {
     test_ancestry();
     test_attn_align();
     test_pick_logp();
-    test_ensemble_mix();
+    test_ensemble_mix_forms();
     test_add_col();
     test_fill_at();
     test_expand_cols();

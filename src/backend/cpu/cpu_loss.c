@@ -93,6 +93,10 @@ void cpu_ensemble_mix(ll_backend *be, ll_act *acc_, const ll_act *x_, size_t n, 
             ll_mix_logp_avx512(acc + i0, x + i0, m, (float)b, (float)c);
             continue;
         }
+        if (ll_cpu_avx2) {
+            ll_mix_logp_avx2(acc + i0, x + i0, m, (float)b, (float)c);
+            continue;
+        }
 #endif
         for (size_t i = i0; i < i0 + m; i++) acc[i] = ll_mix_logp(acc[i], x[i] + (real)b, (real)c);
     }

@@ -274,6 +274,47 @@ LL_AVX2_FMA static inline real ll_row_sum_exp_avx2(const real *x, int n, real sh
     return ll_hsum8_avx2(s);
 }
 
+/* ll_log16 on 8 lanes (positive normal x): the exponent and the mantissa in [1, 2) from the bits
+ * (what getexp and getmant give a normal number), then its steps: each lane has ll_log16's bits */
+LL_AVX2_FMA static inline __m256 ll_log8_avx2(__m256 x) {
+    const __m256i bits = _mm256_castps_si256(x);
+    __m256 e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(127)));
+    __m256 m = _mm256_castsi256_ps(
+        _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f800000)));
+    const __m256 big = _mm256_cmp_ps(m, _mm256_set1_ps(1.41421356f), _CMP_GT_OQ);
+    m = _mm256_blendv_ps(m, _mm256_mul_ps(m, _mm256_set1_ps(0.5f)), big);
+    e = _mm256_add_ps(e, _mm256_and_ps(big, _mm256_set1_ps(1.0f)));
+    const __m256 t = _mm256_sub_ps(m, _mm256_set1_ps(1.0f)), z = _mm256_mul_ps(t, t);
+    __m256 p = _mm256_set1_ps(7.0376836292e-2f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.1514610310e-1f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.1676998740e-1f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.2420140846e-1f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.4249322787e-1f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.6668057665e-1f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(2.0000714765e-1f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-2.4999993993e-1f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(3.3333331174e-1f));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, t), z);
+    y = _mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), y);
+    y = _mm256_fmadd_ps(z, _mm256_set1_ps(-0.5f), y);
+    return _mm256_fmadd_ps(e, _mm256_set1_ps(0.693359375f), _mm256_add_ps(t, y));
+}
+
+/* ll_mix_logp_avx512 on 8 lanes: acc[i] = ll_mix_logp(acc[i], x[i] + b, c), the same bits */
+LL_AVX2_FMA static inline void ll_mix_logp_avx2(float *acc, const float *x, size_t n, float b, float c) {
+    const __m256 vc = _mm256_set1_ps(c), vb = _mm256_set1_ps(b), ninf = _mm256_set1_ps(-INFINITY),
+                 one = _mm256_set1_ps(1.0f);
+    for (size_t i = 0; i < n; i += 8) {
+        const __m256i k = ll_tail8_avx2((int)(n - i < 8 ? n - i : 8));
+        const __m256 a = _mm256_maskload_ps(acc + i, k), e = _mm256_add_ps(_mm256_maskload_ps(x + i, k), vb);
+        const __m256 hi = _mm256_max_ps(a, e), lo = _mm256_min_ps(a, e);
+        const __m256 l = ll_log8_avx2(_mm256_add_ps(one, ll_exp8_avx2(_mm256_sub_ps(lo, hi))));
+        const __m256 r = _mm256_sub_ps(_mm256_add_ps(hi, l), vc);
+        /* both -inf: lo - hi is NaN; the sum's probability is 0 */
+        _mm256_maskstore_ps(acc + i, k, _mm256_blendv_ps(r, ninf, _mm256_cmp_ps(hi, ninf, _CMP_EQ_OQ)));
+    }
+}
+
 LL_AVX2_FMA static inline void ll_row_affine_avx2(real *x, int n, real a, real b) {
     const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
     for (int i = 0; i < n; i += 8) {
