@@ -198,28 +198,22 @@ static double compute_bleu(const int64_t correct[4], const int64_t total[4], int
 
 /* ---- white-box: tokenizer, lower(), UTF-8 ---- */
 
+/* each vec[i][0] tokenized by tok must give vec[i][1] */
+static void check_tok(const char *name, char *(*tok)(const char *, size_t, size_t *), const char *const (*vec)[2],
+                      int n) {
+    for (int i = 0; i < n; i++) {
+        size_t len;
+        char *t = tok(vec[i][0], strlen(vec[i][0]), &len);
+        CHECK_MSG(!strcmp(t, vec[i][1]) && len == strlen(t), "%s(\"%s\") = \"%s\", want \"%s\"", name, vec[i][0], t,
+                  vec[i][1]);
+        free(t);
+    }
+}
+
 static void test_tokenizer(void) {
-    for (int i = 0; i < N(tok_vec); i++) {
-        size_t n;
-        char *t = ll_ev_tok13a(tok_vec[i][0], strlen(tok_vec[i][0]), &n);
-        CHECK_MSG(!strcmp(t, tok_vec[i][1]) && n == strlen(t), "13a(\"%s\") = \"%s\", want \"%s\"", tok_vec[i][0], t,
-                  tok_vec[i][1]);
-        free(t);
-    }
-    for (int i = 0; i < N(zh_vec); i++) {
-        size_t n;
-        char *t = ll_ev_tokzh(zh_vec[i][0], strlen(zh_vec[i][0]), &n);
-        CHECK_MSG(!strcmp(t, zh_vec[i][1]) && n == strlen(t), "zh(\"%s\") = \"%s\", want \"%s\"", zh_vec[i][0], t,
-                  zh_vec[i][1]);
-        free(t);
-    }
-    for (int i = 0; i < N(char_vec); i++) {
-        size_t n;
-        char *t = ll_ev_tokchar(char_vec[i][0], strlen(char_vec[i][0]), &n);
-        CHECK_MSG(!strcmp(t, char_vec[i][1]) && n == strlen(t), "char(\"%s\") = \"%s\", want \"%s\"",
-                  char_vec[i][0], t, char_vec[i][1]);
-        free(t);
-    }
+    check_tok("13a", ll_ev_tok13a, tok_vec, N(tok_vec));
+    check_tok("zh", ll_ev_tokzh, zh_vec, N(zh_vec));
+    check_tok("char", ll_ev_tokchar, char_vec, N(char_vec));
     /* the names lleval and the config take, and the signature's */
     for (int t = LL_BLEU_TOK_13A; t <= LL_BLEU_TOK_CHAR; t++) {
         ll_bleu_tok back = LL_BLEU_TOK_NONE;

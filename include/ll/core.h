@@ -174,6 +174,8 @@ void ll_signal_cleanup_dir(const char *dir, int on);
 char *ll_read_file(const char *path, size_t *len);
 /* The same, refusing (NULL + errbuf) a file of more than max bytes (config files). */
 char *ll_read_file_max(const char *path, size_t max, size_t *len);
+/* `to` becomes a copy of the file `from`, written atomically; -1 + errbuf on failure. */
+int ll_copy_file(const char *from, const char *to);
 
 /* Mapped input files (src/core/mapguard.c): a SIGBUS inside a registered
  * mapping (the file shrank while mapped) prints an error naming the file and

@@ -246,3 +246,20 @@ char *ll_read_file_max(const char *path, size_t max, size_t *len) {
 }
 
 char *ll_read_file(const char *path, size_t *len) { return ll_read_file_max(path, SIZE_MAX - 1, len); }
+
+int ll_copy_file(const char *from, const char *to) {
+    size_t n;
+    char *buf = ll_read_file(from, &n);
+    if (!buf) return -1;
+    ll_atomic_file af;
+    int rc = ll_atomic_open(&af, to);
+    if (rc == 0) {
+        if (fwrite(buf, 1, n, af.f) != n) {
+            ll_atomic_abort(&af);
+            rc = ll_fail("%s: write failed", to);
+        } else
+            rc = ll_atomic_commit(&af);
+    }
+    free(buf);
+    return rc;
+}

@@ -332,22 +332,6 @@ static void undo_dirs(prep *P) {
 
 /* ---- sentencepiece ---- */
 
-static int copy_file(const char *from, const char *to) {
-    size_t n;
-    char *buf = ll_read_file(from, &n);
-    if (!buf) return -1;
-    ll_atomic_file af;
-    int rc = ll_atomic_open(&af, to);
-    if (rc == 0) {
-        if (fwrite(buf, 1, n, af.f) != n) {
-            ll_atomic_abort(&af);
-            rc = ll_fail("%s: write failed", to);
-        } else
-            rc = ll_atomic_commit(&af);
-    }
-    free(buf);
-    return rc;
-}
 
 static int make_spm(prep *P) {
     const ll_config *cfg = P->cfg;
@@ -356,7 +340,7 @@ static int make_spm(prep *P) {
     snprintf(P->info.spm_file, sizeof P->info.spm_file, "%s", LL_SPM_FILE);
     const char *what = cfg->spm_model[0] ? cfg->spm_model : "the trained model";
     if (cfg->spm_model[0]) {
-        if (copy_file(cfg->spm_model, model) != 0) return -1;
+        if (ll_copy_file(cfg->spm_model, model) != 0) return -1;
     } else {
         /* the distinct train text files, source and target */
         const char **files = ll_calloc((size_t)(2 * cfg->n_train), sizeof(char *));

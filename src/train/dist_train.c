@@ -299,6 +299,13 @@ static void wait_all(ll_dist_train *dt) {
 
 double ll_dist_train_wait_seconds(const ll_dist_train *dt) { return dt ? dt->wait_s : 0; }
 
+/* [*lo, *hi): the part of range r inside [blo, bhi); 0 when they do not meet */
+static int overlap(const struct ll_adam_range *r, size_t blo, size_t bhi, size_t *lo, size_t *hi) {
+    *lo = r->lo > blo ? r->lo : blo;
+    *hi = r->lo + r->n < bhi ? r->lo + r->n : bhi;
+    return *lo < *hi;
+}
+
 void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad_scale, double clip_norm) {
     ll_model *m = dt->m;
     if (!dt->on) {
@@ -326,11 +333,10 @@ void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad
         const bucket *b = &dt->b[i];
         if (b->phi || !b->own_n) continue;
         const size_t blo = b->lo + b->own_lo, bhi = blo + b->own_n;
-        for (int j = 0; j < o->n_frozen; j++) {
-            const size_t lo = o->frozen[j].lo > blo ? o->frozen[j].lo : blo,
-                         hi = o->frozen[j].lo + o->frozen[j].n < bhi ? o->frozen[j].lo + o->frozen[j].n : bhi;
-            if (lo < hi) be->memset0(be, dt->g_sh + b->shard_off + (lo - blo), (hi - lo) * sizeof(real));
-        }
+        size_t lo, hi;
+        for (int j = 0; j < o->n_frozen; j++)
+            if (overlap(&o->frozen[j], blo, bhi, &lo, &hi))
+                be->memset0(be, dt->g_sh + b->shard_off + (lo - blo), (hi - lo) * sizeof(real));
     }
     /* the squared norm: this rank's blocks, plus (rank 0 only: every rank holds them) the logits */
     if (dt->shard_n) be->sumsq(be, m->stats + LL_ST_GSUMSQ, dt->g_sh, dt->shard_n);
@@ -345,10 +351,9 @@ void ll_dist_train_step(ll_dist_train *dt, double lr, double lr_phi, double grad
          * activation-dtype copy is refreshed whole once they are in (below) */
         /* the block's parts that train.freeze left to train (the whole block without it) */
         const size_t blo = b->lo + b->own_lo, bhi = blo + b->own_n;
+        size_t lo, hi;
         for (int j = 0; j < o->n_steps; j++) {
-            const size_t lo = o->steps[j].lo > blo ? o->steps[j].lo : blo,
-                         hi = o->steps[j].lo + o->steps[j].n < bhi ? o->steps[j].lo + o->steps[j].n : bhi;
-            if (lo >= hi) continue;
+            if (!overlap(&o->steps[j], blo, bhi, &lo, &hi)) continue;
             const size_t at = b->shard_off + (lo - blo);
             be->adam(be, m->params + lo, NULL, dt->g_sh + at, dt->m_sh + at, dt->v_sh + at, hi - lo, (real)lr, o->b1,
                      o->b2, o->eps, o->wd, m->stats, LL_ST_ADAM_T);

@@ -96,21 +96,6 @@ static int checkpoint_rank0(trainer *t, int numbered) {
     return 0;
 }
 
-/* dst becomes a copy of the text file src, atomically (where ll_link_over cannot link). */
-static int copy_file(const char *src, const char *dst) {
-    size_t len;
-    char *text = ll_read_file(src, &len);
-    if (!text) return -1;
-    ll_atomic_file af;
-    int rc = ll_atomic_open(&af, dst);
-    if (!rc) {
-        fwrite(text, 1, len, af.f);
-        rc = ll_atomic_commit(&af);
-    }
-    free(text);
-    return rc;
-}
-
 /* checkpoint.keep_best: this validation's model as one of the N best files when
  * it ranks among them (rank 0 writes; ZeRO-1 gathers the moments on every rank). */
 static int keep_best(trainer *t, double value) {
@@ -564,7 +549,7 @@ static int run_validation(trainer *t, double elapsed, int *stop) {
         for (int k = 0; k < t->cfg->n_valid; k++) {
             char cur[LL_PATH_MAX + 64], keep[LL_PATH_MAX + 64];
             ll_valid_hyp_path(t->cfg, k, 0, cur, sizeof cur);
-            if (ll_link_over(cur, ll_valid_hyp_path(t->cfg, k, 1, keep, sizeof keep)) && copy_file(cur, keep))
+            if (ll_link_over(cur, ll_valid_hyp_path(t->cfg, k, 1, keep, sizeof keep)) && ll_copy_file(cur, keep))
                 return -1;
         }
     if (best) {
