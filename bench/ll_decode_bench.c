@@ -26,8 +26,9 @@
 int main(int argc, char **argv) {
     ll_cpu_setup(argv);
     int threads = 2, repeats = 3, B = 64, S = 30, T = 30, inter = 0, profile = 0, align = 0, sampling = -1, score = 0, ensemble = 1;
-    int no_repeat = 0, diverse = 0, shortlist_k = 0;
+    int no_repeat = 0, diverse = 0, shortlist_k = 0, vocab = 32000, n_sets = 0;
     double siblings = 0;
+    const char *sets[32];
     const char *beams = "1,5", *model = NULL, *device = "cpu", *prec = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
@@ -49,6 +50,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--diverse")) diverse = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--diversity-rate")) siblings = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--shortlist")) shortlist_k = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--vocab")) vocab = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--set") && n_sets < 32) sets[n_sets++] = argv[i + 1];
         else {
             fprintf(stderr,
                     "usage: %s [--threads N] [--repeats N] [--beams 1,5] [--inter-threads W]\n"
@@ -61,7 +64,9 @@ int main(int argc, char **argv) {
                     "          [--no-repeat N (lldecode --no-repeat-ngram-size N)]\n"
                     "          [--diverse G (lldecode --diverse-beam-groups G; beams G divides, others skipped)]\n"
                     "          [--diversity-rate R (lldecode --diversity-rate R)]\n"
-                    "          [--shortlist K (lldecode --shortlist: K tokens of the vocabulary per batch)]\n",
+                    "          [--shortlist K (lldecode --shortlist: K tokens of the vocabulary per batch)]\n"
+                    "          [--vocab V (--model base: its vocabulary, default 32000)]\n"
+                    "          [--set section.key=value (--model base: overrides of its config, e.g. model.d_model)]\n",
                     argv[0]);
             return 2;
         }
@@ -71,11 +76,15 @@ int main(int argc, char **argv) {
      * the GPU benchmark's Transformer-base, vocabulary 32,000 */
     ll_hparams hp = {.C = 256, .F = 1024, .H = 4, .Le = 6, .Ld = 6, .V = 8000, .max_pos = 1024, .share_all = 1,
                      .tie_output = 1};
+    if (!model && (n_sets || vocab != 32000)) ll_die("ll_decode_bench: --set and --vocab change --model base only");
     if (model) {
         if (strcmp(model, "base")) ll_die("ll_decode_bench: --model %s: only base", model);
         ll_config cfg;
         if (ll_config_load(&cfg, "bench/gpu/base.cfg")) ll_die("%s", ll_errbuf());
-        ll_hparams_from_config(&hp, &cfg, 32000);
+        for (int i = 0; i < n_sets; i++)
+            if (ll_config_set(&cfg, sets[i])) ll_die("ll_decode_bench: --set %s: %s", sets[i], ll_errbuf());
+        if (vocab < 4) ll_die("ll_decode_bench: --vocab %d: at least 4", vocab);
+        ll_hparams_from_config(&hp, &cfg, vocab);
         ll_config_free(&cfg);
     }
     if (!prec) prec = strcmp(device, "cuda") ? "fp32" : "bf16";
