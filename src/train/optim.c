@@ -130,6 +130,8 @@ int ll_adam_freeze(ll_adam *o, const ll_model *model, const char *patterns, int 
                          latent ? "matches only the latent-depth logits, which latent.* settings steer"
                                 : "matches no parameter (names such as enc.embed, enc.layers.0.ffn.fc1.weight, "
                                   "dec.layers.*.cross_attn.*)");
+        else if (latent && verbose)
+            ll_warn("train.freeze: '%s' also matches the latent-depth logits: they are left to latent.* settings", p);
     }
     free(list);
     /* the frozen tensors' ranges, then their complement in [0, phi) */

@@ -41,4 +41,8 @@ done
 "$BIN/lltrain" --config "$SRC/configs/tiny_latent.cfg" --set data.dir="$T/lbin" --set checkpoint.save_dir="$T/lat" \
   --set train.freeze=dec.latent_logits --set train.max_updates=1 2> "$T/err" && err "freezing the latent logits was accepted"
 grep -q "matches only the latent-depth logits" "$T/err" || err "freezing the latent logits: $(tail -1 "$T/err")"
+"$BIN/lltrain" --config "$SRC/configs/tiny_latent.cfg" --set data.dir="$T/lbin" --set checkpoint.save_dir="$T/lat2" \
+  --set "train.freeze=dec.*" --set train.max_updates=1 2> "$T/lat2.log" || err "freezing dec.* of a latent model failed"
+grep -q "'dec.\*' also matches the latent-depth logits: they are left to latent.\* settings" "$T/lat2.log" ||
+  err "no warning that dec.* leaves the latent logits alone: $(grep freeze "$T/lat2.log")"
 exit $fail
