@@ -4,7 +4,7 @@
  *  - sacreBLEU's own test suite, test/test_bleu.py, test_chrf.py and
  *    test_sentence_bleu.py of the sacrebleu-2.6.0 sdist (`pip download
  *    sacrebleu==2.6.0 --no-binary :all:`), with their tolerances; cases that
- *    need tokenizers lleval lacks (intl) or max_ngram_order != 4 are left out;
+ *    need max_ngram_order != 4 are left out;
  *  - the README's Python API examples (corpus BLEU/chrF, nrefs:var);
  *  - "generated" blocks: printed by tests/data/eval/make_vectors.py under
  *    sacrebleu 2.6.0, Python 3.11.7 (scores are repr() doubles, checked to 1e-9
@@ -72,6 +72,19 @@ static const char *const zh_vec[][2] = {
     {"a\xe9\xbe\xbc" "b", "a\xe9\xbe\xbc" "b"},
     {"a\xf0\xa0\x80\x81" "b", "a\xf0\xa0\x80\x81" "b"},
     {"\xe4\xb6\xb5\xe4\xb6\xb6\xe9\xbe\xbb\xe9\xbe\xbc\xef\xa8\xad\xef\xa8\xae", "\xe4\xb6\xb5 \xe4\xb6\xb6 \xe9\xbe\xbb \xe9\xbe\xbc \xef\xa8\xad \xef\xa8\xae"},
+};
+/* ---- generated: TokenizerV14International()(s) (tokenizer_intl.py, sacrebleu 2.6.0) ---- */
+static const char *const intl_vec[][2] = {
+    {"Hello, world!", "Hello , world !"},
+    {"1,000.50 dollars in 2019.", "1,000.50 dollars in 2019."},
+    {"\xc2\xbfQu\xc3\xa9? \xc2\xa1S\xc3\xad!", "\xc2\xbf Qu\xc3\xa9 ? \xc2\xa1 S\xc3\xad !"},
+    {"\xc2\xab\xc3\xa9t\xc3\xa9\xc2\xbb \xe2\x80\x94 5\xe2\x82\xac, 10% \xc2\xa9", "\xc2\xab \xc3\xa9t\xc3\xa9 \xc2\xbb \xe2\x80\x94 5 \xe2\x82\xac , 10 % \xc2\xa9"},
+    {"a-b x/y e.g. U.S.", "a - b x / y e . g . U . S ."},
+    {"\xd9\xa3\xd9\xab\xd9\xa1\xd9\xa4 \xd8\x8c\xd8\x9f", "\xd9\xa3\xd9\xab\xd9\xa1\xd9\xa4 \xd8\x8c \xd8\x9f"},
+    {"\xe3\x80\x8c\xe5\xbc\x95\xe7\x94\xa8\xe3\x80\x8d\xe3\x80\x82", "\xe3\x80\x8c \xe5\xbc\x95\xe7\x94\xa8 \xe3\x80\x8d \xe3\x80\x82"},
+    {"x\xc2\xb2+y\xc2\xb2=z\xc2\xb2", "x\xc2\xb2 + y\xc2\xb2 = z\xc2\xb2"},
+    {"don't $5 ^_^", "don ' t $ 5 ^ _ ^"},
+    {".5 5. (3)", ".5 5 . ( 3)"},
 };
 /* ---- generated: TokenizerChar()(s) ---- */
 static const char *const char_vec[][2] = {
@@ -214,13 +227,14 @@ static void test_tokenizer(void) {
     check_tok("13a", ll_ev_tok13a, tok_vec, N(tok_vec));
     check_tok("zh", ll_ev_tokzh, zh_vec, N(zh_vec));
     check_tok("char", ll_ev_tokchar, char_vec, N(char_vec));
+    check_tok("intl", ll_ev_tokintl, intl_vec, N(intl_vec));
     /* the names lleval and the config take, and the signature's */
-    for (int t = LL_BLEU_TOK_13A; t <= LL_BLEU_TOK_CHAR; t++) {
+    for (int t = LL_BLEU_TOK_13A; t <= LL_BLEU_TOK_INTL; t++) {
         ll_bleu_tok back = LL_BLEU_TOK_NONE;
         CHECK(ll_bleu_tok_parse(ll_bleu_tok_name((ll_bleu_tok)t), &back) == 0 && back == (ll_bleu_tok)t);
     }
     ll_bleu_tok none;
-    CHECK(ll_bleu_tok_parse("intl", &none) == -1);
+    CHECK(ll_bleu_tok_parse("ja-mecab", &none) == -1);
     for (int i = 0; i < N(lower_vec); i++) {
         size_t n;
         char *t = ll_ev_lower(lower_vec[i][0], strlen(lower_vec[i][0]), &n);
@@ -323,6 +337,7 @@ static void test_sacrebleu_bleu(void) {
                 {LL_BLEU_SMOOTH_ADDK, 2, LL_BLEU_TOK_13A, 21.389, 0},
                 {LL_BLEU_SMOOTH_EXP, -1, LL_BLEU_TOK_NONE, 7.347, 0},
                 {LL_BLEU_SMOOTH_EXP, -1, LL_BLEU_TOK_CHAR, 40.8759, 0},
+                {LL_BLEU_SMOOTH_EXP, -1, LL_BLEU_TOK_INTL, 8.493, 0},
                 {LL_BLEU_SMOOTH_EXP, -1, LL_BLEU_TOK_CHAR, 42.0267, 1}};
     const char *ref98 = "producţia de zahăr brut se exprimă în zahăr alb;";
     const char *sys98 = "Producția de zahăr primă va fi exprimată în ceea ce privește zahărul alb;";

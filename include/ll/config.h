@@ -108,7 +108,7 @@ typedef struct {
     int valid_translations; /* and write those translations into save_dir (valid_hyp.<k>.<tgt_lang>) */
     int valid_beam;
     char best_metric[8];   /* "loss" | "bleu" | "chrf" */
-    char valid_tokenize[8]; /* validation BLEU's tokenizer: "13a" | "none" | "zh" | "char" */
+    char valid_tokenize[8]; /* validation BLEU's tokenizer: "13a" | "none" | "zh" | "char" | "intl" */
     int patience;          /* stop after this many validations without improvement; 0 = never */
     int max_bad_updates;   /* stop after this many consecutive skipped (non-finite) updates */
     float ema_decay;       /* the weights' moving average (0: none): validation and saved models use it */

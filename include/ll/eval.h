@@ -33,9 +33,16 @@ extern "C" {
 
 /* sacreBLEU's tokenizers: 13a (WMT's mteval), none, zh (each Chinese character a word, the
  * rest 13a's rules), char (every character a word, for Japanese, Thai and other text without
- * spaces where no tokenizer of its own is given) */
-typedef enum { LL_BLEU_TOK_13A = 0, LL_BLEU_TOK_NONE = 1, LL_BLEU_TOK_ZH = 2, LL_BLEU_TOK_CHAR = 3 } ll_bleu_tok;
-#define LL_BLEU_TOK_NAMES "13a|none|zh|char"
+ * spaces where no tokenizer of its own is given), intl (mteval-v14's international one: Unicode
+ * punctuation and symbols split off) */
+typedef enum {
+    LL_BLEU_TOK_13A = 0,
+    LL_BLEU_TOK_NONE = 1,
+    LL_BLEU_TOK_ZH = 2,
+    LL_BLEU_TOK_CHAR = 3,
+    LL_BLEU_TOK_INTL = 4
+} ll_bleu_tok;
+#define LL_BLEU_TOK_NAMES "13a|none|zh|char|intl"
 /* The signature's name of a tokenizer, and its parse (-1 for an unknown name). */
 const char *ll_bleu_tok_name(ll_bleu_tok t);
 int ll_bleu_tok_parse(const char *name, ll_bleu_tok *out);
@@ -48,7 +55,7 @@ typedef enum {
 
 typedef struct {
     int lowercase;         /* case:lc (Python str.lower(), full Unicode) */
-    ll_bleu_tok tokenize;  /* tok:13a (default), none, zh or char */
+    ll_bleu_tok tokenize;  /* tok:13a (default), none, zh, char or intl */
     ll_bleu_smooth smooth; /* smooth:exp (default) */
     double smooth_value;   /* < 0: the method's default */
     int effective_order;   /* eff:yes; sacreBLEU enables it for sentence-level BLEU only */

@@ -30,7 +30,8 @@ static void usage(FILE *out) {
             "  -m, --metrics LIST        comma-separated: bleu, chrf, ter (default bleu)\n"
             "  -lc, --lowercase          case-insensitive BLEU and chrF (case:lc)\n"
             "  -tok, --tokenize T        BLEU tokenizer: 13a (default), none, zh (Chinese: each\n"
-            "                            character a word), char (every character a word)\n"
+            "                            character a word), char (every character a word), intl\n"
+            "                            (Unicode punctuation and symbols split off, mteval-v14)\n"
             "  -s, --smooth-method M     exp (default), none, floor, add-k\n"
             "  -sv, --smooth-value X     value for floor (0.1) / add-k (1)\n"
             "  -cc, --chrf-char-order N  default 6\n"
@@ -314,7 +315,7 @@ int main(int argc, char **argv) {
             NEED();
             if (ll_bleu_tok_parse(v, &bo.tokenize))
                 ll_die("unsupported tokenizer '%s' (lleval has " LL_BLEU_TOK_NAMES
-                       "; not intl, ja-mecab, ko-mecab, spm)",
+                       "; not ja-mecab, ko-mecab, spm)",
                        v);
         } else if (IS("--smooth-method", "-s")) {
             NEED();

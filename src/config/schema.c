@@ -238,9 +238,10 @@ const ll_cfg_key ll_cfg_keys[] = {
          "valid_hyp_best.<k>.<tgt_lang> when the validation is a new best (Marian's --valid-translation-output): "
          "for other metrics (lleval -m ter, COMET) or a look."),
     INT("train.valid_beam", valid_beam, "1", 1, 1024, "Beam size for validation BLEU (1 = greedy, fast)."),
-    ENUM("train.valid_tokenize", valid_tokenize, "13a", "13a|none|zh|char",
+    ENUM("train.valid_tokenize", valid_tokenize, "13a", "13a|none|zh|char|intl",
          "Validation BLEU's tokenizer, as sacreBLEU's -tok: 13a (WMT's), zh for a Chinese target, char for "
-         "other text without spaces between words (Japanese, Thai), none for pre-tokenised references."),
+         "other text without spaces between words (Japanese, Thai), intl for Unicode punctuation and symbols "
+         "(mteval-v14's international tokenization), none for pre-tokenised references."),
     ENUM("train.best_metric", best_metric, "loss", "loss|bleu|chrf",
          "What checkpoint_best and early stopping follow (bleu and chrf need train.valid_bleu)."),
     INT("train.patience", patience, "0", 0, INT_MAX,

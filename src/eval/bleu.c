@@ -26,7 +26,7 @@ void ll_bleu_init(ll_bleu_stats *s, const ll_bleu_opts *o) {
         ll_bleu_opts_default(&s->opts);
 }
 
-static const char *const tok_names[] = {"13a", "none", "zh", "char"};
+static const char *const tok_names[] = {"13a", "none", "zh", "char", "intl"};
 
 const char *ll_bleu_tok_name(ll_bleu_tok t) {
     return (unsigned)t < sizeof tok_names / sizeof *tok_names ? tok_names[t] : "?";
@@ -56,6 +56,7 @@ static char *preprocess(const ll_bleu_opts *o, const char *text, size_t *len) {
     if (o->tokenize != LL_BLEU_TOK_NONE) {
         char *tok = o->tokenize == LL_BLEU_TOK_ZH     ? ll_ev_tokzh(t, n, &n)
                     : o->tokenize == LL_BLEU_TOK_CHAR ? ll_ev_tokchar(t, n, &n)
+                    : o->tokenize == LL_BLEU_TOK_INTL ? ll_ev_tokintl(t, n, &n)
                                                       : ll_ev_tok13a(t, n, &n);
         free(t);
         t = tok;

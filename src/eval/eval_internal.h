@@ -14,7 +14,13 @@ typedef struct {
 typedef struct {
     uint32_t first, last;
 } ll_cp_range;
+/* c in one of the n sorted, disjoint ranges r */
+int ll_ev_in_ranges(const ll_cp_range *r, int n, uint32_t c);
 extern const char ll_unicase_version[];
+/* unicat_tab.c: \p{N}, \p{P}, \p{S} of the regex module (sacreBLEU's intl tokenizer) */
+extern const char ll_unicat_regex_version[];
+extern const ll_cp_range ll_cat_number[], ll_cat_punct[], ll_cat_symbol[];
+extern const int ll_cat_number_n, ll_cat_punct_n, ll_cat_symbol_n;
 extern const ll_case_run ll_lower_runs[];
 extern const int ll_lower_nruns;
 extern const ll_cp_range ll_case_ignorable[];
@@ -49,6 +55,10 @@ void ll_ev_split(const char *s, size_t n, ll_ev_spans *out);
 char *ll_ev_tok13a(const char *s, size_t n, size_t *out_n);
 /* TokenizerRegexp alone (what TokenizerZh runs after splitting off its characters). */
 char *ll_ev_tok_regexp(const char *s, size_t n, size_t *out_n);
+
+/* ---- tok_intl.c ---- */
+/* sacreBLEU's TokenizerV14International on s[0..n) (already rstripped); malloc'd. */
+char *ll_ev_tokintl(const char *s, size_t n, size_t *out_n);
 
 /* ---- tok_cjk.c ---- */
 int ll_ev_is_zh_char(uint32_t c); /* TokenizerZh._is_chinese_char */

@@ -98,7 +98,7 @@ size_t ll_eval_rstrip_len(const char *s, size_t n) {
 
 /* ---- lower() ---- */
 
-static int in_ranges(const ll_cp_range *r, int n, uint32_t c) {
+int ll_ev_in_ranges(const ll_cp_range *r, int n, uint32_t c) {
     int lo = 0, hi = n - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
@@ -138,18 +138,18 @@ static uint32_t capital_sigma(const uint32_t *cp, size_t n, size_t i) {
     int found = 0;
     while (j > 0) {
         c = cp[--j];
-        if (!in_ranges(ll_case_ignorable, ll_case_ignorable_n, c)) {
+        if (!ll_ev_in_ranges(ll_case_ignorable, ll_case_ignorable_n, c)) {
             found = 1;
             break;
         }
     }
-    int final_sigma = found && in_ranges(ll_cased, ll_cased_n, c);
+    int final_sigma = found && ll_ev_in_ranges(ll_cased, ll_cased_n, c);
     if (final_sigma && i + 1 < n) {
         for (j = i + 1; j < n; j++) {
             c = cp[j];
-            if (!in_ranges(ll_case_ignorable, ll_case_ignorable_n, c)) break;
+            if (!ll_ev_in_ranges(ll_case_ignorable, ll_case_ignorable_n, c)) break;
         }
-        final_sigma = j == n || !in_ranges(ll_cased, ll_cased_n, c);
+        final_sigma = j == n || !ll_ev_in_ranges(ll_cased, ll_cased_n, c);
     }
     return final_sigma ? 0x3C2 : 0x3C3;
 }

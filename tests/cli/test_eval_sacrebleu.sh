@@ -38,7 +38,7 @@ expect_error "empty is empty" "$LLEVAL" --ref empty --input empty
 expect_error "--ref FILE is required" "$LLEVAL" --input hyp2
 expect_error "unknown metric 'meteor'" "$LLEVAL" --ref hyp2 --input hyp2 --metrics bleu,meteor
 expect_error "unsupported tokenizer 'ja-mecab'" "$LLEVAL" --ref hyp2 --input hyp2 --tokenize ja-mecab
-expect_error "unsupported tokenizer 'intl'" "$LLEVAL" --ref hyp2 --input hyp2 --tokenize intl
+expect_error "unsupported tokenizer 'spm'" "$LLEVAL" --ref hyp2 --input hyp2 --tokenize spm
 expect_error "no_such_file" "$LLEVAL" --ref no_such_file --input hyp2
 expect_error "--ref -: standard input is already the --input" "$LLEVAL" --ref - --input - < hyp2
 expect_error "--ref -: standard input is already another --ref" "$LLEVAL" --ref - --ref - --input hyp2 < hyp2

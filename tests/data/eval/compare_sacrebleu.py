@@ -6,7 +6,7 @@ usage: compare_sacrebleu.py LLEVAL [--cases N] [--seed S] [--keep DIR] [--cli N]
 Each case writes a hypothesis file and 1-3 reference files (random and
 hand-written text: Unicode whitespace, numbers with separators, HTML entities,
 CJK, Arabic, emoji, Greek sigma, long lines, empty lines, ...), picks options
-(lowercase, tokenize none, zh and char on CJK text, chrF++, smoothing, several references,
+(lowercase, tokenize none, zh and char on CJK text, intl on Unicode punctuation and symbols, chrF++, smoothing, several references,
 sentence-level, TER and its options, ...) and computes sacreBLEU's output lines in this process the
 way its CLI does (sacrebleu.py main(): files opened with newline="\\n",
 rstrip()ed; print_single_results for the alignment).  The first --cli cases are
@@ -65,6 +65,17 @@ CJK_TEXT = ["我们今天天气很好", "价格是1,000.50元。", "第1-2章", 
             "\U00020000", "\U0002f800", "\u2600", "\u27bf", "\u27c0", "\ufe10", "\ufe1f", "\ufe30",
             "\ufe4f", "\ufe50", "\u2e80", "\u2eff", "\u2ff0", "\u3100", "\u31a0", "\u33ff", "ｶﾀｶﾅ"]
 POOLS_CJK = [(CJK_TEXT, 30), (CJK, 10), (WORDS, 10), (NUMBERS, 5), (PUNCT, 6), (CASE, 2)]
+# For the intl tokenizer: Unicode punctuation (\p{P}) and symbols (\p{S}) of many scripts, numbers
+# with separators, and glued to words or digits on either side
+UNI_PS = ["—", "–", "‘", "’", "‚", "„", "†", "‡", "•", "‰", "′",
+          "″", "‹", "›", "⁂", "©", "®", "™", "°", "±", "×", "÷",
+          "µ", "¶", "§", "¤", "¢", "£", "¥", "₹", "₽", "∑", "√",
+          "∞", "≈", "≠", "←", "→", "⇒", "♥", "★", "☺", "٪", "،",
+          "؛", "؟", "।", "॥", "、", "。", "「", "」", "『", "』", "〜",
+          "・", "！", "？", "＃", "＄", "´", "`", "^", "¨", "¯", "˜", "٣٫١",
+          "1٫5", "1,5", "2.", "3.14", "10%", "5€", "$5", "a-b", "x/y", "e.g.", "U.S.", "don't", "2019.",
+          "½", "Ⅳ", "①", "x²", "😀!", "a—b", "(§ 3)", "¿qué?", "1–2"]
+POOLS_INTL = POOLS + [(UNI_PS, 25)]
 
 
 def rand_token(rng, pools=POOLS):
@@ -143,6 +154,9 @@ OPTION_SETS = [
     {"m": ["ter"], "tnp": True, "tas": True}, {"m": ["ter", "bleu"], "tnorm": True, "tnp": True, "tas": True,
                                                "tok": "zh", "short": True},
     {"m": ["ter"], "tas": True},
+    # intl (its cases draw from POOLS_INTL)
+    {"tok": "intl"}, {"tok": "intl", "lc": True, "m": ["bleu"]}, {"sl": "bleu", "tok": "intl"},
+    {"tok": "intl", "short": True, "m": ["bleu", "chrf"]},
 ]
 
 
@@ -298,7 +312,7 @@ def main():
     for idx in range(args.cases):
         opt = OPTION_SETS[idx % len(OPTION_SETS)] if idx >= len(HAND) else {}
         hyps, refs = make_case(rng, idx, "ter" in opt.get("m", []) or opt.get("sl") == "ter",
-                               POOLS_CJK if cjk(opt) else POOLS)
+                               POOLS_CJK if cjk(opt) else POOLS_INTL if opt.get("tok") == "intl" else POOLS)
         d = os.path.join(tmp, "case%03d" % idx)
         os.makedirs(d, exist_ok=True)
         hyp_path = os.path.join(d, "hyp")
