@@ -303,6 +303,9 @@ static void test_sacrebleu_bleu(void) {
     o.tokenize = LL_BLEU_TOK_NONE;
     bleu_corpus(&o, readme_hyps, st, 2, 3, &s, &r);
     CHECK_NEAR(r.score, 49.1919566, 1e-7 + eps);
+    o.tokenize = LL_BLEU_TOK_INTL;
+    bleu_corpus(&o, readme_hyps, st, 2, 3, &s, &r);
+    CHECK_NEAR(r.score, 43.91623493, 1e-8 + eps);
     ll_bleu_opts_default(&o);
     o.smooth = LL_BLEU_SMOOTH_NONE;
     bleu_corpus(&o, readme_hyps, st, 2, 3, &s, &r);
