@@ -90,8 +90,8 @@ for run in runs:
     for i, r in enumerate(run):
         assert abs(r["best"] - max(x["chrf"] for x in run[:i + 1])) < 1e-4, run
 PY
-"$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/badtok" --set train.valid_tokenize=intl 2> "$T/err" &&
-  err "train.valid_tokenize=intl was accepted"
+"$LLTRAIN" --config "$T/overfit.cfg" --quiet --set checkpoint.save_dir="$T/badtok" --set train.valid_tokenize=ja-mecab 2> "$T/err" &&
+  err "train.valid_tokenize=ja-mecab was accepted"
 grep -q "valid_tokenize" "$T/err" || err "no error naming train.valid_tokenize: $(cat "$T/err")"
 
 # 3a. reduce on plateau (train.lr_shrink, lr_patience) and train.stop_min_lr.  A model this young
