@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: llavg --output OUT.llm M1.llm M2.llm ...\n"
                    "       llavg --output OUT.llm --dir CHECKPOINT_DIR --last N\n");
+            free(in);
             return 0;
         } else if (argv[i][0] == '-')
             ll_die("unknown argument '%s' (see llavg --help)", argv[i]);
