@@ -49,6 +49,8 @@ typedef struct {
 void ll_ev_spans_push(ll_ev_spans *a, const char *p, size_t len);
 /* Appends the tokens of Python's s.split() (split on Unicode whitespace). */
 void ll_ev_split(const char *s, size_t n, ll_ev_spans *out);
+/* Python's ' '.join(s.split()) of s[0..n); malloc'd, length in *out_n. */
+char *ll_ev_join_split(const char *s, size_t n, size_t *out_n);
 
 /* ---- tok13a.c ---- */
 /* sacreBLEU's Tokenizer13a on s[0..n) (already rstripped); malloc'd result. */

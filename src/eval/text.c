@@ -216,3 +216,19 @@ void ll_ev_split(const char *s, size_t n, ll_ev_spans *out) {
     }
     if (in_tok) ll_ev_spans_push(out, s + start, n - start);
 }
+
+char *ll_ev_join_split(const char *s, size_t n, size_t *out_n) {
+    ll_ev_spans sp = {0};
+    ll_ev_split(s, n, &sp);
+    char *out = ll_malloc(n + 1);
+    size_t len = 0;
+    for (int i = 0; i < sp.n; i++) {
+        if (i) out[len++] = ' ';
+        memcpy(out + len, sp.v[i].p, sp.v[i].len);
+        len += sp.v[i].len;
+    }
+    out[len] = 0;
+    free(sp.v);
+    *out_n = len;
+    return out;
+}

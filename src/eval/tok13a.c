@@ -102,20 +102,8 @@ static char *regexp_rules(buf t, size_t *out_n) {
         t = o;
     }
 
-    /* ' '.join(line.split()) */
-    ll_ev_spans sp = {0};
-    ll_ev_split(t.p, t.n, &sp);
-    char *out = ll_malloc(t.n + 1);
-    size_t len = 0;
-    for (int i = 0; i < sp.n; i++) {
-        if (i) out[len++] = ' ';
-        memcpy(out + len, sp.v[i].p, sp.v[i].len);
-        len += sp.v[i].len;
-    }
-    out[len] = 0;
-    free(sp.v);
+    char *out = ll_ev_join_split(t.p, t.n, out_n); /* ' '.join(line.split()) */
     free(t.p);
-    *out_n = len;
     return out;
 }
 

@@ -72,19 +72,7 @@ char *ll_ev_tokintl(const char *s, size_t n, size_t *out_n) {
     }
     t[len] = 0;
     free(c.c);
-    /* ' '.join(line.split()) */
-    ll_ev_spans sp = {0};
-    ll_ev_split(t, len, &sp);
-    char *out = ll_malloc(len + 1);
-    size_t k = 0;
-    for (int i = 0; i < sp.n; i++) {
-        if (i) out[k++] = ' ';
-        memcpy(out + k, sp.v[i].p, sp.v[i].len);
-        k += sp.v[i].len;
-    }
-    out[k] = 0;
-    free(sp.v);
+    char *out = ll_ev_join_split(t, len, out_n); /* ' '.join(line.split()) */
     free(t);
-    *out_n = k;
     return out;
 }
