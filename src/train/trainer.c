@@ -32,7 +32,7 @@ static const char *save_path(trainer *t, const char *name) {
 
 /* A record is complete: it must reach the file now (a full disk, /dev/full),
  * else the run stops with the file and the reason instead of losing it. */
-static int metrics_done(trainer *t) {
+int trn_metrics_done(trainer *t) {
     errno = 0;
     if (fflush(t->metrics) == 0 && !ferror(t->metrics)) return 0;
     return ll_fail("%s: write failed: %s", t->mpath, errno ? strerror(errno) : "I/O error");
@@ -42,7 +42,7 @@ static int metrics_done(trainer *t) {
  * SIGKILL right after <what> (a file name written into save_dir, or "train" /
  * "valid" for a metrics record) at that update, so each point between two
  * writes can be hit on purpose.  Unset: one getenv per save. */
-static void crash_point(const trainer *t, const char *what) {
+void trn_crash_point(const trainer *t, const char *what) {
     const char *e = getenv("LL_CRASH_AFTER");
     if (!e) return;
     char here[128];
@@ -50,7 +50,7 @@ static void crash_point(const trainer *t, const char *what) {
     if (!strcmp(e, here)) raise(SIGKILL);
 }
 
-static int save(trainer *t, const char *name) {
+int trn_save(trainer *t, const char *name) {
     t->ts.n_streams = t->n_streams;
     for (int i = 0; i < t->n_streams; i++) ll_batcher_state(t->its[i], &t->ts.stream_pos[2 * i], &t->ts.stream_pos[2 * i + 1]);
     t->ts.epoch = t->ts.stream_pos[0];
@@ -59,9 +59,9 @@ static int save(trainer *t, const char *name) {
                                    t->acc.ald, t->log_gnorm, (double)t->log_updates, (double)t->log_tokens};
     memcpy(t->ts.log_acc, la, sizeof la);
     if (t->rank != 0) return 0; /* rank 0 alone writes (the state is the same on every rank) */
-    if (t->metrics && metrics_done(t)) return -1; /* ts.metrics_records counts them: a resume cuts the log back */
+    if (t->metrics && trn_metrics_done(t)) return -1; /* ts.metrics_records counts them: a resume cuts the log back */
     if (ll_model_save(save_path(t, name), t->m, t->config_text, t->vocab, t->vocab_len, &t->ts)) return -1;
-    crash_point(t, name);
+    trn_crash_point(t, name);
     return 0;
 }
 
@@ -83,39 +83,17 @@ static int checkpoint_rank0(trainer *t, int numbered) {
     if (numbered) {
         char name[64];
         snprintf(name, sizeof name, "checkpoint_%ld.llm", t->ts.update);
-        if (save(t, name)) return -1;
+        if (trn_save(t, name)) return -1;
         if (ll_link_over(t->path, last) == 0)
-            crash_point(t, "checkpoint_last.llm");
-        else if (save(t, "checkpoint_last.llm"))
+            trn_crash_point(t, "checkpoint_last.llm");
+        else if (trn_save(t, "checkpoint_last.llm"))
             return -1;
         if (ll_ckpt_prune_numbered(t->cfg->save_dir, t->cfg->keep_last) < 0) return -1;
-    } else if (save(t, "checkpoint_last.llm")) {
+    } else if (trn_save(t, "checkpoint_last.llm")) {
         return -1;
     }
     t->saved_update = t->ts.update;
     return 0;
-}
-
-/* checkpoint.keep_best: this validation's model as one of the N best files when
- * it ranks among them (rank 0 writes; ZeRO-1 gathers the moments on every rank). */
-static int keep_best(trainer *t, double value) {
-    const ll_config *cfg = t->cfg;
-    if (cfg->keep_best <= 0 || !isfinite(value)) return 0; /* (a NaN loss ranks nowhere, and "nan" is no name) */
-    ll_dist_train_full_moments(t->dt, 1);
-    int rc = 0;
-    if (t->rank == 0) {
-        const int before = ll_ckpt_best_rank(cfg->save_dir, cfg->best_metric, value, t->ts.update);
-        char name[128];
-        if (before < 0)
-            rc = -1;
-        else if (before < cfg->keep_best && save(t, ll_ckpt_best_name(name, sizeof name, cfg->best_metric, value,
-                                                                       t->ts.update)))
-            rc = -1;
-        else if (ll_ckpt_prune_best(cfg->save_dir, cfg->best_metric, cfg->keep_best, -1) < 0)
-            rc = -1;
-    }
-    ll_dist_train_full_moments(t->dt, 0);
-    return rc;
 }
 
 static void fmt_eta(char *buf, size_t n, double s) {
@@ -127,19 +105,6 @@ static void fmt_eta(char *buf, size_t n, double s) {
     snprintf(buf, n, "%02ld:%02ld:%02ld", x / 3600, x / 60 % 60, x % 60);
 }
 
-/* The lr of the update after `updates` completed ones: the schedule's, shrunk on plateaus
- * (train.lr_shrink). */
-static double lr_at(const trainer *t, long updates) {
-    const double lr = ll_schedule_lr(&t->sched, updates);
-    return t->ts.lr_shrinks > 0 ? lr * pow(t->cfg->lr_shrink, (double)t->ts.lr_shrinks) : lr;
-}
-
-/* train.stop_min_lr: past warmup, the next update's lr is below it */
-static int lr_too_small(const trainer *t) {
-    return t->cfg->stop_min_lr > 0 && t->ts.update >= t->cfg->warmup_updates &&
-           lr_at(t, t->ts.update) < t->cfg->stop_min_lr;
-}
-
 /* The stopping rules (max updates, max epochs, patience, the smallest lr) say the run is over. */
 static int run_is_over(trainer *t) {
     const ll_config *cfg = t->cfg;
@@ -148,7 +113,7 @@ static int run_is_over(trainer *t) {
     const int nb = ll_batcher_n_batches(t->its[0]);
     return (cfg->max_updates > 0 && t->ts.update >= cfg->max_updates) ||
            (cfg->max_epochs > 0 && (epoch > cfg->max_epochs || (epoch == cfg->max_epochs && pos >= nb))) ||
-           (cfg->patience > 0 && t->ts.bad_valids >= cfg->patience) || lr_too_small(t);
+           (cfg->patience > 0 && t->ts.bad_valids >= cfg->patience) || trn_lr_too_small(t);
 }
 
 /* checkpoint_best must hold the model the state calls best.  A killed run, a
@@ -164,7 +129,7 @@ static void repair_best(trainer *t) {
     long u = k ? ll_ckpt_stored_update(k) : -1;
     ll_ckpt_close(k);
     if (u == t->ts.best_update || u >= t->ts.update) return;
-    if (t->ts.update == t->ts.best_update && save(t, "checkpoint_best.llm") == 0) {
+    if (t->ts.update == t->ts.best_update && trn_save(t, "checkpoint_best.llm") == 0) {
         ll_warn("%s was missing or stale: rewritten from the resumed update %ld", p, t->ts.update);
         return;
     }
@@ -383,7 +348,7 @@ static int setup(trainer *t, const ll_train_opts *o) {
         free(resume_rec);
         resume_rec = NULL;
         t->ts.metrics_records++;
-        if (metrics_done(t)) return -1;
+        if (trn_metrics_done(t)) return -1;
     }
     if (o->resume) { /* resumed from best or a numbered one: checkpoint_last (and the numbered one due at this
                       * update, if it never got written) as the interrupted run would have left them */
@@ -477,100 +442,6 @@ static void teardown(trainer *t) {
     ll_backend_counting_free(t->counted);
 }
 
-/* Validate, track the best score and patience, write checkpoint_best on a new
- * best.  The caller writes checkpoint_last afterwards: best goes first, so no
- * committed state ever records a best model that is not on disk.  *stop set
- * on early stop. */
-static int run_validation(trainer *t, double elapsed, int *stop) {
-    if (!t->have_valid) return 0;
-    ll_valid_result r;
-    ll_adam_ema_swap(&t->opt, t->m, 1); /* train.ema_decay: scored on the moving average, as it is saved */
-    const int vrc = ll_validate_ranks(t->m, t->cfg, &t->valid, t->spm, &r, t->dist); /* sharded over the ranks */
-    ll_adam_ema_swap(&t->opt, t->m, 0);
-    if (vrc) return -1;
-    const int by_bleu = !strcmp(t->cfg->best_metric, "bleu"), by_chrf = !strcmp(t->cfg->best_metric, "chrf");
-    const int higher = by_bleu || by_chrf;                      /* BLEU and chrF: higher is better */
-    const double value = by_bleu ? r.bleu : by_chrf ? r.chrf : r.loss;
-    double metric = higher ? -value : value; /* lower is better */
-    int best = metric < t->ts.best_valid;
-    if (best) {
-        t->ts.best_valid = metric;
-        t->ts.best_update = t->ts.update;
-        t->ts.bad_valids = 0;
-    } else {
-        t->ts.bad_valids++;
-    }
-    /* reduce on plateau (torch's ReduceLROnPlateau, as fairseq uses it: shrink once more than
-     * lr_patience validations in a row brought no best, then count again from 0) */
-    int shrunk = 0;
-    if (t->cfg->lr_shrink < 1) {
-        t->ts.plateau_bad = best ? 0 : t->ts.plateau_bad + 1;
-        if (t->ts.plateau_bad > t->cfg->lr_patience) {
-            t->ts.lr_shrinks++;
-            t->ts.plateau_bad = 0;
-            shrunk = 1;
-        }
-    }
-    char extra[160];
-    ll_valid_extra(t->cfg, &r, extra, sizeof extra);
-    if (ll_verbosity > 0)
-        fprintf(stderr, "valid | update %ld | loss %.3f | nll %.3f | ppl %.2f%s | best %s %.*f%s\n", t->ts.update, r.loss,
-            r.nll, pow(2, r.nll), extra, t->cfg->best_metric, higher ? 2 : 3, /* bleu, chrf as printed before */
-            higher ? -t->ts.best_valid : t->ts.best_valid,
-            best ? " (new best)" : "");
-    if (shrunk && ll_verbosity > 0)
-        fprintf(stderr, "valid | update %ld | no new best of %s in %d validations: lr x %g (x %.4g in all), %.3e next\n",
-                t->ts.update, t->cfg->best_metric, t->cfg->lr_patience + 1, (double)t->cfg->lr_shrink,
-                pow(t->cfg->lr_shrink, (double)t->ts.lr_shrinks), lr_at(t, t->ts.update));
-    for (int k = 0; ll_verbosity > 0 && k < r.n_corpora; k++) {
-        char line[2 * LL_PATH_MAX];
-        ll_valid_corpus_line(t->cfg, &r, k, line, sizeof line);
-        fprintf(stderr, "valid | update %ld | %s\n", t->ts.update, line);
-    }
-    fprintf(t->metrics, "{\"type\":\"valid\",\"update\":%ld,\"loss\":%.6f,\"nll\":%.6f,\"ppl\":%.4f,\"tokens\":%ld",
-            t->ts.update, r.loss, r.nll, pow(2, r.nll), r.tokens);
-    if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.bleu, r.chrf);
-    if (r.n_corpora > 0) { /* each data.valid corpus, in order */
-        fprintf(t->metrics, ",\"corpora\":[");
-        for (int k = 0; k < r.n_corpora; k++) {
-            fprintf(t->metrics, "%s{\"pair\":\"%s-%s\",\"loss\":%.6f,\"nll\":%.6f,\"tokens\":%ld", k ? "," : "",
-                    t->cfg->valid[k].src_lang, t->cfg->valid[k].tgt_lang, r.corpus[k].loss, r.corpus[k].nll,
-                    r.corpus[k].tokens);
-            if (r.have_bleu) fprintf(t->metrics, ",\"bleu\":%.4f,\"chrf\":%.4f", r.corpus[k].bleu, r.corpus[k].chrf);
-            fprintf(t->metrics, "}");
-        }
-        fprintf(t->metrics, "]");
-    }
-    fprintf(t->metrics, ",\"best\":%.6f,\"wall\":%.2f}\n", higher ? -t->ts.best_valid : t->ts.best_valid, elapsed);
-    t->ts.metrics_records++;
-    if (metrics_done(t)) return -1;
-    crash_point(t, "valid");
-    if (best && t->cfg->valid_translations && t->rank == 0) /* the best validation's translations, kept */
-        for (int k = 0; k < t->cfg->n_valid; k++) {
-            char cur[LL_PATH_MAX + 64], keep[LL_PATH_MAX + 64];
-            ll_valid_hyp_path(t->cfg, k, 0, cur, sizeof cur);
-            if (ll_link_over(cur, ll_valid_hyp_path(t->cfg, k, 1, keep, sizeof keep)) && ll_copy_file(cur, keep))
-                return -1;
-        }
-    if (best) {
-        ll_dist_train_full_moments(t->dt, 1); /* ZeRO-1: every rank sends its shards; rank 0 writes */
-        int rc = save(t, "checkpoint_best.llm");
-        ll_dist_train_full_moments(t->dt, 0);
-        if (rc) return -1;
-    }
-    if (keep_best(t, value)) return -1;
-    if (t->cfg->patience > 0 && t->ts.bad_valids >= t->cfg->patience) {
-        ll_log("early stop: %lld validations without improvement of %s", (long long)t->ts.bad_valids,
-               t->cfg->best_metric);
-        *stop = 1;
-    } else if (lr_too_small(t)) {
-        ll_log("stop: the learning rate %.3e is below train.stop_min_lr %g", lr_at(t, t->ts.update),
-               (double)t->cfg->stop_min_lr);
-        *stop = 1;
-    }
-    return 0;
-}
-
 /* ---- non-finite updates ----
  * The one place that decides what a bad update does.  The update was not
  * applied (a non-finite loss never reaches Adam; ll_adam_step refuses a
@@ -586,7 +457,7 @@ static int skip_bad_update(trainer *t, const update_stats *u, double gnorm) {
     fprintf(t->metrics, "{\"type\":\"skip\",\"update\":%ld,\"reason\":\"%s\",\"in_a_row\":%d}\n", t->ts.update,
             what, t->bad_streak);
     t->ts.metrics_records++;
-    if (metrics_done(t)) return -1;
+    if (trn_metrics_done(t)) return -1;
     if (t->bad_streak >= t->cfg->max_bad_updates)
         return ll_fail("update %ld: %d updates in a row had a non-finite loss or gradient norm (train.max_bad_updates); "
                        "stopped without saving: %s/checkpoint_last.llm (update %ld) is the last good state; lower "
@@ -612,7 +483,7 @@ static int skip_spike(trainer *t, const update_stats *u, const double *st) {
             "\"z_gnorm\":%.4f,\"tokens\":%ld}\n",
             t->ts.update, loss, zl, st[LL_ST_GNORM], zg, u->ntok);
     t->ts.metrics_records++;
-    return metrics_done(t) ? -1 : 0;
+    return trn_metrics_done(t) ? -1 : 0;
 }
 
 /* Validation is due after the update just done (valid_interval 0: at epoch ends). */
@@ -690,7 +561,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     for (;;) {
         ll_batcher_state(t.its[0], &epoch, &pos);
         const long q = t.ts.update + (late_ntok >= 0); /* the update about to be queued */
-        const int low_lr = cfg->stop_min_lr > 0 && q >= cfg->warmup_updates && lr_at(&t, q) < cfg->stop_min_lr;
+        const int low_lr = cfg->stop_min_lr > 0 && q >= cfg->warmup_updates && trn_lr_at(&t, q) < cfg->stop_min_lr;
         if (late_ntok >= 0 && ((t.world > 1 ? stop_sig : ll_train_signal()) || stop || out_of_time || low_lr ||
                                (max_updates && q >= max_updates) ||
                                (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))))) {
@@ -703,10 +574,10 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         }
         if (max_epochs && (epoch > max_epochs || (epoch == max_epochs && pos >= nb))) break; /* epochs are 1-based */
         if (low_lr) {
-            ll_log("stop: the learning rate %.3e is below train.stop_min_lr %g", lr_at(&t, q), (double)cfg->stop_min_lr);
+            ll_log("stop: the learning rate %.3e is below train.stop_min_lr %g", trn_lr_at(&t, q), (double)cfg->stop_min_lr);
             break;
         }
-        double lr = lr_at(&t, q);
+        double lr = trn_lr_at(&t, q);
         if (t.counted) t.tally.before = *ll_backend_counts(t.counted);
         ll_model_zero_grads(t.m);
         ll_model_stats_zero(t.m);
@@ -797,8 +668,8 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
             }
             fprintf(t.metrics, "}\n");
             t.ts.metrics_records++;
-            if ((rc = metrics_done(&t))) goto out;
-            crash_point(&t, "train");
+            if ((rc = trn_metrics_done(&t))) goto out;
+            trn_crash_point(&t, "train");
             t_log = now;
             t.log_tokens = t.log_updates = t.tps_tokens = 0;
             t.log_gnorm = 0;
@@ -807,7 +678,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
         /* validation (and checkpoint_best) first, then checkpoint_last (+ numbered) */
         int validated = 0;
         if (valid_due(&t)) {
-            if ((rc = run_validation(&t, ll_now() - t_start, &stop))) goto out;
+            if ((rc = trn_run_validation(&t, ll_now() - t_start, &stop))) goto out;
             validated = t.have_valid;
         }
         int numbered = cfg->save_interval > 0 && t.ts.update % cfg->save_interval == 0;
@@ -824,7 +695,7 @@ int ll_train(ll_config *cfg, const ll_train_opts *o) {
     }
     /* final validation unless the last update just did it, then the final checkpoint */
     if (!stop && (t.ts.update == 0 || !valid_due(&t))) /* a checkpoint at U includes U's validation */
-        rc = run_validation(&t, ll_now() - t_start, &stop);
+        rc = trn_run_validation(&t, ll_now() - t_start, &stop);
     t.ts.finished = 1;
     if (!rc) rc = checkpoint(&t, 0);
     if (!rc && t.spikes)

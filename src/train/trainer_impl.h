@@ -79,5 +79,15 @@ void trn_add_stats(update_stats *u, const double *st);
 int trn_accumulate(trainer *t, long upd, ll_batch *b, long *ntok, long *own);
 /* the latent part of a train record, from the snapshot read with the statistics */
 void trn_log_latent_json(trainer *t, const real *snap, const double *st);
+/* trainer.c: the model and state into save_dir/name (rank 0); the metrics log's record count
+ * checked (train.metrics_log); the kill harness's named crash points */
+int trn_save(trainer *t, const char *name);
+int trn_metrics_done(trainer *t);
+void trn_crash_point(const trainer *t, const char *what);
+/* trainer_valid.c: the lr of the update after `updates` completed ones (the schedule's, shrunk
+ * on plateaus); whether it is below train.stop_min_lr past warmup; one validation (see there) */
+double trn_lr_at(const trainer *t, long updates);
+int trn_lr_too_small(const trainer *t);
+int trn_run_validation(trainer *t, double elapsed, int *stop);
 
 #endif
